@@ -1,0 +1,257 @@
+//! The records the store reads and writes.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use hub_core::{Envelope, QuarantineReason};
+use serde::Serialize;
+use uuid::Uuid;
+
+/// How much of a quarantined body is kept.
+pub const QUARANTINE_BODY_CAP: usize = 64 * 1024;
+/// How much of each header value of a quarantined record is kept.
+pub const QUARANTINE_HEADER_CAP: usize = 4096;
+
+/// Where a record entered the hub.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Origin {
+    Http,
+    Kafka { topic: String, partition: i32, offset: i64 },
+}
+
+impl Origin {
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Origin::Http => "http",
+            Origin::Kafka { .. } => "kafka",
+        }
+    }
+
+    pub(crate) fn kafka_parts(&self) -> (Option<&str>, Option<i32>, Option<i64>) {
+        match self {
+            Origin::Http => (None, None, None),
+            Origin::Kafka { topic, partition, offset } => (Some(topic), Some(*partition), Some(*offset)),
+        }
+    }
+
+    pub(crate) fn from_parts(kind: &str, topic: Option<String>, partition: Option<i32>, offset: Option<i64>) -> Self {
+        match (kind, topic, partition, offset) {
+            ("kafka", Some(topic), Some(partition), Some(offset)) => Origin::Kafka { topic, partition, offset },
+            _ => Origin::Http,
+        }
+    }
+}
+
+/// One record to write in a batch.
+#[derive(Debug, Clone)]
+pub enum IngestRecord {
+    Accepted(AcceptedEvent),
+    Quarantined(QuarantinedRecord),
+}
+
+/// An accepted event: its envelope and its body exactly as received.
+#[derive(Debug, Clone)]
+pub struct AcceptedEvent {
+    pub envelope: Envelope,
+    pub payload: Vec<u8>,
+    pub origin: Origin,
+    pub received_at: DateTime<Utc>,
+}
+
+/// A quarantined record as operators will see it: capped headers and body, and the reason.
+#[derive(Debug, Clone)]
+pub struct QuarantinedRecord {
+    pub headers: BTreeMap<String, String>,
+    pub body: Vec<u8>,
+    pub body_bytes: usize,
+    pub reason: QuarantineReason,
+    pub origin: Origin,
+    pub received_at: DateTime<Utc>,
+}
+
+impl QuarantinedRecord {
+    /// Builds the record from the raw header list and body: values are kept as (lossy) text up to
+    /// [`QUARANTINE_HEADER_CAP`], the body up to [`QUARANTINE_BODY_CAP`]. Only the CloudEvents
+    /// and trace headers are kept: nothing else (such as credentials) is ever stored.
+    pub fn capture<I, K, V>(headers: I, body: &[u8], reason: QuarantineReason, origin: Origin, received_at: DateTime<Utc>) -> Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<str>,
+        V: AsRef<[u8]>,
+    {
+        let mut kept = BTreeMap::new();
+        for (key, value) in headers {
+            let key = key.as_ref().to_ascii_lowercase();
+            let relevant = key.starts_with("ce-") || key == "traceparent" || key == "tracestate";
+            if !relevant || key.len() > 256 {
+                continue;
+            }
+            let value = value.as_ref();
+            let value = &value[..value.len().min(QUARANTINE_HEADER_CAP)];
+            kept.insert(key, String::from_utf8_lossy(value).into_owned());
+        }
+        Self {
+            headers: kept,
+            body: body[..body.len().min(QUARANTINE_BODY_CAP)].to_vec(),
+            body_bytes: body.len(),
+            reason,
+            origin,
+            received_at,
+        }
+    }
+
+    /// The header value usable as a filter column: short, printable text only.
+    pub(crate) fn column(&self, header: &str, max: usize) -> Option<&str> {
+        self.headers
+            .get(header)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty() && v.len() <= max && !v.chars().any(char::is_control))
+    }
+}
+
+/// What writing one record did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// A new event, stored with this seq.
+    Inserted { seq: i64 },
+    /// The tenant already had this ce-id (stored earlier, or earlier in the same batch) at seq.
+    Duplicate { seq: i64 },
+    /// A quarantine record, stored with this id.
+    Quarantined { id: i64 },
+}
+
+/// An event as stored in a tenant's inbox.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StoredEvent {
+    pub tenant_id: String,
+    pub seq: i64,
+    pub ce_id: Uuid,
+    pub source: String,
+    pub ce_type: String,
+    pub resource_type: String,
+    pub event_type: String,
+    pub event_time: String,
+    pub schema_version: String,
+    pub subject: Option<String>,
+    pub data_content_type: Option<String>,
+    pub data_schema: Option<String>,
+    pub traceparent: Option<String>,
+    pub tracestate: Option<String>,
+    pub extensions: BTreeMap<String, String>,
+    #[serde(skip)]
+    pub payload: Vec<u8>,
+    pub origin: Origin,
+    pub received_at: DateTime<Utc>,
+}
+
+impl StoredEvent {
+    /// The event key `<resourcetype>.<eventtype>`.
+    pub fn event_key(&self) -> String {
+        format!("{}.{}", self.resource_type, self.event_type)
+    }
+}
+
+/// Filters of the quarantine listing; every present field must match.
+#[derive(Debug, Clone, Default)]
+pub struct QuarantineFilter {
+    pub tenant: Option<String>,
+    pub source: Option<String>,
+    pub reason_code: Option<String>,
+    /// `http` or `kafka`.
+    pub origin: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// Only ids below this one (the cursor of the previous page).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+/// A stored quarantine record.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct QuarantineEntry {
+    pub id: i64,
+    pub tenant_id: Option<String>,
+    pub source: Option<String>,
+    pub ce_id: Option<String>,
+    pub reason_code: String,
+    pub reason_field: String,
+    pub reason: String,
+    pub headers: BTreeMap<String, String>,
+    #[serde(skip)]
+    pub body: Vec<u8>,
+    pub body_bytes: i64,
+    pub origin: Origin,
+    pub received_at: DateTime<Utc>,
+}
+
+/// A key to store: only its hash and a short displayable prefix, never the key itself.
+#[derive(Debug, Clone)]
+pub struct NewApiKey {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub name: String,
+    pub key_hash: Vec<u8>,
+    pub key_prefix: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A stored API key.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApiKeyRecord {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub name: String,
+    pub key_prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// The accepted events of a batch grouped by tenant, in tenant order (so that concurrent batches
+/// lock tenant sequences in one order and never deadlock), each with its batch index.
+pub(crate) fn accepted_by_tenant(batch: &[IngestRecord]) -> BTreeMap<&str, Vec<(usize, &AcceptedEvent)>> {
+    let mut groups: BTreeMap<&str, Vec<(usize, &AcceptedEvent)>> = BTreeMap::new();
+    for (i, record) in batch.iter().enumerate() {
+        if let IngestRecord::Accepted(event) = record {
+            groups.entry(event.envelope.tenant().as_str()).or_default().push((i, event));
+        }
+    }
+    groups
+}
+
+/// Assigns seqs to one tenant's accepted events: an id already stored, or seen earlier in the
+/// batch, is a duplicate of that seq; every other event takes the next seq. Returns the
+/// outcomes by batch index, the events to insert with their seq, and the new last seq.
+pub(crate) fn assign_seqs<'a>(
+    events: &[(usize, &'a AcceptedEvent)],
+    existing: &std::collections::HashMap<Uuid, i64>,
+    mut last_seq: i64,
+) -> (Vec<(usize, WriteOutcome)>, Vec<(i64, &'a AcceptedEvent)>, i64) {
+    let mut seen: std::collections::HashMap<Uuid, i64> = std::collections::HashMap::new();
+    let mut outcomes = Vec::with_capacity(events.len());
+    let mut inserts = Vec::with_capacity(events.len());
+    for (index, event) in events {
+        let id = event.envelope.id().as_uuid();
+        if let Some(seq) = existing.get(&id).or_else(|| seen.get(&id)) {
+            outcomes.push((*index, WriteOutcome::Duplicate { seq: *seq }));
+            continue;
+        }
+        last_seq += 1;
+        seen.insert(id, last_seq);
+        outcomes.push((*index, WriteOutcome::Inserted { seq: last_seq }));
+        inserts.push((last_seq, *event));
+    }
+    (outcomes, inserts, last_seq)
+}
+
+/// Turns per-index outcomes into the batch's ordered result.
+pub(crate) fn ordered(len: usize, outcomes: Vec<(usize, WriteOutcome)>) -> Result<Vec<WriteOutcome>, crate::StoreError> {
+    let mut slots = vec![None; len];
+    for (i, outcome) in outcomes {
+        slots[i] = Some(outcome);
+    }
+    slots
+        .into_iter()
+        .map(|s| s.ok_or_else(|| crate::StoreError::Corrupt("a batch record got no outcome".into())))
+        .collect()
+}
