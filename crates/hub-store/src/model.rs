@@ -89,7 +89,9 @@ impl QuarantinedRecord {
             }
             let value = value.as_ref();
             let value = &value[..value.len().min(QUARANTINE_HEADER_CAP)];
-            kept.insert(key, String::from_utf8_lossy(value).into_owned());
+            // NUL cannot be stored in PostgreSQL text or JSON; it is the one character replaced.
+            let text = String::from_utf8_lossy(value).replace('\0', "\u{fffd}");
+            kept.insert(key, text);
         }
         Self {
             headers: kept,

@@ -64,6 +64,11 @@ impl SqliteStore {
         Ok(Self { writer, reader })
     }
 
+    /// The writer pool, for maintenance and tests.
+    pub fn writer_pool(&self) -> &SqlitePool {
+        &self.writer
+    }
+
     async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }

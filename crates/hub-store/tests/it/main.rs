@@ -1,0 +1,43 @@
+//! The store contract: the same tests against SQLite and PostgreSQL, a fresh database (SQLite
+//! file or PostgreSQL schema) per test. PostgreSQL is required: without it these tests fail.
+
+mod contract;
+mod support;
+
+/// Runs each contract test once per backend.
+macro_rules! contract_suite {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = crate::support::TestDb::sqlite().await;
+                    crate::contract::$name(&db).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let db = crate::support::TestDb::postgres().await;
+                    crate::contract::$name(&db).await;
+                }
+            )*
+        }
+    };
+}
+
+contract_suite!(
+    accepted_events_round_trip_with_every_attribute,
+    a_duplicate_writes_nothing_and_reports_the_stored_seq,
+    duplicates_within_one_batch_are_reported,
+    seq_is_per_tenant,
+    a_failed_batch_writes_nothing,
+    concurrent_writers_keep_seq_strictly_increasing_and_gapless,
+    a_reader_never_sees_a_seq_appear_below_one_it_has_read,
+    quarantined_records_are_kept_capped_and_filterable,
+    quarantine_pagination_is_complete_and_disjoint,
+    api_keys_are_stored_hashed_listed_and_revoked,
+    a_nul_in_a_quarantined_header_is_stored_safely,
+);

@@ -1,0 +1,117 @@
+//! Fresh databases for the contract suite, and builders for test records.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use hub_core::{IngestPolicy, Verdict, judge};
+use hub_store::{AcceptedEvent, IngestRecord, Origin, PgStore, QuarantinedRecord, SqliteStore, Store};
+use uuid::Uuid;
+
+/// The PostgreSQL server the tests use; `scripts/test` makes sure it runs.
+pub fn postgres_dsn() -> String {
+    std::env::var("STREAMING_HUB_TEST_POSTGRES_DSN")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable".to_owned())
+}
+
+/// A store on a database of its own, with a way to break it on purpose.
+pub struct TestDb {
+    pub store: Arc<dyn Store>,
+    backend: Backend,
+}
+
+enum Backend {
+    Sqlite(SqliteStore, std::path::PathBuf),
+    Postgres(PgStore),
+}
+
+impl TestDb {
+    pub async fn sqlite() -> Self {
+        let dir = std::env::temp_dir().join("streaming-hub-tests");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(format!("{}.db", Uuid::now_v7()));
+        let store = SqliteStore::open(&path).await.expect("open sqlite");
+        store.migrate().await.expect("migrate sqlite");
+        Self { store: Arc::new(store.clone()), backend: Backend::Sqlite(store, path) }
+    }
+
+    pub async fn postgres() -> Self {
+        let dsn = postgres_dsn();
+        let schema = format!("t_{}", Uuid::now_v7().simple());
+        let admin = PgStore::connect(&dsn, None, 1)
+            .await
+            .unwrap_or_else(|e| panic!("PostgreSQL is required for the store tests ({dsn}): {e}"));
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+            .execute(admin.pool())
+            .await
+            .expect("create schema");
+        admin.pool().close().await;
+        let store = PgStore::connect(&dsn, Some(&schema), 8).await.expect("connect to schema");
+        store.migrate().await.expect("migrate postgres");
+        Self { store: Arc::new(store.clone()), backend: Backend::Postgres(store) }
+    }
+
+    /// Runs raw SQL against the test database (to inject failures or read raw rows).
+    pub async fn execute(&self, sql: &str) {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match &self.backend {
+            Backend::Sqlite(s, _) => {
+                sqlx::query(sql).execute(s.writer_pool()).await.expect("raw sql");
+            }
+            Backend::Postgres(s) => {
+                sqlx::query(sql).execute(s.pool()).await.expect("raw sql");
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Backend::Sqlite(_, path) = &self.backend {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+            }
+        }
+    }
+}
+
+pub fn headers(tenant: &str, id: Uuid, resource: &str, event: &str) -> Vec<(String, String)> {
+    [
+        ("ce-specversion", "1.0".to_owned()),
+        ("ce-id", id.to_string()),
+        ("ce-source", "lender".to_owned()),
+        ("ce-type", format!("studio.lerian.lender.{resource}.{event}")),
+        ("ce-time", "2026-11-30T10:00:00Z".to_owned()),
+        ("ce-schemaversion", "1.0.0".to_owned()),
+        ("ce-resourcetype", resource.to_owned()),
+        ("ce-eventtype", event.to_owned()),
+        ("ce-tenantid", tenant.to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+pub fn accepted_with(headers: Vec<(String, String)>, payload: &[u8]) -> IngestRecord {
+    match judge(headers, payload, None, &IngestPolicy::default()) {
+        Verdict::Accept(envelope) => IngestRecord::Accepted(AcceptedEvent {
+            envelope: *envelope,
+            payload: payload.to_vec(),
+            origin: Origin::Http,
+            received_at: Utc::now(),
+        }),
+        other => panic!("test event not accepted: {other:?}"),
+    }
+}
+
+pub fn accepted(tenant: &str, id: Uuid) -> IngestRecord {
+    accepted_with(headers(tenant, id, "loan_application", "approved"), br#"{"amount":1}"#)
+}
+
+pub fn quarantined(headers: Vec<(String, String)>, body: &[u8], origin: Origin) -> IngestRecord {
+    match judge(headers.clone(), body, None, &IngestPolicy::default()) {
+        Verdict::Quarantine(reason) => {
+            IngestRecord::Quarantined(QuarantinedRecord::capture(headers, body, reason, origin, Utc::now()))
+        }
+        other => panic!("test record not quarantined: {other:?}"),
+    }
+}
