@@ -250,9 +250,7 @@ where
     V: AsRef<[u8]>,
 {
     let raw = relevant_headers(headers);
-    let system = raw
-        .get("ce-systemevent")
-        .is_some_and(|v| v.as_ref().eq_ignore_ascii_case(b"true"));
+    let system = raw.get("ce-systemevent").is_some_and(|v| v.as_ref().eq_ignore_ascii_case(b"true"));
     if system {
         return Verdict::Discard(DiscardReason::SystemEvent);
     }
@@ -270,9 +268,8 @@ fn parse_envelope<V: AsRef<[u8]>>(
     // Every value must be text without control characters, whatever header carries it.
     let mut h: BTreeMap<&str, &str> = BTreeMap::new();
     for (key, value) in raw {
-        let text = std::str::from_utf8(value.as_ref()).map_err(|_| {
-            QuarantineReason::new(ReasonCode::InvalidHeader, key, "must be valid UTF-8")
-        })?;
+        let text = std::str::from_utf8(value.as_ref())
+            .map_err(|_| QuarantineReason::new(ReasonCode::InvalidHeader, key, "must be valid UTF-8"))?;
         if text.chars().any(is_control) {
             return Err(QuarantineReason::invalid(key, IdError::ControlCharacter));
         }
@@ -291,10 +288,7 @@ fn parse_envelope<V: AsRef<[u8]>>(
             Some(v) if v.is_empty() => {
                 Err(QuarantineReason::new(ReasonCode::InvalidHeader, name, "must not be empty when present"))
             }
-            Some(v) if v.len() > max => Err(QuarantineReason::invalid(
-                name,
-                IdError::TooLong { max, got: v.len() },
-            )),
+            Some(v) if v.len() > max => Err(QuarantineReason::invalid(name, IdError::TooLong { max, got: v.len() })),
             Some(v) => Ok(Some((*v).to_owned())),
         }
     };
@@ -307,8 +301,7 @@ fn parse_envelope<V: AsRef<[u8]>>(
     let id = CeId::parse(required("ce-id")?)
         .map_err(|e| QuarantineReason::new(ReasonCode::InvalidId, "ce-id", e.to_string()))?;
 
-    let source =
-        Source::parse(required("ce-source")?).map_err(|e| QuarantineReason::invalid("ce-source", e))?;
+    let source = Source::parse(required("ce-source")?).map_err(|e| QuarantineReason::invalid("ce-source", e))?;
     if let Some(topic) = topic {
         if topic_source(topic) != Some(source.as_str()) {
             return Err(QuarantineReason::new(
@@ -336,9 +329,8 @@ fn parse_envelope<V: AsRef<[u8]>>(
     }
 
     let time = required("ce-time")?;
-    DateTime::parse_from_rfc3339(time).map_err(|_| {
-        QuarantineReason::new(ReasonCode::InvalidHeader, "ce-time", "must be an RFC 3339 timestamp")
-    })?;
+    DateTime::parse_from_rfc3339(time)
+        .map_err(|_| QuarantineReason::new(ReasonCode::InvalidHeader, "ce-time", "must be an RFC 3339 timestamp"))?;
 
     let schema_version = required("ce-schemaversion")?;
     if schema_version.len() > MAX_SCHEMA_VERSION {
@@ -348,15 +340,10 @@ fn parse_envelope<V: AsRef<[u8]>>(
         ));
     }
     semver::Version::parse(schema_version).map_err(|_| {
-        QuarantineReason::new(
-            ReasonCode::InvalidHeader,
-            "ce-schemaversion",
-            "must be a semantic version such as 1.0.0",
-        )
+        QuarantineReason::new(ReasonCode::InvalidHeader, "ce-schemaversion", "must be a semantic version such as 1.0.0")
     })?;
 
-    let tenant =
-        TenantId::parse(required("ce-tenantid")?).map_err(|e| QuarantineReason::invalid("ce-tenantid", e))?;
+    let tenant = TenantId::parse(required("ce-tenantid")?).map_err(|e| QuarantineReason::invalid("ce-tenantid", e))?;
     if let Some(only) = &policy.only_tenant {
         if &tenant != only {
             return Err(QuarantineReason::new(
@@ -438,9 +425,7 @@ fn check_body(env: Envelope, body: &[u8]) -> Result<Envelope, QuarantineReason> 
             format!("must be at most {MAX_BODY_BYTES} bytes (got {})", body.len()),
         ));
     }
-    if is_json_media_type(env.content_type())
-        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err()
-    {
+    if is_json_media_type(env.content_type()) && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
         return Err(QuarantineReason::new(
             ReasonCode::InvalidBody,
             "body",

@@ -189,17 +189,12 @@ impl EventKey {
     }
 
     pub fn new(resource: &str, event: &str) -> Result<Self, IdError> {
-        Ok(Self {
-            resource: Self::parse_part(resource)?.to_owned(),
-            event: Self::parse_part(event)?.to_owned(),
-        })
+        Ok(Self { resource: Self::parse_part(resource)?.to_owned(), event: Self::parse_part(event)?.to_owned() })
     }
 
     /// Parses `resource.event`.
     pub fn parse(s: &str) -> Result<Self, IdError> {
-        let (resource, event) = s.split_once('.').ok_or(IdError::Grammar {
-            pattern: "<resourcetype>.<eventtype>",
-        })?;
+        let (resource, event) = s.split_once('.').ok_or(IdError::Grammar { pattern: "<resourcetype>.<eventtype>" })?;
         Self::new(resource, event)
     }
 
@@ -244,16 +239,10 @@ mod tests {
     #[test]
     fn ce_id_versions() {
         assert!(CeId::parse("01890a5d-ac96-774b-bcce-b302099a8057").is_ok());
-        assert_eq!(
-            CeId::parse("9b2c6d1e-4c3f-4d7a-9a55-1f2e3d4c5b6a"),
-            Err(IdError::NotV7(4))
-        );
+        assert_eq!(CeId::parse("9b2c6d1e-4c3f-4d7a-9a55-1f2e3d4c5b6a"), Err(IdError::NotV7(4)));
         assert_eq!(CeId::parse("not-a-uuid"), Err(IdError::NotUuid));
         // Version nibble 7 but NCS variant: not an RFC 9562 UUID.
-        assert_eq!(
-            CeId::parse("01890a5d-ac96-774b-0cce-b302099a8057"),
-            Err(IdError::NotUuid)
-        );
+        assert_eq!(CeId::parse("01890a5d-ac96-774b-0cce-b302099a8057"), Err(IdError::NotUuid));
     }
 
     #[test]

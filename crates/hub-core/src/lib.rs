@@ -13,7 +13,6 @@ pub mod structured;
 pub use structured::structured_to_binary;
 
 pub use envelope::{
-    DiscardReason, Envelope, IngestPolicy, MAX_BODY_BYTES, QuarantineReason, ReasonCode, Verdict,
-    judge,
+    DiscardReason, Envelope, IngestPolicy, MAX_BODY_BYTES, QuarantineReason, ReasonCode, Verdict, judge,
 };
 pub use ids::{CeId, EventKey, IdError, Source, TenantId, topic_source};

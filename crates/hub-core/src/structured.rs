@@ -22,8 +22,8 @@ pub fn structured_to_binary(document: &[u8]) -> Result<BinaryParts, QuarantineRe
         field: "body".to_owned(),
         message: message.to_owned(),
     };
-    let fields: BTreeMap<String, &RawValue> = serde_json::from_slice(document)
-        .map_err(|_| invalid("a structured CloudEvent must be a JSON object"))?;
+    let fields: BTreeMap<String, &RawValue> =
+        serde_json::from_slice(document).map_err(|_| invalid("a structured CloudEvent must be a JSON object"))?;
 
     let mut headers = Vec::with_capacity(fields.len());
     let mut content_type = None;
@@ -31,8 +31,8 @@ pub fn structured_to_binary(document: &[u8]) -> Result<BinaryParts, QuarantineRe
         if name == "data" || name == "data_base64" {
             continue;
         }
-        let value: serde_json::Value = serde_json::from_str(raw.get())
-            .map_err(|_| invalid("a structured CloudEvent must be a JSON object"))?;
+        let value: serde_json::Value =
+            serde_json::from_str(raw.get()).map_err(|_| invalid("a structured CloudEvent must be a JSON object"))?;
         let text = match value {
             serde_json::Value::String(s) => s,
             serde_json::Value::Bool(b) => b.to_string(),
@@ -56,8 +56,8 @@ pub fn structured_to_binary(document: &[u8]) -> Result<BinaryParts, QuarantineRe
         (Some(_), Some(_)) => return Err(invalid("data and data_base64 are mutually exclusive")),
         (None, None) => Vec::new(),
         (None, Some(encoded)) => {
-            let text: String = serde_json::from_str(encoded.get())
-                .map_err(|_| invalid("data_base64 must be a base64 string"))?;
+            let text: String =
+                serde_json::from_str(encoded.get()).map_err(|_| invalid("data_base64 must be a base64 string"))?;
             base64::engine::general_purpose::STANDARD
                 .decode(text)
                 .map_err(|_| invalid("data_base64 must be a base64 string"))?
@@ -97,13 +97,21 @@ mod tests {
     fn base64_and_text_data() {
         let doc = DOC.replace(r#""data":{"amount": 10,"n":[1, 2]}"#, r#""data_base64":"eyJhIjoxfQ==""#);
         assert_eq!(structured_to_binary(doc.as_bytes()).expect("valid").1, br#"{"a":1}"#);
-        let doc = DOC.replace(r#""data":{"amount": 10,"n":[1, 2]}"#, r#""datacontenttype":"text/plain","data":"hello""#);
+        let doc =
+            DOC.replace(r#""data":{"amount": 10,"n":[1, 2]}"#, r#""datacontenttype":"text/plain","data":"hello""#);
         assert_eq!(structured_to_binary(doc.as_bytes()).expect("valid").1, b"hello");
     }
 
     #[test]
     fn malformed_documents_are_rejected_with_a_reason() {
-        for bad in ["[]", "{", "\"x\"", r#"{"id":{"nested":1}}"#, r#"{"data":1,"data_base64":"AA=="}"#, r#"{"data_base64":"@@"}"#] {
+        for bad in [
+            "[]",
+            "{",
+            "\"x\"",
+            r#"{"id":{"nested":1}}"#,
+            r#"{"data":1,"data_base64":"AA=="}"#,
+            r#"{"data_base64":"@@"}"#,
+        ] {
             assert!(structured_to_binary(bad.as_bytes()).is_err(), "{bad}");
         }
     }

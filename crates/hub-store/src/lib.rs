@@ -39,11 +39,21 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// The migrations of `migrator` missing from the versions a database reports as applied.
+fn pending(migrator: &sqlx::migrate::Migrator, applied: StoreResult<Vec<i64>>) -> StoreResult<Vec<i64>> {
+    // No migrations table yet means nothing was applied.
+    let applied = applied.unwrap_or_default();
+    Ok(migrator.iter().map(|m| m.version).filter(|v| !applied.contains(v)).collect())
+}
+
 /// Durable state of the hub.
 #[async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Applies the backend's pending migrations.
     async fn migrate(&self) -> StoreResult<()>;
+
+    /// Versions of this build's migrations not yet applied to the database.
+    async fn pending_migrations(&self) -> StoreResult<Vec<i64>>;
 
     /// Checks that the database answers.
     async fn ping(&self) -> StoreResult<()>;

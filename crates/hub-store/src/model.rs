@@ -74,7 +74,13 @@ impl QuarantinedRecord {
     /// Builds the record from the raw header list and body: values are kept as (lossy) text up to
     /// [`QUARANTINE_HEADER_CAP`], the body up to [`QUARANTINE_BODY_CAP`]. Only the CloudEvents
     /// and trace headers are kept: nothing else (such as credentials) is ever stored.
-    pub fn capture<I, K, V>(headers: I, body: &[u8], reason: QuarantineReason, origin: Origin, received_at: DateTime<Utc>) -> Self
+    pub fn capture<I, K, V>(
+        headers: I,
+        body: &[u8],
+        reason: QuarantineReason,
+        origin: Origin,
+        received_at: DateTime<Utc>,
+    ) -> Self
     where
         I: IntoIterator<Item = (K, V)>,
         K: AsRef<str>,
@@ -247,7 +253,10 @@ pub(crate) fn assign_seqs<'a>(
 }
 
 /// Turns per-index outcomes into the batch's ordered result.
-pub(crate) fn ordered(len: usize, outcomes: Vec<(usize, WriteOutcome)>) -> Result<Vec<WriteOutcome>, crate::StoreError> {
+pub(crate) fn ordered(
+    len: usize,
+    outcomes: Vec<(usize, WriteOutcome)>,
+) -> Result<Vec<WriteOutcome>, crate::StoreError> {
     let mut slots = vec![None; len];
     for (i, outcome) in outcomes {
         slots[i] = Some(outcome);

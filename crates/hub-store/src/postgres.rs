@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use crate::model::{accepted_by_tenant, assign_seqs, ordered};
 use crate::{
-    AcceptedEvent, ApiKeyRecord, IngestRecord, NewApiKey, Origin, QuarantineEntry, QuarantineFilter,
-    QuarantinedRecord, Store, StoreError, StoreResult, StoredEvent, WriteOutcome,
+    AcceptedEvent, ApiKeyRecord, IngestRecord, NewApiKey, Origin, QuarantineEntry, QuarantineFilter, QuarantinedRecord,
+    Store, StoreError, StoreResult, StoredEvent, WriteOutcome,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -287,6 +287,14 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn pending_migrations(&self) -> StoreResult<Vec<i64>> {
+        let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::from);
+        crate::pending(&MIGRATOR, applied)
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
@@ -321,9 +329,7 @@ impl Store for PgStore {
     }
 
     async fn events_after(&self, tenant: &str, after: i64, limit: u32) -> StoreResult<Vec<StoredEvent>> {
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
-        );
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3");
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenant)
             .bind(after)

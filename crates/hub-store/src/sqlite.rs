@@ -17,8 +17,8 @@ use uuid::Uuid;
 
 use crate::model::{accepted_by_tenant, assign_seqs, ordered};
 use crate::{
-    AcceptedEvent, ApiKeyRecord, IngestRecord, NewApiKey, Origin, QuarantineEntry, QuarantineFilter,
-    QuarantinedRecord, Store, StoreError, StoreResult, StoredEvent, WriteOutcome,
+    AcceptedEvent, ApiKeyRecord, IngestRecord, NewApiKey, Origin, QuarantineEntry, QuarantineFilter, QuarantinedRecord,
+    Store, StoreError, StoreResult, StoredEvent, WriteOutcome,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -53,14 +53,8 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(30))
             .foreign_keys(true);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .connect_with(options.clone())
-            .await?;
-        let reader = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options.read_only(false))
-            .await?;
+        let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+        let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options.read_only(false)).await?;
         Ok(Self { writer, reader })
     }
 
@@ -253,6 +247,14 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    async fn pending_migrations(&self) -> StoreResult<Vec<i64>> {
+        let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&self.reader)
+            .await
+            .map_err(StoreError::from);
+        crate::pending(&MIGRATOR, applied)
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.reader).await?;
         Ok(())
@@ -287,9 +289,7 @@ impl Store for SqliteStore {
     }
 
     async fn events_after(&self, tenant: &str, after: i64, limit: u32) -> StoreResult<Vec<StoredEvent>> {
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
-        );
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3");
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenant)
             .bind(after)

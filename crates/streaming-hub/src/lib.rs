@@ -1,1 +1,109 @@
+//! The Streaming Hub service: configuration, the HTTP API, ingest and (as the product grows) the
+//! Kafka consumer and the delivery dispatcher. This is the only crate that owns sockets,
+//! processes and configuration; the domain lives in `hub-core` and SQL in `hub-store`.
 #![forbid(unsafe_code)]
+
+pub mod api;
+pub mod config;
+pub mod ingest;
+pub mod keys;
+pub mod telemetry;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use hub_core::IngestPolicy;
+use hub_store::{Store, StoreConfig};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, Database, Secret};
+
+/// Prefix of an admin token generated in `local` mode.
+pub const GENERATED_ADMIN_PREFIX: &str = "shadm_";
+
+/// Opens the configured store. In `local` it is migrated at once; elsewhere a database whose
+/// schema is behind this build is refused (migrations are an explicit `streaming-hub migrate`).
+pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dyn Store>> {
+    let store_config = match &config.database {
+        Database::Sqlite { path } => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("STREAMING_HUB_SQLITE_PATH: cannot create {}", dir.display()))?;
+            }
+            StoreConfig::Sqlite { path: path.clone() }
+        }
+        Database::Postgres { dsn, schema, max_connections } => StoreConfig::Postgres {
+            dsn: dsn.expose().to_owned(),
+            schema: schema.clone(),
+            max_connections: *max_connections,
+        },
+    };
+    let store = hub_store::connect(&store_config).await.context("cannot open the database")?;
+    if migrate || config.env.is_local() {
+        store.migrate().await.context("cannot migrate the database")?;
+    } else {
+        let pending = store.pending_migrations().await?;
+        anyhow::ensure!(
+            pending.is_empty(),
+            "the database schema is behind this build (missing migrations {pending:?}): run `streaming-hub migrate`"
+        );
+    }
+    Ok(store)
+}
+
+/// A running hub.
+#[derive(Debug)]
+pub struct Hub {
+    pub addr: SocketAddr,
+    pub admin_token: Secret,
+    /// True when the admin token was generated at start (local mode without one configured).
+    pub admin_token_generated: bool,
+    pub store: Arc<dyn Store>,
+    http: JoinHandle<std::io::Result<()>>,
+}
+
+impl Hub {
+    /// Waits until the hub has stopped (after its shutdown token was cancelled).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.http.await.context("HTTP server task failed")?.context("HTTP server failed")
+    }
+}
+
+/// Starts the hub: store, HTTP API. Runs until `shutdown` is cancelled.
+pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Result<Hub> {
+    let store = open_store(&config, false).await?;
+    let listener = tokio::net::TcpListener::bind(config.http_listen_addr)
+        .await
+        .with_context(|| format!("STREAMING_HUB_HTTP_LISTEN_ADDR: cannot listen on {}", config.http_listen_addr))?;
+    let addr = listener.local_addr()?;
+
+    let (admin_token, admin_token_generated) = match &config.admin_token {
+        Some(token) => (token.clone(), false),
+        None => (Secret::new(keys::generate(GENERATED_ADMIN_PREFIX)), true),
+    };
+    let draining = Arc::new(AtomicBool::new(false));
+    let state = api::AppState {
+        store: Arc::clone(&store),
+        admin_token: admin_token.clone(),
+        policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
+        draining: Arc::clone(&draining),
+    };
+    telemetry::prometheus();
+    let router = api::router(state);
+    let http = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                shutdown.cancelled().await;
+                draining.store(true, Ordering::SeqCst);
+            })
+            .await
+    });
+    tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");
+    for variable in &config.ignored {
+        tracing::warn!(variable = %variable, "configuration variable not used by this hub; ignored");
+    }
+    Ok(Hub { addr, admin_token, admin_token_generated, store, http })
+}

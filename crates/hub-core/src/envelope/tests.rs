@@ -78,40 +78,112 @@ fn every_malformed_record_is_quarantined_naming_its_field() {
         ("source upper case", with(valid(), "ce-source", b"Lender"), b"{}", InvalidHeader, "ce-source"),
         ("source with dot", with(valid(), "ce-source", b"lender.x"), b"{}", InvalidHeader, "ce-source"),
         ("source too long", with(valid(), "ce-source", "s".repeat(224).as_bytes()), b"{}", InvalidHeader, "ce-source"),
-        ("source not the topic's", {
-            let h = with(valid(), "ce-source", b"crm");
-            with(h, "ce-type", b"studio.lerian.crm.loan_application.approved")
-        }, b"{}", SourceMismatch, "ce-source"),
+        (
+            "source not the topic's",
+            {
+                let h = with(valid(), "ce-source", b"crm");
+                with(h, "ce-type", b"studio.lerian.crm.loan_application.approved")
+            },
+            b"{}",
+            SourceMismatch,
+            "ce-source",
+        ),
         ("no type", without(valid(), "ce-type"), b"{}", MissingHeader, "ce-type"),
-        ("type without prefix", with(valid(), "ce-type", b"lender.loan_application.approved"), b"{}", TypeMismatch, "ce-type"),
-        ("type with other event", with(valid(), "ce-type", b"studio.lerian.lender.loan_application.rejected"), b"{}", TypeMismatch, "ce-type"),
+        (
+            "type without prefix",
+            with(valid(), "ce-type", b"lender.loan_application.approved"),
+            b"{}",
+            TypeMismatch,
+            "ce-type",
+        ),
+        (
+            "type with other event",
+            with(valid(), "ce-type", b"studio.lerian.lender.loan_application.rejected"),
+            b"{}",
+            TypeMismatch,
+            "ce-type",
+        ),
         ("no time", without(valid(), "ce-time"), b"{}", MissingHeader, "ce-time"),
         ("time not rfc3339", with(valid(), "ce-time", b"30/11/2026"), b"{}", InvalidHeader, "ce-time"),
         ("time without zone", with(valid(), "ce-time", b"2026-11-30T10:00:00"), b"{}", InvalidHeader, "ce-time"),
         ("no schema version", without(valid(), "ce-schemaversion"), b"{}", MissingHeader, "ce-schemaversion"),
-        ("schema version not semver", with(valid(), "ce-schemaversion", b"1.0"), b"{}", InvalidHeader, "ce-schemaversion"),
-        ("schema version too long", with(valid(), "ce-schemaversion", format!("1.0.0-{}", "a".repeat(60)).as_bytes()), b"{}", InvalidHeader, "ce-schemaversion"),
+        (
+            "schema version not semver",
+            with(valid(), "ce-schemaversion", b"1.0"),
+            b"{}",
+            InvalidHeader,
+            "ce-schemaversion",
+        ),
+        (
+            "schema version too long",
+            with(valid(), "ce-schemaversion", format!("1.0.0-{}", "a".repeat(60)).as_bytes()),
+            b"{}",
+            InvalidHeader,
+            "ce-schemaversion",
+        ),
         ("no resource type", without(valid(), "ce-resourcetype"), b"{}", MissingHeader, "ce-resourcetype"),
-        ("resource type too long", with(valid(), "ce-resourcetype", "r".repeat(129).as_bytes()), b"{}", InvalidHeader, "ce-resourcetype"),
-        ("resource type with dot", with(valid(), "ce-resourcetype", b"loan.application"), b"{}", InvalidHeader, "ce-resourcetype"),
+        (
+            "resource type too long",
+            with(valid(), "ce-resourcetype", "r".repeat(129).as_bytes()),
+            b"{}",
+            InvalidHeader,
+            "ce-resourcetype",
+        ),
+        (
+            "resource type with dot",
+            with(valid(), "ce-resourcetype", b"loan.application"),
+            b"{}",
+            InvalidHeader,
+            "ce-resourcetype",
+        ),
         ("no event type", without(valid(), "ce-eventtype"), b"{}", MissingHeader, "ce-eventtype"),
-        ("event type too long", with(valid(), "ce-eventtype", "e".repeat(129).as_bytes()), b"{}", InvalidHeader, "ce-eventtype"),
+        (
+            "event type too long",
+            with(valid(), "ce-eventtype", "e".repeat(129).as_bytes()),
+            b"{}",
+            InvalidHeader,
+            "ce-eventtype",
+        ),
         ("no tenant", without(valid(), "ce-tenantid"), b"{}", MissingHeader, "ce-tenantid"),
         ("empty tenant", with(valid(), "ce-tenantid", b""), b"{}", InvalidHeader, "ce-tenantid"),
-        ("tenant too long", with(valid(), "ce-tenantid", "t".repeat(257).as_bytes()), b"{}", InvalidHeader, "ce-tenantid"),
-        ("subject too long", with(valid(), "ce-subject", "s".repeat(1025).as_bytes()), b"{}", InvalidHeader, "ce-subject"),
+        (
+            "tenant too long",
+            with(valid(), "ce-tenantid", "t".repeat(257).as_bytes()),
+            b"{}",
+            InvalidHeader,
+            "ce-tenantid",
+        ),
+        (
+            "subject too long",
+            with(valid(), "ce-subject", "s".repeat(1025).as_bytes()),
+            b"{}",
+            InvalidHeader,
+            "ce-subject",
+        ),
         ("empty subject", with(valid(), "ce-subject", b""), b"{}", InvalidHeader, "ce-subject"),
         ("dataschema not a uri", with(valid(), "ce-dataschema", b"not a uri"), b"{}", InvalidHeader, "ce-dataschema"),
         ("systemevent not boolean", with(valid(), "ce-systemevent", b"yes"), b"{}", InvalidHeader, "ce-systemevent"),
         ("control char in subject", with(valid(), "ce-subject", b"a\nb"), b"{}", ControlCharacter, "ce-subject"),
         ("DEL in tenant", with(valid(), "ce-tenantid", b"a\x7fb"), b"{}", ControlCharacter, "ce-tenantid"),
-        ("C1 control in extension", with(valid(), "ce-partner", "a\u{85}b".as_bytes()), b"{}", ControlCharacter, "ce-partner"),
+        (
+            "C1 control in extension",
+            with(valid(), "ce-partner", "a\u{85}b".as_bytes()),
+            b"{}",
+            ControlCharacter,
+            "ce-partner",
+        ),
         ("header not utf-8", with(valid(), "ce-subject", b"\xff\xfe"), b"{}", InvalidHeader, "ce-subject"),
         ("bad extension name", with(valid(), "ce-some_ext", b"x"), b"{}", InvalidHeader, "ce-some_ext"),
         ("body over 1 MiB", valid(), &big, BodyTooLarge, "body"),
         ("body not json", valid(), b"{not json", InvalidBody, "body"),
         ("empty json body", valid(), b"", InvalidBody, "body"),
-        ("body not json for +json type", with(valid(), "ce-datacontenttype", b"application/vnd.x+json"), b"<x/>", InvalidBody, "body"),
+        (
+            "body not json for +json type",
+            with(valid(), "ce-datacontenttype", b"application/vnd.x+json"),
+            b"<x/>",
+            InvalidBody,
+            "body",
+        ),
     ];
     for (case, headers, body, code, field) in cases {
         match run(headers, body) {
@@ -131,17 +203,29 @@ fn edge_values_that_follow_the_rules_are_accepted() {
     exactly_max[0] = b'{';
     exactly_max[MAX_BODY_BYTES - 1] = b'}';
     let cases: Vec<(&str, Vec<(String, Vec<u8>)>, Vec<u8>)> = vec![
-        ("time with offset and fraction", with(valid(), "ce-time", b"2026-11-30T10:00:00.123456+03:00"), b"{}".to_vec()),
+        (
+            "time with offset and fraction",
+            with(valid(), "ce-time", b"2026-11-30T10:00:00.123456+03:00"),
+            b"{}".to_vec(),
+        ),
         ("semver with prerelease", with(valid(), "ce-schemaversion", b"2.1.0-beta.1+build.5"), b"{}".to_vec()),
         ("tenant of 256 bytes", with(valid(), "ce-tenantid", "t".repeat(256).as_bytes()), b"{}".to_vec()),
         ("subject of 1024 bytes", with(valid(), "ce-subject", "s".repeat(1024).as_bytes()), b"{}".to_vec()),
-        ("resource type of 128 bytes", {
-            let r = "r".repeat(128);
-            let h = with(valid(), "ce-resourcetype", r.as_bytes());
-            with(h, "ce-type", format!("studio.lerian.lender.{r}.approved").as_bytes())
-        }, b"{}".to_vec()),
+        (
+            "resource type of 128 bytes",
+            {
+                let r = "r".repeat(128);
+                let h = with(valid(), "ce-resourcetype", r.as_bytes());
+                with(h, "ce-type", format!("studio.lerian.lender.{r}.approved").as_bytes())
+            },
+            b"{}".to_vec(),
+        ),
         ("body of exactly 1 MiB", valid(), exactly_max),
-        ("non-json content type with any body", with(valid(), "ce-datacontenttype", b"text/plain"), b"not json".to_vec()),
+        (
+            "non-json content type with any body",
+            with(valid(), "ce-datacontenttype", b"text/plain"),
+            b"not json".to_vec(),
+        ),
         ("dataschema uri", with(valid(), "ce-dataschema", b"https://schemas.example.com/loan/1.json"), b"{}".to_vec()),
         ("systemevent false", with(valid(), "ce-systemevent", b"false"), b"{}".to_vec()),
         ("extension", with(valid(), "ce-partner", b"acme"), b"{}".to_vec()),

@@ -36,7 +36,7 @@ impl TestDb {
 
     pub async fn postgres() -> Self {
         let dsn = postgres_dsn();
-        let schema = format!("t_{}", Uuid::now_v7().simple());
+        let schema = format!("shtest_{}", Uuid::now_v7().simple());
         let admin = PgStore::connect(&dsn, None, 1)
             .await
             .unwrap_or_else(|e| panic!("PostgreSQL is required for the store tests ({dsn}): {e}"));

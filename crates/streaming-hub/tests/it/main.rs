@@ -1,0 +1,7 @@
+//! Service tests: the real hub on port 0 with a fresh database (SQLite file or PostgreSQL
+//! schema), driven over HTTP like a producer, a tenant and an operator would.
+
+mod admin;
+mod cli;
+mod ingest;
+mod support;

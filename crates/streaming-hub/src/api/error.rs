@@ -1,0 +1,170 @@
+//! The one error type of the HTTP edge, and extractors whose rejections use it.
+//!
+//! Every error body is `{"code": <status>, "title": "<snake_case>", "message": "<text>"}`.
+//! Internal errors are logged with their cause and answered as an opaque 500.
+
+use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// An error answered to the caller.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub title: &'static str,
+    pub message: String,
+    /// Seconds, for 429 answers.
+    pub retry_after: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    code: u16,
+    title: &'a str,
+    message: &'a str,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, title: &'static str, message: impl Into<String>) -> Self {
+        Self { status, title, message: message.into(), retry_after: None }
+    }
+
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+
+    /// A field of the request failed validation; the message names it.
+    pub fn validation(field: &str, problem: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", format!("{field}: {problem}"))
+    }
+
+    /// A query parameter is invalid; the message names it.
+    pub fn query(param: &str, problem: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_query", format!("{param}: {problem}"))
+    }
+
+    /// Logs the cause and answers an opaque 500.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")
+    }
+
+    pub fn unavailable(cause: impl std::fmt::Display) -> Self {
+        tracing::warn!(error = %cause, "dependency unavailable");
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the service is temporarily unavailable")
+    }
+}
+
+impl From<hub_store::StoreError> for ApiError {
+    fn from(e: hub_store::StoreError) -> Self {
+        match &e {
+            hub_store::StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_)) => Self::unavailable(e),
+            _ => Self::internal(e),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = Body { code: self.status.as_u16(), title: self.title, message: &self.message };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+/// JSON request body; malformed JSON is a 400 `invalid_json`, a well-formed body of the wrong
+/// shape a 422 `validation_failed` that names the field.
+#[derive(Debug)]
+pub struct Json<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(Json(v)),
+            Err(JsonRejection::JsonDataError(e)) => Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "validation_failed",
+                std::error::Error::source(&e).map(ToString::to_string).unwrap_or_else(|| e.body_text()),
+            )),
+            Err(JsonRejection::JsonSyntaxError(_)) => {
+                Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", "the request body is not valid JSON"))
+            }
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "the request body must be application/json",
+            )),
+            Err(JsonRejection::BytesRejection(e)) => Err(bytes_rejection(e)),
+            Err(e) => Err(ApiError::new(e.status(), "invalid_request", e.body_text())),
+        }
+    }
+}
+
+fn bytes_rejection(e: BytesRejection) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "the request body is too large")
+    } else {
+        ApiError::new(e.status(), "invalid_request", "the request body could not be read")
+    }
+}
+
+/// The raw request body, with a 413 in the common shape when it is over the limit.
+#[derive(Debug)]
+pub struct RawBody(pub axum::body::Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        axum::body::Bytes::from_request(req, state).await.map(RawBody).map_err(bytes_rejection)
+    }
+}
+
+/// Query parameters; an invalid one is a 400 `invalid_query` naming it.
+#[derive(Debug)]
+pub struct Query<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Query(v)),
+            Err(QueryRejection::FailedToDeserializeQueryString(e)) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_query",
+                std::error::Error::source(&e).map(ToString::to_string).unwrap_or_else(|| e.body_text()),
+            )),
+            Err(e) => Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text())),
+        }
+    }
+}
+
+/// The page size of a listing: default 100, at most 1000.
+pub fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+    match limit {
+        None => Ok(100),
+        Some(n) if (1..=1000).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::query("limit", format!("must be from 1 to 1000 (got {n})"))),
+    }
+}

@@ -1,0 +1,108 @@
+//! `POST /v1/events`: HTTP ingest in CloudEvents binary mode (`ce-*` headers, body = data) and
+//! structured mode (`application/cloudevents+json`), judged by the same rules as Kafka records.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use hub_core::structured_to_binary;
+use hub_store::Origin;
+use serde::Serialize;
+
+use super::AppState;
+use super::auth::Principal;
+use super::error::{ApiError, RawBody};
+use crate::ingest::{self, Outcome};
+
+#[derive(Serialize)]
+struct Accepted {
+    verdict: &'static str,
+    seq: Option<i64>,
+}
+
+fn essence(content_type: &str) -> String {
+    content_type.split(';').next().unwrap_or_default().trim().to_ascii_lowercase()
+}
+
+/// The CloudEvents and trace headers of the request; `Content-Type` is the data content type in
+/// binary mode (an explicit `ce-datacontenttype`, coming later, wins).
+fn binary_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        out.push(("ce-datacontenttype".to_owned(), ct.as_bytes().to_vec()));
+    }
+    for (name, value) in headers {
+        let name = name.as_str();
+        if name.starts_with("ce-") || name == "traceparent" || name == "tracestate" {
+            out.push((name.to_owned(), value.as_bytes().to_vec()));
+        }
+    }
+    out
+}
+
+pub async fn ingest(
+    State(state): State<AppState>,
+    principal: Principal,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
+) -> Result<Response, ApiError> {
+    let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let now = Utc::now();
+    let parsed = match essence(content_type).as_str() {
+        "application/cloudevents-batch+json" => {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "batched CloudEvents are not accepted: post one event per request",
+            ));
+        }
+        "application/cloudevents+json" => structured_to_binary(&body),
+        _ => Ok((binary_headers(&headers), body.to_vec())),
+    };
+    let judged = match parsed {
+        Ok((ce_headers, data)) => {
+            authorize(&principal, &ce_headers)?;
+            ingest::judge_record(&ce_headers, &data, None, Origin::Http, &state.policy, now)
+        }
+        Err(reason) => {
+            let ce_headers = binary_headers(&headers);
+            authorize(&principal, &ce_headers)?;
+            ingest::quarantine_record(&ce_headers, &body, reason, Origin::Http, now)
+        }
+    };
+    let written = match &judged.record {
+        None => None,
+        Some(record) => state.store.write_batch(std::slice::from_ref(record)).await?.into_iter().next(),
+    };
+    Ok(respond(ingest::outcome(judged.reason, written)))
+}
+
+/// A tenant key may only ingest for its own tenant; the admin token for any.
+fn authorize(principal: &Principal, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
+    let Principal::Tenant { tenant, .. } = principal else { return Ok(()) };
+    let claimed = headers.iter().rev().find(|(k, _)| k.eq_ignore_ascii_case("ce-tenantid")).map(|(_, v)| v.as_slice());
+    match claimed {
+        Some(value) if value != tenant.as_str().as_bytes() => Err(ApiError::forbidden(format!(
+            "an API key of tenant {tenant} may only ingest events whose ce-tenantid is {tenant}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn respond(outcome: Outcome) -> Response {
+    match outcome {
+        Outcome::Accepted { seq } => {
+            (StatusCode::ACCEPTED, Json(Accepted { verdict: "accepted", seq: Some(seq) })).into_response()
+        }
+        Outcome::Duplicate { seq } => {
+            (StatusCode::ACCEPTED, Json(Accepted { verdict: "duplicate", seq: Some(seq) })).into_response()
+        }
+        Outcome::Discarded => {
+            (StatusCode::ACCEPTED, Json(Accepted { verdict: "discarded", seq: None })).into_response()
+        }
+        Outcome::Quarantined(reason) => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "quarantined", reason.to_string()).into_response()
+        }
+    }
+}

@@ -1,0 +1,464 @@
+//! Typed configuration, read once at start from `STREAMING_HUB_*` environment variables.
+//!
+//! Every problem is reported at once, each naming its variable. Variables of the original
+//! deployments that this hub does not use are accepted and reported as ignored, so existing
+//! deployment charts can drive this binary unchanged.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hub_core::TenantId;
+
+/// A secret value: never printed by `Debug` or `Display`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Self {
+        Self(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+/// The deployment environment. Only `local` and `production` change behaviour; any other name
+/// (such as `staging`) behaves like production minus its start-up refusals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Environment(String);
+
+impl Environment {
+    pub fn is_local(&self) -> bool {
+        self.0 == "local"
+    }
+
+    pub fn is_production(&self) -> bool {
+        self.0 == "production"
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Which parts of the hub this process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    All,
+    Ingest,
+    Delivery,
+}
+
+impl Role {
+    pub fn ingests(self) -> bool {
+        matches!(self, Role::All | Role::Ingest)
+    }
+
+    pub fn delivers(self) -> bool {
+        matches!(self, Role::All | Role::Delivery)
+    }
+}
+
+/// Where state is kept.
+#[derive(Debug, Clone)]
+pub enum Database {
+    Sqlite { path: PathBuf },
+    Postgres { dsn: Secret, schema: Option<String>, max_connections: u32 },
+}
+
+/// The whole configuration of one process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub env: Environment,
+    pub role: Role,
+    pub http_listen_addr: SocketAddr,
+    pub database: Database,
+    /// `None` in `local` when unset: one is generated at start.
+    pub admin_token: Option<Secret>,
+    /// Single-tenant mode: only this tenant's events are accepted.
+    pub only_tenant: Option<TenantId>,
+    pub kafka_brokers: Option<String>,
+    pub dispatch_workers: u32,
+    pub dispatch_claim_batch: u32,
+    pub dispatch_idle_interval: Duration,
+    pub poison_threshold: u32,
+    pub retry_curve: Vec<Duration>,
+    pub retry_deadline: Duration,
+    pub pull_rate: u32,
+    pub pull_burst: u32,
+    pub autodisable_enabled: bool,
+    pub autodisable_failure_window: Duration,
+    pub autodisable_failure_spread: Duration,
+    pub dlq_retention: Duration,
+    pub dlq_prune_interval: Duration,
+    pub allow_private_sinks: bool,
+    pub kek_ref: Option<String>,
+    pub dev_kek: Option<Secret>,
+    pub shutdown_timeout: Duration,
+    /// `STREAMING_HUB_*` variables that were set but mean nothing to this hub.
+    pub ignored: Vec<String>,
+}
+
+/// One invalid variable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub variable: String,
+    pub message: String,
+}
+
+/// Every invalid variable found at start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigError(pub Vec<Problem>);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("invalid configuration:")?;
+        for p in &self.0 {
+            write!(f, "\n  {}: {}", p.variable, p.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// Variables this hub reads. Anything else with the prefix is reported as ignored.
+const KNOWN: &[&str] = &[
+    "STREAMING_HUB_ENV",
+    "STREAMING_HUB_ROLE",
+    "STREAMING_HUB_HTTP_LISTEN_ADDR",
+    "STREAMING_HUB_POSTGRES_DSN",
+    "STREAMING_HUB_POSTGRES_SCHEMA",
+    "STREAMING_HUB_POSTGRES_MAX_CONNECTIONS",
+    "STREAMING_HUB_SQLITE_PATH",
+    "STREAMING_HUB_ADMIN_TOKEN",
+    "STREAMING_HUB_TENANT_ID",
+    "STREAMING_HUB_KAFKA_BROKERS",
+    "STREAMING_HUB_DISPATCH_WORKERS",
+    "STREAMING_HUB_DISPATCH_CLAIM_BATCH",
+    "STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS",
+    "STREAMING_HUB_POISON_THRESHOLD",
+    "STREAMING_HUB_RETRY_CURVE",
+    "STREAMING_HUB_RETRY_DEADLINE",
+    "STREAMING_HUB_PULL_RATE",
+    "STREAMING_HUB_PULL_BURST",
+    "STREAMING_HUB_AUTODISABLE_ENABLED",
+    "STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW",
+    "STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD",
+    "STREAMING_HUB_DLQ_RETENTION",
+    "STREAMING_HUB_DLQ_PRUNE_INTERVAL",
+    "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
+    "STREAMING_HUB_KEK_REF",
+    "STREAMING_HUB_DEV_KEK",
+    "STREAMING_HUB_SHUTDOWN_TIMEOUT",
+    "STREAMING_HUB_LOG",
+];
+
+/// Reads typed values and collects every problem.
+struct Reader<'a> {
+    vars: &'a HashMap<String, String>,
+    problems: Vec<Problem>,
+}
+
+impl Reader<'_> {
+    fn raw(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
+    }
+
+    fn problem(&mut self, name: &str, message: impl Into<String>) {
+        self.problems.push(Problem { variable: name.to_owned(), message: message.into() });
+    }
+
+    fn parse<T>(&mut self, name: &str, default: T, parse: impl FnOnce(&str) -> Result<T, String>) -> T {
+        match self.raw(name) {
+            None => default,
+            Some(raw) => match parse(raw) {
+                Ok(v) => v,
+                Err(message) => {
+                    self.problem(name, message);
+                    default
+                }
+            },
+        }
+    }
+
+    fn number(&mut self, name: &str, default: u32, min: u32, max: u32) -> u32 {
+        self.parse(name, default, |raw| match raw.parse::<u32>() {
+            Ok(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(format!("must be a whole number from {min} to {max} (got {raw:?})")),
+        })
+    }
+
+    fn flag(&mut self, name: &str, default: bool) -> bool {
+        self.parse(name, default, |raw| match raw.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" => Ok(true),
+            "false" | "0" | "no" => Ok(false),
+            _ => Err(format!("must be true or false (got {raw:?})")),
+        })
+    }
+
+    fn duration(&mut self, name: &str, default: &str) -> Duration {
+        let fallback = parse_duration(default).unwrap_or_default();
+        self.parse(name, fallback, parse_duration)
+    }
+
+    fn text(&mut self, name: &str) -> Option<String> {
+        self.raw(name).map(str::to_owned)
+    }
+}
+
+/// `250ms`, `30s`, `5m`, `2h`, `7d`, or combinations such as `1h30m`.
+pub fn parse_duration(raw: &str) -> Result<Duration, String> {
+    humantime::parse_duration(raw).map_err(|_| format!("must be a duration such as 30s, 5m or 2h (got {raw:?})"))
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_vars(std::env::vars().collect())
+    }
+
+    /// Reads a set of variables (the environment, or a test's own map).
+    pub fn from_vars(vars: HashMap<String, String>) -> Result<Self, ConfigError> {
+        let mut r = Reader { vars: &vars, problems: Vec::new() };
+
+        let env = r.parse("STREAMING_HUB_ENV", Environment("local".into()), |raw| {
+            let valid = raw.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+                && raw.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+            if valid {
+                Ok(Environment(raw.to_owned()))
+            } else {
+                Err(format!("must be a lowercase name such as local, staging or production (got {raw:?})"))
+            }
+        });
+        let role = r.parse("STREAMING_HUB_ROLE", Role::All, |raw| match raw {
+            "all" => Ok(Role::All),
+            "ingest" => Ok(Role::Ingest),
+            "delivery" => Ok(Role::Delivery),
+            _ => Err(format!("must be all, ingest or delivery (got {raw:?})")),
+        });
+        let http_listen_addr =
+            r.parse("STREAMING_HUB_HTTP_LISTEN_ADDR", SocketAddr::from(([127, 0, 0, 1], 8080)), |raw| {
+                raw.parse().map_err(|_| format!("must be an address such as 127.0.0.1:8080 (got {raw:?})"))
+            });
+
+        let max_connections = r.number("STREAMING_HUB_POSTGRES_MAX_CONNECTIONS", 16, 1, 1000);
+        let schema = r.parse("STREAMING_HUB_POSTGRES_SCHEMA", None, |raw| {
+            let valid = raw.len() <= 63
+                && raw.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+                && raw.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if valid { Ok(Some(raw.to_owned())) } else { Err("must be a lowercase SQL identifier".to_owned()) }
+        });
+        let database = match r.text("STREAMING_HUB_POSTGRES_DSN") {
+            Some(dsn) if dsn.starts_with("postgres://") || dsn.starts_with("postgresql://") => {
+                Database::Postgres { dsn: Secret(dsn), schema, max_connections }
+            }
+            Some(_) => {
+                r.problem("STREAMING_HUB_POSTGRES_DSN", "must be a postgres:// or postgresql:// URL");
+                Database::Sqlite { path: PathBuf::new() }
+            }
+            None => Database::Sqlite {
+                path: r
+                    .text("STREAMING_HUB_SQLITE_PATH")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| "./streaming-hub.db".into()),
+            },
+        };
+
+        let admin_token = r.text("STREAMING_HUB_ADMIN_TOKEN").map(Secret);
+        if let Some(token) = &admin_token {
+            if token.0.len() < 16 {
+                r.problem("STREAMING_HUB_ADMIN_TOKEN", "must be at least 16 characters");
+            }
+        } else if !env.is_local() {
+            r.problem("STREAMING_HUB_ADMIN_TOKEN", "is required outside STREAMING_HUB_ENV=local");
+        }
+
+        let only_tenant = r.parse("STREAMING_HUB_TENANT_ID", None, |raw| {
+            if raw == "default" {
+                return Ok(None);
+            }
+            TenantId::parse(raw).map(Some).map_err(|e| e.to_string())
+        });
+
+        let retry_curve = r.parse("STREAMING_HUB_RETRY_CURVE", default_retry_curve(), |raw| {
+            let curve: Result<Vec<Duration>, String> = raw.split(',').map(|d| parse_duration(d.trim())).collect();
+            match curve {
+                Ok(c) if !c.is_empty() && c.len() <= 100 => Ok(c),
+                Ok(_) => Err("must list from 1 to 100 delays".to_owned()),
+                Err(e) => Err(format!("each delay {e}")),
+            }
+        });
+
+        let config = Config {
+            role,
+            http_listen_addr,
+            database,
+            admin_token,
+            only_tenant,
+            kafka_brokers: r.text("STREAMING_HUB_KAFKA_BROKERS"),
+            dispatch_workers: r.number("STREAMING_HUB_DISPATCH_WORKERS", 8, 1, 1024),
+            dispatch_claim_batch: r.number("STREAMING_HUB_DISPATCH_CLAIM_BATCH", 16, 1, 1000),
+            dispatch_idle_interval: Duration::from_millis(u64::from(r.number(
+                "STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS",
+                250,
+                1,
+                600_000,
+            ))),
+            poison_threshold: r.number("STREAMING_HUB_POISON_THRESHOLD", 5, 1, 1000),
+            retry_curve,
+            retry_deadline: r.duration("STREAMING_HUB_RETRY_DEADLINE", "24h"),
+            pull_rate: r.number("STREAMING_HUB_PULL_RATE", 100, 1, 1_000_000),
+            pull_burst: r.number("STREAMING_HUB_PULL_BURST", 200, 1, 1_000_000),
+            autodisable_enabled: r.flag("STREAMING_HUB_AUTODISABLE_ENABLED", true),
+            autodisable_failure_window: r.duration("STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW", "120h"),
+            autodisable_failure_spread: r.duration("STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD", "12h"),
+            dlq_retention: r.duration("STREAMING_HUB_DLQ_RETENTION", "168h"),
+            dlq_prune_interval: r.duration("STREAMING_HUB_DLQ_PRUNE_INTERVAL", "1h"),
+            allow_private_sinks: r.flag("STREAMING_HUB_ALLOW_PRIVATE_SINKS", false),
+            kek_ref: r.text("STREAMING_HUB_KEK_REF"),
+            dev_kek: r.text("STREAMING_HUB_DEV_KEK").map(Secret),
+            shutdown_timeout: r.duration("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30s"),
+            ignored: vars
+                .keys()
+                .filter(|k| k.starts_with("STREAMING_HUB_") && !KNOWN.contains(&k.as_str()))
+                .cloned()
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            env,
+        };
+        if r.problems.is_empty() { Ok(config) } else { Err(ConfigError(r.problems)) }
+    }
+
+    /// A summary for the start-up log line: no secrets.
+    pub fn summary(&self) -> BTreeMap<&'static str, String> {
+        let mut s = BTreeMap::new();
+        s.insert("env", self.env.as_str().to_owned());
+        s.insert("role", format!("{:?}", self.role).to_lowercase());
+        s.insert("http", self.http_listen_addr.to_string());
+        s.insert(
+            "store",
+            match &self.database {
+                Database::Sqlite { path } => format!("sqlite:{}", path.display()),
+                Database::Postgres { .. } => "postgres".to_owned(),
+            },
+        );
+        s.insert("kafka", if self.kafka_brokers.is_some() { "configured" } else { "off" }.to_owned());
+        s
+    }
+}
+
+/// `0s,5s,5m,30m,2h,5h,10h,10h`: the delay before each attempt.
+pub fn default_retry_curve() -> Vec<Duration> {
+    [0, 5, 300, 1800, 7200, 18_000, 36_000, 36_000].into_iter().map(Duration::from_secs).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn defaults_are_the_spec_defaults() {
+        let c = Config::from_vars(HashMap::new()).expect("defaults are valid");
+        assert!(c.env.is_local());
+        assert_eq!(c.role, Role::All);
+        assert_eq!(c.http_listen_addr.to_string(), "127.0.0.1:8080");
+        assert!(matches!(&c.database, Database::Sqlite { path } if path == &PathBuf::from("./streaming-hub.db")));
+        assert_eq!(c.dispatch_workers, 8);
+        assert_eq!(c.dispatch_claim_batch, 16);
+        assert_eq!(c.dispatch_idle_interval, Duration::from_millis(250));
+        assert_eq!(c.poison_threshold, 5);
+        assert_eq!(c.retry_curve, default_retry_curve());
+        assert_eq!(c.retry_deadline, Duration::from_secs(24 * 3600));
+        assert_eq!((c.pull_rate, c.pull_burst), (100, 200));
+        assert!(c.autodisable_enabled);
+        assert_eq!(c.autodisable_failure_window, Duration::from_secs(120 * 3600));
+        assert_eq!(c.autodisable_failure_spread, Duration::from_secs(12 * 3600));
+        assert_eq!(c.dlq_retention, Duration::from_secs(168 * 3600));
+        assert!(!c.allow_private_sinks);
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
+        assert!(c.only_tenant.is_none());
+    }
+
+    #[test]
+    fn every_invalid_variable_is_named() {
+        let err = Config::from_vars(vars(&[
+            ("STREAMING_HUB_ROLE", "everything"),
+            ("STREAMING_HUB_DISPATCH_WORKERS", "0"),
+            ("STREAMING_HUB_RETRY_CURVE", "1s,soon"),
+            ("STREAMING_HUB_HTTP_LISTEN_ADDR", "localhost"),
+            ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "maybe"),
+            ("STREAMING_HUB_POSTGRES_DSN", "mysql://x"),
+            ("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30"),
+        ]))
+        .expect_err("invalid");
+        let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
+        for v in [
+            "STREAMING_HUB_ROLE",
+            "STREAMING_HUB_DISPATCH_WORKERS",
+            "STREAMING_HUB_RETRY_CURVE",
+            "STREAMING_HUB_HTTP_LISTEN_ADDR",
+            "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
+            "STREAMING_HUB_POSTGRES_DSN",
+            "STREAMING_HUB_SHUTDOWN_TIMEOUT",
+        ] {
+            assert!(named.contains(&v), "{v} not named in {err}");
+        }
+        assert!(!err.to_string().contains("mysql://x"), "a DSN is never echoed");
+    }
+
+    #[test]
+    fn admin_token_is_required_outside_local() {
+        let err = Config::from_vars(vars(&[("STREAMING_HUB_ENV", "staging")])).expect_err("no token");
+        assert_eq!(err.0[0].variable, "STREAMING_HUB_ADMIN_TOKEN");
+        let ok = Config::from_vars(vars(&[
+            ("STREAMING_HUB_ENV", "staging"),
+            ("STREAMING_HUB_ADMIN_TOKEN", "a-long-enough-token"),
+        ]));
+        assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn retry_curve_and_durations_parse() {
+        let c = Config::from_vars(vars(&[
+            ("STREAMING_HUB_RETRY_CURVE", "0s, 100ms,1s"),
+            ("STREAMING_HUB_RETRY_DEADLINE", "1h30m"),
+        ]))
+        .expect("valid");
+        assert_eq!(c.retry_curve, vec![Duration::ZERO, Duration::from_millis(100), Duration::from_secs(1)]);
+        assert_eq!(c.retry_deadline, Duration::from_secs(5400));
+    }
+
+    #[test]
+    fn postgres_and_single_tenant_mode() {
+        let c = Config::from_vars(vars(&[
+            ("STREAMING_HUB_POSTGRES_DSN", "postgres://u:pw@db/hub"),
+            ("STREAMING_HUB_TENANT_ID", "acme"),
+        ]))
+        .expect("valid");
+        assert!(matches!(c.database, Database::Postgres { .. }));
+        assert_eq!(c.only_tenant.map(|t| t.to_string()), Some("acme".to_owned()));
+        assert!(!format!("{:?}", c.database).contains("pw"), "the DSN is a secret");
+        let c = Config::from_vars(vars(&[("STREAMING_HUB_TENANT_ID", "default")])).expect("valid");
+        assert!(c.only_tenant.is_none());
+    }
+
+    #[test]
+    fn unknown_variables_are_reported_as_ignored() {
+        let c = Config::from_vars(vars(&[("STREAMING_HUB_OTEL_ENDPOINT", "x"), ("OTHER", "y")])).expect("valid");
+        assert_eq!(c.ignored, vec!["STREAMING_HUB_OTEL_ENDPOINT".to_owned()]);
+    }
+}

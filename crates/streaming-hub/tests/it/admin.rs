@@ -1,0 +1,163 @@
+//! `/admin` routes, the error shape everywhere, and health endpoints.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::support::{Backend, Event, TestHub};
+
+#[tokio::test]
+async fn api_keys_are_created_listed_paged_and_revoked() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let create =
+        |body: serde_json::Value| hub.client.post(hub.url("/admin/api-keys")).bearer_auth(&hub.admin).json(&body);
+    let (status, created) = hub.send(create(json!({"tenant_id": "t1", "name": "ci"}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let key = created["key"].as_str().expect("key");
+    assert!(key.starts_with("shk_"));
+    assert_eq!(created["tenant_id"], "t1");
+    assert!(key.starts_with(created["key_prefix"].as_str().expect("prefix")));
+    for _ in 0..2 {
+        hub.send(create(json!({"tenant_id": "t2"}))).await;
+    }
+
+    let (_, page1) = hub.admin_get("/admin/api-keys?limit=2").await;
+    let items = page1["items"].as_array().expect("items");
+    assert_eq!(items.len(), 2);
+    assert!(items.iter().all(|k| k.get("key").is_none() && k.get("key_hash").is_none()), "a listing never shows a key");
+    let cursor = page1["next_cursor"].as_str().expect("a full page has a cursor");
+    let (_, page2) = hub.admin_get(&format!("/admin/api-keys?limit=2&cursor={cursor}")).await;
+    assert_eq!(page2["items"].as_array().expect("items").len(), 1);
+    assert_eq!(page2["next_cursor"], json!(null));
+    assert_eq!(page2["items"][0]["id"], created["id"]);
+
+    let id = created["id"].as_str().expect("id");
+    let revoke = || hub.client.delete(hub.url(&format!("/admin/api-keys/{id}"))).bearer_auth(&hub.admin);
+    assert_eq!(hub.send(revoke()).await.0, StatusCode::NO_CONTENT);
+    let (status, body) = hub.send(revoke()).await;
+    assert_eq!((status, body["title"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
+    let unknown = hub.client.delete(hub.url("/admin/api-keys/not-a-uuid")).bearer_auth(&hub.admin);
+    assert_eq!(hub.send(unknown).await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn api_key_validation_names_the_field() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let create = |body: &str| {
+        hub.client
+            .post(hub.url("/admin/api-keys"))
+            .bearer_auth(&hub.admin)
+            .header("content-type", "application/json")
+            .body(body.to_owned())
+    };
+    let cases = [
+        (r#"{"tenant_id": ""}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "tenant_id"),
+        (
+            &format!(r#"{{"tenant_id": "{}"}}"#, "t".repeat(257)),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "validation_failed",
+            "tenant_id",
+        ),
+        (r#"{"tenant_id": "t1", "name": ""}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "name"),
+        (r#"{"name": "x"}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "tenant_id"),
+        (r#"{"tenant_id": 5}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "tenant_id"),
+        (r#"{"tenant_id": "t1", "extra": 1}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "extra"),
+        (r#"{"tenant_id": "#, StatusCode::BAD_REQUEST, "invalid_json", ""),
+    ];
+    for (body, status, title, field) in cases {
+        let (got, answer) = hub.send(create(body)).await;
+        assert_eq!(got, status, "{body}: {answer}");
+        assert_eq!(answer["title"], title, "{body}");
+        assert_eq!(answer["code"], status.as_u16(), "{body}");
+        assert!(answer["message"].as_str().expect("message").contains(field), "{body}: {answer}");
+    }
+    let (_, keys) = hub.admin_get("/admin/api-keys").await;
+    assert!(keys["items"].as_array().expect("items").is_empty(), "nothing invalid was stored");
+}
+
+#[tokio::test]
+async fn admin_routes_refuse_tenant_keys_and_missing_tokens() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let key = hub.tenant_key("t1").await;
+    for path in ["/admin/api-keys", "/admin/quarantine"] {
+        let (status, body) = hub.send(hub.client.get(hub.url(path)).bearer_auth(&key)).await;
+        assert_eq!((status, body["title"].as_str()), (StatusCode::FORBIDDEN, Some("forbidden")), "{path}");
+        let (status, body) = hub.send(hub.client.get(hub.url(path))).await;
+        assert_eq!((status, body["title"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthorized")), "{path}");
+        let (status, _) = hub.send(hub.client.get(hub.url(path)).bearer_auth("wrong-admin-token")).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn quarantine_listing_filters_and_pages() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    for tenant in ["t1", "t1", "t2"] {
+        hub.post_event(&hub.admin, &Event::new(tenant).set("ce-id", "not-a-uuid")).await;
+    }
+    hub.post_event(&hub.admin, &Event::new("t2").body(b"{".to_vec())).await;
+
+    let count = |path: String| {
+        let hub = &hub;
+        async move {
+            let (status, body) = hub.admin_get(&path).await;
+            assert_eq!(status, StatusCode::OK, "{path}: {body}");
+            body["items"].as_array().expect("items").len()
+        }
+    };
+    assert_eq!(count("/admin/quarantine".into()).await, 4);
+    assert_eq!(count("/admin/quarantine?tenant=t1".into()).await, 2);
+    assert_eq!(count("/admin/quarantine?tenant=t2&reason=invalid_body".into()).await, 1);
+    assert_eq!(count("/admin/quarantine?source=lender&origin=http".into()).await, 4);
+    assert_eq!(count("/admin/quarantine?origin=kafka".into()).await, 0);
+    assert_eq!(count("/admin/quarantine?since=2000-01-01T00:00:00Z".into()).await, 4);
+    assert_eq!(count("/admin/quarantine?until=2000-01-01T00:00:00Z".into()).await, 0);
+
+    let (_, first) = hub.admin_get("/admin/quarantine?limit=3").await;
+    let cursor = first["next_cursor"].as_str().expect("cursor").to_owned();
+    let (_, second) = hub.admin_get(&format!("/admin/quarantine?limit=3&cursor={cursor}")).await;
+    assert_eq!(second["items"].as_array().expect("items").len(), 1);
+    assert_eq!(second["next_cursor"], json!(null));
+
+    for (query, param) in [
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("limit=x", "limit"),
+        ("since=yesterday", "since"),
+        ("until=1", "until"),
+        ("reason=bad", "reason"),
+        ("origin=ftp", "origin"),
+        ("cursor=abc", "cursor"),
+        ("color=blue", "color"),
+    ] {
+        let (status, body) = hub.admin_get(&format!("/admin/quarantine?{query}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert_eq!(body["title"], "invalid_query", "{query}");
+        assert!(body["message"].as_str().expect("message").contains(param), "{query}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_answer_in_the_error_shape() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let (status, body) = hub.send(hub.client.get(hub.url("/v1/nothing"))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(body, json!({"code": 404, "title": "not_found", "message": "no route for GET /v1/nothing"}));
+    let (status, body) = hub.send(hub.client.delete(hub.url("/v1/events"))).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(body["title"], "method_not_allowed");
+    assert_eq!(body["code"], 405);
+}
+
+#[tokio::test]
+async fn health_readiness_and_metrics() {
+    let hub = TestHub::start(Backend::Postgres).await;
+    let (status, body) = hub.send(hub.client.get(hub.url("/healthz"))).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"status": "ok"})));
+    let (status, body) = hub.send(hub.client.get(hub.url("/readyz"))).await;
+    assert_eq!((status, body), (StatusCode::OK, json!({"status": "ready"})));
+    let metrics = hub.client.get(hub.url("/metrics")).send().await.expect("metrics");
+    assert_eq!(metrics.status(), StatusCode::OK);
+    let text = metrics.text().await.expect("text");
+    assert!(text.contains("streaming_hub_ingest_records_total{verdict=\"accepted\"}"), "{text}");
+    assert!(!text.contains("tenant"), "no tenant label in metrics");
+}

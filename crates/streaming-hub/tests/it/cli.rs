@@ -1,0 +1,119 @@
+//! The binary itself: configuration errors, `migrate`, `api-key create`, and `serve`.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+
+use crate::support::{Event, fresh_schema, postgres_dsn, temp_sqlite_path};
+
+const BIN: &str = env!("CARGO_BIN_EXE_streaming-hub");
+
+fn hub_command() -> Command {
+    let mut cmd = Command::new(BIN);
+    // The test process's own STREAMING_HUB_* variables must not leak into the child.
+    for (key, _) in std::env::vars() {
+        if key.starts_with("STREAMING_HUB_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("STREAMING_HUB_LOG", "warn");
+    cmd
+}
+
+#[test]
+fn invalid_configuration_fails_at_start_naming_each_variable() {
+    let out = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_DISPATCH_WORKERS", "many")
+        .env("STREAMING_HUB_ROLE", "both")
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("STREAMING_HUB_DISPATCH_WORKERS"), "{stderr}");
+    assert!(stderr.contains("STREAMING_HUB_ROLE"), "{stderr}");
+}
+
+#[test]
+fn api_key_create_checks_its_arguments() {
+    let out = hub_command()
+        .args(["api-key", "create", "--tenant", ""])
+        .env("STREAMING_HUB_SQLITE_PATH", temp_sqlite_path())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tenant"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test]
+async fn a_key_made_by_the_cli_ingests_through_serve() {
+    let db = temp_sqlite_path();
+    let out = hub_command()
+        .args(["api-key", "create", "--tenant", "t1"])
+        .env("STREAMING_HUB_SQLITE_PATH", &db)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let key = String::from_utf8(out.stdout).expect("utf-8").trim().to_owned();
+    assert!(key.starts_with("shk_"), "{key}");
+
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        l.local_addr().expect("addr").port()
+    };
+    let mut child = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_SQLITE_PATH", &db)
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+            if r.status() == StatusCode::OK {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the hub did not become ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let event = Event::new("t1");
+    let mut request = client.post(format!("{base}/v1/events")).bearer_auth(&key);
+    for (k, v) in &event.headers {
+        request = request.header(k.as_str(), v.as_str());
+    }
+    let response = request.body(event.body.clone()).send().await.expect("post");
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn outside_local_the_schema_must_be_migrated_explicitly() {
+    let schema = fresh_schema().await;
+    let run = |args: &[&str]| {
+        hub_command()
+            .args(args)
+            .env("STREAMING_HUB_ENV", "staging")
+            .env("STREAMING_HUB_ADMIN_TOKEN", "a-long-enough-admin-token")
+            .env("STREAMING_HUB_POSTGRES_DSN", postgres_dsn())
+            .env("STREAMING_HUB_POSTGRES_SCHEMA", &schema)
+            .env("STREAMING_HUB_HTTP_LISTEN_ADDR", "127.0.0.1:0")
+            .output()
+            .expect("run")
+    };
+    let refused = run(&["api-key", "create", "--tenant", "t1"]);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("streaming-hub migrate"), "{stderr}");
+
+    let migrated = run(&["migrate"]);
+    assert!(migrated.status.success(), "{}", String::from_utf8_lossy(&migrated.stderr));
+    let created = run(&["api-key", "create", "--tenant", "t1"]);
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+}

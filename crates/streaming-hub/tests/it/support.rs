@@ -1,0 +1,197 @@
+//! `TestHub`: one running hub per test, and helpers to talk to it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use hub_store::{PgStore, Store};
+use reqwest::StatusCode;
+use serde_json::Value;
+use streaming_hub::config::Config;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+pub fn postgres_dsn() -> String {
+    std::env::var("STREAMING_HUB_TEST_POSTGRES_DSN")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable".to_owned())
+}
+
+/// Creates an empty schema for one test; PostgreSQL must be running.
+pub async fn fresh_schema() -> String {
+    let dsn = postgres_dsn();
+    let schema = format!("shtest_{}", Uuid::now_v7().simple());
+    let admin = PgStore::connect(&dsn, None, 1)
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL is required for these tests ({dsn}): {e}"));
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(admin.pool())
+        .await
+        .expect("create schema");
+    admin.pool().close().await;
+    schema
+}
+
+pub fn temp_sqlite_path() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join("streaming-hub-tests");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(format!("{}.db", Uuid::now_v7()))
+}
+
+/// Variables for a hub on `backend` listening on a free port.
+pub async fn base_vars(backend: Backend) -> HashMap<String, String> {
+    let mut vars = HashMap::from([
+        ("STREAMING_HUB_ENV".to_owned(), "local".to_owned()),
+        ("STREAMING_HUB_HTTP_LISTEN_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
+        ("STREAMING_HUB_ADMIN_TOKEN".to_owned(), format!("admin-{}", Uuid::now_v7().simple())),
+    ]);
+    match backend {
+        Backend::Sqlite => {
+            vars.insert("STREAMING_HUB_SQLITE_PATH".into(), temp_sqlite_path().display().to_string());
+        }
+        Backend::Postgres => {
+            vars.insert("STREAMING_HUB_POSTGRES_DSN".into(), postgres_dsn());
+            vars.insert("STREAMING_HUB_POSTGRES_SCHEMA".into(), fresh_schema().await);
+            vars.insert("STREAMING_HUB_POSTGRES_MAX_CONNECTIONS".into(), "8".into());
+        }
+    }
+    vars
+}
+
+pub struct TestHub {
+    pub base: String,
+    pub admin: String,
+    pub client: reqwest::Client,
+    pub store: Arc<dyn Store>,
+    shutdown: CancellationToken,
+}
+
+impl Drop for TestHub {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl TestHub {
+    pub async fn start(backend: Backend) -> Self {
+        Self::start_with(backend, &[]).await
+    }
+
+    pub async fn start_with(backend: Backend, extra: &[(&str, &str)]) -> Self {
+        let mut vars = base_vars(backend).await;
+        for (k, v) in extra {
+            vars.insert((*k).to_owned(), (*v).to_owned());
+        }
+        let config = Config::from_vars(vars).expect("test configuration is valid");
+        let shutdown = CancellationToken::new();
+        let hub = streaming_hub::start(config, shutdown.clone()).await.expect("hub starts");
+        Self {
+            base: format!("http://{}", hub.addr),
+            admin: hub.admin_token.expose().to_owned(),
+            client: reqwest::Client::new(),
+            store: Arc::clone(&hub.store),
+            shutdown,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Creates an API key for `tenant` through the admin API.
+    pub async fn tenant_key(&self, tenant: &str) -> String {
+        let (status, body) = self
+            .send(self.client.post(self.url("/admin/api-keys")).bearer_auth(&self.admin).json(&serde_json::json!({
+                "tenant_id": tenant, "name": "test"
+            })))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["key"].as_str().expect("key").to_owned()
+    }
+
+    /// Sends a request and reads its JSON body (`Null` when empty).
+    pub async fn send(&self, request: reqwest::RequestBuilder) -> (StatusCode, Value) {
+        let response = request.send().await.expect("request");
+        let status = response.status();
+        let bytes = response.bytes().await.expect("body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)))
+        };
+        (status, body)
+    }
+
+    /// Posts an event in binary mode.
+    pub async fn post_event(&self, token: &str, event: &Event) -> (StatusCode, Value) {
+        let mut request = self.client.post(self.url("/v1/events")).bearer_auth(token);
+        for (k, v) in &event.headers {
+            request = request.header(k.as_str(), v.as_str());
+        }
+        self.send(request.body(event.body.clone())).await
+    }
+
+    pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
+        self.send(self.client.get(self.url(path)).bearer_auth(&self.admin)).await
+    }
+}
+
+/// An event in HTTP binary mode.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Event {
+    pub fn new(tenant: &str) -> Self {
+        Self::of(tenant, "loan_application", "approved")
+    }
+
+    pub fn of(tenant: &str, resource: &str, event: &str) -> Self {
+        let headers = [
+            ("content-type", "application/json".to_owned()),
+            ("ce-specversion", "1.0".to_owned()),
+            ("ce-id", Uuid::now_v7().to_string()),
+            ("ce-source", "lender".to_owned()),
+            ("ce-type", format!("studio.lerian.lender.{resource}.{event}")),
+            ("ce-time", "2026-11-30T10:00:00Z".to_owned()),
+            ("ce-schemaversion", "1.0.0".to_owned()),
+            ("ce-resourcetype", resource.to_owned()),
+            ("ce-eventtype", event.to_owned()),
+            ("ce-tenantid", tenant.to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        Self { headers, body: br#"{"amount":100}"#.to_vec() }
+    }
+
+    pub fn id(&self) -> Uuid {
+        Uuid::parse_str(self.get("ce-id").expect("ce-id")).expect("uuid")
+    }
+
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.headers.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    pub fn set(mut self, key: &str, value: &str) -> Self {
+        self.headers.retain(|(k, _)| k != key);
+        self.headers.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    pub fn without(mut self, key: &str) -> Self {
+        self.headers.retain(|(k, _)| k != key);
+        self
+    }
+
+    pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
+        self.body = body.into();
+        self
+    }
+}
