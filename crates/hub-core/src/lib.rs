@@ -7,12 +7,20 @@
 #![forbid(unsafe_code)]
 
 pub mod envelope;
+pub mod filter;
 pub mod ids;
+pub mod pull;
+pub mod ratelimit;
+pub mod seal;
+pub mod signature;
 pub mod structured;
+pub mod subscription;
 
 pub use structured::structured_to_binary;
 
 pub use envelope::{
     DiscardReason, Envelope, IngestPolicy, MAX_BODY_BYTES, QuarantineReason, ReasonCode, Verdict, judge,
 };
+pub use filter::{EventPattern, MatchRule, admits};
 pub use ids::{CeId, EventKey, IdError, Source, TenantId, topic_source};
+pub use subscription::{SinkKind, VerificationState};

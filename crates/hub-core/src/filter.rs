@@ -1,0 +1,146 @@
+//! Subscription filters: event-key patterns and the matching rule.
+//!
+//! A pattern is `<resource>.<event>` where either segment may be `*` (the whole segment, not a
+//! prefix). A subscription admits an event only when it is enabled **and** verified active, it
+//! belongs to the event's tenant, one of its patterns matches the event key, and its origin (if
+//! set) equals the event's source. These are independent conditions; zero matches is normal.
+
+use std::fmt;
+
+use crate::ids::{EventKey, IdError};
+use crate::subscription::VerificationState;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Any,
+    Exact(String),
+}
+
+impl Segment {
+    fn parse(s: &str) -> Result<Self, IdError> {
+        if s == "*" { Ok(Segment::Any) } else { EventKey::parse_part(s).map(|p| Segment::Exact(p.to_owned())) }
+    }
+
+    fn matches(&self, value: &str) -> bool {
+        match self {
+            Segment::Any => true,
+            Segment::Exact(s) => s == value,
+        }
+    }
+}
+
+impl fmt::Display for Segment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Segment::Any => f.write_str("*"),
+            Segment::Exact(s) => f.write_str(s),
+        }
+    }
+}
+
+/// One entry of a subscription's `event_types`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventPattern {
+    resource: Segment,
+    event: Segment,
+}
+
+impl EventPattern {
+    pub fn parse(s: &str) -> Result<Self, IdError> {
+        let (resource, event) =
+            s.split_once('.').ok_or(IdError::Grammar { pattern: "<resourcetype>.<eventtype>, * allowed per segment" })?;
+        Ok(Self { resource: Segment::parse(resource)?, event: Segment::parse(event)? })
+    }
+
+    pub fn matches(&self, key: &EventKey) -> bool {
+        self.resource.matches(key.resource()) && self.event.matches(key.event())
+    }
+}
+
+impl fmt::Display for EventPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.resource, self.event)
+    }
+}
+
+/// What matching needs to know of a subscription.
+#[derive(Debug, Clone)]
+pub struct MatchRule<'a> {
+    pub tenant: &'a str,
+    pub patterns: &'a [EventPattern],
+    pub origin: Option<&'a str>,
+    pub enabled: bool,
+    pub verification: VerificationState,
+}
+
+/// Whether a subscription receives an event of `tenant` with this key from this source.
+pub fn admits(rule: &MatchRule<'_>, tenant: &str, key: &EventKey, source: &str) -> bool {
+    rule.enabled
+        && rule.verification == VerificationState::Active
+        && rule.tenant == tenant
+        && rule.origin.is_none_or(|o| o == source)
+        && rule.patterns.iter().any(|p| p.matches(key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(s: &str) -> EventKey {
+        EventKey::parse(s).expect("key")
+    }
+
+    #[test]
+    fn patterns_match_whole_segments() {
+        let cases = [
+            ("loan_application.approved", "loan_application.approved", true),
+            ("loan_application.approved", "loan_application.rejected", false),
+            ("loan_application.*", "loan_application.rejected", true),
+            ("loan_application.*", "account.created", false),
+            ("*.created", "account.created", true),
+            ("*.created", "account.deleted", false),
+            ("*.*", "anything.goes", true),
+            ("loan.approved", "loan_application.approved", false),
+        ];
+        for (pattern, k, expected) in cases {
+            let p = EventPattern::parse(pattern).expect("pattern");
+            assert_eq!(p.matches(&key(k)), expected, "{pattern} vs {k}");
+            assert_eq!(p.to_string(), pattern);
+        }
+    }
+
+    #[test]
+    fn invalid_patterns_are_refused() {
+        for bad in ["", "loan", "loan*.x", "a.b.c", ".x", "x.", "a b.c", "**.x"] {
+            assert!(EventPattern::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn admits_requires_every_condition() {
+        let patterns = vec![EventPattern::parse("loan_application.*").expect("pattern")];
+        let base = MatchRule {
+            tenant: "t1",
+            patterns: &patterns,
+            origin: Some("lender"),
+            enabled: true,
+            verification: VerificationState::Active,
+        };
+        let k = key("loan_application.approved");
+        assert!(admits(&base, "t1", &k, "lender"));
+        let cases: Vec<(&str, MatchRule<'_>, &str, &str, &str)> = vec![
+            ("disabled", MatchRule { enabled: false, ..base.clone() }, "t1", "loan_application.approved", "lender"),
+            ("pending", MatchRule { verification: VerificationState::Pending, ..base.clone() }, "t1", "loan_application.approved", "lender"),
+            ("failed", MatchRule { verification: VerificationState::Failed, ..base.clone() }, "t1", "loan_application.approved", "lender"),
+            ("other tenant", base.clone(), "t2", "loan_application.approved", "lender"),
+            ("other origin", base.clone(), "t1", "loan_application.approved", "crm"),
+            ("other key", base.clone(), "t1", "account.created", "lender"),
+            ("no patterns", MatchRule { patterns: &[], ..base.clone() }, "t1", "loan_application.approved", "lender"),
+        ];
+        for (case, rule, tenant, k, source) in cases {
+            assert!(!admits(&rule, tenant, &key(k), source), "{case}");
+        }
+        let any_origin = MatchRule { origin: None, ..base };
+        assert!(admits(&any_origin, "t1", &k, "crm"), "no origin admits every source");
+    }
+}

@@ -1,0 +1,75 @@
+//! Subscription vocabulary: sink kinds and verification states.
+
+use std::fmt;
+
+/// Where a subscription's events go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SinkKind {
+    Webhook,
+    Sqs,
+    Rabbitmq,
+    Eventbridge,
+    Pull,
+}
+
+impl SinkKind {
+    pub const ALL: [SinkKind; 5] = [Self::Webhook, Self::Sqs, Self::Rabbitmq, Self::Eventbridge, Self::Pull];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Webhook => "webhook",
+            Self::Sqs => "sqs",
+            Self::Rabbitmq => "rabbitmq",
+            Self::Eventbridge => "eventbridge",
+            Self::Pull => "pull",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// Push sinks get delivery jobs; a pull sink gets entries in its stream.
+    pub fn is_push(self) -> bool {
+        self != Self::Pull
+    }
+}
+
+impl fmt::Display for SinkKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `pending` → `active`; `failed` after a failed probe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VerificationState {
+    Pending,
+    Active,
+    Failed,
+}
+
+impl VerificationState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Active => "active",
+            Self::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::Pending, Self::Active, Self::Failed].into_iter().find(|v| v.as_str() == s)
+    }
+
+    /// The state a new subscription starts in: a pull sink has nothing to verify.
+    pub fn initial(kind: SinkKind) -> Self {
+        if kind.is_push() { Self::Pending } else { Self::Active }
+    }
+}
+
+impl fmt::Display for VerificationState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
