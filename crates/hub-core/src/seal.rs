@@ -84,11 +84,11 @@ pub struct SealRandom {
 pub fn seal(kek: &Kek, plaintext: &[u8], aad: &[u8], random: &SealRandom) -> Result<Vec<u8>, SealError> {
     let wrapped = kek
         .cipher()
-        .encrypt(Nonce::<U12>::from(random.key_nonce), Payload { msg: &random.data_key, aad: &kek.id })
+        .encrypt(&Nonce::<U12>::from(random.key_nonce), Payload { msg: &random.data_key, aad: &kek.id })
         .map_err(|_| SealError::Malformed)?;
     let data_cipher = Aes256Gcm::new((&random.data_key).into());
     let ciphertext = data_cipher
-        .encrypt(Nonce::<U12>::from(random.nonce), Payload { msg: plaintext, aad })
+        .encrypt(&Nonce::<U12>::from(random.nonce), Payload { msg: plaintext, aad })
         .map_err(|_| SealError::Malformed)?;
     let mut out = Vec::with_capacity(HEADER_LEN + ciphertext.len());
     out.extend_from_slice(MAGIC);
@@ -119,14 +119,14 @@ pub fn open(kek: &Kek, sealed: &[u8], aad: &[u8]) -> Result<Vec<u8>, SealError> 
     let (nonce, ciphertext) = rest.split_at(NONCE_LEN);
     let data_key = kek
         .cipher()
-        .decrypt(nonce_of(key_nonce)?, Payload { msg: wrapped, aad: &kek.id })
+        .decrypt(&nonce_of(key_nonce)?, Payload { msg: wrapped, aad: &kek.id })
         .map_err(|_| SealError::Tampered)?;
     if data_key.len() != KEY_LEN {
         return Err(SealError::Malformed);
     }
     Aes256Gcm::new_from_slice(&data_key)
         .map_err(|_| SealError::Malformed)?
-        .decrypt(nonce_of(nonce)?, Payload { msg: ciphertext, aad })
+        .decrypt(&nonce_of(nonce)?, Payload { msg: ciphertext, aad })
         .map_err(|_| SealError::Tampered)
 }
 
