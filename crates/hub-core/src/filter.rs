@@ -47,8 +47,9 @@ pub struct EventPattern {
 
 impl EventPattern {
     pub fn parse(s: &str) -> Result<Self, IdError> {
-        let (resource, event) =
-            s.split_once('.').ok_or(IdError::Grammar { pattern: "<resourcetype>.<eventtype>, * allowed per segment" })?;
+        let (resource, event) = s
+            .split_once('.')
+            .ok_or(IdError::Grammar { pattern: "<resourcetype>.<eventtype>, * allowed per segment" })?;
         Ok(Self { resource: Segment::parse(resource)?, event: Segment::parse(event)? })
     }
 
@@ -130,8 +131,20 @@ mod tests {
         assert!(admits(&base, "t1", &k, "lender"));
         let cases: Vec<(&str, MatchRule<'_>, &str, &str, &str)> = vec![
             ("disabled", MatchRule { enabled: false, ..base.clone() }, "t1", "loan_application.approved", "lender"),
-            ("pending", MatchRule { verification: VerificationState::Pending, ..base.clone() }, "t1", "loan_application.approved", "lender"),
-            ("failed", MatchRule { verification: VerificationState::Failed, ..base.clone() }, "t1", "loan_application.approved", "lender"),
+            (
+                "pending",
+                MatchRule { verification: VerificationState::Pending, ..base.clone() },
+                "t1",
+                "loan_application.approved",
+                "lender",
+            ),
+            (
+                "failed",
+                MatchRule { verification: VerificationState::Failed, ..base.clone() },
+                "t1",
+                "loan_application.approved",
+                "lender",
+            ),
             ("other tenant", base.clone(), "t2", "loan_application.approved", "lender"),
             ("other origin", base.clone(), "t1", "loan_application.approved", "crm"),
             ("other key", base.clone(), "t1", "account.created", "lender"),

@@ -8,8 +8,8 @@
 //!
 //! Layout: `"SH1" | kek id (8) | key nonce (12) | wrapped key (32 + 16) | nonce (12) | ciphertext`.
 
-use aes_gcm::aead::{Aead, Payload};
 use aes_gcm::aead::consts::U12;
+use aes_gcm::aead::{Aead, Payload};
 use aes_gcm::{Aes256Gcm, KeyInit, Nonce};
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};

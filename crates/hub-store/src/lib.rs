@@ -68,6 +68,50 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// A tenant's events with `seq > after`, ascending, at most `limit`.
     async fn events_after(&self, tenant: &str, after: i64, limit: u32) -> StoreResult<Vec<StoredEvent>>;
 
+    /// Stores a new subscription.
+    async fn create_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<()>;
+
+    /// One of a tenant's subscriptions; `None` for an unknown id or another tenant's.
+    async fn subscription(&self, tenant: &str, id: Uuid) -> StoreResult<Option<SubscriptionRecord>>;
+
+    /// A tenant's subscriptions in creation order, after the cursor `after` (an id).
+    async fn list_subscriptions(
+        &self,
+        tenant: &str,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>>;
+
+    /// Writes every field of the subscription but its pull cursor and creation time; false when
+    /// the tenant has no such subscription.
+    async fn update_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<bool>;
+
+    /// Deletes a subscription, cancels its pending jobs and drops its pull stream, in one
+    /// transaction; false when the tenant has no such subscription.
+    async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool>;
+
+    /// The events in a pull subscription's stream with `seq > after`, ascending.
+    async fn pull_events(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// Moves a pull cursor forward to `to` (never backwards) and returns the cursor after the move.
+    async fn advance_pull_cursor(&self, tenant: &str, subscription: Uuid, to: i64) -> StoreResult<i64>;
+
+    /// A subscription's delivery jobs in creation order, optionally of one state.
+    async fn list_jobs(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        state: Option<&str>,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryJob>>;
+
     /// Quarantined records, newest first, matching the filter.
     async fn list_quarantine(&self, filter: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>>;
 

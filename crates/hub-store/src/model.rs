@@ -266,3 +266,116 @@ pub(crate) fn ordered(
         .map(|s| s.ok_or_else(|| crate::StoreError::Corrupt("a batch record got no outcome".into())))
         .collect()
 }
+
+/// A subscription as stored. Secrets and credentials are sealed bytes (see `hub_core::seal`);
+/// this crate never sees them in clear.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscriptionRecord {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub name: String,
+    pub event_types: Vec<String>,
+    pub origin: Option<String>,
+    pub sink: hub_core::SinkKind,
+    /// The destination without secrets, as the API shows it.
+    pub sink_config: serde_json::Value,
+    pub signing_secret: Option<Vec<u8>>,
+    pub previous_secret: Option<Vec<u8>>,
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    pub credentials: Option<Vec<u8>>,
+    pub enabled: bool,
+    pub verification: hub_core::VerificationState,
+    pub verification_error: Option<String>,
+    pub disabled_reason: Option<String>,
+    pub pull_cursor: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// States of a delivery job.
+pub mod job_state {
+    pub const PENDING: &str = "pending";
+    pub const LEASED: &str = "leased";
+    pub const SUCCEEDED: &str = "succeeded";
+    pub const DEAD: &str = "dead";
+    pub const CANCELLED: &str = "cancelled";
+    pub const ALL: [&str; 5] = [PENDING, LEASED, SUCCEEDED, DEAD, CANCELLED];
+}
+
+/// One delivery job: an event to push to one subscription.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeliveryJob {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subscription_id: Uuid,
+    pub event_seq: i64,
+    pub state: String,
+    pub attempts: i32,
+    pub recoveries: i32,
+    pub due_at: DateTime<Utc>,
+    pub event_received_at: DateTime<Utc>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A deliverable subscription as matching sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct MatchTarget {
+    pub id: Uuid,
+    pub sink: hub_core::SinkKind,
+    pub patterns: Vec<hub_core::EventPattern>,
+    pub origin: Option<String>,
+}
+
+impl MatchTarget {
+    pub(crate) fn new(
+        id: Uuid,
+        sink: &str,
+        event_types: &str,
+        origin: Option<String>,
+    ) -> Result<Self, crate::StoreError> {
+        let corrupt = |what: &str| crate::StoreError::Corrupt(format!("subscription {id}: {what}"));
+        let sink = hub_core::SinkKind::parse(sink).ok_or_else(|| corrupt("unknown sink type"))?;
+        let types: Vec<String> = serde_json::from_str(event_types).map_err(|_| corrupt("event_types"))?;
+        let patterns = types
+            .iter()
+            .map(|t| hub_core::EventPattern::parse(t))
+            .collect::<Result<_, _>>()
+            .map_err(|_| corrupt("event_types"))?;
+        Ok(Self { id, sink, patterns, origin })
+    }
+}
+
+/// The work matching creates for one tenant's newly inserted events: pull entries
+/// `(subscription, seq)` and push jobs `(subscription, seq, received_at)`.
+#[derive(Debug, Default)]
+pub(crate) struct MatchedWork {
+    pub pulls: Vec<(Uuid, i64)>,
+    pub jobs: Vec<(Uuid, i64, DateTime<Utc>)>,
+}
+
+pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {
+    let mut work = MatchedWork::default();
+    for target in targets {
+        let rule = hub_core::MatchRule {
+            tenant,
+            patterns: &target.patterns,
+            origin: target.origin.as_deref(),
+            // Targets are read with `enabled AND verification_state = 'active'`.
+            enabled: true,
+            verification: hub_core::VerificationState::Active,
+        };
+        for (seq, event) in inserts {
+            let env = &event.envelope;
+            if hub_core::admits(&rule, tenant, env.key(), env.source().as_str()) {
+                if target.sink.is_push() {
+                    work.jobs.push((target.id, *seq, event.received_at));
+                } else {
+                    work.pulls.push((target.id, *seq));
+                }
+            }
+        }
+    }
+    work
+}

@@ -13,10 +13,10 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
-use crate::model::{accepted_by_tenant, assign_seqs, ordered};
+use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered};
 use crate::{
-    AcceptedEvent, ApiKeyRecord, IngestRecord, NewApiKey, Origin, QuarantineEntry, QuarantineFilter, QuarantinedRecord,
-    Store, StoreError, StoreResult, StoredEvent, WriteOutcome,
+    AcceptedEvent, ApiKeyRecord, DeliveryJob, IngestRecord, NewApiKey, Origin, QuarantineEntry, QuarantineFilter,
+    QuarantinedRecord, Store, StoreError, StoreResult, StoredEvent, SubscriptionRecord, WriteOutcome,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -121,12 +121,71 @@ impl PgStore {
         .execute(&mut **tx)
         .await?;
 
+        Self::insert_matched_work(tx, tenant, &inserts).await?;
+
         sqlx::query("UPDATE tenant_sequences SET last_seq = $2 WHERE tenant_id = $1")
             .bind(tenant)
             .bind(new_last)
             .execute(&mut **tx)
             .await?;
         Ok(outcomes)
+    }
+
+    /// Matches newly inserted events against the tenant's deliverable subscriptions (one indexed
+    /// read per tenant and batch) and writes the jobs and pull entries they create.
+    async fn insert_matched_work(
+        tx: &mut Transaction<'_, Postgres>,
+        tenant: &str,
+        inserts: &[(i64, &AcceptedEvent)],
+    ) -> StoreResult<()> {
+        let rows: Vec<(Uuid, String, String, Option<String>)> = sqlx::query_as(
+            "SELECT id, sink_type, event_types::text, origin FROM subscriptions
+             WHERE tenant_id = $1 AND enabled AND verification_state = 'active'",
+        )
+        .bind(tenant)
+        .fetch_all(&mut **tx)
+        .await?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let targets = rows
+            .into_iter()
+            .map(|(id, sink, types, origin)| MatchTarget::new(id, &sink, &types, origin))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let work = match_events(tenant, &targets, inserts);
+        if !work.pulls.is_empty() {
+            let (subs, seqs): (Vec<Uuid>, Vec<i64>) = work.pulls.into_iter().unzip();
+            sqlx::query(
+                "INSERT INTO pull_entries (subscription_id, seq, tenant_id)
+                 SELECT t.sub, t.seq, $3 FROM UNNEST($1::uuid[], $2::bigint[]) AS t(sub, seq)",
+            )
+            .bind(subs)
+            .bind(seqs)
+            .bind(tenant)
+            .execute(&mut **tx)
+            .await?;
+        }
+        if !work.jobs.is_empty() {
+            let ids: Vec<Uuid> = work.jobs.iter().map(|_| Uuid::now_v7()).collect();
+            let subs: Vec<Uuid> = work.jobs.iter().map(|j| j.0).collect();
+            let seqs: Vec<i64> = work.jobs.iter().map(|j| j.1).collect();
+            let received: Vec<DateTime<Utc>> = work.jobs.iter().map(|j| j.2).collect();
+            sqlx::query(
+                "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
+                    event_received_at, created_at, updated_at)
+                 SELECT t.id, $5, t.sub, t.seq, 'pending', now(), t.received, now(), now()
+                 FROM UNNEST($1::uuid[], $2::uuid[], $3::bigint[], $4::timestamptz[])
+                 AS t(id, sub, seq, received)",
+            )
+            .bind(ids)
+            .bind(subs)
+            .bind(seqs)
+            .bind(received)
+            .bind(tenant)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
     }
 
     async fn insert_quarantine(tx: &mut Transaction<'_, Postgres>, record: &QuarantinedRecord) -> StoreResult<i64> {
@@ -269,6 +328,60 @@ fn quarantine_from_row(row: &PgRow) -> StoreResult<QuarantineEntry> {
     })
 }
 
+const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types::text AS event_types, origin,
+    sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
+    previous_secret_expires_at, credentials, enabled, verification_state, verification_error,
+    disabled_reason, pull_cursor, created_at, updated_at";
+
+fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
+    let id: Uuid = row.try_get("id")?;
+    let corrupt = |what: &str| StoreError::Corrupt(format!("subscription {id}: {what}"));
+    let event_types: String = row.try_get("event_types")?;
+    let sink_config: String = row.try_get("sink_config")?;
+    let sink: String = row.try_get("sink_type")?;
+    let verification: String = row.try_get("verification_state")?;
+    Ok(SubscriptionRecord {
+        id,
+        tenant_id: row.try_get("tenant_id")?,
+        name: row.try_get("name")?,
+        event_types: serde_json::from_str(&event_types).map_err(|_| corrupt("event_types"))?,
+        origin: row.try_get("origin")?,
+        sink: hub_core::SinkKind::parse(&sink).ok_or_else(|| corrupt("sink_type"))?,
+        sink_config: serde_json::from_str(&sink_config).map_err(|_| corrupt("sink_config"))?,
+        signing_secret: row.try_get("signing_secret")?,
+        previous_secret: row.try_get("previous_secret")?,
+        previous_secret_expires_at: row.try_get("previous_secret_expires_at")?,
+        credentials: row.try_get("credentials")?,
+        enabled: row.try_get("enabled")?,
+        verification: hub_core::VerificationState::parse(&verification).ok_or_else(|| corrupt("verification_state"))?,
+        verification_error: row.try_get("verification_error")?,
+        disabled_reason: row.try_get("disabled_reason")?,
+        pull_cursor: row.try_get("pull_cursor")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
+const JOB_COLUMNS: &str = "id, tenant_id, subscription_id, event_seq, state, attempts, recoveries, due_at,
+    event_received_at, last_error, created_at, updated_at";
+
+fn job_from_row(row: &PgRow) -> StoreResult<DeliveryJob> {
+    Ok(DeliveryJob {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: row.try_get("subscription_id")?,
+        event_seq: row.try_get("event_seq")?,
+        state: row.try_get("state")?,
+        attempts: row.try_get("attempts")?,
+        recoveries: row.try_get("recoveries")?,
+        due_at: row.try_get("due_at")?,
+        event_received_at: row.try_get("event_received_at")?,
+        last_error: row.try_get("last_error")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
 fn api_key_from_row(row: &PgRow) -> StoreResult<ApiKeyRecord> {
     Ok(ApiKeyRecord {
         id: row.try_get("id")?,
@@ -338,6 +451,186 @@ impl Store for PgStore {
             .await?
             .iter()
             .map(event_from_row)
+            .collect()
+    }
+
+    async fn create_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO subscriptions (id, tenant_id, name, event_types, origin, sink_type, sink_config,
+                signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
+                verification_state, verification_error, disabled_reason, pull_cursor, created_at, updated_at)
+             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+        )
+        .bind(sub.id)
+        .bind(&sub.tenant_id)
+        .bind(&sub.name)
+        .bind(serde_json::to_string(&sub.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+        .bind(&sub.origin)
+        .bind(sub.sink.as_str())
+        .bind(sub.sink_config.to_string())
+        .bind(&sub.signing_secret)
+        .bind(&sub.previous_secret)
+        .bind(sub.previous_secret_expires_at)
+        .bind(&sub.credentials)
+        .bind(sub.enabled)
+        .bind(sub.verification.as_str())
+        .bind(&sub.verification_error)
+        .bind(&sub.disabled_reason)
+        .bind(sub.pull_cursor)
+        .bind(sub.created_at)
+        .bind(sub.updated_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn subscription(&self, tenant: &str, id: Uuid) -> StoreResult<Option<SubscriptionRecord>> {
+        let sql = format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE tenant_id = $1 AND id = $2");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(subscription_from_row)
+            .transpose()
+    }
+
+    async fn list_subscriptions(
+        &self,
+        tenant: &str,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
+             WHERE tenant_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(subscription_from_row)
+            .collect()
+    }
+
+    async fn update_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE subscriptions SET name = $3, event_types = $4::jsonb, origin = $5, sink_type = $6,
+                sink_config = $7::jsonb, signing_secret = $8, previous_secret = $9,
+                previous_secret_expires_at = $10, credentials = $11, enabled = $12,
+                verification_state = $13, verification_error = $14, disabled_reason = $15, updated_at = $16
+             WHERE tenant_id = $1 AND id = $2",
+        )
+        .bind(&sub.tenant_id)
+        .bind(sub.id)
+        .bind(&sub.name)
+        .bind(serde_json::to_string(&sub.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+        .bind(&sub.origin)
+        .bind(sub.sink.as_str())
+        .bind(sub.sink_config.to_string())
+        .bind(&sub.signing_secret)
+        .bind(&sub.previous_secret)
+        .bind(sub.previous_secret_expires_at)
+        .bind(&sub.credentials)
+        .bind(sub.enabled)
+        .bind(sub.verification.as_str())
+        .bind(&sub.verification_error)
+        .bind(&sub.disabled_reason)
+        .bind(sub.updated_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query("DELETE FROM subscriptions WHERE tenant_id = $1 AND id = $2")
+            .bind(tenant)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE delivery_jobs SET state = 'cancelled', lease_expires_at = NULL, updated_at = now()
+             WHERE subscription_id = $1 AND state IN ('pending', 'leased')",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM pull_entries WHERE subscription_id = $1").bind(id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn pull_events(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        // `USING` merges tenant_id and seq; every other column exists only in events.
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM pull_entries p
+             JOIN events e USING (tenant_id, seq)
+             WHERE p.subscription_id = $1 AND p.tenant_id = $2 AND p.seq > $3
+             ORDER BY p.seq LIMIT $4"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(subscription)
+            .bind(tenant)
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(event_from_row)
+            .collect()
+    }
+
+    async fn advance_pull_cursor(&self, tenant: &str, subscription: Uuid, to: i64) -> StoreResult<i64> {
+        let cursor: Option<i64> = sqlx::query_scalar(
+            "UPDATE subscriptions SET pull_cursor = GREATEST(pull_cursor, $3)
+             WHERE tenant_id = $1 AND id = $2 RETURNING pull_cursor",
+        )
+        .bind(tenant)
+        .bind(subscription)
+        .bind(to)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(cursor.unwrap_or(to))
+    }
+
+    async fn list_jobs(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        state: Option<&str>,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryJob>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM delivery_jobs
+             WHERE tenant_id = $1 AND subscription_id = $2 AND ($3::text IS NULL OR state = $3)
+               AND ($4::uuid IS NULL OR id > $4)
+             ORDER BY id LIMIT $5"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(subscription)
+            .bind(state)
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(job_from_row)
             .collect()
     }
 

@@ -2,7 +2,14 @@
 //! file or PostgreSQL schema) per test. PostgreSQL is required: without it these tests fail.
 
 mod contract;
+mod subscriptions;
 mod support;
+
+/// Every contract test, whichever module holds it.
+mod suite {
+    pub use crate::contract::*;
+    pub use crate::subscriptions::*;
+}
 
 /// Runs each contract test once per backend.
 macro_rules! contract_suite {
@@ -12,7 +19,7 @@ macro_rules! contract_suite {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let db = crate::support::TestDb::sqlite().await;
-                    crate::contract::$name(&db).await;
+                    crate::suite::$name(&db).await;
                 }
             )*
         }
@@ -21,7 +28,7 @@ macro_rules! contract_suite {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     let db = crate::support::TestDb::postgres().await;
-                    crate::contract::$name(&db).await;
+                    crate::suite::$name(&db).await;
                 }
             )*
         }
@@ -40,4 +47,10 @@ contract_suite!(
     quarantine_pagination_is_complete_and_disjoint,
     api_keys_are_stored_hashed_listed_and_revoked,
     a_nul_in_a_quarantined_header_is_stored_safely,
+    subscriptions_round_trip_and_stay_within_their_tenant,
+    subscriptions_list_in_creation_order_with_a_cursor,
+    accepted_events_create_work_only_for_admitting_subscriptions,
+    only_events_after_creation_match,
+    deleting_a_subscription_cancels_its_work,
+    pull_cursors_only_move_forward_even_under_concurrency,
 );

@@ -115,3 +115,32 @@ pub fn quarantined(headers: Vec<(String, String)>, body: &[u8], origin: Origin) 
         other => panic!("test record not quarantined: {other:?}"),
     }
 }
+
+pub fn subscription(
+    tenant: &str,
+    sink: hub_core::SinkKind,
+    types: &[&str],
+    origin: Option<&str>,
+) -> hub_store::SubscriptionRecord {
+    let now = Utc::now();
+    hub_store::SubscriptionRecord {
+        id: Uuid::now_v7(),
+        tenant_id: tenant.to_owned(),
+        name: "test".to_owned(),
+        event_types: types.iter().map(|t| (*t).to_owned()).collect(),
+        origin: origin.map(str::to_owned),
+        sink,
+        sink_config: serde_json::json!({"type": sink.as_str()}),
+        signing_secret: None,
+        previous_secret: None,
+        previous_secret_expires_at: None,
+        credentials: None,
+        enabled: true,
+        verification: hub_core::VerificationState::Active,
+        verification_error: None,
+        disabled_reason: None,
+        pull_cursor: 0,
+        created_at: now,
+        updated_at: now,
+    }
+}

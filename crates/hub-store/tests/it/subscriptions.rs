@@ -1,0 +1,147 @@
+//! Subscriptions, matching at ingest, pull streams and jobs: the contract of both backends.
+
+use std::sync::Arc;
+
+use chrono::{Duration, Utc};
+use hub_core::{SinkKind, VerificationState};
+use uuid::Uuid;
+
+use crate::support::{TestDb, accepted, accepted_with, headers, subscription};
+
+pub async fn subscriptions_round_trip_and_stay_within_their_tenant(db: &TestDb) {
+    let mut sub = subscription("t1", SinkKind::Webhook, &["loan_application.*"], Some("lender"));
+    sub.sink_config = serde_json::json!({"type": "webhook", "url": "https://example.com/h", "timeout_ms": 5000});
+    sub.signing_secret = Some(vec![1, 2, 3]);
+    sub.credentials = Some(vec![4, 5]);
+    sub.verification = VerificationState::Pending;
+    db.store.create_subscription(&sub).await.expect("create");
+
+    let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
+    assert_eq!(read.name, sub.name);
+    assert_eq!(read.event_types, sub.event_types);
+    assert_eq!(read.origin, sub.origin);
+    assert_eq!(read.sink, SinkKind::Webhook);
+    assert_eq!(read.sink_config, sub.sink_config);
+    assert_eq!(read.signing_secret, sub.signing_secret);
+    assert_eq!(read.credentials, sub.credentials);
+    assert_eq!(read.verification, VerificationState::Pending);
+    assert!(read.enabled);
+    assert!(db.store.subscription("t2", sub.id).await.expect("read").is_none(), "invisible to another tenant");
+
+    let mut changed = read.clone();
+    changed.name = "renamed".into();
+    changed.enabled = false;
+    changed.disabled_reason = Some("operator".into());
+    changed.previous_secret = Some(vec![9]);
+    changed.previous_secret_expires_at = Some(Utc::now() + Duration::hours(24));
+    changed.updated_at = Utc::now();
+    let mut foreign = changed.clone();
+    foreign.tenant_id = "t2".into();
+    assert!(!db.store.update_subscription(&foreign).await.expect("update"), "another tenant cannot update it");
+    assert!(db.store.update_subscription(&changed).await.expect("update"));
+    let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
+    assert_eq!(read.name, "renamed");
+    assert!(!read.enabled);
+    assert_eq!(read.disabled_reason.as_deref(), Some("operator"));
+    assert_eq!(read.previous_secret, Some(vec![9]));
+    assert!(read.previous_secret_expires_at.is_some());
+
+    assert!(!db.store.delete_subscription("t2", sub.id).await.expect("delete"), "another tenant cannot delete it");
+    assert!(db.store.delete_subscription("t1", sub.id).await.expect("delete"));
+    assert!(db.store.subscription("t1", sub.id).await.expect("read").is_none());
+}
+
+pub async fn subscriptions_list_in_creation_order_with_a_cursor(db: &TestDb) {
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let sub = subscription("t1", SinkKind::Pull, &["*.*"], None);
+        db.store.create_subscription(&sub).await.expect("create");
+        ids.push(sub.id);
+    }
+    db.store.create_subscription(&subscription("t2", SinkKind::Pull, &["*.*"], None)).await.expect("create");
+    let first = db.store.list_subscriptions("t1", None, 3).await.expect("list");
+    assert_eq!(first.iter().map(|s| s.id).collect::<Vec<_>>(), ids[..3]);
+    let rest = db.store.list_subscriptions("t1", Some(ids[2]), 3).await.expect("list");
+    assert_eq!(rest.iter().map(|s| s.id).collect::<Vec<_>>(), ids[3..]);
+}
+
+pub async fn accepted_events_create_work_only_for_admitting_subscriptions(db: &TestDb) {
+    let pull = subscription("t1", SinkKind::Pull, &["loan_application.*"], None);
+    let push = subscription("t1", SinkKind::Webhook, &["*.approved"], Some("lender"));
+    let other_origin = subscription("t1", SinkKind::Webhook, &["*.*"], Some("crm"));
+    let disabled = subscription("t1", SinkKind::Pull, &["*.*"], None);
+    let pending = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let other_tenant = subscription("t2", SinkKind::Pull, &["*.*"], None);
+    let disabled = hub_store::SubscriptionRecord { enabled: false, ..disabled };
+    let pending = hub_store::SubscriptionRecord { verification: VerificationState::Pending, ..pending };
+    for s in [&pull, &push, &other_origin, &disabled, &pending, &other_tenant] {
+        db.store.create_subscription(s).await.expect("create");
+    }
+    let approved = accepted("t1", Uuid::now_v7());
+    let created = accepted_with(headers("t1", Uuid::now_v7(), "account", "created"), b"{}");
+    let rejected = accepted_with(headers("t1", Uuid::now_v7(), "loan_application", "rejected"), b"{}");
+    db.store.write_batch(&[approved.clone(), created, rejected]).await.expect("write");
+    // A duplicate creates no work.
+    db.store.write_batch(&[approved]).await.expect("write");
+
+    let pulled: Vec<i64> =
+        db.store.pull_events("t1", pull.id, 0, 100).await.expect("pull").iter().map(|e| e.seq).collect();
+    assert_eq!(pulled, vec![1, 3], "loan_application.* matched approved and rejected");
+    let jobs = db.store.list_jobs("t1", push.id, None, None, 100).await.expect("jobs");
+    assert_eq!(jobs.iter().map(|j| j.event_seq).collect::<Vec<_>>(), vec![1], "*.approved from lender");
+    assert!(jobs.iter().all(|j| j.state == "pending" && j.attempts == 0 && j.due_at <= Utc::now()));
+    for s in [&other_origin, &pending] {
+        assert!(db.store.list_jobs("t1", s.id, None, None, 100).await.expect("jobs").is_empty());
+    }
+    assert!(db.store.pull_events("t1", disabled.id, 0, 100).await.expect("pull").is_empty());
+    assert!(db.store.pull_events("t2", other_tenant.id, 0, 100).await.expect("pull").is_empty());
+}
+
+pub async fn only_events_after_creation_match(db: &TestDb) {
+    db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
+    let pull = subscription("t1", SinkKind::Pull, &["loan_application.*"], None);
+    db.store.create_subscription(&pull).await.expect("create");
+    db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
+    let pulled: Vec<i64> =
+        db.store.pull_events("t1", pull.id, 0, 100).await.expect("pull").iter().map(|e| e.seq).collect();
+    assert_eq!(pulled, vec![2]);
+}
+
+pub async fn deleting_a_subscription_cancels_its_work(db: &TestDb) {
+    let push = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let pull = subscription("t1", SinkKind::Pull, &["*.*"], None);
+    let keep = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    for s in [&push, &pull, &keep] {
+        db.store.create_subscription(s).await.expect("create");
+    }
+    db.store.write_batch(&[accepted("t1", Uuid::now_v7()), accepted("t1", Uuid::now_v7())]).await.expect("write");
+    assert!(db.store.delete_subscription("t1", push.id).await.expect("delete"));
+    assert!(db.store.delete_subscription("t1", pull.id).await.expect("delete"));
+    let jobs = db.store.list_jobs("t1", push.id, None, None, 100).await.expect("jobs");
+    assert_eq!(jobs.len(), 2);
+    assert!(jobs.iter().all(|j| j.state == "cancelled"), "{jobs:?}");
+    assert!(db.store.list_jobs("t1", push.id, Some("pending"), None, 100).await.expect("jobs").is_empty());
+    assert!(db.store.pull_events("t1", pull.id, 0, 100).await.expect("pull").is_empty());
+    assert_eq!(db.store.list_jobs("t1", keep.id, Some("pending"), None, 100).await.expect("jobs").len(), 2);
+}
+
+pub async fn pull_cursors_only_move_forward_even_under_concurrency(db: &TestDb) {
+    let pull = subscription("t1", SinkKind::Pull, &["*.*"], None);
+    db.store.create_subscription(&pull).await.expect("create");
+    assert_eq!(db.store.advance_pull_cursor("t1", pull.id, 5).await.expect("advance"), 5);
+    assert_eq!(db.store.advance_pull_cursor("t1", pull.id, 3).await.expect("advance"), 5, "never backwards");
+    let mut tasks = Vec::new();
+    for to in (6..=40).rev() {
+        let store = Arc::clone(&db.store);
+        let id = pull.id;
+        tasks.push(tokio::spawn(async move { store.advance_pull_cursor("t1", id, to).await.expect("advance") }));
+    }
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let read = db.store.subscription("t1", pull.id).await.expect("read").expect("exists");
+    assert_eq!(read.pull_cursor, 40);
+    // Another tenant's read does not touch it.
+    db.store.advance_pull_cursor("t2", pull.id, 99).await.expect("advance");
+    assert_eq!(db.store.subscription("t1", pull.id).await.expect("read").expect("exists").pull_cursor, 40);
+}
