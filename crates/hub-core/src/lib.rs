@@ -9,6 +9,7 @@
 pub mod envelope;
 pub mod filter;
 pub mod ids;
+pub mod netpolicy;
 pub mod pull;
 pub mod ratelimit;
 pub mod seal;

@@ -7,6 +7,7 @@ pub mod api;
 pub mod config;
 pub mod ingest;
 pub mod keys;
+pub mod secrets;
 pub mod telemetry;
 
 use std::net::SocketAddr;
@@ -74,6 +75,11 @@ impl Hub {
 
 /// Starts the hub: store, HTTP API. Runs until `shutdown` is cancelled.
 pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Result<Hub> {
+    let kek = secrets::load_kek(&config)?;
+    match &kek {
+        Some(kek) => tracing::info!(kek = %kek.id_hex(), "key-encryption key loaded"),
+        None => tracing::warn!("no key-encryption key configured: webhook and credentialed subscriptions are refused"),
+    }
     let store = open_store(&config, false).await?;
     let listener = tokio::net::TcpListener::bind(config.http_listen_addr)
         .await
@@ -89,6 +95,9 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
         store: Arc::clone(&store),
         admin_token: admin_token.clone(),
         policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
+        sealer: Arc::new(secrets::Sealer::new(kek)),
+        allow_private_sinks: config.allow_private_sinks,
+        pull_limiter: Arc::new(api::pull::PullLimiter::new(config.pull_rate, config.pull_burst)),
         draining: Arc::clone(&draining),
     };
     telemetry::prometheus();

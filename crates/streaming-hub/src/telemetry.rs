@@ -13,6 +13,10 @@ use tracing_subscriber::EnvFilter;
 pub mod metric {
     /// `{verdict}`: accepted, duplicate, discarded, quarantined.
     pub const INGEST_RECORDS: &str = "streaming_hub_ingest_records_total";
+    /// `{outcome}`: served, rate_limited.
+    pub const PULL_READS: &str = "streaming_hub_pull_reads_total";
+    /// Events returned by pull reads.
+    pub const PULL_EVENTS: &str = "streaming_hub_pull_events_total";
 }
 
 /// Installs the log subscriber; JSON unless `local`. `STREAMING_HUB_LOG` (or `RUST_LOG`) sets
@@ -44,6 +48,11 @@ pub fn prometheus() -> &'static PrometheusHandle {
 
 fn describe() {
     metrics::describe_counter!(metric::INGEST_RECORDS, "Records ingested, by verdict");
+    metrics::describe_counter!(metric::PULL_READS, "Pull reads, by outcome (served, rate_limited)");
+    metrics::describe_counter!(metric::PULL_EVENTS, "Events returned by pull reads");
+    for outcome in ["served", "rate_limited"] {
+        metrics::counter!(metric::PULL_READS, "outcome" => outcome).increment(0);
+    }
     for verdict in ["accepted", "duplicate", "discarded", "quarantined"] {
         metrics::counter!(metric::INGEST_RECORDS, "verdict" => verdict).increment(0);
     }

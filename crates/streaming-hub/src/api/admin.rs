@@ -8,34 +8,66 @@ use chrono::{DateTime, Utc};
 use hub_core::{ReasonCode, TenantId};
 use hub_store::{ApiKeyRecord, QuarantineEntry, QuarantineFilter};
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Admin;
-use super::error::{ApiError, Json, Query, page_limit};
+use super::error::{ApiError, ErrorBody, Json, Query, page_limit};
 use crate::keys;
 
 const MAX_NAME: usize = 200;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateApiKey {
     tenant_id: String,
+    /// A label to tell keys apart; `default` when omitted.
     name: Option<String>,
 }
 
-#[derive(Serialize)]
-struct CreatedApiKey {
+/// An API key as listed: never the key itself.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKeyView {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub name: String,
+    /// The first characters of the key, to tell keys apart.
+    pub key_prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<ApiKeyRecord> for ApiKeyView {
+    fn from(r: ApiKeyRecord) -> Self {
+        Self {
+            id: r.id,
+            tenant_id: r.tenant_id,
+            name: r.name,
+            key_prefix: r.key_prefix,
+            created_at: r.created_at,
+            revoked_at: r.revoked_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedApiKey {
     #[serde(flatten)]
-    record: ApiKeyRecord,
+    record: ApiKeyView,
     /// The key itself: shown in this response only.
     key: String,
 }
 
-/// A page of a listing.
-#[derive(Debug, Serialize)]
-pub struct Page<T> {
-    pub items: Vec<T>,
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApiKeyPage {
+    pub items: Vec<ApiKeyView>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QuarantinePage {
+    pub items: Vec<QuarantineView>,
     pub next_cursor: Option<String>,
 }
 
@@ -54,6 +86,18 @@ pub fn valid_name(field: &str, name: &str) -> Result<(), ApiError> {
 }
 
 /// Creates a key for a tenant; the key is shown once.
+#[utoipa::path(
+    post, path = "/admin/api-keys", tag = "admin",
+    request_body = CreateApiKey,
+    responses(
+        (status = 201, description = "Created; the key is shown in this response only", body = CreatedApiKey),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 422, description = "A field is invalid; the message names it", body = ErrorBody),
+    ),
+    security(("admin_token" = []))
+)]
 pub async fn create_api_key(
     State(state): State<AppState>,
     _: Admin,
@@ -63,16 +107,29 @@ pub async fn create_api_key(
     let name = req.name.unwrap_or_else(|| "default".to_owned());
     valid_name("name", &name)?;
     let (record, key) = keys::issue(state.store.as_ref(), &tenant, &name).await?;
-    Ok((StatusCode::CREATED, axum::Json(CreatedApiKey { record, key })))
+    Ok((StatusCode::CREATED, axum::Json(CreatedApiKey { record: record.into(), key })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
+    /// The `next_cursor` of the previous page.
     cursor: Option<String>,
+    /// 1 to 1000, default 100.
     limit: Option<u32>,
 }
 
+#[utoipa::path(
+    get, path = "/admin/api-keys", tag = "admin",
+    params(ListParams),
+    responses(
+        (status = 200, description = "Every key, newest first, revoked ones included", body = ApiKeyPage),
+        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+    ),
+    security(("admin_token" = []))
+)]
 pub async fn list_api_keys(
     State(state): State<AppState>,
     _: Admin,
@@ -85,9 +142,20 @@ pub async fn list_api_keys(
         .transpose()?;
     let items = state.store.list_api_keys(before, limit).await?;
     let next_cursor = (items.len() == limit as usize).then(|| items.last().map(|k| k.id.to_string())).flatten();
-    Ok(axum::Json(Page { items, next_cursor }))
+    Ok(axum::Json(ApiKeyPage { items: items.into_iter().map(ApiKeyView::from).collect(), next_cursor }))
 }
 
+#[utoipa::path(
+    delete, path = "/admin/api-keys/{id}", tag = "admin",
+    params(("id" = String, Path, description = "API key id")),
+    responses(
+        (status = 204, description = "Revoked"),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+        (status = 404, description = "No live key with this id", body = ErrorBody),
+    ),
+    security(("admin_token" = []))
+)]
 pub async fn revoke_api_key(
     State(state): State<AppState>,
     _: Admin,
@@ -98,27 +166,77 @@ pub async fn revoke_api_key(
     if state.store.revoke_api_key(id).await? { Ok(StatusCode::NO_CONTENT) } else { Err(not_found()) }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct QuarantineParams {
+    /// The `ce-tenantid` the record carried.
     tenant: Option<String>,
+    /// The `ce-source` the record carried.
     source: Option<String>,
+    /// A reason code, e.g. `invalid_id`.
     reason: Option<String>,
+    /// `http` or `kafka`.
     origin: Option<String>,
+    /// RFC 3339; received at or after.
     since: Option<String>,
+    /// RFC 3339; received before.
     until: Option<String>,
+    /// The `next_cursor` of the previous page.
     cursor: Option<String>,
+    /// 1 to 1000, default 100.
     limit: Option<u32>,
 }
 
 /// A quarantined record as operators read it: the body as text when it is UTF-8, else base64.
-#[derive(Serialize)]
-struct QuarantineView {
-    #[serde(flatten)]
-    entry: QuarantineEntry,
-    body: Option<String>,
-    body_base64: Option<String>,
-    body_truncated: bool,
+#[derive(Debug, Serialize, ToSchema)]
+pub struct QuarantineView {
+    pub id: i64,
+    pub tenant_id: Option<String>,
+    pub source: Option<String>,
+    pub ce_id: Option<String>,
+    pub reason_code: String,
+    /// The header (or `body`) at fault.
+    pub reason_field: String,
+    pub reason: String,
+    /// The record's CloudEvents and trace headers, each capped at 4 KiB.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The body (capped at 64 KiB) when it is UTF-8 text.
+    pub body: Option<String>,
+    /// The body (capped at 64 KiB), base64, when it is not UTF-8.
+    pub body_base64: Option<String>,
+    /// The size of the body as received.
+    pub body_bytes: i64,
+    pub body_truncated: bool,
+    /// `{"kind": "http"}` or `{"kind": "kafka", "topic", "partition", "offset"}`.
+    #[schema(value_type = Object)]
+    pub origin: serde_json::Value,
+    pub received_at: DateTime<Utc>,
+}
+
+impl QuarantineView {
+    fn of(entry: QuarantineEntry) -> Self {
+        let body_truncated = entry.body.len() as i64 != entry.body_bytes;
+        let (body, body_base64) = match String::from_utf8(entry.body) {
+            Ok(text) => (Some(text), None),
+            Err(e) => (None, Some(base64::engine::general_purpose::STANDARD.encode(e.into_bytes()))),
+        };
+        Self {
+            id: entry.id,
+            tenant_id: entry.tenant_id,
+            source: entry.source,
+            ce_id: entry.ce_id,
+            reason_code: entry.reason_code,
+            reason_field: entry.reason_field,
+            reason: entry.reason,
+            headers: entry.headers,
+            body,
+            body_base64,
+            body_bytes: entry.body_bytes,
+            body_truncated,
+            origin: serde_json::to_value(&entry.origin).unwrap_or_default(),
+            received_at: entry.received_at,
+        }
+    }
 }
 
 fn timestamp(param: &str, raw: Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
@@ -130,6 +248,17 @@ fn timestamp(param: &str, raw: Option<String>) -> Result<Option<DateTime<Utc>>, 
     .transpose()
 }
 
+#[utoipa::path(
+    get, path = "/admin/quarantine", tag = "admin",
+    params(QuarantineParams),
+    responses(
+        (status = 200, description = "Quarantined records, newest first", body = QuarantinePage),
+        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+    ),
+    security(("admin_token" = []))
+)]
 pub async fn list_quarantine(
     State(state): State<AppState>,
     _: Admin,
@@ -162,16 +291,6 @@ pub async fn list_quarantine(
     };
     let entries = state.store.list_quarantine(&filter).await?;
     let next_cursor = (entries.len() == limit as usize).then(|| entries.last().map(|e| e.id.to_string())).flatten();
-    let items = entries
-        .into_iter()
-        .map(|entry| {
-            let truncated = entry.body.len() as i64 != entry.body_bytes;
-            let (body, body_base64) = match std::str::from_utf8(&entry.body) {
-                Ok(text) => (Some(text.to_owned()), None),
-                Err(_) => (None, Some(base64::engine::general_purpose::STANDARD.encode(&entry.body))),
-            };
-            QuarantineView { entry, body, body_base64, body_truncated: truncated }
-        })
-        .collect();
-    Ok(axum::Json(Page { items, next_cursor }))
+    let items = entries.into_iter().map(QuarantineView::of).collect();
+    Ok(axum::Json(QuarantinePage { items, next_cursor }))
 }

@@ -65,3 +65,20 @@ impl FromRequestParts<AppState> for Admin {
         }
     }
 }
+
+/// A caller holding a tenant API key: the `/v1` tenant routes.
+#[derive(Debug)]
+pub struct TenantCaller {
+    pub tenant: TenantId,
+}
+
+impl FromRequestParts<AppState> for TenantCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        match Principal::from_request_parts(parts, state).await? {
+            Principal::Tenant { tenant, .. } => Ok(TenantCaller { tenant }),
+            Principal::Admin => Err(ApiError::forbidden("this route requires a tenant API key")),
+        }
+    }
+}

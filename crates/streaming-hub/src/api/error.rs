@@ -21,11 +21,15 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
-#[derive(Serialize)]
-struct Body<'a> {
-    code: u16,
-    title: &'a str,
-    message: &'a str,
+/// The body of every error answer.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// The HTTP status.
+    pub code: u16,
+    /// A stable snake_case identifier, e.g. `validation_failed`.
+    pub title: String,
+    /// What went wrong; validation errors name the field.
+    pub message: String,
 }
 
 impl ApiError {
@@ -78,7 +82,7 @@ impl From<hub_store::StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Body { code: self.status.as_u16(), title: self.title, message: &self.message };
+        let body = ErrorBody { code: self.status.as_u16(), title: self.title.to_owned(), message: self.message };
         let mut response = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));

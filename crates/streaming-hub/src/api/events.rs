@@ -12,13 +12,16 @@ use serde::Serialize;
 
 use super::AppState;
 use super::auth::Principal;
-use super::error::{ApiError, RawBody};
+use super::error::{ApiError, ErrorBody, RawBody};
 use crate::ingest::{self, Outcome};
 
-#[derive(Serialize)]
-struct Accepted {
-    verdict: &'static str,
-    seq: Option<i64>,
+/// The verdict on a posted event that was not quarantined.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct IngestAnswer {
+    /// `accepted`, `duplicate` or `discarded`.
+    pub verdict: &'static str,
+    /// The event's seq in its tenant's inbox (the stored one for a duplicate); null when discarded.
+    pub seq: Option<i64>,
 }
 
 fn essence(content_type: &str) -> String {
@@ -41,6 +44,35 @@ fn binary_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+#[utoipa::path(
+    post, path = "/v1/events", tag = "events",
+    request_body(
+        content = Object,
+        description = "Binary mode: the `ce-*` attributes as headers and the event data as the body \
+                       (`Content-Type` is the data content type). Structured mode: \
+                       `Content-Type: application/cloudevents+json` and the whole CloudEvent as JSON.",
+    ),
+    params(
+        ("ce-specversion" = Option<String>, Header, description = "1.0"),
+        ("ce-id" = Option<String>, Header, description = "A UUIDv7"),
+        ("ce-source" = Option<String>, Header, description = "The producing application"),
+        ("ce-type" = Option<String>, Header, description = "studio.lerian.<source>.<resource>.<event>"),
+        ("ce-time" = Option<String>, Header, description = "RFC 3339"),
+        ("ce-schemaversion" = Option<String>, Header, description = "Semantic version"),
+        ("ce-resourcetype" = Option<String>, Header, description = "e.g. loan_application"),
+        ("ce-eventtype" = Option<String>, Header, description = "e.g. approved"),
+        ("ce-tenantid" = Option<String>, Header, description = "The owning tenant"),
+    ),
+    responses(
+        (status = 202, description = "Accepted, duplicate or discarded", body = IngestAnswer),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "A tenant key posting for another tenant", body = ErrorBody),
+        (status = 413, description = "Request over 2 MiB", body = ErrorBody),
+        (status = 415, description = "Batched CloudEvents", body = ErrorBody),
+        (status = 422, description = "Quarantined; the message names the header at fault", body = ErrorBody),
+    ),
+    security(("api_key" = []), ("admin_token" = []))
+)]
 pub async fn ingest(
     State(state): State<AppState>,
     principal: Principal,
@@ -93,13 +125,13 @@ fn authorize(principal: &Principal, headers: &[(String, Vec<u8>)]) -> Result<(),
 fn respond(outcome: Outcome) -> Response {
     match outcome {
         Outcome::Accepted { seq } => {
-            (StatusCode::ACCEPTED, Json(Accepted { verdict: "accepted", seq: Some(seq) })).into_response()
+            (StatusCode::ACCEPTED, Json(IngestAnswer { verdict: "accepted", seq: Some(seq) })).into_response()
         }
         Outcome::Duplicate { seq } => {
-            (StatusCode::ACCEPTED, Json(Accepted { verdict: "duplicate", seq: Some(seq) })).into_response()
+            (StatusCode::ACCEPTED, Json(IngestAnswer { verdict: "duplicate", seq: Some(seq) })).into_response()
         }
         Outcome::Discarded => {
-            (StatusCode::ACCEPTED, Json(Accepted { verdict: "discarded", seq: None })).into_response()
+            (StatusCode::ACCEPTED, Json(IngestAnswer { verdict: "discarded", seq: None })).into_response()
         }
         Outcome::Quarantined(reason) => {
             ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "quarantined", reason.to_string()).into_response()

@@ -1,10 +1,17 @@
-//! The HTTP API: routes, shared state, and the fallbacks that keep every error in one shape.
+//! The HTTP API: routes, shared state, the OpenAPI document, and the fallbacks that keep every
+//! error in one shape.
+//!
+//! Every route is registered through `utoipa-axum` from its annotated handler, so the document
+//! served at `/openapi.json` is built from the same table that routes requests.
 
 pub mod admin;
 pub mod auth;
+pub mod destination;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod pull;
+pub mod subscriptions;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -12,11 +19,15 @@ use std::sync::atomic::AtomicBool;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
-use axum::routing::{delete, get, post};
 use hub_core::IngestPolicy;
 use hub_store::Store;
+use utoipa::OpenApi;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::config::Secret;
+use crate::secrets::Sealer;
 use error::ApiError;
 
 /// Largest request body read. An event body over 1 MiB but under this is still read, so that it
@@ -29,20 +40,69 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub admin_token: Secret,
     pub policy: Arc<IngestPolicy>,
+    pub sealer: Arc<Sealer>,
+    pub allow_private_sinks: bool,
+    pub pull_limiter: Arc<pull::PullLimiter>,
     /// Set when the process starts draining: `/readyz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
 }
 
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Streaming Hub",
+        description = "CloudEvents in; signed webhooks, queues and pull cursors out. Every error is \
+                       `{\"code\", \"title\", \"message\"}`.",
+        license(name = "Apache-2.0")
+    ),
+    modifiers(&Security),
+    components(schemas(error::ErrorBody)),
+    tags(
+        (name = "events", description = "Ingest"),
+        (name = "subscriptions", description = "A tenant's subscriptions"),
+        (name = "pull", description = "Reading a pull subscription"),
+        (name = "admin", description = "Operator routes (admin token)"),
+        (name = "operations", description = "Health, readiness, metrics and this document"),
+    )
+)]
+struct ApiDoc;
+
+struct Security;
+
+impl utoipa::Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("api_key", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+        components.add_security_scheme("admin_token", SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)));
+    }
+}
+
+/// The routes and the OpenAPI document that describes them.
+pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+        .routes(routes!(health::openapi))
+        .routes(routes!(events::ingest))
+        .routes(routes!(subscriptions::create, subscriptions::list))
+        .routes(routes!(subscriptions::read, subscriptions::update, subscriptions::delete))
+        .routes(routes!(pull::read))
+        .routes(routes!(admin::create_api_key, admin::list_api_keys))
+        .routes(routes!(admin::revoke_api_key))
+        .routes(routes!(admin::list_quarantine))
+        .split_for_parts()
+}
+
+/// The OpenAPI document alone.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    routes().1
+}
+
 /// The whole router.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(health::metrics))
-        .route("/v1/events", post(events::ingest))
-        .route("/admin/api-keys", post(admin::create_api_key).get(admin::list_api_keys))
-        .route("/admin/api-keys/{id}", delete(admin::revoke_api_key))
-        .route("/admin/quarantine", get(admin::list_quarantine))
+    let (routes, _) = routes();
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))

@@ -1,0 +1,133 @@
+//! Which destination addresses are public.
+//!
+//! A push sink must not reach the hub's own network unless the operator allows private sinks:
+//! loopback, private, link-local (cloud metadata included), carrier-grade NAT, multicast,
+//! unspecified, broadcast, documentation and benchmarking ranges, IPv6 unique-local and
+//! link-local, and IPv4-mapped or -translated IPv6 addresses (judged by the IPv4 inside, so
+//! `::ffff:127.0.0.1` cannot hide a loopback) are all refused.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+/// Why an address is not public.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restricted {
+    Loopback,
+    Private,
+    LinkLocal,
+    SharedAddressSpace,
+    Multicast,
+    Unspecified,
+    Reserved,
+    UniqueLocal,
+}
+
+impl Restricted {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Loopback => "loopback",
+            Self::Private => "private",
+            Self::LinkLocal => "link-local",
+            Self::SharedAddressSpace => "carrier-grade NAT",
+            Self::Multicast => "multicast",
+            Self::Unspecified => "unspecified",
+            Self::Reserved => "reserved",
+            Self::UniqueLocal => "unique-local",
+        }
+    }
+}
+
+fn v4(ip: Ipv4Addr) -> Option<Restricted> {
+    let [a, b, c, _] = ip.octets();
+    Some(match () {
+        _ if ip.is_loopback() => Restricted::Loopback,
+        _ if ip.is_private() => Restricted::Private,
+        _ if ip.is_link_local() => Restricted::LinkLocal,
+        _ if a == 100 && (64..128).contains(&b) => Restricted::SharedAddressSpace,
+        _ if ip.is_multicast() => Restricted::Multicast,
+        _ if ip.is_unspecified() || a == 0 => Restricted::Unspecified,
+        _ if ip.is_broadcast() || a >= 240 => Restricted::Reserved,
+        // Documentation (TEST-NET-1/2/3), benchmarking (198.18/15) and IETF protocol assignments.
+        _ if (a, b, c) == (192, 0, 2) || (a, b, c) == (198, 51, 100) || (a, b, c) == (203, 0, 113) => {
+            Restricted::Reserved
+        }
+        _ if a == 198 && (b == 18 || b == 19) => Restricted::Reserved,
+        _ if (a, b, c) == (192, 0, 0) => Restricted::Reserved,
+        _ => return None,
+    })
+}
+
+fn v6(ip: Ipv6Addr) -> Option<Restricted> {
+    let segments = ip.segments();
+    // IPv4-mapped (::ffff:a.b.c.d), IPv4-compatible (::a.b.c.d) and NAT64 (64:ff9b::/96).
+    if let Some(inner) = ip.to_ipv4_mapped() {
+        return Some(v4(inner).unwrap_or(Restricted::Reserved));
+    }
+    if segments[..6] == [0, 0, 0, 0, 0, 0] && !ip.is_loopback() && !ip.is_unspecified() {
+        return Some(Restricted::Reserved);
+    }
+    if segments[0] == 0x64 && segments[1] == 0xff9b {
+        let inner = Ipv4Addr::from(((segments[6] as u32) << 16) | segments[7] as u32);
+        return Some(v4(inner).unwrap_or(Restricted::Reserved));
+    }
+    Some(match () {
+        _ if ip.is_loopback() => Restricted::Loopback,
+        _ if ip.is_unspecified() => Restricted::Unspecified,
+        _ if ip.is_multicast() => Restricted::Multicast,
+        _ if segments[0] & 0xfe00 == 0xfc00 => Restricted::UniqueLocal,
+        _ if segments[0] & 0xffc0 == 0xfe80 => Restricted::LinkLocal,
+        // Site-local (deprecated, still routed privately) and documentation.
+        _ if segments[0] & 0xffc0 == 0xfec0 => Restricted::Private,
+        _ if segments[0] == 0x2001 && segments[1] == 0x0db8 => Restricted::Reserved,
+        _ => return None,
+    })
+}
+
+/// `None` when `ip` is a public address a push sink may reach; otherwise why not.
+pub fn restriction(ip: IpAddr) -> Option<Restricted> {
+    match ip {
+        IpAddr::V4(ip) => v4(ip),
+        IpAddr::V6(ip) => v6(ip),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_private_range_is_restricted() {
+        for (ip, why) in [
+            ("127.0.0.1", Restricted::Loopback),
+            ("10.1.2.3", Restricted::Private),
+            ("172.16.0.1", Restricted::Private),
+            ("192.168.1.1", Restricted::Private),
+            ("169.254.169.254", Restricted::LinkLocal),
+            ("100.64.0.1", Restricted::SharedAddressSpace),
+            ("100.127.255.254", Restricted::SharedAddressSpace),
+            ("224.0.0.1", Restricted::Multicast),
+            ("0.0.0.0", Restricted::Unspecified),
+            ("255.255.255.255", Restricted::Reserved),
+            ("192.0.2.10", Restricted::Reserved),
+            ("::1", Restricted::Loopback),
+            ("::", Restricted::Unspecified),
+            ("fd00::1", Restricted::UniqueLocal),
+            ("fc00::1", Restricted::UniqueLocal),
+            ("fe80::1", Restricted::LinkLocal),
+            ("ff02::1", Restricted::Multicast),
+            ("::ffff:127.0.0.1", Restricted::Loopback),
+            ("::ffff:10.0.0.1", Restricted::Private),
+            ("::ffff:8.8.8.8", Restricted::Reserved),
+            ("64:ff9b::a9fe:a9fe", Restricted::LinkLocal),
+            ("2001:db8::1", Restricted::Reserved),
+        ] {
+            assert_eq!(restriction(ip.parse().expect("ip")), Some(why), "{ip}");
+        }
+    }
+
+    #[test]
+    fn public_addresses_pass() {
+        for ip in ["8.8.8.8", "1.1.1.1", "100.128.0.1", "172.32.0.1", "2606:4700:4700::1111", "2a00:1450::1"] {
+            assert_eq!(restriction(ip.parse().expect("ip")), None, "{ip}");
+        }
+    }
+}

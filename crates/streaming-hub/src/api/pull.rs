@@ -1,0 +1,175 @@
+//! `GET /v1/subscriptions/{id}/events`: the pull API (SPEC §4).
+//!
+//! Reading is the acknowledgement: a page moves the subscription's durable cursor to the highest
+//! seq it returned. Reads are rate limited per tenant (a token bucket per process).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::Json as AxumJson;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use base64::Engine;
+use hub_core::envelope::is_json_media_type;
+use hub_core::pull;
+use hub_core::ratelimit::TokenBucket;
+use hub_core::{SinkKind, TenantId};
+use hub_store::StoredEvent;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::auth::TenantCaller;
+use super::error::{ApiError, ErrorBody, Query, page_limit};
+use crate::telemetry::metric;
+
+/// Per-tenant token buckets for pull reads.
+#[derive(Debug)]
+pub struct PullLimiter {
+    rate: u32,
+    burst: u32,
+    origin: Instant,
+    buckets: Mutex<HashMap<TenantId, TokenBucket>>,
+}
+
+/// Buckets kept before full (idle) ones are forgotten.
+const MAX_IDLE_BUCKETS: usize = 10_000;
+
+impl PullLimiter {
+    pub fn new(rate: u32, burst: u32) -> Self {
+        Self { rate, burst, origin: Instant::now(), buckets: Mutex::new(HashMap::new()) }
+    }
+
+    /// Takes a token for `tenant`, or says how long to wait.
+    pub fn check(&self, tenant: &TenantId) -> Result<(), Duration> {
+        let now = self.origin.elapsed();
+        let mut buckets = self.buckets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if buckets.len() > MAX_IDLE_BUCKETS {
+            buckets.retain(|_, b| !b.is_full(now));
+        }
+        buckets.entry(tenant.clone()).or_insert_with(|| TokenBucket::new(self.rate, self.burst, now)).try_take(now)
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PullParams {
+    /// Read events with a seq above this one (default: the subscription's cursor). Greater than
+    /// the cursor skips everything up to it for good; smaller reads an older page without rewinding.
+    after: Option<i64>,
+    /// 1 to 1000, default 100.
+    limit: Option<u32>,
+}
+
+/// One pulled event.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullItem {
+    pub seq: i64,
+    /// The CloudEvents id: dedup by it.
+    pub ce_id: uuid::Uuid,
+    /// The event key `<resourcetype>.<eventtype>`.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    pub source: String,
+    pub time: String,
+    pub schema_version: String,
+    pub subject: Option<String>,
+    pub data_content_type: String,
+    /// The event body: JSON as received, or a string (base64 when `payloadEncoding` says so).
+    #[schema(value_type = Object)]
+    pub payload: Box<RawValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_encoding: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PullPage {
+    pub items: Vec<PullItem>,
+    /// The highest seq of a full page; null on a short page.
+    pub next_cursor: Option<i64>,
+}
+
+fn item(event: StoredEvent) -> Result<PullItem, ApiError> {
+    let content_type = event.data_content_type.clone().unwrap_or_else(|| "application/json".to_owned());
+    let (payload, encoding) = if is_json_media_type(&content_type) {
+        let text = String::from_utf8(event.payload).map_err(ApiError::internal)?;
+        (RawValue::from_string(text).map_err(ApiError::internal)?, None)
+    } else {
+        let (text, encoding) = match String::from_utf8(event.payload) {
+            Ok(text) => (text, None),
+            Err(e) => (base64::engine::general_purpose::STANDARD.encode(e.into_bytes()), Some("base64")),
+        };
+        let json = serde_json::to_string(&text).map_err(ApiError::internal)?;
+        (RawValue::from_string(json).map_err(ApiError::internal)?, encoding)
+    };
+    Ok(PullItem {
+        seq: event.seq,
+        ce_id: event.ce_id,
+        event_type: format!("{}.{}", event.resource_type, event.event_type),
+        source: event.source,
+        time: event.event_time,
+        schema_version: event.schema_version,
+        subject: event.subject,
+        data_content_type: content_type,
+        payload,
+        payload_encoding: encoding,
+    })
+}
+
+#[utoipa::path(
+    get, path = "/v1/subscriptions/{id}/events", tag = "pull",
+    params(("id" = String, Path, description = "Subscription id"), PullParams),
+    responses(
+        (status = 200, description = "A page in ascending seq; returning it acknowledges it", body = PullPage),
+        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+        (status = 409, description = "Not a pull subscription", body = ErrorBody),
+        (status = 429, description = "Rate limited; see Retry-After", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn read(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+    Query(params): Query<PullParams>,
+) -> Result<impl IntoResponse, ApiError> {
+    if let Err(wait) = state.pull_limiter.check(&caller.tenant) {
+        metrics::counter!(metric::PULL_READS, "outcome" => "rate_limited").increment(1);
+        let mut err = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "too many pull reads; retry later");
+        err.retry_after = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
+        return Err(err);
+    }
+    let limit = page_limit(params.limit)?;
+    if let Some(after) = params.after {
+        if after < 0 {
+            return Err(ApiError::query("after", "must be a seq, 0 or more"));
+        }
+    }
+    let sub = super::subscriptions::load(&state, &caller, &id).await?;
+    if sub.sink != SinkKind::Pull {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_pull_subscription",
+            format!("this subscription delivers to {}; only pull subscriptions are read here", sub.sink),
+        ));
+    }
+    let tenant = caller.tenant.as_str();
+    let from = pull::read_after(sub.pull_cursor, params.after);
+    let events = state.store.pull_events(tenant, sub.id, from, limit).await?;
+    let highest = events.last().map(|e| e.seq);
+    let moved_to = pull::advance(sub.pull_cursor, params.after, highest);
+    if moved_to > sub.pull_cursor {
+        state.store.advance_pull_cursor(tenant, sub.id, moved_to).await?;
+    }
+    let next_cursor = pull::next_cursor(events.len(), limit, highest);
+    metrics::counter!(metric::PULL_READS, "outcome" => "served").increment(1);
+    metrics::counter!(metric::PULL_EVENTS).increment(events.len() as u64);
+    let items = events.into_iter().map(item).collect::<Result<Vec<_>, _>>()?;
+    Ok(AxumJson(PullPage { items, next_cursor }))
+}

@@ -1,0 +1,372 @@
+//! `/v1/subscriptions`: create, list, read, change and delete a tenant's subscriptions.
+//!
+//! Every route is scoped to the caller's tenant: another tenant's subscription answers 404,
+//! never 403, so its existence does not leak.
+
+use axum::Json as AxumJson;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use chrono::{DateTime, Utc};
+use hub_core::{EventPattern, SinkKind, Source, VerificationState};
+use hub_store::SubscriptionRecord;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::TenantCaller;
+use super::destination::{self, Credentials};
+use super::error::{ApiError, ErrorBody, Json, Query, page_limit};
+use crate::secrets::{Purpose, SealerError, new_signing_secret};
+
+const MAX_EVENT_TYPES: usize = 100;
+/// Why a subscription disabled through the API is disabled.
+pub const DISABLED_BY_API: &str = "disabled through the API";
+
+/// A subscription as the API shows it: never a stored secret or credential.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionView {
+    pub id: Uuid,
+    pub name: String,
+    pub event_types: Vec<String>,
+    pub origin: Option<String>,
+    /// The destination without secrets or credentials.
+    #[schema(value_type = Object)]
+    pub sink: Value,
+    pub enabled: bool,
+    /// `pending`, `active` or `failed`.
+    pub verification_state: String,
+    pub verification_error: Option<String>,
+    pub disabled_reason: Option<String>,
+    /// Whether credentials are stored for the destination (they are never shown).
+    pub credentials_set: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// The webhook signing secret: in the creation response only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing_secret: Option<String>,
+}
+
+impl SubscriptionView {
+    pub fn of(sub: &SubscriptionRecord) -> Self {
+        Self {
+            id: sub.id,
+            name: sub.name.clone(),
+            event_types: sub.event_types.clone(),
+            origin: sub.origin.clone(),
+            sink: sub.sink_config.clone(),
+            enabled: sub.enabled,
+            verification_state: sub.verification.as_str().to_owned(),
+            verification_error: sub.verification_error.clone(),
+            disabled_reason: sub.disabled_reason.clone(),
+            credentials_set: sub.credentials.is_some(),
+            created_at: sub.created_at,
+            updated_at: sub.updated_at,
+            signing_secret: None,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionPage {
+    pub items: Vec<SubscriptionView>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSubscription {
+    name: String,
+    /// Event keys `<resourcetype>.<eventtype>`, `*` allowed per segment; empty matches nothing.
+    event_types: Vec<String>,
+    /// Only events of this `ce-source` match.
+    origin: Option<String>,
+    /// `{"type": "webhook" | "sqs" | "rabbitmq" | "eventbridge" | "pull", …}`.
+    #[schema(value_type = Object)]
+    sink: Value,
+    enabled: Option<bool>,
+}
+
+fn valid_event_types(types: &[String]) -> Result<(), ApiError> {
+    if types.len() > MAX_EVENT_TYPES {
+        return Err(ApiError::validation("event_types", format!("must have at most {MAX_EVENT_TYPES} entries")));
+    }
+    for (i, t) in types.iter().enumerate() {
+        EventPattern::parse(t).map_err(|e| ApiError::validation(&format!("event_types[{i}]"), e))?;
+    }
+    Ok(())
+}
+
+fn valid_origin(origin: Option<&str>) -> Result<(), ApiError> {
+    match origin {
+        Some(o) => Source::parse(o).map(|_| ()).map_err(|e| ApiError::validation("origin", e)),
+        None => Ok(()),
+    }
+}
+
+pub fn sealing_error(e: SealerError) -> ApiError {
+    match e {
+        SealerError::NoKey => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "encryption_unavailable",
+            "no key-encryption key is configured (STREAMING_HUB_KEK_REF): secrets and credentials cannot be stored",
+        ),
+        SealerError::Seal(e) => ApiError::internal(e),
+    }
+}
+
+/// The id in a path; anything that is not a UUID is simply not found.
+pub fn path_id(raw: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(raw).map_err(|_| not_found())
+}
+
+pub fn not_found() -> ApiError {
+    ApiError::not_found("no such subscription")
+}
+
+/// Loads one of the caller's subscriptions, 404 otherwise.
+pub async fn load(state: &AppState, caller: &TenantCaller, id: &str) -> Result<SubscriptionRecord, ApiError> {
+    let id = path_id(id)?;
+    state.store.subscription(caller.tenant.as_str(), id).await?.ok_or_else(not_found)
+}
+
+#[utoipa::path(
+    post, path = "/v1/subscriptions", tag = "subscriptions",
+    request_body = CreateSubscription,
+    responses(
+        (status = 201, description = "Created; a webhook's `signing_secret` is shown in this response only", body = SubscriptionView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 422, description = "A field is invalid; the message names it", body = ErrorBody),
+        (status = 503, description = "No key-encryption key is configured", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Json(req): Json<CreateSubscription>,
+) -> Result<impl IntoResponse, ApiError> {
+    super::admin::valid_name("name", &req.name)?;
+    valid_event_types(&req.event_types)?;
+    valid_origin(req.origin.as_deref())?;
+    let dest = destination::parse(&req.sink, state.allow_private_sinks)?;
+
+    let id = Uuid::now_v7();
+    let now = Utc::now();
+    let secret = (dest.kind == SinkKind::Webhook).then(new_signing_secret);
+    let signing_secret = match &secret {
+        Some(s) => Some(state.sealer.seal(id, Purpose::SigningSecret, s.as_bytes()).map_err(sealing_error)?),
+        None => None,
+    };
+    let credentials = match &dest.credentials {
+        Credentials::Set(c) => {
+            Some(state.sealer.seal(id, Purpose::Credentials, c.to_string().as_bytes()).map_err(sealing_error)?)
+        }
+        Credentials::Unchanged | Credentials::Cleared => None,
+    };
+    let record = SubscriptionRecord {
+        id,
+        tenant_id: caller.tenant.to_string(),
+        name: req.name,
+        event_types: req.event_types,
+        origin: req.origin,
+        sink: dest.kind,
+        sink_config: dest.public,
+        signing_secret,
+        previous_secret: None,
+        previous_secret_expires_at: None,
+        credentials,
+        enabled: req.enabled.unwrap_or(true),
+        verification: VerificationState::initial(dest.kind),
+        verification_error: None,
+        disabled_reason: (req.enabled == Some(false)).then(|| DISABLED_BY_API.to_owned()),
+        pull_cursor: 0,
+        created_at: now,
+        updated_at: now,
+    };
+    state.store.create_subscription(&record).await?;
+    tracing::info!(tenant = %caller.tenant, subscription = %id, sink = %dest.kind, "subscription created");
+    let mut view = SubscriptionView::of(&record);
+    view.signing_secret = secret;
+    Ok((StatusCode::CREATED, AxumJson(view)))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+    /// 1 to 1000, default 100.
+    limit: Option<u32>,
+}
+
+#[utoipa::path(
+    get, path = "/v1/subscriptions", tag = "subscriptions",
+    params(ListParams),
+    responses(
+        (status = 200, description = "The caller's subscriptions in creation order", body = SubscriptionPage),
+        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Query(params): Query<ListParams>,
+) -> Result<impl IntoResponse, ApiError> {
+    let limit = page_limit(params.limit)?;
+    let after = params
+        .cursor
+        .map(|c| Uuid::parse_str(&c).map_err(|_| ApiError::query("cursor", "is not a cursor this API returned")))
+        .transpose()?;
+    let subs = state.store.list_subscriptions(caller.tenant.as_str(), after, limit).await?;
+    let next_cursor = (subs.len() == limit as usize).then(|| subs.last().map(|s| s.id.to_string())).flatten();
+    Ok(AxumJson(SubscriptionPage { items: subs.iter().map(SubscriptionView::of).collect(), next_cursor }))
+}
+
+#[utoipa::path(
+    get, path = "/v1/subscriptions/{id}", tag = "subscriptions",
+    params(("id" = String, Path, description = "Subscription id")),
+    responses(
+        (status = 200, description = "The subscription", body = SubscriptionView),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn read(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(AxumJson(SubscriptionView::of(&load(&state, &caller, &id).await?)))
+}
+
+/// Fields a `PATCH` may change; `origin: null` removes the origin, a `sink` replaces the
+/// destination (same type), its omitted `credentials` are kept.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct UpdateSubscription {
+    name: Option<String>,
+    event_types: Option<Vec<String>>,
+    #[schema(value_type = Option<String>)]
+    origin: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    sink: Option<Value>,
+    enabled: Option<bool>,
+}
+
+#[utoipa::path(
+    patch, path = "/v1/subscriptions/{id}", tag = "subscriptions",
+    params(("id" = String, Path, description = "Subscription id")),
+    request_body = UpdateSubscription,
+    responses(
+        (status = 200, description = "The changed subscription; a new destination must be verified again", body = SubscriptionView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+        (status = 422, description = "A field is invalid; the message names it", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn update(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+    Json(body): Json<serde_json::Map<String, Value>>,
+) -> Result<impl IntoResponse, ApiError> {
+    let mut sub = load(&state, &caller, &id).await?;
+    if let Some(key) = body.keys().find(|k| !["name", "event_types", "origin", "sink", "enabled"].contains(&k.as_str()))
+    {
+        return Err(ApiError::validation(key, "is not a field that can be changed"));
+    }
+    let req: UpdateSubscription = serde_json::from_value(Value::Object(body.clone()))
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()))?;
+    if let Some(name) = req.name {
+        super::admin::valid_name("name", &name)?;
+        sub.name = name;
+    }
+    if let Some(types) = req.event_types {
+        valid_event_types(&types)?;
+        sub.event_types = types;
+    }
+    if body.contains_key("origin") {
+        sub.origin = match req.origin {
+            None | Some(Value::Null) => None,
+            Some(Value::String(o)) => {
+                valid_origin(Some(&o))?;
+                Some(o)
+            }
+            Some(_) => return Err(ApiError::validation("origin", "must be a string or null")),
+        };
+    }
+    if let Some(sink) = &req.sink {
+        let dest = destination::parse(sink, state.allow_private_sinks)?;
+        if dest.kind != sub.sink {
+            return Err(ApiError::validation("sink.type", "cannot be changed; create a new subscription instead"));
+        }
+        let mut changed = dest.public != sub.sink_config;
+        match dest.credentials {
+            Credentials::Unchanged => {}
+            Credentials::Cleared => {
+                changed |= sub.credentials.is_some();
+                sub.credentials = None;
+            }
+            Credentials::Set(c) => {
+                changed = true;
+                sub.credentials = Some(
+                    state.sealer.seal(sub.id, Purpose::Credentials, c.to_string().as_bytes()).map_err(sealing_error)?,
+                );
+            }
+        }
+        sub.sink_config = dest.public;
+        // A new destination proves nothing until it is probed again.
+        if changed && sub.sink.is_push() {
+            sub.verification = VerificationState::Pending;
+            sub.verification_error = None;
+        }
+    }
+    match req.enabled {
+        Some(true) => {
+            sub.enabled = true;
+            sub.disabled_reason = None;
+        }
+        Some(false) if sub.enabled => {
+            sub.enabled = false;
+            sub.disabled_reason = Some(DISABLED_BY_API.to_owned());
+        }
+        _ => {}
+    }
+    sub.updated_at = Utc::now();
+    if !state.store.update_subscription(&sub).await? {
+        return Err(not_found());
+    }
+    Ok(AxumJson(SubscriptionView::of(&sub)))
+}
+
+#[utoipa::path(
+    delete, path = "/v1/subscriptions/{id}", tag = "subscriptions",
+    params(("id" = String, Path, description = "Subscription id")),
+    responses(
+        (status = 204, description = "Deleted; its pending deliveries are cancelled"),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let id = path_id(&id)?;
+    if state.store.delete_subscription(caller.tenant.as_str(), id).await? {
+        tracing::info!(tenant = %caller.tenant, subscription = %id, "subscription deleted");
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(not_found())
+    }
+}
