@@ -4,4 +4,7 @@
 mod admin;
 mod cli;
 mod ingest;
+mod openapi;
+mod pull;
+mod subscriptions;
 mod support;

@@ -48,6 +48,10 @@ pub async fn base_vars(backend: Backend) -> HashMap<String, String> {
         ("STREAMING_HUB_ENV".to_owned(), "local".to_owned()),
         ("STREAMING_HUB_HTTP_LISTEN_ADDR".to_owned(), "127.0.0.1:0".to_owned()),
         ("STREAMING_HUB_ADMIN_TOKEN".to_owned(), format!("admin-{}", Uuid::now_v7().simple())),
+        // 32 bytes, hex: tests never write a generated key into the working directory.
+        ("STREAMING_HUB_DEV_KEK".to_owned(), "4b".repeat(32)),
+        // Test receivers listen on loopback.
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS".to_owned(), "true".to_owned()),
     ]);
     match backend {
         Backend::Sqlite => {
@@ -63,6 +67,8 @@ pub async fn base_vars(backend: Backend) -> HashMap<String, String> {
 }
 
 pub struct TestHub {
+    /// The variables the hub was started with.
+    pub vars: HashMap<String, String>,
     pub base: String,
     pub admin: String,
     pub client: reqwest::Client,
@@ -86,15 +92,56 @@ impl TestHub {
         for (k, v) in extra {
             vars.insert((*k).to_owned(), (*v).to_owned());
         }
-        let config = Config::from_vars(vars).expect("test configuration is valid");
+        let config = Config::from_vars(vars.clone()).expect("test configuration is valid");
+        if !config.env.is_local() {
+            // Outside local the schema is migrated explicitly, as an operator would.
+            streaming_hub::open_store(&config, true).await.expect("migrate");
+        }
         let shutdown = CancellationToken::new();
         let hub = streaming_hub::start(config, shutdown.clone()).await.expect("hub starts");
         Self {
+            vars,
             base: format!("http://{}", hub.addr),
             admin: hub.admin_token.expose().to_owned(),
             client: reqwest::Client::new(),
             store: Arc::clone(&hub.store),
             shutdown,
+        }
+    }
+
+    /// Every byte the database holds for `table`: the SQLite files, or the table's rows from
+    /// PostgreSQL (text columns as text, binary columns raw).
+    pub async fn raw_table_bytes(&self, table: &str) -> Vec<u8> {
+        match self.vars.get("STREAMING_HUB_POSTGRES_SCHEMA") {
+            None => {
+                let path = &self.vars["STREAMING_HUB_SQLITE_PATH"];
+                let mut bytes = Vec::new();
+                for suffix in ["", "-wal"] {
+                    bytes.extend(std::fs::read(format!("{path}{suffix}")).unwrap_or_default());
+                }
+                bytes
+            }
+            Some(schema) => {
+                let pg = PgStore::connect(&postgres_dsn(), Some(schema), 1).await.expect("connect");
+                let rows: Vec<(String,)> =
+                    sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT row_to_json(t)::text FROM {table} t")))
+                        .fetch_all(pg.pool())
+                        .await
+                        .expect("rows");
+                let mut bytes: Vec<u8> = rows.into_iter().flat_map(|(r,)| r.into_bytes()).collect();
+                let blobs: Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>)> = sqlx::query_as(
+                    sqlx::AssertSqlSafe(format!("SELECT signing_secret, previous_secret, credentials FROM {table}")),
+                )
+                .fetch_all(pg.pool())
+                .await
+                .unwrap_or_default();
+                for (a, b, c) in blobs {
+                    bytes.extend(a.unwrap_or_default());
+                    bytes.extend(b.unwrap_or_default());
+                    bytes.extend(c.unwrap_or_default());
+                }
+                bytes
+            }
         }
     }
 
@@ -137,6 +184,37 @@ impl TestHub {
 
     pub async fn admin_get(&self, path: &str) -> (StatusCode, Value) {
         self.send(self.client.get(self.url(path)).bearer_auth(&self.admin)).await
+    }
+
+    pub async fn get(&self, key: &str, path: &str) -> (StatusCode, Value) {
+        self.send(self.client.get(self.url(path)).bearer_auth(key)).await
+    }
+
+    pub async fn post_json(&self, key: &str, path: &str, body: &Value) -> (StatusCode, Value) {
+        self.send(self.client.post(self.url(path)).bearer_auth(key).json(body)).await
+    }
+
+    pub async fn patch_json(&self, key: &str, path: &str, body: &Value) -> (StatusCode, Value) {
+        self.send(self.client.patch(self.url(path)).bearer_auth(key).json(body)).await
+    }
+
+    pub async fn delete(&self, key: &str, path: &str) -> (StatusCode, Value) {
+        self.send(self.client.delete(self.url(path)).bearer_auth(key)).await
+    }
+
+    /// Creates a subscription and returns its JSON (asserting 201).
+    pub async fn subscribe(&self, key: &str, body: Value) -> Value {
+        let (status, answer) = self.post_json(key, "/v1/subscriptions", &body).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}");
+        answer
+    }
+
+    /// Marks a push subscription verified, as a successful probe does.
+    pub async fn activate(&self, tenant: &str, id: &str) {
+        let id = Uuid::parse_str(id).expect("id");
+        let mut sub = self.store.subscription(tenant, id).await.expect("read").expect("exists");
+        sub.verification = hub_core::VerificationState::Active;
+        assert!(self.store.update_subscription(&sub).await.expect("update"));
     }
 }
 

@@ -1,0 +1,201 @@
+//! The pull API (SPEC §4) on both backends: each rule with a test that fails if it breaks.
+
+use std::sync::Arc;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::on_both_backends;
+use crate::support::{Backend, Event, TestHub};
+
+on_both_backends!(
+    paging_returns_each_matching_event_once_in_seq_order,
+    a_forward_jump_skips_for_good,
+    a_backward_read_never_rewinds,
+    concurrent_readers_never_move_the_cursor_backwards,
+);
+
+async fn pull_setup(backend: Backend) -> (TestHub, String, String) {
+    let hub = TestHub::start(backend).await;
+    let key = hub.tenant_key("t1").await;
+    let sub = hub
+        .subscribe(&key, json!({"name": "loans", "event_types": ["loan_application.*"], "sink": {"type": "pull"}}))
+        .await;
+    assert_eq!(sub["verification_state"], "active", "pull subscriptions are active from creation");
+    let path = format!("/v1/subscriptions/{}/events", sub["id"].as_str().expect("id"));
+    (hub, key, path)
+}
+
+async fn post_events(hub: &TestHub, key: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let event = Event::new("t1").body(format!(r#"{{"n":{i}}}"#).into_bytes());
+        assert_eq!(hub.post_event(key, &event).await.0, StatusCode::ACCEPTED);
+        ids.push(event.id().to_string());
+    }
+    ids
+}
+
+fn seqs(page: &Value) -> Vec<i64> {
+    page["items"].as_array().expect("items").iter().map(|i| i["seq"].as_i64().expect("seq")).collect()
+}
+
+async fn paging_returns_each_matching_event_once_in_seq_order(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let key = hub.tenant_key("t1").await;
+    // Before the subscription exists: never delivered to it.
+    hub.post_event(&key, &Event::new("t1")).await;
+    let sub = hub
+        .subscribe(&key, json!({"name": "loans", "event_types": ["loan_application.*"], "sink": {"type": "pull"}}))
+        .await;
+    let path = format!("/v1/subscriptions/{}/events", sub["id"].as_str().expect("id"));
+    let mut expected = Vec::new();
+    for i in 0..7 {
+        // Interleave events the filter does not match.
+        hub.post_event(&key, &Event::of("t1", "account", "created")).await;
+        let event =
+            Event::new("t1").set("ce-subject", &format!("loan-{i}")).body(format!(r#"{{"i":{i}}}"#).into_bytes());
+        hub.post_event(&key, &event).await;
+        expected.push(event.id().to_string());
+    }
+
+    let mut got = Vec::new();
+    let mut next = format!("{path}?limit=3");
+    loop {
+        let (status, page) = hub.get(&key, &next).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let items = page["items"].as_array().expect("items");
+        for item in items {
+            got.push(item["ceId"].as_str().expect("ceId").to_owned());
+            assert_eq!(item["type"], "loan_application.approved");
+            assert_eq!(item["source"], "lender");
+            assert_eq!(item["schemaVersion"], "1.0.0");
+            assert!(item["payload"]["i"].is_number(), "the payload is the event's JSON: {item}");
+        }
+        let s = seqs(&page);
+        assert!(s.windows(2).all(|w| w[0] < w[1]), "ascending seq: {s:?}");
+        match page["next_cursor"].as_i64() {
+            Some(cursor) => {
+                assert_eq!(Some(&cursor), s.last(), "next_cursor is the highest seq returned");
+                assert_eq!(items.len(), 3, "only a full page has a cursor");
+                next = format!("{path}?limit=3&after={cursor}");
+            }
+            None => {
+                assert!(items.len() < 3, "a short page ends the paging");
+                break;
+            }
+        }
+    }
+    assert_eq!(got, expected, "each matching event exactly once, in order");
+    // Reading was the acknowledgement: without `after` there is nothing left.
+    let (_, page) = hub.get(&key, &path).await;
+    assert!(page["items"].as_array().expect("items").is_empty());
+    assert_eq!(page["next_cursor"], Value::Null);
+}
+
+async fn a_forward_jump_skips_for_good(backend: Backend) {
+    let (hub, key, path) = pull_setup(backend).await;
+    post_events(&hub, &key, 10).await;
+    let (_, page) = hub.get(&key, &format!("{path}?after=6")).await;
+    assert_eq!(seqs(&page), vec![7, 8, 9, 10]);
+    // The cursor moved past 6: seqs 1..=6 are never delivered.
+    let (_, page) = hub.get(&key, &path).await;
+    assert!(seqs(&page).is_empty(), "{page}");
+    // A jump past the end also moves the cursor.
+    let (_, page) = hub.get(&key, &format!("{path}?after=50")).await;
+    assert!(seqs(&page).is_empty());
+    post_events(&hub, &key, 2).await; // seqs 11, 12: below 50, skipped
+    let (_, page) = hub.get(&key, &path).await;
+    assert!(seqs(&page).is_empty(), "events up to 50 were given up: {page}");
+}
+
+async fn a_backward_read_never_rewinds(backend: Backend) {
+    let (hub, key, path) = pull_setup(backend).await;
+    post_events(&hub, &key, 5).await;
+    let (_, page) = hub.get(&key, &path).await;
+    assert_eq!(seqs(&page), vec![1, 2, 3, 4, 5]);
+    // An older page is readable again…
+    let (_, page) = hub.get(&key, &format!("{path}?after=1&limit=2")).await;
+    assert_eq!(seqs(&page), vec![2, 3]);
+    assert_eq!(page["next_cursor"], 3);
+    // …and the cursor stayed at 5.
+    post_events(&hub, &key, 1).await;
+    let (_, page) = hub.get(&key, &path).await;
+    assert_eq!(seqs(&page), vec![6]);
+}
+
+async fn concurrent_readers_never_move_the_cursor_backwards(backend: Backend) {
+    let (hub, key, path) = pull_setup(backend).await;
+    post_events(&hub, &key, 30).await;
+    let hub = Arc::new(hub);
+    let mut tasks = Vec::new();
+    for after in (0..30).rev() {
+        let (hub, key, path) = (Arc::clone(&hub), key.clone(), path.clone());
+        tasks.push(tokio::spawn(async move { hub.get(&key, &format!("{path}?after={after}&limit=1")).await }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.expect("task").0, StatusCode::OK);
+    }
+    // The reader at after=29 returned seq 30: the cursor is there, whatever order the reads ran in.
+    let (_, page) = hub.get(&key, &path).await;
+    assert!(seqs(&page).is_empty(), "the cursor went backwards: {page}");
+}
+
+#[tokio::test]
+async fn pull_reads_are_rate_limited_per_tenant() {
+    let hub =
+        TestHub::start_with(Backend::Sqlite, &[("STREAMING_HUB_PULL_RATE", "1"), ("STREAMING_HUB_PULL_BURST", "2")])
+            .await;
+    let key = hub.tenant_key("t1").await;
+    let sub = hub.subscribe(&key, json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    let path = format!("/v1/subscriptions/{}/events", sub["id"].as_str().expect("id"));
+    assert_eq!(hub.get(&key, &path).await.0, StatusCode::OK);
+    assert_eq!(hub.get(&key, &path).await.0, StatusCode::OK);
+    let response = hub.client.get(hub.url(&path)).bearer_auth(&key).send().await.expect("request");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = response.headers()["retry-after"].to_str().expect("header").parse().expect("seconds");
+    assert!((1..=2).contains(&retry_after), "{retry_after}");
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["title"], "rate_limited");
+    assert_eq!(body["code"], 429);
+
+    // Another tenant has its own bucket.
+    let other = hub.tenant_key("t2").await;
+    let sub = hub.subscribe(&other, json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    let path = format!("/v1/subscriptions/{}/events", sub["id"].as_str().expect("id"));
+    assert_eq!(hub.get(&other, &path).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn pull_parameters_and_sink_type_are_checked() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let key = hub.tenant_key("t1").await;
+    let sub = hub.subscribe(&key, json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    let path = format!("/v1/subscriptions/{}/events", sub["id"].as_str().expect("id"));
+    for (query, param) in
+        [("limit=0", "limit"), ("limit=1001", "limit"), ("after=-1", "after"), ("after=x", "after"), ("x=1", "x")]
+    {
+        let (status, body) = hub.get(&key, &format!("{path}?{query}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert!(body["message"].as_str().expect("message").contains(param), "{query}: {body}");
+    }
+    let hook = hub
+        .subscribe(
+            &key,
+            json!({"name": "w", "event_types": ["*.*"], "sink": {"type": "webhook", "url": "https://example.com/h"}}),
+        )
+        .await;
+    let (status, body) = hub.get(&key, &format!("/v1/subscriptions/{}/events", hook["id"].as_str().expect("id"))).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(body["title"], "not_pull_subscription");
+}
+
+#[tokio::test]
+async fn non_json_payloads_are_returned_as_text() {
+    let (hub, key, path) = pull_setup(Backend::Sqlite).await;
+    let event = Event::new("t1").set("content-type", "text/plain").body(b"plain words".to_vec());
+    assert_eq!(hub.post_event(&key, &event).await.0, StatusCode::ACCEPTED);
+    let (_, page) = hub.get(&key, &path).await;
+    assert_eq!(page["items"][0]["payload"], "plain words");
+    assert_eq!(page["items"][0]["dataContentType"], "text/plain");
+}
