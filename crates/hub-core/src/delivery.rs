@@ -165,7 +165,11 @@ impl Breaker {
                 (Permit::Probe, Some(Transition::HalfOpened))
             }
             BreakerState::Open { until, .. } => {
-                if last_attempt { (Permit::Attempt, None) } else { (Permit::Wait { until }, None) }
+                if last_attempt {
+                    (Permit::Attempt, None)
+                } else {
+                    (Permit::Wait { until }, None)
+                }
             }
             // One probe is in flight: others wait a moment for its outcome.
             BreakerState::HalfOpen { .. } => {
@@ -238,7 +242,8 @@ mod tests {
     #[test]
     fn full_jitter_draws_between_zero_and_the_curve() {
         let p = spec_policy();
-        for (attempt, bound) in [(1, 0), (2, 5), (3, 300), (4, 1800), (5, 7200), (6, 18_000), (7, 36_000), (8, 36_000)] {
+        for (attempt, bound) in [(1, 0), (2, 5), (3, 300), (4, 1800), (5, 7200), (6, 18_000), (7, 36_000), (8, 36_000)]
+        {
             assert_eq!(p.delay_before(attempt, 0.0), Duration::ZERO, "attempt {attempt}");
             assert_eq!(p.delay_before(attempt, 0.5), Duration::from_secs_f64(bound as f64 / 2.0), "attempt {attempt}");
             assert!(p.delay_before(attempt, 0.999_999) <= Duration::from_secs(bound));
@@ -252,14 +257,22 @@ mod tests {
             })
             .collect();
         assert!(draws.iter().all(|d| *d <= Duration::from_secs(300)));
-        assert!(draws.iter().any(|d| *d < Duration::from_secs(100)) && draws.iter().any(|d| *d > Duration::from_secs(200)));
+        assert!(
+            draws.iter().any(|d| *d < Duration::from_secs(100)) && draws.iter().any(|d| *d > Duration::from_secs(200))
+        );
     }
 
     #[test]
     fn retries_follow_the_curve_until_the_limit() {
         let p = spec_policy();
         let cases = [
-            ("first failure retries at jitter * 5s", 1, 0, 0.5, AfterFailure::Retry { due_at: t(0) + chrono::Duration::milliseconds(2500) }),
+            (
+                "first failure retries at jitter * 5s",
+                1,
+                0,
+                0.5,
+                AfterFailure::Retry { due_at: t(0) + chrono::Duration::milliseconds(2500) },
+            ),
             ("seventh failure retries", 7, 0, 0.0, AfterFailure::Retry { due_at: t(0) }),
             ("eighth failure is the end", 8, 0, 0.5, AfterFailure::DeadLetter(DeadReason::Exhausted)),
         ];
@@ -281,7 +294,8 @@ mod tests {
 
     #[test]
     fn a_short_curve_from_configuration() {
-        let p = RetryPolicy { curve: vec![Duration::ZERO, Duration::from_millis(10)], deadline: Duration::from_secs(60) };
+        let p =
+            RetryPolicy { curve: vec![Duration::ZERO, Duration::from_millis(10)], deadline: Duration::from_secs(60) };
         assert_eq!(p.max_attempts(), 2);
         assert!(matches!(p.after_failure(1, t(0), t(0), t(0), 0.9), AfterFailure::Retry { .. }));
         assert_eq!(p.after_failure(2, t(0), t(0), t(0), 0.9), AfterFailure::DeadLetter(DeadReason::Exhausted));

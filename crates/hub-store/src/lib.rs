@@ -19,6 +19,7 @@ mod sqlite;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 pub use model::*;
@@ -111,6 +112,40 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         after: Option<Uuid>,
         limit: u32,
     ) -> StoreResult<Vec<DeliveryJob>>;
+
+    /// One event of a tenant's inbox, by seq.
+    async fn event_by_seq(&self, tenant: &str, seq: i64) -> StoreResult<Option<StoredEvent>>;
+
+    /// Leases due jobs of deliverable (enabled, active) subscriptions, interleaving tenants.
+    async fn claim_jobs(&self, request: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>>;
+
+    /// Gives a leased job back without an attempt, due again at `due_at`.
+    async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool>;
+
+    /// Records an attempt and applies its outcome to the job and the subscription, in one
+    /// transaction. The job changes only while the lease is still held (`token`).
+    async fn complete_attempt(&self, result: &AttemptResult) -> StoreResult<Completed>;
+
+    /// Takes back jobs whose lease expired without an outcome: pending again, or dead as poison
+    /// once they reach `poison_threshold` recoveries.
+    async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery>;
+
+    /// The recorded attempts of these jobs of a tenant, oldest first.
+    async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>>;
+
+    /// Puts a subscription's dead jobs (dead-lettered at or after `since`) back to pending with a
+    /// fresh retry window; returns how many.
+    async fn redrive(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        since: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64>;
+
+    /// Wakes `notify` whenever another process creates delivery jobs (PostgreSQL `LISTEN`);
+    /// nothing to do for a single-node store.
+    async fn listen_for_jobs(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()>;
 
     /// Quarantined records, newest first, matching the filter.
     async fn list_quarantine(&self, filter: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>>;

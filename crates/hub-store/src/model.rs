@@ -287,6 +287,9 @@ pub struct SubscriptionRecord {
     pub verification: hub_core::VerificationState,
     pub verification_error: Option<String>,
     pub disabled_reason: Option<String>,
+    /// The open failure period: first and last failure since the last success.
+    pub failing_since: Option<DateTime<Utc>>,
+    pub last_failure_at: Option<DateTime<Utc>>,
     pub pull_cursor: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -314,9 +317,101 @@ pub struct DeliveryJob {
     pub recoveries: i32,
     pub due_at: DateTime<Utc>,
     pub event_received_at: DateTime<Utc>,
+    pub window_start: DateTime<Utc>,
     pub last_error: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A request for due jobs.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest {
+    pub now: DateTime<Utc>,
+    pub lease_until: DateTime<Utc>,
+    /// Marks this claim: only its holder can complete or release the jobs.
+    pub token: Uuid,
+    pub limit: u32,
+    /// Tenants are visited in order starting after this one (fair rotation).
+    pub after_tenant: Option<String>,
+    /// Subscriptions whose destination is saturated: none of their jobs is claimed.
+    pub exclude_subscriptions: Vec<Uuid>,
+}
+
+/// A job leased to one worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedJob {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subscription_id: Uuid,
+    pub event_seq: i64,
+    /// Attempts already made.
+    pub attempts: i32,
+    pub recoveries: i32,
+    pub window_start: DateTime<Utc>,
+    pub event_received_at: DateTime<Utc>,
+    pub token: Uuid,
+}
+
+/// One delivery attempt as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    /// The delivery id (`X-Lerian-Delivery-Id`).
+    pub id: Uuid,
+    pub job_id: Uuid,
+    pub tenant_id: String,
+    pub subscription_id: Uuid,
+    pub attempt: i32,
+    pub started_at: DateTime<Utc>,
+    pub latency_ms: i64,
+    /// `delivered` or `failed`.
+    pub outcome: String,
+    pub status_code: Option<i32>,
+    pub error: Option<String>,
+    pub response_body: Option<String>,
+}
+
+/// What an attempt does to its job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobTransition {
+    Succeeded,
+    Retry { due_at: DateTime<Utc> },
+    Dead { reason: String },
+}
+
+/// What an attempt does to its subscription's failure period.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HealthUpdate {
+    /// Clears the failure period.
+    Success,
+    /// Extends it; with `disable`, also disables the subscription with that reason.
+    Failure { at: DateTime<Utc>, disable: Option<String> },
+}
+
+/// The outcome of one attempt, written in one transaction.
+#[derive(Debug, Clone)]
+pub struct AttemptResult {
+    pub token: Uuid,
+    pub record: AttemptRecord,
+    pub transition: JobTransition,
+    pub health: HealthUpdate,
+    pub now: DateTime<Utc>,
+}
+
+/// What writing an attempt changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    /// False when the lease had been lost: the attempt is recorded, the job left to its new holder.
+    pub job_updated: bool,
+    /// The subscription was disabled by this attempt.
+    pub disabled: bool,
+}
+
+/// Expired leases handled by one recovery pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovery {
+    pub recovered: u64,
+    pub poisoned: u64,
 }
 
 /// A deliverable subscription as matching sees it.
@@ -353,6 +448,12 @@ impl MatchTarget {
 pub(crate) struct MatchedWork {
     pub pulls: Vec<(Uuid, i64)>,
     pub jobs: Vec<(Uuid, i64, DateTime<Utc>)>,
+}
+
+/// How many tenants one claim visits and how many jobs each gives, so that one claim of `limit`
+/// jobs spreads over every tenant with due work.
+pub(crate) fn per_tenant_share(limit: u32, tenants: usize) -> u32 {
+    if tenants == 0 { 0 } else { limit.div_ceil(tenants as u32).max(1) }
 }
 
 pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {

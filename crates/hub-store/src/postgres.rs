@@ -13,10 +13,11 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
-use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered};
+use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, per_tenant_share};
 use crate::{
-    AcceptedEvent, ApiKeyRecord, DeliveryJob, IngestRecord, NewApiKey, Origin, QuarantineEntry, QuarantineFilter,
-    QuarantinedRecord, Store, StoreError, StoreResult, StoredEvent, SubscriptionRecord, WriteOutcome,
+    AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
+    HealthUpdate, IngestRecord, JobTransition, NewApiKey, Origin, QuarantineEntry, QuarantineFilter, QuarantinedRecord,
+    Recovery, Store, StoreError, StoreResult, StoredEvent, SubscriptionRecord, WriteOutcome,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
@@ -25,6 +26,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// `NOTIFY` channel for new jobs; per schema, so hubs sharing a server do not wake each other.
+    channel: String,
 }
 
 impl PgStore {
@@ -39,7 +42,11 @@ impl PgStore {
             .acquire_timeout(std::time::Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        Ok(Self { pool })
+        let channel = match schema {
+            Some(schema) => format!("streaming_hub_jobs_{schema}"),
+            None => "streaming_hub_jobs".to_owned(),
+        };
+        Ok(Self { pool, channel })
     }
 
     /// The pool, for the service's own PostgreSQL-only needs (notifications, advisory locks).
@@ -51,7 +58,7 @@ impl PgStore {
         tx: &mut Transaction<'_, Postgres>,
         tenant: &str,
         events: &[(usize, &AcceptedEvent)],
-    ) -> StoreResult<Vec<(usize, WriteOutcome)>> {
+    ) -> StoreResult<(Vec<(usize, WriteOutcome)>, bool)> {
         // Locks the tenant's sequence row until commit: writers of one tenant take turns.
         let last_seq: i64 = sqlx::query_scalar(
             "INSERT INTO tenant_sequences (tenant_id, last_seq) VALUES ($1, 0)
@@ -74,7 +81,7 @@ impl PgStore {
 
         let (outcomes, inserts, new_last) = assign_seqs(events, &existing, last_seq);
         if inserts.is_empty() {
-            return Ok(outcomes);
+            return Ok((outcomes, false));
         }
         let mut cols = EventColumns::default();
         for (seq, event) in &inserts {
@@ -121,14 +128,14 @@ impl PgStore {
         .execute(&mut **tx)
         .await?;
 
-        Self::insert_matched_work(tx, tenant, &inserts).await?;
+        let created_jobs = Self::insert_matched_work(tx, tenant, &inserts).await?;
 
         sqlx::query("UPDATE tenant_sequences SET last_seq = $2 WHERE tenant_id = $1")
             .bind(tenant)
             .bind(new_last)
             .execute(&mut **tx)
             .await?;
-        Ok(outcomes)
+        Ok((outcomes, created_jobs))
     }
 
     /// Matches newly inserted events against the tenant's deliverable subscriptions (one indexed
@@ -137,7 +144,7 @@ impl PgStore {
         tx: &mut Transaction<'_, Postgres>,
         tenant: &str,
         inserts: &[(i64, &AcceptedEvent)],
-    ) -> StoreResult<()> {
+    ) -> StoreResult<bool> {
         let rows: Vec<(Uuid, String, String, Option<String>)> = sqlx::query_as(
             "SELECT id, sink_type, event_types::text, origin FROM subscriptions
              WHERE tenant_id = $1 AND enabled AND verification_state = 'active'",
@@ -146,7 +153,7 @@ impl PgStore {
         .fetch_all(&mut **tx)
         .await?;
         if rows.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         let targets = rows
             .into_iter()
@@ -165,15 +172,16 @@ impl PgStore {
             .execute(&mut **tx)
             .await?;
         }
-        if !work.jobs.is_empty() {
+        let created_jobs = !work.jobs.is_empty();
+        if created_jobs {
             let ids: Vec<Uuid> = work.jobs.iter().map(|_| Uuid::now_v7()).collect();
             let subs: Vec<Uuid> = work.jobs.iter().map(|j| j.0).collect();
             let seqs: Vec<i64> = work.jobs.iter().map(|j| j.1).collect();
             let received: Vec<DateTime<Utc>> = work.jobs.iter().map(|j| j.2).collect();
             sqlx::query(
                 "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
-                    event_received_at, created_at, updated_at)
-                 SELECT t.id, $5, t.sub, t.seq, 'pending', now(), t.received, now(), now()
+                    event_received_at, window_start, created_at, updated_at)
+                 SELECT t.id, $5, t.sub, t.seq, 'pending', t.received, t.received, t.received, now(), now()
                  FROM UNNEST($1::uuid[], $2::uuid[], $3::bigint[], $4::timestamptz[])
                  AS t(id, sub, seq, received)",
             )
@@ -185,7 +193,7 @@ impl PgStore {
             .execute(&mut **tx)
             .await?;
         }
-        Ok(())
+        Ok(created_jobs)
     }
 
     async fn insert_quarantine(tx: &mut Transaction<'_, Postgres>, record: &QuarantinedRecord) -> StoreResult<i64> {
@@ -331,7 +339,7 @@ fn quarantine_from_row(row: &PgRow) -> StoreResult<QuarantineEntry> {
 const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types::text AS event_types, origin,
     sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
     previous_secret_expires_at, credentials, enabled, verification_state, verification_error,
-    disabled_reason, pull_cursor, created_at, updated_at";
+    disabled_reason, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
 
 fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
     let id: Uuid = row.try_get("id")?;
@@ -356,6 +364,8 @@ fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
         verification: hub_core::VerificationState::parse(&verification).ok_or_else(|| corrupt("verification_state"))?,
         verification_error: row.try_get("verification_error")?,
         disabled_reason: row.try_get("disabled_reason")?,
+        failing_since: row.try_get("failing_since")?,
+        last_failure_at: row.try_get("last_failure_at")?,
         pull_cursor: row.try_get("pull_cursor")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
@@ -363,7 +373,7 @@ fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
 }
 
 const JOB_COLUMNS: &str = "id, tenant_id, subscription_id, event_seq, state, attempts, recoveries, due_at,
-    event_received_at, last_error, created_at, updated_at";
+    event_received_at, window_start, last_error, created_at, updated_at, finished_at";
 
 fn job_from_row(row: &PgRow) -> StoreResult<DeliveryJob> {
     Ok(DeliveryJob {
@@ -376,9 +386,45 @@ fn job_from_row(row: &PgRow) -> StoreResult<DeliveryJob> {
         recoveries: row.try_get("recoveries")?,
         due_at: row.try_get("due_at")?,
         event_received_at: row.try_get("event_received_at")?,
+        window_start: row.try_get("window_start")?,
         last_error: row.try_get("last_error")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+const CLAIMED_COLUMNS: &str =
+    "id, tenant_id, subscription_id, event_seq, attempts, recoveries, window_start, event_received_at, lease_token";
+
+fn claimed_from_row(row: &PgRow) -> StoreResult<ClaimedJob> {
+    let token: Option<Uuid> = row.try_get("lease_token")?;
+    Ok(ClaimedJob {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: row.try_get("subscription_id")?,
+        event_seq: row.try_get("event_seq")?,
+        attempts: row.try_get("attempts")?,
+        recoveries: row.try_get("recoveries")?,
+        window_start: row.try_get("window_start")?,
+        event_received_at: row.try_get("event_received_at")?,
+        token: token.ok_or_else(|| StoreError::Corrupt("a claimed job has no lease token".into()))?,
+    })
+}
+
+fn attempt_from_row(row: &PgRow) -> StoreResult<AttemptRecord> {
+    Ok(AttemptRecord {
+        id: row.try_get("id")?,
+        job_id: row.try_get("job_id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: row.try_get("subscription_id")?,
+        attempt: row.try_get("attempt")?,
+        started_at: row.try_get("started_at")?,
+        latency_ms: row.try_get("latency_ms")?,
+        outcome: row.try_get("outcome")?,
+        status_code: row.try_get("status_code")?,
+        error: row.try_get("error")?,
+        response_body: row.try_get("response_body")?,
     })
 }
 
@@ -416,8 +462,15 @@ impl Store for PgStore {
     async fn write_batch(&self, batch: &[IngestRecord]) -> StoreResult<Vec<WriteOutcome>> {
         let mut tx = self.pool.begin().await?;
         let mut outcomes = Vec::with_capacity(batch.len());
+        let mut created_jobs = false;
         for (tenant, events) in accepted_by_tenant(batch) {
-            outcomes.extend(Self::insert_tenant_events(&mut tx, tenant, &events).await?);
+            let (tenant_outcomes, jobs) = Self::insert_tenant_events(&mut tx, tenant, &events).await?;
+            outcomes.extend(tenant_outcomes);
+            created_jobs |= jobs;
+        }
+        if created_jobs {
+            // Delivered at commit: other replicas' dispatchers wake at once.
+            sqlx::query("SELECT pg_notify($1, '')").bind(&self.channel).execute(&mut *tx).await?;
         }
         for (i, record) in batch.iter().enumerate() {
             if let IngestRecord::Quarantined(q) = record {
@@ -458,8 +511,10 @@ impl Store for PgStore {
         sqlx::query(
             "INSERT INTO subscriptions (id, tenant_id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
-                verification_state, verification_error, disabled_reason, pull_cursor, created_at, updated_at)
-             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
+                verification_state, verification_error, disabled_reason, pull_cursor, created_at, updated_at,
+                failing_since, last_failure_at)
+             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                $19, $20)",
         )
         .bind(sub.id)
         .bind(&sub.tenant_id)
@@ -479,6 +534,8 @@ impl Store for PgStore {
         .bind(sub.pull_cursor)
         .bind(sub.created_at)
         .bind(sub.updated_at)
+        .bind(sub.failing_since)
+        .bind(sub.last_failure_at)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -522,7 +579,8 @@ impl Store for PgStore {
             "UPDATE subscriptions SET name = $3, event_types = $4::jsonb, origin = $5, sink_type = $6,
                 sink_config = $7::jsonb, signing_secret = $8, previous_secret = $9,
                 previous_secret_expires_at = $10, credentials = $11, enabled = $12,
-                verification_state = $13, verification_error = $14, disabled_reason = $15, updated_at = $16
+                verification_state = $13, verification_error = $14, disabled_reason = $15, updated_at = $16,
+                failing_since = $17, last_failure_at = $18
              WHERE tenant_id = $1 AND id = $2",
         )
         .bind(&sub.tenant_id)
@@ -541,6 +599,8 @@ impl Store for PgStore {
         .bind(&sub.verification_error)
         .bind(&sub.disabled_reason)
         .bind(sub.updated_at)
+        .bind(sub.failing_since)
+        .bind(sub.last_failure_at)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() == 1)
@@ -632,6 +692,260 @@ impl Store for PgStore {
             .iter()
             .map(job_from_row)
             .collect()
+    }
+
+    async fn event_by_seq(&self, tenant: &str, seq: i64) -> StoreResult<Option<StoredEvent>> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND seq = $2");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(seq)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(event_from_row)
+            .transpose()
+    }
+
+    async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
+        let mut tx = self.pool.begin().await?;
+        // Tenants with due work, in order after the last one served (a skip scan of the index).
+        let tenants_after = |after: String, limit: i64| {
+            sqlx::query_scalar::<_, String>(
+                "WITH RECURSIVE t(tenant_id) AS (
+                    SELECT (SELECT tenant_id FROM delivery_jobs
+                            WHERE state = 'pending' AND due_at <= $1 AND tenant_id > $2
+                            ORDER BY tenant_id LIMIT 1)
+                    UNION ALL
+                    SELECT (SELECT d.tenant_id FROM delivery_jobs d
+                            WHERE d.state = 'pending' AND d.due_at <= $1 AND d.tenant_id > t.tenant_id
+                            ORDER BY d.tenant_id LIMIT 1)
+                    FROM t WHERE t.tenant_id IS NOT NULL
+                 )
+                 SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT $3",
+            )
+            .bind(req.now)
+            .bind(after)
+            .bind(limit)
+        };
+        let limit = i64::from(req.limit.max(1));
+        let mut tenants =
+            tenants_after(req.after_tenant.clone().unwrap_or_default(), limit).fetch_all(&mut *tx).await?;
+        if (tenants.len() as i64) < limit && req.after_tenant.is_some() {
+            // Wrap around to the tenants before the starting point.
+            for t in tenants_after(String::new(), limit).fetch_all(&mut *tx).await? {
+                if !tenants.contains(&t) && (tenants.len() as i64) < limit {
+                    tenants.push(t);
+                }
+            }
+        }
+        let mut claimed: Vec<ClaimedJob> = Vec::new();
+        let sql = format!(
+            "UPDATE delivery_jobs SET state = 'leased', lease_expires_at = $3, lease_token = $4, updated_at = $2
+             WHERE id IN (
+                SELECT d.id FROM delivery_jobs d JOIN subscriptions s ON s.id = d.subscription_id
+                WHERE d.tenant_id = $1 AND d.state = 'pending' AND d.due_at <= $2
+                  AND s.enabled AND s.verification_state = 'active'
+                  AND NOT (d.subscription_id = ANY($5))
+                ORDER BY d.due_at LIMIT $6
+                FOR UPDATE OF d SKIP LOCKED)
+             RETURNING {CLAIMED_COLUMNS}"
+        );
+        // Every tenant gets its share; what a tenant could not use goes round again to those that
+        // filled theirs, so one claim is both fair and full.
+        let mut active = tenants;
+        while !active.is_empty() && (claimed.len() as u32) < req.limit {
+            let share = per_tenant_share(req.limit - claimed.len() as u32, active.len());
+            let mut still = Vec::new();
+            for tenant in &active {
+                let want = share.min(req.limit - claimed.len() as u32);
+                if want == 0 {
+                    break;
+                }
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(tenant)
+                    .bind(req.now)
+                    .bind(req.lease_until)
+                    .bind(req.token)
+                    .bind(&req.exclude_subscriptions)
+                    .bind(i64::from(want))
+                    .fetch_all(&mut *tx)
+                    .await?;
+                if rows.len() as u32 == want {
+                    still.push(tenant.clone());
+                }
+                for row in &rows {
+                    claimed.push(claimed_from_row(row)?);
+                }
+            }
+            active = still;
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE delivery_jobs SET state = 'pending', due_at = $3, lease_expires_at = NULL, lease_token = NULL,
+                updated_at = now()
+             WHERE id = $1 AND lease_token = $2 AND state = 'leased'",
+        )
+        .bind(job)
+        .bind(token)
+        .bind(due_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn complete_attempt(&self, r: &AttemptResult) -> StoreResult<Completed> {
+        let a = &r.record;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
+                latency_ms, outcome, status_code, error, response_body)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(a.id)
+        .bind(a.job_id)
+        .bind(&a.tenant_id)
+        .bind(a.subscription_id)
+        .bind(a.attempt)
+        .bind(a.started_at)
+        .bind(a.latency_ms)
+        .bind(&a.outcome)
+        .bind(a.status_code)
+        .bind(&a.error)
+        .bind(&a.response_body)
+        .execute(&mut *tx)
+        .await?;
+        let (state, due_at, error, finished) = match &r.transition {
+            JobTransition::Succeeded => ("succeeded", None, None, Some(r.now)),
+            JobTransition::Retry { due_at } => ("pending", Some(*due_at), a.error.clone(), None),
+            JobTransition::Dead { reason } => ("dead", None, Some(reason.clone()), Some(r.now)),
+        };
+        let job = sqlx::query(
+            "UPDATE delivery_jobs SET state = $3, attempts = attempts + 1, due_at = COALESCE($4, due_at),
+                last_error = $5, finished_at = $6, lease_expires_at = NULL, lease_token = NULL, updated_at = $7
+             WHERE id = $1 AND lease_token = $2 AND state = 'leased'",
+        )
+        .bind(a.job_id)
+        .bind(r.token)
+        .bind(state)
+        .bind(due_at)
+        .bind(error)
+        .bind(finished)
+        .bind(r.now)
+        .execute(&mut *tx)
+        .await?;
+        let disabled = match &r.health {
+            HealthUpdate::Success => {
+                sqlx::query(
+                    "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
+                     WHERE id = $1 AND failing_since IS NOT NULL",
+                )
+                .bind(a.subscription_id)
+                .execute(&mut *tx)
+                .await?;
+                false
+            }
+            HealthUpdate::Failure { at, disable } => {
+                let done = sqlx::query(
+                    "UPDATE subscriptions SET failing_since = COALESCE(failing_since, $2), last_failure_at = $2,
+                        enabled = CASE WHEN $3::text IS NULL THEN enabled ELSE false END,
+                        disabled_reason = COALESCE($3, disabled_reason),
+                        updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE $2 END
+                     WHERE id = $1
+                     RETURNING ($3::text IS NOT NULL)",
+                )
+                .bind(a.subscription_id)
+                .bind(at)
+                .bind(disable)
+                .fetch_optional(&mut *tx)
+                .await?;
+                matches!(done.map(|row| row.try_get::<bool, _>(0)).transpose()?, Some(true))
+            }
+        };
+        tx.commit().await?;
+        Ok(Completed { job_updated: job.rows_affected() == 1, disabled })
+    }
+
+    async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery> {
+        let states: Vec<String> = sqlx::query_scalar(
+            "UPDATE delivery_jobs SET recoveries = recoveries + 1,
+                state = CASE WHEN recoveries + 1 >= $2 THEN 'dead' ELSE 'pending' END,
+                finished_at = CASE WHEN recoveries + 1 >= $2 THEN $1 ELSE NULL END,
+                last_error = CASE WHEN recoveries + 1 >= $2 THEN $3
+                                  ELSE 'lease expired without an outcome; recovered' END,
+                due_at = $1, lease_expires_at = NULL, lease_token = NULL, updated_at = $1
+             WHERE state = 'leased' AND lease_expires_at < $1
+             RETURNING state",
+        )
+        .bind(now)
+        .bind(i64::from(poison_threshold))
+        .bind(hub_core::delivery::DeadReason::Poison.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        let poisoned = states.iter().filter(|s| s.as_str() == "dead").count() as u64;
+        Ok(Recovery { recovered: states.len() as u64 - poisoned, poisoned })
+    }
+
+    async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>> {
+        sqlx::query(
+            "SELECT id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms, outcome, status_code,
+                error, response_body
+             FROM delivery_attempts WHERE tenant_id = $1 AND job_id = ANY($2) ORDER BY job_id, attempt, started_at",
+        )
+        .bind(tenant)
+        .bind(jobs)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(attempt_from_row)
+        .collect()
+    }
+
+    async fn redrive(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        since: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE delivery_jobs SET state = 'pending', attempts = 0, recoveries = 0, due_at = $4,
+                window_start = $4, last_error = NULL, finished_at = NULL, updated_at = $4
+             WHERE tenant_id = $1 AND subscription_id = $2 AND state = 'dead'
+               AND ($3::timestamptz IS NULL OR finished_at >= $3)",
+        )
+        .bind(tenant)
+        .bind(subscription)
+        .bind(since)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() > 0 {
+            sqlx::query("SELECT pg_notify($1, '')").bind(&self.channel).execute(&self.pool).await?;
+        }
+        Ok(done.rows_affected())
+    }
+
+    async fn listen_for_jobs(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(&self.channel).await?;
+        tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(_) => notify.notify_one(),
+                    // The listener reconnects by itself on the next recv; wake the dispatcher so it
+                    // polls meanwhile.
+                    Err(_) => {
+                        notify.notify_one();
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        Ok(())
     }
 
     async fn list_quarantine(&self, f: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>> {

@@ -15,10 +15,11 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use uuid::Uuid;
 
-use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered};
+use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, per_tenant_share};
 use crate::{
-    AcceptedEvent, ApiKeyRecord, DeliveryJob, IngestRecord, NewApiKey, Origin, QuarantineEntry, QuarantineFilter,
-    QuarantinedRecord, Store, StoreError, StoreResult, StoredEvent, SubscriptionRecord, WriteOutcome,
+    AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
+    HealthUpdate, IngestRecord, JobTransition, NewApiKey, Origin, QuarantineEntry, QuarantineFilter, QuarantinedRecord,
+    Recovery, Store, StoreError, StoreResult, StoredEvent, SubscriptionRecord, WriteOutcome,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -172,8 +173,8 @@ impl SqliteStore {
         for (sub, seq, received) in work.jobs {
             sqlx::query(
                 "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
-                    event_received_at, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6, ?5, ?5)",
+                    event_received_at, window_start, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, 'pending', ?6, ?6, ?6, ?5, ?5)",
             )
             .bind(Uuid::now_v7().hyphenated().to_string())
             .bind(tenant)
@@ -277,7 +278,7 @@ fn quarantine_from_row(row: &SqliteRow) -> StoreResult<QuarantineEntry> {
 
 const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types, origin, sink_type, sink_config,
     signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled, verification_state,
-    verification_error, disabled_reason, pull_cursor, created_at, updated_at";
+    verification_error, disabled_reason, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
 
 fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
     let id = uuid_from_text(&row.try_get::<String, _>("id")?)?;
@@ -287,6 +288,8 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
     let sink: String = row.try_get("sink_type")?;
     let verification: String = row.try_get("verification_state")?;
     let expires: Option<i64> = row.try_get("previous_secret_expires_at")?;
+    let failing_since: Option<i64> = row.try_get("failing_since")?;
+    let last_failure_at: Option<i64> = row.try_get("last_failure_at")?;
     Ok(SubscriptionRecord {
         id,
         tenant_id: row.try_get("tenant_id")?,
@@ -303,6 +306,8 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
         verification: hub_core::VerificationState::parse(&verification).ok_or_else(|| corrupt("verification_state"))?,
         verification_error: row.try_get("verification_error")?,
         disabled_reason: row.try_get("disabled_reason")?,
+        failing_since: failing_since.map(from_micros).transpose()?,
+        last_failure_at: last_failure_at.map(from_micros).transpose()?,
         pull_cursor: row.try_get("pull_cursor")?,
         created_at: from_micros(row.try_get("created_at")?)?,
         updated_at: from_micros(row.try_get("updated_at")?)?,
@@ -310,7 +315,7 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
 }
 
 const JOB_COLUMNS: &str = "id, tenant_id, subscription_id, event_seq, state, attempts, recoveries, due_at,
-    event_received_at, last_error, created_at, updated_at";
+    event_received_at, window_start, last_error, created_at, updated_at, finished_at";
 
 fn job_from_row(row: &SqliteRow) -> StoreResult<DeliveryJob> {
     Ok(DeliveryJob {
@@ -323,10 +328,50 @@ fn job_from_row(row: &SqliteRow) -> StoreResult<DeliveryJob> {
         recoveries: row.try_get("recoveries")?,
         due_at: from_micros(row.try_get("due_at")?)?,
         event_received_at: from_micros(row.try_get("event_received_at")?)?,
+        window_start: from_micros(row.try_get("window_start")?)?,
         last_error: row.try_get("last_error")?,
         created_at: from_micros(row.try_get("created_at")?)?,
         updated_at: from_micros(row.try_get("updated_at")?)?,
+        finished_at: row.try_get::<Option<i64>, _>("finished_at")?.map(from_micros).transpose()?,
     })
+}
+
+const CLAIMED_COLUMNS: &str =
+    "id, tenant_id, subscription_id, event_seq, attempts, recoveries, window_start, event_received_at, lease_token";
+
+fn claimed_from_row(row: &SqliteRow) -> StoreResult<ClaimedJob> {
+    let token: Option<String> = row.try_get("lease_token")?;
+    Ok(ClaimedJob {
+        id: uuid_from_text(&row.try_get::<String, _>("id")?)?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: uuid_from_text(&row.try_get::<String, _>("subscription_id")?)?,
+        event_seq: row.try_get("event_seq")?,
+        attempts: row.try_get("attempts")?,
+        recoveries: row.try_get("recoveries")?,
+        window_start: from_micros(row.try_get("window_start")?)?,
+        event_received_at: from_micros(row.try_get("event_received_at")?)?,
+        token: uuid_from_text(&token.ok_or_else(|| StoreError::Corrupt("a claimed job has no lease token".into()))?)?,
+    })
+}
+
+fn attempt_from_row(row: &SqliteRow) -> StoreResult<AttemptRecord> {
+    Ok(AttemptRecord {
+        id: uuid_from_text(&row.try_get::<String, _>("id")?)?,
+        job_id: uuid_from_text(&row.try_get::<String, _>("job_id")?)?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: uuid_from_text(&row.try_get::<String, _>("subscription_id")?)?,
+        attempt: row.try_get("attempt")?,
+        started_at: from_micros(row.try_get("started_at")?)?,
+        latency_ms: row.try_get("latency_ms")?,
+        outcome: row.try_get("outcome")?,
+        status_code: row.try_get("status_code")?,
+        error: row.try_get("error")?,
+        response_body: row.try_get("response_body")?,
+    })
+}
+
+fn text(id: Uuid) -> String {
+    id.hyphenated().to_string()
 }
 
 fn api_key_from_row(row: &SqliteRow) -> StoreResult<ApiKeyRecord> {
@@ -408,8 +453,9 @@ impl Store for SqliteStore {
         sqlx::query(
             "INSERT INTO subscriptions (id, tenant_id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
-                verification_state, verification_error, disabled_reason, pull_cursor, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                verification_state, verification_error, disabled_reason, pull_cursor, created_at, updated_at,
+                failing_since, last_failure_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
         )
         .bind(sub.id.hyphenated().to_string())
         .bind(&sub.tenant_id)
@@ -429,6 +475,8 @@ impl Store for SqliteStore {
         .bind(sub.pull_cursor)
         .bind(micros(sub.created_at))
         .bind(micros(sub.updated_at))
+        .bind(sub.failing_since.map(micros))
+        .bind(sub.last_failure_at.map(micros))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -474,7 +522,8 @@ impl Store for SqliteStore {
             "UPDATE subscriptions SET name = ?3, event_types = ?4, origin = ?5, sink_type = ?6,
                 sink_config = ?7, signing_secret = ?8, previous_secret = ?9,
                 previous_secret_expires_at = ?10, credentials = ?11, enabled = ?12,
-                verification_state = ?13, verification_error = ?14, disabled_reason = ?15, updated_at = ?16
+                verification_state = ?13, verification_error = ?14, disabled_reason = ?15, updated_at = ?16,
+                failing_since = ?17, last_failure_at = ?18
              WHERE tenant_id = ?1 AND id = ?2",
         )
         .bind(&sub.tenant_id)
@@ -493,6 +542,8 @@ impl Store for SqliteStore {
         .bind(&sub.verification_error)
         .bind(&sub.disabled_reason)
         .bind(micros(sub.updated_at))
+        .bind(sub.failing_since.map(micros))
+        .bind(sub.last_failure_at.map(micros))
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -588,6 +639,252 @@ impl Store for SqliteStore {
             .iter()
             .map(job_from_row)
             .collect()
+    }
+
+    async fn event_by_seq(&self, tenant: &str, seq: i64) -> StoreResult<Option<StoredEvent>> {
+        let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = ?1 AND seq = ?2");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(seq)
+            .fetch_optional(&self.reader)
+            .await?
+            .as_ref()
+            .map(event_from_row)
+            .transpose()
+    }
+
+    async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
+        let now = micros(req.now);
+        let mut tx = self.begin_write().await?;
+        let limit = i64::from(req.limit.max(1));
+        let tenants_sql = "WITH RECURSIVE t(tenant_id) AS (
+                SELECT (SELECT tenant_id FROM delivery_jobs
+                        WHERE state = 'pending' AND due_at <= ?1 AND tenant_id > ?2
+                        ORDER BY tenant_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT d.tenant_id FROM delivery_jobs d
+                        WHERE d.state = 'pending' AND d.due_at <= ?1 AND d.tenant_id > t.tenant_id
+                        ORDER BY d.tenant_id LIMIT 1)
+                FROM t WHERE t.tenant_id IS NOT NULL
+             )
+             SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT ?3";
+        let mut tenants: Vec<String> = sqlx::query_scalar(tenants_sql)
+            .bind(now)
+            .bind(req.after_tenant.clone().unwrap_or_default())
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        if (tenants.len() as i64) < limit && req.after_tenant.is_some() {
+            let wrapped: Vec<String> =
+                sqlx::query_scalar(tenants_sql).bind(now).bind("").bind(limit).fetch_all(&mut *tx).await?;
+            for t in wrapped {
+                if !tenants.contains(&t) && (tenants.len() as i64) < limit {
+                    tenants.push(t);
+                }
+            }
+        }
+        let mut claimed: Vec<ClaimedJob> = Vec::new();
+        let excluded = serde_json::to_string(&req.exclude_subscriptions.iter().map(|u| text(*u)).collect::<Vec<_>>())
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let sql = format!(
+            "UPDATE delivery_jobs SET state = 'leased', lease_expires_at = ?3, lease_token = ?4, updated_at = ?2
+             WHERE id IN (
+                SELECT d.id FROM delivery_jobs d JOIN subscriptions s ON s.id = d.subscription_id
+                WHERE d.tenant_id = ?1 AND d.state = 'pending' AND d.due_at <= ?2
+                  AND s.enabled = 1 AND s.verification_state = 'active'
+                  AND d.subscription_id NOT IN (SELECT value FROM json_each(?5))
+                ORDER BY d.due_at LIMIT ?6)
+             RETURNING {CLAIMED_COLUMNS}"
+        );
+        // Every tenant gets its share; what a tenant could not use goes round again to those that
+        // filled theirs, so one claim is both fair and full.
+        let mut active = tenants;
+        while !active.is_empty() && (claimed.len() as u32) < req.limit {
+            let share = per_tenant_share(req.limit - claimed.len() as u32, active.len());
+            let mut still = Vec::new();
+            for tenant in &active {
+                let want = share.min(req.limit - claimed.len() as u32);
+                if want == 0 {
+                    break;
+                }
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(tenant)
+                    .bind(now)
+                    .bind(micros(req.lease_until))
+                    .bind(text(req.token))
+                    .bind(&excluded)
+                    .bind(i64::from(want))
+                    .fetch_all(&mut *tx)
+                    .await?;
+                if rows.len() as u32 == want {
+                    still.push(tenant.clone());
+                }
+                for row in &rows {
+                    claimed.push(claimed_from_row(row)?);
+                }
+            }
+            active = still;
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE delivery_jobs SET state = 'pending', due_at = ?3, lease_expires_at = NULL, lease_token = NULL,
+                updated_at = ?4
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'leased'",
+        )
+        .bind(text(job))
+        .bind(text(token))
+        .bind(micros(due_at))
+        .bind(micros(Utc::now()))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn complete_attempt(&self, r: &AttemptResult) -> StoreResult<Completed> {
+        let a = &r.record;
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
+                latency_ms, outcome, status_code, error, response_body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .bind(text(a.id))
+        .bind(text(a.job_id))
+        .bind(&a.tenant_id)
+        .bind(text(a.subscription_id))
+        .bind(a.attempt)
+        .bind(micros(a.started_at))
+        .bind(a.latency_ms)
+        .bind(&a.outcome)
+        .bind(a.status_code)
+        .bind(&a.error)
+        .bind(&a.response_body)
+        .execute(&mut *tx)
+        .await?;
+        let (state, due_at, error, finished) = match &r.transition {
+            JobTransition::Succeeded => ("succeeded", None, None, Some(r.now)),
+            JobTransition::Retry { due_at } => ("pending", Some(*due_at), a.error.clone(), None),
+            JobTransition::Dead { reason } => ("dead", None, Some(reason.clone()), Some(r.now)),
+        };
+        let job = sqlx::query(
+            "UPDATE delivery_jobs SET state = ?3, attempts = attempts + 1, due_at = COALESCE(?4, due_at),
+                last_error = ?5, finished_at = ?6, lease_expires_at = NULL, lease_token = NULL, updated_at = ?7
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'leased'",
+        )
+        .bind(text(a.job_id))
+        .bind(text(r.token))
+        .bind(state)
+        .bind(due_at.map(micros))
+        .bind(error)
+        .bind(finished.map(micros))
+        .bind(micros(r.now))
+        .execute(&mut *tx)
+        .await?;
+        let disabled = match &r.health {
+            HealthUpdate::Success => {
+                sqlx::query(
+                    "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
+                     WHERE id = ?1 AND failing_since IS NOT NULL",
+                )
+                .bind(text(a.subscription_id))
+                .execute(&mut *tx)
+                .await?;
+                false
+            }
+            HealthUpdate::Failure { at, disable } => {
+                let done = sqlx::query(
+                    "UPDATE subscriptions SET failing_since = COALESCE(failing_since, ?2), last_failure_at = ?2,
+                        enabled = CASE WHEN ?3 IS NULL THEN enabled ELSE 0 END,
+                        disabled_reason = COALESCE(?3, disabled_reason),
+                        updated_at = CASE WHEN ?3 IS NULL THEN updated_at ELSE ?2 END
+                     WHERE id = ?1",
+                )
+                .bind(text(a.subscription_id))
+                .bind(micros(*at))
+                .bind(disable)
+                .execute(&mut *tx)
+                .await?;
+                disable.is_some() && done.rows_affected() == 1
+            }
+        };
+        tx.commit().await?;
+        Ok(Completed { job_updated: job.rows_affected() == 1, disabled })
+    }
+
+    async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery> {
+        let mut tx = self.begin_write().await?;
+        let states: Vec<String> = sqlx::query_scalar(
+            "UPDATE delivery_jobs SET recoveries = recoveries + 1,
+                state = CASE WHEN recoveries + 1 >= ?2 THEN 'dead' ELSE 'pending' END,
+                finished_at = CASE WHEN recoveries + 1 >= ?2 THEN ?1 ELSE NULL END,
+                last_error = CASE WHEN recoveries + 1 >= ?2 THEN ?3
+                                  ELSE 'lease expired without an outcome; recovered' END,
+                due_at = ?1, lease_expires_at = NULL, lease_token = NULL, updated_at = ?1
+             WHERE state = 'leased' AND lease_expires_at < ?1
+             RETURNING state",
+        )
+        .bind(micros(now))
+        .bind(i64::from(poison_threshold))
+        .bind(hub_core::delivery::DeadReason::Poison.as_str())
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let poisoned = states.iter().filter(|s| s.as_str() == "dead").count() as u64;
+        Ok(Recovery { recovered: states.len() as u64 - poisoned, poisoned })
+    }
+
+    async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>> {
+        let ids = serde_json::to_string(&jobs.iter().map(|u| text(*u)).collect::<Vec<_>>())
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query(
+            "SELECT id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms, outcome, status_code,
+                error, response_body
+             FROM delivery_attempts
+             WHERE tenant_id = ?1 AND job_id IN (SELECT value FROM json_each(?2))
+             ORDER BY job_id, attempt, started_at",
+        )
+        .bind(tenant)
+        .bind(ids)
+        .fetch_all(&self.reader)
+        .await?
+        .iter()
+        .map(attempt_from_row)
+        .collect()
+    }
+
+    async fn redrive(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        since: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE delivery_jobs SET state = 'pending', attempts = 0, recoveries = 0, due_at = ?4,
+                window_start = ?4, last_error = NULL, finished_at = NULL, updated_at = ?4
+             WHERE tenant_id = ?1 AND subscription_id = ?2 AND state = 'dead'
+               AND (?3 IS NULL OR finished_at >= ?3)",
+        )
+        .bind(tenant)
+        .bind(text(subscription))
+        .bind(since.map(micros))
+        .bind(micros(now))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn listen_for_jobs(&self, _notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {
+        // One node: every job is created in this process, which wakes its dispatcher directly.
+        Ok(())
     }
 
     async fn list_quarantine(&self, f: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>> {

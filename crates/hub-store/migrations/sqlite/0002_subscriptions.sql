@@ -16,6 +16,9 @@ CREATE TABLE subscriptions (
     verification_state         TEXT        NOT NULL,
     verification_error         TEXT,
     disabled_reason            TEXT,
+    -- The open failure period (auto-disable): first and last failure since the last success.
+    failing_since              INTEGER,
+    last_failure_at            INTEGER,
     pull_cursor                INTEGER      NOT NULL DEFAULT 0,
     created_at                 INTEGER     NOT NULL,
     updated_at                 INTEGER     NOT NULL
@@ -34,20 +37,43 @@ CREATE TABLE pull_entries (
     PRIMARY KEY (subscription_id, seq)
 );
 
+-- One job per (event, push subscription). States: pending, leased, succeeded, dead, cancelled.
+-- No foreign keys, for the same reason as pull_entries.
 CREATE TABLE delivery_jobs (
     id                TEXT PRIMARY KEY,
-    tenant_id         TEXT        NOT NULL,
-    subscription_id   TEXT        NOT NULL,
-    event_seq         INTEGER      NOT NULL,
-    state             TEXT        NOT NULL,
-    attempts          INTEGER     NOT NULL DEFAULT 0,
-    recoveries        INTEGER     NOT NULL DEFAULT 0,
-    due_at            INTEGER     NOT NULL,
+    tenant_id         TEXT    NOT NULL,
+    subscription_id   TEXT    NOT NULL,
+    event_seq         INTEGER  NOT NULL,
+    state             TEXT    NOT NULL,
+    attempts          INTEGER NOT NULL DEFAULT 0,
+    recoveries        INTEGER NOT NULL DEFAULT 0,
+    due_at            INTEGER NOT NULL,
     lease_expires_at  INTEGER,
-    event_received_at INTEGER     NOT NULL,
+    lease_token       TEXT,
+    event_received_at INTEGER NOT NULL,
+    -- Where the retry deadline counts from: the event's arrival, or the last redrive.
+    window_start      INTEGER NOT NULL,
     last_error        TEXT,
-    created_at        INTEGER     NOT NULL,
-    updated_at        INTEGER     NOT NULL
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    finished_at       INTEGER
 );
-CREATE INDEX delivery_jobs_due ON delivery_jobs (due_at) WHERE state = 'pending';
+-- Claims: due pending jobs per tenant (skip-scan over tenants, then oldest due first).
+CREATE INDEX delivery_jobs_due ON delivery_jobs (tenant_id, due_at) WHERE state = 'pending';
+CREATE INDEX delivery_jobs_leased ON delivery_jobs (lease_expires_at) WHERE state = 'leased';
 CREATE INDEX delivery_jobs_subscription ON delivery_jobs (subscription_id, id);
+
+CREATE TABLE delivery_attempts (
+    id              TEXT PRIMARY KEY,
+    job_id          TEXT    NOT NULL,
+    tenant_id       TEXT    NOT NULL,
+    subscription_id TEXT    NOT NULL,
+    attempt         INTEGER NOT NULL,
+    started_at      INTEGER NOT NULL,
+    latency_ms      INTEGER  NOT NULL,
+    outcome         TEXT    NOT NULL,
+    status_code     INTEGER,
+    error           TEXT,
+    response_body   TEXT
+);
+CREATE INDEX delivery_attempts_job ON delivery_attempts (job_id, attempt);

@@ -2,12 +2,14 @@
 //! file or PostgreSQL schema) per test. PostgreSQL is required: without it these tests fail.
 
 mod contract;
+mod jobs;
 mod subscriptions;
 mod support;
 
 /// Every contract test, whichever module holds it.
 mod suite {
     pub use crate::contract::*;
+    pub use crate::jobs::*;
     pub use crate::subscriptions::*;
 }
 
@@ -53,4 +55,12 @@ contract_suite!(
     only_events_after_creation_match,
     deleting_a_subscription_cancels_its_work,
     pull_cursors_only_move_forward_even_under_concurrency,
+    claims_interleave_tenants,
+    claims_skip_undeliverable_and_excluded_subscriptions,
+    concurrent_claims_never_lease_a_job_twice,
+    attempts_move_jobs_through_their_states,
+    a_lost_lease_records_the_attempt_but_leaves_the_job,
+    expired_leases_are_recovered_then_poisoned,
+    failures_open_a_period_that_a_success_clears_and_disable_stops_claims,
+    dead_jobs_are_redriven_with_a_fresh_window,
 );

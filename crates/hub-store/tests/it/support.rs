@@ -139,6 +139,8 @@ pub fn subscription(
         verification: hub_core::VerificationState::Active,
         verification_error: None,
         disabled_reason: None,
+        failing_since: None,
+        last_failure_at: None,
         pull_cursor: 0,
         created_at: now,
         updated_at: now,

@@ -1,0 +1,291 @@
+//! Delivery jobs: claims, attempts, leases, recovery and redrive on both backends.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use hub_core::SinkKind;
+use hub_store::{
+    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, HealthUpdate, JobTransition, Store, SubscriptionRecord,
+};
+use uuid::Uuid;
+
+use crate::support::{TestDb, accepted, subscription};
+
+async fn push_subscription(db: &TestDb, tenant: &str) -> SubscriptionRecord {
+    let sub = subscription(tenant, SinkKind::Webhook, &["*.*"], None);
+    db.store.create_subscription(&sub).await.expect("create");
+    sub
+}
+
+async fn events(db: &TestDb, tenant: &str, n: usize) {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
+        let batch: Vec<_> = chunk.iter().map(|_| accepted(tenant, Uuid::now_v7())).collect();
+        db.store.write_batch(&batch).await.expect("write");
+    }
+}
+
+fn claim(limit: u32, after: Option<&str>) -> ClaimRequest {
+    let now = Utc::now() + Duration::seconds(1);
+    ClaimRequest {
+        now,
+        lease_until: now + Duration::seconds(60),
+        token: Uuid::now_v7(),
+        limit,
+        after_tenant: after.map(str::to_owned),
+        exclude_subscriptions: Vec::new(),
+    }
+}
+
+fn result(job: &ClaimedJob, outcome: &str, transition: JobTransition, health: HealthUpdate) -> AttemptResult {
+    let now = Utc::now();
+    AttemptResult {
+        token: job.token,
+        record: AttemptRecord {
+            id: Uuid::now_v7(),
+            job_id: job.id,
+            tenant_id: job.tenant_id.clone(),
+            subscription_id: job.subscription_id,
+            attempt: job.attempts + 1,
+            started_at: now,
+            latency_ms: 12,
+            outcome: outcome.to_owned(),
+            status_code: Some(if outcome == "delivered" { 204 } else { 503 }),
+            error: (outcome != "delivered").then(|| "HTTP 503".to_owned()),
+            response_body: Some("body".to_owned()),
+        },
+        transition,
+        health,
+        now,
+    }
+}
+
+async fn job_state(store: &Arc<dyn Store>, job: &ClaimedJob) -> hub_store::DeliveryJob {
+    store
+        .list_jobs(&job.tenant_id, job.subscription_id, None, None, 10_000)
+        .await
+        .expect("jobs")
+        .into_iter()
+        .find(|j| j.id == job.id)
+        .expect("job exists")
+}
+
+pub async fn claims_interleave_tenants(db: &TestDb) {
+    push_subscription(db, "big").await;
+    push_subscription(db, "small").await;
+    events(db, "big", 300).await;
+    events(db, "small", 1).await;
+    // The small tenant's single job comes in the first claim despite the big backlog.
+    let first = db.store.claim_jobs(&claim(4, None)).await.expect("claim");
+    assert_eq!(first.len(), 4);
+    assert!(first.iter().any(|j| j.tenant_id == "small"), "{first:?}");
+    assert!(first.iter().all(|j| j.attempts == 0));
+
+    // Rotation: starting after "big" visits "small" first, then wraps to "big".
+    events(db, "small", 1).await;
+    let next = db.store.claim_jobs(&claim(2, Some("big"))).await.expect("claim");
+    assert_eq!(next.iter().filter(|j| j.tenant_id == "small").count(), 1, "{next:?}");
+}
+
+pub async fn claims_skip_undeliverable_and_excluded_subscriptions(db: &TestDb) {
+    let deliverable = push_subscription(db, "t1").await;
+    let excluded = push_subscription(db, "t1").await;
+    let paused = push_subscription(db, "t1").await;
+    events(db, "t1", 2).await;
+    let mut off = paused.clone();
+    off.enabled = false;
+    db.store.update_subscription(&off).await.expect("disable");
+
+    let mut req = claim(100, None);
+    req.exclude_subscriptions = vec![excluded.id];
+    let claimed = db.store.claim_jobs(&req).await.expect("claim");
+    assert_eq!(claimed.len(), 2);
+    assert!(claimed.iter().all(|j| j.subscription_id == deliverable.id), "{claimed:?}");
+    // Leased jobs are not claimed again; the excluded ones are available now.
+    let again = db.store.claim_jobs(&claim(100, None)).await.expect("claim");
+    assert_eq!(again.len(), 2);
+    assert!(again.iter().all(|j| j.subscription_id == excluded.id));
+    // The disabled subscription's jobs wait, untouched.
+    assert_eq!(db.store.list_jobs("t1", paused.id, Some("pending"), None, 10).await.expect("jobs").len(), 2);
+}
+
+pub async fn concurrent_claims_never_lease_a_job_twice(db: &TestDb) {
+    push_subscription(db, "t1").await;
+    push_subscription(db, "t2").await;
+    events(db, "t1", 150).await;
+    events(db, "t2", 150).await;
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let store = Arc::clone(&db.store);
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let got = store.claim_jobs(&claim(7, None)).await.expect("claim");
+                if got.is_empty() {
+                    return mine;
+                }
+                mine.extend(got.into_iter().map(|j| j.id));
+            }
+        }));
+    }
+    let mut seen = HashSet::new();
+    for t in tasks {
+        for id in t.await.expect("claimer") {
+            assert!(seen.insert(id), "job {id} leased twice");
+        }
+    }
+    assert_eq!(seen.len(), 300, "every job was claimed exactly once");
+}
+
+pub async fn attempts_move_jobs_through_their_states(db: &TestDb) {
+    push_subscription(db, "t1").await;
+    events(db, "t1", 3).await;
+    let jobs = db.store.claim_jobs(&claim(3, None)).await.expect("claim");
+    let due = Utc::now() + Duration::minutes(5);
+    let failure = HealthUpdate::Failure { at: Utc::now(), disable: None };
+    let r = result(&jobs[0], "delivered", JobTransition::Succeeded, HealthUpdate::Success);
+    assert!(db.store.complete_attempt(&r).await.expect("complete").job_updated);
+    let r = result(&jobs[1], "failed", JobTransition::Retry { due_at: due }, failure.clone());
+    db.store.complete_attempt(&r).await.expect("complete");
+    let r = result(&jobs[2], "failed", JobTransition::Dead { reason: "attempts exhausted".into() }, failure);
+    db.store.complete_attempt(&r).await.expect("complete");
+
+    let done = job_state(&db.store, &jobs[0]).await;
+    assert_eq!((done.state.as_str(), done.attempts), ("succeeded", 1));
+    assert!(done.finished_at.is_some());
+    let retry = job_state(&db.store, &jobs[1]).await;
+    assert_eq!((retry.state.as_str(), retry.attempts), ("pending", 1));
+    assert!((retry.due_at - due).num_milliseconds().abs() < 2);
+    assert_eq!(retry.last_error.as_deref(), Some("HTTP 503"));
+    let dead = job_state(&db.store, &jobs[2]).await;
+    assert_eq!((dead.state.as_str(), dead.last_error.as_deref()), ("dead", Some("attempts exhausted")));
+
+    // Not due yet: the retry is not claimable before its time.
+    assert!(db.store.claim_jobs(&claim(10, None)).await.expect("claim").is_empty());
+    let attempts = db.store.attempts_for_jobs("t1", &[jobs[0].id, jobs[1].id]).await.expect("attempts");
+    assert_eq!(attempts.len(), 2);
+    assert!(attempts.iter().all(|a| a.attempt == 1 && a.latency_ms == 12));
+    assert!(db.store.attempts_for_jobs("t2", &[jobs[0].id]).await.expect("attempts").is_empty(), "tenant-scoped");
+}
+
+pub async fn a_lost_lease_records_the_attempt_but_leaves_the_job(db: &TestDb) {
+    push_subscription(db, "t1").await;
+    events(db, "t1", 1).await;
+    let job = db.store.claim_jobs(&claim(1, None)).await.expect("claim").remove(0);
+    let mut stale = job.clone();
+    stale.token = Uuid::now_v7();
+    let done = db
+        .store
+        .complete_attempt(&result(&stale, "delivered", JobTransition::Succeeded, HealthUpdate::Success))
+        .await
+        .expect("complete");
+    assert!(!done.job_updated);
+    assert_eq!(job_state(&db.store, &job).await.state, "leased");
+    assert_eq!(db.store.attempts_for_jobs("t1", &[job.id]).await.expect("attempts").len(), 1);
+    // Release without an attempt: pending again, attempts unchanged.
+    assert!(!db.store.release_job(job.id, stale.token, Utc::now()).await.expect("release"));
+    assert!(db.store.release_job(job.id, job.token, Utc::now()).await.expect("release"));
+    let released = job_state(&db.store, &job).await;
+    assert_eq!((released.state.as_str(), released.attempts), ("pending", 0));
+}
+
+pub async fn expired_leases_are_recovered_then_poisoned(db: &TestDb) {
+    push_subscription(db, "t1").await;
+    events(db, "t1", 1).await;
+    let mut now: DateTime<Utc> = Utc::now();
+    for round in 1..=3 {
+        let mut req = claim(1, None);
+        req.now = now + Duration::seconds(1);
+        req.lease_until = now + Duration::seconds(2);
+        let job = db.store.claim_jobs(&req).await.expect("claim");
+        assert_eq!(job.len(), 1, "round {round}: the recovered job is claimable again");
+        assert_eq!(job[0].recoveries, round - 1);
+        now += Duration::seconds(10);
+        let rec = db.store.recover_expired_leases(now, 3).await.expect("recover");
+        if round < 3 {
+            assert_eq!(rec, hub_store::Recovery { recovered: 1, poisoned: 0 });
+        } else {
+            assert_eq!(rec, hub_store::Recovery { recovered: 0, poisoned: 1 });
+            let dead = job_state(&db.store, &job[0]).await;
+            assert_eq!(dead.state, "dead");
+            assert!(dead.last_error.as_deref().unwrap_or_default().starts_with("poison"));
+            assert_eq!(dead.attempts, 0, "no attempt was ever recorded");
+        }
+    }
+    // A lease that has not expired is left alone.
+    events(db, "t1", 1).await;
+    let job = db.store.claim_jobs(&claim(1, None)).await.expect("claim");
+    assert_eq!(job.len(), 1);
+    assert_eq!(db.store.recover_expired_leases(Utc::now(), 3).await.expect("recover"), hub_store::Recovery::default());
+}
+
+pub async fn failures_open_a_period_that_a_success_clears_and_disable_stops_claims(db: &TestDb) {
+    let sub = push_subscription(db, "t1").await;
+    events(db, "t1", 4).await;
+    let jobs = db.store.claim_jobs(&claim(4, None)).await.expect("claim");
+    let t0 = Utc::now() - Duration::hours(10);
+    let fail = |at| HealthUpdate::Failure { at, disable: None };
+    let later = Utc::now() + Duration::hours(1);
+    db.store
+        .complete_attempt(&result(&jobs[0], "failed", JobTransition::Retry { due_at: later }, fail(t0)))
+        .await
+        .expect("1");
+    let t1 = t0 + Duration::hours(2);
+    db.store
+        .complete_attempt(&result(&jobs[1], "failed", JobTransition::Retry { due_at: later }, fail(t1)))
+        .await
+        .expect("2");
+    let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
+    assert_eq!(
+        read.failing_since.map(|t| t.timestamp_millis()),
+        Some(t0.timestamp_millis()),
+        "the first failure opens it"
+    );
+    assert_eq!(read.last_failure_at.map(|t| t.timestamp_millis()), Some(t1.timestamp_millis()));
+
+    db.store
+        .complete_attempt(&result(&jobs[2], "delivered", JobTransition::Succeeded, HealthUpdate::Success))
+        .await
+        .expect("3");
+    let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
+    assert!(read.failing_since.is_none() && read.last_failure_at.is_none(), "one success clears the period");
+
+    let disable = HealthUpdate::Failure { at: Utc::now(), disable: Some("auto-disabled: failing".into()) };
+    let done = db
+        .store
+        .complete_attempt(&result(&jobs[3], "failed", JobTransition::Retry { due_at: Utc::now() }, disable))
+        .await
+        .expect("4");
+    assert!(done.disabled);
+    let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
+    assert!(!read.enabled);
+    assert_eq!(read.disabled_reason.as_deref(), Some("auto-disabled: failing"));
+    assert_eq!(read.verification, hub_core::VerificationState::Active, "auto-disable never touches verification");
+    assert!(
+        db.store.claim_jobs(&claim(10, None)).await.expect("claim").is_empty(),
+        "a disabled subscription's jobs wait"
+    );
+}
+
+pub async fn dead_jobs_are_redriven_with_a_fresh_window(db: &TestDb) {
+    let sub = push_subscription(db, "t1").await;
+    events(db, "t1", 2).await;
+    let jobs = db.store.claim_jobs(&claim(2, None)).await.expect("claim");
+    for job in &jobs {
+        let r =
+            result(job, "failed", JobTransition::Dead { reason: "attempts exhausted".into() }, HealthUpdate::Success);
+        db.store.complete_attempt(&r).await.expect("complete");
+    }
+    let future = Utc::now() + Duration::hours(1);
+    assert_eq!(
+        db.store.redrive("t1", sub.id, Some(future), Utc::now()).await.expect("redrive"),
+        0,
+        "none dead since then"
+    );
+    assert_eq!(db.store.redrive("t2", sub.id, None, Utc::now()).await.expect("redrive"), 0, "tenant-scoped");
+    let now = Utc::now();
+    assert_eq!(db.store.redrive("t1", sub.id, Some(now - Duration::hours(1)), now).await.expect("redrive"), 2);
+    let again = db.store.claim_jobs(&claim(10, None)).await.expect("claim");
+    assert_eq!(again.len(), 2);
+    assert!(again.iter().all(|j| j.attempts == 0 && (j.window_start - now).num_milliseconds().abs() < 2));
+}
