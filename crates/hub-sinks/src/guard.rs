@@ -1,0 +1,99 @@
+//! The SSRF guard: destinations must be public unless the operator allows private sinks.
+//!
+//! Host names are resolved once, by [`GuardedResolver`]; every address must be public, and the
+//! HTTP client connects to exactly the addresses that were checked (no second resolution, so a
+//! DNS answer cannot change between the check and the connection). Address literals never reach
+//! a resolver, so [`check_host`] checks them before any request.
+
+use std::net::{IpAddr, SocketAddr};
+
+use hub_core::netpolicy::restriction;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+/// Why a destination is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("destination {host} resolves to a {why} address; private destinations are not allowed")]
+pub struct Refused {
+    pub host: String,
+    pub why: &'static str,
+}
+
+/// Checks one address.
+pub fn check_ip(host: &str, ip: IpAddr, allow_private: bool) -> Result<(), Refused> {
+    match restriction(ip) {
+        Some(why) if !allow_private => Err(Refused { host: host.to_owned(), why: why.as_str() }),
+        _ => Ok(()),
+    }
+}
+
+/// Checks a URL's host when it is an address literal (or `localhost`); names are checked when
+/// they are resolved.
+pub fn check_host(url: &url::Url, allow_private: bool) -> Result<(), Refused> {
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => check_ip(&ip.to_string(), ip.into(), allow_private),
+        Some(url::Host::Ipv6(ip)) => check_ip(&ip.to_string(), ip.into(), allow_private),
+        Some(url::Host::Domain(d)) if !allow_private => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            if d == "localhost" || d.ends_with(".localhost") {
+                Err(Refused { host: d, why: "loopback" })
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A resolver that refuses names with any non-public address.
+#[derive(Debug, Clone, Copy)]
+pub struct GuardedResolver {
+    pub allow_private: bool,
+}
+
+impl Resolve for GuardedResolver {
+    fn resolve(&self, name: Name) -> Resolving {
+        let allow_private = self.allow_private;
+        Box::pin(async move {
+            let host = name.as_str().to_owned();
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            for addr in &addrs {
+                // One private answer refuses the name: a mixed answer is how rebinding starts.
+                check_ip(&host, addr.ip(), allow_private)?;
+            }
+            let addrs: Addrs = Box::new(addrs.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn names_resolving_to_private_addresses_are_refused() {
+        let guard = GuardedResolver { allow_private: false };
+        let name: Name = "localhost".parse().expect("name");
+        let err = guard.resolve(name).await.err().expect("refused");
+        assert!(err.to_string().contains("loopback"), "{err}");
+        let open = GuardedResolver { allow_private: true };
+        let addrs: Vec<_> = open.resolve("localhost".parse().expect("name")).await.expect("resolves").collect();
+        assert!(addrs.iter().all(|a| a.ip().is_loopback()));
+    }
+
+    #[test]
+    fn literals_are_checked_before_any_request() {
+        for url in [
+            "https://127.0.0.1/",
+            "https://[::1]/",
+            "https://10.0.0.1/",
+            "https://169.254.169.254/",
+            "https://localhost/",
+        ] {
+            assert!(check_host(&url.parse().expect("url"), false).is_err(), "{url}");
+            assert!(check_host(&url.parse().expect("url"), true).is_ok(), "{url}");
+        }
+        assert!(check_host(&"https://8.8.8.8/".parse().expect("url"), false).is_ok());
+        assert!(check_host(&"https://example.com/".parse().expect("url"), false).is_ok());
+    }
+}

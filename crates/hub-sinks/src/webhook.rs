@@ -1,0 +1,247 @@
+//! The webhook sink (SPEC §3.6): a signed `POST` of the exact stored body.
+//!
+//! One pooled HTTP client serves every destination. Redirects are never followed, each request
+//! has the subscription's timeout, the response is read only up to a cap, and host names go
+//! through the SSRF guard's resolver.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hub_core::signature::sign;
+use rand::RngCore;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
+use url::Url;
+use uuid::Uuid;
+
+use crate::guard::{GuardedResolver, check_host};
+use crate::{Failure, FailureKind, Message, Outcome, RESPONSE_CAP, Sink, cap_text};
+
+const VERIFICATION_KEY: &str = "streaming_hub.verification";
+const USER_AGENT_VALUE: &str = concat!("streaming-hub/", env!("CARGO_PKG_VERSION"));
+/// How much of a verification answer is searched for the challenge.
+const PROBE_READ_CAP: usize = 64 * 1024;
+
+/// A webhook destination with its signing secrets opened.
+#[derive(Clone)]
+pub struct WebhookTarget {
+    pub url: Url,
+    /// Static headers configured on the subscription.
+    pub headers: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// The current secret first; during a rotation overlap the previous one second.
+    pub secrets: Vec<String>,
+}
+
+impl std::fmt::Debug for WebhookTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookTarget")
+            .field("url", &self.url.as_str())
+            .field("timeout", &self.timeout)
+            .field("secrets", &self.secrets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The webhook sink: one pooled client for every destination.
+#[derive(Debug, Clone)]
+pub struct WebhookSink {
+    client: reqwest::Client,
+    allow_private: bool,
+}
+
+/// Installs the process's TLS crypto provider once (ring, as the database driver uses).
+pub fn install_crypto_provider() {
+    // Fails only when a provider is already installed, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+impl WebhookSink {
+    pub fn new(allow_private: bool) -> Result<Self, String> {
+        install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(GuardedResolver { allow_private }))
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(64)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Self { client, allow_private })
+    }
+
+    fn headers(&self, target: &WebhookTarget, message: &Message<'_>, timestamp: i64) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        let mut put = |name: &'static str, value: &str| {
+            if let Ok(v) = HeaderValue::from_bytes(value.as_bytes()) {
+                h.append(HeaderName::from_static(name), v);
+            }
+        };
+        put("x-webhook-timestamp", &timestamp.to_string());
+        for secret in &target.secrets {
+            put("x-webhook-signature", &sign(secret, timestamp, message.payload));
+        }
+        put("x-lerian-event-id", &message.ce_id.to_string());
+        put("x-lerian-delivery-id", &message.delivery_id.to_string());
+        put("x-lerian-event-type", &message.event_key());
+        put("x-lerian-tenant-id", message.tenant);
+        put("x-lerian-subscription-id", &message.subscription_id.to_string());
+        put("x-lerian-attempt", &message.attempt.to_string());
+        put("x-lerian-schema-version", message.schema_version);
+        put("x-lerian-event-time", message.time);
+        if let Some(subject) = message.subject {
+            put("x-lerian-subject", subject);
+        }
+        if let Some(tp) = message.traceparent {
+            put("traceparent", tp);
+        }
+        if let Some(ts) = message.tracestate {
+            put("tracestate", ts);
+        }
+        for (name, value) in &target.headers {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
+                h.insert(n, v);
+            }
+        }
+        if let Ok(ct) = HeaderValue::from_bytes(message.content_type.as_bytes()) {
+            h.insert(CONTENT_TYPE, ct);
+        }
+        h.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+        h
+    }
+
+    /// Sends one request and reads at most `cap` bytes of the answer.
+    async fn send(
+        &self,
+        target: &WebhookTarget,
+        headers: HeaderMap,
+        body: Vec<u8>,
+        cap: usize,
+    ) -> Result<(u16, Vec<u8>), Failure> {
+        if let Err(refused) = check_host(&target.url, self.allow_private) {
+            return Err(failure(FailureKind::Forbidden, false, refused.to_string(), None, None));
+        }
+        let request = self.client.post(target.url.clone()).headers(headers).timeout(target.timeout).body(body);
+        let mut response = request.send().await.map_err(|e| classify(&e, target.timeout))?;
+        let status = response.status().as_u16();
+        let mut read = Vec::new();
+        while read.len() < cap {
+            match response.chunk().await {
+                Ok(Some(chunk)) => read.extend_from_slice(&chunk[..chunk.len().min(cap - read.len())]),
+                Ok(None) => break,
+                // The status is what counts; a body cut short is kept as far as it came.
+                Err(_) => break,
+            }
+        }
+        Ok((status, read))
+    }
+}
+
+fn failure(
+    kind: FailureKind,
+    retryable: bool,
+    reason: String,
+    status: Option<u16>,
+    response: Option<String>,
+) -> Failure {
+    Failure { retryable, kind, reason, status, response }
+}
+
+/// A transport error as a classified failure; the message never includes the URL (it may carry
+/// tokens in its query).
+fn classify(e: &reqwest::Error, timeout: Duration) -> Failure {
+    if e.is_timeout() {
+        return failure(FailureKind::Timeout, true, format!("no answer within {} ms", timeout.as_millis()), None, None);
+    }
+    // Walk the cause chain for the guard's refusal or the underlying I/O error.
+    let mut cause: Option<&dyn std::error::Error> = Some(e);
+    let mut detail = String::new();
+    while let Some(c) = cause {
+        if let Some(refused) = c.downcast_ref::<crate::guard::Refused>() {
+            return failure(FailureKind::Forbidden, false, refused.to_string(), None, None);
+        }
+        if c.source().is_none() {
+            detail = c.to_string();
+        }
+        cause = c.source();
+    }
+    let kind = if e.is_connect() { "connection failed" } else { "request failed" };
+    failure(FailureKind::Unreachable, true, format!("{kind}: {detail}"), None, None)
+}
+
+#[async_trait]
+impl Sink for WebhookSink {
+    type Target = WebhookTarget;
+
+    async fn deliver(&self, target: &WebhookTarget, message: &Message<'_>) -> Outcome {
+        let timestamp = chrono::Utc::now().timestamp();
+        let headers = self.headers(target, message, timestamp);
+        match self.send(target, headers, message.payload.to_vec(), RESPONSE_CAP).await {
+            Ok((status, body)) => {
+                let response = (!body.is_empty()).then(|| cap_text(&body, RESPONSE_CAP));
+                if (200..300).contains(&status) {
+                    Outcome::Delivered { status: Some(status), response }
+                } else {
+                    let kind =
+                        if status == 401 || status == 403 { FailureKind::Unauthorized } else { FailureKind::Refused };
+                    Outcome::Failed(failure(kind, true, format!("HTTP {status}"), Some(status), response))
+                }
+            }
+            Err(f) => Outcome::Failed(f),
+        }
+    }
+
+    async fn probe(&self, target: &WebhookTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+        let mut nonce = [0u8; 16];
+        rand::rng().fill_bytes(&mut nonce);
+        let challenge: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let body = serde_json::json!({"type": VERIFICATION_KEY, "challenge": challenge}).to_string().into_bytes();
+        let id = Uuid::now_v7();
+        let extensions = Default::default();
+        let message = Message {
+            tenant,
+            subscription_id,
+            ce_id: id,
+            source: "streaming-hub",
+            ce_type: VERIFICATION_KEY,
+            resource_type: "streaming_hub",
+            event_type: "verification",
+            time: &chrono::Utc::now().to_rfc3339(),
+            schema_version: "1.0.0",
+            subject: None,
+            content_type: "application/json",
+            data_schema: None,
+            traceparent: None,
+            tracestate: None,
+            extensions: &extensions,
+            payload: &body,
+            attempt: 1,
+            delivery_id: id,
+        };
+        let headers = self.headers(target, &message, chrono::Utc::now().timestamp());
+        let (status, answer) = self.send(target, headers, body.clone(), PROBE_READ_CAP).await?;
+        let response = (!answer.is_empty()).then(|| cap_text(&answer, RESPONSE_CAP));
+        if !(200..300).contains(&status) {
+            let kind = if status == 401 || status == 403 { FailureKind::Unauthorized } else { FailureKind::Refused };
+            return Err(failure(
+                kind,
+                true,
+                format!("the verification request got HTTP {status}"),
+                Some(status),
+                response,
+            ));
+        }
+        if !answer.windows(challenge.len()).any(|w| w == challenge.as_bytes()) {
+            return Err(failure(
+                FailureKind::Refused,
+                true,
+                format!("HTTP {status}, but the answer does not contain the challenge"),
+                Some(status),
+                response,
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,102 @@
+//! The contract every sink passes: delivered on success; a classified failure on refusal, an
+//! unreachable destination, bad credentials and a timeout; and no secret in any failure text.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hub_sinks::{FailureKind, Message, Outcome, Sink};
+use uuid::Uuid;
+
+/// The situations a sink is checked in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Case {
+    Healthy,
+    Refusing,
+    Unreachable,
+    BadCredentials,
+    Slow,
+}
+
+/// What a sink's test fixture provides.
+pub trait Fixture {
+    type S: Sink;
+    fn sink(&self) -> &Self::S;
+    /// A target for the case (a slow one with a short timeout).
+    async fn target(&self, case: Case) -> <Self::S as Sink>::Target;
+    /// The bodies the healthy destination received, by event id, once `expected` arrived.
+    async fn received(&self, expected: usize) -> Vec<(Uuid, Vec<u8>)>;
+    /// Strings that must never appear in an outcome (credentials, secrets).
+    fn secrets(&self) -> Vec<String>;
+}
+
+pub fn message<'a>(payload: &'a [u8], extensions: &'a BTreeMap<String, String>, id: Uuid) -> Message<'a> {
+    Message {
+        tenant: "tenant-a",
+        subscription_id: Uuid::now_v7(),
+        ce_id: id,
+        source: "lender",
+        ce_type: "studio.lerian.lender.loan_application.approved",
+        resource_type: "loan_application",
+        event_type: "approved",
+        time: "2026-11-30T10:00:00Z",
+        schema_version: "1.0.0",
+        subject: Some("loan-42"),
+        content_type: "application/json",
+        data_schema: None,
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        tracestate: None,
+        extensions,
+        payload,
+        attempt: 1,
+        delivery_id: Uuid::now_v7(),
+    }
+}
+
+fn assert_no_secret(outcome: &Outcome, secrets: &[String]) {
+    let text = format!("{outcome:?}");
+    for s in secrets {
+        assert!(!text.contains(s.as_str()), "an outcome reveals a secret: {text}");
+    }
+}
+
+/// Runs the whole contract against one sink.
+pub async fn run<F: Fixture>(fixture: &F) {
+    let ext = BTreeMap::new();
+    let secrets = fixture.secrets();
+
+    let id = Uuid::now_v7();
+    let body = br#"{"amount": 10, "exact": "bytes"}"#;
+    let target = fixture.target(Case::Healthy).await;
+    let outcome = fixture.sink().deliver(&target, &message(body, &ext, id)).await;
+    assert!(outcome.is_delivered(), "healthy: {outcome:?}");
+    let got = fixture.received(1).await;
+    assert_eq!(got, vec![(id, body.to_vec())], "the destination got the exact body once");
+
+    for (case, kind) in [
+        (Case::Refusing, FailureKind::Refused),
+        (Case::Unreachable, FailureKind::Unreachable),
+        (Case::BadCredentials, FailureKind::Unauthorized),
+        (Case::Slow, FailureKind::Timeout),
+    ] {
+        let target = fixture.target(case).await;
+        let started = std::time::Instant::now();
+        let outcome = fixture.sink().deliver(&target, &message(body, &ext, Uuid::now_v7())).await;
+        match &outcome {
+            Outcome::Failed(f) => {
+                assert_eq!(f.kind, kind, "{case:?}: {f:?}");
+                assert!(f.retryable, "{case:?}: a failed delivery is retried");
+                assert!(!f.reason.is_empty());
+            }
+            other => panic!("{case:?}: expected a failure, got {other:?}"),
+        }
+        assert_no_secret(&outcome, &secrets);
+        assert!(started.elapsed() < Duration::from_secs(15), "{case:?} took {:?}", started.elapsed());
+    }
+
+    // A probe of the healthy destination succeeds; of a refusing one fails, classified.
+    let healthy = fixture.target(Case::Healthy).await;
+    fixture.sink().probe(&healthy, "tenant-a", Uuid::now_v7()).await.expect("the probe of a healthy destination");
+    let refusing = fixture.target(Case::Refusing).await;
+    let err = fixture.sink().probe(&refusing, "tenant-a", Uuid::now_v7()).await.expect_err("refused");
+    assert_eq!(err.kind, FailureKind::Refused);
+}

@@ -1,0 +1,6 @@
+//! Sink tests: one contract every sink passes, and the webhook sink's own rules, against real
+//! receivers on loopback.
+
+mod contract;
+mod receiver;
+mod webhook;

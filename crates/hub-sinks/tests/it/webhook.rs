@@ -1,0 +1,209 @@
+//! The webhook sink: the contract, then every header, signature and guard rule of SPEC §3.6.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hub_sinks::{FailureKind, Outcome, Sink, WebhookSink, WebhookTarget};
+use uuid::Uuid;
+
+use crate::contract::{self, Case, Fixture, message};
+use crate::receiver::{Behaviour, Receiver};
+
+const SECRET: &str = "whsec_dGhpcyBpcyBhIHRlc3Qgc2VjcmV0IG9mIDMyIGJ5dGVzIQ==";
+
+fn target(url: &str, secrets: &[&str]) -> WebhookTarget {
+    WebhookTarget {
+        url: url.parse().expect("url"),
+        headers: vec![("X-Team".into(), "risk".into())],
+        timeout: Duration::from_secs(5),
+        secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
+struct WebhookFixture {
+    sink: WebhookSink,
+    healthy: Receiver,
+    refusing: Receiver,
+    slow: Receiver,
+}
+
+impl Fixture for WebhookFixture {
+    type S = WebhookSink;
+
+    fn sink(&self) -> &WebhookSink {
+        &self.sink
+    }
+
+    async fn target(&self, case: Case) -> WebhookTarget {
+        match case {
+            Case::Healthy => target(&self.healthy.url, &[SECRET]),
+            Case::Refusing => target(&self.refusing.url, &[SECRET]),
+            Case::Unreachable => {
+                let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+                let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+                drop(listener);
+                target(&url, &[SECRET])
+            }
+            // The receiver checks signatures: one made with another secret is refused with 401.
+            Case::BadCredentials => target(&self.healthy.url, &["whsec_wrong"]),
+            Case::Slow => WebhookTarget { timeout: Duration::from_millis(300), ..target(&self.slow.url, &[SECRET]) },
+        }
+    }
+
+    async fn received(&self, expected: usize) -> Vec<(Uuid, Vec<u8>)> {
+        self.healthy
+            .wait_for(expected)
+            .await
+            .into_iter()
+            .filter(|r| r.headers.get("x-webhook-signature").is_some())
+            .map(|r| {
+                let id = r.headers["x-lerian-event-id"].to_str().expect("id").parse().expect("uuid");
+                (id, r.body)
+            })
+            .take(expected)
+            .collect()
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        vec![SECRET.to_owned(), "whsec_wrong".to_owned()]
+    }
+}
+
+#[tokio::test]
+async fn the_webhook_sink_passes_the_contract() {
+    let fixture = WebhookFixture {
+        sink: WebhookSink::new(true).expect("sink"),
+        healthy: Receiver::start(Behaviour::Verify(vec![SECRET.to_owned()])).await,
+        refusing: Receiver::start(Behaviour::Status(500)).await,
+        slow: Receiver::start(Behaviour::Sleep(Duration::from_secs(3))).await,
+    };
+    contract::run(&fixture).await;
+}
+
+#[tokio::test]
+async fn every_header_of_the_spec_is_sent() {
+    let receiver = Receiver::start(Behaviour::Verify(vec![SECRET.to_owned()])).await;
+    let sink = WebhookSink::new(true).expect("sink");
+    let ext = BTreeMap::new();
+    let id = Uuid::now_v7();
+    let body = br#"{"id":"123"}"#;
+    let msg = message(body, &ext, id);
+    assert!(sink.deliver(&target(&receiver.url, &[SECRET]), &msg).await.is_delivered());
+    let got = receiver.wait_for(1).await.remove(0);
+    let h = |name: &str| got.headers.get(name).map(|v| v.to_str().expect("ascii").to_owned());
+    assert_eq!(got.body, body, "the exact body");
+    assert_eq!(h("content-type").as_deref(), Some("application/json"));
+    let ts: i64 = h("x-webhook-timestamp").expect("timestamp").parse().expect("unix seconds");
+    assert!((chrono::Utc::now().timestamp() - ts).abs() < 30);
+    assert_eq!(h("x-webhook-signature"), Some(hub_core::signature::sign(SECRET, ts, body)));
+    assert_eq!(h("x-lerian-event-id"), Some(id.to_string()));
+    assert_eq!(h("x-lerian-delivery-id"), Some(msg.delivery_id.to_string()));
+    assert_eq!(h("x-lerian-event-type").as_deref(), Some("loan_application.approved"), "no source in the key");
+    assert_eq!(h("x-lerian-tenant-id").as_deref(), Some("tenant-a"));
+    assert_eq!(h("x-lerian-subscription-id"), Some(msg.subscription_id.to_string()));
+    assert_eq!(h("x-lerian-attempt").as_deref(), Some("1"));
+    assert_eq!(h("x-lerian-schema-version").as_deref(), Some("1.0.0"));
+    assert_eq!(h("x-lerian-event-time").as_deref(), Some("2026-11-30T10:00:00Z"));
+    assert_eq!(h("x-lerian-subject").as_deref(), Some("loan-42"));
+    assert_eq!(h("traceparent").as_deref(), Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
+    assert_eq!(h("x-team").as_deref(), Some("risk"), "static headers");
+    assert!(h("x-lerian-source").is_none() && h("x-lerian-origin").is_none(), "no origin header is sent");
+    assert!(h("user-agent").expect("user agent").starts_with("streaming-hub/"));
+}
+
+#[tokio::test]
+async fn during_a_rotation_two_signature_headers_verify_with_their_secrets() {
+    let (new, old) = ("whsec_new-secret-value", "whsec_old-secret-value");
+    let receiver = Receiver::start(Behaviour::Status(204)).await;
+    let sink = WebhookSink::new(true).expect("sink");
+    let ext = BTreeMap::new();
+    let body = br#"{"n":1}"#;
+    sink.deliver(&target(&receiver.url, &[new, old]), &message(body, &ext, Uuid::now_v7())).await;
+    let got = receiver.wait_for(1).await.remove(0);
+    let ts: i64 = got.headers["x-webhook-timestamp"].to_str().expect("ts").parse().expect("ts");
+    let sigs: Vec<&str> = got.headers.get_all("x-webhook-signature").iter().map(|v| v.to_str().expect("sig")).collect();
+    assert_eq!(sigs.len(), 2, "repeated headers, not one joined value");
+    assert!(hub_core::signature::verify(new, ts, body, sigs[0]));
+    assert!(hub_core::signature::verify(old, ts, body, sigs[1]));
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    let other = Receiver::start(Behaviour::Status(204)).await;
+    let redirecting = Receiver::start(Behaviour::Redirect(other.url.clone())).await;
+    let sink = WebhookSink::new(true).expect("sink");
+    let ext = BTreeMap::new();
+    let outcome = sink.deliver(&target(&redirecting.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
+    assert!(
+        matches!(&outcome, Outcome::Failed(f) if f.status == Some(302) && f.kind == FailureKind::Refused),
+        "{outcome:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(other.requests().is_empty(), "the redirect target was never called");
+}
+
+#[tokio::test]
+async fn the_response_kept_with_an_attempt_is_capped() {
+    let receiver = Receiver::start(Behaviour::Large(1024 * 1024)).await;
+    let sink = WebhookSink::new(true).expect("sink");
+    let ext = BTreeMap::new();
+    match sink.deliver(&target(&receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await {
+        Outcome::Delivered { status, response } => {
+            assert_eq!(status, Some(200));
+            assert_eq!(response.expect("response").len(), hub_sinks::RESPONSE_CAP);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_ssrf_guard_refuses_private_destinations_unless_allowed() {
+    let receiver = Receiver::start(Behaviour::Status(204)).await;
+    let guarded = WebhookSink::new(false).expect("sink");
+    let ext = BTreeMap::new();
+    let port = receiver.url.split(':').nth(2).expect("port").split('/').next().expect("port").to_owned();
+    for url in [
+        receiver.url.clone(),
+        format!("http://localhost:{port}/hook"),
+        format!("http://[::ffff:127.0.0.1]:{port}/hook"),
+        "http://10.255.255.1/hook".to_owned(),
+        "http://169.254.169.254/latest/meta-data".to_owned(),
+        "http://100.64.0.1/hook".to_owned(),
+        "http://[fd00::1]/hook".to_owned(),
+        "http://[fe80::1]/hook".to_owned(),
+        "http://224.0.0.1/hook".to_owned(),
+    ] {
+        let outcome = guarded.deliver(&target(&url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
+        assert!(
+            matches!(&outcome, Outcome::Failed(f) if f.kind == FailureKind::Forbidden && !f.retryable),
+            "{url}: {outcome:?}"
+        );
+    }
+    assert!(receiver.requests().is_empty(), "nothing reached the private receiver");
+    // With private sinks allowed, the same receiver is reached.
+    let open = WebhookSink::new(true).expect("sink");
+    assert!(
+        open.deliver(&target(&receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await.is_delivered()
+    );
+}
+
+#[tokio::test]
+async fn verification_needs_the_challenge_echoed() {
+    let echo = Receiver::start(Behaviour::Echo).await;
+    let silent = Receiver::start(Behaviour::Status(204)).await;
+    let sink = WebhookSink::new(true).expect("sink");
+    let sub = Uuid::now_v7();
+    sink.probe(&target(&echo.url, &[SECRET]), "tenant-a", sub).await.expect("an echoing receiver verifies");
+    let probe = echo.wait_for(1).await.remove(0);
+    assert_eq!(probe.headers["x-lerian-event-type"], "streaming_hub.verification");
+    assert_eq!(probe.headers["x-lerian-subscription-id"], sub.to_string().as_str());
+    let body: serde_json::Value = serde_json::from_slice(&probe.body).expect("json");
+    assert_eq!(body["type"], "streaming_hub.verification");
+    assert_eq!(body["challenge"].as_str().expect("challenge").len(), 32);
+    let ts: i64 = probe.headers["x-webhook-timestamp"].to_str().expect("ts").parse().expect("ts");
+    let sig = probe.headers["x-webhook-signature"].to_str().expect("sig");
+    assert!(hub_core::signature::verify(SECRET, ts, &probe.body, sig), "the probe is signed");
+
+    let err = sink.probe(&target(&silent.url, &[SECRET]), "tenant-a", sub).await.expect_err("no challenge");
+    assert!(err.reason.contains("challenge"), "{err:?}");
+}
