@@ -91,6 +91,11 @@ pub struct Config {
     pub dispatch_workers: u32,
     pub dispatch_claim_batch: u32,
     pub dispatch_idle_interval: Duration,
+    /// How long a claimed job is held before it counts as abandoned; longer than any attempt.
+    pub dispatch_lease: Duration,
+    pub breaker_failures: u32,
+    pub breaker_cooldown: Duration,
+    pub breaker_max_cooldown: Duration,
     pub poison_threshold: u32,
     pub retry_curve: Vec<Duration>,
     pub retry_deadline: Duration,
@@ -145,6 +150,10 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_DISPATCH_WORKERS",
     "STREAMING_HUB_DISPATCH_CLAIM_BATCH",
     "STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS",
+    "STREAMING_HUB_DISPATCH_LEASE",
+    "STREAMING_HUB_BREAKER_FAILURES",
+    "STREAMING_HUB_BREAKER_COOLDOWN",
+    "STREAMING_HUB_BREAKER_MAX_COOLDOWN",
     "STREAMING_HUB_POISON_THRESHOLD",
     "STREAMING_HUB_RETRY_CURVE",
     "STREAMING_HUB_RETRY_DEADLINE",
@@ -313,6 +322,10 @@ impl Config {
                 1,
                 600_000,
             ))),
+            dispatch_lease: r.duration("STREAMING_HUB_DISPATCH_LEASE", "90s"),
+            breaker_failures: r.number("STREAMING_HUB_BREAKER_FAILURES", 5, 1, 10_000),
+            breaker_cooldown: r.duration("STREAMING_HUB_BREAKER_COOLDOWN", "30s"),
+            breaker_max_cooldown: r.duration("STREAMING_HUB_BREAKER_MAX_COOLDOWN", "10m"),
             poison_threshold: r.number("STREAMING_HUB_POISON_THRESHOLD", 5, 1, 1000),
             retry_curve,
             retry_deadline: r.duration("STREAMING_HUB_RETRY_DEADLINE", "24h"),
@@ -336,6 +349,9 @@ impl Config {
                 .collect(),
             env,
         };
+        if config.dispatch_lease < Duration::from_secs(1) {
+            r.problem("STREAMING_HUB_DISPATCH_LEASE", "must be at least 1s (and longer than any sink timeout)");
+        }
         if r.problems.is_empty() { Ok(config) } else { Err(ConfigError(r.problems)) }
     }
 

@@ -4,7 +4,9 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod ingest;
 pub mod keys;
 pub mod secrets;
@@ -64,17 +66,31 @@ pub struct Hub {
     pub admin_token_generated: bool,
     pub store: Arc<dyn Store>,
     http: JoinHandle<std::io::Result<()>>,
+    dispatcher: Option<JoinHandle<()>>,
 }
 
 impl Hub {
     /// Waits until the hub has stopped (after its shutdown token was cancelled).
     pub async fn wait(self) -> anyhow::Result<()> {
-        self.http.await.context("HTTP server task failed")?.context("HTTP server failed")
+        let http = self.http.await.context("HTTP server task failed")?.context("HTTP server failed");
+        if let Some(dispatcher) = self.dispatcher {
+            dispatcher.await.context("dispatcher task failed")?;
+        }
+        http
     }
 }
 
-/// Starts the hub: store, HTTP API. Runs until `shutdown` is cancelled.
+/// Starts the hub on the system clock. Runs until `shutdown` is cancelled.
 pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Result<Hub> {
+    start_with_clock(config, shutdown, Arc::new(clock::SystemClock)).await
+}
+
+/// Starts the hub: store, HTTP API and, by role, the dispatcher.
+pub async fn start_with_clock(
+    config: Config,
+    shutdown: CancellationToken,
+    clock: Arc<dyn clock::Clock>,
+) -> anyhow::Result<Hub> {
     let kek = secrets::load_kek(&config)?;
     match &kek {
         Some(kek) => tracing::info!(kek = %kek.id_hex(), "key-encryption key loaded"),
@@ -91,13 +107,35 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
         None => (Secret::new(keys::generate(GENERATED_ADMIN_PREFIX)), true),
     };
     let draining = Arc::new(AtomicBool::new(false));
+    let sinks = delivery::Sinks {
+        webhook: hub_sinks::WebhookSink::new(config.allow_private_sinks).map_err(anyhow::Error::msg)?,
+    };
+    let sealer = Arc::new(secrets::Sealer::new(kek));
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let dispatcher = if config.role.delivers() {
+        store.listen_for_jobs(Arc::clone(&wake)).await.context("cannot listen for job notifications")?;
+        let dispatcher = Arc::new(delivery::Dispatcher::new(
+            Arc::clone(&store),
+            Arc::clone(&sealer),
+            sinks.clone(),
+            Arc::clone(&clock),
+            Arc::clone(&wake),
+            delivery::settings(&config),
+        ));
+        Some(tokio::spawn(dispatcher.run(shutdown.clone(), config.shutdown_timeout)))
+    } else {
+        None
+    };
     let state = api::AppState {
         store: Arc::clone(&store),
         admin_token: admin_token.clone(),
         policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
-        sealer: Arc::new(secrets::Sealer::new(kek)),
+        sealer,
         allow_private_sinks: config.allow_private_sinks,
         pull_limiter: Arc::new(api::pull::PullLimiter::new(config.pull_rate, config.pull_burst)),
+        sinks,
+        clock,
+        wake,
         draining: Arc::clone(&draining),
     };
     telemetry::prometheus();
@@ -114,5 +152,5 @@ pub async fn start(config: Config, shutdown: CancellationToken) -> anyhow::Resul
     for variable in &config.ignored {
         tracing::warn!(variable = %variable, "configuration variable not used by this hub; ignored");
     }
-    Ok(Hub { addr, admin_token, admin_token_generated, store, http })
+    Ok(Hub { addr, admin_token, admin_token_generated, store, http, dispatcher })
 }

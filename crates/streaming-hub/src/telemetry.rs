@@ -6,7 +6,7 @@
 
 use std::sync::OnceLock;
 
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
 
 /// Metric names: the fixed ones of the spec and the hub's own.
@@ -17,6 +17,20 @@ pub mod metric {
     pub const PULL_READS: &str = "streaming_hub_pull_reads_total";
     /// Events returned by pull reads.
     pub const PULL_EVENTS: &str = "streaming_hub_pull_events_total";
+    /// `{sink,outcome}`: delivered, failed.
+    pub const DELIVERY_ATTEMPTS: &str = "streaming_hub_delivery_attempts_total";
+    /// `{sink}`: how long attempts take.
+    pub const ATTEMPT_SECONDS: &str = "streaming_hub_delivery_attempt_duration_seconds";
+    /// `{sink}`: jobs dead-lettered after their last attempt.
+    pub const JOBS_DEAD: &str = "streaming_hub_delivery_dead_letters_total";
+    /// Jobs taken back after their lease expired without an outcome.
+    pub const LEASES_RECOVERED: &str = "streaming_hub_delivery_leases_recovered_total";
+    /// Jobs dead-lettered as poison.
+    pub const JOBS_POISONED: &str = "streaming_hub_delivery_poison_total";
+    /// `{to}`: open, half_open, closed.
+    pub const BREAKER_TRANSITIONS: &str = "streaming_hub_breaker_transitions_total";
+    /// Subscriptions disabled automatically.
+    pub const AUTO_DISABLED: &str = "streaming_hub_subscriptions_auto_disabled_total";
 }
 
 /// Installs the log subscriber; JSON unless `local`. `STREAMING_HUB_LOG` (or `RUST_LOG`) sets
@@ -37,7 +51,11 @@ pub fn init_logs(json: bool) {
 pub fn prometheus() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        let buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Full(metric::ATTEMPT_SECONDS.to_owned()), &buckets)
+            .unwrap_or_else(|_| PrometheusBuilder::new());
+        let recorder = builder.build_recorder();
         let handle = recorder.handle();
         // Fails only if another recorder was installed first, in which case ours stays unused.
         drop(metrics::set_global_recorder(recorder));
@@ -50,6 +68,18 @@ fn describe() {
     metrics::describe_counter!(metric::INGEST_RECORDS, "Records ingested, by verdict");
     metrics::describe_counter!(metric::PULL_READS, "Pull reads, by outcome (served, rate_limited)");
     metrics::describe_counter!(metric::PULL_EVENTS, "Events returned by pull reads");
+    metrics::describe_counter!(metric::DELIVERY_ATTEMPTS, "Delivery attempts, by sink and outcome");
+    metrics::describe_histogram!(metric::ATTEMPT_SECONDS, metrics::Unit::Seconds, "Delivery attempt latency, by sink");
+    metrics::describe_counter!(metric::JOBS_DEAD, "Jobs dead-lettered, by sink");
+    metrics::describe_counter!(metric::LEASES_RECOVERED, "Jobs recovered after their lease expired");
+    metrics::describe_counter!(metric::JOBS_POISONED, "Jobs dead-lettered as poison");
+    metrics::describe_counter!(metric::BREAKER_TRANSITIONS, "Circuit breaker transitions, by new state");
+    metrics::describe_counter!(metric::AUTO_DISABLED, "Subscriptions disabled automatically");
+    for sink in ["webhook", "sqs", "rabbitmq", "eventbridge"] {
+        for outcome in ["delivered", "failed"] {
+            metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => outcome).increment(0);
+        }
+    }
     for outcome in ["served", "rate_limited"] {
         metrics::counter!(metric::PULL_READS, "outcome" => outcome).increment(0);
     }

@@ -5,7 +5,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use hub_core::structured_to_binary;
 use hub_store::Origin;
 use serde::Serialize;
@@ -80,7 +79,7 @@ pub async fn ingest(
     RawBody(body): RawBody,
 ) -> Result<Response, ApiError> {
     let content_type = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    let now = Utc::now();
+    let now = state.clock.now();
     let parsed = match essence(content_type).as_str() {
         "application/cloudevents-batch+json" => {
             return Err(ApiError::new(
@@ -107,6 +106,9 @@ pub async fn ingest(
         None => None,
         Some(record) => state.store.write_batch(std::slice::from_ref(record)).await?.into_iter().next(),
     };
+    if matches!(written, Some(hub_store::WriteOutcome::Inserted { .. })) {
+        state.wake.notify_one();
+    }
     Ok(respond(ingest::outcome(judged.reason, written)))
 }
 

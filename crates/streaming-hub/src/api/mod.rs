@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod delivery;
 pub mod destination;
 pub mod error;
 pub mod events;
@@ -43,6 +44,10 @@ pub struct AppState {
     pub sealer: Arc<Sealer>,
     pub allow_private_sinks: bool,
     pub pull_limiter: Arc<pull::PullLimiter>,
+    pub sinks: crate::delivery::Sinks,
+    pub clock: Arc<dyn crate::clock::Clock>,
+    /// Wakes the dispatcher: new jobs, a verified destination, a redrive.
+    pub wake: Arc<tokio::sync::Notify>,
     /// Set when the process starts draining: `/readyz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
 }
@@ -88,6 +93,10 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(subscriptions::create, subscriptions::list))
         .routes(routes!(subscriptions::read, subscriptions::update, subscriptions::delete))
         .routes(routes!(pull::read))
+        .routes(routes!(delivery::verify))
+        .routes(routes!(delivery::rotate_secret))
+        .routes(routes!(delivery::deliveries))
+        .routes(routes!(delivery::redrive))
         .routes(routes!(admin::create_api_key, admin::list_api_keys))
         .routes(routes!(admin::revoke_api_key))
         .routes(routes!(admin::list_quarantine))

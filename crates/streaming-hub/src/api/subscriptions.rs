@@ -117,6 +117,28 @@ pub fn sealing_error(e: SealerError) -> ApiError {
     }
 }
 
+/// Probes a new push destination in the background (SPEC §2.2); `POST …/verify` runs the same
+/// probe on demand. A background probe never re-enables a subscription the tenant disabled.
+fn spawn_probe(state: &AppState, sub: SubscriptionRecord) {
+    let state = state.clone();
+    tokio::spawn(async move {
+        let verified = crate::delivery::verify::verify(
+            sub,
+            state.store.as_ref(),
+            &state.sinks,
+            &state.sealer,
+            state.clock.as_ref(),
+            false,
+        )
+        .await;
+        match verified {
+            Ok((_, None)) => state.wake.notify_one(),
+            Ok((_, Some(_))) => {}
+            Err(e) => tracing::warn!(error = %e, "storing a verification result failed"),
+        }
+    });
+}
+
 /// The id in a path; anything that is not a UUID is simply not found.
 pub fn path_id(raw: &str) -> Result<Uuid, ApiError> {
     Uuid::parse_str(raw).map_err(|_| not_found())
@@ -155,7 +177,7 @@ pub async fn create(
     let dest = destination::parse(&req.sink, state.allow_private_sinks)?;
 
     let id = Uuid::now_v7();
-    let now = Utc::now();
+    let now = state.clock.now();
     let secret = (dest.kind == SinkKind::Webhook).then(new_signing_secret);
     let signing_secret = match &secret {
         Some(s) => Some(state.sealer.seal(id, Purpose::SigningSecret, s.as_bytes()).map_err(sealing_error)?),
@@ -183,12 +205,17 @@ pub async fn create(
         verification: VerificationState::initial(dest.kind),
         verification_error: None,
         disabled_reason: (req.enabled == Some(false)).then(|| DISABLED_BY_API.to_owned()),
+        failing_since: None,
+        last_failure_at: None,
         pull_cursor: 0,
         created_at: now,
         updated_at: now,
     };
     state.store.create_subscription(&record).await?;
     tracing::info!(tenant = %caller.tenant, subscription = %id, sink = %dest.kind, "subscription created");
+    if record.sink.is_push() {
+        spawn_probe(&state, record.clone());
+    }
     let mut view = SubscriptionView::of(&record);
     view.signing_secret = secret;
     Ok((StatusCode::CREATED, AxumJson(view)))
@@ -279,6 +306,7 @@ pub async fn update(
     Json(body): Json<serde_json::Map<String, Value>>,
 ) -> Result<impl IntoResponse, ApiError> {
     let mut sub = load(&state, &caller, &id).await?;
+    let mut probe_after_update = false;
     if let Some(key) = body.keys().find(|k| !["name", "event_types", "origin", "sink", "enabled"].contains(&k.as_str()))
     {
         return Err(ApiError::validation(key, "is not a field that can be changed"));
@@ -327,6 +355,7 @@ pub async fn update(
         if changed && sub.sink.is_push() {
             sub.verification = VerificationState::Pending;
             sub.verification_error = None;
+            probe_after_update = true;
         }
     }
     match req.enabled {
@@ -340,9 +369,12 @@ pub async fn update(
         }
         _ => {}
     }
-    sub.updated_at = Utc::now();
+    sub.updated_at = state.clock.now();
     if !state.store.update_subscription(&sub).await? {
         return Err(not_found());
+    }
+    if probe_after_update {
+        spawn_probe(&state, sub.clone());
     }
     Ok(AxumJson(SubscriptionView::of(&sub)))
 }

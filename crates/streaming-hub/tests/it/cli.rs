@@ -70,7 +70,7 @@ async fn a_key_made_by_the_cli_ingests_through_serve() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
-    let client = reqwest::Client::new();
+    let client = crate::support::http_client();
     let base = format!("http://127.0.0.1:{port}");
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -6,5 +6,6 @@ mod cli;
 mod ingest;
 mod openapi;
 mod pull;
+mod receiver;
 mod subscriptions;
 mod support;

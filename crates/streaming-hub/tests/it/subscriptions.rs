@@ -4,6 +4,7 @@ use reqwest::StatusCode;
 use serde_json::{Value, json};
 
 use crate::on_both_backends;
+use crate::receiver::{Receiver, Script};
 use crate::support::{Backend, Event, TestHub};
 
 on_both_backends!(
@@ -107,7 +108,8 @@ async fn another_tenant_gets_404_on_every_v1_route(backend: Backend) {
 }
 
 async fn deleting_a_subscription_cancels_its_pending_deliveries(backend: Backend) {
-    let hub = TestHub::start(backend).await;
+    // An ingest-only hub: no dispatcher takes the jobs while the test looks at them.
+    let hub = TestHub::start_with(backend, &[("STREAMING_HUB_ROLE", "ingest")]).await;
     let key = hub.tenant_key("t1").await;
     let sub = hub
         .subscribe(&key, json!({"name": "w", "event_types": ["loan_application.*"], "sink": {"type": "webhook", "url": "https://example.com/h"}}))
@@ -219,15 +221,16 @@ async fn in_local_mode_a_key_is_generated_once_and_kept() {
 async fn patch_changes_fields_and_a_new_destination_must_be_verified_again() {
     let hub = TestHub::start(Backend::Sqlite).await;
     let key = hub.tenant_key("t1").await;
+    let (first, second) = (Receiver::start(Script::Ok).await, Receiver::start(Script::Ok).await);
     let sub = hub
         .subscribe(
             &key,
             json!({"name": "w", "event_types": ["*.*"], "origin": "lender",
-            "sink": {"type": "webhook", "url": "https://example.com/a"}}),
+            "sink": {"type": "webhook", "url": first.url}}),
         )
         .await;
     let id = sub["id"].as_str().expect("id").to_owned();
-    hub.activate("t1", &id).await;
+    hub.wait_until_active(&key, &id).await;
     let path = format!("/v1/subscriptions/{id}");
 
     let (status, changed) =

@@ -36,6 +36,12 @@ pub async fn fresh_schema() -> String {
     schema
 }
 
+/// An HTTP client for tests (with the process's TLS provider installed).
+pub fn http_client() -> reqwest::Client {
+    hub_sinks::webhook::install_crypto_provider();
+    reqwest::Client::new()
+}
+
 pub fn temp_sqlite_path() -> std::path::PathBuf {
     let dir = std::env::temp_dir().join("streaming-hub-tests");
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -103,7 +109,7 @@ impl TestHub {
             vars,
             base: format!("http://{}", hub.addr),
             admin: hub.admin_token.expose().to_owned(),
-            client: reqwest::Client::new(),
+            client: http_client(),
             store: Arc::clone(&hub.store),
             shutdown,
         }
@@ -207,6 +213,19 @@ impl TestHub {
         let (status, answer) = self.post_json(key, "/v1/subscriptions", &body).await;
         assert_eq!(status, StatusCode::CREATED, "{answer}");
         answer
+    }
+
+    /// Waits (with a deadline) until the subscription's background probe made it active.
+    pub async fn wait_until_active(&self, key: &str, id: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let (_, sub) = self.get(key, &format!("/v1/subscriptions/{id}")).await;
+            if sub["verification_state"] == "active" {
+                return sub;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never verified: {sub}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Marks a push subscription verified, as a successful probe does.

@@ -1,0 +1,274 @@
+//! Delivery routes of a subscription: verify, rotate the secret, list deliveries, redrive.
+
+use axum::Json as AxumJson;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use chrono::{DateTime, Utc};
+use hub_core::SinkKind;
+use hub_store::{AttemptRecord, DeliveryJob, job_state};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::TenantCaller;
+use super::error::{ApiError, ErrorBody, Query, page_limit};
+use super::subscriptions::{SubscriptionView, load, sealing_error};
+use crate::secrets::{Purpose, new_signing_secret};
+
+/// How long the previous secret keeps signing after a rotation.
+pub const ROTATION_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
+
+#[utoipa::path(
+    post, path = "/v1/subscriptions/{id}/verify", tag = "subscriptions",
+    params(("id" = String, Path, description = "Subscription id")),
+    responses(
+        (status = 200, description = "The probe succeeded: active and enabled, failure period cleared", body = SubscriptionView),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+        (status = 422, description = "`verification_failed`: the probe failed; the message says why", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn verify(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let sub = load(&state, &caller, &id).await?;
+    let (sub, failure) = crate::delivery::verify::verify(
+        sub,
+        state.store.as_ref(),
+        &state.sinks,
+        &state.sealer,
+        state.clock.as_ref(),
+        true,
+    )
+    .await?;
+    match failure {
+        None => {
+            // Jobs that waited for the destination can go now.
+            state.wake.notify_one();
+            Ok(AxumJson(SubscriptionView::of(&sub)))
+        }
+        Some(reason) => Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "verification_failed", reason)),
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RotatedSecret {
+    /// The new secret: shown in this response only.
+    pub signing_secret: String,
+    /// Until then, every delivery also carries a signature made with the previous secret.
+    pub previous_secret_expires_at: DateTime<Utc>,
+}
+
+#[utoipa::path(
+    post, path = "/v1/subscriptions/{id}/rotate-secret", tag = "subscriptions",
+    params(("id" = String, Path, description = "Subscription id")),
+    responses(
+        (status = 200, description = "The new secret; both sign for 24 hours", body = RotatedSecret),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+        (status = 409, description = "Not a webhook subscription", body = ErrorBody),
+        (status = 503, description = "No key-encryption key is configured", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn rotate_secret(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ApiError> {
+    let mut sub = load(&state, &caller, &id).await?;
+    if sub.sink != SinkKind::Webhook {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_webhook_subscription",
+            "only webhook subscriptions have a signing secret",
+        ));
+    }
+    let current =
+        sub.signing_secret.as_deref().ok_or_else(|| ApiError::internal("a webhook subscription without a secret"))?;
+    let previous = state.sealer.open(sub.id, Purpose::SigningSecret, current).map_err(sealing_error)?;
+    let secret = new_signing_secret();
+    let now = state.clock.now();
+    sub.previous_secret = Some(state.sealer.seal(sub.id, Purpose::PreviousSecret, &previous).map_err(sealing_error)?);
+    sub.signing_secret =
+        Some(state.sealer.seal(sub.id, Purpose::SigningSecret, secret.as_bytes()).map_err(sealing_error)?);
+    let expires = now + ROTATION_OVERLAP;
+    sub.previous_secret_expires_at = Some(expires);
+    sub.updated_at = now;
+    if !state.store.update_subscription(&sub).await? {
+        return Err(super::subscriptions::not_found());
+    }
+    tracing::info!(tenant = %caller.tenant, subscription = %sub.id, "signing secret rotated");
+    Ok(AxumJson(RotatedSecret { signing_secret: secret, previous_secret_expires_at: expires }))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryParams {
+    /// `pending`, `leased`, `succeeded`, `dead` or `cancelled`.
+    state: Option<String>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+    /// 1 to 1000, default 100.
+    limit: Option<u32>,
+}
+
+/// One attempt as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptView {
+    /// The `X-Lerian-Delivery-Id` of the attempt.
+    pub delivery_id: Uuid,
+    pub attempt: i32,
+    pub started_at: DateTime<Utc>,
+    pub latency_ms: i64,
+    /// `delivered` or `failed`.
+    pub outcome: String,
+    pub status_code: Option<i32>,
+    pub error: Option<String>,
+    /// The start of the destination's answer (at most 4 KiB).
+    pub response_body: Option<String>,
+}
+
+impl From<AttemptRecord> for AttemptView {
+    fn from(a: AttemptRecord) -> Self {
+        Self {
+            delivery_id: a.id,
+            attempt: a.attempt,
+            started_at: a.started_at,
+            latency_ms: a.latency_ms,
+            outcome: a.outcome,
+            status_code: a.status_code,
+            error: a.error,
+            response_body: a.response_body,
+        }
+    }
+}
+
+/// One delivery job with its attempts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryView {
+    pub id: Uuid,
+    /// The event's seq in the tenant's inbox.
+    pub event_seq: i64,
+    pub state: String,
+    pub attempts: i32,
+    pub next_attempt_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub attempt_log: Vec<AttemptView>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryPage {
+    pub items: Vec<DeliveryView>,
+    pub next_cursor: Option<String>,
+}
+
+#[utoipa::path(
+    get, path = "/v1/subscriptions/{id}/deliveries", tag = "subscriptions",
+    params(("id" = String, Path, description = "Subscription id"), DeliveryParams),
+    responses(
+        (status = 200, description = "Delivery jobs in creation order, each with its attempts", body = DeliveryPage),
+        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn deliveries(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+    Query(params): Query<DeliveryParams>,
+) -> Result<impl IntoResponse, ApiError> {
+    let limit = page_limit(params.limit)?;
+    if let Some(s) = &params.state {
+        if !job_state::ALL.contains(&s.as_str()) {
+            return Err(ApiError::query("state", format!("must be one of {}", job_state::ALL.join(", "))));
+        }
+    }
+    let after = params
+        .cursor
+        .map(|c| Uuid::parse_str(&c).map_err(|_| ApiError::query("cursor", "is not a cursor this API returned")))
+        .transpose()?;
+    let sub = load(&state, &caller, &id).await?;
+    let tenant = caller.tenant.as_str();
+    let jobs: Vec<DeliveryJob> = state.store.list_jobs(tenant, sub.id, params.state.as_deref(), after, limit).await?;
+    let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
+    let mut attempts = state.store.attempts_for_jobs(tenant, &ids).await?;
+    let next_cursor = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id.to_string())).flatten();
+    let items = jobs
+        .into_iter()
+        .map(|j| {
+            let log: Vec<AttemptView> = attempts.extract_if(.., |a| a.job_id == j.id).map(AttemptView::from).collect();
+            DeliveryView {
+                id: j.id,
+                event_seq: j.event_seq,
+                next_attempt_at: (j.state == job_state::PENDING).then_some(j.due_at),
+                state: j.state,
+                attempts: j.attempts,
+                last_error: j.last_error,
+                created_at: j.created_at,
+                finished_at: j.finished_at,
+                attempt_log: log,
+            }
+        })
+        .collect();
+    Ok(AxumJson(DeliveryPage { items, next_cursor }))
+}
+
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveRequest {
+    /// Only jobs dead-lettered at or after this time (RFC 3339).
+    since: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Redriven {
+    /// How many dead-lettered jobs are pending again.
+    pub redriven: u64,
+}
+
+#[utoipa::path(
+    post, path = "/v1/subscriptions/{id}/redrive", tag = "subscriptions",
+    params(("id" = String, Path, description = "Subscription id")),
+    request_body(content = RedriveRequest, description = "Optional; an empty body redrives every dead job"),
+    responses(
+        (status = 200, description = "Dead-lettered jobs are pending again, with a fresh retry window", body = Redriven),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+        (status = 422, description = "A field is invalid", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn redrive(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<impl IntoResponse, ApiError> {
+    let req: RedriveRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        RedriveRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| match e.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", "the request body is not valid JSON")
+            }
+            _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()),
+        })?
+    };
+    let sub = load(&state, &caller, &id).await?;
+    let n = state.store.redrive(caller.tenant.as_str(), sub.id, req.since, state.clock.now()).await?;
+    if n > 0 {
+        state.wake.notify_one();
+    }
+    tracing::info!(tenant = %caller.tenant, subscription = %sub.id, redriven = n, "dead-lettered jobs redriven");
+    Ok(AxumJson(Redriven { redriven: n }))
+}

@@ -1,0 +1,158 @@
+//! A real webhook receiver on loopback, as a subscriber would run one: it answers verification
+//! challenges, checks signatures, and fails, stalls or succeeds as a test scripts it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+/// How deliveries (not verification probes) are answered.
+#[derive(Debug, Clone)]
+pub enum Script {
+    /// 204.
+    Ok,
+    /// 500 for the first `n` deliveries, then 204.
+    FailFirst(usize),
+    /// Always 503.
+    Fail,
+    /// Sleep, then 204.
+    Slow(Duration),
+    /// Never answer (until the connection is dropped).
+    Hang,
+}
+
+/// One delivery as received.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+    /// Whether a signature verified with one of the receiver's secrets.
+    pub verified: bool,
+}
+
+impl Delivery {
+    pub fn header(&self, name: &str) -> String {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    script: Arc<Mutex<Script>>,
+    secrets: Arc<Mutex<Vec<String>>>,
+    deliveries: Arc<Mutex<Vec<Delivery>>>,
+    probes: Arc<AtomicUsize>,
+    failures_left: Arc<AtomicUsize>,
+    in_flight: Arc<AtomicUsize>,
+    max_in_flight: Arc<AtomicUsize>,
+}
+
+pub struct Receiver {
+    pub url: String,
+    shared: Shared,
+}
+
+impl Receiver {
+    pub async fn start(script: Script) -> Self {
+        let failures = if let Script::FailFirst(n) = script { n } else { 0 };
+        let shared = Shared {
+            script: Arc::new(Mutex::new(script)),
+            secrets: Arc::new(Mutex::new(Vec::new())),
+            deliveries: Arc::new(Mutex::new(Vec::new())),
+            probes: Arc::new(AtomicUsize::new(0)),
+            failures_left: Arc::new(AtomicUsize::new(failures)),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            max_in_flight: Arc::new(AtomicUsize::new(0)),
+        };
+        let app = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Self { url, shared }
+    }
+
+    /// The secrets signatures are checked against.
+    pub fn trust(&self, secret: &str) {
+        self.shared.secrets.lock().expect("secrets").push(secret.to_owned());
+    }
+
+    pub fn set_script(&self, script: Script) {
+        *self.shared.script.lock().expect("script") = script;
+    }
+
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        self.shared.deliveries.lock().expect("deliveries").clone()
+    }
+
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Waits, with a deadline, until at least `n` deliveries arrived.
+    pub async fn wait_for(&self, n: usize, deadline: Duration) -> Vec<Delivery> {
+        let end = tokio::time::Instant::now() + deadline;
+        loop {
+            let got = self.deliveries();
+            if got.len() >= n {
+                return got;
+            }
+            assert!(tokio::time::Instant::now() < end, "only {} of {n} deliveries arrived in time", got.len());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+fn verifies(headers: &HeaderMap, body: &[u8], secrets: &[String]) -> bool {
+    let Some(ts) = headers.get("x-webhook-timestamp").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) else {
+        return false;
+    };
+    headers
+        .get_all("x-webhook-signature")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|sig| secrets.iter().any(|s| hub_core::signature::verify(s, ts, body, sig)))
+}
+
+async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let is_probe = headers.get("x-lerian-event-type").is_some_and(|v| v == "streaming_hub.verification");
+    if is_probe {
+        s.probes.fetch_add(1, Ordering::SeqCst);
+        let challenge =
+            serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["challenge"].as_str().map(str::to_owned));
+        return (StatusCode::OK, challenge.unwrap_or_default()).into_response();
+    }
+    let secrets = s.secrets.lock().expect("secrets").clone();
+    let verified = verifies(&headers, &body, &secrets);
+    s.deliveries.lock().expect("deliveries").push(Delivery { headers, body: body.to_vec(), verified });
+    let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+    s.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    let script = s.script.lock().expect("script").clone();
+    let response = match script {
+        Script::Ok => StatusCode::NO_CONTENT.into_response(),
+        Script::FailFirst(_) => {
+            let left = s.failures_left.load(Ordering::SeqCst);
+            if left > 0 {
+                s.failures_left.fetch_sub(1, Ordering::SeqCst);
+                (StatusCode::INTERNAL_SERVER_ERROR, "not yet").into_response()
+            } else {
+                StatusCode::NO_CONTENT.into_response()
+            }
+        }
+        Script::Fail => (StatusCode::SERVICE_UNAVAILABLE, "down").into_response(),
+        Script::Slow(d) => {
+            tokio::time::sleep(d).await;
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Script::Hang => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            StatusCode::NO_CONTENT.into_response()
+        }
+    };
+    s.in_flight.fetch_sub(1, Ordering::SeqCst);
+    response
+}
