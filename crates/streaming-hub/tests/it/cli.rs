@@ -1,25 +1,11 @@
 //! The binary itself: configuration errors, `migrate`, `api-key create`, and `serve`.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use crate::support::{Event, fresh_schema, postgres_dsn, temp_sqlite_path};
-
-const BIN: &str = env!("CARGO_BIN_EXE_streaming-hub");
-
-fn hub_command() -> Command {
-    let mut cmd = Command::new(BIN);
-    // The test process's own STREAMING_HUB_* variables must not leak into the child.
-    for (key, _) in std::env::vars() {
-        if key.starts_with("STREAMING_HUB_") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.env("STREAMING_HUB_LOG", "warn");
-    cmd
-}
+use crate::support::{Event, fresh_schema, hub_command, postgres_dsn, temp_sqlite_path};
 
 #[test]
 fn invalid_configuration_fails_at_start_naming_each_variable() {

@@ -3,6 +3,8 @@
 
 mod admin;
 mod cli;
+mod crash;
+mod delivery;
 mod ingest;
 mod openapi;
 mod pull;

@@ -111,17 +111,13 @@ async fn deleting_a_subscription_cancels_its_pending_deliveries(backend: Backend
     // An ingest-only hub: no dispatcher takes the jobs while the test looks at them.
     let hub = TestHub::start_with(backend, &[("STREAMING_HUB_ROLE", "ingest")]).await;
     let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
     let sub = hub
-        .subscribe(&key, json!({"name": "w", "event_types": ["loan_application.*"], "sink": {"type": "webhook", "url": "https://example.com/h"}}))
+        .subscribe(&key, json!({"name": "w", "event_types": ["loan_application.*"], "sink": {"type": "webhook", "url": receiver.url}}))
         .await;
     let id = sub["id"].as_str().expect("id").to_owned();
-    hub.post_event(&key, &Event::new("t1")).await;
     let uuid = uuid::Uuid::parse_str(&id).expect("uuid");
-    assert!(
-        hub.store.list_jobs("t1", uuid, None, None, 10).await.expect("jobs").is_empty(),
-        "pending verification: no work"
-    );
-    hub.activate("t1", &id).await;
+    hub.wait_until_active(&key, &id).await;
     hub.post_event(&key, &Event::new("t1")).await;
     hub.post_event(&key, &Event::of("t1", "account", "created")).await;
     let jobs = hub.store.list_jobs("t1", uuid, None, None, 10).await.expect("jobs");
@@ -241,10 +237,11 @@ async fn patch_changes_fields_and_a_new_destination_must_be_verified_again() {
     assert_eq!(changed["origin"], Value::Null);
     assert_eq!(changed["verification_state"], "active", "the destination did not change");
 
-    let (_, changed) =
-        hub.patch_json(&key, &path, &json!({"sink": {"type": "webhook", "url": "https://example.com/b"}})).await;
-    assert_eq!(changed["sink"]["url"], "https://example.com/b");
+    let (_, changed) = hub.patch_json(&key, &path, &json!({"sink": {"type": "webhook", "url": second.url}})).await;
+    assert_eq!(changed["sink"]["url"], second.url.as_str());
     assert_eq!(changed["verification_state"], "pending", "a new destination is verified again");
+    // …and the hub probes it at once.
+    hub.wait_until_active(&key, &id).await;
 
     let (_, changed) = hub.patch_json(&key, &path, &json!({"enabled": false})).await;
     assert_eq!(

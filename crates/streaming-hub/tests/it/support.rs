@@ -79,6 +79,8 @@ pub struct TestHub {
     pub admin: String,
     pub client: reqwest::Client,
     pub store: Arc<dyn Store>,
+    /// The hub's clock: real time plus whatever a test advanced it by.
+    pub clock: Arc<streaming_hub::clock::ShiftedClock>,
     shutdown: CancellationToken,
 }
 
@@ -98,19 +100,28 @@ impl TestHub {
         for (k, v) in extra {
             vars.insert((*k).to_owned(), (*v).to_owned());
         }
+        Self::start_vars(vars).await
+    }
+
+    /// Starts a hub with exactly these variables (e.g. a second hub on the same database).
+    pub async fn start_vars(vars: HashMap<String, String>) -> Self {
         let config = Config::from_vars(vars.clone()).expect("test configuration is valid");
         if !config.env.is_local() {
             // Outside local the schema is migrated explicitly, as an operator would.
             streaming_hub::open_store(&config, true).await.expect("migrate");
         }
         let shutdown = CancellationToken::new();
-        let hub = streaming_hub::start(config, shutdown.clone()).await.expect("hub starts");
+        let clock = Arc::new(streaming_hub::clock::ShiftedClock::default());
+        let hub = streaming_hub::start_with_clock(config, shutdown.clone(), Arc::clone(&clock) as _)
+            .await
+            .expect("hub starts");
         Self {
             vars,
             base: format!("http://{}", hub.addr),
             admin: hub.admin_token.expose().to_owned(),
             client: http_client(),
             store: Arc::clone(&hub.store),
+            clock,
             shutdown,
         }
     }
@@ -227,14 +238,6 @@ impl TestHub {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
-
-    /// Marks a push subscription verified, as a successful probe does.
-    pub async fn activate(&self, tenant: &str, id: &str) {
-        let id = Uuid::parse_str(id).expect("id");
-        let mut sub = self.store.subscription(tenant, id).await.expect("read").expect("exists");
-        sub.verification = hub_core::VerificationState::Active;
-        assert!(self.store.update_subscription(&sub).await.expect("update"));
-    }
 }
 
 /// An event in HTTP binary mode.
@@ -290,5 +293,72 @@ impl Event {
     pub fn body(mut self, body: impl Into<Vec<u8>>) -> Self {
         self.body = body.into();
         self
+    }
+}
+
+const BIN: &str = env!("CARGO_BIN_EXE_streaming-hub");
+
+/// The hub binary, with none of the test process's own `STREAMING_HUB_*` variables.
+pub fn hub_command() -> std::process::Command {
+    let mut cmd = std::process::Command::new(BIN);
+    for (key, _) in std::env::vars() {
+        if key.starts_with("STREAMING_HUB_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.env("STREAMING_HUB_LOG", "warn");
+    cmd
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port()
+}
+
+/// A hub process; killed when dropped.
+pub struct HubProcess {
+    pub child: std::process::Child,
+    pub base: String,
+}
+
+impl HubProcess {
+    /// Starts `streaming-hub serve` with these variables and waits until it is ready.
+    pub async fn start(vars: &[(&str, String)]) -> Self {
+        let port = free_port();
+        let mut cmd = hub_command();
+        cmd.arg("serve")
+            .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn the hub");
+        let base = format!("http://127.0.0.1:{port}");
+        let client = http_client();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+                if r.status() == StatusCode::OK {
+                    break;
+                }
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the hub process did not become ready");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        Self { child, base }
+    }
+
+    /// SIGKILL: no shutdown, no final write.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HubProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

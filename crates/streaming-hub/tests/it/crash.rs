@@ -1,0 +1,121 @@
+//! Killed processes: a worker that dies mid-attempt leaves a lease that expires; its job is
+//! recovered and delivered again, and a job that kills its worker too often is dead-lettered as
+//! poison. Real processes, SIGKILL, one SQLite file.
+
+use std::time::Duration;
+
+use hub_store::Store;
+use reqwest::StatusCode;
+use serde_json::json;
+
+use crate::on_both_backends;
+use crate::receiver::{Receiver, Script};
+use crate::support::{Backend, Event, HubProcess, fresh_schema, http_client, postgres_dsn, temp_sqlite_path};
+
+on_both_backends!(a_killed_workers_job_is_recovered_then_dead_lettered_as_poison);
+
+async fn a_killed_workers_job_is_recovered_then_dead_lettered_as_poison(backend: Backend) {
+    let admin = format!("admin-{}", uuid::Uuid::now_v7().simple());
+    let (mut vars, store): (Vec<(&str, String)>, std::sync::Arc<dyn Store>) = match backend {
+        Backend::Sqlite => {
+            let db = temp_sqlite_path();
+            let store = hub_store::SqliteStore::open(&db).await.expect("open the database");
+            store.migrate().await.expect("migrate");
+            (vec![("STREAMING_HUB_SQLITE_PATH", db.display().to_string())], std::sync::Arc::new(store))
+        }
+        Backend::Postgres => {
+            let schema = fresh_schema().await;
+            let store = hub_store::PgStore::connect(&postgres_dsn(), Some(&schema), 2).await.expect("connect");
+            store.migrate().await.expect("migrate");
+            let vars = vec![("STREAMING_HUB_POSTGRES_DSN", postgres_dsn()), ("STREAMING_HUB_POSTGRES_SCHEMA", schema)];
+            (vars, std::sync::Arc::new(store))
+        }
+    };
+    vars.extend([
+        ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
+        ("STREAMING_HUB_DEV_KEK", "4b".repeat(32)),
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+        ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20".to_owned()),
+        ("STREAMING_HUB_DISPATCH_LEASE", "3s".to_owned()),
+        ("STREAMING_HUB_POISON_THRESHOLD", "2".to_owned()),
+    ]);
+    // The receiver never answers a delivery: each attempt is in flight when the worker dies.
+    let receiver = Receiver::start(Script::Hang).await;
+    let client = http_client();
+
+    let hub = HubProcess::start(&vars).await;
+    let key: serde_json::Value = client
+        .post(format!("{}/admin/api-keys", hub.base))
+        .bearer_auth(&admin)
+        .json(&json!({"tenant_id": "t1"}))
+        .send()
+        .await
+        .expect("key")
+        .json()
+        .await
+        .expect("json");
+    let key = key["key"].as_str().expect("key").to_owned();
+    let sub: serde_json::Value = client
+        .post(format!("{}/v1/subscriptions", hub.base))
+        .bearer_auth(&key)
+        .json(&json!({"name": "w", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}}))
+        .send()
+        .await
+        .expect("subscribe")
+        .json()
+        .await
+        .expect("json");
+    let sub_id: uuid::Uuid = sub["id"].as_str().expect("id").parse().expect("uuid");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let read: serde_json::Value = client
+            .get(format!("{}/v1/subscriptions/{sub_id}", hub.base))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .expect("read")
+            .json()
+            .await
+            .expect("json");
+        if read["verification_state"] == "active" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never verified: {read}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let event = Event::new("t1");
+    let mut post = client.post(format!("{}/v1/events", hub.base)).bearer_auth(&key);
+    for (k, v) in &event.headers {
+        post = post.header(k.as_str(), v.as_str());
+    }
+    assert_eq!(post.body(event.body.clone()).send().await.expect("post").status(), StatusCode::ACCEPTED);
+
+    // First attempt in flight: kill the worker.
+    receiver.wait_for(1, Duration::from_secs(20)).await;
+    hub.kill();
+
+    // A new process recovers the expired lease and attempts the same event again.
+    let hub = HubProcess::start(&vars).await;
+    let got = receiver.wait_for(2, Duration::from_secs(30)).await;
+    assert_eq!(got[1].header("x-lerian-event-id"), event.id().to_string(), "the same event, recovered");
+    assert_ne!(got[1].header("x-lerian-delivery-id"), got[0].header("x-lerian-delivery-id"));
+    hub.kill();
+
+    // Second expiry reaches the poison threshold: dead-lettered, never attempted again.
+    let hub = HubProcess::start(&vars).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let jobs = store.list_jobs("t1", sub_id, None, None, 10).await.expect("jobs");
+        assert_eq!(jobs.len(), 1);
+        if jobs[0].state == "dead" {
+            break jobs[0].clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never dead-lettered: {jobs:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(job.last_error.as_deref().unwrap_or_default().starts_with("poison"), "{job:?}");
+    assert_eq!(job.recoveries, 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.deliveries().len(), 2, "a poison job is not attempted again");
+    drop(hub);
+}

@@ -1,0 +1,342 @@
+//! Push delivery end to end (SPEC §3): real receivers on loopback, the real dispatcher, both
+//! backends. Every rule has a test that fails if it breaks; none asserts a duration.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::on_both_backends;
+use crate::receiver::{Receiver, Script};
+use crate::support::{Backend, Event, TestHub};
+
+on_both_backends!(
+    a_receiver_failing_twice_gets_the_event_three_times,
+    a_receiver_that_always_fails_ends_dead_lettered_and_can_be_redriven,
+    every_delivery_is_signed_and_a_rotation_signs_with_both_secrets,
+    a_slow_destination_holds_at_most_half_the_workers,
+    an_open_breaker_holds_jobs_back_but_lets_the_last_attempt_through,
+    auto_disable_needs_a_long_spread_failure_and_verify_recovers,
+);
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Fast retries, a quick idle loop.
+fn fast(extra: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
+    let mut vars =
+        vec![("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20"), ("STREAMING_HUB_RETRY_CURVE", "0s,20ms,20ms,20ms")];
+    vars.extend_from_slice(extra);
+    vars
+}
+
+/// A verified webhook subscription to `receiver`, which trusts its secret.
+async fn webhook(hub: &TestHub, key: &str, receiver: &Receiver, types: &[&str]) -> Value {
+    let sub = hub
+        .subscribe(key, json!({"name": "hook", "event_types": types, "sink": {"type": "webhook", "url": receiver.url}}))
+        .await;
+    receiver.trust(sub["signing_secret"].as_str().expect("secret"));
+    let id = sub["id"].as_str().expect("id").to_owned();
+    hub.wait_until_active(key, &id).await;
+    sub
+}
+
+/// Polls the deliveries of a subscription until `done` holds, with a deadline.
+async fn deliveries_until(hub: &TestHub, key: &str, sub: &Value, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let path = format!("/v1/subscriptions/{}/deliveries", sub["id"].as_str().expect("id"));
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (status, page) = hub.get(key, &path).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let items = page["items"].as_array().expect("items").clone();
+        if done(&items) {
+            return items;
+        }
+        assert!(tokio::time::Instant::now() < end, "deliveries never reached the expected state: {items:#?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn a_receiver_failing_twice_gets_the_event_three_times(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast(&[])).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::FailFirst(2)).await;
+    let sub = webhook(&hub, &key, &receiver, &["loan_application.*"]).await;
+    let event = Event::new("t1").body(br#"{"amount":42}"#.to_vec());
+    assert_eq!(hub.post_event(&key, &event).await.0, StatusCode::ACCEPTED);
+
+    let got = receiver.wait_for(3, WAIT).await;
+    assert_eq!(got.len(), 3);
+    assert!(
+        got.iter().all(|d| d.header("x-lerian-event-id") == event.id().to_string()),
+        "the same event id every time"
+    );
+    let delivery_ids: HashSet<String> = got.iter().map(|d| d.header("x-lerian-delivery-id")).collect();
+    assert_eq!(delivery_ids.len(), 3, "a new delivery id per attempt");
+    let attempts: Vec<String> = got.iter().map(|d| d.header("x-lerian-attempt")).collect();
+    assert_eq!(attempts, ["1", "2", "3"]);
+    assert!(got.iter().all(|d| d.verified && d.body == br#"{"amount":42}"#), "signed, exact body");
+
+    let items = deliveries_until(&hub, &key, &sub, |i| i.len() == 1 && i[0]["state"] == "succeeded").await;
+    let log = items[0]["attempt_log"].as_array().expect("log");
+    let outcomes: Vec<&str> = log.iter().map(|a| a["outcome"].as_str().expect("outcome")).collect();
+    assert_eq!(outcomes, ["failed", "failed", "delivered"]);
+    assert_eq!(log[0]["status_code"], 500);
+    assert_eq!(items[0]["attempts"], 3);
+    // No further delivery follows a success.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(receiver.deliveries().len(), 3);
+}
+
+async fn a_receiver_that_always_fails_ends_dead_lettered_and_can_be_redriven(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast(&[])).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Fail).await;
+    let sub = webhook(&hub, &key, &receiver, &["*.*"]).await;
+    hub.post_event(&key, &Event::new("t1")).await;
+    let items = deliveries_until(&hub, &key, &sub, |i| i.len() == 1 && i[0]["state"] == "dead").await;
+    assert_eq!(items[0]["attempts"], 4, "the whole (shortened) curve");
+    assert!(items[0]["last_error"].as_str().expect("error").contains("attempts exhausted"), "{}", items[0]);
+    assert_eq!(receiver.deliveries().len(), 4);
+    let path = format!("/v1/subscriptions/{}/deliveries?state=dead", sub["id"].as_str().expect("id"));
+    assert_eq!(hub.get(&key, &path).await.1["items"].as_array().expect("items").len(), 1);
+
+    receiver.set_script(Script::Ok);
+    let redrive = format!("/v1/subscriptions/{}/redrive", sub["id"].as_str().expect("id"));
+    let (status, answer) = hub.post_json(&key, &redrive, &json!({})).await;
+    assert_eq!((status, answer), (StatusCode::OK, json!({"redriven": 1})));
+    let items = deliveries_until(&hub, &key, &sub, |i| i[0]["state"] == "succeeded").await;
+    assert_eq!(items[0]["attempts"], 1, "a redriven job starts a fresh curve");
+    assert_eq!(receiver.deliveries().len(), 5);
+    let (_, again) = hub.post_json(&key, &redrive, &json!({})).await;
+    assert_eq!(again, json!({"redriven": 0}));
+}
+
+async fn every_delivery_is_signed_and_a_rotation_signs_with_both_secrets(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast(&[])).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
+    let sub = webhook(&hub, &key, &receiver, &["*.*"]).await;
+    let old = sub["signing_secret"].as_str().expect("secret").to_owned();
+    hub.post_event(&key, &Event::new("t1")).await;
+    let first = receiver.wait_for(1, WAIT).await.remove(0);
+    assert!(first.verified);
+    assert_eq!(first.headers.get_all("x-webhook-signature").iter().count(), 1);
+
+    let rotate = format!("/v1/subscriptions/{}/rotate-secret", sub["id"].as_str().expect("id"));
+    let (status, rotated) = hub.post_json(&key, &rotate, &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{rotated}");
+    let new = rotated["signing_secret"].as_str().expect("new secret").to_owned();
+    assert!(new.starts_with("whsec_") && new != old);
+    let expires: chrono::DateTime<chrono::Utc> =
+        rotated["previous_secret_expires_at"].as_str().expect("expiry").parse().expect("time");
+    let overlap = expires - chrono::Utc::now();
+    assert!(overlap > chrono::Duration::hours(23) && overlap <= chrono::Duration::hours(24), "{overlap}");
+
+    hub.post_event(&key, &Event::new("t1")).await;
+    let second = receiver.wait_for(2, WAIT).await.remove(1);
+    let ts: i64 = second.header("x-webhook-timestamp").parse().expect("timestamp");
+    let sigs: Vec<String> =
+        second.headers.get_all("x-webhook-signature").iter().map(|v| v.to_str().expect("ascii").to_owned()).collect();
+    assert_eq!(sigs.len(), 2, "two signature headers during the overlap");
+    assert!(hub_core::signature::verify(&new, ts, &second.body, &sigs[0]), "the first verifies with the new secret");
+    assert!(hub_core::signature::verify(&old, ts, &second.body, &sigs[1]), "the second with the previous one");
+
+    // After the overlap only the new secret signs.
+    hub.clock.advance(Duration::from_secs(25 * 3600));
+    hub.post_event(&key, &Event::new("t1")).await;
+    let third = receiver.wait_for(3, WAIT).await.remove(2);
+    let ts: i64 = third.header("x-webhook-timestamp").parse().expect("timestamp");
+    let sigs: Vec<String> =
+        third.headers.get_all("x-webhook-signature").iter().map(|v| v.to_str().expect("ascii").to_owned()).collect();
+    assert_eq!(sigs.len(), 1);
+    assert!(hub_core::signature::verify(&new, ts, &third.body, &sigs[0]));
+}
+
+async fn a_slow_destination_holds_at_most_half_the_workers(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast(&[("STREAMING_HUB_DISPATCH_WORKERS", "4")])).await;
+    let key = hub.tenant_key("t1").await;
+    let slow = Receiver::start(Script::Slow(Duration::from_millis(700))).await;
+    let fast_rx = Receiver::start(Script::Ok).await;
+    webhook(&hub, &key, &slow, &["slow.*"]).await;
+    webhook(&hub, &key, &fast_rx, &["fast.*"]).await;
+    for _ in 0..12 {
+        hub.post_event(&key, &Event::of("t1", "slow", "happened")).await;
+    }
+    for _ in 0..20 {
+        hub.post_event(&key, &Event::of("t1", "fast", "happened")).await;
+    }
+    fast_rx.wait_for(20, WAIT).await;
+    assert!(slow.deliveries().len() < 12, "the fast destination finished while the slow one still had work");
+    assert!(slow.max_in_flight() <= 2, "the slow destination held {} of 4 workers", slow.max_in_flight());
+    assert!(slow.max_in_flight() >= 1);
+}
+
+async fn an_open_breaker_holds_jobs_back_but_lets_the_last_attempt_through(backend: Backend) {
+    let hub = TestHub::start_with(
+        backend,
+        &[
+            ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20"),
+            ("STREAMING_HUB_RETRY_CURVE", "0s,0s"),
+            ("STREAMING_HUB_BREAKER_FAILURES", "2"),
+            ("STREAMING_HUB_BREAKER_COOLDOWN", "1h"),
+            ("STREAMING_HUB_DISPATCH_WORKERS", "1"),
+        ],
+    )
+    .await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Fail).await;
+    let sub = webhook(&hub, &key, &receiver, &["*.*"]).await;
+    hub.post_event(&key, &Event::new("t1")).await;
+    hub.post_event(&key, &Event::new("t1")).await;
+    // Two first attempts open the breaker; each job's second attempt is its last and still runs.
+    deliveries_until(&hub, &key, &sub, |i| i.len() == 2 && i.iter().all(|j| j["state"] == "dead")).await;
+    assert_eq!(receiver.deliveries().len(), 4);
+
+    // A new job's first attempt is not its last: it waits for the cool-down without an attempt.
+    hub.post_event(&key, &Event::new("t1")).await;
+    let later = chrono::Utc::now() + chrono::Duration::minutes(30);
+    let items = deliveries_until(&hub, &key, &sub, |i| {
+        i.len() == 3
+            && i[2]["state"] == "pending"
+            && i[2]["next_attempt_at"]
+                .as_str()
+                .and_then(|t| t.parse::<chrono::DateTime<chrono::Utc>>().ok())
+                .is_some_and(|t| t > later)
+    })
+    .await;
+    assert_eq!(items[2]["attempts"], 0, "holding back spends no attempt");
+    assert_eq!(receiver.deliveries().len(), 4, "no attempt while open");
+
+    // After the cool-down one probe goes through; it succeeds and the breaker closes.
+    receiver.set_script(Script::Ok);
+    hub.clock.advance(Duration::from_secs(3601));
+    deliveries_until(&hub, &key, &sub, |i| i.len() == 3 && i[2]["state"] == "succeeded").await;
+    hub.post_event(&key, &Event::new("t1")).await;
+    deliveries_until(&hub, &key, &sub, |i| i.len() == 4 && i[3]["state"] == "succeeded").await;
+}
+
+async fn auto_disable_needs_a_long_spread_failure_and_verify_recovers(backend: Backend) {
+    let hub = TestHub::start_with(
+        backend,
+        &[("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20"), ("STREAMING_HUB_RETRY_CURVE", "0s")],
+    )
+    .await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Fail).await;
+    let sub = webhook(&hub, &key, &receiver, &["*.*"]).await;
+    let id = sub["id"].as_str().expect("id").to_owned();
+    let path = format!("/v1/subscriptions/{id}");
+    let fail_once = async |n: usize| {
+        hub.post_event(&key, &Event::new("t1")).await;
+        receiver.wait_for(n, WAIT).await;
+        deliveries_until(&hub, &key, &sub, |i| i.len() == n && i[n - 1]["state"] == "dead").await;
+    };
+    fail_once(1).await;
+    hub.clock.advance(Duration::from_secs(13 * 3600));
+    fail_once(2).await;
+    assert_eq!(hub.get(&key, &path).await.1["enabled"], true, "spread, but not yet continuous for 120 h");
+    hub.clock.advance(Duration::from_secs(108 * 3600));
+    fail_once(3).await;
+
+    let (_, disabled) = hub.get(&key, &path).await;
+    assert_eq!(disabled["enabled"], false, "{disabled}");
+    assert!(disabled["disabled_reason"].as_str().expect("reason").starts_with("auto-disabled"), "{disabled}");
+    assert_eq!(disabled["verification_state"], "active", "auto-disable never touches verification");
+    // A disabled subscription matches nothing new.
+    hub.post_event(&key, &Event::new("t1")).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(receiver.deliveries().len(), 3);
+
+    // Recovery in place: a successful probe re-enables it and clears the period.
+    receiver.set_script(Script::Ok);
+    let (status, verified) = hub.post_json(&key, &format!("{path}/verify"), &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{verified}");
+    assert_eq!((verified["enabled"].clone(), verified["disabled_reason"].clone()), (json!(true), Value::Null));
+    assert_eq!(verified["verification_state"], "active");
+    hub.post_event(&key, &Event::new("t1")).await;
+    receiver.wait_for(4, WAIT).await;
+}
+
+#[tokio::test]
+async fn one_success_clears_the_failure_period() {
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        &[("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20"), ("STREAMING_HUB_RETRY_CURVE", "0s")],
+    )
+    .await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Fail).await;
+    let sub = webhook(&hub, &key, &receiver, &["*.*"]).await;
+    let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+    hub.post_event(&key, &Event::new("t1")).await;
+    receiver.wait_for(1, WAIT).await;
+    hub.clock.advance(Duration::from_secs(60 * 3600));
+    receiver.set_script(Script::Ok);
+    hub.post_event(&key, &Event::new("t1")).await;
+    deliveries_until(&hub, &key, &sub, |i| i.len() == 2 && i[1]["state"] == "succeeded").await;
+    receiver.set_script(Script::Fail);
+    hub.clock.advance(Duration::from_secs(70 * 3600));
+    hub.post_event(&key, &Event::new("t1")).await;
+    deliveries_until(&hub, &key, &sub, |i| i.len() == 3 && i[2]["state"] == "dead").await;
+    assert_eq!(hub.get(&key, &path).await.1["enabled"], true, "130 h of flapping is not one continuous failure");
+}
+
+#[tokio::test]
+async fn a_failed_verification_answers_422_and_marks_the_subscription_failed() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
+    let sub = webhook(&hub, &key, &receiver, &["*.*"]).await;
+    // Point it at a closed port.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}/hook", l.local_addr().expect("addr"))
+    };
+    let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+    hub.patch_json(&key, &path, &json!({"sink": {"type": "webhook", "url": closed}})).await;
+    let (status, answer) = hub.post_json(&key, &format!("{path}/verify"), &json!({})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["title"], "verification_failed");
+    assert!(answer["message"].as_str().expect("message").contains("connection failed"), "{answer}");
+    let (_, read) = hub.get(&key, &path).await;
+    assert_eq!(read["verification_state"], "failed");
+    assert!(read["verification_error"].is_string());
+}
+
+#[tokio::test]
+async fn deliveries_and_redrive_check_their_parameters() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let key = hub.tenant_key("t1").await;
+    let sub = hub.subscribe(&key, json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    let base = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+    let (status, body) = hub.get(&key, &format!("{base}/deliveries?state=lost")).await;
+    assert_eq!((status, body["title"].as_str()), (StatusCode::BAD_REQUEST, Some("invalid_query")));
+    let (status, body) = hub.post_json(&key, &format!("{base}/redrive"), &json!({"since": "yesterday"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) = hub.post_json(&key, &format!("{base}/rotate-secret"), &json!({})).await;
+    assert_eq!((status, body["title"].as_str()), (StatusCode::CONFLICT, Some("not_webhook_subscription")));
+}
+
+#[tokio::test]
+async fn a_notification_wakes_another_replicas_dispatcher_at_once() {
+    // Ingest on one hub, deliver on another, one PostgreSQL database. The delivering hub's idle
+    // fallback is ten minutes: only the NOTIFY can bring the job to it within the deadline.
+    let ingest = TestHub::start_with(Backend::Postgres, &[("STREAMING_HUB_ROLE", "ingest")]).await;
+    let mut vars = ingest.vars.clone();
+    vars.insert("STREAMING_HUB_ROLE".into(), "delivery".into());
+    vars.insert("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS".into(), "600000".into());
+    let delivery = TestHub::start_vars(vars).await;
+    let key = ingest.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
+    webhook(&ingest, &key, &receiver, &["*.*"]).await;
+    // Let the delivering dispatcher go idle first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    hub_post(&ingest, &key).await;
+    receiver.wait_for(1, WAIT).await;
+    drop(delivery);
+}
+
+async fn hub_post(hub: &TestHub, key: &str) {
+    assert_eq!(hub.post_event(key, &Event::new("t1")).await.0, StatusCode::ACCEPTED);
+}
