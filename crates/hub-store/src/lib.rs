@@ -147,6 +147,16 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// nothing to do for a single-node store.
     async fn listen_for_jobs(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()>;
 
+    /// Stores DLQ-plane records; one already stored (same topic, partition, offset) is skipped.
+    /// Returns how many were new.
+    async fn write_dlq_records(&self, records: &[NewDlqRecord]) -> StoreResult<u64>;
+
+    /// DLQ-plane records, newest first, matching the filter.
+    async fn list_dlq(&self, filter: &DlqFilter) -> StoreResult<Vec<DlqEntry>>;
+
+    /// Deletes at most `limit` DLQ-plane records received before `older_than`; returns how many.
+    async fn prune_dlq(&self, older_than: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
+
     /// Quarantined records, newest first, matching the filter.
     async fn list_quarantine(&self, filter: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>>;
 

@@ -480,3 +480,45 @@ pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i6
     }
     work
 }
+
+/// A record observed on a `.dlq` topic.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDlqRecord {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// The producing application (the `<source>` of `lerian.streaming.<source>.dlq`).
+    pub source: String,
+    pub tenant_id: Option<String>,
+    pub ce_id: Option<String>,
+    pub ce_type: Option<String>,
+    pub error_class: Option<String>,
+    pub error_message: Option<String>,
+    /// The record's `ce-*` and `x-lerian-dlq-*` headers.
+    pub headers: BTreeMap<String, String>,
+    /// The body, capped like a quarantined one; empty when the producer omitted it.
+    pub body: Vec<u8>,
+    pub body_bytes: i64,
+    pub payload_omitted: bool,
+    pub record_timestamp: Option<DateTime<Utc>>,
+    pub received_at: DateTime<Utc>,
+}
+
+/// A stored DLQ-plane record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DlqEntry {
+    pub id: i64,
+    pub record: NewDlqRecord,
+}
+
+/// Filters of the DLQ listing; every present field must match.
+#[derive(Debug, Clone, Default)]
+pub struct DlqFilter {
+    pub source: Option<String>,
+    pub tenant: Option<String>,
+    pub error_class: Option<String>,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}

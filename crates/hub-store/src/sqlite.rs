@@ -18,8 +18,9 @@ use uuid::Uuid;
 use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, per_tenant_share};
 use crate::{
     AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
-    HealthUpdate, IngestRecord, JobTransition, NewApiKey, Origin, QuarantineEntry, QuarantineFilter, QuarantinedRecord,
-    Recovery, Store, StoreError, StoreResult, StoredEvent, SubscriptionRecord, WriteOutcome,
+    DlqEntry, DlqFilter, HealthUpdate, IngestRecord, JobTransition, NewApiKey, NewDlqRecord, Origin, QuarantineEntry,
+    QuarantineFilter, QuarantinedRecord, Recovery, Store, StoreError, StoreResult, StoredEvent, SubscriptionRecord,
+    WriteOutcome,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -885,6 +886,105 @@ impl Store for SqliteStore {
     async fn listen_for_jobs(&self, _notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {
         // One node: every job is created in this process, which wakes its dispatcher directly.
         Ok(())
+    }
+
+    async fn write_dlq_records(&self, records: &[NewDlqRecord]) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let mut new = 0;
+        for r in records {
+            let headers = serde_json::to_string(&r.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let done = sqlx::query(
+                "INSERT INTO dlq_records (topic, kafka_partition, kafka_offset, source, tenant_id, ce_id, ce_type,
+                    error_class, error_message, headers, body, body_bytes, payload_omitted, record_timestamp,
+                    received_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 ON CONFLICT (topic, kafka_partition, kafka_offset) DO NOTHING",
+            )
+            .bind(&r.topic)
+            .bind(r.partition)
+            .bind(r.offset)
+            .bind(&r.source)
+            .bind(&r.tenant_id)
+            .bind(&r.ce_id)
+            .bind(&r.ce_type)
+            .bind(&r.error_class)
+            .bind(&r.error_message)
+            .bind(headers)
+            .bind(&r.body)
+            .bind(r.body_bytes)
+            .bind(r.payload_omitted)
+            .bind(r.record_timestamp.map(micros))
+            .bind(micros(r.received_at))
+            .execute(&mut *tx)
+            .await?;
+            new += done.rows_affected();
+        }
+        tx.commit().await?;
+        Ok(new)
+    }
+
+    async fn list_dlq(&self, f: &DlqFilter) -> StoreResult<Vec<DlqEntry>> {
+        sqlx::query(
+            "SELECT id, topic, kafka_partition, kafka_offset, source, tenant_id, ce_id, ce_type, error_class,
+                error_message, headers, body, body_bytes, payload_omitted, record_timestamp, received_at
+             FROM dlq_records
+             WHERE (?1 IS NULL OR source = ?1)
+               AND (?2 IS NULL OR tenant_id = ?2)
+               AND (?3 IS NULL OR error_class = ?3)
+               AND (?4 IS NULL OR received_at >= ?4)
+               AND (?5 IS NULL OR received_at < ?5)
+               AND (?6 IS NULL OR id < ?6)
+             ORDER BY id DESC LIMIT ?7",
+        )
+        .bind(&f.source)
+        .bind(&f.tenant)
+        .bind(&f.error_class)
+        .bind(f.since.map(micros))
+        .bind(f.until.map(micros))
+        .bind(f.before_id)
+        .bind(i64::from(f.limit))
+        .fetch_all(&self.reader)
+        .await?
+        .iter()
+        .map(|row| {
+            let headers: String = row.try_get("headers")?;
+            let ts: Option<i64> = row.try_get("record_timestamp")?;
+            Ok(DlqEntry {
+                id: row.try_get("id")?,
+                record: NewDlqRecord {
+                    topic: row.try_get("topic")?,
+                    partition: row.try_get("kafka_partition")?,
+                    offset: row.try_get("kafka_offset")?,
+                    source: row.try_get("source")?,
+                    tenant_id: row.try_get("tenant_id")?,
+                    ce_id: row.try_get("ce_id")?,
+                    ce_type: row.try_get("ce_type")?,
+                    error_class: row.try_get("error_class")?,
+                    error_message: row.try_get("error_message")?,
+                    headers: serde_json::from_str(&headers).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                    body: row.try_get("body")?,
+                    body_bytes: row.try_get("body_bytes")?,
+                    payload_omitted: row.try_get("payload_omitted")?,
+                    record_timestamp: ts.map(from_micros).transpose()?,
+                    received_at: from_micros(row.try_get("received_at")?)?,
+                },
+            })
+        })
+        .collect()
+    }
+
+    async fn prune_dlq(&self, older_than: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "DELETE FROM dlq_records WHERE id IN
+                (SELECT id FROM dlq_records WHERE received_at < ?1 ORDER BY received_at LIMIT ?2)",
+        )
+        .bind(micros(older_than))
+        .bind(i64::from(limit))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
     }
 
     async fn list_quarantine(&self, f: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>> {

@@ -2,6 +2,7 @@
 //! file or PostgreSQL schema) per test. PostgreSQL is required: without it these tests fail.
 
 mod contract;
+mod dlq;
 mod jobs;
 mod subscriptions;
 mod support;
@@ -9,6 +10,7 @@ mod support;
 /// Every contract test, whichever module holds it.
 mod suite {
     pub use crate::contract::*;
+    pub use crate::dlq::*;
     pub use crate::jobs::*;
     pub use crate::subscriptions::*;
 }
@@ -63,4 +65,5 @@ contract_suite!(
     expired_leases_are_recovered_then_poisoned,
     failures_open_a_period_that_a_success_clears_and_disable_stops_claims,
     dead_jobs_are_redriven_with_a_fresh_window,
+    dlq_records_are_stored_once_filtered_and_pruned,
 );
