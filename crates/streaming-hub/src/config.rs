@@ -76,6 +76,35 @@ pub enum Database {
     Postgres { dsn: Secret, schema: Option<String>, max_connections: u32 },
 }
 
+/// SASL/SCRAM credentials for Kafka.
+#[derive(Debug, Clone)]
+pub struct Scram {
+    pub username: String,
+    pub password: Secret,
+    /// `SCRAM-SHA-512` or `SCRAM-SHA-256`.
+    pub mechanism: String,
+}
+
+/// How to reach Kafka and how to consume it.
+#[derive(Debug, Clone)]
+pub struct KafkaConfig {
+    pub brokers: String,
+    pub group_id: String,
+    pub dlq_group_id: String,
+    pub client_id: String,
+    pub scram: Option<Scram>,
+    pub tls: bool,
+    pub ca_cert: Option<PathBuf>,
+    pub session_timeout: Duration,
+    /// Records per partition written in one transaction.
+    pub batch_size: usize,
+    /// How long a partition's first buffered record waits for its batch to fill.
+    pub batch_wait: Duration,
+    /// How often topic metadata is refreshed, so new topics are picked up.
+    pub topic_refresh: Duration,
+    pub dlq_enabled: bool,
+}
+
 /// The whole configuration of one process.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -87,7 +116,8 @@ pub struct Config {
     pub admin_token: Option<Secret>,
     /// Single-tenant mode: only this tenant's events are accepted.
     pub only_tenant: Option<TenantId>,
-    pub kafka_brokers: Option<String>,
+    /// Kafka ingest and the DLQ plane; `None` when no brokers are configured.
+    pub kafka: Option<KafkaConfig>,
     pub dispatch_workers: u32,
     pub dispatch_claim_batch: u32,
     pub dispatch_idle_interval: Duration,
@@ -147,6 +177,19 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_ADMIN_TOKEN",
     "STREAMING_HUB_TENANT_ID",
     "STREAMING_HUB_KAFKA_BROKERS",
+    "STREAMING_HUB_KAFKA_GROUP_ID",
+    "STREAMING_HUB_KAFKA_DLQ_GROUP_ID",
+    "STREAMING_HUB_KAFKA_CLIENT_ID",
+    "STREAMING_HUB_KAFKA_SCRAM_USERNAME",
+    "STREAMING_HUB_KAFKA_SCRAM_PASSWORD",
+    "STREAMING_HUB_KAFKA_SCRAM_MECHANISM",
+    "STREAMING_HUB_KAFKA_TLS_ENABLED",
+    "STREAMING_HUB_KAFKA_CA_CERT",
+    "STREAMING_HUB_KAFKA_SESSION_TIMEOUT",
+    "STREAMING_HUB_KAFKA_BATCH_SIZE",
+    "STREAMING_HUB_KAFKA_BATCH_WAIT",
+    "STREAMING_HUB_KAFKA_TOPIC_REFRESH",
+    "STREAMING_HUB_DLQ_ENABLED",
     "STREAMING_HUB_DISPATCH_WORKERS",
     "STREAMING_HUB_DISPATCH_CLAIM_BATCH",
     "STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS",
@@ -307,13 +350,14 @@ impl Config {
             }
         });
 
+        let kafka = kafka_config(&mut r, &env);
         let config = Config {
             role,
             http_listen_addr,
             database,
             admin_token,
             only_tenant,
-            kafka_brokers: r.text("STREAMING_HUB_KAFKA_BROKERS"),
+            kafka,
             dispatch_workers: r.number("STREAMING_HUB_DISPATCH_WORKERS", 8, 1, 1024),
             dispatch_claim_batch: r.number("STREAMING_HUB_DISPATCH_CLAIM_BATCH", 16, 1, 1000),
             dispatch_idle_interval: Duration::from_millis(u64::from(r.number(
@@ -368,9 +412,66 @@ impl Config {
                 Database::Postgres { .. } => "postgres".to_owned(),
             },
         );
-        s.insert("kafka", if self.kafka_brokers.is_some() { "configured" } else { "off" }.to_owned());
+        s.insert("kafka", if self.kafka.is_some() { "configured" } else { "off" }.to_owned());
         s
     }
+}
+
+fn kafka_config(r: &mut Reader<'_>, env: &Environment) -> Option<KafkaConfig> {
+    let brokers = r.text("STREAMING_HUB_KAFKA_BROKERS")?;
+    let username = r.text("STREAMING_HUB_KAFKA_SCRAM_USERNAME");
+    let password = r.text("STREAMING_HUB_KAFKA_SCRAM_PASSWORD");
+    let mechanism = r.parse("STREAMING_HUB_KAFKA_SCRAM_MECHANISM", "SCRAM-SHA-512".to_owned(), |raw| {
+        match raw.to_ascii_uppercase().as_str() {
+            m @ ("SCRAM-SHA-512" | "SCRAM-SHA-256") => Ok(m.to_owned()),
+            _ => Err(format!("must be SCRAM-SHA-512 or SCRAM-SHA-256 (got {raw:?})")),
+        }
+    });
+    let scram = match (username, password) {
+        (Some(username), Some(password)) => Some(Scram { username, password: Secret(password), mechanism }),
+        (None, None) => None,
+        (Some(_), None) => {
+            r.problem("STREAMING_HUB_KAFKA_SCRAM_PASSWORD", "must be set with STREAMING_HUB_KAFKA_SCRAM_USERNAME");
+            None
+        }
+        (None, Some(_)) => {
+            r.problem("STREAMING_HUB_KAFKA_SCRAM_USERNAME", "must be set with STREAMING_HUB_KAFKA_SCRAM_PASSWORD");
+            None
+        }
+    };
+    let ca_cert = r.text("STREAMING_HUB_KAFKA_CA_CERT").map(PathBuf::from);
+    if let Some(path) = &ca_cert {
+        if !path.is_file() {
+            r.problem("STREAMING_HUB_KAFKA_CA_CERT", format!("{} is not a readable file", path.display()));
+        }
+    }
+    let tls = r.flag("STREAMING_HUB_KAFKA_TLS_ENABLED", false);
+    if ca_cert.is_some() && !tls {
+        r.problem("STREAMING_HUB_KAFKA_CA_CERT", "is set but STREAMING_HUB_KAFKA_TLS_ENABLED is not true");
+    }
+    let group_name = |r: &mut Reader<'_>, name: &str, default: String| {
+        r.parse(name, default.clone(), |raw| {
+            if raw.len() <= 249 && raw.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+                Ok(raw.to_owned())
+            } else {
+                Err("may contain letters, digits, '.', '_' and '-' (at most 249)".to_owned())
+            }
+        })
+    };
+    Some(KafkaConfig {
+        brokers,
+        group_id: group_name(r, "STREAMING_HUB_KAFKA_GROUP_ID", format!("streaming-hub.{}", env.as_str())),
+        dlq_group_id: group_name(r, "STREAMING_HUB_KAFKA_DLQ_GROUP_ID", format!("streaming-hub-dlq.{}", env.as_str())),
+        client_id: group_name(r, "STREAMING_HUB_KAFKA_CLIENT_ID", "streaming-hub".to_owned()),
+        scram,
+        tls,
+        ca_cert,
+        session_timeout: r.duration("STREAMING_HUB_KAFKA_SESSION_TIMEOUT", "45s"),
+        batch_size: r.number("STREAMING_HUB_KAFKA_BATCH_SIZE", 500, 1, 100_000) as usize,
+        batch_wait: r.duration("STREAMING_HUB_KAFKA_BATCH_WAIT", "20ms"),
+        topic_refresh: r.duration("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "30s"),
+        dlq_enabled: r.flag("STREAMING_HUB_DLQ_ENABLED", true),
+    })
 }
 
 /// `0s,5s,5m,30m,2h,5h,10h,10h`: the delay before each attempt.
@@ -470,6 +571,42 @@ mod tests {
         assert!(!format!("{:?}", c.database).contains("pw"), "the DSN is a secret");
         let c = Config::from_vars(vars(&[("STREAMING_HUB_TENANT_ID", "default")])).expect("valid");
         assert!(c.only_tenant.is_none());
+    }
+
+    #[test]
+    fn kafka_settings() {
+        let c = Config::from_vars(vars(&[
+            ("STREAMING_HUB_KAFKA_BROKERS", "k1:9092,k2:9092"),
+            ("STREAMING_HUB_ENV", "local"),
+        ]))
+        .expect("valid");
+        let k = c.kafka.expect("kafka");
+        assert_eq!(k.group_id, "streaming-hub.local");
+        assert_eq!(k.dlq_group_id, "streaming-hub-dlq.local");
+        assert!(k.scram.is_none() && !k.tls);
+        assert!(Config::from_vars(HashMap::new()).expect("valid").kafka.is_none(), "no brokers, no consumer");
+
+        let err = Config::from_vars(vars(&[
+            ("STREAMING_HUB_KAFKA_BROKERS", "k1:9092"),
+            ("STREAMING_HUB_KAFKA_SCRAM_USERNAME", "hub"),
+            ("STREAMING_HUB_KAFKA_SCRAM_MECHANISM", "PLAIN"),
+            ("STREAMING_HUB_KAFKA_CA_CERT", "/nonexistent/ca.pem"),
+        ]))
+        .expect_err("invalid");
+        let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
+        for v in
+            ["STREAMING_HUB_KAFKA_SCRAM_PASSWORD", "STREAMING_HUB_KAFKA_SCRAM_MECHANISM", "STREAMING_HUB_KAFKA_CA_CERT"]
+        {
+            assert!(named.contains(&v), "{v} not named in {err}");
+        }
+        let c = Config::from_vars(vars(&[
+            ("STREAMING_HUB_KAFKA_BROKERS", "k1:9093"),
+            ("STREAMING_HUB_KAFKA_SCRAM_USERNAME", "hub"),
+            ("STREAMING_HUB_KAFKA_SCRAM_PASSWORD", "s3cret-pass"),
+            ("STREAMING_HUB_KAFKA_TLS_ENABLED", "true"),
+        ]))
+        .expect("valid");
+        assert!(!format!("{c:?}").contains("s3cret-pass"), "the SCRAM password is a secret");
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub struct Hub {
     pub store: Arc<dyn Store>,
     http: JoinHandle<std::io::Result<()>>,
     dispatcher: Option<JoinHandle<()>>,
+    consumers: Vec<JoinHandle<()>>,
 }
 
 impl Hub {
@@ -75,6 +76,9 @@ impl Hub {
         let http = self.http.await.context("HTTP server task failed")?.context("HTTP server failed");
         if let Some(dispatcher) = self.dispatcher {
             dispatcher.await.context("dispatcher task failed")?;
+        }
+        for consumer in self.consumers {
+            consumer.await.context("Kafka consumer task failed")?;
         }
         http
     }
@@ -126,6 +130,32 @@ pub async fn start_with_clock(
     } else {
         None
     };
+    let mut consumers = Vec::new();
+    if let (Some(kafka), true) = (&config.kafka, config.role.ingests()) {
+        let batching = ingest::kafka::Batching { size: kafka.batch_size, wait: kafka.batch_wait };
+        let consumer = ingest::kafka::subscribe(kafka, &kafka.group_id, ingest::kafka::INGEST_PATTERN)
+            .map_err(anyhow::Error::msg)?;
+        let writer = ingest::KafkaEvents {
+            store: Arc::clone(&store),
+            policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
+            clock: Arc::clone(&clock),
+            wake: Arc::clone(&wake),
+        };
+        consumers.push(tokio::spawn(ingest::kafka::run("ingest", consumer, writer, batching, shutdown.clone())));
+        if kafka.dlq_enabled {
+            let consumer = ingest::kafka::subscribe(kafka, &kafka.dlq_group_id, ingest::kafka::DLQ_PATTERN)
+                .map_err(anyhow::Error::msg)?;
+            let writer = ingest::dlq::DlqRecords { store: Arc::clone(&store), clock: Arc::clone(&clock) };
+            consumers.push(tokio::spawn(ingest::kafka::run("dlq", consumer, writer, batching, shutdown.clone())));
+            consumers.push(tokio::spawn(ingest::dlq::prune(
+                Arc::clone(&store),
+                Arc::clone(&clock),
+                config.dlq_retention,
+                config.dlq_prune_interval,
+                shutdown.clone(),
+            )));
+        }
+    }
     let state = api::AppState {
         store: Arc::clone(&store),
         admin_token: admin_token.clone(),
@@ -152,5 +182,5 @@ pub async fn start_with_clock(
     for variable in &config.ignored {
         tracing::warn!(variable = %variable, "configuration variable not used by this hub; ignored");
     }
-    Ok(Hub { addr, admin_token, admin_token_generated, store, http, dispatcher })
+    Ok(Hub { addr, admin_token, admin_token_generated, store, http, dispatcher, consumers })
 }

@@ -29,6 +29,8 @@ pub mod metric {
     pub const JOBS_POISONED: &str = "streaming_hub_delivery_poison_total";
     /// `{to}`: open, half_open, closed.
     pub const BREAKER_TRANSITIONS: &str = "streaming_hub_breaker_transitions_total";
+    /// Records stored by the DLQ plane (fixed name).
+    pub const DLQ_RECORDS: &str = "streaming_hub_dlq_records_total";
     /// Subscriptions disabled automatically.
     pub const AUTO_DISABLED: &str = "streaming_hub_subscriptions_auto_disabled_total";
 }
@@ -75,6 +77,8 @@ fn describe() {
     metrics::describe_counter!(metric::JOBS_POISONED, "Jobs dead-lettered as poison");
     metrics::describe_counter!(metric::BREAKER_TRANSITIONS, "Circuit breaker transitions, by new state");
     metrics::describe_counter!(metric::AUTO_DISABLED, "Subscriptions disabled automatically");
+    metrics::describe_counter!(metric::DLQ_RECORDS, "Records stored by the DLQ plane");
+    metrics::counter!(metric::DLQ_RECORDS).increment(0);
     for sink in ["webhook", "sqs", "rabbitmq", "eventbridge"] {
         for outcome in ["delivered", "failed"] {
             metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => outcome).increment(0);

@@ -294,3 +294,118 @@ pub async fn list_quarantine(
     let items = entries.into_iter().map(QuarantineView::of).collect();
     Ok(axum::Json(QuarantinePage { items, next_cursor }))
 }
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DlqParams {
+    /// The producing application (`lerian.streaming.<source>.dlq`).
+    source: Option<String>,
+    /// The `ce-tenantid` the record carried.
+    tenant: Option<String>,
+    /// The `x-lerian-dlq-error-class` the record carried.
+    error_class: Option<String>,
+    /// RFC 3339; received at or after.
+    since: Option<String>,
+    /// RFC 3339; received before.
+    until: Option<String>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+    /// 1 to 1000, default 100.
+    limit: Option<u32>,
+}
+
+/// A record observed on a `.dlq` topic.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DlqView {
+    pub id: i64,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub source: String,
+    pub tenant_id: Option<String>,
+    pub ce_id: Option<String>,
+    pub ce_type: Option<String>,
+    pub error_class: Option<String>,
+    pub error_message: Option<String>,
+    /// The record's `ce-*` and `x-lerian-dlq-*` headers.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The body (capped at 64 KiB) when it is UTF-8 text.
+    pub body: Option<String>,
+    /// The body (capped at 64 KiB), base64, when it is not UTF-8.
+    pub body_base64: Option<String>,
+    /// The body's size; for an omitted payload, as the producer reported it.
+    pub body_bytes: i64,
+    /// The producer dropped the body (`x-lerian-dlq-payload-omitted`).
+    pub payload_omitted: bool,
+    pub record_timestamp: Option<DateTime<Utc>>,
+    pub received_at: DateTime<Utc>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DlqPage {
+    pub items: Vec<DlqView>,
+    pub next_cursor: Option<String>,
+}
+
+#[utoipa::path(
+    get, path = "/admin/dlq", tag = "admin",
+    params(DlqParams),
+    responses(
+        (status = 200, description = "DLQ-topic observations, newest first", body = DlqPage),
+        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+    ),
+    security(("admin_token" = []))
+)]
+pub async fn list_dlq(
+    State(state): State<AppState>,
+    _: Admin,
+    Query(p): Query<DlqParams>,
+) -> Result<impl IntoResponse, ApiError> {
+    let limit = page_limit(p.limit)?;
+    let filter = hub_store::DlqFilter {
+        source: p.source,
+        tenant: p.tenant,
+        error_class: p.error_class,
+        since: timestamp("since", p.since)?,
+        until: timestamp("until", p.until)?,
+        before_id: p
+            .cursor
+            .map(|c| c.parse::<i64>().map_err(|_| ApiError::query("cursor", "is not a cursor this API returned")))
+            .transpose()?,
+        limit,
+    };
+    let entries = state.store.list_dlq(&filter).await?;
+    let next_cursor = (entries.len() == limit as usize).then(|| entries.last().map(|e| e.id.to_string())).flatten();
+    let items = entries
+        .into_iter()
+        .map(|e| {
+            let r = e.record;
+            let (body, body_base64) = match String::from_utf8(r.body) {
+                Ok(text) => (Some(text), None),
+                Err(err) => (None, Some(base64::engine::general_purpose::STANDARD.encode(err.into_bytes()))),
+            };
+            DlqView {
+                id: e.id,
+                topic: r.topic,
+                partition: r.partition,
+                offset: r.offset,
+                source: r.source,
+                tenant_id: r.tenant_id,
+                ce_id: r.ce_id,
+                ce_type: r.ce_type,
+                error_class: r.error_class,
+                error_message: r.error_message,
+                headers: r.headers,
+                body,
+                body_base64,
+                body_bytes: r.body_bytes,
+                payload_omitted: r.payload_omitted,
+                record_timestamp: r.record_timestamp,
+                received_at: r.received_at,
+            }
+        })
+        .collect();
+    Ok(axum::Json(DlqPage { items, next_cursor }))
+}

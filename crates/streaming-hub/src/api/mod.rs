@@ -100,6 +100,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(admin::create_api_key, admin::list_api_keys))
         .routes(routes!(admin::revoke_api_key))
         .routes(routes!(admin::list_quarantine))
+        .routes(routes!(admin::list_dlq))
         .split_for_parts()
 }
 

@@ -6,6 +6,8 @@ mod cli;
 mod crash;
 mod delivery;
 mod ingest;
+mod kafka;
+mod kafka_support;
 mod openapi;
 mod pull;
 mod receiver;

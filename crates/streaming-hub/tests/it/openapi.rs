@@ -17,6 +17,7 @@ const SPEC_ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/subscriptions/{id}/redrive"),
     ("post", "/v1/events"),
     ("get", "/admin/quarantine"),
+    ("get", "/admin/dlq"),
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),

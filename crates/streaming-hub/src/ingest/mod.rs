@@ -7,6 +7,9 @@ use hub_store::{AcceptedEvent, IngestRecord, Origin, QuarantinedRecord, WriteOut
 
 use crate::telemetry::metric;
 
+pub mod dlq;
+pub mod kafka;
+
 /// What happened to one record, as the producer is told.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -99,4 +102,49 @@ pub fn outcome(judged_reason: Option<QuarantineReason>, written: Option<WriteOut
     };
     metrics::counter!(metric::INGEST_RECORDS, "verdict" => outcome.verdict_label()).increment(1);
     outcome
+}
+
+/// The ingest consumer's writer: each partition batch is judged and written in one transaction.
+#[derive(Debug, Clone)]
+pub struct KafkaEvents {
+    pub store: std::sync::Arc<dyn hub_store::Store>,
+    pub policy: std::sync::Arc<IngestPolicy>,
+    pub clock: std::sync::Arc<dyn crate::clock::Clock>,
+    /// Woken when the batch created work.
+    pub wake: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl kafka::BatchWriter for KafkaEvents {
+    async fn write(&self, records: &[rdkafka::message::OwnedMessage]) -> Result<(), String> {
+        use rdkafka::Message;
+        let now = self.clock.now();
+        let judged: Vec<Judged> = records
+            .iter()
+            .map(|m| {
+                let origin =
+                    Origin::Kafka { topic: m.topic().to_owned(), partition: m.partition(), offset: m.offset() };
+                judge_record(
+                    &kafka::headers(m),
+                    m.payload().unwrap_or_default(),
+                    Some(m.topic()),
+                    origin,
+                    &self.policy,
+                    now,
+                )
+            })
+            .collect();
+        let batch: Vec<IngestRecord> = judged.iter().filter_map(|j| j.record.clone()).collect();
+        let written = self.store.write_batch(&batch).await.map_err(|e| e.to_string())?;
+        let mut written = written.into_iter();
+        let mut inserted = false;
+        for j in judged {
+            let w = if j.record.is_some() { written.next() } else { None };
+            inserted |= matches!(w, Some(WriteOutcome::Inserted { .. }));
+            outcome(j.reason, w);
+        }
+        if inserted {
+            self.wake.notify_one();
+        }
+        Ok(())
+    }
 }

@@ -1,0 +1,110 @@
+//! The DLQ plane (SPEC §6.3): records from `.dlq` topics are stored for operators with their
+//! CloudEvents and forensic headers, and never become deliveries. Pruned after the retention.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hub_store::{NewDlqRecord, QUARANTINE_BODY_CAP, QUARANTINE_HEADER_CAP, Store};
+use rdkafka::Message;
+use rdkafka::message::OwnedMessage;
+use tokio_util::sync::CancellationToken;
+
+use super::kafka::{self, BatchWriter};
+use crate::clock::Clock;
+use crate::telemetry::metric;
+
+/// Prefix of the forensic headers producers and consumers attach to dead letters.
+const FORENSIC_PREFIX: &str = "x-lerian-dlq-";
+/// Records deleted per pruning statement.
+const PRUNE_BATCH: u32 = 5000;
+
+/// The DLQ plane's writer.
+#[derive(Debug, Clone)]
+pub struct DlqRecords {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Builds the stored form of one DLQ record.
+pub fn record(message: &OwnedMessage, now: chrono::DateTime<chrono::Utc>) -> NewDlqRecord {
+    let mut headers = BTreeMap::new();
+    for (key, value) in kafka::headers(message) {
+        let key = key.to_ascii_lowercase();
+        if !(key.starts_with("ce-") || key.starts_with(FORENSIC_PREFIX) || key == "traceparent") || key.len() > 256 {
+            continue;
+        }
+        let value = &value[..value.len().min(QUARANTINE_HEADER_CAP)];
+        headers.insert(key, String::from_utf8_lossy(value).replace('\0', "\u{fffd}"));
+    }
+    let get = |k: &str| headers.get(k).filter(|v| !v.is_empty()).cloned();
+    let payload = message.payload().unwrap_or_default();
+    let omitted = get("x-lerian-dlq-payload-omitted").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    let body_bytes = if omitted {
+        get("x-lerian-dlq-payload-bytes").and_then(|v| v.parse().ok()).unwrap_or(0)
+    } else {
+        payload.len() as i64
+    };
+    let source =
+        message.topic().strip_suffix(".dlq").and_then(hub_core::topic_source).unwrap_or(message.topic()).to_owned();
+    NewDlqRecord {
+        topic: message.topic().to_owned(),
+        partition: message.partition(),
+        offset: message.offset(),
+        source,
+        tenant_id: get("ce-tenantid").filter(|t| t.len() <= 256),
+        ce_id: get("ce-id").filter(|t| t.len() <= 64),
+        ce_type: get("ce-type"),
+        error_class: get("x-lerian-dlq-error-class"),
+        error_message: get("x-lerian-dlq-error-message"),
+        body: if omitted { Vec::new() } else { payload[..payload.len().min(QUARANTINE_BODY_CAP)].to_vec() },
+        body_bytes,
+        payload_omitted: omitted,
+        record_timestamp: message.timestamp().to_millis().and_then(chrono::DateTime::from_timestamp_millis),
+        received_at: now,
+        headers,
+    }
+}
+
+impl BatchWriter for DlqRecords {
+    async fn write(&self, records: &[OwnedMessage]) -> Result<(), String> {
+        let now = self.clock.now();
+        let rows: Vec<NewDlqRecord> = records.iter().map(|m| record(m, now)).collect();
+        let new = self.store.write_dlq_records(&rows).await.map_err(|e| e.to_string())?;
+        metrics::counter!(metric::DLQ_RECORDS).increment(new);
+        Ok(())
+    }
+}
+
+/// Deletes DLQ-plane records older than `retention`, every `interval`, in bounded batches.
+pub async fn prune(
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    retention: Duration,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+    loop {
+        let cutoff = clock.now() - retention;
+        loop {
+            match store.prune_dlq(cutoff, PRUNE_BATCH).await {
+                Ok(n) if n == u64::from(PRUNE_BATCH) => continue,
+                Ok(n) => {
+                    if n > 0 {
+                        tracing::info!(deleted = n, "DLQ-plane records pruned");
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "pruning DLQ-plane records failed");
+                    break;
+                }
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}

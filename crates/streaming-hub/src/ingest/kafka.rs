@@ -1,0 +1,311 @@
+//! Kafka consumption with per-partition durability (SPEC §1.1, §1.4).
+//!
+//! Records are buffered **per partition** and written in one store transaction per partition
+//! batch (bounded by count and time); the partition's offset is committed only after that
+//! transaction commits. A failed write pauses and retries that partition alone, keeping its
+//! records and committing nothing, while the other partitions go on. When partitions are
+//! revoked, their unwritten records are abandoned (never committed): the next owner reads them
+//! again, and dedup makes the overlap harmless. The same loop serves the ingest consumer and the
+//! DLQ plane; what a batch becomes is the [`BatchWriter`]'s business.
+//!
+//! **Invariants:** an offset is committed only for records whose transaction committed; a
+//! partition's records are written in offset order, each exactly once per successful batch; at
+//! most `batch_size` records (plus what librdkafka prefetches, bounded by its queue settings) are
+//! held per partition.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::KafkaConfig;
+
+/// The topics the ingest consumer reads: one per application, never `.commands` or `.dlq`.
+pub const INGEST_PATTERN: &str = r"^lerian\.streaming\.[a-z0-9][a-z0-9_-]*$";
+/// The DLQ plane's topics.
+pub const DLQ_PATTERN: &str = r"^lerian\.streaming\.[a-z0-9][a-z0-9_-]*\.dlq$";
+
+/// Writes one partition batch durably; an error leaves the batch to be retried.
+pub trait BatchWriter: Send + Sync + 'static {
+    fn write(&self, records: &[OwnedMessage]) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// Remembers revoked partitions for the consumer loop (the callback runs inside `recv`).
+#[derive(Debug, Default)]
+pub struct RebalanceLog {
+    revoked: Mutex<Vec<(String, i32)>>,
+    lost_all: Mutex<bool>,
+}
+
+impl RebalanceLog {
+    fn take(&self) -> (Vec<(String, i32)>, bool) {
+        let revoked = std::mem::take(&mut *self.revoked.lock().unwrap_or_else(|p| p.into_inner()));
+        let lost = std::mem::take(&mut *self.lost_all.lock().unwrap_or_else(|p| p.into_inner()));
+        (revoked, lost)
+    }
+}
+
+impl ClientContext for RebalanceLog {}
+
+impl ConsumerContext for RebalanceLog {
+    fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                let mut revoked = self.revoked.lock().unwrap_or_else(|p| p.into_inner());
+                for e in tpl.elements() {
+                    revoked.push((e.topic().to_owned(), e.partition()));
+                }
+                tracing::info!(partitions = tpl.count(), "partitions revoked");
+            }
+            Rebalance::Assign(tpl) => tracing::info!(partitions = tpl.count(), "partitions assigned"),
+            Rebalance::Error(e) => {
+                tracing::warn!(error = %e, "rebalance error: abandoning every unwritten batch");
+                *self.lost_all.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            }
+        }
+    }
+}
+
+/// The librdkafka settings for a consumer of `group`.
+pub fn client_config(k: &KafkaConfig, group: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &k.brokers)
+        .set("group.id", group)
+        .set("client.id", &k.client_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", k.session_timeout.as_millis().to_string())
+        .set("topic.metadata.refresh.interval.ms", k.topic_refresh.as_millis().max(1000).to_string())
+        // Bounds what librdkafka prefetches per partition.
+        .set("queued.max.messages.kbytes", "16384")
+        .set("enable.partition.eof", "false");
+    let protocol = match (k.tls, k.scram.is_some()) {
+        (false, false) => "plaintext",
+        (true, false) => "ssl",
+        (false, true) => "sasl_plaintext",
+        (true, true) => "sasl_ssl",
+    };
+    c.set("security.protocol", protocol);
+    if let Some(scram) = &k.scram {
+        c.set("sasl.mechanisms", &scram.mechanism)
+            .set("sasl.username", &scram.username)
+            .set("sasl.password", scram.password.expose());
+    }
+    if let Some(ca) = &k.ca_cert {
+        c.set("ssl.ca.location", ca.display().to_string());
+    }
+    c
+}
+
+/// Creates a consumer subscribed to `pattern`.
+pub fn subscribe(k: &KafkaConfig, group: &str, pattern: &str) -> Result<StreamConsumer<RebalanceLog>, String> {
+    let consumer: StreamConsumer<RebalanceLog> = client_config(k, group)
+        .create_with_context(RebalanceLog::default())
+        .map_err(|e| format!("cannot create the Kafka consumer: {e}"))?;
+    consumer.subscribe(&[pattern]).map_err(|e| format!("cannot subscribe to {pattern}: {e}"))?;
+    Ok(consumer)
+}
+
+/// How partition batches are formed.
+#[derive(Debug, Clone, Copy)]
+pub struct Batching {
+    pub size: usize,
+    pub wait: Duration,
+}
+
+#[derive(Debug)]
+struct Partition {
+    records: Vec<OwnedMessage>,
+    first_at: Instant,
+    failures: u32,
+    retry_at: Option<Instant>,
+}
+
+impl Partition {
+    fn due(&self, batching: Batching) -> Instant {
+        self.retry_at.unwrap_or(self.first_at + batching.wait)
+    }
+}
+
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(200u64.saturating_mul(1 << failures.min(6))).min(Duration::from_secs(10))
+}
+
+fn tpl_of(topic: &str, partition: i32) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, partition);
+    tpl
+}
+
+/// Consumes until `shutdown`, then writes and commits what it still holds (once, best effort).
+pub async fn run<W: BatchWriter>(
+    name: &'static str,
+    consumer: StreamConsumer<RebalanceLog>,
+    writer: W,
+    batching: Batching,
+    shutdown: CancellationToken,
+) {
+    let mut partitions: HashMap<(String, i32), Partition> = HashMap::new();
+    loop {
+        let (revoked, lost_all) = consumer.context().take();
+        if lost_all {
+            partitions.clear();
+        }
+        for key in revoked {
+            if partitions.remove(&key).is_some() {
+                tracing::info!(consumer = name, topic = %key.0, partition = key.1, "unwritten batch abandoned on revoke");
+            }
+        }
+        let next = partitions.values().map(|p| p.due(batching)).min();
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            () = sleep_until(next) => {
+                let now = Instant::now();
+                let due: Vec<(String, i32)> =
+                    partitions.iter().filter(|(_, p)| p.due(batching) <= now).map(|(k, _)| k.clone()).collect();
+                for key in due {
+                    flush(name, &consumer, &writer, &mut partitions, &key).await;
+                }
+            }
+            received = consumer.recv() => match received {
+                Ok(message) => {
+                    let key = (message.topic().to_owned(), message.partition());
+                    let partition = partitions.entry(key.clone()).or_insert_with(|| Partition {
+                        records: Vec::new(),
+                        first_at: Instant::now(),
+                        failures: 0,
+                        retry_at: None,
+                    });
+                    partition.records.push(message.detach());
+                    if partition.records.len() >= batching.size && partition.retry_at.is_none() {
+                        flush(name, &consumer, &writer, &mut partitions, &key).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(consumer = name, error = %e, "Kafka consumer error");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            },
+        }
+    }
+    // Shutting down: write and commit what is held, so the next owner starts after it.
+    let keys: Vec<(String, i32)> = partitions.keys().cloned().collect();
+    for key in keys {
+        flush(name, &consumer, &writer, &mut partitions, &key).await;
+    }
+    tracing::info!(consumer = name, "Kafka consumer stopped");
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Writes one partition's batch; commits its offset only after the write committed.
+async fn flush<W: BatchWriter>(
+    name: &'static str,
+    consumer: &StreamConsumer<RebalanceLog>,
+    writer: &W,
+    partitions: &mut HashMap<(String, i32), Partition>,
+    key: &(String, i32),
+) {
+    let Some(partition) = partitions.get_mut(key) else { return };
+    if partition.records.is_empty() {
+        partitions.remove(key);
+        return;
+    }
+    match writer.write(&partition.records).await {
+        Ok(()) => {
+            let last = partition.records.last().map(|m| m.offset()).unwrap_or_default();
+            let was_paused = partition.retry_at.is_some();
+            partitions.remove(key);
+            let mut tpl = TopicPartitionList::new();
+            if tpl.add_partition_offset(&key.0, key.1, Offset::Offset(last + 1)).is_ok() {
+                // Asynchronous: a lost commit only means these records are read (and deduplicated) again.
+                if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
+                    tracing::warn!(consumer = name, topic = %key.0, partition = key.1, error = %e, "offset commit failed");
+                }
+            }
+            if was_paused {
+                let _ = consumer.resume(&tpl_of(&key.0, key.1));
+                tracing::info!(consumer = name, topic = %key.0, partition = key.1, "partition resumed");
+            }
+        }
+        Err(e) => {
+            partition.failures += 1;
+            let wait = backoff(partition.failures);
+            partition.retry_at = Some(Instant::now() + wait);
+            if partition.failures == 1 {
+                let _ = consumer.pause(&tpl_of(&key.0, key.1));
+            }
+            tracing::warn!(
+                consumer = name,
+                topic = %key.0,
+                partition = key.1,
+                records = partition.records.len(),
+                failures = partition.failures,
+                retry_in_ms = wait.as_millis() as u64,
+                error = %e,
+                "writing a partition batch failed; partition paused, nothing committed"
+            );
+        }
+    }
+}
+
+/// A record's headers as `(key, value)` pairs; a header without a value reads as empty.
+pub fn headers(message: &OwnedMessage) -> Vec<(&str, &[u8])> {
+    message
+        .headers()
+        .map(|h| h.iter().map(|header| (header.key, header.value.unwrap_or_default())).collect())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn security_settings_follow_tls_and_scram() {
+        let base = KafkaConfig {
+            brokers: "k:9092".into(),
+            group_id: "g".into(),
+            dlq_group_id: "d".into(),
+            client_id: "c".into(),
+            scram: None,
+            tls: false,
+            ca_cert: None,
+            session_timeout: Duration::from_secs(45),
+            batch_size: 500,
+            batch_wait: Duration::from_millis(20),
+            topic_refresh: Duration::from_secs(30),
+            dlq_enabled: true,
+        };
+        assert_eq!(client_config(&base, "g").get("security.protocol"), Some("plaintext"));
+        let scram = KafkaConfig {
+            tls: true,
+            ca_cert: Some("/etc/ca.pem".into()),
+            scram: Some(crate::config::Scram {
+                username: "hub".into(),
+                password: crate::config::Secret::new("pw".into()),
+                mechanism: "SCRAM-SHA-512".into(),
+            }),
+            ..base
+        };
+        let c = client_config(&scram, "g");
+        assert_eq!(c.get("security.protocol"), Some("sasl_ssl"));
+        assert_eq!(c.get("sasl.mechanisms"), Some("SCRAM-SHA-512"));
+        assert_eq!(c.get("ssl.ca.location"), Some("/etc/ca.pem"));
+        assert_eq!(c.get("enable.auto.commit"), Some("false"));
+    }
+}

@@ -1,0 +1,319 @@
+//! Kafka ingest and the DLQ plane against real Kafka-protocol peers: librdkafka's mock cluster
+//! and a `tansu` broker process.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use hub_store::{QuarantineFilter, Store};
+use rdkafka::Message;
+use serde_json::json;
+use streaming_hub::ingest::kafka::{self, BatchWriter};
+use tokio_util::sync::CancellationToken;
+
+use crate::kafka_support::{Broker, KafkaPeer, Record, produce};
+use crate::support::{Backend, TestHub};
+
+const WAIT: Duration = Duration::from_secs(90);
+const GROUP: &str = "streaming-hub.local";
+
+macro_rules! on_both_brokers {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mock_cluster() {
+                super::$name(crate::kafka_support::Broker::Mock).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn tansu() {
+                super::$name(crate::kafka_support::Broker::Tansu).await;
+            }
+        }
+    )*};
+}
+
+on_both_brokers!(
+    records_get_their_verdicts_and_offsets_are_committed,
+    the_dlq_plane_stores_dead_letters_and_never_delivers_them
+);
+
+fn kafka_vars(peer: &KafkaPeer) -> Vec<(&'static str, String)> {
+    vec![
+        ("STREAMING_HUB_KAFKA_BROKERS", peer.brokers.clone()),
+        ("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "1s".to_owned()),
+        ("STREAMING_HUB_KAFKA_BATCH_WAIT", "20ms".to_owned()),
+        ("STREAMING_HUB_KAFKA_SESSION_TIMEOUT", "6s".to_owned()),
+    ]
+}
+
+async fn hub_on(peer: &KafkaPeer, backend: Backend, extra: &[(&'static str, &'static str)]) -> TestHub {
+    let vars: Vec<(&str, String)> = kafka_vars(peer);
+    let mut all: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    all.extend_from_slice(extra);
+    TestHub::start_with(backend, &all).await
+}
+
+async fn until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn records_get_their_verdicts_and_offsets_are_committed(broker: Broker) {
+    let peer = KafkaPeer::start(broker).await;
+    for (topic, partitions) in
+        [("lerian.streaming.lender", 3), ("lerian.streaming.crm", 3), ("lerian.streaming.lender.commands", 1)]
+    {
+        peer.create_topic(topic, partitions).await;
+    }
+    let hub = hub_on(&peer, Backend::Sqlite, &[]).await;
+    let key = hub.tenant_key("t1").await;
+    let pull = hub
+        .subscribe(&key, json!({"name": "p", "event_types": ["loan_application.*"], "sink": {"type": "pull"}}))
+        .await;
+
+    let mut valid = Vec::new();
+    for p in 0..3 {
+        for i in 0..4 {
+            valid.push(Record::event("lender", p, if i % 2 == 0 { "t1" } else { "t2" }));
+        }
+        for _ in 0..2 {
+            valid.push(Record::event("crm", p, "t1"));
+        }
+    }
+    let duplicate = Record { partition: 1, ..valid[0].clone() };
+    let system = Record::event("lender", 2, "t1").without("ce-tenantid").set("ce-systemevent", "true");
+    let malformed = vec![
+        Record::event("lender", 0, "t1").set("ce-id", "9b2c6d1e-4c3f-4d7a-9a55-1f2e3d4c5b6a"),
+        Record::event("lender", 1, "t1").without("ce-tenantid"),
+        Record::event("lender", 2, "t1")
+            .set("ce-source", "crm")
+            .set("ce-type", "studio.lerian.crm.loan_application.approved"),
+        Record::event("lender", 0, "t1").body(b"{not json"),
+        Record::event("lender", 1, "t1").set("ce-type", "studio.lerian.lender.loan_application.rejected"),
+        Record::event("crm", 2, "t1").set("ce-time", "yesterday"),
+    ];
+    let commands: Vec<Record> = (0..2)
+        .map(|_| Record { topic: "lerian.streaming.lender.commands".into(), ..Record::event("lender", 0, "t1") })
+        .collect();
+    let producer = peer.producer();
+    let mut all = valid.clone();
+    all.push(duplicate);
+    all.push(system);
+    all.extend(malformed.clone());
+    all.extend(commands.clone());
+    produce(&producer, &all).await;
+
+    let stored = until("every valid record in the inbox", async || {
+        let t1 = hub.store.events_after("t1", 0, 1000).await.expect("read");
+        let t2 = hub.store.events_after("t2", 0, 1000).await.expect("read");
+        (t1.len() + t2.len() >= valid.len()).then_some((t1, t2))
+    })
+    .await;
+    let (t1, t2) = stored;
+    let ids: HashSet<String> = t1.iter().chain(&t2).map(|e| e.ce_id.to_string()).collect();
+    let expected: HashSet<String> = valid.iter().map(Record::id).collect();
+    assert_eq!(ids, expected, "exactly the valid records, the duplicate once");
+    for c in &commands {
+        assert!(!ids.contains(&c.id()), ".commands topics are never read");
+    }
+    // Per-tenant seq follows arrival order within each partition.
+    for events in [&t1, &t2] {
+        let mut last: HashMap<(String, i32), i64> = HashMap::new();
+        for e in events.iter() {
+            let hub_store::Origin::Kafka { topic, partition, offset } = &e.origin else { panic!("not from Kafka") };
+            let prev = last.insert((topic.clone(), *partition), *offset);
+            assert!(prev.is_none_or(|p| p < *offset), "seq order broke offset order in {topic}/{partition}");
+        }
+        assert!(events.windows(2).all(|w| w[1].seq == w[0].seq + 1));
+    }
+
+    let quarantined = until("the malformed records in quarantine", async || {
+        let q = hub.store.list_quarantine(&QuarantineFilter { limit: 100, ..Default::default() }).await.expect("list");
+        (q.len() >= malformed.len()).then_some(q)
+    })
+    .await;
+    assert_eq!(quarantined.len(), malformed.len());
+    let reasons: HashSet<&str> = quarantined.iter().map(|q| q.reason_code.as_str()).collect();
+    for code in ["invalid_id", "missing_header", "source_mismatch", "invalid_body", "type_mismatch", "invalid_header"] {
+        assert!(reasons.contains(code), "{code} missing from {reasons:?}");
+    }
+    assert!(quarantined.iter().all(|q| matches!(q.origin, hub_store::Origin::Kafka { .. })));
+
+    for topic in ["lerian.streaming.lender", "lerian.streaming.crm"] {
+        peer.wait_all_committed(GROUP, topic, 3, WAIT).await;
+    }
+    assert!(
+        peer.committed(GROUP, "lerian.streaming.lender.commands", 1)[0].is_none(),
+        "nothing was ever committed there"
+    );
+
+    // Matching happened at Kafka ingest too: the pull subscription holds t1's loan events.
+    let (_, page) =
+        hub.get(&key, &format!("/v1/subscriptions/{}/events?limit=1000", pull["id"].as_str().expect("id"))).await;
+    let t1_valid = valid.iter().filter(|r| r.header("ce-tenantid") == Some("t1")).count();
+    assert_eq!(page["items"].as_array().expect("items").len(), t1_valid);
+}
+
+async fn the_dlq_plane_stores_dead_letters_and_never_delivers_them(broker: Broker) {
+    let peer = KafkaPeer::start(broker).await;
+    peer.create_topic("lerian.streaming.lender", 1).await;
+    peer.create_topic("lerian.streaming.lender.dlq", 1).await;
+    let hub = hub_on(&peer, Backend::Sqlite, &[]).await;
+    let key = hub.tenant_key("t1").await;
+    hub.subscribe(&key, json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+
+    let dlq = |r: Record| Record { topic: "lerian.streaming.lender.dlq".into(), ..r };
+    let producer_side = dlq(Record::event("lender", 0, "t1"))
+        .set("x-lerian-dlq-source-topic", "lerian.streaming.lender")
+        .set("x-lerian-dlq-error-class", "broker_unavailable")
+        .set("x-lerian-dlq-error-message", "all brokers down")
+        .set("x-lerian-dlq-retry-count", "5")
+        .set("x-lerian-dlq-first-failure-at", "2026-11-30T09:00:00Z")
+        .set("x-lerian-dlq-producer-id", "lender-7");
+    let consumer_side = dlq(Record::event("lender", 0, "t2"))
+        .set("x-lerian-dlq-error-class", "handler_failed")
+        .set("x-lerian-dlq-source-partition", "2")
+        .set("x-lerian-dlq-source-offset", "991")
+        .set("x-lerian-dlq-cause-kind", "timeout");
+    let omitted = dlq(Record::event("lender", 0, "t1"))
+        .set("x-lerian-dlq-error-class", "payload_too_large")
+        .set("x-lerian-dlq-payload-omitted", "true")
+        .set("x-lerian-dlq-payload-bytes", "2000000")
+        .body(b"");
+    produce(&peer.producer(), &[producer_side.clone(), consumer_side, omitted]).await;
+
+    let items = until("the dead letters listed", async || {
+        let (_, page) = hub.admin_get("/admin/dlq").await;
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        (items.len() >= 3).then_some(items)
+    })
+    .await;
+    assert_eq!(items.len(), 3);
+    let by_class: BTreeMap<String, serde_json::Value> =
+        items.iter().map(|i| (i["error_class"].as_str().expect("class").to_owned(), i.clone())).collect();
+    let p = &by_class["broker_unavailable"];
+    assert_eq!(p["source"], "lender");
+    assert_eq!(p["tenant_id"], "t1");
+    assert_eq!(p["ce_id"], producer_side.id().as_str());
+    assert_eq!(p["error_message"], "all brokers down");
+    for h in [
+        "x-lerian-dlq-source-topic",
+        "x-lerian-dlq-retry-count",
+        "x-lerian-dlq-first-failure-at",
+        "x-lerian-dlq-producer-id",
+        "ce-type",
+    ] {
+        assert!(p["headers"][h].is_string(), "{h} kept: {p}");
+    }
+    assert_eq!(p["body"], r#"{"amount":100}"#);
+    let c = &by_class["handler_failed"];
+    for h in ["x-lerian-dlq-source-partition", "x-lerian-dlq-source-offset", "x-lerian-dlq-cause-kind"] {
+        assert!(c["headers"][h].is_string(), "{h} kept: {c}");
+    }
+    let o = &by_class["payload_too_large"];
+    assert_eq!((o["payload_omitted"].clone(), o["body_bytes"].clone()), (json!(true), json!(2_000_000)));
+
+    let (_, filtered) = hub.admin_get("/admin/dlq?error_class=handler_failed&tenant=t2&source=lender").await;
+    assert_eq!(filtered["items"].as_array().expect("items").len(), 1);
+    let (_, none) = hub.admin_get("/admin/dlq?tenant=t9").await;
+    assert_eq!(none["items"], json!([]));
+
+    peer.wait_all_committed("streaming-hub-dlq.local", "lerian.streaming.lender.dlq", 1, WAIT).await;
+    // A dead letter never becomes an event, a job or a pull entry.
+    assert!(hub.store.events_after("t1", 0, 10).await.expect("read").is_empty());
+    assert!(hub.store.events_after("t2", 0, 10).await.expect("read").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_created_after_start_is_consumed() {
+    let peer = KafkaPeer::start(Broker::Tansu).await;
+    let hub = hub_on(&peer, Backend::Sqlite, &[]).await;
+    // Let the consumer join with no matching topic at all.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    peer.create_topic("lerian.streaming.latecomer", 2).await;
+    let record = Record::event("latecomer", 1, "t1");
+    produce(&peer.producer(), std::slice::from_ref(&record)).await;
+    let id: uuid::Uuid = record.id().parse().expect("uuid");
+    until("the late topic's event", async || hub.store.event_by_ce_id("t1", id).await.expect("read")).await;
+}
+
+/// Writes like the hub, but fails every batch of one partition while `failing` is set.
+struct FlakyWriter {
+    inner: streaming_hub::ingest::KafkaEvents,
+    partition: i32,
+    failing: Arc<AtomicBool>,
+    refused: Arc<AtomicUsize>,
+}
+
+impl BatchWriter for FlakyWriter {
+    async fn write(&self, records: &[rdkafka::message::OwnedMessage]) -> Result<(), String> {
+        if self.failing.load(Ordering::SeqCst) && records.iter().any(|r| r.partition() == self.partition) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
+            return Err("injected store failure".to_owned());
+        }
+        self.inner.write(records).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failure_holds_back_only_its_partition() {
+    let peer = KafkaPeer::start(Broker::Mock).await;
+    let topic = "lerian.streaming.lender";
+    peer.create_topic(topic, 3).await;
+    let db = crate::support::temp_sqlite_path();
+    let store = hub_store::SqliteStore::open(&db).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let vars: std::collections::HashMap<String, String> =
+        kafka_vars(&peer).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    let config = streaming_hub::config::Config::from_vars(vars).expect("config");
+    let kafka_config = config.kafka.expect("kafka");
+    let failing = Arc::new(AtomicBool::new(true));
+    let refused = Arc::new(AtomicUsize::new(0));
+    let writer = FlakyWriter {
+        inner: streaming_hub::ingest::KafkaEvents {
+            store: Arc::clone(&store),
+            policy: Arc::new(hub_core::IngestPolicy::default()),
+            clock: Arc::new(streaming_hub::clock::SystemClock),
+            wake: Arc::new(tokio::sync::Notify::new()),
+        },
+        partition: 1,
+        failing: Arc::clone(&failing),
+        refused: Arc::clone(&refused),
+    };
+    let records: Vec<Record> = (0..30).map(|i| Record::event("lender", i % 3, "t1")).collect();
+    produce(&peer.producer(), &records).await;
+
+    let consumer = kafka::subscribe(&kafka_config, GROUP, kafka::INGEST_PATTERN).expect("consumer");
+    let shutdown = CancellationToken::new();
+    let batching = kafka::Batching { size: 5, wait: Duration::from_millis(20) };
+    let task = tokio::spawn(kafka::run("ingest", consumer, writer, batching, shutdown.clone()));
+
+    // Partitions 0 and 2 are written and committed while partition 1 keeps failing.
+    until("partitions 0 and 2 committed", async || {
+        let c = peer.committed(GROUP, topic, 3);
+        (c[0] == Some(10) && c[2] == Some(10) && refused.load(Ordering::SeqCst) >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(peer.committed(GROUP, topic, 3)[1], None, "the failing partition's offset is not committed");
+    let stored = store.events_after("t1", 0, 100).await.expect("read");
+    assert_eq!(stored.len(), 20);
+    assert!(stored.iter().all(|e| !matches!(e.origin, hub_store::Origin::Kafka { partition: 1, .. })));
+
+    // The store recovers: the held records are written, once, and committed.
+    failing.store(false, Ordering::SeqCst);
+    peer.wait_all_committed(GROUP, topic, 3, WAIT).await;
+    let stored = store.events_after("t1", 0, 100).await.expect("read");
+    let ids: HashSet<String> = stored.iter().map(|e| e.ce_id.to_string()).collect();
+    assert_eq!(stored.len(), 30);
+    assert_eq!(ids, records.iter().map(Record::id).collect::<HashSet<_>>());
+    shutdown.cancel();
+    task.await.expect("consumer stops");
+}
