@@ -52,7 +52,16 @@ impl RebalanceLog {
     }
 }
 
-impl ClientContext for RebalanceLog {}
+impl ClientContext for RebalanceLog {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        // A pattern that matches no topic yet (no `.dlq` topic exists) is normal, not an error.
+        if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition) {
+            tracing::debug!(reason, "no topic matches the subscription yet");
+        } else {
+            tracing::error!(error = %error, reason, "Kafka client error");
+        }
+    }
+}
 
 impl ConsumerContext for RebalanceLog {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -189,6 +198,9 @@ pub async fn run<W: BatchWriter>(
                     if partition.records.len() >= batching.size && partition.retry_at.is_none() {
                         flush(name, &consumer, &writer, &mut partitions, &key).await;
                     }
+                }
+                Err(e) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition) => {
+                    tracing::debug!(consumer = name, "no topic matches the subscription yet");
                 }
                 Err(e) => {
                     tracing::warn!(consumer = name, error = %e, "Kafka consumer error");

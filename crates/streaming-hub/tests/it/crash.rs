@@ -119,3 +119,87 @@ async fn a_killed_workers_job_is_recovered_then_dead_lettered_as_poison(backend:
     assert_eq!(receiver.deliveries().len(), 2, "a poison job is not attempted again");
     drop(hub);
 }
+
+/// A backlog of 20 000 records; the hub process is killed with SIGKILL at random moments and
+/// restarted. At the end every record is in the inbox exactly once and every offset committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_ingest_survives_being_killed_mid_stream() {
+    use rand::{Rng, SeedableRng};
+
+    use crate::kafka_support::{Broker, KafkaPeer, Record, ends, produce};
+
+    const RECORDS: usize = 20_000;
+    let topic = "lerian.streaming.ledger";
+    let peer = KafkaPeer::start(Broker::Tansu).await;
+    peer.create_topic(topic, 3).await;
+    let tenants = ["t1", "t2", "t3", "t4"];
+    let records: Vec<Record> = (0..RECORDS)
+        .map(|i| {
+            Record::event("ledger", (i % 3) as i32, tenants[i % tenants.len()])
+                .body(format!(r#"{{"n":{i}}}"#).as_bytes())
+        })
+        .collect();
+    produce(&peer.producer(), &records).await;
+
+    let schema = fresh_schema().await;
+    let store = hub_store::PgStore::connect(&postgres_dsn(), Some(&schema), 2).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let vars = vec![
+        ("STREAMING_HUB_POSTGRES_DSN", postgres_dsn()),
+        ("STREAMING_HUB_POSTGRES_SCHEMA", schema.clone()),
+        ("STREAMING_HUB_ADMIN_TOKEN", format!("admin-{}", uuid::Uuid::now_v7().simple())),
+        ("STREAMING_HUB_KAFKA_BROKERS", peer.brokers.clone()),
+        ("STREAMING_HUB_KAFKA_SESSION_TIMEOUT", "6s".to_owned()),
+        ("STREAMING_HUB_KAFKA_BATCH_SIZE", "200".to_owned()),
+        ("STREAMING_HUB_ROLE", "ingest".to_owned()),
+    ];
+    let count = async || {
+        let mut total = 0;
+        for t in tenants {
+            let mut after = 0;
+            loop {
+                let page = store.events_after(t, after, 1000).await.expect("read");
+                let Some(last) = page.last() else { break };
+                assert_eq!(last.seq, after + page.len() as i64, "{t}: seqs are gapless");
+                after = last.seq;
+                total += page.len();
+            }
+        }
+        total
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(20_000);
+    let mut kills = 0;
+    while kills < 3 {
+        let hub = HubProcess::start(&vars).await;
+        // Kill once the consumer is writing: somewhere in the middle of the backlog.
+        let before = count().await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while count().await == before {
+            assert!(tokio::time::Instant::now() < deadline, "the hub never made progress");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(50..600))).await;
+        hub.kill();
+        kills += 1;
+        if count().await >= RECORDS {
+            break;
+        }
+    }
+    assert!(count().await < RECORDS || kills >= 1, "the backlog must be cut by at least one kill");
+
+    // A last, undisturbed run finishes the backlog.
+    let hub = HubProcess::start(&vars).await;
+    peer.wait_committed("streaming-hub.local", topic, &ends(&records, topic, 3), Duration::from_secs(120)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while count().await < RECORDS {
+        assert!(tokio::time::Instant::now() < deadline, "records missing: {} of {RECORDS}", count().await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(count().await, RECORDS, "every record exactly once");
+    for r in records.iter().step_by(997) {
+        let id: uuid::Uuid = r.id().parse().expect("uuid");
+        let stored = store.event_by_ce_id(r.header("ce-tenantid").expect("tenant"), id).await.expect("read");
+        assert_eq!(stored.expect("stored").payload, r.body, "the body is the one produced");
+    }
+    drop(hub);
+}

@@ -12,7 +12,7 @@ use serde_json::json;
 use streaming_hub::ingest::kafka::{self, BatchWriter};
 use tokio_util::sync::CancellationToken;
 
-use crate::kafka_support::{Broker, KafkaPeer, Record, produce};
+use crate::kafka_support::{Broker, KafkaPeer, Record, ends, produce};
 use crate::support::{Backend, TestHub};
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -147,7 +147,7 @@ async fn records_get_their_verdicts_and_offsets_are_committed(broker: Broker) {
     assert!(quarantined.iter().all(|q| matches!(q.origin, hub_store::Origin::Kafka { .. })));
 
     for topic in ["lerian.streaming.lender", "lerian.streaming.crm"] {
-        peer.wait_all_committed(GROUP, topic, 3, WAIT).await;
+        peer.wait_committed(GROUP, topic, &ends(&all, topic, 3), WAIT).await;
     }
     assert!(
         peer.committed(GROUP, "lerian.streaming.lender.commands", 1)[0].is_none(),
@@ -187,7 +187,8 @@ async fn the_dlq_plane_stores_dead_letters_and_never_delivers_them(broker: Broke
         .set("x-lerian-dlq-payload-omitted", "true")
         .set("x-lerian-dlq-payload-bytes", "2000000")
         .body(b"");
-    produce(&peer.producer(), &[producer_side.clone(), consumer_side, omitted]).await;
+    let dead = [producer_side.clone(), consumer_side, omitted];
+    produce(&peer.producer(), &dead).await;
 
     let items = until("the dead letters listed", async || {
         let (_, page) = hub.admin_get("/admin/dlq").await;
@@ -225,7 +226,7 @@ async fn the_dlq_plane_stores_dead_letters_and_never_delivers_them(broker: Broke
     let (_, none) = hub.admin_get("/admin/dlq?tenant=t9").await;
     assert_eq!(none["items"], json!([]));
 
-    peer.wait_all_committed("streaming-hub-dlq.local", "lerian.streaming.lender.dlq", 1, WAIT).await;
+    peer.wait_committed("streaming-hub-dlq.local", "lerian.streaming.lender.dlq", &[3], WAIT).await;
     // A dead letter never becomes an event, a job or a pull entry.
     assert!(hub.store.events_after("t1", 0, 10).await.expect("read").is_empty());
     assert!(hub.store.events_after("t2", 0, 10).await.expect("read").is_empty());
@@ -309,7 +310,7 @@ async fn a_store_failure_holds_back_only_its_partition() {
 
     // The store recovers: the held records are written, once, and committed.
     failing.store(false, Ordering::SeqCst);
-    peer.wait_all_committed(GROUP, topic, 3, WAIT).await;
+    peer.wait_committed(GROUP, topic, &[10, 10, 10], WAIT).await;
     let stored = store.events_after("t1", 0, 100).await.expect("read");
     let ids: HashSet<String> = stored.iter().map(|e| e.ce_id.to_string()).collect();
     assert_eq!(stored.len(), 30);

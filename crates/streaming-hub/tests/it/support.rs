@@ -326,14 +326,21 @@ impl HubProcess {
     pub async fn start(vars: &[(&str, String)]) -> Self {
         let port = free_port();
         let mut cmd = hub_command();
+        // Logs of hub processes go to a file a failing test can point to.
+        let log_dir = std::env::temp_dir().join("streaming-hub-tests");
+        std::fs::create_dir_all(&log_dir).expect("log dir");
+        let log_path = log_dir.join(format!("hub-{port}.log"));
+        let log = std::fs::File::create(&log_path).expect("log file");
         cmd.arg("serve")
             .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+            .env("STREAMING_HUB_LOG", "info")
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+            .stderr(log);
         for (k, v) in vars {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn the hub");
+        eprintln!("hub process on port {port} logs to {}", log_path.display());
         let base = format!("http://127.0.0.1:{port}");
         let client = http_client();
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
