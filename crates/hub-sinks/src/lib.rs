@@ -6,7 +6,9 @@
 //! contract harness in `tests/it`.
 #![forbid(unsafe_code)]
 
+pub mod aws;
 pub mod guard;
+pub mod rabbitmq;
 pub mod webhook;
 
 use std::collections::BTreeMap;
@@ -14,6 +16,8 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+pub use aws::{AwsCredentials, AwsEndpoint, EventBridgeSink, EventBridgeTarget, SqsSink, SqsTarget};
+pub use rabbitmq::{RabbitSink, RabbitTarget};
 pub use webhook::{WebhookSink, WebhookTarget};
 
 /// Largest part of a destination's response kept with an attempt.

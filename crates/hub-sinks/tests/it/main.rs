@@ -2,5 +2,6 @@
 //! receivers on loopback.
 
 mod contract;
+mod rabbitmq;
 mod receiver;
 mod webhook;

@@ -1,0 +1,294 @@
+//! The RabbitMQ sink (SPEC §3.7): a persistent message published with publisher confirms and
+//! `mandatory`, so an unroutable message is a failure, not a silent drop.
+//!
+//! One connection and one confirm-mode channel per destination are kept and reused; any error
+//! drops them, and the next attempt connects afresh (a connection is never kept half-open).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lapin::Confirmation;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use crate::{Failure, FailureKind, Message, Outcome, Sink};
+
+/// A RabbitMQ destination with its password opened.
+#[derive(Clone)]
+pub struct RabbitTarget {
+    /// `amqp(s)://user@host:port/vhost`, without the password.
+    pub url: String,
+    pub password: Option<String>,
+    pub exchange: String,
+    /// May use `{resource}`, `{event}` and `{source}`.
+    pub routing_key: String,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for RabbitTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RabbitTarget")
+            .field("url", &self.url)
+            .field("exchange", &self.exchange)
+            .field("routing_key", &self.routing_key)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RabbitTarget {
+    /// The URL with the password put back, for connecting only.
+    fn connect_url(&self) -> Result<String, Failure> {
+        let mut url = url::Url::parse(&self.url).map_err(|_| refused("the RabbitMQ URL is invalid"))?;
+        if let Some(p) = &self.password {
+            url.set_password(Some(p)).map_err(|()| refused("the RabbitMQ URL cannot carry a password"))?;
+        }
+        Ok(url.to_string())
+    }
+
+    fn routing_key_for(&self, message: &Message<'_>) -> String {
+        self.routing_key
+            .replace("{resource}", message.resource_type)
+            .replace("{event}", message.event_type)
+            .replace("{source}", message.source)
+    }
+}
+
+fn refused(reason: &str) -> Failure {
+    Failure { retryable: true, kind: FailureKind::Refused, reason: reason.to_owned(), status: None, response: None }
+}
+
+/// Classifies a client error; the text never carries the URL (it may hold the password).
+fn classify(e: &lapin::Error, connecting: bool) -> Failure {
+    let text = e.to_string();
+    let upper = text.to_ascii_uppercase();
+    let kind = if upper.contains("ACCESS_REFUSED") || upper.contains("ACCESSREFUSED") || upper.contains("AUTH") {
+        FailureKind::Unauthorized
+    } else if let lapin::ErrorKind::IOError(io) = e.kind() {
+        match io.kind() {
+            // RabbitMQ closes the socket on a failed login.
+            std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof if connecting => {
+                FailureKind::Unauthorized
+            }
+            _ => FailureKind::Unreachable,
+        }
+    } else if connecting && matches!(e.kind(), lapin::ErrorKind::InvalidConnectionState(_)) {
+        FailureKind::Unauthorized
+    } else {
+        FailureKind::Refused
+    };
+    Failure { retryable: true, kind, reason: format!("RabbitMQ: {text}"), status: None, response: None }
+}
+
+struct Link {
+    // Kept so the connection lives as long as its channel.
+    _connection: Connection,
+    channel: Channel,
+}
+
+/// The RabbitMQ sink: a pooled connection per destination.
+#[derive(Default)]
+pub struct RabbitSink {
+    links: Mutex<HashMap<String, Link>>,
+}
+
+impl std::fmt::Debug for RabbitSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RabbitSink").finish_non_exhaustive()
+    }
+}
+
+impl RabbitSink {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    async fn channel(&self, target: &RabbitTarget) -> Result<Channel, Failure> {
+        let url = target.connect_url()?;
+        let mut links = self.links.lock().await;
+        if let Some(link) = links.get(&url) {
+            if link.channel.status().connected() {
+                return Ok(link.channel.clone());
+            }
+            links.remove(&url);
+        }
+        let connect = async {
+            let connection =
+                Connection::connect(&url, ConnectionProperties::default()).await.map_err(|e| classify(&e, true))?;
+            let channel = connection.create_channel().await.map_err(|e| classify(&e, true))?;
+            channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| classify(&e, true))?;
+            Ok::<_, Failure>(Link { _connection: connection, channel })
+        };
+        let link = match tokio::time::timeout(target.timeout, connect).await {
+            Ok(link) => link?,
+            Err(_) => return Err(timeout(target.timeout)),
+        };
+        let channel = link.channel.clone();
+        links.insert(url, link);
+        Ok(channel)
+    }
+
+    async fn forget(&self, target: &RabbitTarget) {
+        if let Ok(url) = target.connect_url() {
+            self.links.lock().await.remove(&url);
+        }
+    }
+
+    async fn publish(
+        &self,
+        target: &RabbitTarget,
+        routing_key: &str,
+        payload: &[u8],
+        properties: BasicProperties,
+        mandatory: bool,
+    ) -> Result<(), Failure> {
+        let channel = self.channel(target).await?;
+        let publish = async {
+            let confirm = channel
+                .basic_publish(
+                    ShortString::from(target.exchange.as_str()),
+                    ShortString::from(routing_key),
+                    BasicPublishOptions { mandatory, ..BasicPublishOptions::default() },
+                    payload,
+                    properties,
+                )
+                .await
+                .map_err(|e| classify(&e, false))?;
+            confirm.await.map_err(|e| classify(&e, false))
+        };
+        let confirmation = match tokio::time::timeout(target.timeout, publish).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(f)) => {
+                self.forget(target).await;
+                return Err(f);
+            }
+            Err(_) => {
+                self.forget(target).await;
+                return Err(timeout(target.timeout));
+            }
+        };
+        match confirmation {
+            Confirmation::Ack(None) => Ok(()),
+            Confirmation::Ack(Some(returned)) => Err(refused(&format!(
+                "RabbitMQ returned the message as unroutable ({} {}): no queue is bound for routing key {routing_key}",
+                returned.reply_code, returned.reply_text
+            ))),
+            Confirmation::Nack(_) => Err(refused("RabbitMQ refused the message (nack)")),
+            Confirmation::NotRequested => Err(refused("the channel is not in confirm mode")),
+        }
+    }
+}
+
+fn timeout(after: Duration) -> Failure {
+    Failure {
+        retryable: true,
+        kind: FailureKind::Timeout,
+        reason: format!("RabbitMQ did not confirm within {} ms", after.as_millis()),
+        status: None,
+        response: None,
+    }
+}
+
+fn header(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value.as_bytes().to_vec()))
+}
+
+/// The message's CloudEvents attributes as AMQP headers (`ce-*`), plus trace context.
+fn headers(message: &Message<'_>) -> FieldTable {
+    let mut t = FieldTable::default();
+    let mut put = |k: &str, v: &str| {
+        t.insert(ShortString::from(k), header(v));
+    };
+    put("ce-specversion", "1.0");
+    put("ce-id", &message.ce_id.to_string());
+    put("ce-source", message.source);
+    put("ce-type", message.ce_type);
+    put("ce-time", message.time);
+    put("ce-tenantid", message.tenant);
+    put("ce-schemaversion", message.schema_version);
+    put("ce-resourcetype", message.resource_type);
+    put("ce-eventtype", message.event_type);
+    put("ce-datacontenttype", message.content_type);
+    if let Some(s) = message.subject {
+        put("ce-subject", s);
+    }
+    if let Some(s) = message.data_schema {
+        put("ce-dataschema", s);
+    }
+    if let Some(tp) = message.traceparent {
+        put("traceparent", tp);
+    }
+    if let Some(ts) = message.tracestate {
+        put("tracestate", ts);
+    }
+    for (name, value) in message.extensions {
+        put(&format!("ce-{name}"), value);
+    }
+    put("x-lerian-delivery-id", &message.delivery_id.to_string());
+    put("x-lerian-attempt", &message.attempt.to_string());
+    t
+}
+
+#[async_trait]
+impl Sink for RabbitSink {
+    type Target = RabbitTarget;
+
+    async fn deliver(&self, target: &RabbitTarget, message: &Message<'_>) -> Outcome {
+        let properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_message_id(ShortString::from(message.ce_id.to_string()))
+            .with_content_type(ShortString::from(message.content_type))
+            .with_timestamp(chrono::Utc::now().timestamp().max(0) as u64)
+            .with_headers(headers(message));
+        let key = target.routing_key_for(message);
+        match self.publish(target, &key, message.payload, properties, true).await {
+            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Err(f) => Outcome::Failed(f),
+        }
+    }
+
+    async fn probe(&self, target: &RabbitTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+        // The exchange must exist (passive declare), and the broker must confirm a test message.
+        let channel = self.channel(target).await?;
+        let passive = ExchangeDeclareOptions { passive: true, ..ExchangeDeclareOptions::default() };
+        let declared = tokio::time::timeout(
+            target.timeout,
+            channel.exchange_declare(
+                ShortString::from(target.exchange.as_str()),
+                ExchangeKind::Topic,
+                passive,
+                FieldTable::default(),
+            ),
+        )
+        .await;
+        match declared {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.forget(target).await;
+                return Err(Failure {
+                    reason: format!("the exchange {} cannot be used: {}", target.exchange, classify(&e, false).reason),
+                    ..classify(&e, false)
+                });
+            }
+            Err(_) => {
+                self.forget(target).await;
+                return Err(timeout(target.timeout));
+            }
+        }
+        let mut h = FieldTable::default();
+        h.insert(ShortString::from("ce-type"), header("streaming_hub.verification"));
+        h.insert(ShortString::from("ce-tenantid"), header(tenant));
+        h.insert(ShortString::from("x-lerian-subscription-id"), header(&subscription_id.to_string()));
+        let body =
+            serde_json::json!({"type": "streaming_hub.verification", "subscription_id": subscription_id}).to_string();
+        let properties = BasicProperties::default()
+            .with_content_type(ShortString::from("application/json"))
+            .with_message_id(ShortString::from(Uuid::now_v7().to_string()))
+            .with_headers(h);
+        // Not mandatory: a destination may route only real event keys.
+        self.publish(target, "streaming_hub.verification", body.as_bytes(), properties, false).await
+    }
+}
