@@ -137,6 +137,11 @@ pub struct Config {
     pub dlq_retention: Duration,
     pub dlq_prune_interval: Duration,
     pub allow_private_sinks: bool,
+    /// SQS and EventBridge subscriptions without credentials use the default AWS provider chain.
+    pub aws_default_credentials: bool,
+    /// The AWS endpoint for SQS and EventBridge subscriptions that name none (an emulator, a VPC
+    /// endpoint).
+    pub aws_endpoint_url: Option<String>,
     pub kek_ref: Option<String>,
     pub dev_kek: Option<Secret>,
     pub shutdown_timeout: Duration,
@@ -208,6 +213,8 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_DLQ_RETENTION",
     "STREAMING_HUB_DLQ_PRUNE_INTERVAL",
     "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
+    "STREAMING_HUB_AWS_DEFAULT_CREDENTIALS",
+    "STREAMING_HUB_AWS_ENDPOINT_URL",
     "STREAMING_HUB_KEK_REF",
     "STREAMING_HUB_DEV_KEK",
     "STREAMING_HUB_SHUTDOWN_TIMEOUT",
@@ -381,6 +388,11 @@ impl Config {
             dlq_retention: r.duration("STREAMING_HUB_DLQ_RETENTION", "168h"),
             dlq_prune_interval: r.duration("STREAMING_HUB_DLQ_PRUNE_INTERVAL", "1h"),
             allow_private_sinks: r.flag("STREAMING_HUB_ALLOW_PRIVATE_SINKS", false),
+            aws_default_credentials: r.flag("STREAMING_HUB_AWS_DEFAULT_CREDENTIALS", false),
+            aws_endpoint_url: r.parse("STREAMING_HUB_AWS_ENDPOINT_URL", None, |raw| match url::Url::parse(raw) {
+                Ok(u) if u.scheme() == "http" || u.scheme() == "https" => Ok(Some(raw.to_owned())),
+                _ => Err(format!("must be an http(s) URL (got {raw:?})")),
+            }),
             kek_ref: r.text("STREAMING_HUB_KEK_REF"),
             dev_kek: r.text("STREAMING_HUB_DEV_KEK").map(Secret),
             shutdown_timeout: r.duration("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30s"),
@@ -518,6 +530,8 @@ mod tests {
             ("STREAMING_HUB_RETRY_CURVE", "1s,soon"),
             ("STREAMING_HUB_HTTP_LISTEN_ADDR", "localhost"),
             ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "maybe"),
+            ("STREAMING_HUB_AWS_DEFAULT_CREDENTIALS", "perhaps"),
+            ("STREAMING_HUB_AWS_ENDPOINT_URL", "ftp://emulator"),
             ("STREAMING_HUB_POSTGRES_DSN", "mysql://x"),
             ("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30"),
         ]))
@@ -529,6 +543,8 @@ mod tests {
             "STREAMING_HUB_RETRY_CURVE",
             "STREAMING_HUB_HTTP_LISTEN_ADDR",
             "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
+            "STREAMING_HUB_AWS_DEFAULT_CREDENTIALS",
+            "STREAMING_HUB_AWS_ENDPOINT_URL",
             "STREAMING_HUB_POSTGRES_DSN",
             "STREAMING_HUB_SHUTDOWN_TIMEOUT",
         ] {

@@ -111,9 +111,12 @@ pub async fn start_with_clock(
         None => (Secret::new(keys::generate(GENERATED_ADMIN_PREFIX)), true),
     };
     let draining = Arc::new(AtomicBool::new(false));
-    let sinks = delivery::Sinks {
-        webhook: hub_sinks::WebhookSink::new(config.allow_private_sinks).map_err(anyhow::Error::msg)?,
-    };
+    let sinks = delivery::Sinks::new(
+        config.allow_private_sinks,
+        config.aws_default_credentials,
+        config.aws_endpoint_url.clone(),
+    )
+    .map_err(anyhow::Error::msg)?;
     let sealer = Arc::new(secrets::Sealer::new(kek));
     let wake = Arc::new(tokio::sync::Notify::new());
     let dispatcher = if config.role.delivers() {

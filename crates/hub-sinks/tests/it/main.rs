@@ -1,6 +1,7 @@
 //! Sink tests: one contract every sink passes, and the webhook sink's own rules, against real
 //! receivers on loopback.
 
+mod aws;
 mod contract;
 mod rabbitmq;
 mod receiver;

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use hub_core::SinkKind;
 use hub_core::delivery::{AfterFailure, Breaker, BreakerConfig, Permit, RetryPolicy, Transition, should_auto_disable};
-use hub_sinks::{Failure, FailureKind, Message, Outcome, Sink, WebhookSink};
+use hub_sinks::{EventBridgeSink, Failure, FailureKind, Message, Outcome, RabbitSink, Sink, SqsSink, WebhookSink};
 use hub_store::{
     AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, HealthUpdate, JobTransition, Store, StoredEvent,
     SubscriptionRecord,
@@ -56,10 +56,31 @@ impl Settings {
     }
 }
 
-/// The sinks a dispatcher delivers with.
+/// The sinks a dispatcher delivers with (shared: each pools its connections).
 #[derive(Debug, Clone)]
 pub struct Sinks {
     pub webhook: WebhookSink,
+    pub sqs: Arc<SqsSink>,
+    pub eventbridge: Arc<EventBridgeSink>,
+    pub rabbitmq: Arc<RabbitSink>,
+    /// Used by SQS and EventBridge subscriptions that name no endpoint.
+    pub aws_endpoint_url: Option<String>,
+}
+
+impl Sinks {
+    pub fn new(
+        allow_private: bool,
+        aws_default_credentials: bool,
+        aws_endpoint_url: Option<String>,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            aws_endpoint_url,
+            webhook: WebhookSink::new(allow_private)?,
+            sqs: Arc::new(SqsSink::new(aws_default_credentials)),
+            eventbridge: Arc::new(EventBridgeSink::new(aws_default_credentials)),
+            rabbitmq: Arc::new(RabbitSink::new()),
+        })
+    }
 }
 
 #[derive(Debug, Default)]
@@ -333,13 +354,33 @@ impl Dispatcher {
         };
         // The attempt must end well inside the lease, or another worker could take the job.
         let max_timeout = self.settings.lease.mul_f64(0.8);
-        match sub.sink {
+        let outcome = match sub.sink {
             SinkKind::Webhook => match targets::webhook_target(sub, &self.sealer, now, max_timeout) {
-                Ok(target) => self.sinks.webhook.deliver(&target, &message).await,
-                Err(reason) => config_failure(reason),
+                Ok(target) => Ok(self.sinks.webhook.deliver(&target, &message).await),
+                Err(reason) => Err(reason),
             },
-            other => config_failure(format!("{other} delivery is not available in this build")),
-        }
+            SinkKind::Sqs => {
+                match targets::sqs_target(sub, &self.sealer, max_timeout, self.sinks.aws_endpoint_url.as_deref()) {
+                    Ok(target) => Ok(self.sinks.sqs.deliver(&target, &message).await),
+                    Err(reason) => Err(reason),
+                }
+            }
+            SinkKind::Eventbridge => match targets::eventbridge_target(
+                sub,
+                &self.sealer,
+                max_timeout,
+                self.sinks.aws_endpoint_url.as_deref(),
+            ) {
+                Ok(target) => Ok(self.sinks.eventbridge.deliver(&target, &message).await),
+                Err(reason) => Err(reason),
+            },
+            SinkKind::Rabbitmq => match targets::rabbitmq_target(sub, &self.sealer, max_timeout) {
+                Ok(target) => Ok(self.sinks.rabbitmq.deliver(&target, &message).await),
+                Err(reason) => Err(reason),
+            },
+            SinkKind::Pull => Err("a pull subscription has no push destination".to_owned()),
+        };
+        outcome.unwrap_or_else(config_failure)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use hub_core::SinkKind;
-use hub_sinks::WebhookTarget;
+use hub_sinks::{AwsCredentials, AwsEndpoint, EventBridgeTarget, RabbitTarget, SqsTarget, WebhookTarget};
 use hub_store::SubscriptionRecord;
 
 use crate::secrets::{Purpose, Sealer};
@@ -58,4 +58,78 @@ pub fn webhook_target(
         }
     }
     Ok(WebhookTarget { url, headers, timeout, secrets })
+}
+
+fn field(sub: &SubscriptionRecord, name: &str) -> Option<String> {
+    sub.sink_config.get(name).and_then(|v| v.as_str()).map(str::to_owned)
+}
+
+/// The subscription's credentials, opened: a JSON object, or `None` when none are stored.
+fn credentials(sub: &SubscriptionRecord, sealer: &Sealer) -> Result<Option<serde_json::Value>, String> {
+    let Some(sealed) = &sub.credentials else { return Ok(None) };
+    let bytes = sealer
+        .open(sub.id, Purpose::Credentials, sealed)
+        .map_err(|e| format!("the credentials cannot be opened: {e}"))?;
+    serde_json::from_slice(&bytes).map(Some).map_err(|_| "the stored credentials are not readable".to_owned())
+}
+
+fn aws_endpoint(
+    sub: &SubscriptionRecord,
+    sealer: &Sealer,
+    timeout: Duration,
+    default_endpoint: Option<&str>,
+) -> Result<AwsEndpoint, String> {
+    let creds = credentials(sub, sealer)?.map(|c| AwsCredentials {
+        access_key_id: c["access_key_id"].as_str().unwrap_or_default().to_owned(),
+        secret_access_key: c["secret_access_key"].as_str().unwrap_or_default().to_owned(),
+        session_token: c["session_token"].as_str().map(str::to_owned),
+    });
+    Ok(AwsEndpoint {
+        region: field(sub, "region").ok_or("the subscription has no region")?,
+        endpoint_url: field(sub, "endpoint_url").or_else(|| default_endpoint.map(str::to_owned)),
+        credentials: creds,
+        timeout,
+    })
+}
+
+/// Timeout of a broker or AWS call.
+pub const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn sqs_target(
+    sub: &SubscriptionRecord,
+    sealer: &Sealer,
+    max_timeout: Duration,
+    default_endpoint: Option<&str>,
+) -> Result<SqsTarget, String> {
+    Ok(SqsTarget {
+        queue_url: field(sub, "queue_url").ok_or("the subscription has no queue_url")?,
+        endpoint: aws_endpoint(sub, sealer, BROKER_TIMEOUT.min(max_timeout), default_endpoint)?,
+    })
+}
+
+pub fn eventbridge_target(
+    sub: &SubscriptionRecord,
+    sealer: &Sealer,
+    max_timeout: Duration,
+    default_endpoint: Option<&str>,
+) -> Result<EventBridgeTarget, String> {
+    Ok(EventBridgeTarget {
+        event_bus: field(sub, "event_bus").ok_or("the subscription has no event_bus")?,
+        endpoint: aws_endpoint(sub, sealer, BROKER_TIMEOUT.min(max_timeout), default_endpoint)?,
+    })
+}
+
+pub fn rabbitmq_target(
+    sub: &SubscriptionRecord,
+    sealer: &Sealer,
+    max_timeout: Duration,
+) -> Result<RabbitTarget, String> {
+    let password = credentials(sub, sealer)?.and_then(|c| c["password"].as_str().map(str::to_owned));
+    Ok(RabbitTarget {
+        url: field(sub, "url").ok_or("the subscription has no url")?,
+        password,
+        exchange: field(sub, "exchange").unwrap_or_default(),
+        routing_key: field(sub, "routing_key").unwrap_or_default(),
+        timeout: BROKER_TIMEOUT.min(max_timeout),
+    })
 }

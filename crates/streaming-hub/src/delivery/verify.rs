@@ -20,7 +20,19 @@ pub async fn probe(sub: &SubscriptionRecord, sinks: &Sinks, sealer: &Sealer, clo
             let target = targets::webhook_target(sub, sealer, clock.now(), Duration::from_secs(60))?;
             sinks.webhook.probe(&target, &sub.tenant_id, sub.id).await.map_err(|f| f.reason)
         }
-        other => Err(format!("{other} verification is not available in this build")),
+        SinkKind::Sqs => {
+            let target = targets::sqs_target(sub, sealer, Duration::from_secs(60), sinks.aws_endpoint_url.as_deref())?;
+            sinks.sqs.probe(&target, &sub.tenant_id, sub.id).await.map_err(|f| f.reason)
+        }
+        SinkKind::Eventbridge => {
+            let target =
+                targets::eventbridge_target(sub, sealer, Duration::from_secs(60), sinks.aws_endpoint_url.as_deref())?;
+            sinks.eventbridge.probe(&target, &sub.tenant_id, sub.id).await.map_err(|f| f.reason)
+        }
+        SinkKind::Rabbitmq => {
+            let target = targets::rabbitmq_target(sub, sealer, Duration::from_secs(60))?;
+            sinks.rabbitmq.probe(&target, &sub.tenant_id, sub.id).await.map_err(|f| f.reason)
+        }
     }
 }
 

@@ -11,5 +11,6 @@ mod kafka_support;
 mod openapi;
 mod pull;
 mod receiver;
+mod sinks;
 mod subscriptions;
 mod support;
