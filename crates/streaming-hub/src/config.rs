@@ -145,6 +145,9 @@ pub struct Config {
     pub kek_ref: Option<String>,
     pub dev_kek: Option<Secret>,
     pub shutdown_timeout: Duration,
+    /// On SIGTERM, how long `/readyz` answers 503 before the hub stops taking work, so load
+    /// balancers see it leave first.
+    pub drain_delay: Duration,
     /// `STREAMING_HUB_*` variables that were set but mean nothing to this hub.
     pub ignored: Vec<String>,
 }
@@ -218,6 +221,7 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_KEK_REF",
     "STREAMING_HUB_DEV_KEK",
     "STREAMING_HUB_SHUTDOWN_TIMEOUT",
+    "STREAMING_HUB_DRAIN_DELAY",
     "STREAMING_HUB_LOG",
 ];
 
@@ -396,6 +400,7 @@ impl Config {
             kek_ref: r.text("STREAMING_HUB_KEK_REF"),
             dev_kek: r.text("STREAMING_HUB_DEV_KEK").map(Secret),
             shutdown_timeout: r.duration("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30s"),
+            drain_delay: r.duration("STREAMING_HUB_DRAIN_DELAY", if env.is_local() { "0s" } else { "5s" }),
             ignored: vars
                 .keys()
                 .filter(|k| k.starts_with("STREAMING_HUB_") && !KNOWN.contains(&k.as_str()))
@@ -405,6 +410,9 @@ impl Config {
                 .collect(),
             env,
         };
+        if config.env.is_production() {
+            production_refusals(&mut r, &config);
+        }
         if config.dispatch_lease < Duration::from_secs(1) {
             r.problem("STREAMING_HUB_DISPATCH_LEASE", "must be at least 1s (and longer than any sink timeout)");
         }
@@ -426,6 +434,33 @@ impl Config {
         );
         s.insert("kafka", if self.kafka.is_some() { "configured" } else { "off" }.to_owned());
         s
+    }
+}
+
+/// What `STREAMING_HUB_ENV=production` refuses to start with (SPEC §6.1), each by its variable.
+fn production_refusals(r: &mut Reader<'_>, c: &Config) {
+    if let Some(k) = &c.kafka {
+        if !k.tls {
+            r.problem("STREAMING_HUB_KAFKA_TLS_ENABLED", "must be true in production: plaintext Kafka is refused");
+        }
+    }
+    if let Database::Postgres { dsn, .. } = &c.database {
+        let tls = url::Url::parse(dsn.expose()).ok().is_some_and(|u| {
+            u.query_pairs()
+                .any(|(k, v)| k == "sslmode" && matches!(v.as_ref(), "require" | "verify-ca" | "verify-full"))
+        });
+        if !tls {
+            r.problem(
+                "STREAMING_HUB_POSTGRES_DSN",
+                "must use TLS in production (sslmode=require, verify-ca or verify-full)",
+            );
+        }
+    }
+    if c.allow_private_sinks {
+        r.problem("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "must be false in production: private destinations are refused");
+    }
+    if c.kek_ref.is_none() {
+        r.problem("STREAMING_HUB_KEK_REF", "is required in production: secrets are never stored without a key");
     }
 }
 
@@ -547,6 +582,7 @@ mod tests {
             "STREAMING_HUB_AWS_ENDPOINT_URL",
             "STREAMING_HUB_POSTGRES_DSN",
             "STREAMING_HUB_SHUTDOWN_TIMEOUT",
+            "STREAMING_HUB_DRAIN_DELAY",
         ] {
             assert!(named.contains(&v), "{v} not named in {err}");
         }
@@ -587,6 +623,36 @@ mod tests {
         assert!(!format!("{:?}", c.database).contains("pw"), "the DSN is a secret");
         let c = Config::from_vars(vars(&[("STREAMING_HUB_TENANT_ID", "default")])).expect("valid");
         assert!(c.only_tenant.is_none());
+    }
+
+    #[test]
+    fn production_refuses_each_unsafe_setting_by_name() {
+        let err = Config::from_vars(vars(&[
+            ("STREAMING_HUB_ENV", "production"),
+            ("STREAMING_HUB_KAFKA_BROKERS", "k:9092"),
+            ("STREAMING_HUB_POSTGRES_DSN", "postgres://hub@db/hub?sslmode=disable"),
+            ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true"),
+        ]))
+        .expect_err("unsafe");
+        let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
+        for v in [
+            "STREAMING_HUB_KAFKA_TLS_ENABLED",
+            "STREAMING_HUB_POSTGRES_DSN",
+            "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
+            "STREAMING_HUB_ADMIN_TOKEN",
+            "STREAMING_HUB_KEK_REF",
+        ] {
+            assert!(named.contains(&v), "{v} not named in {err}");
+        }
+        let safe = Config::from_vars(vars(&[
+            ("STREAMING_HUB_ENV", "production"),
+            ("STREAMING_HUB_KAFKA_BROKERS", "k:9093"),
+            ("STREAMING_HUB_KAFKA_TLS_ENABLED", "true"),
+            ("STREAMING_HUB_POSTGRES_DSN", "postgres://hub@db/hub?sslmode=verify-full"),
+            ("STREAMING_HUB_ADMIN_TOKEN", "a-long-enough-admin-token"),
+            ("STREAMING_HUB_KEK_REF", "HUB_KEK"),
+        ]));
+        assert!(safe.is_ok(), "{safe:?}");
     }
 
     #[test]

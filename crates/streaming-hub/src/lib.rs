@@ -111,6 +111,19 @@ pub async fn start_with_clock(
         None => (Secret::new(keys::generate(GENERATED_ADMIN_PREFIX)), true),
     };
     let draining = Arc::new(AtomicBool::new(false));
+    // SIGTERM (`shutdown`) first turns readiness off; work stops after the drain delay.
+    let stop = CancellationToken::new();
+    {
+        let (shutdown, stop, draining, delay) =
+            (shutdown.clone(), stop.clone(), Arc::clone(&draining), config.drain_delay);
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            draining.store(true, Ordering::SeqCst);
+            tracing::info!(delay_ms = delay.as_millis() as u64, "draining: /readyz answers 503");
+            tokio::time::sleep(delay).await;
+            stop.cancel();
+        });
+    }
     let sinks = delivery::Sinks::new(
         config.allow_private_sinks,
         config.aws_default_credentials,
@@ -129,7 +142,7 @@ pub async fn start_with_clock(
             Arc::clone(&wake),
             delivery::settings(&config),
         ));
-        Some(tokio::spawn(dispatcher.run(shutdown.clone(), config.shutdown_timeout)))
+        Some(tokio::spawn(dispatcher.run(stop.clone(), config.shutdown_timeout)))
     } else {
         None
     };
@@ -144,18 +157,18 @@ pub async fn start_with_clock(
             clock: Arc::clone(&clock),
             wake: Arc::clone(&wake),
         };
-        consumers.push(tokio::spawn(ingest::kafka::run("ingest", consumer, writer, batching, shutdown.clone())));
+        consumers.push(tokio::spawn(ingest::kafka::run("ingest", consumer, writer, batching, stop.clone())));
         if kafka.dlq_enabled {
             let consumer = ingest::kafka::subscribe(kafka, &kafka.dlq_group_id, ingest::kafka::DLQ_PATTERN)
                 .map_err(anyhow::Error::msg)?;
             let writer = ingest::dlq::DlqRecords { store: Arc::clone(&store), clock: Arc::clone(&clock) };
-            consumers.push(tokio::spawn(ingest::kafka::run("dlq", consumer, writer, batching, shutdown.clone())));
+            consumers.push(tokio::spawn(ingest::kafka::run("dlq", consumer, writer, batching, stop.clone())));
             consumers.push(tokio::spawn(ingest::dlq::prune(
                 Arc::clone(&store),
                 Arc::clone(&clock),
                 config.dlq_retention,
                 config.dlq_prune_interval,
-                shutdown.clone(),
+                stop.clone(),
             )));
         }
     }
@@ -173,13 +186,9 @@ pub async fn start_with_clock(
     };
     telemetry::prometheus();
     let router = api::router(state);
+    let stop_http = stop.clone();
     let http = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                shutdown.cancelled().await;
-                draining.store(true, Ordering::SeqCst);
-            })
-            .await
+        axum::serve(listener, router).with_graceful_shutdown(async move { stop_http.cancelled().await }).await
     });
     tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");
     for variable in &config.ignored {

@@ -100,6 +100,8 @@ pub struct Dispatcher {
     settings: Settings,
     breakers: Mutex<HashMap<(String, String), Breaker>>,
     destinations: Mutex<Destinations>,
+    /// Jobs being attempted now, with their lease tokens.
+    in_flight: Mutex<HashMap<Uuid, Uuid>>,
 }
 
 /// Why a job is put back without an attempt.
@@ -130,6 +132,7 @@ impl Dispatcher {
             settings,
             breakers: Mutex::new(HashMap::new()),
             destinations: Mutex::new(Destinations::default()),
+            in_flight: Mutex::new(HashMap::new()),
         }
     }
 
@@ -187,10 +190,17 @@ impl Dispatcher {
                 }
             }
         }
-        // Drain: in-flight attempts finish (and record) within the shutdown timeout.
+        // Drain: in-flight attempts finish (and record) within the shutdown timeout; the leases of
+        // those that do not are released, so another replica takes the jobs at once.
         let all = self.settings.workers;
         if tokio::time::timeout(drain, workers.acquire_many(all)).await.is_err() {
-            tracing::warn!("shutdown timeout reached with attempts in flight; their leases will expire");
+            let unfinished: Vec<(Uuid, Uuid)> = lock(&self.in_flight).iter().map(|(j, t)| (*j, *t)).collect();
+            tracing::warn!(jobs = unfinished.len(), "shutdown timeout reached; releasing unfinished leases");
+            for (job, token) in unfinished {
+                if let Err(e) = self.store.release_job(job, token, self.clock.now()).await {
+                    tracing::warn!(job = %job, error = %e, "releasing a lease failed; it will expire");
+                }
+            }
         }
     }
 
@@ -265,6 +275,13 @@ impl Dispatcher {
 
     /// One claimed job: exactly one attempt, or a release without one.
     async fn attempt(self: Arc<Self>, job: ClaimedJob, _worker: OwnedSemaphorePermit) {
+        lock(&self.in_flight).insert(job.id, job.token);
+        Arc::clone(&self).attempt_claimed(&job).await;
+        lock(&self.in_flight).remove(&job.id);
+    }
+
+    async fn attempt_claimed(self: Arc<Self>, job: &ClaimedJob) {
+        let job = job.clone();
         let sub = match self.store.subscription(&job.tenant_id, job.subscription_id).await {
             Ok(Some(sub)) => sub,
             // Deleted meanwhile: its jobs were cancelled, this lease is moot.

@@ -9,6 +9,7 @@ mod ingest;
 mod kafka;
 mod kafka_support;
 mod openapi;
+mod operations;
 mod pull;
 mod receiver;
 mod sinks;

@@ -1,0 +1,166 @@
+//! Operating the hub as processes on PostgreSQL: scaling by role, and draining on SIGTERM.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hub_store::Store;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::receiver::{Receiver, Script};
+use crate::support::{Event, HubProcess, fresh_schema, http_client, postgres_dsn};
+
+async fn shared_database() -> (Vec<(&'static str, String)>, hub_store::PgStore) {
+    let schema = fresh_schema().await;
+    let store = hub_store::PgStore::connect(&postgres_dsn(), Some(&schema), 2).await.expect("connect");
+    store.migrate().await.expect("migrate");
+    let vars = vec![
+        ("STREAMING_HUB_POSTGRES_DSN", postgres_dsn()),
+        ("STREAMING_HUB_POSTGRES_SCHEMA", schema),
+        ("STREAMING_HUB_ADMIN_TOKEN", format!("admin-{}", uuid::Uuid::now_v7().simple())),
+        ("STREAMING_HUB_DEV_KEK", "4b".repeat(32)),
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+        ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "50".to_owned()),
+    ];
+    (vars, store)
+}
+
+fn with(vars: &[(&'static str, String)], extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
+    let mut all = vars.to_vec();
+    all.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    all
+}
+
+/// A tenant key and a verified webhook subscription to `receiver`, through `hub`'s API.
+async fn webhook_on(hub: &HubProcess, admin: &str, receiver: &Receiver) -> (String, String) {
+    let client = http_client();
+    let key: Value = client
+        .post(format!("{}/admin/api-keys", hub.base))
+        .bearer_auth(admin)
+        .json(&json!({"tenant_id": "t1"}))
+        .send()
+        .await
+        .expect("key")
+        .json()
+        .await
+        .expect("json");
+    let key = key["key"].as_str().expect("key").to_owned();
+    let sub: Value = client
+        .post(format!("{}/v1/subscriptions", hub.base))
+        .bearer_auth(&key)
+        .json(&json!({"name": "w", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}}))
+        .send()
+        .await
+        .expect("subscribe")
+        .json()
+        .await
+        .expect("json");
+    receiver.trust(sub["signing_secret"].as_str().expect("secret"));
+    let id = sub["id"].as_str().expect("id").to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let read: Value = client
+            .get(format!("{}/v1/subscriptions/{id}", hub.base))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .expect("read")
+            .json()
+            .await
+            .expect("json");
+        if read["verification_state"] == "active" {
+            return (key, id);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never verified: {read}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn post(hub: &HubProcess, key: &str, event: &Event) {
+    let mut request = http_client().post(format!("{}/v1/events", hub.base)).bearer_auth(key);
+    for (k, v) in &event.headers {
+        request = request.header(k.as_str(), v.as_str());
+    }
+    let status = request.body(event.body.clone()).send().await.expect("post").status();
+    assert_eq!(status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_ingest_and_two_delivery_processes_deliver_every_event_exactly_once() {
+    const EVENTS: usize = 300;
+    let (vars, _store) = shared_database().await;
+    let admin = vars.iter().find(|(k, _)| *k == "STREAMING_HUB_ADMIN_TOKEN").expect("admin").1.clone();
+    let receiver = Receiver::start(Script::Ok).await;
+    let ingest = HubProcess::start(&with(&vars, &[("STREAMING_HUB_ROLE", "ingest")])).await;
+    let delivery_a = HubProcess::start(&with(&vars, &[("STREAMING_HUB_ROLE", "delivery")])).await;
+    let delivery_b = HubProcess::start(&with(&vars, &[("STREAMING_HUB_ROLE", "delivery")])).await;
+    let (key, _) = webhook_on(&ingest, &admin, &receiver).await;
+    let mut ids = Vec::new();
+    for _ in 0..EVENTS {
+        let event = Event::new("t1");
+        ids.push(event.id().to_string());
+        post(&ingest, &key, &event).await;
+    }
+    let got = receiver.wait_for(EVENTS, Duration::from_secs(60)).await;
+    // Give a double claim the time to show itself.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = if receiver.deliveries().len() > got.len() { receiver.deliveries() } else { got };
+    let mut per_event: HashMap<String, usize> = HashMap::new();
+    for d in &got {
+        assert!(d.verified, "every delivery is signed");
+        *per_event.entry(d.header("x-lerian-event-id")).or_default() += 1;
+    }
+    assert_eq!(per_event.len(), EVENTS, "every event was delivered");
+    assert!(per_event.values().all(|n| *n == 1), "an event was delivered twice: leases double-claimed");
+    for id in &ids {
+        assert!(per_event.contains_key(id));
+    }
+    drop((ingest, delivery_a, delivery_b));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_readiness_first_and_releases_unfinished_leases() {
+    let (vars, store) = shared_database().await;
+    let admin = vars.iter().find(|(k, _)| *k == "STREAMING_HUB_ADMIN_TOKEN").expect("admin").1.clone();
+    // Every delivery hangs: the attempt is still running when the shutdown timeout ends.
+    let receiver = Receiver::start(Script::Hang).await;
+    let mut hub = HubProcess::start(&with(
+        &vars,
+        &[("STREAMING_HUB_DRAIN_DELAY", "1500ms"), ("STREAMING_HUB_SHUTDOWN_TIMEOUT", "1s")],
+    ))
+    .await;
+    let (key, sub) = webhook_on(&hub, &admin, &receiver).await;
+    post(&hub, &key, &Event::new("t1")).await;
+    receiver.wait_for(1, Duration::from_secs(20)).await;
+
+    let client = http_client();
+    let pid = hub.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    // Readiness turns 503 first, while the process still answers (and is alive).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let ready = client.get(format!("{}/readyz", hub.base)).send().await.expect("still serving");
+        if ready.status() == StatusCode::SERVICE_UNAVAILABLE {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "/readyz never turned 503");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let health = client.get(format!("{}/healthz", hub.base)).send().await.expect("still serving");
+    assert_eq!(health.status(), StatusCode::OK, "/healthz stays 200 while draining");
+
+    // The process exits on its own; the attempt it could not finish is handed back at once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = hub.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "the hub did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "a drained hub exits cleanly: {status:?}");
+    let jobs = store.list_jobs("t1", sub.parse().expect("uuid"), None, None, 10).await.expect("jobs");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].state, "pending", "the unfinished lease was released: {jobs:?}");
+    assert_eq!(jobs[0].attempts, 0, "a released attempt is not counted");
+}
