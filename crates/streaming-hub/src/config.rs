@@ -569,6 +569,7 @@ mod tests {
             ("STREAMING_HUB_AWS_ENDPOINT_URL", "ftp://emulator"),
             ("STREAMING_HUB_POSTGRES_DSN", "mysql://x"),
             ("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30"),
+            ("STREAMING_HUB_DRAIN_DELAY", "soon"),
         ]))
         .expect_err("invalid");
         let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
