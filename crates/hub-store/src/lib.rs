@@ -157,6 +157,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes at most `limit` DLQ-plane records received before `older_than`; returns how many.
     async fn prune_dlq(&self, older_than: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
 
+    /// How many delivery jobs are in each state.
+    async fn job_counts(&self) -> StoreResult<Vec<(String, i64)>>;
+
     /// Quarantined records, newest first, matching the filter.
     async fn list_quarantine(&self, filter: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>>;
 

@@ -987,6 +987,10 @@ impl Store for SqliteStore {
         Ok(done.rows_affected())
     }
 
+    async fn job_counts(&self) -> StoreResult<Vec<(String, i64)>> {
+        Ok(sqlx::query_as("SELECT state, count(*) FROM delivery_jobs GROUP BY state").fetch_all(&self.reader).await?)
+    }
+
     async fn list_quarantine(&self, f: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>> {
         sqlx::query(
             "SELECT id, tenant_id, source, ce_id, reason_code, reason_field, reason, headers, body,

@@ -103,6 +103,8 @@ pub struct KafkaConfig {
     /// How often topic metadata is refreshed, so new topics are picked up.
     pub topic_refresh: Duration,
     pub dlq_enabled: bool,
+    /// How often librdkafka reports statistics (consumer lag).
+    pub stats_interval: Duration,
 }
 
 /// The whole configuration of one process.
@@ -148,6 +150,8 @@ pub struct Config {
     /// On SIGTERM, how long `/readyz` answers 503 before the hub stops taking work, so load
     /// balancers see it leave first.
     pub drain_delay: Duration,
+    /// How often gauges that need a query (jobs by state, Kafka lag) are refreshed.
+    pub metrics_interval: Duration,
     /// `STREAMING_HUB_*` variables that were set but mean nothing to this hub.
     pub ignored: Vec<String>,
 }
@@ -222,6 +226,7 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_DEV_KEK",
     "STREAMING_HUB_SHUTDOWN_TIMEOUT",
     "STREAMING_HUB_DRAIN_DELAY",
+    "STREAMING_HUB_METRICS_INTERVAL",
     "STREAMING_HUB_LOG",
 ];
 
@@ -401,6 +406,7 @@ impl Config {
             dev_kek: r.text("STREAMING_HUB_DEV_KEK").map(Secret),
             shutdown_timeout: r.duration("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30s"),
             drain_delay: r.duration("STREAMING_HUB_DRAIN_DELAY", if env.is_local() { "0s" } else { "5s" }),
+            metrics_interval: r.duration("STREAMING_HUB_METRICS_INTERVAL", "15s"),
             ignored: vars
                 .keys()
                 .filter(|k| k.starts_with("STREAMING_HUB_") && !KNOWN.contains(&k.as_str()))
@@ -518,6 +524,7 @@ fn kafka_config(r: &mut Reader<'_>, env: &Environment) -> Option<KafkaConfig> {
         batch_wait: r.duration("STREAMING_HUB_KAFKA_BATCH_WAIT", "20ms"),
         topic_refresh: r.duration("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "30s"),
         dlq_enabled: r.flag("STREAMING_HUB_DLQ_ENABLED", true),
+        stats_interval: r.duration("STREAMING_HUB_METRICS_INTERVAL", "15s"),
     })
 }
 

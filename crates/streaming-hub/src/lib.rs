@@ -149,7 +149,7 @@ pub async fn start_with_clock(
     let mut consumers = Vec::new();
     if let (Some(kafka), true) = (&config.kafka, config.role.ingests()) {
         let batching = ingest::kafka::Batching { size: kafka.batch_size, wait: kafka.batch_wait };
-        let consumer = ingest::kafka::subscribe(kafka, &kafka.group_id, ingest::kafka::INGEST_PATTERN)
+        let consumer = ingest::kafka::subscribe(kafka, "ingest", &kafka.group_id, ingest::kafka::INGEST_PATTERN)
             .map_err(anyhow::Error::msg)?;
         let writer = ingest::KafkaEvents {
             store: Arc::clone(&store),
@@ -159,7 +159,7 @@ pub async fn start_with_clock(
         };
         consumers.push(tokio::spawn(ingest::kafka::run("ingest", consumer, writer, batching, stop.clone())));
         if kafka.dlq_enabled {
-            let consumer = ingest::kafka::subscribe(kafka, &kafka.dlq_group_id, ingest::kafka::DLQ_PATTERN)
+            let consumer = ingest::kafka::subscribe(kafka, "dlq", &kafka.dlq_group_id, ingest::kafka::DLQ_PATTERN)
                 .map_err(anyhow::Error::msg)?;
             let writer = ingest::dlq::DlqRecords { store: Arc::clone(&store), clock: Arc::clone(&clock) };
             consumers.push(tokio::spawn(ingest::kafka::run("dlq", consumer, writer, batching, stop.clone())));
@@ -172,6 +172,7 @@ pub async fn start_with_clock(
             )));
         }
     }
+    consumers.push(tokio::spawn(telemetry::job_gauges(Arc::clone(&store), config.metrics_interval, stop.clone())));
     let state = api::AppState {
         store: Arc::clone(&store),
         admin_token: admin_token.clone(),

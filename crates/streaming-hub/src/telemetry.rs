@@ -31,6 +31,10 @@ pub mod metric {
     pub const BREAKER_TRANSITIONS: &str = "streaming_hub_breaker_transitions_total";
     /// Records stored by the DLQ plane (fixed name).
     pub const DLQ_RECORDS: &str = "streaming_hub_dlq_records_total";
+    /// `{state}`: delivery jobs by state (fixed name).
+    pub const DELIVERY_JOBS: &str = "streaming_hub_delivery_jobs";
+    /// `{consumer,topic,partition}`: records behind the partition's end, as librdkafka reports it.
+    pub const CONSUMER_LAG: &str = "streaming_hub_kafka_consumer_lag";
     /// Subscriptions disabled automatically.
     pub const AUTO_DISABLED: &str = "streaming_hub_subscriptions_auto_disabled_total";
 }
@@ -78,6 +82,8 @@ fn describe() {
     metrics::describe_counter!(metric::BREAKER_TRANSITIONS, "Circuit breaker transitions, by new state");
     metrics::describe_counter!(metric::AUTO_DISABLED, "Subscriptions disabled automatically");
     metrics::describe_counter!(metric::DLQ_RECORDS, "Records stored by the DLQ plane");
+    metrics::describe_gauge!(metric::DELIVERY_JOBS, "Delivery jobs by state");
+    metrics::describe_gauge!(metric::CONSUMER_LAG, "Kafka consumer lag per partition, in records");
     metrics::counter!(metric::DLQ_RECORDS).increment(0);
     for sink in ["webhook", "sqs", "rabbitmq", "eventbridge"] {
         for outcome in ["delivered", "failed"] {
@@ -89,5 +95,28 @@ fn describe() {
     }
     for verdict in ["accepted", "duplicate", "discarded", "quarantined"] {
         metrics::counter!(metric::INGEST_RECORDS, "verdict" => verdict).increment(0);
+    }
+}
+
+/// Refreshes `streaming_hub_delivery_jobs{state}` every `interval` until `shutdown`.
+pub async fn job_gauges(
+    store: std::sync::Arc<dyn hub_store::Store>,
+    interval: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        match store.job_counts().await {
+            Ok(counts) => {
+                for state in hub_store::job_state::ALL {
+                    let n = counts.iter().find(|(s, _)| s == state).map_or(0, |(_, n)| *n);
+                    metrics::gauge!(metric::DELIVERY_JOBS, "state" => state).set(n as f64);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "counting jobs for metrics failed"),
+        }
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = shutdown.cancelled() => return,
+        }
     }
 }

@@ -40,6 +40,8 @@ pub trait BatchWriter: Send + Sync + 'static {
 /// Remembers revoked partitions for the consumer loop (the callback runs inside `recv`).
 #[derive(Debug, Default)]
 pub struct RebalanceLog {
+    /// `ingest` or `dlq`: the metrics label.
+    name: &'static str,
     revoked: Mutex<Vec<(String, i32)>>,
     lost_all: Mutex<bool>,
 }
@@ -53,6 +55,23 @@ impl RebalanceLog {
 }
 
 impl ClientContext for RebalanceLog {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        for (topic, t) in &statistics.topics {
+            for (partition, p) in &t.partitions {
+                // -1 while unknown; the internal "unassigned" partition is -1 as well.
+                if *partition >= 0 && p.consumer_lag >= 0 {
+                    metrics::gauge!(
+                        crate::telemetry::metric::CONSUMER_LAG,
+                        "consumer" => self.name,
+                        "topic" => topic.clone(),
+                        "partition" => partition.to_string()
+                    )
+                    .set(p.consumer_lag as f64);
+                }
+            }
+        }
+    }
+
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         // A pattern that matches no topic yet (no `.dlq` topic exists) is normal, not an error.
         if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition) {
@@ -95,7 +114,8 @@ pub fn client_config(k: &KafkaConfig, group: &str) -> ClientConfig {
         .set("topic.metadata.refresh.interval.ms", k.topic_refresh.as_millis().max(1000).to_string())
         // Bounds what librdkafka prefetches per partition.
         .set("queued.max.messages.kbytes", "16384")
-        .set("enable.partition.eof", "false");
+        .set("enable.partition.eof", "false")
+        .set("statistics.interval.ms", k.stats_interval.as_millis().max(100).to_string());
     let protocol = match (k.tls, k.scram.is_some()) {
         (false, false) => "plaintext",
         (true, false) => "ssl",
@@ -115,9 +135,14 @@ pub fn client_config(k: &KafkaConfig, group: &str) -> ClientConfig {
 }
 
 /// Creates a consumer subscribed to `pattern`.
-pub fn subscribe(k: &KafkaConfig, group: &str, pattern: &str) -> Result<StreamConsumer<RebalanceLog>, String> {
+pub fn subscribe(
+    k: &KafkaConfig,
+    name: &'static str,
+    group: &str,
+    pattern: &str,
+) -> Result<StreamConsumer<RebalanceLog>, String> {
     let consumer: StreamConsumer<RebalanceLog> = client_config(k, group)
-        .create_with_context(RebalanceLog::default())
+        .create_with_context(RebalanceLog { name, ..RebalanceLog::default() })
         .map_err(|e| format!("cannot create the Kafka consumer: {e}"))?;
     consumer.subscribe(&[pattern]).map_err(|e| format!("cannot subscribe to {pattern}: {e}"))?;
     Ok(consumer)
@@ -302,6 +327,7 @@ mod tests {
             batch_wait: Duration::from_millis(20),
             topic_refresh: Duration::from_secs(30),
             dlq_enabled: true,
+            stats_interval: Duration::from_secs(15),
         };
         assert_eq!(client_config(&base, "g").get("security.protocol"), Some("plaintext"));
         let scram = KafkaConfig {

@@ -340,3 +340,28 @@ async fn a_notification_wakes_another_replicas_dispatcher_at_once() {
 async fn hub_post(hub: &TestHub, key: &str) {
     assert_eq!(hub.post_event(key, &Event::new("t1")).await.0, StatusCode::ACCEPTED);
 }
+
+#[tokio::test]
+async fn jobs_by_state_are_exported_as_a_gauge() {
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        &[("STREAMING_HUB_ROLE", "ingest"), ("STREAMING_HUB_METRICS_INTERVAL", "100ms")],
+    )
+    .await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
+    webhook(&hub, &key, &receiver, &["*.*"]).await;
+    for _ in 0..3 {
+        hub_post(&hub, &key).await;
+    }
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        let text = hub.client.get(hub.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+        if text.lines().any(|l| l == "streaming_hub_delivery_jobs{state=\"pending\"} 3") {
+            assert!(text.contains("streaming_hub_delivery_jobs{state=\"dead\"} 0"), "every state is exported");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < end, "no pending gauge of 3 in {text}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -44,6 +44,7 @@ fn kafka_vars(peer: &KafkaPeer) -> Vec<(&'static str, String)> {
         ("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "1s".to_owned()),
         ("STREAMING_HUB_KAFKA_BATCH_WAIT", "20ms".to_owned()),
         ("STREAMING_HUB_KAFKA_SESSION_TIMEOUT", "6s".to_owned()),
+        ("STREAMING_HUB_METRICS_INTERVAL", "200ms".to_owned()),
     ]
 }
 
@@ -153,6 +154,19 @@ async fn records_get_their_verdicts_and_offsets_are_committed(broker: Broker) {
         peer.committed(GROUP, "lerian.streaming.lender.commands", 1)[0].is_none(),
         "nothing was ever committed there"
     );
+
+    // Consumer lag is reported per partition, and reaches zero.
+    until("consumer lag at zero in /metrics", async || {
+        let text = hub.client.get(hub.url("/metrics")).send().await.ok()?.text().await.ok()?;
+        let lags: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("streaming_hub_kafka_consumer_lag{") && l.contains("topic=\"lerian.streaming.lender\"")
+            })
+            .collect();
+        (lags.len() == 3 && lags.iter().all(|l| l.ends_with(" 0"))).then_some(())
+    })
+    .await;
 
     // Matching happened at Kafka ingest too: the pull subscription holds t1's loan events.
     let (_, page) =
@@ -292,7 +306,7 @@ async fn a_store_failure_holds_back_only_its_partition() {
     let records: Vec<Record> = (0..30).map(|i| Record::event("lender", i % 3, "t1")).collect();
     produce(&peer.producer(), &records).await;
 
-    let consumer = kafka::subscribe(&kafka_config, GROUP, kafka::INGEST_PATTERN).expect("consumer");
+    let consumer = kafka::subscribe(&kafka_config, "ingest", GROUP, kafka::INGEST_PATTERN).expect("consumer");
     let shutdown = CancellationToken::new();
     let batching = kafka::Batching { size: 5, wait: Duration::from_millis(20) };
     let task = tokio::spawn(kafka::run("ingest", consumer, writer, batching, shutdown.clone()));
