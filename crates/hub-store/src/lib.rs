@@ -154,8 +154,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// DLQ-plane records, newest first, matching the filter.
     async fn list_dlq(&self, filter: &DlqFilter) -> StoreResult<Vec<DlqEntry>>;
 
-    /// Deletes at most `limit` DLQ-plane records received before `older_than`; returns how many.
-    async fn prune_dlq(&self, older_than: DateTime<Utc>, limit: u32) -> StoreResult<u64>;
+    /// Deletes at most `limit` records of `kind` older than `older_than`, in one transaction.
+    /// `None` when another replica is pruning the same kind (PostgreSQL advisory lock).
+    async fn prune(&self, kind: PruneKind, older_than: DateTime<Utc>, limit: u32) -> StoreResult<Option<u64>>;
 
     /// How many delivery jobs are in each state.
     async fn job_counts(&self) -> StoreResult<Vec<(String, i64)>>;

@@ -522,3 +522,29 @@ pub struct DlqFilter {
     pub before_id: Option<i64>,
     pub limit: u32,
 }
+
+/// What a retention pass deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PruneKind {
+    /// Quarantined records by arrival.
+    Quarantine,
+    /// Succeeded, dead and cancelled jobs (with their attempts) by when they finished.
+    FinishedJobs,
+    /// Inbox events by arrival that no job refers to any more (with their pull entries).
+    Events,
+    /// DLQ-plane records by arrival.
+    Dlq,
+}
+
+impl PruneKind {
+    pub const ALL: [PruneKind; 4] = [Self::Quarantine, Self::FinishedJobs, Self::Events, Self::Dlq];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Quarantine => "quarantine",
+            Self::FinishedJobs => "finished_jobs",
+            Self::Events => "events",
+            Self::Dlq => "dlq",
+        }
+    }
+}

@@ -13,6 +13,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
+use crate::PruneKind;
 use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, per_tenant_share};
 use crate::{
     AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
@@ -1034,16 +1035,81 @@ impl Store for PgStore {
         .collect()
     }
 
-    async fn prune_dlq(&self, older_than: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
-        let done = sqlx::query(
-            "DELETE FROM dlq_records WHERE id IN
-                (SELECT id FROM dlq_records WHERE received_at < $1 ORDER BY received_at LIMIT $2)",
-        )
-        .bind(older_than)
-        .bind(i64::from(limit))
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
+    async fn prune(&self, kind: PruneKind, older_than: DateTime<Utc>, limit: u32) -> StoreResult<Option<u64>> {
+        let mut tx = self.pool.begin().await?;
+        // One replica at a time per kind (and per schema: the key includes the channel name).
+        let key = format!("{}/prune/{}", self.channel, kind.as_str());
+        let locked: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext($1))").bind(&key).fetch_one(&mut *tx).await?;
+        if !locked {
+            return Ok(None);
+        }
+        let limit = i64::from(limit);
+        let deleted = match kind {
+            PruneKind::Quarantine => sqlx::query(
+                "DELETE FROM quarantine WHERE id IN
+                    (SELECT id FROM quarantine WHERE received_at < $1 ORDER BY id LIMIT $2)",
+            )
+            .bind(older_than)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+            PruneKind::Dlq => sqlx::query(
+                "DELETE FROM dlq_records WHERE id IN
+                    (SELECT id FROM dlq_records WHERE received_at < $1 ORDER BY id LIMIT $2)",
+            )
+            .bind(older_than)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+            PruneKind::FinishedJobs => {
+                let ids: Vec<Uuid> = sqlx::query_scalar(
+                    "SELECT id FROM delivery_jobs
+                     WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < $1
+                     LIMIT $2",
+                )
+                .bind(older_than)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+                sqlx::query("DELETE FROM delivery_attempts WHERE job_id = ANY($1)")
+                    .bind(&ids)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM delivery_jobs WHERE id = ANY($1)")
+                    .bind(&ids)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+            }
+            PruneKind::Events => {
+                let gone: Vec<(String, i64)> = sqlx::query_as(
+                    "DELETE FROM events WHERE (tenant_id, seq) IN (
+                        SELECT e.tenant_id, e.seq FROM events e
+                        WHERE e.received_at < $1
+                          AND NOT EXISTS (SELECT 1 FROM delivery_jobs j WHERE j.tenant_id = e.tenant_id AND j.event_seq = e.seq)
+                        ORDER BY e.received_at LIMIT $2)
+                     RETURNING tenant_id, seq",
+                )
+                .bind(older_than)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+                let (tenants, seqs): (Vec<String>, Vec<i64>) = gone.iter().cloned().unzip();
+                sqlx::query(
+                    "DELETE FROM pull_entries WHERE (tenant_id, seq) IN (SELECT * FROM UNNEST($1::text[], $2::bigint[]))",
+                )
+                .bind(&tenants)
+                .bind(&seqs)
+                .execute(&mut *tx)
+                .await?;
+                gone.len() as u64
+            }
+        };
+        tx.commit().await?;
+        Ok(Some(deleted))
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(String, i64)>> {

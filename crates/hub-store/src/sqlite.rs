@@ -15,6 +15,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use uuid::Uuid;
 
+use crate::PruneKind;
 use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, per_tenant_share};
 use crate::{
     AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
@@ -973,18 +974,70 @@ impl Store for SqliteStore {
         .collect()
     }
 
-    async fn prune_dlq(&self, older_than: DateTime<Utc>, limit: u32) -> StoreResult<u64> {
+    async fn prune(&self, kind: PruneKind, older_than: DateTime<Utc>, limit: u32) -> StoreResult<Option<u64>> {
+        // One node: no other replica to coordinate with.
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "DELETE FROM dlq_records WHERE id IN
-                (SELECT id FROM dlq_records WHERE received_at < ?1 ORDER BY received_at LIMIT ?2)",
-        )
-        .bind(micros(older_than))
-        .bind(i64::from(limit))
-        .execute(&mut *tx)
-        .await?;
+        let (cutoff, limit) = (micros(older_than), i64::from(limit));
+        let deleted = match kind {
+            PruneKind::Quarantine => sqlx::query(
+                "DELETE FROM quarantine WHERE id IN
+                    (SELECT id FROM quarantine WHERE received_at < ?1 ORDER BY id LIMIT ?2)",
+            )
+            .bind(cutoff)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+            PruneKind::Dlq => sqlx::query(
+                "DELETE FROM dlq_records WHERE id IN
+                    (SELECT id FROM dlq_records WHERE received_at < ?1 ORDER BY id LIMIT ?2)",
+            )
+            .bind(cutoff)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+            PruneKind::FinishedJobs => {
+                let doomed = "SELECT id FROM delivery_jobs
+                     WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < ?1
+                     LIMIT ?2";
+                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM delivery_attempts WHERE job_id IN ({doomed})")))
+                    .bind(cutoff)
+                    .bind(limit)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM delivery_jobs WHERE id IN ({doomed})")))
+                    .bind(cutoff)
+                    .bind(limit)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+            }
+            PruneKind::Events => {
+                let gone: Vec<(String, i64)> = sqlx::query_as(
+                    "DELETE FROM events WHERE (tenant_id, seq) IN (
+                        SELECT e.tenant_id, e.seq FROM events e
+                        WHERE e.received_at < ?1
+                          AND NOT EXISTS (SELECT 1 FROM delivery_jobs j WHERE j.tenant_id = e.tenant_id AND j.event_seq = e.seq)
+                        ORDER BY e.received_at LIMIT ?2)
+                     RETURNING tenant_id, seq",
+                )
+                .bind(cutoff)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+                for (tenant, seq) in &gone {
+                    sqlx::query("DELETE FROM pull_entries WHERE tenant_id = ?1 AND seq = ?2")
+                        .bind(tenant)
+                        .bind(seq)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                gone.len() as u64
+            }
+        };
         tx.commit().await?;
-        Ok(done.rows_affected())
+        Ok(Some(deleted))
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(String, i64)>> {

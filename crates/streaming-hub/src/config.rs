@@ -138,6 +138,12 @@ pub struct Config {
     pub autodisable_failure_spread: Duration,
     pub dlq_retention: Duration,
     pub dlq_prune_interval: Duration,
+    pub quarantine_retention: Duration,
+    /// Succeeded, dead and cancelled jobs, with their attempts.
+    pub job_retention: Duration,
+    /// Inbox events; never shorter than the longest retry window, and never one a job refers to.
+    pub event_retention: Duration,
+    pub prune_interval: Duration,
     pub allow_private_sinks: bool,
     /// SQS and EventBridge subscriptions without credentials use the default AWS provider chain.
     pub aws_default_credentials: bool,
@@ -219,6 +225,10 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD",
     "STREAMING_HUB_DLQ_RETENTION",
     "STREAMING_HUB_DLQ_PRUNE_INTERVAL",
+    "STREAMING_HUB_QUARANTINE_RETENTION",
+    "STREAMING_HUB_JOB_RETENTION",
+    "STREAMING_HUB_EVENT_RETENTION",
+    "STREAMING_HUB_PRUNE_INTERVAL",
     "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
     "STREAMING_HUB_AWS_DEFAULT_CREDENTIALS",
     "STREAMING_HUB_AWS_ENDPOINT_URL",
@@ -396,6 +406,10 @@ impl Config {
             autodisable_failure_spread: r.duration("STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD", "12h"),
             dlq_retention: r.duration("STREAMING_HUB_DLQ_RETENTION", "168h"),
             dlq_prune_interval: r.duration("STREAMING_HUB_DLQ_PRUNE_INTERVAL", "1h"),
+            quarantine_retention: r.duration("STREAMING_HUB_QUARANTINE_RETENTION", "168h"),
+            job_retention: r.duration("STREAMING_HUB_JOB_RETENTION", "168h"),
+            event_retention: r.duration("STREAMING_HUB_EVENT_RETENTION", "168h"),
+            prune_interval: r.duration("STREAMING_HUB_PRUNE_INTERVAL", "1h"),
             allow_private_sinks: r.flag("STREAMING_HUB_ALLOW_PRIVATE_SINKS", false),
             aws_default_credentials: r.flag("STREAMING_HUB_AWS_DEFAULT_CREDENTIALS", false),
             aws_endpoint_url: r.parse("STREAMING_HUB_AWS_ENDPOINT_URL", None, |raw| match url::Url::parse(raw) {

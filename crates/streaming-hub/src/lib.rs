@@ -9,6 +9,7 @@ pub mod config;
 pub mod delivery;
 pub mod ingest;
 pub mod keys;
+pub mod retention;
 pub mod secrets;
 pub mod telemetry;
 
@@ -163,15 +164,22 @@ pub async fn start_with_clock(
                 .map_err(anyhow::Error::msg)?;
             let writer = ingest::dlq::DlqRecords { store: Arc::clone(&store), clock: Arc::clone(&clock) };
             consumers.push(tokio::spawn(ingest::kafka::run("dlq", consumer, writer, batching, stop.clone())));
-            consumers.push(tokio::spawn(ingest::dlq::prune(
-                Arc::clone(&store),
-                Arc::clone(&clock),
-                config.dlq_retention,
-                config.dlq_prune_interval,
-                stop.clone(),
-            )));
         }
     }
+    consumers.push(tokio::spawn(retention::run(
+        Arc::clone(&store),
+        Arc::clone(&clock),
+        retention::policies(&config),
+        config.prune_interval,
+        stop.clone(),
+    )));
+    consumers.push(tokio::spawn(retention::run(
+        Arc::clone(&store),
+        Arc::clone(&clock),
+        vec![(hub_store::PruneKind::Dlq, config.dlq_retention)],
+        config.dlq_prune_interval,
+        stop.clone(),
+    )));
     consumers.push(tokio::spawn(telemetry::job_gauges(Arc::clone(&store), config.metrics_interval, stop.clone())));
     let state = api::AppState {
         store: Arc::clone(&store),

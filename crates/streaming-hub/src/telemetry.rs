@@ -35,6 +35,8 @@ pub mod metric {
     pub const DELIVERY_JOBS: &str = "streaming_hub_delivery_jobs";
     /// `{consumer,topic,partition}`: records behind the partition's end, as librdkafka reports it.
     pub const CONSUMER_LAG: &str = "streaming_hub_kafka_consumer_lag";
+    /// `{kind}`: records deleted by retention.
+    pub const PRUNED: &str = "streaming_hub_pruned_records_total";
     /// Subscriptions disabled automatically.
     pub const AUTO_DISABLED: &str = "streaming_hub_subscriptions_auto_disabled_total";
 }
@@ -83,6 +85,7 @@ fn describe() {
     metrics::describe_counter!(metric::AUTO_DISABLED, "Subscriptions disabled automatically");
     metrics::describe_counter!(metric::DLQ_RECORDS, "Records stored by the DLQ plane");
     metrics::describe_gauge!(metric::DELIVERY_JOBS, "Delivery jobs by state");
+    metrics::describe_counter!(metric::PRUNED, "Records deleted by retention, by kind");
     metrics::describe_gauge!(metric::CONSUMER_LAG, "Kafka consumer lag per partition, in records");
     metrics::counter!(metric::DLQ_RECORDS).increment(0);
     for sink in ["webhook", "sqs", "rabbitmq", "eventbridge"] {

@@ -56,6 +56,7 @@ pub async fn dlq_records_are_stored_once_filtered_and_pruned(db: &TestDb) {
     assert_eq!(page.len(), 1);
     assert_eq!(page[0].id, all[1].id);
 
-    assert_eq!(db.store.prune_dlq(Utc::now() - Duration::hours(168), 100).await.expect("prune"), 1);
+    let cutoff = Utc::now() - Duration::hours(168);
+    assert_eq!(db.store.prune(hub_store::PruneKind::Dlq, cutoff, 100).await.expect("prune"), Some(1));
     assert_eq!(list(DlqFilter::default()).await.len(), 2);
 }

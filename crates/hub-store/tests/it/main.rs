@@ -4,6 +4,7 @@
 mod contract;
 mod dlq;
 mod jobs;
+mod retention;
 mod subscriptions;
 mod support;
 
@@ -12,6 +13,7 @@ mod suite {
     pub use crate::contract::*;
     pub use crate::dlq::*;
     pub use crate::jobs::*;
+    pub use crate::retention::*;
     pub use crate::subscriptions::*;
 }
 
@@ -66,4 +68,5 @@ contract_suite!(
     failures_open_a_period_that_a_success_clears_and_disable_stops_claims,
     dead_jobs_are_redriven_with_a_fresh_window,
     dlq_records_are_stored_once_filtered_and_pruned,
+    retention_prunes_in_bounded_batches_and_keeps_what_is_needed,
 );

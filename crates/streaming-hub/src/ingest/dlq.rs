@@ -3,12 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use hub_store::{NewDlqRecord, QUARANTINE_BODY_CAP, QUARANTINE_HEADER_CAP, Store};
 use rdkafka::Message;
 use rdkafka::message::OwnedMessage;
-use tokio_util::sync::CancellationToken;
 
 use super::kafka::{self, BatchWriter};
 use crate::clock::Clock;
@@ -16,8 +14,6 @@ use crate::telemetry::metric;
 
 /// Prefix of the forensic headers producers and consumers attach to dead letters.
 const FORENSIC_PREFIX: &str = "x-lerian-dlq-";
-/// Records deleted per pruning statement.
-const PRUNE_BATCH: u32 = 5000;
 
 /// The DLQ plane's writer.
 #[derive(Debug, Clone)]
@@ -73,38 +69,5 @@ impl BatchWriter for DlqRecords {
         let new = self.store.write_dlq_records(&rows).await.map_err(|e| e.to_string())?;
         metrics::counter!(metric::DLQ_RECORDS).increment(new);
         Ok(())
-    }
-}
-
-/// Deletes DLQ-plane records older than `retention`, every `interval`, in bounded batches.
-pub async fn prune(
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
-    retention: Duration,
-    interval: Duration,
-    shutdown: CancellationToken,
-) {
-    let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
-    loop {
-        let cutoff = clock.now() - retention;
-        loop {
-            match store.prune_dlq(cutoff, PRUNE_BATCH).await {
-                Ok(n) if n == u64::from(PRUNE_BATCH) => continue,
-                Ok(n) => {
-                    if n > 0 {
-                        tracing::info!(deleted = n, "DLQ-plane records pruned");
-                    }
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "pruning DLQ-plane records failed");
-                    break;
-                }
-            }
-        }
-        tokio::select! {
-            () = tokio::time::sleep(interval) => {}
-            () = shutdown.cancelled() => return,
-        }
     }
 }

@@ -161,3 +161,24 @@ async fn health_readiness_and_metrics() {
     assert!(text.contains("streaming_hub_ingest_records_total{verdict=\"accepted\"}"), "{text}");
     assert!(!text.contains("tenant"), "no tenant label in metrics");
 }
+
+#[tokio::test]
+async fn retention_prunes_old_quarantined_records() {
+    let hub = TestHub::start_with(
+        Backend::Postgres,
+        &[("STREAMING_HUB_QUARANTINE_RETENTION", "1h"), ("STREAMING_HUB_PRUNE_INTERVAL", "100ms")],
+    )
+    .await;
+    hub.post_event(&hub.admin, &Event::new("t1").set("ce-id", "old")).await;
+    let count = async || hub.admin_get("/admin/quarantine").await.1["items"].as_array().map_or(0, Vec::len);
+    assert_eq!(count().await, 1);
+    hub.clock.advance(std::time::Duration::from_secs(2 * 3600));
+    hub.post_event(&hub.admin, &Event::new("t1").set("ce-id", "new")).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while count().await != 1 {
+        assert!(tokio::time::Instant::now() < deadline, "the old record was never pruned");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, page) = hub.admin_get("/admin/quarantine").await;
+    assert_eq!(page["items"][0]["ce_id"], "new", "the recent record stays");
+}

@@ -1,0 +1,74 @@
+//! Retention: old records are deleted in bounded batches, by one replica at a time (the store
+//! takes a PostgreSQL advisory lock per kind), so the database does not grow without bound.
+//!
+//! Inbox events are kept at least as long as the longest retry window, and never while a job
+//! still refers to one (finished jobs go first, after their own retention).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hub_store::{PruneKind, Store};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::telemetry::metric;
+
+/// Records deleted per statement: keeps each transaction short.
+const BATCH: u32 = 5000;
+
+/// The retention of each kind a configuration asks for; events never shorter than the longest
+/// retry window (the deadline plus the longest delay of the curve).
+pub fn policies(config: &Config) -> Vec<(PruneKind, Duration)> {
+    let longest_retry = config.retry_deadline + config.retry_curve.iter().copied().max().unwrap_or_default();
+    vec![
+        (PruneKind::Quarantine, config.quarantine_retention),
+        (PruneKind::FinishedJobs, config.job_retention),
+        (PruneKind::Events, config.event_retention.max(longest_retry)),
+    ]
+}
+
+/// One pass: each kind, batch after batch, until a batch comes back short.
+pub async fn prune_once(store: &dyn Store, clock: &dyn Clock, policies: &[(PruneKind, Duration)]) {
+    for (kind, retention) in policies {
+        let cutoff = clock.now() - chrono::Duration::from_std(*retention).unwrap_or(chrono::Duration::MAX);
+        let mut total = 0;
+        loop {
+            match store.prune(*kind, cutoff, BATCH).await {
+                Ok(Some(n)) => {
+                    total += n;
+                    if n < u64::from(BATCH) {
+                        break;
+                    }
+                }
+                // Another replica is pruning this kind.
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(kind = kind.as_str(), error = %e, "pruning failed");
+                    break;
+                }
+            }
+        }
+        if total > 0 {
+            metrics::counter!(metric::PRUNED, "kind" => kind.as_str()).increment(total);
+            tracing::info!(kind = kind.as_str(), deleted = total, "retention pruned old records");
+        }
+    }
+}
+
+/// Prunes every `interval` until `shutdown`.
+pub async fn run(
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    policies: Vec<(PruneKind, Duration)>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    loop {
+        prune_once(store.as_ref(), clock.as_ref(), &policies).await;
+        tokio::select! {
+            () = tokio::time::sleep(interval) => {}
+            () = shutdown.cancelled() => return,
+        }
+    }
+}
