@@ -12,6 +12,7 @@ mod openapi;
 mod operations;
 mod pull;
 mod receiver;
+mod receivers;
 mod sinks;
 mod subscriptions;
 mod support;
