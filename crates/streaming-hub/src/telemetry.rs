@@ -50,7 +50,11 @@ pub fn init_logs(json: bool) {
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let result = if json { builder.json().flatten_event(true).try_init() } else { builder.try_init() };
+    let result = if json {
+        builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init()
+    } else {
+        builder.try_init()
+    };
     // A second call (tests start several hubs in one process) keeps the first subscriber.
     drop(result);
 }

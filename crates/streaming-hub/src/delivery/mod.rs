@@ -29,6 +29,7 @@ use hub_store::{
 use rand::Rng;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::clock::Clock;
@@ -311,8 +312,20 @@ impl Dispatcher {
     }
 
     async fn attempt_on(&self, job: &ClaimedJob, sub: &SubscriptionRecord, dest: &str) {
-        let started = self.clock.now();
         let attempt = (job.attempts + 1).max(1) as u32;
+        let span = tracing::info_span!(
+            "attempt",
+            tenant = %job.tenant_id,
+            subscription = %job.subscription_id,
+            job = %job.id,
+            attempt,
+            sink = sub.sink.as_str(),
+        );
+        self.attempt_in_span(job, sub, dest, attempt).instrument(span).await;
+    }
+
+    async fn attempt_in_span(&self, job: &ClaimedJob, sub: &SubscriptionRecord, dest: &str, attempt: u32) {
+        let started = self.clock.now();
         let last = self.settings.retry.is_last(attempt, job.window_start, started);
         match self.breaker_permit(&job.tenant_id, dest, started, last) {
             Permit::Wait { until } => return self.skip(job, Skip::BreakerOpen(until)).await,
@@ -417,10 +430,12 @@ impl Dispatcher {
         let (record_outcome, status, error, response, transition, health) = match outcome {
             Outcome::Delivered { status, response } => {
                 metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "delivered").increment(1);
+                tracing::debug!(delivery = %delivery_id, status = ?status, "delivered");
                 ("delivered", status, None, response, JobTransition::Succeeded, HealthUpdate::Success)
             }
             Outcome::Failed(f) => {
                 metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "failed").increment(1);
+                tracing::warn!(delivery = %delivery_id, kind = f.kind.as_str(), status = ?f.status, reason = %f.reason, "delivery attempt failed");
                 let unit: f64 = rand::rng().random();
                 let transition = match self.settings.retry.after_failure(attempt, job.window_start, started, now, unit)
                 {

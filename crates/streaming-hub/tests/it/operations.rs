@@ -33,6 +33,12 @@ fn with(vars: &[(&'static str, String)], extra: &[(&'static str, &str)]) -> Vec<
 
 /// A tenant key and a verified webhook subscription to `receiver`, through `hub`'s API.
 async fn webhook_on(hub: &HubProcess, admin: &str, receiver: &Receiver) -> (String, String) {
+    let (key, id, _) = webhook_with_secret(hub, admin, receiver).await;
+    (key, id)
+}
+
+/// Like `webhook_on`, also answering the signing secret.
+async fn webhook_with_secret(hub: &HubProcess, admin: &str, receiver: &Receiver) -> (String, String, String) {
     let client = http_client();
     let key: Value = client
         .post(format!("{}/admin/api-keys", hub.base))
@@ -55,7 +61,8 @@ async fn webhook_on(hub: &HubProcess, admin: &str, receiver: &Receiver) -> (Stri
         .json()
         .await
         .expect("json");
-    receiver.trust(sub["signing_secret"].as_str().expect("secret"));
+    let secret = sub["signing_secret"].as_str().expect("secret").to_owned();
+    receiver.trust(&secret);
     let id = sub["id"].as_str().expect("id").to_owned();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -69,7 +76,7 @@ async fn webhook_on(hub: &HubProcess, admin: &str, receiver: &Receiver) -> (Stri
             .await
             .expect("json");
         if read["verification_state"] == "active" {
-            return (key, id);
+            return (key, id, secret);
         }
         assert!(tokio::time::Instant::now() < deadline, "never verified: {read}");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -163,4 +170,66 @@ async fn sigterm_drains_readiness_first_and_releases_unfinished_leases() {
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].state, "pending", "the unfinished lease was released: {jobs:?}");
     assert_eq!(jobs[0].attempts, 0, "a released attempt is not counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_json_with_ids_and_never_carry_payloads_or_secrets() {
+    let (vars, _store) = shared_database().await;
+    let admin = vars.iter().find(|(k, _)| *k == "STREAMING_HUB_ADMIN_TOKEN").expect("admin").1.clone();
+    let kek = "6b".repeat(32);
+    let receiver = Receiver::start(Script::FailFirst(1)).await;
+    let hub = HubProcess::start(&with(
+        &vars,
+        &[
+            ("STREAMING_HUB_ENV", "staging"),
+            ("STREAMING_HUB_KEK_REF", "HUB_TEST_KEK"),
+            ("HUB_TEST_KEK", kek.as_str()),
+            ("STREAMING_HUB_RETRY_CURVE", "0s,20ms"),
+        ],
+    ))
+    .await;
+    let (key, id, secret) = webhook_with_secret(&hub, &admin, &receiver).await;
+    let marker = format!("PAYLOAD-MARKER-{}", uuid::Uuid::now_v7().simple());
+    let body = format!(r#"{{"note":"{marker}"}}"#);
+    post(&hub, &key, &Event::new("t1").body(body.clone().into_bytes())).await;
+    receiver.wait_for(2, Duration::from_secs(20)).await;
+    let rotated: Value = http_client()
+        .post(format!("{}/v1/subscriptions/{id}/rotate-secret", hub.base))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .expect("rotate")
+        .json()
+        .await
+        .expect("json");
+    let new_secret = rotated["signing_secret"].as_str().expect("secret").to_owned();
+    // A malformed event carrying the marker is quarantined (and logged about) too.
+    let mut request = http_client().post(format!("{}/v1/events", hub.base)).bearer_auth(&key);
+    for (k, v) in &Event::new("t1").set("ce-id", "9b2c6d1e-4c3f-4d7a-9a55-1f2e3d4c5b6a").headers {
+        request = request.header(k.as_str(), v.as_str());
+    }
+    assert_eq!(request.body(body).send().await.expect("post").status(), StatusCode::UNPROCESSABLE_ENTITY);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = hub.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    let log_path = hub.log.clone();
+    drop(hub);
+
+    let logs = std::fs::read_to_string(&log_path).expect("logs");
+    assert!(!logs.is_empty());
+    for forbidden in [marker.as_str(), secret.as_str(), new_secret.as_str(), key.as_str(), admin.as_str(), kek.as_str()]
+    {
+        assert!(!logs.contains(forbidden), "a log line carries a payload or a secret: {forbidden}");
+    }
+    let lines: Vec<Value> =
+        logs.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not a JSON log line: {l}"))).collect();
+    assert!(lines.iter().all(|l| l["level"].is_string() && l["timestamp"].is_string()));
+    let failed = lines
+        .iter()
+        .find(|l| l["message"] == "delivery attempt failed")
+        .unwrap_or_else(|| panic!("no failed attempt logged: {logs}"));
+    assert_eq!(failed["span"]["tenant"], "t1", "{failed}");
+    assert_eq!(failed["span"]["subscription"], id.as_str());
+    assert!(failed["span"]["job"].is_string());
+    assert_eq!(failed["span"]["attempt"], 1);
 }

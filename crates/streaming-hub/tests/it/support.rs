@@ -319,6 +319,8 @@ pub fn free_port() -> u16 {
 pub struct HubProcess {
     pub child: std::process::Child,
     pub base: String,
+    /// Where the process's logs go.
+    pub log: std::path::PathBuf,
 }
 
 impl HubProcess {
@@ -353,7 +355,7 @@ impl HubProcess {
             assert!(tokio::time::Instant::now() < deadline, "the hub process did not become ready");
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        Self { child, base }
+        Self { child, base, log: log_path }
     }
 
     /// SIGKILL: no shutdown, no final write.
