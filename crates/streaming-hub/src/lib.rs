@@ -191,6 +191,10 @@ pub async fn start_with_clock(
         sinks,
         clock,
         wake,
+        kafka: match (&config.kafka, config.role.ingests()) {
+            (Some(k), true) => Some(Arc::new(ingest::kafka::KafkaProbe::new(k).map_err(anyhow::Error::msg)?)),
+            _ => None,
+        },
         draining: Arc::clone(&draining),
     };
     telemetry::prometheus();

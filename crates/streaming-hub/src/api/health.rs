@@ -15,7 +15,7 @@ use super::AppState;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Status {
-    /// `ok`, `ready`, `draining`, `database unreachable`.
+    /// `ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`.
     pub status: &'static str,
 }
 
@@ -35,7 +35,15 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         return (StatusCode::SERVICE_UNAVAILABLE, Json(Status { status: "draining" }));
     }
     match tokio::time::timeout(Duration::from_secs(2), state.store.ping()).await {
-        Ok(Ok(())) => (StatusCode::OK, Json(Status { status: "ready" })),
+        Ok(Ok(())) => {
+            if let Some(kafka) = &state.kafka {
+                if let Err(e) = kafka.check(Duration::from_secs(2)).await {
+                    tracing::warn!(error = %e, "readiness: Kafka unreachable");
+                    return (StatusCode::SERVICE_UNAVAILABLE, Json(Status { status: "kafka unreachable" }));
+                }
+            }
+            (StatusCode::OK, Json(Status { status: "ready" }))
+        }
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "readiness: database unreachable");
             (StatusCode::SERVICE_UNAVAILABLE, Json(Status { status: "database unreachable" }))

@@ -48,6 +48,8 @@ pub struct AppState {
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Wakes the dispatcher: new jobs, a verified destination, a redrive.
     pub wake: Arc<tokio::sync::Notify>,
+    /// Readiness also requires Kafka when it is configured.
+    pub kafka: Option<Arc<crate::ingest::kafka::KafkaProbe>>,
     /// Set when the process starts draining: `/readyz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
 }

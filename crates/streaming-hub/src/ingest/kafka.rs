@@ -347,3 +347,31 @@ mod tests {
         assert_eq!(c.get("enable.auto.commit"), Some("false"));
     }
 }
+
+/// Checks that the brokers answer, for readiness.
+pub struct KafkaProbe {
+    client: std::sync::Arc<rdkafka::consumer::BaseConsumer>,
+}
+
+impl std::fmt::Debug for KafkaProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KafkaProbe")
+    }
+}
+
+impl KafkaProbe {
+    pub fn new(k: &KafkaConfig) -> Result<Self, String> {
+        let mut config = client_config(k, &k.group_id);
+        config.set("statistics.interval.ms", "0");
+        let client = config.create().map_err(|e| format!("cannot create the Kafka readiness client: {e}"))?;
+        Ok(Self { client: std::sync::Arc::new(client) })
+    }
+
+    /// `Ok` when a broker answered a metadata request within `timeout`.
+    pub async fn check(&self, timeout: Duration) -> Result<(), String> {
+        let client = std::sync::Arc::clone(&self.client);
+        tokio::task::spawn_blocking(move || client.fetch_metadata(None, timeout).map(|_| ()).map_err(|e| e.to_string()))
+            .await
+            .map_err(|e| e.to_string())?
+    }
+}

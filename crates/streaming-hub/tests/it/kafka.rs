@@ -332,3 +332,18 @@ async fn a_store_failure_holds_back_only_its_partition() {
     shutdown.cancel();
     task.await.expect("consumer stops");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_brokers() {
+    let peer = KafkaPeer::start(Broker::Tansu).await;
+    let hub = hub_on(&peer, Backend::Sqlite, &[]).await;
+    let ready = async || hub.client.get(hub.url("/readyz")).send().await.expect("readyz").status();
+    assert_eq!(ready().await, reqwest::StatusCode::OK);
+    drop(peer);
+    until("/readyz at 503 with the brokers gone", async || {
+        (ready().await == reqwest::StatusCode::SERVICE_UNAVAILABLE).then_some(())
+    })
+    .await;
+    let (_, body) = hub.send(hub.client.get(hub.url("/readyz"))).await;
+    assert_eq!(body["status"], "kafka unreachable");
+}
