@@ -7,6 +7,7 @@ pub mod api;
 pub mod clock;
 pub mod config;
 pub mod delivery;
+pub mod demo;
 pub mod ingest;
 pub mod keys;
 pub mod retention;

@@ -1,4 +1,4 @@
-//! The `streaming-hub` binary: `serve`, `migrate`, `api-key create`.
+//! The `streaming-hub` binary: `serve`, `migrate`, `demo`, `api-key create`.
 
 use std::process::ExitCode;
 
@@ -21,6 +21,8 @@ enum Command {
     Serve,
     /// Apply pending database migrations and exit.
     Migrate,
+    /// Show the whole product on a throwaway embedded hub, with a local receiver.
+    Demo,
     /// Manage tenant API keys.
     ApiKey {
         #[command(subcommand)]
@@ -50,7 +52,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init_logs(!config.env.is_local());
+    // The demo prints a report; its logs stay quiet unless asked for.
+    let default_filter = if matches!(cli.command, Command::Demo) { "warn" } else { "info" };
+    telemetry::init_logs(!config.env.is_local(), default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -70,6 +74,7 @@ fn main() -> ExitCode {
 async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => serve(config).await,
+        Command::Demo => streaming_hub::demo::run().await,
         Command::Migrate => {
             let store = streaming_hub::open_store(&config, true).await?;
             let pending = store.pending_migrations().await?;

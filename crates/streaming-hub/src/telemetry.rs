@@ -42,13 +42,13 @@ pub mod metric {
 }
 
 /// Installs the log subscriber; JSON unless `local`. `STREAMING_HUB_LOG` (or `RUST_LOG`) sets
-/// the filter, `info` by default.
-pub fn init_logs(json: bool) {
+/// the filter, `default` otherwise.
+pub fn init_logs(json: bool, default: &str) {
     let filter = std::env::var("STREAMING_HUB_LOG")
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
         .or_else(|| EnvFilter::try_from_default_env().ok())
-        .unwrap_or_else(|| EnvFilter::new("info"));
+        .unwrap_or_else(|| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let result = if json {
         builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init()

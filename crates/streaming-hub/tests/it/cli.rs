@@ -103,3 +103,25 @@ async fn outside_local_the_schema_must_be_migrated_explicitly() {
     let created = run(&["api-key", "create", "--tenant", "t1"]);
     assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
 }
+
+#[test]
+fn the_demo_shows_the_whole_product() {
+    let out = hub_command().arg("demo").env_remove("STREAMING_HUB_LOG").output().expect("run the demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for expected in [
+        "accepted (seq 1)",
+        "duplicate  → 202 duplicate (seq 1)",
+        "malformed  → 422 quarantined — ce-id:",
+        "webhook: 3 deliveries received, 3 signatures verified",
+        "pull:    3 events read",
+        "quarantine: 1 record(s)",
+    ] {
+        assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
+    }
+    assert!(
+        out.stderr.is_empty(),
+        "the demo logs nothing at its default level: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
