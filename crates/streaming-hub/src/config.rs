@@ -714,6 +714,14 @@ mod tests {
     }
 
     #[test]
+    fn the_configuration_reference_lists_every_variable() {
+        let reference = include_str!("../../../docs/CONFIGURATION.md");
+        for variable in KNOWN {
+            assert!(reference.contains(&format!("| `{variable}` |")), "{variable} is missing from docs/CONFIGURATION.md");
+        }
+    }
+
+    #[test]
     fn unknown_variables_are_reported_as_ignored() {
         let c = Config::from_vars(vars(&[("STREAMING_HUB_OTEL_ENDPOINT", "x"), ("OTHER", "y")])).expect("valid");
         assert_eq!(c.ignored, vec!["STREAMING_HUB_OTEL_ENDPOINT".to_owned()]);
