@@ -717,7 +717,10 @@ mod tests {
     fn the_configuration_reference_lists_every_variable() {
         let reference = include_str!("../../../docs/CONFIGURATION.md");
         for variable in KNOWN {
-            assert!(reference.contains(&format!("| `{variable}` |")), "{variable} is missing from docs/CONFIGURATION.md");
+            assert!(
+                reference.contains(&format!("| `{variable}` |")),
+                "{variable} is missing from docs/CONFIGURATION.md"
+            );
         }
     }
 

@@ -3,7 +3,6 @@
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use base64::Engine;
 use chrono::{DateTime, Utc};
 use hub_core::{ReasonCode, TenantId};
 use hub_store::{ApiKeyRecord, QuarantineEntry, QuarantineFilter};
@@ -13,7 +12,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Admin;
-use super::error::{ApiError, ErrorBody, Json, Query, page_limit};
+use super::error::{ApiError, ErrorBody, Json, Query, cursor, next_cursor, page_limit, text_or_base64};
 use crate::keys;
 
 const MAX_NAME: usize = 200;
@@ -136,12 +135,9 @@ pub async fn list_api_keys(
     Query(params): Query<ListParams>,
 ) -> Result<impl IntoResponse, ApiError> {
     let limit = page_limit(params.limit)?;
-    let before = params
-        .cursor
-        .map(|c| Uuid::parse_str(&c).map_err(|_| ApiError::query("cursor", "is not a cursor this API returned")))
-        .transpose()?;
+    let before: Option<Uuid> = cursor(params.cursor)?;
     let items = state.store.list_api_keys(before, limit).await?;
-    let next_cursor = (items.len() == limit as usize).then(|| items.last().map(|k| k.id.to_string())).flatten();
+    let next_cursor = next_cursor(&items, limit, |k| k.id);
     Ok(axum::Json(ApiKeyPage { items: items.into_iter().map(ApiKeyView::from).collect(), next_cursor }))
 }
 
@@ -216,10 +212,7 @@ pub struct QuarantineView {
 impl QuarantineView {
     fn of(entry: QuarantineEntry) -> Self {
         let body_truncated = entry.body.len() as i64 != entry.body_bytes;
-        let (body, body_base64) = match String::from_utf8(entry.body) {
-            Ok(text) => (Some(text), None),
-            Err(e) => (None, Some(base64::engine::general_purpose::STANDARD.encode(e.into_bytes()))),
-        };
+        let (body, body_base64) = text_or_base64(entry.body);
         Self {
             id: entry.id,
             tenant_id: entry.tenant_id,
@@ -283,14 +276,11 @@ pub async fn list_quarantine(
         origin: p.origin,
         since: timestamp("since", p.since)?,
         until: timestamp("until", p.until)?,
-        before_id: p
-            .cursor
-            .map(|c| c.parse::<i64>().map_err(|_| ApiError::query("cursor", "is not a cursor this API returned")))
-            .transpose()?,
+        before_id: cursor(p.cursor)?,
         limit,
     };
     let entries = state.store.list_quarantine(&filter).await?;
-    let next_cursor = (entries.len() == limit as usize).then(|| entries.last().map(|e| e.id.to_string())).flatten();
+    let next_cursor = next_cursor(&entries, limit, |e| e.id);
     let items = entries.into_iter().map(QuarantineView::of).collect();
     Ok(axum::Json(QuarantinePage { items, next_cursor }))
 }
@@ -370,22 +360,16 @@ pub async fn list_dlq(
         error_class: p.error_class,
         since: timestamp("since", p.since)?,
         until: timestamp("until", p.until)?,
-        before_id: p
-            .cursor
-            .map(|c| c.parse::<i64>().map_err(|_| ApiError::query("cursor", "is not a cursor this API returned")))
-            .transpose()?,
+        before_id: cursor(p.cursor)?,
         limit,
     };
     let entries = state.store.list_dlq(&filter).await?;
-    let next_cursor = (entries.len() == limit as usize).then(|| entries.last().map(|e| e.id.to_string())).flatten();
+    let next_cursor = next_cursor(&entries, limit, |e| e.id);
     let items = entries
         .into_iter()
         .map(|e| {
             let r = e.record;
-            let (body, body_base64) = match String::from_utf8(r.body) {
-                Ok(text) => (Some(text), None),
-                Err(err) => (None, Some(base64::engine::general_purpose::STANDARD.encode(err.into_bytes()))),
-            };
+            let (body, body_base64) = text_or_base64(r.body);
             DlqView {
                 id: e.id,
                 topic: r.topic,

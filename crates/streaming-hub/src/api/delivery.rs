@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::TenantCaller;
-use super::error::{ApiError, ErrorBody, Query, page_limit};
+use super::error::{ApiError, ErrorBody, Query, cursor, next_cursor, page_limit};
 use super::subscriptions::{SubscriptionView, load, sealing_error};
 use crate::secrets::{Purpose, new_signing_secret};
 
@@ -193,16 +193,13 @@ pub async fn deliveries(
             return Err(ApiError::query("state", format!("must be one of {}", job_state::ALL.join(", "))));
         }
     }
-    let after = params
-        .cursor
-        .map(|c| Uuid::parse_str(&c).map_err(|_| ApiError::query("cursor", "is not a cursor this API returned")))
-        .transpose()?;
+    let after: Option<Uuid> = cursor(params.cursor)?;
     let sub = load(&state, &caller, &id).await?;
     let tenant = caller.tenant.as_str();
     let jobs: Vec<DeliveryJob> = state.store.list_jobs(tenant, sub.id, params.state.as_deref(), after, limit).await?;
     let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
     let mut attempts = state.store.attempts_for_jobs(tenant, &ids).await?;
-    let next_cursor = (jobs.len() == limit as usize).then(|| jobs.last().map(|j| j.id.to_string())).flatten();
+    let next_cursor = next_cursor(&jobs, limit, |j| j.id);
     let items = jobs
         .into_iter()
         .map(|j| {

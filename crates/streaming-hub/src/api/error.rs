@@ -172,3 +172,22 @@ pub fn page_limit(limit: Option<u32>) -> Result<u32, ApiError> {
         Some(n) => Err(ApiError::query("limit", format!("must be from 1 to 1000 (got {n})"))),
     }
 }
+
+/// Parses the `cursor` query parameter a listing returned earlier (an id of its kind).
+pub fn cursor<T: std::str::FromStr>(raw: Option<String>) -> Result<Option<T>, ApiError> {
+    raw.map(|c| c.parse::<T>().map_err(|_| ApiError::query("cursor", "is not a cursor this API returned"))).transpose()
+}
+
+/// The `next_cursor` of a page: the last item's id when the page is full, `None` on a short one.
+pub fn next_cursor<T, K: ToString>(items: &[T], limit: u32, id: impl Fn(&T) -> K) -> Option<String> {
+    (items.len() == limit as usize).then(|| items.last().map(|i| id(i).to_string())).flatten()
+}
+
+/// A stored body as JSON can carry it: text when it is UTF-8, otherwise base64.
+pub fn text_or_base64(body: Vec<u8>) -> (Option<String>, Option<String>) {
+    use base64::Engine;
+    match String::from_utf8(body) {
+        Ok(text) => (Some(text), None),
+        Err(e) => (None, Some(base64::engine::general_purpose::STANDARD.encode(e.into_bytes()))),
+    }
+}

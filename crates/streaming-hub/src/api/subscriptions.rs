@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::TenantCaller;
 use super::destination::{self, Credentials};
-use super::error::{ApiError, ErrorBody, Json, Query, page_limit};
+use super::error::{ApiError, ErrorBody, Json, Query, cursor, next_cursor, page_limit};
 use crate::secrets::{Purpose, SealerError, new_signing_secret};
 
 const MAX_EVENT_TYPES: usize = 100;
@@ -246,12 +246,9 @@ pub async fn list(
     Query(params): Query<ListParams>,
 ) -> Result<impl IntoResponse, ApiError> {
     let limit = page_limit(params.limit)?;
-    let after = params
-        .cursor
-        .map(|c| Uuid::parse_str(&c).map_err(|_| ApiError::query("cursor", "is not a cursor this API returned")))
-        .transpose()?;
+    let after: Option<Uuid> = cursor(params.cursor)?;
     let subs = state.store.list_subscriptions(caller.tenant.as_str(), after, limit).await?;
-    let next_cursor = (subs.len() == limit as usize).then(|| subs.last().map(|s| s.id.to_string())).flatten();
+    let next_cursor = next_cursor(&subs, limit, |s| s.id);
     Ok(AxumJson(SubscriptionPage { items: subs.iter().map(SubscriptionView::of).collect(), next_cursor }))
 }
 
