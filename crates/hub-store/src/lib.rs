@@ -158,6 +158,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// `None` when another replica is pruning the same kind (PostgreSQL advisory lock).
     async fn prune(&self, kind: PruneKind, older_than: DateTime<Utc>, limit: u32) -> StoreResult<Option<u64>>;
 
+    /// How many events the inbox holds; an estimate on PostgreSQL (the planner's, kept current by
+    /// autovacuum), so asking is cheap however large the table.
+    async fn inbox_size(&self) -> StoreResult<i64>;
+
     /// How many delivery jobs are in each state.
     async fn job_counts(&self) -> StoreResult<Vec<(String, i64)>>;
 

@@ -1112,6 +1112,16 @@ impl Store for PgStore {
         Ok(Some(deleted))
     }
 
+    async fn inbox_size(&self) -> StoreResult<i64> {
+        // `to_regclass` resolves `events` through the search_path (the configured schema).
+        let estimate: Option<f32> =
+            sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = to_regclass('events')")
+                .fetch_optional(&self.pool)
+                .await?
+                .flatten();
+        Ok(estimate.map_or(0, |n| n.max(0.0) as i64))
+    }
+
     async fn job_counts(&self) -> StoreResult<Vec<(String, i64)>> {
         Ok(sqlx::query_as("SELECT state, count(*) FROM delivery_jobs GROUP BY state").fetch_all(&self.pool).await?)
     }

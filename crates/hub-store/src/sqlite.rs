@@ -1040,6 +1040,10 @@ impl Store for SqliteStore {
         Ok(Some(deleted))
     }
 
+    async fn inbox_size(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(&self.reader).await?)
+    }
+
     async fn job_counts(&self) -> StoreResult<Vec<(String, i64)>> {
         Ok(sqlx::query_as("SELECT state, count(*) FROM delivery_jobs GROUP BY state").fetch_all(&self.reader).await?)
     }

@@ -33,6 +33,8 @@ pub mod metric {
     pub const DLQ_RECORDS: &str = "streaming_hub_dlq_records_total";
     /// `{state}`: delivery jobs by state (fixed name).
     pub const DELIVERY_JOBS: &str = "streaming_hub_delivery_jobs";
+    /// Events in the inbox (an estimate on PostgreSQL).
+    pub const INBOX_EVENTS: &str = "streaming_hub_inbox_events";
     /// `{consumer,topic,partition}`: records behind the partition's end, as librdkafka reports it.
     pub const CONSUMER_LAG: &str = "streaming_hub_kafka_consumer_lag";
     /// `{kind}`: records deleted by retention.
@@ -89,6 +91,7 @@ fn describe() {
     metrics::describe_counter!(metric::AUTO_DISABLED, "Subscriptions disabled automatically");
     metrics::describe_counter!(metric::DLQ_RECORDS, "Records stored by the DLQ plane");
     metrics::describe_gauge!(metric::DELIVERY_JOBS, "Delivery jobs by state");
+    metrics::describe_gauge!(metric::INBOX_EVENTS, "Events in the inbox (an estimate on PostgreSQL)");
     metrics::describe_counter!(metric::PRUNED, "Records deleted by retention, by kind");
     metrics::describe_gauge!(metric::CONSUMER_LAG, "Kafka consumer lag per partition, in records");
     metrics::counter!(metric::DLQ_RECORDS).increment(0);
@@ -105,7 +108,8 @@ fn describe() {
     }
 }
 
-/// Refreshes `streaming_hub_delivery_jobs{state}` every `interval` until `shutdown`.
+/// Refreshes `streaming_hub_delivery_jobs{state}` and `streaming_hub_inbox_events` every
+/// `interval` until `shutdown`.
 pub async fn job_gauges(
     store: std::sync::Arc<dyn hub_store::Store>,
     interval: std::time::Duration,
@@ -120,6 +124,10 @@ pub async fn job_gauges(
                 }
             }
             Err(e) => tracing::warn!(error = %e, "counting jobs for metrics failed"),
+        }
+        match store.inbox_size().await {
+            Ok(n) => metrics::gauge!(metric::INBOX_EVENTS).set(n as f64),
+            Err(e) => tracing::warn!(error = %e, "sizing the inbox for metrics failed"),
         }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}

@@ -300,3 +300,11 @@ pub async fn a_nul_in_a_quarantined_header_is_stored_safely(db: &TestDb) {
     assert_eq!(all[0].headers.get("ce-subject").map(String::as_str), Some("a\u{fffd}b"));
     assert_eq!(all[0].body, b"\0");
 }
+
+pub async fn the_inbox_size_is_known(db: &TestDb) {
+    assert_eq!(db.store.inbox_size().await.expect("size"), 0);
+    db.store.write_batch(&[accepted("t1", Uuid::now_v7()), accepted("t2", Uuid::now_v7())]).await.expect("write");
+    // Exact on SQLite; PostgreSQL's estimate may lag until the table is analyzed.
+    let n = db.store.inbox_size().await.expect("size");
+    assert!((0..=2).contains(&n), "{n}");
+}

@@ -69,4 +69,5 @@ contract_suite!(
     dead_jobs_are_redriven_with_a_fresh_window,
     dlq_records_are_stored_once_filtered_and_pruned,
     retention_prunes_in_bounded_batches_and_keeps_what_is_needed,
+    the_inbox_size_is_known,
 );

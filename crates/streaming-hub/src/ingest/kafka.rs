@@ -188,12 +188,16 @@ pub async fn run<W: BatchWriter>(
     shutdown: CancellationToken,
 ) {
     let mut partitions: HashMap<(String, i32), Partition> = HashMap::new();
+    // The offset after the last durably written record of each partition.
+    let mut written: HashMap<(String, i32), i64> = HashMap::new();
     loop {
         let (revoked, lost_all) = consumer.context().take();
         if lost_all {
             partitions.clear();
+            written.clear();
         }
         for key in revoked {
+            written.remove(&key);
             if partitions.remove(&key).is_some() {
                 tracing::info!(consumer = name, topic = %key.0, partition = key.1, "unwritten batch abandoned on revoke");
             }
@@ -207,7 +211,7 @@ pub async fn run<W: BatchWriter>(
                 let due: Vec<(String, i32)> =
                     partitions.iter().filter(|(_, p)| p.due(batching) <= now).map(|(k, _)| k.clone()).collect();
                 for key in due {
-                    flush(name, &consumer, &writer, &mut partitions, &key).await;
+                    flush(name, &consumer, &writer, &mut partitions, &mut written, &key).await;
                 }
             }
             received = consumer.recv() => match received {
@@ -221,7 +225,7 @@ pub async fn run<W: BatchWriter>(
                     });
                     partition.records.push(message.detach());
                     if partition.records.len() >= batching.size && partition.retry_at.is_none() {
-                        flush(name, &consumer, &writer, &mut partitions, &key).await;
+                        flush(name, &consumer, &writer, &mut partitions, &mut written, &key).await;
                     }
                 }
                 Err(e) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition) => {
@@ -237,7 +241,7 @@ pub async fn run<W: BatchWriter>(
     // Shutting down: write and commit what is held, so the next owner starts after it.
     let keys: Vec<(String, i32)> = partitions.keys().cloned().collect();
     for key in keys {
-        flush(name, &consumer, &writer, &mut partitions, &key).await;
+        flush(name, &consumer, &writer, &mut partitions, &mut written, &key).await;
     }
     tracing::info!(consumer = name, "Kafka consumer stopped");
 }
@@ -255,6 +259,7 @@ async fn flush<W: BatchWriter>(
     consumer: &StreamConsumer<RebalanceLog>,
     writer: &W,
     partitions: &mut HashMap<(String, i32), Partition>,
+    written: &mut HashMap<(String, i32), i64>,
     key: &(String, i32),
 ) {
     let Some(partition) = partitions.get_mut(key) else { return };
@@ -267,6 +272,7 @@ async fn flush<W: BatchWriter>(
             let last = partition.records.last().map(|m| m.offset()).unwrap_or_default();
             let was_paused = partition.retry_at.is_some();
             partitions.remove(key);
+            written.insert(key.clone(), last + 1);
             let mut tpl = TopicPartitionList::new();
             if tpl.add_partition_offset(&key.0, key.1, Offset::Offset(last + 1)).is_ok() {
                 // Asynchronous: a lost commit only means these records are read (and deduplicated) again.

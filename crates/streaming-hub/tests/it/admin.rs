@@ -182,3 +182,52 @@ async fn retention_prunes_old_quarantined_records() {
     let (_, page) = hub.admin_get("/admin/quarantine").await;
     assert_eq!(page["items"][0]["ce_id"], "new", "the recent record stays");
 }
+
+/// A TCP proxy to PostgreSQL that a test can cut, so the database becomes unreachable.
+async fn cuttable_proxy() -> (u16, tokio_util::sync::CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let cut = tokio_util::sync::CancellationToken::new();
+    let stop = cut.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut client, _) = tokio::select! {
+                accepted = listener.accept() => accepted.expect("accept"),
+                () = stop.cancelled() => return,
+            };
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", 5432)).await else { return };
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                    () = stop.cancelled() => {}
+                }
+            });
+        }
+    });
+    (port, cut)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_turns_503_while_the_database_is_unreachable() {
+    let (port, cut) = cuttable_proxy().await;
+    let schema = crate::support::fresh_schema().await;
+    let dsn = format!("postgres://postgres:postgres@127.0.0.1:{port}/postgres?sslmode=disable");
+    let mut vars = crate::support::base_vars(Backend::Sqlite).await;
+    vars.remove("STREAMING_HUB_SQLITE_PATH");
+    vars.insert("STREAMING_HUB_POSTGRES_DSN".into(), dsn);
+    vars.insert("STREAMING_HUB_POSTGRES_SCHEMA".into(), schema);
+    let hub = TestHub::start_vars(vars).await;
+    let ready = async || hub.client.get(hub.url("/readyz")).send().await.expect("readyz").status();
+    assert_eq!(ready().await, StatusCode::OK);
+    cut.cancel();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while ready().await != StatusCode::SERVICE_UNAVAILABLE {
+        assert!(tokio::time::Instant::now() < deadline, "/readyz never turned 503");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (_, body) = hub.send(hub.client.get(hub.url("/readyz"))).await;
+    assert_eq!(body["status"], "database unreachable");
+    // Liveness is not readiness: the process is alive.
+    assert_eq!(hub.client.get(hub.url("/healthz")).send().await.expect("healthz").status(), StatusCode::OK);
+}
