@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod delivery;

@@ -23,10 +23,31 @@ enum Command {
     Migrate,
     /// Show the whole product on a throwaway embedded hub, with a local receiver.
     Demo,
+    /// Run a benchmark scenario and print its figures.
+    Bench {
+        #[command(subcommand)]
+        scenario: BenchScenario,
+    },
     /// Manage tenant API keys.
     ApiKey {
         #[command(subcommand)]
         command: ApiKeyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchScenario {
+    /// Events posted over HTTP, delivered to a local webhook receiver.
+    PushBurst {
+        /// How many events.
+        #[arg(long, default_value_t = 20_000)]
+        events: usize,
+        /// Concurrent producers.
+        #[arg(long, default_value_t = 32)]
+        producers: usize,
+        /// Where the figures are written as JSON.
+        #[arg(long, default_value = "bench-results/push-burst.json")]
+        json: std::path::PathBuf,
     },
 }
 
@@ -53,7 +74,7 @@ fn main() -> ExitCode {
         }
     };
     // The demo prints a report; its logs stay quiet unless asked for.
-    let default_filter = if matches!(cli.command, Command::Demo) { "warn" } else { "info" };
+    let default_filter = if matches!(cli.command, Command::Demo | Command::Bench { .. }) { "warn" } else { "info" };
     telemetry::init_logs(!config.env.is_local(), default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
@@ -75,6 +96,11 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => serve(config).await,
         Command::Demo => streaming_hub::demo::run().await,
+        Command::Bench { scenario: BenchScenario::PushBurst { events, producers, json } } => {
+            anyhow::ensure!(events > 0, "--events: must be at least 1");
+            anyhow::ensure!(producers > 0, "--producers: must be at least 1");
+            streaming_hub::bench::push_burst(events, producers, &json).await
+        }
         Command::Migrate => {
             let store = streaming_hub::open_store(&config, true).await?;
             let pending = store.pending_migrations().await?;

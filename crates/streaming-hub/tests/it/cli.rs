@@ -125,3 +125,25 @@ fn the_demo_shows_the_whole_product() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The bench command runs end to end (its figures are printed, never asserted).
+#[test]
+fn the_push_burst_bench_runs_and_reports() {
+    let json = temp_sqlite_path().with_extension("json");
+    let out = hub_command()
+        .args(["bench", "push-burst", "--events", "40", "--producers", "4", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run the bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("delivered                 40 of 40"), "{stdout}");
+    let figures: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("json");
+    assert_eq!(figures["delivered"], 40);
+    assert_eq!(figures["duplicates"], 0);
+    assert!(figures["latency_ms"]["p99"].is_number());
+    let bad = hub_command().args(["bench", "push-burst", "--events", "0"]).output().expect("run");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--events"));
+}
