@@ -338,6 +338,39 @@ fn quarantine_from_row(row: &PgRow) -> StoreResult<QuarantineEntry> {
     })
 }
 
+/// `$1` tenant, `$2` id, `$3`..`$18` every field a write sets: shared by create and update.
+const UPDATE_SUBSCRIPTION: &str = "UPDATE subscriptions SET name = $3, event_types = $4::jsonb, origin = $5,
+    sink_type = $6, sink_config = $7::jsonb, signing_secret = $8, previous_secret = $9,
+    previous_secret_expires_at = $10, credentials = $11, enabled = $12, verification_state = $13,
+    verification_error = $14, disabled_reason = $15, updated_at = $16, failing_since = $17,
+    last_failure_at = $18
+    WHERE tenant_id = $1 AND id = $2";
+
+type PgQuery<'q> = sqlx::query::Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments>;
+
+/// Binds `$1`..`$18` of a subscription write (see [`UPDATE_SUBSCRIPTION`]).
+fn bind_subscription<'q>(q: PgQuery<'q>, sub: &SubscriptionRecord) -> StoreResult<PgQuery<'q>> {
+    let event_types = serde_json::to_string(&sub.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(q.bind(sub.tenant_id.clone())
+        .bind(sub.id)
+        .bind(sub.name.clone())
+        .bind(event_types)
+        .bind(sub.origin.clone())
+        .bind(sub.sink.as_str())
+        .bind(sub.sink_config.to_string())
+        .bind(sub.signing_secret.clone())
+        .bind(sub.previous_secret.clone())
+        .bind(sub.previous_secret_expires_at)
+        .bind(sub.credentials.clone())
+        .bind(sub.enabled)
+        .bind(sub.verification.as_str())
+        .bind(sub.verification_error.clone())
+        .bind(sub.disabled_reason.clone())
+        .bind(sub.updated_at)
+        .bind(sub.failing_since)
+        .bind(sub.last_failure_at))
+}
+
 const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types::text AS event_types, origin,
     sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
     previous_secret_expires_at, credentials, enabled, verification_state, verification_error,
@@ -510,36 +543,14 @@ impl Store for PgStore {
     }
 
     async fn create_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO subscriptions (id, tenant_id, name, event_types, origin, sink_type, sink_config,
+        let insert = sqlx::query(
+            "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
-                verification_state, verification_error, disabled_reason, pull_cursor, created_at, updated_at,
-                failing_since, last_failure_at)
-             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                $19, $20)",
-        )
-        .bind(sub.id)
-        .bind(&sub.tenant_id)
-        .bind(&sub.name)
-        .bind(serde_json::to_string(&sub.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-        .bind(&sub.origin)
-        .bind(sub.sink.as_str())
-        .bind(sub.sink_config.to_string())
-        .bind(&sub.signing_secret)
-        .bind(&sub.previous_secret)
-        .bind(sub.previous_secret_expires_at)
-        .bind(&sub.credentials)
-        .bind(sub.enabled)
-        .bind(sub.verification.as_str())
-        .bind(&sub.verification_error)
-        .bind(&sub.disabled_reason)
-        .bind(sub.pull_cursor)
-        .bind(sub.created_at)
-        .bind(sub.updated_at)
-        .bind(sub.failing_since)
-        .bind(sub.last_failure_at)
-        .execute(&self.pool)
-        .await?;
+                verification_state, verification_error, disabled_reason, updated_at, failing_since,
+                last_failure_at, pull_cursor, created_at)
+             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+        );
+        bind_subscription(insert, sub)?.bind(sub.pull_cursor).bind(sub.created_at).execute(&self.pool).await?;
         Ok(())
     }
 
@@ -577,34 +588,8 @@ impl Store for PgStore {
     }
 
     async fn update_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE subscriptions SET name = $3, event_types = $4::jsonb, origin = $5, sink_type = $6,
-                sink_config = $7::jsonb, signing_secret = $8, previous_secret = $9,
-                previous_secret_expires_at = $10, credentials = $11, enabled = $12,
-                verification_state = $13, verification_error = $14, disabled_reason = $15, updated_at = $16,
-                failing_since = $17, last_failure_at = $18
-             WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(&sub.tenant_id)
-        .bind(sub.id)
-        .bind(&sub.name)
-        .bind(serde_json::to_string(&sub.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-        .bind(&sub.origin)
-        .bind(sub.sink.as_str())
-        .bind(sub.sink_config.to_string())
-        .bind(&sub.signing_secret)
-        .bind(&sub.previous_secret)
-        .bind(sub.previous_secret_expires_at)
-        .bind(&sub.credentials)
-        .bind(sub.enabled)
-        .bind(sub.verification.as_str())
-        .bind(&sub.verification_error)
-        .bind(&sub.disabled_reason)
-        .bind(sub.updated_at)
-        .bind(sub.failing_since)
-        .bind(sub.last_failure_at)
-        .execute(&self.pool)
-        .await?;
+        let update = sqlx::query(UPDATE_SUBSCRIPTION);
+        let done = bind_subscription(update, sub)?.execute(&self.pool).await?;
         Ok(done.rows_affected() == 1)
     }
 

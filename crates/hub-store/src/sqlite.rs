@@ -278,6 +278,39 @@ fn quarantine_from_row(row: &SqliteRow) -> StoreResult<QuarantineEntry> {
     })
 }
 
+/// `?1` tenant, `?2` id, `?3`..`?18` every field a write sets: shared by create and update.
+const UPDATE_SUBSCRIPTION: &str = "UPDATE subscriptions SET name = ?3, event_types = ?4, origin = ?5,
+    sink_type = ?6, sink_config = ?7, signing_secret = ?8, previous_secret = ?9,
+    previous_secret_expires_at = ?10, credentials = ?11, enabled = ?12, verification_state = ?13,
+    verification_error = ?14, disabled_reason = ?15, updated_at = ?16, failing_since = ?17,
+    last_failure_at = ?18
+    WHERE tenant_id = ?1 AND id = ?2";
+
+type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
+
+/// Binds `?1`..`?18` of a subscription write (see [`UPDATE_SUBSCRIPTION`]).
+fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreResult<SqliteQuery<'q>> {
+    let event_types = serde_json::to_string(&sub.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(q.bind(sub.tenant_id.clone())
+        .bind(text(sub.id))
+        .bind(sub.name.clone())
+        .bind(event_types)
+        .bind(sub.origin.clone())
+        .bind(sub.sink.as_str())
+        .bind(sub.sink_config.to_string())
+        .bind(sub.signing_secret.clone())
+        .bind(sub.previous_secret.clone())
+        .bind(sub.previous_secret_expires_at.map(micros))
+        .bind(sub.credentials.clone())
+        .bind(sub.enabled)
+        .bind(sub.verification.as_str())
+        .bind(sub.verification_error.clone())
+        .bind(sub.disabled_reason.clone())
+        .bind(micros(sub.updated_at))
+        .bind(sub.failing_since.map(micros))
+        .bind(sub.last_failure_at.map(micros)))
+}
+
 const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types, origin, sink_type, sink_config,
     signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled, verification_state,
     verification_error, disabled_reason, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
@@ -452,35 +485,14 @@ impl Store for SqliteStore {
 
     async fn create_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO subscriptions (id, tenant_id, name, event_types, origin, sink_type, sink_config,
+        let insert = sqlx::query(
+            "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
-                verification_state, verification_error, disabled_reason, pull_cursor, created_at, updated_at,
-                failing_since, last_failure_at)
+                verification_state, verification_error, disabled_reason, updated_at, failing_since,
+                last_failure_at, pull_cursor, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
-        )
-        .bind(sub.id.hyphenated().to_string())
-        .bind(&sub.tenant_id)
-        .bind(&sub.name)
-        .bind(serde_json::to_string(&sub.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-        .bind(&sub.origin)
-        .bind(sub.sink.as_str())
-        .bind(sub.sink_config.to_string())
-        .bind(&sub.signing_secret)
-        .bind(&sub.previous_secret)
-        .bind(sub.previous_secret_expires_at.map(micros))
-        .bind(&sub.credentials)
-        .bind(sub.enabled)
-        .bind(sub.verification.as_str())
-        .bind(&sub.verification_error)
-        .bind(&sub.disabled_reason)
-        .bind(sub.pull_cursor)
-        .bind(micros(sub.created_at))
-        .bind(micros(sub.updated_at))
-        .bind(sub.failing_since.map(micros))
-        .bind(sub.last_failure_at.map(micros))
-        .execute(&mut *tx)
-        .await?;
+        );
+        bind_subscription(insert, sub)?.bind(sub.pull_cursor).bind(micros(sub.created_at)).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -520,34 +532,7 @@ impl Store for SqliteStore {
 
     async fn update_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE subscriptions SET name = ?3, event_types = ?4, origin = ?5, sink_type = ?6,
-                sink_config = ?7, signing_secret = ?8, previous_secret = ?9,
-                previous_secret_expires_at = ?10, credentials = ?11, enabled = ?12,
-                verification_state = ?13, verification_error = ?14, disabled_reason = ?15, updated_at = ?16,
-                failing_since = ?17, last_failure_at = ?18
-             WHERE tenant_id = ?1 AND id = ?2",
-        )
-        .bind(&sub.tenant_id)
-        .bind(sub.id.hyphenated().to_string())
-        .bind(&sub.name)
-        .bind(serde_json::to_string(&sub.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?)
-        .bind(&sub.origin)
-        .bind(sub.sink.as_str())
-        .bind(sub.sink_config.to_string())
-        .bind(&sub.signing_secret)
-        .bind(&sub.previous_secret)
-        .bind(sub.previous_secret_expires_at.map(micros))
-        .bind(&sub.credentials)
-        .bind(sub.enabled)
-        .bind(sub.verification.as_str())
-        .bind(&sub.verification_error)
-        .bind(&sub.disabled_reason)
-        .bind(micros(sub.updated_at))
-        .bind(sub.failing_since.map(micros))
-        .bind(sub.last_failure_at.map(micros))
-        .execute(&mut *tx)
-        .await?;
+        let done = bind_subscription(sqlx::query(UPDATE_SUBSCRIPTION), sub)?.execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
