@@ -5,12 +5,10 @@
 use std::time::Duration;
 
 use hub_store::Store;
-use reqwest::StatusCode;
-use serde_json::json;
 
 use crate::on_both_backends;
 use crate::receiver::{Receiver, Script};
-use crate::support::{Backend, Event, HubProcess, fresh_schema, http_client, postgres_dsn, temp_sqlite_path};
+use crate::support::{Backend, Event, HubProcess, fresh_schema, postgres_dsn, temp_sqlite_path};
 
 on_both_backends!(a_killed_workers_job_is_recovered_then_dead_lettered_as_poison);
 
@@ -41,54 +39,12 @@ async fn a_killed_workers_job_is_recovered_then_dead_lettered_as_poison(backend:
     ]);
     // The receiver never answers a delivery: each attempt is in flight when the worker dies.
     let receiver = Receiver::start(Script::Hang).await;
-    let client = http_client();
 
     let hub = HubProcess::start(&vars).await;
-    let key: serde_json::Value = client
-        .post(format!("{}/admin/api-keys", hub.base))
-        .bearer_auth(&admin)
-        .json(&json!({"tenant_id": "t1"}))
-        .send()
-        .await
-        .expect("key")
-        .json()
-        .await
-        .expect("json");
-    let key = key["key"].as_str().expect("key").to_owned();
-    let sub: serde_json::Value = client
-        .post(format!("{}/v1/subscriptions", hub.base))
-        .bearer_auth(&key)
-        .json(&json!({"name": "w", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}}))
-        .send()
-        .await
-        .expect("subscribe")
-        .json()
-        .await
-        .expect("json");
-    let sub_id: uuid::Uuid = sub["id"].as_str().expect("id").parse().expect("uuid");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let read: serde_json::Value = client
-            .get(format!("{}/v1/subscriptions/{sub_id}", hub.base))
-            .bearer_auth(&key)
-            .send()
-            .await
-            .expect("read")
-            .json()
-            .await
-            .expect("json");
-        if read["verification_state"] == "active" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never verified: {read}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (key, sub_id, _) = hub.verified_webhook(&admin, &receiver).await;
+    let sub_id: uuid::Uuid = sub_id.parse().expect("uuid");
     let event = Event::new("t1");
-    let mut post = client.post(format!("{}/v1/events", hub.base)).bearer_auth(&key);
-    for (k, v) in &event.headers {
-        post = post.header(k.as_str(), v.as_str());
-    }
-    assert_eq!(post.body(event.body.clone()).send().await.expect("post").status(), StatusCode::ACCEPTED);
+    hub.post_event(&key, &event).await;
 
     // First attempt in flight: kill the worker.
     receiver.wait_for(1, Duration::from_secs(20)).await;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hub_store::Store;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::receiver::{Receiver, Script};
 use crate::support::{Event, HubProcess, fresh_schema, http_client, postgres_dsn};
@@ -31,67 +31,6 @@ fn with(vars: &[(&'static str, String)], extra: &[(&'static str, &str)]) -> Vec<
     all
 }
 
-/// A tenant key and a verified webhook subscription to `receiver`, through `hub`'s API.
-async fn webhook_on(hub: &HubProcess, admin: &str, receiver: &Receiver) -> (String, String) {
-    let (key, id, _) = webhook_with_secret(hub, admin, receiver).await;
-    (key, id)
-}
-
-/// Like `webhook_on`, also answering the signing secret.
-async fn webhook_with_secret(hub: &HubProcess, admin: &str, receiver: &Receiver) -> (String, String, String) {
-    let client = http_client();
-    let key: Value = client
-        .post(format!("{}/admin/api-keys", hub.base))
-        .bearer_auth(admin)
-        .json(&json!({"tenant_id": "t1"}))
-        .send()
-        .await
-        .expect("key")
-        .json()
-        .await
-        .expect("json");
-    let key = key["key"].as_str().expect("key").to_owned();
-    let sub: Value = client
-        .post(format!("{}/v1/subscriptions", hub.base))
-        .bearer_auth(&key)
-        .json(&json!({"name": "w", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}}))
-        .send()
-        .await
-        .expect("subscribe")
-        .json()
-        .await
-        .expect("json");
-    let secret = sub["signing_secret"].as_str().expect("secret").to_owned();
-    receiver.trust(&secret);
-    let id = sub["id"].as_str().expect("id").to_owned();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let read: Value = client
-            .get(format!("{}/v1/subscriptions/{id}", hub.base))
-            .bearer_auth(&key)
-            .send()
-            .await
-            .expect("read")
-            .json()
-            .await
-            .expect("json");
-        if read["verification_state"] == "active" {
-            return (key, id, secret);
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never verified: {read}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn post(hub: &HubProcess, key: &str, event: &Event) {
-    let mut request = http_client().post(format!("{}/v1/events", hub.base)).bearer_auth(key);
-    for (k, v) in &event.headers {
-        request = request.header(k.as_str(), v.as_str());
-    }
-    let status = request.body(event.body.clone()).send().await.expect("post").status();
-    assert_eq!(status, StatusCode::ACCEPTED);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_ingest_and_two_delivery_processes_deliver_every_event_exactly_once() {
     const EVENTS: usize = 300;
@@ -101,12 +40,12 @@ async fn one_ingest_and_two_delivery_processes_deliver_every_event_exactly_once(
     let ingest = HubProcess::start(&with(&vars, &[("STREAMING_HUB_ROLE", "ingest")])).await;
     let delivery_a = HubProcess::start(&with(&vars, &[("STREAMING_HUB_ROLE", "delivery")])).await;
     let delivery_b = HubProcess::start(&with(&vars, &[("STREAMING_HUB_ROLE", "delivery")])).await;
-    let (key, _) = webhook_on(&ingest, &admin, &receiver).await;
+    let (key, _, _) = ingest.verified_webhook(&admin, &receiver).await;
     let mut ids = Vec::new();
     for _ in 0..EVENTS {
         let event = Event::new("t1");
         ids.push(event.id().to_string());
-        post(&ingest, &key, &event).await;
+        ingest.post_event(&key, &event).await;
     }
     let got = receiver.wait_for(EVENTS, Duration::from_secs(60)).await;
     // Give a double claim the time to show itself.
@@ -136,8 +75,8 @@ async fn sigterm_drains_readiness_first_and_releases_unfinished_leases() {
         &[("STREAMING_HUB_DRAIN_DELAY", "1500ms"), ("STREAMING_HUB_SHUTDOWN_TIMEOUT", "1s")],
     ))
     .await;
-    let (key, sub) = webhook_on(&hub, &admin, &receiver).await;
-    post(&hub, &key, &Event::new("t1")).await;
+    let (key, sub, _) = hub.verified_webhook(&admin, &receiver).await;
+    hub.post_event(&key, &Event::new("t1")).await;
     receiver.wait_for(1, Duration::from_secs(20)).await;
 
     let client = http_client();
@@ -188,10 +127,10 @@ async fn logs_are_json_with_ids_and_never_carry_payloads_or_secrets() {
         ],
     ))
     .await;
-    let (key, id, secret) = webhook_with_secret(&hub, &admin, &receiver).await;
+    let (key, id, secret) = hub.verified_webhook(&admin, &receiver).await;
     let marker = format!("PAYLOAD-MARKER-{}", uuid::Uuid::now_v7().simple());
     let body = format!(r#"{{"note":"{marker}"}}"#);
-    post(&hub, &key, &Event::new("t1").body(body.clone().into_bytes())).await;
+    hub.post_event(&key, &Event::new("t1").body(body.clone().into_bytes())).await;
     receiver.wait_for(2, Duration::from_secs(20)).await;
     let rotated: Value = http_client()
         .post(format!("{}/v1/subscriptions/{id}/rotate-secret", hub.base))

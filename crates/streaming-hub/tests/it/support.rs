@@ -358,6 +358,52 @@ impl HubProcess {
         Self { child, base, log: log_path }
     }
 
+    /// A key of tenant `t1` and a verified webhook subscription to `receiver` (which then trusts
+    /// its secret), through this process's API: `(key, subscription id, signing secret)`.
+    pub async fn verified_webhook(
+        &self,
+        admin: &str,
+        receiver: &crate::receiver::Receiver,
+    ) -> (String, String, String) {
+        let client = http_client();
+        let json = async |request: reqwest::RequestBuilder| -> Value {
+            request.send().await.expect("request").json().await.expect("json")
+        };
+        let key =
+            json(client.post(format!("{}/admin/api-keys", self.base)).bearer_auth(admin).json(&serde_json::json!({
+                "tenant_id": "t1"
+            })))
+            .await;
+        let key = key["key"].as_str().expect("key").to_owned();
+        let sub =
+            json(client.post(format!("{}/v1/subscriptions", self.base)).bearer_auth(&key).json(&serde_json::json!({
+                "name": "w", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}
+            })))
+            .await;
+        let secret = sub["signing_secret"].as_str().expect("secret").to_owned();
+        receiver.trust(&secret);
+        let id = sub["id"].as_str().expect("id").to_owned();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let read = json(client.get(format!("{}/v1/subscriptions/{id}", self.base)).bearer_auth(&key)).await;
+            if read["verification_state"] == "active" {
+                return (key, id, secret);
+            }
+            assert!(tokio::time::Instant::now() < deadline, "never verified: {read}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Posts an event in binary mode and expects it accepted.
+    pub async fn post_event(&self, key: &str, event: &Event) {
+        let mut request = http_client().post(format!("{}/v1/events", self.base)).bearer_auth(key);
+        for (k, v) in &event.headers {
+            request = request.header(k.as_str(), v.as_str());
+        }
+        let status = request.body(event.body.clone()).send().await.expect("post").status();
+        assert_eq!(status, StatusCode::ACCEPTED);
+    }
+
     /// SIGKILL: no shutdown, no final write.
     pub fn kill(mut self) {
         let _ = self.child.kill();
