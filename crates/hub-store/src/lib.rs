@@ -116,15 +116,29 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// One event of a tenant's inbox, by seq.
     async fn event_by_seq(&self, tenant: &str, seq: i64) -> StoreResult<Option<StoredEvent>>;
 
+    /// Events by `(tenant, seq)`, in any order; keys with no stored event are left out.
+    async fn events_by_seqs(&self, keys: &[(String, i64)]) -> StoreResult<Vec<StoredEvent>>;
+
+    /// Subscriptions by id, whatever their tenant, in any order (for the dispatcher, which checks
+    /// each against its job's tenant); unknown ids are left out.
+    async fn subscriptions_by_ids(&self, ids: &[Uuid]) -> StoreResult<Vec<SubscriptionRecord>>;
+
     /// Leases due jobs of deliverable (enabled, active) subscriptions, interleaving tenants.
     async fn claim_jobs(&self, request: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>>;
 
     /// Gives a leased job back without an attempt, due again at `due_at`.
     async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool>;
 
-    /// Records an attempt and applies its outcome to the job and the subscription, in one
-    /// transaction. The job changes only while the lease is still held (`token`).
-    async fn complete_attempt(&self, result: &AttemptResult) -> StoreResult<Completed>;
+    /// Records attempts and applies their outcomes to their jobs and subscriptions, in order and
+    /// in one transaction; reports per result, in the same order, what changed. A job changes only
+    /// while its lease is still held (`token`).
+    async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>>;
+
+    /// [`Store::complete_attempts`] for one attempt.
+    async fn complete_attempt(&self, result: &AttemptResult) -> StoreResult<Completed> {
+        let done = self.complete_attempts(std::slice::from_ref(result)).await?;
+        done.into_iter().next().ok_or_else(|| StoreError::Corrupt("no outcome for a recorded attempt".to_owned()))
+    }
 
     /// Takes back jobs whose lease expired without an outcome: pending again, or dead as poison
     /// once they reach `poison_threshold` recoveries.

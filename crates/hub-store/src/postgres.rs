@@ -198,6 +198,42 @@ impl PgStore {
         Ok(created_jobs)
     }
 
+    /// A subscription's health after one attempt; true when this attempt disabled it.
+    async fn apply_health(
+        tx: &mut Transaction<'_, Postgres>,
+        subscription: Uuid,
+        health: &HealthUpdate,
+    ) -> StoreResult<bool> {
+        Ok(match health {
+            HealthUpdate::Success => {
+                sqlx::query(
+                    "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
+                     WHERE id = $1 AND failing_since IS NOT NULL",
+                )
+                .bind(subscription)
+                .execute(&mut **tx)
+                .await?;
+                false
+            }
+            HealthUpdate::Failure { at, disable } => {
+                let done = sqlx::query(
+                    "UPDATE subscriptions SET failing_since = COALESCE(failing_since, $2), last_failure_at = $2,
+                        enabled = CASE WHEN $3::text IS NULL THEN enabled ELSE false END,
+                        disabled_reason = COALESCE($3, disabled_reason),
+                        updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE $2 END
+                     WHERE id = $1
+                     RETURNING ($3::text IS NOT NULL)",
+                )
+                .bind(subscription)
+                .bind(at)
+                .bind(disable)
+                .fetch_optional(&mut **tx)
+                .await?;
+                matches!(done.map(|row| row.try_get::<bool, _>(0)).transpose()?, Some(true))
+            }
+        })
+    }
+
     async fn insert_quarantine(tx: &mut Transaction<'_, Postgres>, record: &QuarantinedRecord) -> StoreResult<i64> {
         let (topic, partition, offset) = record.origin.kafka_parts();
         let headers = serde_json::to_value(&record.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -277,6 +313,56 @@ impl EventColumns {
         self.kafka_partition.push(partition);
         self.kafka_offset.push(offset);
         self.received_at.push(event.received_at);
+    }
+}
+
+/// Column arrays for recording a batch of attempts with `UNNEST`.
+#[derive(Default)]
+struct AttemptColumns {
+    id: Vec<Uuid>,
+    job_id: Vec<Uuid>,
+    tenant_id: Vec<String>,
+    subscription_id: Vec<Uuid>,
+    attempt: Vec<i32>,
+    started_at: Vec<DateTime<Utc>>,
+    latency_ms: Vec<i64>,
+    outcome: Vec<String>,
+    status_code: Vec<Option<i32>>,
+    error: Vec<Option<String>>,
+    response_body: Vec<Option<String>>,
+    token: Vec<Uuid>,
+    state: Vec<&'static str>,
+    due_at: Vec<Option<DateTime<Utc>>>,
+    job_error: Vec<Option<String>>,
+    finished_at: Vec<Option<DateTime<Utc>>>,
+    now: Vec<DateTime<Utc>>,
+}
+
+impl AttemptColumns {
+    fn push(&mut self, r: &AttemptResult) {
+        let a = &r.record;
+        self.id.push(a.id);
+        self.job_id.push(a.job_id);
+        self.tenant_id.push(a.tenant_id.clone());
+        self.subscription_id.push(a.subscription_id);
+        self.attempt.push(a.attempt);
+        self.started_at.push(a.started_at);
+        self.latency_ms.push(a.latency_ms);
+        self.outcome.push(a.outcome.clone());
+        self.status_code.push(a.status_code);
+        self.error.push(a.error.clone());
+        self.response_body.push(a.response_body.clone());
+        let (state, due_at, error, finished) = match &r.transition {
+            JobTransition::Succeeded => ("succeeded", None, None, Some(r.now)),
+            JobTransition::Retry { due_at } => ("pending", Some(*due_at), a.error.clone(), None),
+            JobTransition::Dead { reason } => ("dead", None, Some(reason.clone()), Some(r.now)),
+        };
+        self.token.push(r.token);
+        self.state.push(state);
+        self.due_at.push(due_at);
+        self.job_error.push(error);
+        self.finished_at.push(finished);
+        self.now.push(r.now);
     }
 }
 
@@ -693,6 +779,33 @@ impl Store for PgStore {
             .transpose()
     }
 
+    async fn events_by_seqs(&self, keys: &[(String, i64)]) -> StoreResult<Vec<StoredEvent>> {
+        let (tenants, seqs): (Vec<&str>, Vec<i64>) = keys.iter().map(|(t, s)| (t.as_str(), *s)).unzip();
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events
+             WHERE (tenant_id, seq) IN (SELECT * FROM UNNEST($1::text[], $2::bigint[]))"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenants)
+            .bind(seqs)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(event_from_row)
+            .collect()
+    }
+
+    async fn subscriptions_by_ids(&self, ids: &[Uuid]) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE id = ANY($1)");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(subscription_from_row)
+            .collect()
+    }
+
     async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
         let mut tx = self.pool.begin().await?;
         // Tenants with due work, in order after the last one served (a skip scan of the index).
@@ -784,76 +897,75 @@ impl Store for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn complete_attempt(&self, r: &AttemptResult) -> StoreResult<Completed> {
-        let a = &r.record;
+    async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>> {
+        if results.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut tx = self.pool.begin().await?;
+        let mut cols = AttemptColumns::default();
+        for r in results {
+            cols.push(r);
+        }
         sqlx::query(
             "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
                 latency_ms, outcome, status_code, error, response_body)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::int[], $6::timestamptz[],
+                $7::bigint[], $8::text[], $9::int[], $10::text[], $11::text[])",
         )
-        .bind(a.id)
-        .bind(a.job_id)
-        .bind(&a.tenant_id)
-        .bind(a.subscription_id)
-        .bind(a.attempt)
-        .bind(a.started_at)
-        .bind(a.latency_ms)
-        .bind(&a.outcome)
-        .bind(a.status_code)
-        .bind(&a.error)
-        .bind(&a.response_body)
+        .bind(&cols.id)
+        .bind(&cols.job_id)
+        .bind(&cols.tenant_id)
+        .bind(&cols.subscription_id)
+        .bind(&cols.attempt)
+        .bind(&cols.started_at)
+        .bind(&cols.latency_ms)
+        .bind(&cols.outcome)
+        .bind(&cols.status_code)
+        .bind(&cols.error)
+        .bind(&cols.response_body)
         .execute(&mut *tx)
         .await?;
-        let (state, due_at, error, finished) = match &r.transition {
-            JobTransition::Succeeded => ("succeeded", None, None, Some(r.now)),
-            JobTransition::Retry { due_at } => ("pending", Some(*due_at), a.error.clone(), None),
-            JobTransition::Dead { reason } => ("dead", None, Some(reason.clone()), Some(r.now)),
-        };
-        let job = sqlx::query(
-            "UPDATE delivery_jobs SET state = $3, attempts = attempts + 1, due_at = COALESCE($4, due_at),
-                last_error = $5, finished_at = $6, lease_expires_at = NULL, lease_token = NULL, updated_at = $7
-             WHERE id = $1 AND lease_token = $2 AND state = 'leased'",
+        // Each job changes only while its lease is held; the ids that changed come back.
+        let updated: Vec<Uuid> = sqlx::query_scalar(
+            "UPDATE delivery_jobs j SET state = u.state, attempts = j.attempts + 1, due_at = COALESCE(u.due_at, j.due_at),
+                last_error = u.error, finished_at = u.finished_at, lease_expires_at = NULL, lease_token = NULL,
+                updated_at = u.now
+             FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::timestamptz[],
+                $7::timestamptz[]) AS u(id, token, state, due_at, error, finished_at, now)
+             WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'leased'
+             RETURNING j.id",
         )
-        .bind(a.job_id)
-        .bind(r.token)
-        .bind(state)
-        .bind(due_at)
-        .bind(error)
-        .bind(finished)
-        .bind(r.now)
-        .execute(&mut *tx)
+        .bind(&cols.job_id)
+        .bind(&cols.token)
+        .bind(&cols.state)
+        .bind(&cols.due_at)
+        .bind(&cols.job_error)
+        .bind(&cols.finished_at)
+        .bind(&cols.now)
+        .fetch_all(&mut *tx)
         .await?;
-        let disabled = match &r.health {
-            HealthUpdate::Success => {
-                sqlx::query(
-                    "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
-                     WHERE id = $1 AND failing_since IS NOT NULL",
-                )
-                .bind(a.subscription_id)
-                .execute(&mut *tx)
-                .await?;
-                false
+        let mut disabled = vec![false; results.len()];
+        if results.iter().all(|r| matches!(r.health, HealthUpdate::Success)) {
+            // The usual case: one statement clears the failure marks of every subscription.
+            sqlx::query(
+                "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
+                 WHERE id = ANY($1) AND failing_since IS NOT NULL",
+            )
+            .bind(&cols.subscription_id)
+            .execute(&mut *tx)
+            .await?;
+        } else {
+            // Failures and successes of one subscription apply in order.
+            for (i, r) in results.iter().enumerate() {
+                disabled[i] = Self::apply_health(&mut tx, r.record.subscription_id, &r.health).await?;
             }
-            HealthUpdate::Failure { at, disable } => {
-                let done = sqlx::query(
-                    "UPDATE subscriptions SET failing_since = COALESCE(failing_since, $2), last_failure_at = $2,
-                        enabled = CASE WHEN $3::text IS NULL THEN enabled ELSE false END,
-                        disabled_reason = COALESCE($3, disabled_reason),
-                        updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE $2 END
-                     WHERE id = $1
-                     RETURNING ($3::text IS NOT NULL)",
-                )
-                .bind(a.subscription_id)
-                .bind(at)
-                .bind(disable)
-                .fetch_optional(&mut *tx)
-                .await?;
-                matches!(done.map(|row| row.try_get::<bool, _>(0)).transpose()?, Some(true))
-            }
-        };
+        }
         tx.commit().await?;
-        Ok(Completed { job_updated: job.rows_affected() == 1, disabled })
+        Ok(results
+            .iter()
+            .zip(disabled)
+            .map(|(r, disabled)| Completed { job_updated: updated.contains(&r.record.job_id), disabled })
+            .collect())
     }
 
     async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery> {

@@ -70,6 +70,76 @@ impl SqliteStore {
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 
+    /// One attempt's writes, inside the caller's transaction.
+    async fn complete_in(tx: &mut Transaction<'_, Sqlite>, r: &AttemptResult) -> StoreResult<Completed> {
+        let a = &r.record;
+        sqlx::query(
+            "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
+                latency_ms, outcome, status_code, error, response_body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .bind(text(a.id))
+        .bind(text(a.job_id))
+        .bind(&a.tenant_id)
+        .bind(text(a.subscription_id))
+        .bind(a.attempt)
+        .bind(micros(a.started_at))
+        .bind(a.latency_ms)
+        .bind(&a.outcome)
+        .bind(a.status_code)
+        .bind(&a.error)
+        .bind(&a.response_body)
+        .execute(&mut **tx)
+        .await?;
+        let (state, due_at, error, finished) = match &r.transition {
+            JobTransition::Succeeded => ("succeeded", None, None, Some(r.now)),
+            JobTransition::Retry { due_at } => ("pending", Some(*due_at), a.error.clone(), None),
+            JobTransition::Dead { reason } => ("dead", None, Some(reason.clone()), Some(r.now)),
+        };
+        let job = sqlx::query(
+            "UPDATE delivery_jobs SET state = ?3, attempts = attempts + 1, due_at = COALESCE(?4, due_at),
+                last_error = ?5, finished_at = ?6, lease_expires_at = NULL, lease_token = NULL, updated_at = ?7
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'leased'",
+        )
+        .bind(text(a.job_id))
+        .bind(text(r.token))
+        .bind(state)
+        .bind(due_at.map(micros))
+        .bind(error)
+        .bind(finished.map(micros))
+        .bind(micros(r.now))
+        .execute(&mut **tx)
+        .await?;
+        let disabled = match &r.health {
+            HealthUpdate::Success => {
+                sqlx::query(
+                    "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
+                     WHERE id = ?1 AND failing_since IS NOT NULL",
+                )
+                .bind(text(a.subscription_id))
+                .execute(&mut **tx)
+                .await?;
+                false
+            }
+            HealthUpdate::Failure { at, disable } => {
+                let done = sqlx::query(
+                    "UPDATE subscriptions SET failing_since = COALESCE(failing_since, ?2), last_failure_at = ?2,
+                        enabled = CASE WHEN ?3 IS NULL THEN enabled ELSE 0 END,
+                        disabled_reason = COALESCE(?3, disabled_reason),
+                        updated_at = CASE WHEN ?3 IS NULL THEN updated_at ELSE ?2 END
+                     WHERE id = ?1",
+                )
+                .bind(text(a.subscription_id))
+                .bind(micros(*at))
+                .bind(disable)
+                .execute(&mut **tx)
+                .await?;
+                disable.is_some() && done.rows_affected() == 1
+            }
+        };
+        Ok(Completed { job_updated: job.rows_affected() == 1, disabled })
+    }
+
     async fn insert_tenant_events(
         tx: &mut Transaction<'_, Sqlite>,
         tenant: &str,
@@ -640,6 +710,28 @@ impl Store for SqliteStore {
             .transpose()
     }
 
+    async fn events_by_seqs(&self, keys: &[(String, i64)]) -> StoreResult<Vec<StoredEvent>> {
+        let mut events = Vec::with_capacity(keys.len());
+        for (tenant, seq) in keys {
+            events.extend(self.event_by_seq(tenant, *seq).await?);
+        }
+        Ok(events)
+    }
+
+    async fn subscriptions_by_ids(&self, ids: &[Uuid]) -> StoreResult<Vec<SubscriptionRecord>> {
+        let ids = serde_json::to_string(&ids.iter().map(|u| text(*u)).collect::<Vec<_>>())
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let sql =
+            format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE id IN (SELECT value FROM json_each(?1))");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(ids)
+            .fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(subscription_from_row)
+            .collect()
+    }
+
     async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
         let now = micros(req.now);
         let mut tx = self.begin_write().await?;
@@ -733,75 +825,14 @@ impl Store for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn complete_attempt(&self, r: &AttemptResult) -> StoreResult<Completed> {
-        let a = &r.record;
+    async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>> {
         let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
-                latency_ms, outcome, status_code, error, response_body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-        )
-        .bind(text(a.id))
-        .bind(text(a.job_id))
-        .bind(&a.tenant_id)
-        .bind(text(a.subscription_id))
-        .bind(a.attempt)
-        .bind(micros(a.started_at))
-        .bind(a.latency_ms)
-        .bind(&a.outcome)
-        .bind(a.status_code)
-        .bind(&a.error)
-        .bind(&a.response_body)
-        .execute(&mut *tx)
-        .await?;
-        let (state, due_at, error, finished) = match &r.transition {
-            JobTransition::Succeeded => ("succeeded", None, None, Some(r.now)),
-            JobTransition::Retry { due_at } => ("pending", Some(*due_at), a.error.clone(), None),
-            JobTransition::Dead { reason } => ("dead", None, Some(reason.clone()), Some(r.now)),
-        };
-        let job = sqlx::query(
-            "UPDATE delivery_jobs SET state = ?3, attempts = attempts + 1, due_at = COALESCE(?4, due_at),
-                last_error = ?5, finished_at = ?6, lease_expires_at = NULL, lease_token = NULL, updated_at = ?7
-             WHERE id = ?1 AND lease_token = ?2 AND state = 'leased'",
-        )
-        .bind(text(a.job_id))
-        .bind(text(r.token))
-        .bind(state)
-        .bind(due_at.map(micros))
-        .bind(error)
-        .bind(finished.map(micros))
-        .bind(micros(r.now))
-        .execute(&mut *tx)
-        .await?;
-        let disabled = match &r.health {
-            HealthUpdate::Success => {
-                sqlx::query(
-                    "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
-                     WHERE id = ?1 AND failing_since IS NOT NULL",
-                )
-                .bind(text(a.subscription_id))
-                .execute(&mut *tx)
-                .await?;
-                false
-            }
-            HealthUpdate::Failure { at, disable } => {
-                let done = sqlx::query(
-                    "UPDATE subscriptions SET failing_since = COALESCE(failing_since, ?2), last_failure_at = ?2,
-                        enabled = CASE WHEN ?3 IS NULL THEN enabled ELSE 0 END,
-                        disabled_reason = COALESCE(?3, disabled_reason),
-                        updated_at = CASE WHEN ?3 IS NULL THEN updated_at ELSE ?2 END
-                     WHERE id = ?1",
-                )
-                .bind(text(a.subscription_id))
-                .bind(micros(*at))
-                .bind(disable)
-                .execute(&mut *tx)
-                .await?;
-                disable.is_some() && done.rows_affected() == 1
-            }
-        };
+        let mut done = Vec::with_capacity(results.len());
+        for r in results {
+            done.push(Self::complete_in(&mut tx, r).await?);
+        }
         tx.commit().await?;
-        Ok(Completed { job_updated: job.rows_affected() == 1, disabled })
+        Ok(done)
     }
 
     async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery> {

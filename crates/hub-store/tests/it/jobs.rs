@@ -289,3 +289,81 @@ pub async fn dead_jobs_are_redriven_with_a_fresh_window(db: &TestDb) {
     assert_eq!(again.len(), 2);
     assert!(again.iter().all(|j| j.attempts == 0 && (j.window_start - now).num_milliseconds().abs() < 2));
 }
+
+pub async fn a_batch_of_outcomes_is_written_in_order_per_job(db: &TestDb) {
+    let sub = push_subscription(db, "t1").await;
+    let other = push_subscription(db, "t2").await;
+    events(db, "t1", 4).await;
+    events(db, "t2", 1).await;
+    let jobs = db.store.claim_jobs(&claim(5, None)).await.expect("claim");
+    assert_eq!(jobs.len(), 5);
+    let t1: Vec<&ClaimedJob> = jobs.iter().filter(|j| j.tenant_id == "t1").collect();
+    let t2 = jobs.iter().find(|j| j.tenant_id == "t2").expect("t2 job");
+    let mut stale = t1[3].clone();
+    stale.token = Uuid::now_v7();
+    let later = Utc::now() + Duration::minutes(5);
+    let failed_at = Utc::now() - Duration::minutes(1);
+    let batch = vec![
+        result(t1[0], "delivered", JobTransition::Succeeded, HealthUpdate::Success),
+        // A failure then a success of the same subscription: the success, later, clears it.
+        result(
+            t1[1],
+            "failed",
+            JobTransition::Retry { due_at: later },
+            HealthUpdate::Failure { at: failed_at, disable: None },
+        ),
+        result(t1[2], "delivered", JobTransition::Succeeded, HealthUpdate::Success),
+        result(&stale, "delivered", JobTransition::Succeeded, HealthUpdate::Success),
+        // Another subscription's failure disables it.
+        result(
+            t2,
+            "failed",
+            JobTransition::Dead { reason: "attempts exhausted".into() },
+            HealthUpdate::Failure { at: failed_at, disable: Some("auto-disabled: failing".into()) },
+        ),
+    ];
+    let done = db.store.complete_attempts(&batch).await.expect("complete");
+    let updated: Vec<bool> = done.iter().map(|d| d.job_updated).collect();
+    assert_eq!(updated, [true, true, true, false, true], "the stale lease changes nothing");
+    let disabled: Vec<bool> = done.iter().map(|d| d.disabled).collect();
+    assert_eq!(disabled, [false, false, false, false, true]);
+
+    assert_eq!(job_state(&db.store, t1[0]).await.state, "succeeded");
+    let retry = job_state(&db.store, t1[1]).await;
+    assert_eq!((retry.state.as_str(), retry.attempts, retry.last_error.as_deref()), ("pending", 1, Some("HTTP 503")));
+    assert_eq!(job_state(&db.store, t1[3]).await.state, "leased");
+    assert_eq!(job_state(&db.store, t2).await.state, "dead");
+    let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
+    assert!(read.failing_since.is_none() && read.enabled, "applied in order: the last success clears");
+    let read = db.store.subscription("t2", other.id).await.expect("read").expect("exists");
+    assert!(!read.enabled && read.failing_since.is_some());
+    let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
+    assert_eq!(db.store.attempts_for_jobs("t1", &ids).await.expect("attempts").len(), 4, "every attempt recorded");
+    assert!(db.store.complete_attempts(&[]).await.expect("empty").is_empty());
+}
+
+pub async fn claimed_jobs_load_their_events_and_subscriptions_in_one_go(db: &TestDb) {
+    let a = push_subscription(db, "t1").await;
+    let b = push_subscription(db, "t2").await;
+    events(db, "t1", 2).await;
+    events(db, "t2", 1).await;
+    let keys = vec![("t1".to_owned(), 1), ("t1".to_owned(), 2), ("t2".to_owned(), 1), ("t2".to_owned(), 9)];
+    let mut got: Vec<(String, i64)> =
+        db.store.events_by_seqs(&keys).await.expect("events").into_iter().map(|e| (e.tenant_id, e.seq)).collect();
+    got.sort();
+    assert_eq!(got, keys[..3].to_vec(), "an unknown seq is left out");
+    assert!(db.store.events_by_seqs(&[]).await.expect("none").is_empty());
+
+    let mut subs: Vec<(Uuid, String)> = db
+        .store
+        .subscriptions_by_ids(&[a.id, b.id, Uuid::now_v7()])
+        .await
+        .expect("subs")
+        .into_iter()
+        .map(|s| (s.id, s.tenant_id))
+        .collect();
+    subs.sort();
+    let mut want = vec![(a.id, "t1".to_owned()), (b.id, "t2".to_owned())];
+    want.sort();
+    assert_eq!(subs, want);
+}

@@ -14,7 +14,7 @@
 pub mod targets;
 pub mod verify;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,11 +23,11 @@ use hub_core::SinkKind;
 use hub_core::delivery::{AfterFailure, Breaker, BreakerConfig, Permit, RetryPolicy, Transition, should_auto_disable};
 use hub_sinks::{EventBridgeSink, Failure, FailureKind, Message, Outcome, RabbitSink, Sink, SqsSink, WebhookSink};
 use hub_store::{
-    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, HealthUpdate, JobTransition, Store, StoredEvent,
+    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, HealthUpdate, JobTransition, Store, StoredEvent,
     SubscriptionRecord,
 };
 use rand::Rng;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
@@ -105,6 +105,20 @@ pub struct Dispatcher {
     in_flight: Mutex<HashMap<Uuid, Uuid>>,
 }
 
+/// Outcomes waiting for the recorder, at most.
+const RECORDER_QUEUE: usize = 1024;
+/// Outcomes written in one transaction, at most.
+const RECORD_BATCH: usize = 256;
+
+/// A leased job with what its attempt needs, loaded at claim time.
+struct Work {
+    job: ClaimedJob,
+    /// `None` when the subscription was deleted meanwhile.
+    sub: Option<Arc<SubscriptionRecord>>,
+    /// `None` when the event is no longer stored.
+    event: Option<Arc<StoredEvent>>,
+}
+
 /// Why a job is put back without an attempt.
 enum Skip {
     DestinationBusy,
@@ -138,8 +152,18 @@ impl Dispatcher {
     }
 
     /// Runs until `shutdown`, then waits (up to `drain`) for attempts in flight.
+    ///
+    /// Claims run ahead of the workers: a queue of up to `claim_batch` leased jobs is refilled
+    /// when it falls to half, so a worker that finishes takes its next job without a round trip.
+    /// Outcomes are written by a recorder that groups them into one transaction (see [`Recorder`]).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken, drain: Duration) {
         let workers = Arc::new(Semaphore::new(self.settings.workers as usize));
+        let (recorder, outcomes) = tokio::sync::mpsc::channel(RECORDER_QUEUE);
+        let recording = tokio::spawn(Arc::clone(&self).record_loop(outcomes));
+        let batch = self.settings.claim_batch.max(1) as usize;
+        let mut queue: VecDeque<Work> = VecDeque::with_capacity(batch);
+        // The last claim found fewer jobs than it asked for: claim again only once the queue is empty.
+        let mut dry = false;
         let mut after_tenant: Option<String> = None;
         let mut last_recovery: Option<Instant> = None;
         loop {
@@ -150,51 +174,60 @@ impl Dispatcher {
                 self.recover().await;
                 last_recovery = Some(Instant::now());
             }
-            let free = workers.available_permits() as u32;
-            if free == 0 {
-                tokio::select! {
-                    permit = Arc::clone(&workers).acquire_owned() => drop(permit),
-                    () = shutdown.cancelled() => break,
+            if queue.len() <= batch / 2 && !(dry && !queue.is_empty()) {
+                let want = batch - queue.len();
+                match self.claim(want as u32, &mut after_tenant).await {
+                    Ok(work) => {
+                        dry = work.len() < want;
+                        queue.extend(work);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claiming jobs failed; retrying");
+                        if queue.is_empty() {
+                            tokio::select! {
+                                () = tokio::time::sleep(self.settings.idle_interval.max(Duration::from_millis(500))) => {}
+                                () = shutdown.cancelled() => break,
+                            }
+                            continue;
+                        }
+                    }
                 }
-                continue;
-            }
-            let now = self.clock.now();
-            let request = ClaimRequest {
-                now,
-                lease_until: now + chrono::Duration::from_std(self.settings.lease).unwrap_or(chrono::Duration::MAX),
-                token: Uuid::now_v7(),
-                limit: free.min(self.settings.claim_batch),
-                after_tenant: after_tenant.clone(),
-                exclude_subscriptions: self.saturated_subscriptions(),
-            };
-            match self.store.claim_jobs(&request).await {
-                Ok(jobs) if jobs.is_empty() => {
+                if queue.is_empty() {
                     tokio::select! {
                         () = self.wake.notified() => {}
                         () = tokio::time::sleep(self.settings.idle_interval) => {}
                         () = shutdown.cancelled() => break,
                     }
-                }
-                Ok(jobs) => {
-                    after_tenant = jobs.last().map(|j| j.tenant_id.clone());
-                    for job in jobs {
-                        let Ok(permit) = Arc::clone(&workers).acquire_owned().await else { break };
-                        tokio::spawn(Arc::clone(&self).attempt(job, permit));
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "claiming jobs failed; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(self.settings.idle_interval.max(Duration::from_millis(500))) => {}
-                        () = shutdown.cancelled() => break,
-                    }
+                    continue;
                 }
             }
+            let permit = tokio::select! {
+                permit = Arc::clone(&workers).acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+                () = shutdown.cancelled() => break,
+            };
+            if let Some(work) = queue.pop_front() {
+                tokio::spawn(Arc::clone(&self).attempt(work, permit, recorder.clone()));
+            }
         }
-        // Drain: in-flight attempts finish (and record) within the shutdown timeout; the leases of
-        // those that do not are released, so another replica takes the jobs at once.
+        // Jobs claimed but not started go back at once.
+        for work in queue {
+            self.release(&work.job, self.clock.now()).await;
+            lock(&self.in_flight).remove(&work.job.id);
+        }
+        // Drain: attempts in flight finish within the shutdown timeout and their outcomes are
+        // written; the leases of those that do not are released, so another replica takes the jobs
+        // at once.
         let all = self.settings.workers;
-        if tokio::time::timeout(drain, workers.acquire_many(all)).await.is_err() {
+        let deadline = Instant::now() + drain;
+        let finished = tokio::time::timeout(drain, workers.acquire_many(all)).await.is_ok();
+        drop(recorder);
+        if tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), recording).await.is_err() {
+            tracing::warn!("shutdown timeout reached while recording outcomes");
+        }
+        if !finished || !lock(&self.in_flight).is_empty() {
             let unfinished: Vec<(Uuid, Uuid)> = lock(&self.in_flight).iter().map(|(j, t)| (*j, *t)).collect();
             tracing::warn!(jobs = unfinished.len(), "shutdown timeout reached; releasing unfinished leases");
             for (job, token) in unfinished {
@@ -203,6 +236,52 @@ impl Dispatcher {
                 }
             }
         }
+    }
+
+    /// Leases up to `limit` jobs and loads, in one query each, their subscriptions and events.
+    async fn claim(&self, limit: u32, after_tenant: &mut Option<String>) -> hub_store::StoreResult<Vec<Work>> {
+        let now = self.clock.now();
+        let request = ClaimRequest {
+            now,
+            lease_until: now + chrono::Duration::from_std(self.settings.lease).unwrap_or(chrono::Duration::MAX),
+            token: Uuid::now_v7(),
+            limit,
+            after_tenant: after_tenant.clone(),
+            exclude_subscriptions: self.saturated_subscriptions(),
+        };
+        let jobs = self.store.claim_jobs(&request).await?;
+        if jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        *after_tenant = jobs.last().map(|j| j.tenant_id.clone());
+        lock(&self.in_flight).extend(jobs.iter().map(|j| (j.id, j.token)));
+        let mut sub_ids: Vec<Uuid> = jobs.iter().map(|j| j.subscription_id).collect();
+        sub_ids.sort_unstable();
+        sub_ids.dedup();
+        let keys: Vec<(String, i64)> = jobs.iter().map(|j| (j.tenant_id.clone(), j.event_seq)).collect();
+        let (subs, events) =
+            match tokio::try_join!(self.store.subscriptions_by_ids(&sub_ids), self.store.events_by_seqs(&keys)) {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    for job in &jobs {
+                        self.release(job, now).await;
+                        lock(&self.in_flight).remove(&job.id);
+                    }
+                    return Err(e);
+                }
+            };
+        let subs: HashMap<Uuid, Arc<SubscriptionRecord>> = subs.into_iter().map(|s| (s.id, Arc::new(s))).collect();
+        let mut events: HashMap<(String, i64), Arc<StoredEvent>> =
+            events.into_iter().map(|e| ((e.tenant_id.clone(), e.seq), Arc::new(e))).collect();
+        Ok(jobs
+            .into_iter()
+            .map(|job| {
+                // A subscription is only ever its own tenant's.
+                let sub = subs.get(&job.subscription_id).filter(|s| s.tenant_id == job.tenant_id).cloned();
+                let event = events.remove(&(job.tenant_id.clone(), job.event_seq));
+                Work { job, sub, event }
+            })
+            .collect())
     }
 
     async fn recover(&self) {
@@ -274,32 +353,47 @@ impl Dispatcher {
         }
     }
 
-    /// One claimed job: exactly one attempt, or a release without one.
-    async fn attempt(self: Arc<Self>, job: ClaimedJob, _worker: OwnedSemaphorePermit) {
-        lock(&self.in_flight).insert(job.id, job.token);
-        Arc::clone(&self).attempt_claimed(&job).await;
-        lock(&self.in_flight).remove(&job.id);
-    }
-
-    async fn attempt_claimed(self: Arc<Self>, job: &ClaimedJob) {
-        let job = job.clone();
-        let sub = match self.store.subscription(&job.tenant_id, job.subscription_id).await {
-            Ok(Some(sub)) => sub,
+    /// One claimed job: exactly one attempt, its outcome handed to the recorder; or a release
+    /// without an attempt.
+    async fn attempt(
+        self: Arc<Self>,
+        work: Work,
+        _worker: OwnedSemaphorePermit,
+        recorder: mpsc::Sender<AttemptResult>,
+    ) {
+        let Work { job, sub, event } = work;
+        let Some(sub) = sub else {
             // Deleted meanwhile: its jobs were cancelled, this lease is moot.
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(job = %job.id, error = %e, "loading the subscription failed");
-                return self.release(&job, self.clock.now()).await;
-            }
+            lock(&self.in_flight).remove(&job.id);
+            return;
         };
         let dest = targets::destination_key(&sub);
         if !self.enter(sub.id, &dest) {
-            return self.skip(&job, Skip::DestinationBusy).await;
+            self.skip(&job, Skip::DestinationBusy).await;
+            lock(&self.in_flight).remove(&job.id);
+            return;
         }
-        self.attempt_on(&job, &sub, &dest).await;
+        let attempt = (job.attempts + 1).max(1) as u32;
+        let span = tracing::info_span!(
+            "attempt",
+            tenant = %job.tenant_id,
+            subscription = %job.subscription_id,
+            job = %job.id,
+            attempt,
+            sink = sub.sink.as_str(),
+        );
+        let recorded = self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt).instrument(span).await;
         self.leave(&dest);
-        // A slot freed: claim again without waiting for the idle interval.
-        self.wake.notify_one();
+        match recorded {
+            Some(result) => {
+                if recorder.send(result).await.is_err() {
+                    tracing::error!(job = %job.id, "the recorder stopped; the lease will expire");
+                }
+            }
+            None => {
+                lock(&self.in_flight).remove(&job.id);
+            }
+        }
     }
 
     async fn skip(&self, job: &ClaimedJob, why: Skip) {
@@ -311,46 +405,40 @@ impl Dispatcher {
         self.release(job, due).await;
     }
 
-    async fn attempt_on(&self, job: &ClaimedJob, sub: &SubscriptionRecord, dest: &str) {
-        let attempt = (job.attempts + 1).max(1) as u32;
-        let span = tracing::info_span!(
-            "attempt",
-            tenant = %job.tenant_id,
-            subscription = %job.subscription_id,
-            job = %job.id,
-            attempt,
-            sink = sub.sink.as_str(),
-        );
-        self.attempt_in_span(job, sub, dest, attempt).instrument(span).await;
-    }
-
-    async fn attempt_in_span(&self, job: &ClaimedJob, sub: &SubscriptionRecord, dest: &str, attempt: u32) {
+    /// Makes the attempt and decides its outcome; `None` when the job was put back without one.
+    async fn attempt_in_span(
+        &self,
+        job: &ClaimedJob,
+        sub: &SubscriptionRecord,
+        event: Option<&StoredEvent>,
+        dest: &str,
+        attempt: u32,
+    ) -> Option<AttemptResult> {
         let started = self.clock.now();
         let last = self.settings.retry.is_last(attempt, job.window_start, started);
         match self.breaker_permit(&job.tenant_id, dest, started, last) {
-            Permit::Wait { until } => return self.skip(job, Skip::BreakerOpen(until)).await,
+            Permit::Wait { until } => {
+                self.skip(job, Skip::BreakerOpen(until)).await;
+                return None;
+            }
             Permit::Attempt | Permit::Probe => {}
         }
         let delivery_id = Uuid::now_v7();
         let clock_start = Instant::now();
-        let outcome = match self.store.event_by_seq(&job.tenant_id, job.event_seq).await {
-            Ok(Some(event)) => self.deliver(sub, &event, attempt, delivery_id, started).await,
-            Ok(None) => Outcome::Failed(Failure {
+        let outcome = match event {
+            Some(event) => self.deliver(sub, event, attempt, delivery_id, started).await,
+            None => Outcome::Failed(Failure {
                 retryable: false,
                 kind: FailureKind::Refused,
                 reason: "the event is no longer stored".to_owned(),
                 status: None,
                 response: None,
             }),
-            Err(e) => {
-                tracing::warn!(job = %job.id, error = %e, "loading the event failed");
-                return self.release(job, self.clock.now()).await;
-            }
         };
         let latency = clock_start.elapsed();
         let now = self.clock.now();
         self.breaker_outcome(&job.tenant_id, dest, outcome.is_delivered(), now);
-        self.record(job, sub, attempt, delivery_id, started, latency, outcome, now).await;
+        Some(self.decide(job, sub, attempt, delivery_id, started, latency, outcome, now))
     }
 
     async fn deliver(
@@ -413,8 +501,9 @@ impl Dispatcher {
         outcome.unwrap_or_else(config_failure)
     }
 
+    /// The attempt's record and what it does to the job and the subscription.
     #[allow(clippy::too_many_arguments)]
-    async fn record(
+    fn decide(
         &self,
         job: &ClaimedJob,
         sub: &SubscriptionRecord,
@@ -424,7 +513,7 @@ impl Dispatcher {
         latency: Duration,
         outcome: Outcome,
         now: DateTime<Utc>,
-    ) {
+    ) -> AttemptResult {
         let sink = sub.sink.as_str();
         metrics::histogram!(metric::ATTEMPT_SECONDS, "sink" => sink).record(latency.as_secs_f64());
         let (record_outcome, status, error, response, transition, health) = match outcome {
@@ -466,7 +555,7 @@ impl Dispatcher {
                 )
             }
         };
-        let result = AttemptResult {
+        AttemptResult {
             token: job.token,
             record: AttemptRecord {
                 id: delivery_id,
@@ -484,19 +573,52 @@ impl Dispatcher {
             transition,
             health,
             now,
-        };
-        match self.store.complete_attempt(&result).await {
-            Ok(done) => {
-                if done.disabled {
-                    metrics::counter!(metric::AUTO_DISABLED).increment(1);
-                    tracing::warn!(tenant = %job.tenant_id, subscription = %sub.id, "subscription auto-disabled");
-                }
-                if !done.job_updated {
-                    tracing::warn!(job = %job.id, "the lease was lost during the attempt; the attempt is recorded");
-                }
-            }
-            Err(e) => tracing::error!(job = %job.id, error = %e, "recording an attempt failed; the lease will expire"),
         }
+    }
+
+    /// Writes outcomes as they come, grouped: whatever is waiting when a write starts goes into
+    /// that one transaction. Ends when every sender is gone and the queue is empty.
+    async fn record_loop(self: Arc<Self>, mut outcomes: mpsc::Receiver<AttemptResult>) {
+        let mut batch: Vec<AttemptResult> = Vec::with_capacity(RECORD_BATCH);
+        while outcomes.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+            match self.store.complete_attempts(&batch).await {
+                Ok(done) => {
+                    for (recorded, done) in batch.iter().zip(done) {
+                        self.recorded(recorded, done);
+                    }
+                }
+                Err(e) if batch.len() > 1 => {
+                    // One bad row must not cost the others their records: write them one by one.
+                    tracing::warn!(error = %e, attempts = batch.len(), "recording a batch of attempts failed; recording them one by one");
+                    for recorded in &batch {
+                        match self.store.complete_attempt(recorded).await {
+                            Ok(done) => self.recorded(recorded, done),
+                            Err(e) => self.not_recorded(recorded, &e),
+                        }
+                    }
+                }
+                Err(e) => self.not_recorded(&batch[0], &e),
+            }
+            for recorded in batch.drain(..) {
+                lock(&self.in_flight).remove(&recorded.record.job_id);
+            }
+        }
+    }
+
+    fn recorded(&self, recorded: &AttemptResult, done: Completed) {
+        let (job, a) = (recorded.record.job_id, &recorded.record);
+        if done.disabled {
+            metrics::counter!(metric::AUTO_DISABLED).increment(1);
+            tracing::warn!(tenant = %a.tenant_id, subscription = %a.subscription_id, "subscription auto-disabled");
+        }
+        if !done.job_updated {
+            tracing::warn!(job = %job, "the lease was lost during the attempt; the attempt is recorded");
+        }
+    }
+
+    fn not_recorded(&self, recorded: &AttemptResult, e: &hub_store::StoreError) {
+        let job = recorded.record.job_id;
+        tracing::error!(job = %job, error = %e, "recording an attempt failed; the lease will expire");
     }
 }
 
