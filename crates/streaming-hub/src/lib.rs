@@ -187,6 +187,7 @@ pub async fn start_with_clock(
         store: Arc::clone(&store),
         admin_token: admin_token.clone(),
         policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
+        ingest: ingest::GroupWriter::start(Arc::clone(&store), Arc::clone(&wake), 2),
         sealer,
         allow_private_sinks: config.allow_private_sinks,
         pull_limiter: Arc::new(api::pull::PullLimiter::new(config.pull_rate, config.pull_burst)),

@@ -102,13 +102,11 @@ pub async fn ingest(
             ingest::quarantine_record(&ce_headers, &body, reason, Origin::Http, now)
         }
     };
-    let written = match &judged.record {
+    // Concurrent posts share a transaction (group commit); the answer comes after the commit.
+    let written = match judged.record {
         None => None,
-        Some(record) => state.store.write_batch(std::slice::from_ref(record)).await?.into_iter().next(),
+        Some(record) => Some(state.ingest.write(record).await?),
     };
-    if matches!(written, Some(hub_store::WriteOutcome::Inserted { .. })) {
-        state.wake.notify_one();
-    }
     Ok(respond(ingest::outcome(judged.reason, written)))
 }
 

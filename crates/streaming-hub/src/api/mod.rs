@@ -41,6 +41,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub admin_token: Secret,
     pub policy: Arc<IngestPolicy>,
+    /// HTTP ingest's group commit.
+    pub ingest: crate::ingest::GroupWriter,
     pub sealer: Arc<Sealer>,
     pub allow_private_sinks: bool,
     pub pull_limiter: Arc<pull::PullLimiter>,

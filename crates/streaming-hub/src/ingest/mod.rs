@@ -148,3 +148,101 @@ impl kafka::BatchWriter for KafkaEvents {
         Ok(())
     }
 }
+
+/// Requests waiting for the group writer, at most; further posts wait for room.
+const GROUP_QUEUE: usize = 4096;
+/// Records written in one transaction, at most.
+const GROUP_BATCH: usize = 512;
+
+struct Pending {
+    record: IngestRecord,
+    reply: tokio::sync::oneshot::Sender<hub_store::StoreResult<WriteOutcome>>,
+}
+
+/// Group commit for HTTP ingest: concurrent posts share one transaction. A writer takes every
+/// record waiting when it starts a write (up to [`GROUP_BATCH`]), writes them with
+/// [`hub_store::Store::write_batch`] and answers each post only after the commit, so a 202 still
+/// means the event is durable. Two writers take turns, one collecting while the other commits.
+/// When a group's write fails its records are written one by one, so one bad record fails only
+/// its own post.
+#[derive(Debug, Clone)]
+pub struct GroupWriter {
+    queue: tokio::sync::mpsc::Sender<Pending>,
+}
+
+impl GroupWriter {
+    pub fn start(
+        store: std::sync::Arc<dyn hub_store::Store>,
+        wake: std::sync::Arc<tokio::sync::Notify>,
+        writers: usize,
+    ) -> Self {
+        let (queue, rx) = tokio::sync::mpsc::channel(GROUP_QUEUE);
+        let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
+        for _ in 0..writers.max(1) {
+            let (store, wake, rx) =
+                (std::sync::Arc::clone(&store), std::sync::Arc::clone(&wake), std::sync::Arc::clone(&rx));
+            tokio::spawn(async move {
+                let mut group: Vec<Pending> = Vec::with_capacity(GROUP_BATCH);
+                loop {
+                    // Ends when every sender is gone and the queue is empty.
+                    if rx.lock().await.recv_many(&mut group, GROUP_BATCH).await == 0 {
+                        break;
+                    }
+                    let (records, replies): (Vec<IngestRecord>, Vec<_>) =
+                        group.drain(..).map(|p| (p.record, p.reply)).unzip();
+                    let inserted = write_group(store.as_ref(), &records, replies).await;
+                    if inserted {
+                        wake.notify_one();
+                    }
+                }
+            });
+        }
+        Self { queue }
+    }
+
+    /// Writes one record; returns once its group is committed.
+    pub async fn write(&self, record: IngestRecord) -> hub_store::StoreResult<WriteOutcome> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let closed = || hub_store::StoreError::Database(sqlx::Error::PoolClosed);
+        self.queue.send(Pending { record, reply }).await.map_err(|_| closed())?;
+        answer.await.map_err(|_| closed())?
+    }
+}
+
+/// Writes a group and answers each record; true when an event was inserted.
+async fn write_group(
+    store: &dyn hub_store::Store,
+    records: &[IngestRecord],
+    replies: Vec<tokio::sync::oneshot::Sender<hub_store::StoreResult<WriteOutcome>>>,
+) -> bool {
+    let mut inserted = false;
+    match store.write_batch(records).await {
+        Ok(outcomes) if outcomes.len() == records.len() => {
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                inserted |= matches!(outcome, WriteOutcome::Inserted { .. });
+                let _ = reply.send(Ok(outcome));
+            }
+        }
+        Ok(_) => {
+            for reply in replies {
+                let _ = reply.send(Err(hub_store::StoreError::Corrupt(
+                    "a write reported the wrong number of outcomes".to_owned(),
+                )));
+            }
+        }
+        Err(e) if records.len() == 1 => {
+            let _ = replies.into_iter().next().map(|reply| reply.send(Err(e)));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, records = records.len(), "a grouped ingest write failed; writing its records one by one");
+            for (record, reply) in records.iter().zip(replies) {
+                let written = store.write_batch(std::slice::from_ref(record)).await.and_then(|mut w| {
+                    w.pop().ok_or_else(|| hub_store::StoreError::Corrupt("a write reported no outcome".to_owned()))
+                });
+                inserted |= matches!(written, Ok(WriteOutcome::Inserted { .. }));
+                let _ = reply.send(written);
+            }
+        }
+    }
+    inserted
+}
