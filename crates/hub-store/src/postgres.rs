@@ -14,7 +14,7 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use crate::PruneKind;
-use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, per_tenant_share};
+use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered};
 use crate::{
     AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
     DlqEntry, DlqFilter, HealthUpdate, IngestRecord, JobTransition, NewApiKey, NewDlqRecord, Origin, QuarantineEntry,
@@ -73,7 +73,13 @@ impl PgStore {
 
         let ids: Vec<Uuid> = events.iter().map(|(_, e)| e.envelope.id().as_uuid()).collect();
         let existing: HashMap<Uuid, i64> =
-            sqlx::query_as("SELECT ce_id, seq FROM events WHERE tenant_id = $1 AND ce_id = ANY($2)")
+            // One unique-index probe per id, whatever the table's statistics say (`LIMIT 1` keeps
+            // the planner from turning the lookup into a scan of the tenant's events).
+            sqlx::query_as(
+                "SELECT e.ce_id, e.seq FROM UNNEST($2::uuid[]) AS u(ce_id)
+                 CROSS JOIN LATERAL (SELECT ce_id, seq FROM events
+                                     WHERE tenant_id = $1 AND ce_id = u.ce_id LIMIT 1) e",
+            )
                 .bind(tenant)
                 .bind(&ids)
                 .fetch_all(&mut **tx)
@@ -314,6 +320,12 @@ impl EventColumns {
         self.kafka_offset.push(offset);
         self.received_at.push(event.received_at);
     }
+}
+
+/// `limit` split over `tenants` as evenly as it goes, the first ones taking the remainder.
+fn shares(limit: u32, tenants: usize) -> Vec<i64> {
+    let n = tenants.max(1) as u32;
+    (0..n).map(|i| i64::from(limit / n + u32::from(i < limit % n))).collect()
 }
 
 /// Column arrays for recording a batch of attempts with `UNNEST`.
@@ -781,9 +793,11 @@ impl Store for PgStore {
 
     async fn events_by_seqs(&self, keys: &[(String, i64)]) -> StoreResult<Vec<StoredEvent>> {
         let (tenants, seqs): (Vec<&str>, Vec<i64>) = keys.iter().map(|(t, s)| (t.as_str(), *s)).unzip();
+        // One primary-key probe per event, whatever the table's statistics say.
         let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events
-             WHERE (tenant_id, seq) IN (SELECT * FROM UNNEST($1::text[], $2::bigint[]))"
+            "SELECT e.* FROM UNNEST($1::text[], $2::bigint[]) AS k(tenant_id, seq)
+             CROSS JOIN LATERAL (SELECT {EVENT_COLUMNS} FROM events
+                                 WHERE tenant_id = k.tenant_id AND seq = k.seq LIMIT 1) e"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenants)
@@ -807,77 +821,94 @@ impl Store for PgStore {
     }
 
     async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
-        let mut tx = self.pool.begin().await?;
-        // Tenants with due work, in order after the last one served (a skip scan of the index).
-        let tenants_after = |after: String, limit: i64| {
-            sqlx::query_scalar::<_, String>(
-                "WITH RECURSIVE t(tenant_id) AS (
-                    SELECT (SELECT tenant_id FROM delivery_jobs
-                            WHERE state = 'pending' AND due_at <= $1 AND tenant_id > $2
-                            ORDER BY tenant_id LIMIT 1)
-                    UNION ALL
-                    SELECT (SELECT d.tenant_id FROM delivery_jobs d
-                            WHERE d.state = 'pending' AND d.due_at <= $1 AND d.tenant_id > t.tenant_id
-                            ORDER BY d.tenant_id LIMIT 1)
-                    FROM t WHERE t.tenant_id IS NOT NULL
-                 )
-                 SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT $3",
-            )
-            .bind(req.now)
-            .bind(after)
-            .bind(limit)
-        };
         let limit = i64::from(req.limit.max(1));
-        let mut tenants =
-            tenants_after(req.after_tenant.clone().unwrap_or_default(), limit).fetch_all(&mut *tx).await?;
-        if (tenants.len() as i64) < limit && req.after_tenant.is_some() {
-            // Wrap around to the tenants before the starting point.
-            for t in tenants_after(String::new(), limit).fetch_all(&mut *tx).await? {
-                if !tenants.contains(&t) && (tenants.len() as i64) < limit {
-                    tenants.push(t);
+        let mut tx = self.pool.begin().await?;
+        // Tenants with due work in order after the last one served, then wrapping around to those
+        // before it: two skip scans of the index, in one round trip.
+        let after = req.after_tenant.clone().unwrap_or_default();
+        let rows: Vec<(String, i32)> = sqlx::query_as(
+            "WITH RECURSIVE a(tenant_id) AS (
+                SELECT (SELECT tenant_id FROM delivery_jobs
+                        WHERE state = 'pending' AND due_at <= $1 AND tenant_id > $2
+                        ORDER BY tenant_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT d.tenant_id FROM delivery_jobs d
+                        WHERE d.state = 'pending' AND d.due_at <= $1 AND d.tenant_id > a.tenant_id
+                        ORDER BY d.tenant_id LIMIT 1)
+                FROM a WHERE a.tenant_id IS NOT NULL
+             ), b(tenant_id) AS (
+                SELECT (SELECT tenant_id FROM delivery_jobs
+                        WHERE state = 'pending' AND due_at <= $1 AND $2 <> ''
+                        ORDER BY tenant_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT d.tenant_id FROM delivery_jobs d
+                        WHERE d.state = 'pending' AND d.due_at <= $1 AND d.tenant_id > b.tenant_id
+                          AND d.tenant_id <= $2
+                        ORDER BY d.tenant_id LIMIT 1)
+                FROM b WHERE b.tenant_id IS NOT NULL
+             )
+             (SELECT tenant_id, 0 FROM a WHERE tenant_id IS NOT NULL LIMIT $3)
+             UNION ALL
+             (SELECT tenant_id, 1 FROM b WHERE tenant_id IS NOT NULL AND tenant_id <= $2 LIMIT $3)",
+        )
+        .bind(req.now)
+        .bind(&after)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut tenants: Vec<String> = Vec::new();
+        for part in [0, 1] {
+            for (t, _) in rows.iter().filter(|(_, p)| *p == part) {
+                if (tenants.len() as i64) < limit && !tenants.contains(t) {
+                    tenants.push(t.clone());
                 }
             }
         }
-        let mut claimed: Vec<ClaimedJob> = Vec::new();
+        // Every tenant gets its share in one statement; what a tenant could not use goes round
+        // again to those that filled theirs, so one claim is both fair and full.
         let sql = format!(
             "UPDATE delivery_jobs SET state = 'leased', lease_expires_at = $3, lease_token = $4, updated_at = $2
              WHERE id IN (
-                SELECT d.id FROM delivery_jobs d JOIN subscriptions s ON s.id = d.subscription_id
-                WHERE d.tenant_id = $1 AND d.state = 'pending' AND d.due_at <= $2
-                  AND s.enabled AND s.verification_state = 'active'
-                  AND NOT (d.subscription_id = ANY($5))
-                ORDER BY d.due_at LIMIT $6
-                FOR UPDATE OF d SKIP LOCKED)
+                SELECT c.id FROM UNNEST($1::text[], $6::bigint[]) AS t(tenant_id, want)
+                CROSS JOIN LATERAL (
+                    SELECT d.id FROM delivery_jobs d JOIN subscriptions s ON s.id = d.subscription_id
+                    WHERE d.tenant_id = t.tenant_id AND d.state = 'pending' AND d.due_at <= $2
+                      AND s.enabled AND s.verification_state = 'active'
+                      AND NOT (d.subscription_id = ANY($5))
+                    ORDER BY d.due_at LIMIT t.want
+                    FOR UPDATE OF d SKIP LOCKED) c)
              RETURNING {CLAIMED_COLUMNS}"
         );
-        // Every tenant gets its share; what a tenant could not use goes round again to those that
-        // filled theirs, so one claim is both fair and full.
+        let mut claimed: Vec<ClaimedJob> = Vec::new();
         let mut active = tenants;
         while !active.is_empty() && (claimed.len() as u32) < req.limit {
-            let share = per_tenant_share(req.limit - claimed.len() as u32, active.len());
-            let mut still = Vec::new();
-            for tenant in &active {
-                let want = share.min(req.limit - claimed.len() as u32);
-                if want == 0 {
-                    break;
-                }
-                let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                    .bind(tenant)
-                    .bind(req.now)
-                    .bind(req.lease_until)
-                    .bind(req.token)
-                    .bind(&req.exclude_subscriptions)
-                    .bind(i64::from(want))
-                    .fetch_all(&mut *tx)
-                    .await?;
-                if rows.len() as u32 == want {
-                    still.push(tenant.clone());
-                }
-                for row in &rows {
-                    claimed.push(claimed_from_row(row)?);
-                }
+            let wants = shares(req.limit - claimed.len() as u32, active.len());
+            let (names, wants): (Vec<String>, Vec<i64>) =
+                active.iter().cloned().zip(wants).filter(|(_, w)| *w > 0).unzip();
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                .bind(&names)
+                .bind(req.now)
+                .bind(req.lease_until)
+                .bind(req.token)
+                .bind(&req.exclude_subscriptions)
+                .bind(&wants)
+                .fetch_all(&mut *tx)
+                .await?;
+            let mut got: HashMap<String, i64> = HashMap::new();
+            for row in &rows {
+                let job = claimed_from_row(row)?;
+                *got.entry(job.tenant_id.clone()).or_default() += 1;
+                claimed.push(job);
             }
-            active = still;
+            active = names
+                .into_iter()
+                .zip(wants)
+                .filter(|(t, w)| got.get(t).copied().unwrap_or(0) == *w)
+                .map(|(t, _)| t)
+                .collect();
+            if rows.is_empty() {
+                break;
+            }
         }
         tx.commit().await?;
         Ok(claimed)
@@ -902,6 +933,15 @@ impl Store for PgStore {
             return Ok(Vec::new());
         }
         let mut tx = self.pool.begin().await?;
+        // The jobs are found by primary key, one probe each. The job table changes fast, and
+        // between autovacuum's analyses its statistics can make a scan of every leased job look
+        // cheaper than a handful of probes; these settings last until the commit.
+        sqlx::raw_sql(
+            "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_hashjoin = off;
+             SET LOCAL enable_mergejoin = off",
+        )
+        .execute(&mut *tx)
+        .await?;
         let mut cols = AttemptColumns::default();
         for r in results {
             cols.push(r);
@@ -927,9 +967,9 @@ impl Store for PgStore {
         .await?;
         // Each job changes only while its lease is held; the ids that changed come back.
         let updated: Vec<Uuid> = sqlx::query_scalar(
-            "UPDATE delivery_jobs j SET state = u.state, attempts = j.attempts + 1, due_at = COALESCE(u.due_at, j.due_at),
-                last_error = u.error, finished_at = u.finished_at, lease_expires_at = NULL, lease_token = NULL,
-                updated_at = u.now
+            "UPDATE delivery_jobs j SET state = u.state, attempts = j.attempts + 1,
+                due_at = COALESCE(u.due_at, j.due_at), last_error = u.error, finished_at = u.finished_at,
+                lease_expires_at = NULL, lease_token = NULL, updated_at = u.now
              FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::timestamptz[],
                 $7::timestamptz[]) AS u(id, token, state, due_at, error, finished_at, now)
              WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'leased'
