@@ -187,7 +187,16 @@ pub async fn start_with_clock(
         store: Arc::clone(&store),
         admin_token: admin_token.clone(),
         policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
-        ingest: ingest::GroupWriter::start(Arc::clone(&store), Arc::clone(&wake), 2),
+        key_cache: Arc::default(),
+        // SQLite has one writer: one group at a time. PostgreSQL writes different tenants at once.
+        ingest: ingest::GroupWriter::start(
+            Arc::clone(&store),
+            Arc::clone(&wake),
+            match config.database {
+                Database::Sqlite { .. } => 1,
+                Database::Postgres { max_connections, .. } => (max_connections as usize / 4).clamp(1, 8),
+            },
+        ),
         sealer,
         allow_private_sinks: config.allow_private_sinks,
         pull_limiter: Arc::new(api::pull::PullLimiter::new(config.pull_rate, config.pull_burst)),

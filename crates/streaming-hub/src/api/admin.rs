@@ -159,7 +159,12 @@ pub async fn revoke_api_key(
 ) -> Result<impl IntoResponse, ApiError> {
     let not_found = || ApiError::not_found("no live API key has this id");
     let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
-    if state.store.revoke_api_key(id).await? { Ok(StatusCode::NO_CONTENT) } else { Err(not_found()) }
+    if state.store.revoke_api_key(id).await? {
+        state.key_cache.clear();
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(not_found())
+    }
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

@@ -42,12 +42,57 @@ impl FromRequestParts<AppState> for Principal {
             return Ok(Principal::Admin);
         }
         if token.starts_with(keys::API_KEY_PREFIX) {
-            if let Some(key) = state.store.api_key_by_hash(&keys::hash(token)).await? {
+            let hash = keys::hash(token);
+            if let Some(known) = state.key_cache.get(&hash) {
+                return Ok(known);
+            }
+            if let Some(key) = state.store.api_key_by_hash(&hash).await? {
                 let tenant = TenantId::parse(&key.tenant_id).map_err(ApiError::internal)?;
-                return Ok(Principal::Tenant { tenant, key_id: key.id });
+                let principal = Principal::Tenant { tenant, key_id: key.id };
+                state.key_cache.put(hash, principal.clone());
+                return Ok(principal);
             }
         }
         Err(ApiError::unauthorized("the bearer token is not valid"))
+    }
+}
+
+/// Live API keys seen lately, by hash, so a busy producer's requests do not each cost a query.
+/// Only keys found live are kept, each for at most [`KeyCache::TTL`]: a key revoked through this
+/// process stops working at once (the cache is cleared), through another replica within the TTL.
+#[derive(Debug, Default)]
+pub struct KeyCache {
+    entries: std::sync::Mutex<std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>>,
+}
+
+impl KeyCache {
+    pub const TTL: std::time::Duration = std::time::Duration::from_secs(2);
+    /// Entries kept at most; a full cache starts over.
+    const CAPACITY: usize = 10_000;
+
+    fn entries(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, hash: &[u8]) -> Option<Principal> {
+        let entries = self.entries();
+        let (principal, at) = entries.get(hash)?;
+        (at.elapsed() < Self::TTL).then(|| principal.clone())
+    }
+
+    fn put(&self, hash: Vec<u8>, principal: Principal) {
+        let mut entries = self.entries();
+        if entries.len() >= Self::CAPACITY {
+            entries.clear();
+        }
+        entries.insert(hash, (principal, std::time::Instant::now()));
+    }
+
+    /// Forgets every key (after a revocation).
+    pub fn clear(&self) {
+        self.entries().clear();
     }
 }
 

@@ -41,6 +41,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub admin_token: Secret,
     pub policy: Arc<IngestPolicy>,
+    /// Live API keys seen lately.
+    pub key_cache: Arc<auth::KeyCache>,
     /// HTTP ingest's group commit.
     pub ingest: crate::ingest::GroupWriter,
     pub sealer: Arc<Sealer>,

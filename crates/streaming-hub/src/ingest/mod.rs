@@ -162,51 +162,60 @@ struct Pending {
 /// Group commit for HTTP ingest: concurrent posts share one transaction. A writer takes every
 /// record waiting when it starts a write (up to [`GROUP_BATCH`]), writes them with
 /// [`hub_store::Store::write_batch`] and answers each post only after the commit, so a 202 still
-/// means the event is durable. Two writers take turns, one collecting while the other commits.
-/// When a group's write fails its records are written one by one, so one bad record fails only
-/// its own post.
+/// means the event is durable. Records are routed to one of several writers by tenant: one
+/// tenant's writes take turns on its sequence lock anyway, while different tenants' run in
+/// parallel. When a group's write fails its records are written one by one, so one bad record
+/// fails only its own post.
 #[derive(Debug, Clone)]
 pub struct GroupWriter {
-    queue: tokio::sync::mpsc::Sender<Pending>,
+    shards: std::sync::Arc<[tokio::sync::mpsc::Sender<Pending>]>,
 }
 
 impl GroupWriter {
+    /// Starts `writers` writers (at least one).
     pub fn start(
         store: std::sync::Arc<dyn hub_store::Store>,
         wake: std::sync::Arc<tokio::sync::Notify>,
         writers: usize,
     ) -> Self {
-        let (queue, rx) = tokio::sync::mpsc::channel(GROUP_QUEUE);
-        let rx = std::sync::Arc::new(tokio::sync::Mutex::new(rx));
+        let mut shards = Vec::new();
         for _ in 0..writers.max(1) {
-            let (store, wake, rx) =
-                (std::sync::Arc::clone(&store), std::sync::Arc::clone(&wake), std::sync::Arc::clone(&rx));
+            let (queue, mut rx) = tokio::sync::mpsc::channel::<Pending>(GROUP_QUEUE);
+            let (store, wake) = (std::sync::Arc::clone(&store), std::sync::Arc::clone(&wake));
             tokio::spawn(async move {
                 let mut group: Vec<Pending> = Vec::with_capacity(GROUP_BATCH);
-                loop {
-                    // Ends when every sender is gone and the queue is empty.
-                    if rx.lock().await.recv_many(&mut group, GROUP_BATCH).await == 0 {
-                        break;
-                    }
+                // Ends when every sender is gone and the queue is empty.
+                while rx.recv_many(&mut group, GROUP_BATCH).await > 0 {
                     let (records, replies): (Vec<IngestRecord>, Vec<_>) =
                         group.drain(..).map(|p| (p.record, p.reply)).unzip();
-                    let inserted = write_group(store.as_ref(), &records, replies).await;
-                    if inserted {
+                    if write_group(store.as_ref(), &records, replies).await {
                         wake.notify_one();
                     }
                 }
             });
+            shards.push(queue);
         }
-        Self { queue }
+        Self { shards: shards.into() }
     }
 
     /// Writes one record; returns once its group is committed.
     pub async fn write(&self, record: IngestRecord) -> hub_store::StoreResult<WriteOutcome> {
+        let tenant = match &record {
+            IngestRecord::Accepted(e) => e.envelope.tenant().as_str(),
+            IngestRecord::Quarantined(q) => q.headers.get("ce-tenantid").map_or("", String::as_str),
+        };
+        let shard = &self.shards[shard_of(tenant, self.shards.len())];
         let (reply, answer) = tokio::sync::oneshot::channel();
         let closed = || hub_store::StoreError::Database(sqlx::Error::PoolClosed);
-        self.queue.send(Pending { record, reply }).await.map_err(|_| closed())?;
+        shard.send(Pending { record, reply }).await.map_err(|_| closed())?;
         answer.await.map_err(|_| closed())?
     }
+}
+
+/// A stable shard for a tenant (FNV-1a).
+fn shard_of(tenant: &str, shards: usize) -> usize {
+    let hash = tenant.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    (hash % shards.max(1) as u64) as usize
 }
 
 /// Writes a group and answers each record; true when an event was inserted.
