@@ -1,8 +1,9 @@
 //! The PostgreSQL backend: production, shared by any number of replicas.
 //!
-//! A batch locks the sequence row of each of its tenants (in tenant order, so two batches never
-//! deadlock), checks which ids the tenant already has, and inserts the new events with one
-//! `UNNEST` statement per tenant.
+//! A batch locks the sequence rows of its tenants (in tenant order, so two batches never
+//! deadlock), checks which ids they already have, and inserts the new events with their pull
+//! entries and jobs in one `UNNEST` statement: a fixed number of round trips per batch, however
+//! many tenants it holds.
 
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
@@ -56,63 +57,139 @@ impl PgStore {
         &self.pool
     }
 
-    async fn insert_tenant_events(
+    /// Writes a batch's accepted events in a fixed number of statements whatever its tenants:
+    /// lock the tenants' sequence rows (in tenant order, so concurrent batches never deadlock),
+    /// find the ids already stored, read the tenants' deliverable subscriptions, then insert the
+    /// events, pull entries and jobs and move the sequences in one statement. Returns the
+    /// outcomes by batch index and whether jobs were created.
+    async fn insert_accepted(
         tx: &mut Transaction<'_, Postgres>,
-        tenant: &str,
-        events: &[(usize, &AcceptedEvent)],
-    ) -> StoreResult<(Vec<(usize, WriteOutcome)>, bool)> {
-        // Locks the tenant's sequence row until commit: writers of one tenant take turns.
-        let last_seq: i64 = sqlx::query_scalar(
-            "INSERT INTO tenant_sequences (tenant_id, last_seq) VALUES ($1, 0)
+        batch: &[IngestRecord],
+        channel: &str,
+    ) -> StoreResult<Vec<(usize, WriteOutcome)>> {
+        let groups = accepted_by_tenant(batch);
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tenants: Vec<&str> = groups.keys().copied().collect();
+        // Each tenant's writers take turns on its sequence row until commit.
+        let last: HashMap<String, i64> = sqlx::query_as(
+            "INSERT INTO tenant_sequences (tenant_id, last_seq)
+             SELECT t, 0 FROM UNNEST($1::text[]) WITH ORDINALITY AS u(t, n) ORDER BY n
              ON CONFLICT (tenant_id) DO UPDATE SET last_seq = tenant_sequences.last_seq
-             RETURNING last_seq",
+             RETURNING tenant_id, last_seq",
         )
-        .bind(tenant)
-        .fetch_one(&mut **tx)
+        .bind(&tenants)
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .collect();
+        // One unique-index probe per id, whatever the table's statistics say (`LIMIT 1` keeps the
+        // planner from turning the lookups into a scan of a tenant's events).
+        let (probe_tenants, probe_ids): (Vec<&str>, Vec<Uuid>) = groups
+            .iter()
+            .flat_map(|(t, events)| events.iter().map(move |(_, e)| (*t, e.envelope.id().as_uuid())))
+            .unzip();
+        let mut existing: HashMap<&str, HashMap<Uuid, i64>> = HashMap::new();
+        let found: Vec<(String, Uuid, i64)> = sqlx::query_as(
+            "SELECT e.tenant_id, e.ce_id, e.seq FROM UNNEST($1::text[], $2::uuid[]) AS u(tenant_id, ce_id)
+             CROSS JOIN LATERAL (SELECT tenant_id, ce_id, seq FROM events
+                                 WHERE tenant_id = u.tenant_id AND ce_id = u.ce_id LIMIT 1) e",
+        )
+        .bind(&probe_tenants)
+        .bind(&probe_ids)
+        .fetch_all(&mut **tx)
         .await?;
-
-        let ids: Vec<Uuid> = events.iter().map(|(_, e)| e.envelope.id().as_uuid()).collect();
-        let existing: HashMap<Uuid, i64> =
-            // One unique-index probe per id, whatever the table's statistics say (`LIMIT 1` keeps
-            // the planner from turning the lookup into a scan of the tenant's events).
-            sqlx::query_as(
-                "SELECT e.ce_id, e.seq FROM UNNEST($2::uuid[]) AS u(ce_id)
-                 CROSS JOIN LATERAL (SELECT ce_id, seq FROM events
-                                     WHERE tenant_id = $1 AND ce_id = u.ce_id LIMIT 1) e",
-            )
-                .bind(tenant)
-                .bind(&ids)
-                .fetch_all(&mut **tx)
-                .await?
-                .into_iter()
-                .collect();
-
-        let (outcomes, inserts, new_last) = assign_seqs(events, &existing, last_seq);
-        if inserts.is_empty() {
-            return Ok((outcomes, false));
+        for (tenant, id, seq) in &found {
+            if let Some(t) = tenants.iter().find(|t| **t == tenant.as_str()) {
+                existing.entry(*t).or_default().insert(*id, *seq);
+            }
         }
-        let mut cols = EventColumns::default();
-        for (seq, event) in &inserts {
-            cols.push(*seq, event);
-        }
-        sqlx::query(
-            "INSERT INTO events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
-                event_time, schema_version, subject, data_content_type, data_schema, traceparent,
-                tracestate, extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset,
-                received_at)
-             SELECT $1, t.seq, t.ce_id, t.source, t.ce_type, t.resource_type, t.event_type,
-                t.event_time, t.schema_version, t.subject, t.data_content_type, t.data_schema,
-                t.traceparent, t.tracestate, t.extensions::jsonb, t.payload, t.origin, t.kafka_topic,
-                t.kafka_partition, t.kafka_offset, t.received_at
-             FROM UNNEST($2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[],
-                $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[],
-                $14::text[], $15::text[], $16::bytea[], $17::text[], $18::text[], $19::int[],
-                $20::bigint[], $21::timestamptz[])
-             AS t(seq, ce_id, source, ce_type, resource_type, event_type, event_time,
-                schema_version, subject, data_content_type, data_schema, traceparent, tracestate,
-                extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset, received_at)",
+        let subs: Vec<(String, Uuid, String, String, Option<String>)> = sqlx::query_as(
+            "SELECT tenant_id, id, sink_type, event_types::text, origin FROM subscriptions
+             WHERE tenant_id = ANY($1) AND enabled AND verification_state = 'active'",
         )
-        .bind(tenant)
+        .bind(&tenants)
+        .fetch_all(&mut **tx)
+        .await?;
+        let mut targets: HashMap<&str, Vec<MatchTarget>> = HashMap::new();
+        for (tenant, id, sink, types, origin) in subs {
+            if let Some(t) = tenants.iter().find(|t| **t == tenant.as_str()) {
+                targets.entry(*t).or_default().push(MatchTarget::new(id, &sink, &types, origin)?);
+            }
+        }
+
+        let mut outcomes = Vec::new();
+        let mut cols = EventColumns::default();
+        let (mut pull_subs, mut pull_seqs, mut pull_tenants) = (Vec::new(), Vec::new(), Vec::new());
+        let mut jobs = JobColumns::default();
+        let (mut seq_tenants, mut seq_last) = (Vec::new(), Vec::new());
+        let none = HashMap::new();
+        for (tenant, events) in &groups {
+            let start = last
+                .get(*tenant)
+                .copied()
+                .ok_or_else(|| StoreError::Corrupt(format!("no sequence row came back for tenant {tenant}")))?;
+            let (tenant_outcomes, inserts, new_last) =
+                assign_seqs(events, existing.get(tenant).unwrap_or(&none), start);
+            outcomes.extend(tenant_outcomes);
+            if inserts.is_empty() {
+                continue;
+            }
+            for (seq, event) in &inserts {
+                cols.push(tenant, *seq, event);
+            }
+            let work = match_events(tenant, targets.get(tenant).map_or(&[][..], Vec::as_slice), &inserts);
+            for (sub, seq) in work.pulls {
+                pull_subs.push(sub);
+                pull_seqs.push(seq);
+                pull_tenants.push(*tenant);
+            }
+            for (sub, seq, received) in work.jobs {
+                jobs.push(tenant, sub, seq, received);
+            }
+            seq_tenants.push(*tenant);
+            seq_last.push(new_last);
+        }
+        if cols.seq.is_empty() {
+            return Ok(outcomes);
+        }
+        let notify = !jobs.id.is_empty();
+        sqlx::query(
+            "WITH new_events AS (
+                INSERT INTO events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
+                    event_time, schema_version, subject, data_content_type, data_schema, traceparent,
+                    tracestate, extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset,
+                    received_at)
+                SELECT t.tenant_id, t.seq, t.ce_id, t.source, t.ce_type, t.resource_type, t.event_type,
+                    t.event_time, t.schema_version, t.subject, t.data_content_type, t.data_schema,
+                    t.traceparent, t.tracestate, t.extensions::jsonb, t.payload, t.origin, t.kafka_topic,
+                    t.kafka_partition, t.kafka_offset, t.received_at
+                FROM UNNEST($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::text[],
+                    $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                    $13::text[], $14::text[], $15::text[], $16::bytea[], $17::text[], $18::text[],
+                    $19::int[], $20::bigint[], $21::timestamptz[])
+                AS t(tenant_id, seq, ce_id, source, ce_type, resource_type, event_type, event_time,
+                    schema_version, subject, data_content_type, data_schema, traceparent, tracestate,
+                    extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset, received_at)
+             ), new_pulls AS (
+                INSERT INTO pull_entries (subscription_id, seq, tenant_id)
+                SELECT * FROM UNNEST($22::uuid[], $23::bigint[], $24::text[])
+             ), new_jobs AS (
+                INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
+                    event_received_at, window_start, created_at, updated_at)
+                SELECT t.id, t.tenant_id, t.sub, t.seq, 'pending', t.received, t.received, t.received, now(), now()
+                FROM UNNEST($25::uuid[], $26::text[], $27::uuid[], $28::bigint[], $29::timestamptz[])
+                AS t(id, tenant_id, sub, seq, received)
+             ), sequences AS (
+                UPDATE tenant_sequences s SET last_seq = u.last_seq
+                FROM UNNEST($30::text[], $31::bigint[]) AS u(tenant_id, last_seq)
+                WHERE s.tenant_id = u.tenant_id
+             )
+             -- Delivered at commit: other replicas' dispatchers wake at once.
+             SELECT pg_notify($32, '') WHERE $33",
+        )
+        .bind(cols.tenant_id)
         .bind(cols.seq)
         .bind(cols.ce_id)
         .bind(cols.source)
@@ -133,75 +210,21 @@ impl PgStore {
         .bind(cols.kafka_partition)
         .bind(cols.kafka_offset)
         .bind(cols.received_at)
+        .bind(pull_subs)
+        .bind(pull_seqs)
+        .bind(pull_tenants)
+        .bind(jobs.id)
+        .bind(jobs.tenant_id)
+        .bind(jobs.sub)
+        .bind(jobs.seq)
+        .bind(jobs.received)
+        .bind(seq_tenants)
+        .bind(seq_last)
+        .bind(channel)
+        .bind(notify)
         .execute(&mut **tx)
         .await?;
-
-        let created_jobs = Self::insert_matched_work(tx, tenant, &inserts).await?;
-
-        sqlx::query("UPDATE tenant_sequences SET last_seq = $2 WHERE tenant_id = $1")
-            .bind(tenant)
-            .bind(new_last)
-            .execute(&mut **tx)
-            .await?;
-        Ok((outcomes, created_jobs))
-    }
-
-    /// Matches newly inserted events against the tenant's deliverable subscriptions (one indexed
-    /// read per tenant and batch) and writes the jobs and pull entries they create.
-    async fn insert_matched_work(
-        tx: &mut Transaction<'_, Postgres>,
-        tenant: &str,
-        inserts: &[(i64, &AcceptedEvent)],
-    ) -> StoreResult<bool> {
-        let rows: Vec<(Uuid, String, String, Option<String>)> = sqlx::query_as(
-            "SELECT id, sink_type, event_types::text, origin FROM subscriptions
-             WHERE tenant_id = $1 AND enabled AND verification_state = 'active'",
-        )
-        .bind(tenant)
-        .fetch_all(&mut **tx)
-        .await?;
-        if rows.is_empty() {
-            return Ok(false);
-        }
-        let targets = rows
-            .into_iter()
-            .map(|(id, sink, types, origin)| MatchTarget::new(id, &sink, &types, origin))
-            .collect::<StoreResult<Vec<_>>>()?;
-        let work = match_events(tenant, &targets, inserts);
-        if !work.pulls.is_empty() {
-            let (subs, seqs): (Vec<Uuid>, Vec<i64>) = work.pulls.into_iter().unzip();
-            sqlx::query(
-                "INSERT INTO pull_entries (subscription_id, seq, tenant_id)
-                 SELECT t.sub, t.seq, $3 FROM UNNEST($1::uuid[], $2::bigint[]) AS t(sub, seq)",
-            )
-            .bind(subs)
-            .bind(seqs)
-            .bind(tenant)
-            .execute(&mut **tx)
-            .await?;
-        }
-        let created_jobs = !work.jobs.is_empty();
-        if created_jobs {
-            let ids: Vec<Uuid> = work.jobs.iter().map(|_| Uuid::now_v7()).collect();
-            let subs: Vec<Uuid> = work.jobs.iter().map(|j| j.0).collect();
-            let seqs: Vec<i64> = work.jobs.iter().map(|j| j.1).collect();
-            let received: Vec<DateTime<Utc>> = work.jobs.iter().map(|j| j.2).collect();
-            sqlx::query(
-                "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
-                    event_received_at, window_start, created_at, updated_at)
-                 SELECT t.id, $5, t.sub, t.seq, 'pending', t.received, t.received, t.received, now(), now()
-                 FROM UNNEST($1::uuid[], $2::uuid[], $3::bigint[], $4::timestamptz[])
-                 AS t(id, sub, seq, received)",
-            )
-            .bind(ids)
-            .bind(subs)
-            .bind(seqs)
-            .bind(received)
-            .bind(tenant)
-            .execute(&mut **tx)
-            .await?;
-        }
-        Ok(created_jobs)
+        Ok(outcomes)
     }
 
     /// A subscription's health after one attempt; true when this attempt disabled it.
@@ -273,6 +296,7 @@ impl PgStore {
 /// Column arrays for one `UNNEST` insert.
 #[derive(Default)]
 struct EventColumns {
+    tenant_id: Vec<String>,
     seq: Vec<i64>,
     ce_id: Vec<Uuid>,
     source: Vec<String>,
@@ -296,9 +320,10 @@ struct EventColumns {
 }
 
 impl EventColumns {
-    fn push(&mut self, seq: i64, event: &AcceptedEvent) {
+    fn push(&mut self, tenant: &str, seq: i64, event: &AcceptedEvent) {
         let env = &event.envelope;
         let (topic, partition, offset) = event.origin.kafka_parts();
+        self.tenant_id.push(tenant.to_owned());
         self.seq.push(seq);
         self.ce_id.push(env.id().as_uuid());
         self.source.push(env.source().to_string());
@@ -326,6 +351,26 @@ impl EventColumns {
 fn shares(limit: u32, tenants: usize) -> Vec<i64> {
     let n = tenants.max(1) as u32;
     (0..n).map(|i| i64::from(limit / n + u32::from(i < limit % n))).collect()
+}
+
+/// Column arrays for inserting delivery jobs with `UNNEST`.
+#[derive(Default)]
+struct JobColumns {
+    id: Vec<Uuid>,
+    tenant_id: Vec<String>,
+    sub: Vec<Uuid>,
+    seq: Vec<i64>,
+    received: Vec<DateTime<Utc>>,
+}
+
+impl JobColumns {
+    fn push(&mut self, tenant: &str, sub: Uuid, seq: i64, received: DateTime<Utc>) {
+        self.id.push(Uuid::now_v7());
+        self.tenant_id.push(tenant.to_owned());
+        self.sub.push(sub);
+        self.seq.push(seq);
+        self.received.push(received);
+    }
 }
 
 /// Column arrays for recording a batch of attempts with `UNNEST`.
@@ -594,17 +639,7 @@ impl Store for PgStore {
 
     async fn write_batch(&self, batch: &[IngestRecord]) -> StoreResult<Vec<WriteOutcome>> {
         let mut tx = self.pool.begin().await?;
-        let mut outcomes = Vec::with_capacity(batch.len());
-        let mut created_jobs = false;
-        for (tenant, events) in accepted_by_tenant(batch) {
-            let (tenant_outcomes, jobs) = Self::insert_tenant_events(&mut tx, tenant, &events).await?;
-            outcomes.extend(tenant_outcomes);
-            created_jobs |= jobs;
-        }
-        if created_jobs {
-            // Delivered at commit: other replicas' dispatchers wake at once.
-            sqlx::query("SELECT pg_notify($1, '')").bind(&self.channel).execute(&mut *tx).await?;
-        }
+        let mut outcomes = Self::insert_accepted(&mut tx, batch, &self.channel).await?;
         for (i, record) in batch.iter().enumerate() {
             if let IngestRecord::Quarantined(q) = record {
                 let id = Self::insert_quarantine(&mut tx, q).await?;
@@ -932,75 +967,77 @@ impl Store for PgStore {
         if results.is_empty() {
             return Ok(Vec::new());
         }
-        let mut tx = self.pool.begin().await?;
-        // The jobs are found by primary key, one probe each. The job table changes fast, and
-        // between autovacuum's analyses its statistics can make a scan of every leased job look
-        // cheaper than a handful of probes; these settings last until the commit.
-        sqlx::raw_sql(
-            "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL enable_hashjoin = off;
-             SET LOCAL enable_mergejoin = off",
-        )
-        .execute(&mut *tx)
-        .await?;
         let mut cols = AttemptColumns::default();
         for r in results {
             cols.push(r);
         }
-        sqlx::query(
-            "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
-                latency_ms, outcome, status_code, error, response_body)
-             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::int[], $6::timestamptz[],
-                $7::bigint[], $8::text[], $9::int[], $10::text[], $11::text[])",
-        )
-        .bind(&cols.id)
-        .bind(&cols.job_id)
-        .bind(&cols.tenant_id)
-        .bind(&cols.subscription_id)
-        .bind(&cols.attempt)
-        .bind(&cols.started_at)
-        .bind(&cols.latency_ms)
-        .bind(&cols.outcome)
-        .bind(&cols.status_code)
-        .bind(&cols.error)
-        .bind(&cols.response_body)
-        .execute(&mut *tx)
-        .await?;
-        // Each job changes only while its lease is held; the ids that changed come back.
-        let updated: Vec<Uuid> = sqlx::query_scalar(
-            "UPDATE delivery_jobs j SET state = u.state, attempts = j.attempts + 1,
-                due_at = COALESCE(u.due_at, j.due_at), last_error = u.error, finished_at = u.finished_at,
-                lease_expires_at = NULL, lease_token = NULL, updated_at = u.now
-             FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::timestamptz[], $5::text[], $6::timestamptz[],
-                $7::timestamptz[]) AS u(id, token, state, due_at, error, finished_at, now)
-             WHERE j.id = u.id AND j.lease_token = u.token AND j.state = 'leased'
-             RETURNING j.id",
-        )
-        .bind(&cols.job_id)
-        .bind(&cols.token)
-        .bind(&cols.state)
-        .bind(&cols.due_at)
-        .bind(&cols.job_error)
-        .bind(&cols.finished_at)
-        .bind(&cols.now)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut disabled = vec![false; results.len()];
-        if results.iter().all(|r| matches!(r.health, HealthUpdate::Success)) {
-            // The usual case: one statement clears the failure marks of every subscription.
-            sqlx::query(
-                "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
-                 WHERE id = ANY($1) AND failing_since IS NOT NULL",
-            )
-            .bind(&cols.subscription_id)
-            .execute(&mut *tx)
-            .await?;
+        // The usual case, every attempt delivered: one statement (so one transaction) records
+        // them, moves their jobs and clears their subscriptions' failure marks. Otherwise the
+        // subscriptions' health changes follow, in order, in the same transaction.
+        let all_delivered = results.iter().all(|r| matches!(r.health, HealthUpdate::Success));
+        let healthy = if all_delivered {
+            ", healthy AS (
+                UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
+                WHERE id = ANY($4) AND failing_since IS NOT NULL)"
         } else {
+            ""
+        };
+        // Each job changes only while its lease is held: the held jobs are found and locked by
+        // primary key, one probe each, and updated by their row address, so the plan does not
+        // depend on how fresh the fast-changing job table's statistics are.
+        let sql = format!(
+            "WITH held AS MATERIALIZED (
+                SELECT u.*, l.row FROM UNNEST($2::uuid[], $12::uuid[], $13::text[], $14::timestamptz[],
+                    $15::text[], $16::timestamptz[], $17::timestamptz[])
+                    AS u(id, token, state, due_at, error, finished_at, now)
+                CROSS JOIN LATERAL (SELECT ctid AS row FROM delivery_jobs
+                                    WHERE id = u.id AND lease_token = u.token AND state = 'leased'
+                                    LIMIT 1 FOR UPDATE) l
+             ), done AS (
+                UPDATE delivery_jobs j SET state = h.state, attempts = j.attempts + 1,
+                    due_at = COALESCE(h.due_at, j.due_at), last_error = h.error, finished_at = h.finished_at,
+                    lease_expires_at = NULL, lease_token = NULL, updated_at = h.now
+                FROM held h WHERE j.ctid = h.row
+                RETURNING j.id
+             ), recorded AS (
+                INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
+                    latency_ms, outcome, status_code, error, response_body)
+                SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::int[],
+                    $6::timestamptz[], $7::bigint[], $8::text[], $9::int[], $10::text[], $11::text[])
+             ){healthy}
+             SELECT id FROM done"
+        );
+        let query = sqlx::query_scalar::<_, Uuid>(sqlx::AssertSqlSafe(sql))
+            .bind(&cols.id)
+            .bind(&cols.job_id)
+            .bind(&cols.tenant_id)
+            .bind(&cols.subscription_id)
+            .bind(&cols.attempt)
+            .bind(&cols.started_at)
+            .bind(&cols.latency_ms)
+            .bind(&cols.outcome)
+            .bind(&cols.status_code)
+            .bind(&cols.error)
+            .bind(&cols.response_body)
+            .bind(&cols.token)
+            .bind(&cols.state)
+            .bind(&cols.due_at)
+            .bind(&cols.job_error)
+            .bind(&cols.finished_at)
+            .bind(&cols.now);
+        let mut disabled = vec![false; results.len()];
+        let updated: std::collections::HashSet<Uuid> = if all_delivered {
+            query.fetch_all(&self.pool).await?.into_iter().collect()
+        } else {
+            let mut tx = self.pool.begin().await?;
+            let updated = query.fetch_all(&mut *tx).await?.into_iter().collect();
             // Failures and successes of one subscription apply in order.
             for (i, r) in results.iter().enumerate() {
                 disabled[i] = Self::apply_health(&mut tx, r.record.subscription_id, &r.health).await?;
             }
-        }
-        tx.commit().await?;
+            tx.commit().await?;
+            updated
+        };
         Ok(results
             .iter()
             .zip(disabled)

@@ -30,9 +30,13 @@ async fn api_keys_are_created_listed_paged_and_revoked() {
     assert_eq!(page2["next_cursor"], json!(null));
     assert_eq!(page2["items"][0]["id"], created["id"]);
 
+    // A key in use (so remembered by the process) stops working as soon as it is revoked.
+    let use_key = || hub.client.get(hub.url("/v1/subscriptions")).bearer_auth(key);
+    assert_eq!(hub.send(use_key()).await.0, StatusCode::OK);
     let id = created["id"].as_str().expect("id");
     let revoke = || hub.client.delete(hub.url(&format!("/admin/api-keys/{id}"))).bearer_auth(&hub.admin);
     assert_eq!(hub.send(revoke()).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(hub.send(use_key()).await.0, StatusCode::UNAUTHORIZED, "a revoked key is refused at once");
     let (status, body) = hub.send(revoke()).await;
     assert_eq!((status, body["title"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
     let unknown = hub.client.delete(hub.url("/admin/api-keys/not-a-uuid")).bearer_auth(&hub.admin);
