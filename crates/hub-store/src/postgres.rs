@@ -857,95 +857,104 @@ impl Store for PgStore {
 
     async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
         let limit = i64::from(req.limit.max(1));
-        let mut tx = self.pool.begin().await?;
-        // Tenants with due work in order after the last one served, then wrapping around to those
-        // before it: two skip scans of the index, in one round trip.
-        let after = req.after_tenant.clone().unwrap_or_default();
-        let rows: Vec<(String, i32)> = sqlx::query_as(
+        // The jobs of each chosen tenant, up to its share, locked and leased; the claimed rows are
+        // updated by their row address, so the plan does not depend on how fresh the job table's
+        // statistics are. `wants` lists the tenants as `t(tenant_id, want)`.
+        let lease = |wants: &str| {
+            format!(
+                "UPDATE delivery_jobs j SET state = 'leased', lease_expires_at = $3, lease_token = $4, updated_at = $2
+                 FROM (SELECT c.row, t.want FROM {wants}
+                       CROSS JOIN LATERAL (
+                           SELECT d.ctid AS row FROM delivery_jobs d JOIN subscriptions s ON s.id = d.subscription_id
+                           WHERE d.tenant_id = t.tenant_id AND d.state = 'pending' AND d.due_at <= $2
+                             AND s.enabled AND s.verification_state = 'active'
+                             AND NOT (d.subscription_id = ANY($5))
+                           ORDER BY d.due_at LIMIT t.want
+                           FOR UPDATE OF d SKIP LOCKED) c
+                       WHERE t.want > 0) x
+                 WHERE j.ctid = x.row
+                 RETURNING {CLAIMED_COLUMNS}, x.want"
+            )
+        };
+        // First round, one statement: the tenants with due work in order after the last one
+        // served, wrapping around to those before it (two skip scans of the index), each given an
+        // even share of the limit.
+        let first = format!(
             "WITH RECURSIVE a(tenant_id) AS (
                 SELECT (SELECT tenant_id FROM delivery_jobs
-                        WHERE state = 'pending' AND due_at <= $1 AND tenant_id > $2
+                        WHERE state = 'pending' AND due_at <= $2 AND tenant_id > $1
                         ORDER BY tenant_id LIMIT 1)
                 UNION ALL
                 SELECT (SELECT d.tenant_id FROM delivery_jobs d
-                        WHERE d.state = 'pending' AND d.due_at <= $1 AND d.tenant_id > a.tenant_id
+                        WHERE d.state = 'pending' AND d.due_at <= $2 AND d.tenant_id > a.tenant_id
                         ORDER BY d.tenant_id LIMIT 1)
                 FROM a WHERE a.tenant_id IS NOT NULL
              ), b(tenant_id) AS (
                 SELECT (SELECT tenant_id FROM delivery_jobs
-                        WHERE state = 'pending' AND due_at <= $1 AND $2 <> ''
+                        WHERE state = 'pending' AND due_at <= $2 AND $1 <> ''
                         ORDER BY tenant_id LIMIT 1)
                 UNION ALL
                 SELECT (SELECT d.tenant_id FROM delivery_jobs d
-                        WHERE d.state = 'pending' AND d.due_at <= $1 AND d.tenant_id > b.tenant_id
-                          AND d.tenant_id <= $2
+                        WHERE d.state = 'pending' AND d.due_at <= $2 AND d.tenant_id > b.tenant_id
+                          AND d.tenant_id <= $1
                         ORDER BY d.tenant_id LIMIT 1)
                 FROM b WHERE b.tenant_id IS NOT NULL
+             ), picked AS (
+                SELECT tenant_id, row_number() OVER (ORDER BY part, tenant_id) AS rn FROM (
+                    (SELECT tenant_id, 0 AS part FROM a WHERE tenant_id IS NOT NULL LIMIT $6)
+                    UNION ALL
+                    (SELECT tenant_id, 1 FROM b WHERE tenant_id IS NOT NULL AND tenant_id <= $1 LIMIT $6)
+                ) p
+             ), chosen AS (
+                SELECT tenant_id, rn FROM picked ORDER BY rn LIMIT $6
+             ), wants AS (
+                SELECT tenant_id, $6 / n.c + CASE WHEN rn <= $6 % n.c THEN 1 ELSE 0 END AS want
+                FROM chosen, (SELECT count(*) AS c FROM chosen) n
              )
-             (SELECT tenant_id, 0 FROM a WHERE tenant_id IS NOT NULL LIMIT $3)
-             UNION ALL
-             (SELECT tenant_id, 1 FROM b WHERE tenant_id IS NOT NULL AND tenant_id <= $2 LIMIT $3)",
-        )
-        .bind(req.now)
-        .bind(&after)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut tenants: Vec<String> = Vec::new();
-        for part in [0, 1] {
-            for (t, _) in rows.iter().filter(|(_, p)| *p == part) {
-                if (tenants.len() as i64) < limit && !tenants.contains(t) {
-                    tenants.push(t.clone());
-                }
-            }
-        }
-        // Every tenant gets its share in one statement; what a tenant could not use goes round
-        // again to those that filled theirs, so one claim is both fair and full.
-        let sql = format!(
-            "UPDATE delivery_jobs SET state = 'leased', lease_expires_at = $3, lease_token = $4, updated_at = $2
-             WHERE id IN (
-                SELECT c.id FROM UNNEST($1::text[], $6::bigint[]) AS t(tenant_id, want)
-                CROSS JOIN LATERAL (
-                    SELECT d.id FROM delivery_jobs d JOIN subscriptions s ON s.id = d.subscription_id
-                    WHERE d.tenant_id = t.tenant_id AND d.state = 'pending' AND d.due_at <= $2
-                      AND s.enabled AND s.verification_state = 'active'
-                      AND NOT (d.subscription_id = ANY($5))
-                    ORDER BY d.due_at LIMIT t.want
-                    FOR UPDATE OF d SKIP LOCKED) c)
-             RETURNING {CLAIMED_COLUMNS}"
+             {}",
+            lease("wants t")
         );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(first))
+            .bind(req.after_tenant.clone().unwrap_or_default())
+            .bind(req.now)
+            .bind(req.lease_until)
+            .bind(req.token)
+            .bind(&req.exclude_subscriptions)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        // What a tenant could not use goes round again to those that filled their share, so one
+        // claim is both fair and full.
+        let again = lease("UNNEST($1::text[], $6::bigint[]) AS t(tenant_id, want)");
         let mut claimed: Vec<ClaimedJob> = Vec::new();
-        let mut active = tenants;
-        while !active.is_empty() && (claimed.len() as u32) < req.limit {
-            let wants = shares(req.limit - claimed.len() as u32, active.len());
-            let (names, wants): (Vec<String>, Vec<i64>) =
-                active.iter().cloned().zip(wants).filter(|(_, w)| *w > 0).unzip();
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-                .bind(&names)
+        let mut rows = rows;
+        loop {
+            let mut got: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+            for row in &rows {
+                let job = claimed_from_row(row)?;
+                let want: i64 = row.try_get("want")?;
+                let entry = got.entry(job.tenant_id.clone()).or_insert((0, want));
+                entry.0 += 1;
+                claimed.push(job);
+            }
+            let filled: Vec<String> = got.into_iter().filter(|(_, (n, want))| n >= want).map(|(t, _)| t).collect();
+            if filled.is_empty() || (claimed.len() as u32) >= req.limit {
+                break;
+            }
+            let wants = shares(req.limit - claimed.len() as u32, filled.len());
+            rows = sqlx::query(sqlx::AssertSqlSafe(again.clone()))
+                .bind(&filled)
                 .bind(req.now)
                 .bind(req.lease_until)
                 .bind(req.token)
                 .bind(&req.exclude_subscriptions)
                 .bind(&wants)
-                .fetch_all(&mut *tx)
+                .fetch_all(&self.pool)
                 .await?;
-            let mut got: HashMap<String, i64> = HashMap::new();
-            for row in &rows {
-                let job = claimed_from_row(row)?;
-                *got.entry(job.tenant_id.clone()).or_default() += 1;
-                claimed.push(job);
-            }
-            active = names
-                .into_iter()
-                .zip(wants)
-                .filter(|(t, w)| got.get(t).copied().unwrap_or(0) == *w)
-                .map(|(t, _)| t)
-                .collect();
             if rows.is_empty() {
                 break;
             }
         }
-        tx.commit().await?;
         Ok(claimed)
     }
 

@@ -14,7 +14,7 @@
 pub mod targets;
 pub mod verify;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -105,6 +105,8 @@ pub struct Dispatcher {
     in_flight: Mutex<HashMap<Uuid, Uuid>>,
 }
 
+/// Claims in flight at once: while one waits for the database, the other's jobs are attempted.
+const CLAIMERS: usize = 2;
 /// Outcomes waiting for the recorder, at most.
 const RECORDER_QUEUE: usize = 1024;
 /// Outcomes written in one transaction, at most.
@@ -153,67 +155,53 @@ impl Dispatcher {
 
     /// Runs until `shutdown`, then waits (up to `drain`) for attempts in flight.
     ///
-    /// Claims run ahead of the workers: a queue of up to `claim_batch` leased jobs is refilled
-    /// when it falls to half, so a worker that finishes takes its next job without a round trip.
-    /// Outcomes are written by a recorder that groups them into one transaction (see [`Recorder`]).
+    /// Claims run ahead of the workers: [`CLAIMERS`] claimers keep a ready queue of leased jobs
+    /// filled (each claim at most `claim_batch` jobs), so a worker that finishes takes its next
+    /// job without a round trip. Outcomes are written by a recorder that groups them into one
+    /// transaction (see `record_loop`).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken, drain: Duration) {
         let workers = Arc::new(Semaphore::new(self.settings.workers as usize));
-        let (recorder, outcomes) = tokio::sync::mpsc::channel(RECORDER_QUEUE);
+        let (recorder, outcomes) = mpsc::channel(RECORDER_QUEUE);
         let recording = tokio::spawn(Arc::clone(&self).record_loop(outcomes));
         let batch = self.settings.claim_batch.max(1) as usize;
-        let mut queue: VecDeque<Work> = VecDeque::with_capacity(batch);
-        // The last claim found fewer jobs than it asked for: claim again only once the queue is empty.
-        let mut dry = false;
-        let mut after_tenant: Option<String> = None;
-        let mut last_recovery: Option<Instant> = None;
+        // Claimed jobs wait here for a worker, each holding a slot of the ready queue; claimers
+        // refill it while workers attempt, so no worker waits for a claim's round trip.
+        let slots = Arc::new(Semaphore::new(CLAIMERS * batch));
+        let (ready, mut queue) = mpsc::channel::<(Work, OwnedSemaphorePermit)>(CLAIMERS * batch);
+        let claimers: Vec<_> = (0..CLAIMERS)
+            .map(|i| tokio::spawn(Arc::clone(&self).claim_loop(i, ready.clone(), Arc::clone(&slots), shutdown.clone())))
+            .collect();
+        drop(ready);
         loop {
-            if shutdown.is_cancelled() {
-                break;
-            }
-            if last_recovery.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
-                self.recover().await;
-                last_recovery = Some(Instant::now());
-            }
-            if queue.len() <= batch / 2 && !(dry && !queue.is_empty()) {
-                let want = batch - queue.len();
-                match self.claim(want as u32, &mut after_tenant).await {
-                    Ok(work) => {
-                        dry = work.len() < want;
-                        queue.extend(work);
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "claiming jobs failed; retrying");
-                        if queue.is_empty() {
-                            tokio::select! {
-                                () = tokio::time::sleep(self.settings.idle_interval.max(Duration::from_millis(500))) => {}
-                                () = shutdown.cancelled() => break,
-                            }
-                            continue;
-                        }
-                    }
-                }
-                if queue.is_empty() {
-                    tokio::select! {
-                        () = self.wake.notified() => {}
-                        () = tokio::time::sleep(self.settings.idle_interval) => {}
-                        () = shutdown.cancelled() => break,
-                    }
-                    continue;
-                }
-            }
-            let permit = tokio::select! {
-                permit = Arc::clone(&workers).acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => break,
+            let (work, slot) = tokio::select! {
+                work = queue.recv() => match work {
+                    Some(work) => work,
+                    None => break,
                 },
                 () = shutdown.cancelled() => break,
             };
-            if let Some(work) = queue.pop_front() {
-                tokio::spawn(Arc::clone(&self).attempt(work, permit, recorder.clone()));
+            drop(slot);
+            let permit = tokio::select! {
+                permit = Arc::clone(&workers).acquire_owned() => permit.ok(),
+                () = shutdown.cancelled() => None,
+            };
+            match permit {
+                Some(permit) => {
+                    tokio::spawn(Arc::clone(&self).attempt(work, permit, recorder.clone()));
+                }
+                None => {
+                    self.release(&work.job, self.clock.now()).await;
+                    lock(&self.in_flight).remove(&work.job.id);
+                    break;
+                }
             }
         }
         // Jobs claimed but not started go back at once.
-        for work in queue {
+        for claimer in claimers {
+            let _ = claimer.await;
+        }
+        queue.close();
+        while let Some((work, _)) = queue.recv().await {
             self.release(&work.job, self.clock.now()).await;
             lock(&self.in_flight).remove(&work.job.id);
         }
@@ -238,6 +226,74 @@ impl Dispatcher {
         }
     }
 
+    /// One of the claimers keeping the ready queue filled: once half a batch of the queue is free
+    /// it claims as many jobs as fit (at most a batch), and waits for new work (a notification,
+    /// or the idle interval) when none is due. The first claimer also recovers expired leases.
+    async fn claim_loop(
+        self: Arc<Self>,
+        index: usize,
+        ready: mpsc::Sender<(Work, OwnedSemaphorePermit)>,
+        slots: Arc<Semaphore>,
+        shutdown: CancellationToken,
+    ) {
+        let batch = self.settings.claim_batch.max(1);
+        let mut after_tenant: Option<String> = None;
+        let mut last_recovery: Option<Instant> = None;
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            if index == 0 && last_recovery.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+                self.recover().await;
+                last_recovery = Some(Instant::now());
+            }
+            let mut room = tokio::select! {
+                room = Arc::clone(&slots).acquire_many_owned(batch.div_ceil(2)) => match room {
+                    Ok(room) => room,
+                    Err(_) => break,
+                },
+                () = shutdown.cancelled() => break,
+            };
+            while room.num_permits() < batch as usize {
+                match Arc::clone(&slots).try_acquire_owned() {
+                    Ok(more) => room.merge(more),
+                    Err(_) => break,
+                }
+            }
+            match self.claim(room.num_permits() as u32, &mut after_tenant).await {
+                Ok(work) if work.is_empty() => {
+                    drop(room);
+                    tokio::select! {
+                        () = self.wake.notified() => {}
+                        () = tokio::time::sleep(self.settings.idle_interval) => {}
+                        () = shutdown.cancelled() => break,
+                    }
+                }
+                Ok(work) => {
+                    for w in work {
+                        // A claim never returns more jobs than it has slots for.
+                        let sent = match room.split(1) {
+                            Some(slot) => ready.send((w, slot)).await.map_err(|e| e.0.0),
+                            None => Err(w),
+                        };
+                        if let Err(w) = sent {
+                            self.release(&w.job, self.clock.now()).await;
+                            lock(&self.in_flight).remove(&w.job.id);
+                        }
+                    }
+                }
+                Err(e) => {
+                    drop(room);
+                    tracing::warn!(error = %e, "claiming jobs failed; retrying");
+                    tokio::select! {
+                        () = tokio::time::sleep(self.settings.idle_interval.max(Duration::from_millis(500))) => {}
+                        () = shutdown.cancelled() => break,
+                    }
+                }
+            }
+        }
+    }
+
     /// Leases up to `limit` jobs and loads, in one query each, their subscriptions and events.
     async fn claim(&self, limit: u32, after_tenant: &mut Option<String>) -> hub_store::StoreResult<Vec<Work>> {
         let now = self.clock.now();
@@ -249,7 +305,9 @@ impl Dispatcher {
             after_tenant: after_tenant.clone(),
             exclude_subscriptions: self.saturated_subscriptions(),
         };
+        let started = Instant::now();
         let jobs = self.store.claim_jobs(&request).await?;
+        tracing::debug!(asked = limit, jobs = jobs.len(), ms = started.elapsed().as_secs_f64() * 1000.0, "claimed");
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
@@ -270,6 +328,7 @@ impl Dispatcher {
                     return Err(e);
                 }
             };
+        tracing::debug!(ms = started.elapsed().as_secs_f64() * 1000.0, "loaded");
         let subs: HashMap<Uuid, Arc<SubscriptionRecord>> = subs.into_iter().map(|s| (s.id, Arc::new(s))).collect();
         let mut events: HashMap<(String, i64), Arc<StoredEvent>> =
             events.into_iter().map(|e| ((e.tenant_id.clone(), e.seq), Arc::new(e))).collect();
