@@ -1,54 +1,215 @@
 //! `streaming-hub bench`: measured figures, never test assertions.
 //!
-//! `push-burst`: N events posted over HTTP (concurrently) to a hub whose webhook subscription
-//! points at a local receiver that answers 204, counts deliveries by `X-Lerian-Event-Id` and
-//! measures latency from a send timestamp in each payload. Runs on the embedded SQLite store, or
-//! on PostgreSQL when `STREAMING_HUB_POSTGRES_DSN` is set. Prints a table and writes JSON.
+//! Each scenario starts what it needs — the hub in this process (on the embedded SQLite store, or
+//! on PostgreSQL when `STREAMING_HUB_POSTGRES_DSN` is set, in a fresh schema it drops afterwards),
+//! a Kafka-protocol broker where Kafka is measured, and a local webhook receiver that counts
+//! deliveries by `X-Lerian-Event-Id` and measures latency from the send timestamp (`sent_at_us`)
+//! in each payload — then prints a table and writes JSON. The scenarios are in [`scenarios`].
 //!
-//! The load generator and the receiver run in the hub's process, so CPU seconds and peak RSS
+//! The load generator and the receiver run in the hub's process, so its CPU seconds and peak RSS
 //! include them: they bound the hub's own figures from above.
 
+pub mod scenarios;
+
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 
-#[derive(Default)]
-struct Tally {
-    per_event: HashMap<String, u32>,
-    latencies_us: Vec<u64>,
-    last_at: Option<Instant>,
-}
+/// The source (and so the topic) of every benchmark event.
+pub const SOURCE: &str = "bench";
+/// The Kafka topic benchmark events are produced to.
+pub const TOPIC: &str = "lerian.streaming.bench";
+/// How long a slow receiver takes to answer.
+pub const SLOW_ANSWER: Duration = Duration::from_secs(2);
 
-type Shared = Arc<Mutex<Tally>>;
-
-fn now_us() -> u64 {
+pub fn now_us() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
-async fn receive(State(t): State<Shared>, headers: HeaderMap, body: Bytes) -> (StatusCode, Bytes) {
+/// An event body of about 1 KiB carrying its send time.
+pub fn body(sent_at_us: u64) -> String {
+    json!({"sent_at_us": sent_at_us, "filler": FILLER}).to_string()
+}
+
+const FILLER: &str = concat!(
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+);
+
+/// The CloudEvents attributes of a benchmark event of `tenant`.
+pub fn ce_headers(tenant: &str) -> [(&'static str, String); 9] {
+    [
+        ("ce-specversion", "1.0".to_owned()),
+        ("ce-id", uuid::Uuid::now_v7().to_string()),
+        ("ce-source", SOURCE.to_owned()),
+        ("ce-type", "studio.lerian.bench.payment.settled".to_owned()),
+        ("ce-time", chrono::Utc::now().to_rfc3339()),
+        ("ce-schemaversion", "1.0.0".to_owned()),
+        ("ce-resourcetype", "payment".to_owned()),
+        ("ce-eventtype", "settled".to_owned()),
+        ("ce-tenantid", tenant.to_owned()),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// The receiver
+
+/// What one receiver label (one URL path) got.
+#[derive(Debug, Default, Clone)]
+pub struct Received {
+    pub per_event: HashMap<String, u32>,
+    pub latencies_us: Vec<u64>,
+    pub first_at: Option<Instant>,
+    pub last_at: Option<Instant>,
+}
+
+impl Received {
+    pub fn distinct(&self) -> usize {
+        self.per_event.len()
+    }
+    pub fn duplicates(&self) -> usize {
+        self.per_event.values().map(|n| *n as usize).sum::<usize>() - self.per_event.len()
+    }
+    /// Distinct deliveries per second between `since` and the last one.
+    pub fn rate_since(&self, since: Instant) -> f64 {
+        self.last_at.map_or(0.0, |last| self.distinct() as f64 / (last - since).as_secs_f64().max(1e-9))
+    }
+    pub fn latency(&self) -> Latency {
+        Latency::of(&self.latencies_us)
+    }
+}
+
+type Tally = Arc<Mutex<HashMap<String, Received>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A local webhook receiver: `/fast/<label>` answers 204 at once, `/slow/<label>` after
+/// [`SLOW_ANSWER`]. Verification requests are answered at once.
+#[derive(Debug, Clone)]
+pub struct Receiver {
+    base: String,
+    tally: Tally,
+}
+
+async fn receive(State(t): State<Tally>, uri: Uri, headers: HeaderMap, body: Bytes) -> (StatusCode, Bytes) {
     if headers.get("x-lerian-event-type").is_some_and(|v| v == "streaming_hub.verification") {
         return (StatusCode::OK, body);
     }
+    let mut parts = uri.path().trim_start_matches('/').splitn(2, '/');
+    let (speed, label) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default().to_owned());
+    if speed == "slow" {
+        tokio::time::sleep(SLOW_ANSWER).await;
+    }
     let id = headers.get("x-lerian-event-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let sent = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["sent_at_us"].as_u64()).unwrap_or(0);
-    let mut tally = t.lock().unwrap_or_else(|p| p.into_inner());
-    *tally.per_event.entry(id).or_default() += 1;
-    tally.latencies_us.push(now_us().saturating_sub(sent));
-    tally.last_at = Some(Instant::now());
+    let latency = now_us().saturating_sub(sent);
+    let now = Instant::now();
+    let mut tally = lock(&t);
+    let r = tally.entry(label).or_default();
+    *r.per_event.entry(id).or_default() += 1;
+    r.latencies_us.push(latency);
+    r.first_at.get_or_insert(now);
+    r.last_at = Some(now);
     (StatusCode::NO_CONTENT, Bytes::new())
 }
 
+impl Receiver {
+    pub async fn start() -> anyhow::Result<Self> {
+        let tally: Tally = Arc::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let base = format!("http://{}", listener.local_addr()?);
+        let app = axum::Router::new().fallback(receive).with_state(Arc::clone(&tally));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Self { base, tally })
+    }
+
+    pub fn url(&self, label: &str, slow: bool) -> String {
+        format!("{}/{}/{label}", self.base, if slow { "slow" } else { "fast" })
+    }
+
+    pub fn delivered(&self, label: &str) -> usize {
+        lock(&self.tally).get(label).map_or(0, Received::distinct)
+    }
+
+    /// A copy of what `label` received so far.
+    pub fn received(&self, label: &str) -> Received {
+        lock(&self.tally).get(label).cloned().unwrap_or_default()
+    }
+
+    /// Takes (and clears) what `label` received.
+    pub fn take(&self, label: &str) -> Received {
+        lock(&self.tally).remove(label).unwrap_or_default()
+    }
+
+    /// Waits until `label` got `n` distinct events; false at the deadline.
+    pub async fn wait_for(&self, label: &str, n: usize, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        while self.delivered(label) < n {
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+}
+
+/// Latency percentiles in milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Latency {
+    pub fn of(samples_us: &[u64]) -> Self {
+        let mut sorted = samples_us.to_vec();
+        sorted.sort_unstable();
+        let at = |p: f64| {
+            if sorted.is_empty() {
+                return 0.0;
+            }
+            sorted[((sorted.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0
+        };
+        Self { p50: at(0.5), p99: at(0.99), max: at(1.0) }
+    }
+    pub fn json(&self) -> Value {
+        json!({"p50": self.p50, "p99": self.p99, "max": self.max})
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The hub under measurement
+
 /// CPU seconds (user + system) and peak RSS in MiB of this process, from /proc.
-fn process_usage() -> (f64, f64) {
+pub fn process_usage() -> (f64, f64) {
     let cpu = std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|s| {
@@ -64,155 +225,366 @@ fn process_usage() -> (f64, f64) {
     (cpu, rss)
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i] as f64 / 1000.0
+/// The database a bench runs on.
+#[derive(Debug)]
+pub enum Db {
+    Sqlite { path: PathBuf },
+    Postgres { pool: sqlx::PgPool, schema: String },
 }
 
-/// Runs `push-burst` with `events` events and `concurrency` concurrent producers.
-pub async fn push_burst(events: usize, concurrency: usize, json_out: &std::path::Path) -> anyhow::Result<()> {
-    let dir = std::env::temp_dir().join(format!("streaming-hub-bench-{}", uuid::Uuid::now_v7().simple()));
-    std::fs::create_dir_all(&dir)?;
-    let mut vars: HashMap<String, String> = std::env::vars().filter(|(k, _)| k.starts_with("STREAMING_HUB_")).collect();
-    let store = if vars.contains_key("STREAMING_HUB_POSTGRES_DSN") { "postgres" } else { "sqlite" };
-    for (k, v) in [
-        ("STREAMING_HUB_ENV", "local".to_owned()),
-        ("STREAMING_HUB_SQLITE_PATH", dir.join("bench.db").display().to_string()),
-        ("STREAMING_HUB_HTTP_LISTEN_ADDR", "127.0.0.1:0".to_owned()),
-        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
-        ("STREAMING_HUB_DEV_KEK", crate::keys::generate("")),
-    ] {
-        vars.entry(k.to_owned()).or_insert(v);
-    }
-    if store == "postgres" && !vars.contains_key("STREAMING_HUB_POSTGRES_SCHEMA") {
-        anyhow::bail!("STREAMING_HUB_POSTGRES_SCHEMA: set a fresh schema for the benchmark (it writes data)");
-    }
-    let config = Config::from_vars(vars).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let workers = config.dispatch_workers;
-    let shutdown = CancellationToken::new();
-    let hub = crate::start(config, shutdown.clone()).await?;
-    let base = format!("http://{}", hub.addr);
+/// A hub started for one scenario.
+#[derive(Debug)]
+pub struct BenchHub {
+    pub hub: crate::Hub,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub db: Db,
+    pub workers: u32,
+    shutdown: CancellationToken,
+    dir: PathBuf,
+}
 
-    let tally: Shared = Arc::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}/hook", listener.local_addr()?);
-    let app = axum::Router::new().fallback(receive).with_state(Arc::clone(&tally));
-    tokio::spawn(async move { axum::serve(listener, app).await });
-
-    hub_sinks::webhook::install_crypto_provider();
-    let http = reqwest::Client::builder().pool_max_idle_per_host(concurrency).build()?;
-    let key = crate::keys::issue(
-        hub.store.as_ref(),
-        &hub_core::TenantId::parse("bench").map_err(anyhow::Error::msg)?,
-        "bench",
-    )
-    .await?
-    .1;
-    let sub: Value = http
-        .post(format!("{base}/v1/subscriptions"))
-        .bearer_auth(&key)
-        .json(&json!({"name": "bench", "event_types": ["*.*"], "sink": {"type": "webhook", "url": url}}))
-        .send()
-        .await?
-        .json()
-        .await?;
-    let sub_id = sub["id"].as_str().context("no subscription")?.to_owned();
-    for _ in 0..200 {
-        let s: Value =
-            http.get(format!("{base}/v1/subscriptions/{sub_id}")).bearer_auth(&key).send().await?.json().await?;
-        if s["verification_state"] == "active" {
-            break;
+impl BenchHub {
+    /// Starts a hub on a fresh database; `kafka` subscribes it to that broker.
+    pub async fn start(kafka: Option<&Broker>) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("streaming-hub-bench-{}", uuid::Uuid::now_v7().simple()));
+        std::fs::create_dir_all(&dir)?;
+        let mut vars: HashMap<String, String> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("STREAMING_HUB_") && !k.starts_with("STREAMING_HUB_BENCH_"))
+            .collect();
+        let sqlite = dir.join("bench.db");
+        for (k, v) in [
+            ("STREAMING_HUB_ENV", "local".to_owned()),
+            ("STREAMING_HUB_SQLITE_PATH", sqlite.display().to_string()),
+            ("STREAMING_HUB_HTTP_LISTEN_ADDR", "127.0.0.1:0".to_owned()),
+            ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+            ("STREAMING_HUB_DEV_KEK", crate::keys::generate("")),
+        ] {
+            vars.entry(k.to_owned()).or_insert(v);
         }
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        let db = match vars.get("STREAMING_HUB_POSTGRES_DSN") {
+            Some(dsn) => {
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(2)
+                    .connect(dsn)
+                    .await
+                    .context("STREAMING_HUB_POSTGRES_DSN: cannot connect")?;
+                let schema = format!("shbench_{}", uuid::Uuid::now_v7().simple());
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&pool).await?;
+                vars.insert("STREAMING_HUB_POSTGRES_SCHEMA".to_owned(), schema.clone());
+                Db::Postgres { pool, schema }
+            }
+            None => Db::Sqlite { path: sqlite },
+        };
+        if let Some(broker) = kafka {
+            vars.insert("STREAMING_HUB_KAFKA_BROKERS".to_owned(), broker.brokers.clone());
+            vars.insert("STREAMING_HUB_KAFKA_GROUP_ID".to_owned(), format!("bench-{}", uuid::Uuid::now_v7().simple()));
+            vars.entry("STREAMING_HUB_KAFKA_TOPIC_REFRESH".to_owned()).or_insert_with(|| "1s".to_owned());
+        }
+        let config = Config::from_vars(vars).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let workers = config.dispatch_workers;
+        let shutdown = CancellationToken::new();
+        let hub = crate::start(config, shutdown.clone()).await?;
+        let base = format!("http://{}", hub.addr);
+        hub_sinks::webhook::install_crypto_provider();
+        let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+        Ok(Self { hub, base, http, db, workers, shutdown, dir })
     }
 
-    let filler = "x".repeat(900);
-    let started = Instant::now();
-    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut producers = Vec::new();
-    for _ in 0..concurrency {
-        let (http, base, key, next, filler) =
-            (http.clone(), base.clone(), key.clone(), Arc::clone(&next), filler.clone());
-        producers.push(tokio::spawn(async move {
-            while next.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < events {
-                let body = json!({"sent_at_us": now_us(), "filler": filler}).to_string();
-                let response = http
-                    .post(format!("{base}/v1/events"))
-                    .bearer_auth(&key)
-                    .header("content-type", "application/json")
-                    .header("ce-specversion", "1.0")
-                    .header("ce-id", uuid::Uuid::now_v7().to_string())
-                    .header("ce-source", "bench")
-                    .header("ce-type", "studio.lerian.bench.payment.settled")
-                    .header("ce-time", chrono::Utc::now().to_rfc3339())
-                    .header("ce-schemaversion", "1.0.0")
-                    .header("ce-resourcetype", "payment")
-                    .header("ce-eventtype", "settled")
-                    .header("ce-tenantid", "bench")
-                    .body(body)
-                    .send()
-                    .await;
-                if !matches!(response.map(|r| r.status().as_u16()), Ok(202)) {
-                    anyhow::bail!("an event was not accepted");
+    pub fn store_name(&self) -> &'static str {
+        match self.db {
+            Db::Sqlite { .. } => "sqlite",
+            Db::Postgres { .. } => "postgres",
+        }
+    }
+
+    /// Stops the hub and removes its database.
+    pub async fn finish(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.hub.wait().await?;
+        if let Db::Postgres { pool, schema } = &self.db {
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(pool).await?;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        Ok(())
+    }
+
+    /// An API key of a new tenant.
+    pub async fn tenant(&self, tenant: &str) -> anyhow::Result<String> {
+        let id = hub_core::TenantId::parse(tenant).map_err(anyhow::Error::msg)?;
+        Ok(crate::keys::issue(self.hub.store.as_ref(), &id, "bench").await?.1)
+    }
+
+    /// Creates a subscription to every event and waits until it is active; returns its id.
+    pub async fn subscribe(&self, key: &str, sink: Value) -> anyhow::Result<String> {
+        let response = self
+            .http
+            .post(format!("{}/v1/subscriptions", self.base))
+            .bearer_auth(key)
+            .json(&json!({"name": "bench", "event_types": ["*.*"], "sink": sink}))
+            .send()
+            .await?;
+        anyhow::ensure!(response.status().is_success(), "creating a subscription: {}", response.text().await?);
+        let sub: Value = response.json().await?;
+        let id = sub["id"].as_str().context("no subscription id")?.to_owned();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s: Value = self
+                .http
+                .get(format!("{}/v1/subscriptions/{id}", self.base))
+                .bearer_auth(key)
+                .send()
+                .await?
+                .json()
+                .await?;
+            if s["verification_state"] == "active" {
+                return Ok(id);
+            }
+            anyhow::ensure!(Instant::now() < deadline, "subscription {id} never became active: {s}");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Posts one event of `tenant` over HTTP.
+    pub async fn post(&self, key: &str, tenant: &str) -> anyhow::Result<()> {
+        self.clone_client().post(key, tenant).await
+    }
+
+    /// Posts `n` events of each `(key, tenant)` in turn, from `producers` concurrent producers;
+    /// returns how long it took.
+    pub async fn post_many(&self, who: &[(String, String)], n: usize, producers: usize) -> anyhow::Result<Duration> {
+        let started = Instant::now();
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let this = Arc::new(self.clone_client());
+        let who = Arc::new(who.to_vec());
+        let mut tasks = Vec::new();
+        for _ in 0..producers.max(1) {
+            let (next, this, who) = (Arc::clone(&next), Arc::clone(&this), Arc::clone(&who));
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if i >= n {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    let (key, tenant) = &who[i % who.len()];
+                    this.post(key, tenant).await?;
+                }
+            }));
+        }
+        for t in tasks {
+            t.await??;
+        }
+        Ok(started.elapsed())
+    }
+
+    fn clone_client(&self) -> Poster {
+        Poster { base: self.base.clone(), http: self.http.clone() }
+    }
+
+    /// How many events the inbox holds (exactly).
+    pub async fn inbox_count(&self) -> anyhow::Result<i64> {
+        Ok(match &self.db {
+            Db::Postgres { pool, schema } => {
+                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {schema}.events")))
+                    .fetch_one(pool)
+                    .await?
+            }
+            Db::Sqlite { .. } => self.hub.store.inbox_size().await?,
+        })
+    }
+
+    /// Waits until the inbox holds `n` events; returns when it first held any and when it held all.
+    pub async fn wait_inbox(&self, n: i64, within: Duration) -> anyhow::Result<(Instant, Instant)> {
+        let deadline = Instant::now() + within;
+        let mut first = None;
+        loop {
+            let count = self.inbox_count().await?;
+            let now = Instant::now();
+            if count > 0 {
+                first.get_or_insert(now);
+            }
+            if count >= n {
+                return Ok((first.unwrap_or(now), now));
+            }
+            anyhow::ensure!(now < deadline, "the inbox holds {count} of {n} events after {within:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The HTTP side of a bench hub, shareable with producer tasks.
+#[derive(Debug, Clone)]
+struct Poster {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Poster {
+    async fn post(&self, key: &str, tenant: &str) -> anyhow::Result<()> {
+        let mut request = self
+            .http
+            .post(format!("{}/v1/events", self.base))
+            .bearer_auth(key)
+            .header("content-type", "application/json");
+        for (k, v) in ce_headers(tenant) {
+            request = request.header(k, v);
+        }
+        let response = request.body(body(now_us())).send().await?;
+        anyhow::ensure!(response.status().as_u16() == 202, "an event was not accepted: {}", response.status());
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The broker
+
+/// A Kafka-protocol broker: `STREAMING_HUB_BENCH_KAFKA_BROKERS` when set, otherwise a `tansu`
+/// process started here (`STREAMING_HUB_BENCH_TANSU`, default the one `scripts/services tansu`
+/// installs), with in-memory storage.
+#[derive(Debug)]
+pub struct Broker {
+    pub brokers: String,
+    tansu: Option<std::process::Child>,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.tansu {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Broker {
+    pub async fn start() -> anyhow::Result<Self> {
+        if let Ok(brokers) = std::env::var("STREAMING_HUB_BENCH_KAFKA_BROKERS") {
+            return Ok(Self { brokers, tansu: None });
+        }
+        let bin = std::env::var("STREAMING_HUB_BENCH_TANSU").map(PathBuf::from).unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned()))
+                .join(".cache/streaming-hub/tansu/bin/tansu")
+        });
+        anyhow::ensure!(
+            bin.is_file(),
+            "STREAMING_HUB_BENCH_TANSU: no tansu broker at {} (`scripts/services tansu` installs it), \
+             or set STREAMING_HUB_BENCH_KAFKA_BROKERS to a broker",
+            bin.display()
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = std::process::Command::new(&bin)
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let broker = Self { brokers: format!("127.0.0.1:{port}"), tansu: Some(child) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            anyhow::ensure!(Instant::now() < deadline, "tansu did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(broker)
+    }
+
+    /// Creates the benchmark topic and waits until every partition is served.
+    pub async fn create_topic(&self, partitions: i32) -> anyhow::Result<()> {
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", &self.brokers).create()?;
+        let topic = NewTopic::new(TOPIC, partitions, TopicReplication::Fixed(1));
+        for r in admin.create_topics(&[topic], &AdminOptions::new()).await? {
+            if let Err((t, e)) = r {
+                anyhow::ensure!(e == rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists, "creating {t}: {e}");
+            }
+        }
+        let consumer: BaseConsumer =
+            ClientConfig::new().set("bootstrap.servers", &self.brokers).set("group.id", "bench-metadata").create()?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ready = consumer.fetch_metadata(Some(TOPIC), Duration::from_secs(5)).ok().and_then(|m| {
+                m.topics().first().map(|t| t.error().is_none() && t.partitions().len() == partitions as usize)
+            });
+            if ready == Some(true) {
+                return Ok(());
+            }
+            anyhow::ensure!(Instant::now() < deadline, "topic {TOPIC} never became visible");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Produces `n` events, tenants and partitions taken round-robin; returns how long it took.
+    pub async fn produce(&self, tenants: &[String], partitions: i32, n: usize) -> anyhow::Result<Duration> {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("message.timeout.ms", "60000")
+            .set("linger.ms", "5")
+            .set("queue.buffering.max.messages", "1000000");
+        if self.tansu.is_some() {
+            // tansu 0.6 under-reports its high watermark after a multi-record batch, and then stops
+            // serving fetches there: one record per batch keeps it exact.
+            config.set("batch.num.messages", "1");
+        }
+        let producer: FutureProducer = config.create()?;
+        let started = Instant::now();
+        let mut pending = std::collections::VecDeque::new();
+        for i in 0..n {
+            let tenant = &tenants[i % tenants.len()];
+            let mut headers = OwnedHeaders::new();
+            let attributes = ce_headers(tenant);
+            for (k, v) in &attributes {
+                headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+            }
+            headers = headers.insert(Header { key: "content-type", value: Some("application/json".as_bytes()) });
+            let payload = body(now_us());
+            let record = FutureRecord::<(), str>::to(TOPIC)
+                .partition((i % partitions.max(1) as usize) as i32)
+                .payload(&payload)
+                .headers(headers);
+            let delivery = producer.send_result(record).map_err(|(e, _)| anyhow::anyhow!("producing: {e}"))?;
+            pending.push_back(delivery);
+            if pending.len() >= 10_000 {
+                if let Some(d) = pending.pop_front() {
+                    d.await?.map_err(|(e, _)| anyhow::anyhow!("producing: {e}"))?;
                 }
             }
-            Ok::<_, anyhow::Error>(())
-        }));
-    }
-    for p in producers {
-        p.await??;
-    }
-    let ingest_secs = started.elapsed().as_secs_f64();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let delivered = tally.lock().unwrap_or_else(|p| p.into_inner()).per_event.len();
-        if delivered >= events || Instant::now() > deadline {
-            break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        for d in pending {
+            d.await?.map_err(|(e, _)| anyhow::anyhow!("producing: {e}"))?;
+        }
+        Ok(started.elapsed())
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reporting
+
+/// Prints a scenario's table and writes its JSON (`figures`, plus the store and process usage).
+pub fn report(title: &str, rows: &[(&str, String)], mut figures: Value, json_out: &Path) -> anyhow::Result<()> {
     let (cpu, rss) = process_usage();
-    let t = tally.lock().unwrap_or_else(|p| p.into_inner());
-    let distinct = t.per_event.len();
-    let total: u32 = t.per_event.values().sum();
-    let delivered_secs = t.last_at.map_or(f64::NAN, |l| (l - started).as_secs_f64());
-    let mut lat = t.latencies_us.clone();
-    lat.sort_unstable();
-    let result = json!({
-        "scenario": "push-burst",
-        "store": store,
-        "events": events,
-        "producers": concurrency,
-        "workers": workers,
-        "accepted_per_s": events as f64 / ingest_secs,
-        "delivered_per_s": distinct as f64 / delivered_secs,
-        "delivered": distinct,
-        "duplicates": total as usize - distinct,
-        "latency_ms": {"p50": percentile(&lat, 0.50), "p99": percentile(&lat, 0.99), "max": percentile(&lat, 1.0)},
-        "process_cpu_s": cpu,
-        "process_peak_rss_mib": rss,
-    });
-    drop(t);
-    println!("push-burst ({store}, {events} events of ~1 KiB, {concurrency} producers, {workers} workers)");
-    println!("  accepted/s        {:>10.0}", result["accepted_per_s"].as_f64().unwrap_or(0.0));
-    println!("  delivered/s       {:>10.0}", result["delivered_per_s"].as_f64().unwrap_or(0.0));
-    println!("  delivered         {:>10} of {events}", distinct);
-    println!("  duplicates        {:>10}", total as usize - distinct);
-    for p in ["p50", "p99", "max"] {
-        println!("  latency {p:<4} ms   {:>10.1}", result["latency_ms"][p].as_f64().unwrap_or(0.0));
+    figures["process_cpu_s"] = json!(cpu);
+    figures["process_peak_rss_mib"] = json!(rss);
+    figures["cores"] = json!(std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!("{title}");
+    for (name, value) in rows {
+        println!("  {name:<34} {value:>12}");
     }
-    println!("  process CPU s     {cpu:>10.1}   (hub, load generator and receiver together)");
-    println!("  process peak RSS  {rss:>10.1} MiB");
-    if let Some(parent) = json_out.parent() {
+    println!("  {:<34} {:>12}", "process CPU s (hub+load+receiver)", format!("{cpu:.1}"));
+    println!("  {:<34} {:>12}", "process peak RSS MiB", format!("{rss:.1}"));
+    if let Some(parent) = json_out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::write(json_out, serde_json::to_string_pretty(&result)?)?;
+    std::fs::write(json_out, serde_json::to_string_pretty(&figures)?)?;
     println!("  written to {}", json_out.display());
-    shutdown.cancel();
-    hub.wait().await?;
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+pub fn f0(x: f64) -> String {
+    format!("{x:.0}")
+}
+
+pub fn f1(x: f64) -> String {
+    format!("{x:.1}")
 }

@@ -131,13 +131,13 @@ fn the_demo_shows_the_whole_product() {
 fn the_push_burst_bench_runs_and_reports() {
     let json = temp_sqlite_path().with_extension("json");
     let out = hub_command()
-        .args(["bench", "push-burst", "--events", "40", "--producers", "4", "--json"])
+        .args(["bench", "push-burst", "--events", "40", "--producers", "4", "--tenants", "2", "--json"])
         .arg(&json)
         .output()
         .expect("run the bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("delivered                 40 of 40"), "{stdout}");
+    assert!(stdout.lines().any(|l| l.trim_start().starts_with("delivered") && l.ends_with("40 of 40")), "{stdout}");
     let figures: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("json");
     assert_eq!(figures["delivered"], 40);
@@ -146,4 +146,15 @@ fn the_push_burst_bench_runs_and_reports() {
     let bad = hub_command().args(["bench", "push-burst", "--events", "0"]).output().expect("run");
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--events"));
+    // The pull consumer reads every event once.
+    let pull = hub_command()
+        .args(["bench", "pull", "--events", "30", "--page", "7", "--json"])
+        .arg(json.with_extension("pull.json"))
+        .output()
+        .expect("run the pull bench");
+    assert!(pull.status.success(), "{}", String::from_utf8_lossy(&pull.stderr));
+    let figures: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(json.with_extension("pull.json")).expect("json written")).expect("json");
+    assert_eq!(figures["read"], 30);
+    assert_eq!(figures["pages"], 5);
 }

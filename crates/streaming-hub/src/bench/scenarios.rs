@@ -1,0 +1,536 @@
+//! The benchmark scenarios. Each prints a table and writes its figures as JSON; none asserts a
+//! speed. Where a receiver is involved, the figures are taken from what it received.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{BenchHub, Broker, Db, Receiver, f0, f1, report};
+
+/// How long any wait for deliveries may take before the scenario gives up.
+const PATIENCE: Duration = Duration::from_secs(900);
+
+/// Where push-burst events enter the hub.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Via {
+    Http,
+    Kafka,
+}
+
+fn tenant_names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n.max(1)).map(|i| format!("{prefix}{i}")).collect()
+}
+
+/// Creates tenants, each with a webhook subscription to its own receiver path (label = tenant).
+async fn webhook_tenants(
+    hub: &BenchHub,
+    receiver: &Receiver,
+    names: &[String],
+) -> anyhow::Result<Vec<(String, String)>> {
+    let mut who = Vec::new();
+    for name in names {
+        let key = hub.tenant(name).await?;
+        hub.subscribe(&key, json!({"type": "webhook", "url": receiver.url(name, false)})).await?;
+        who.push((key, name.clone()));
+    }
+    Ok(who)
+}
+
+/// Merges what several labels received.
+fn merged(receiver: &Receiver, labels: &[String], take: bool) -> super::Received {
+    let mut all = super::Received::default();
+    for label in labels {
+        let r = if take { receiver.take(label) } else { receiver.received(label) };
+        all.per_event.extend(r.per_event);
+        all.latencies_us.extend(r.latencies_us);
+        all.first_at = match (all.first_at, r.first_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        all.last_at = all.last_at.max(r.last_at);
+    }
+    all
+}
+
+async fn wait_all(receiver: &Receiver, labels: &[String], total: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PATIENCE;
+    while labels.iter().map(|l| receiver.delivered(l)).sum::<usize>() < total {
+        anyhow::ensure!(Instant::now() < deadline, "not every event was delivered within {PATIENCE:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// `ingest`: events from Kafka into the inbox, against a plain batched `INSERT` of the same rows
+/// into an identical table.
+pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &Path) -> anyhow::Result<()> {
+    let broker = Broker::start().await?;
+    broker.create_topic(partitions).await?;
+    let names = tenant_names("ingest", tenants);
+    let produce = broker.produce(&names, partitions, events).await?;
+    let hub = BenchHub::start(Some(&broker)).await?;
+    let (first, last) = hub.wait_inbox(events as i64, PATIENCE).await?;
+    // From the first stored event to the last: the consumer's group join is not ingest.
+    let hub_rate = events as f64 / (last - first).as_secs_f64().max(1e-9);
+    let batch = std::env::var("STREAMING_HUB_KAFKA_BATCH_SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let reference = reference_insert(&hub.db, &names, partitions, events, batch).await?;
+    let ratio = hub_rate / reference;
+    let store = hub.store_name();
+    let figures = json!({
+        "scenario": "ingest", "store": store, "events": events, "tenants": tenants, "partitions": partitions,
+        "payload_bytes": super::body(0).len(), "produce_s": produce.as_secs_f64(),
+        "hub_events_per_s": hub_rate, "plain_insert_rows_per_s": reference, "ratio": ratio,
+        "reference_batch": batch,
+    });
+    hub.finish().await?;
+    report(
+        &format!("ingest ({store}, {events} events of ~1 KiB, {tenants} tenants, {partitions} partitions, Kafka)"),
+        &[
+            ("hub ingest events/s", f0(hub_rate)),
+            ("plain batched INSERT rows/s", f0(reference)),
+            ("ratio", format!("{:.0} %", ratio * 100.0)),
+        ],
+        figures,
+        json_out,
+    )
+}
+
+/// Inserts rows shaped like the ingested events into a copy of the events table, `batch` rows
+/// per statement and transaction, from one connection; returns rows per second.
+async fn reference_insert(db: &Db, tenants: &[String], partitions: i32, n: usize, batch: usize) -> anyhow::Result<f64> {
+    let mut seqs = vec![0i64; tenants.len()];
+    let rows: Vec<(String, i64, uuid::Uuid, Vec<u8>, i32, i64)> = (0..n)
+        .map(|i| {
+            let t = i % tenants.len();
+            seqs[t] += 1;
+            let partition = (i % partitions.max(1) as usize) as i32;
+            (
+                tenants[t].clone(),
+                seqs[t],
+                uuid::Uuid::now_v7(),
+                super::body(super::now_us()).into_bytes(),
+                partition,
+                i as i64,
+            )
+        })
+        .collect();
+    let now = chrono::Utc::now();
+    let time = now.to_rfc3339();
+    match db {
+        Db::Postgres { pool, schema } => {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE TABLE {schema}.bench_reference (LIKE {schema}.events INCLUDING ALL)"
+            )))
+            .execute(pool)
+            .await?;
+            let sql = format!(
+                "INSERT INTO {schema}.bench_reference (tenant_id, seq, ce_id, source, ce_type, resource_type,
+                    event_type, event_time, schema_version, extensions, payload, origin, kafka_topic,
+                    kafka_partition, kafka_offset, received_at)
+                 SELECT t.tenant_id, t.seq, t.ce_id, 'bench', 'studio.lerian.bench.payment.settled', 'payment',
+                    'settled', $4, '1.0.0', '{{}}'::jsonb, t.payload, 'kafka', $5, t.kafka_partition,
+                    t.kafka_offset, $6
+                 FROM UNNEST($1::text[], $2::bigint[], $3::uuid[], $7::bytea[], $8::int[], $9::bigint[])
+                 AS t(tenant_id, seq, ce_id, payload, kafka_partition, kafka_offset)"
+            );
+            let started = Instant::now();
+            for chunk in rows.chunks(batch.max(1)) {
+                sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(chunk.iter().map(|r| r.0.clone()).collect::<Vec<_>>())
+                    .bind(chunk.iter().map(|r| r.1).collect::<Vec<_>>())
+                    .bind(chunk.iter().map(|r| r.2).collect::<Vec<_>>())
+                    .bind(&time)
+                    .bind(super::TOPIC)
+                    .bind(now)
+                    .bind(chunk.iter().map(|r| r.3.clone()).collect::<Vec<_>>())
+                    .bind(chunk.iter().map(|r| r.4).collect::<Vec<_>>())
+                    .bind(chunk.iter().map(|r| r.5).collect::<Vec<_>>())
+                    .execute(pool)
+                    .await?;
+            }
+            Ok(n as f64 / started.elapsed().as_secs_f64())
+        }
+        Db::Sqlite { path } => {
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(path)
+                .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+                .synchronous(sqlx::sqlite::SqliteSynchronous::Full)
+                .busy_timeout(Duration::from_secs(30));
+            let pool = sqlx::sqlite::SqlitePoolOptions::new().max_connections(1).connect_with(options).await?;
+            let ddl: Vec<String> = sqlx::query_scalar(
+                "SELECT sql FROM sqlite_master WHERE tbl_name = 'events' AND sql IS NOT NULL ORDER BY type DESC",
+            )
+            .fetch_all(&pool)
+            .await?;
+            for statement in ddl {
+                let statement = statement
+                    .replacen("CREATE TABLE events", "CREATE TABLE bench_reference", 1)
+                    .replacen("INDEX events_", "INDEX bench_reference_", 1)
+                    .replacen(" ON events ", " ON bench_reference ", 1);
+                sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&pool).await?;
+            }
+            let received = now.timestamp_micros();
+            let started = Instant::now();
+            for chunk in rows.chunks(batch.max(1)) {
+                let mut tx = pool.begin().await?;
+                for r in chunk {
+                    sqlx::query(
+                        "INSERT INTO bench_reference (tenant_id, seq, ce_id, source, ce_type, resource_type,
+                            event_type, event_time, schema_version, extensions, payload, origin, kafka_topic,
+                            kafka_partition, kafka_offset, received_at)
+                         VALUES (?1, ?2, ?3, 'bench', 'studio.lerian.bench.payment.settled', 'payment', 'settled',
+                            ?4, '1.0.0', '{}', ?5, 'kafka', ?6, ?7, ?8, ?9)",
+                    )
+                    .bind(&r.0)
+                    .bind(r.1)
+                    .bind(r.2.to_string())
+                    .bind(&time)
+                    .bind(&r.3)
+                    .bind(super::TOPIC)
+                    .bind(r.4)
+                    .bind(r.5)
+                    .bind(received)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+            }
+            Ok(n as f64 / started.elapsed().as_secs_f64())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// `push-burst`: a burst of events (over HTTP or Kafka) to webhook receivers answering 204.
+pub async fn push_burst(
+    events: usize,
+    producers: usize,
+    tenants: usize,
+    via: Via,
+    json_out: &Path,
+) -> anyhow::Result<()> {
+    let partitions = 4;
+    let broker = match via {
+        Via::Kafka => {
+            let b = Broker::start().await?;
+            b.create_topic(partitions).await?;
+            Some(b)
+        }
+        Via::Http => None,
+    };
+    let hub = BenchHub::start(broker.as_ref()).await?;
+    let receiver = Receiver::start().await?;
+    let names = tenant_names("burst", tenants);
+    let who = webhook_tenants(&hub, &receiver, &names).await?;
+    // Warm up (connections, the consumer's group join), then forget it.
+    match &broker {
+        Some(b) => {
+            b.produce(&names, partitions, names.len()).await?;
+        }
+        None => {
+            hub.post_many(&who, names.len(), 1).await?;
+        }
+    }
+    wait_all(&receiver, &names, names.len()).await?;
+    merged(&receiver, &names, true);
+    let warm = hub.inbox_count().await?;
+
+    let started = Instant::now();
+    let accepted_s = match &broker {
+        Some(b) => {
+            b.produce(&names, partitions, events).await?;
+            let (_, all_in) = hub.wait_inbox(warm + events as i64, PATIENCE).await?;
+            (all_in - started).as_secs_f64()
+        }
+        None => hub.post_many(&who, events, producers).await?.as_secs_f64(),
+    };
+    wait_all(&receiver, &names, events).await?;
+    // Let stragglers (duplicates, if any) arrive before counting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = merged(&receiver, &names, false);
+    let delivered_s = got.last_at.map_or(f64::NAN, |l| (l - started).as_secs_f64());
+    let latency = got.latency();
+    let store = hub.store_name();
+    let workers = hub.workers;
+    let via_name = if via == Via::Kafka { "kafka" } else { "http" };
+    let figures = json!({
+        "scenario": "push-burst", "via": via_name, "store": store, "events": events, "tenants": tenants,
+        "producers": producers, "workers": workers, "accepted_per_s": events as f64 / accepted_s,
+        "delivered_per_s": got.distinct() as f64 / delivered_s, "delivered": got.distinct(),
+        "duplicates": got.duplicates(), "latency_ms": latency.json(),
+    });
+    hub.finish().await?;
+    report(
+        &format!(
+            "push-burst ({store}, via {via_name}, {events} events of ~1 KiB, {tenants} tenants, {workers} workers)"
+        ),
+        &[
+            ("accepted/s", f0(events as f64 / accepted_s)),
+            ("delivered/s", f0(got.distinct() as f64 / delivered_s)),
+            ("delivered", format!("{} of {events}", got.distinct())),
+            ("duplicates", got.duplicates().to_string()),
+            ("latency p50 ms", f1(latency.p50)),
+            ("latency p99 ms", f1(latency.p99)),
+            ("latency max ms", f1(latency.max)),
+        ],
+        figures,
+        json_out,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Sends `rate` events per second of one tenant until `stop`, in ticks of 10 ms; returns how many.
+async fn paced(hub: &BenchHub, key: &str, tenant: &str, rate: u32, stop: Arc<AtomicBool>) -> anyhow::Result<usize> {
+    let per_tick = f64::from(rate) / 100.0;
+    let mut interval = tokio::time::interval(Duration::from_millis(10));
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut owed = 0.0;
+    let mut tasks = tokio::task::JoinSet::new();
+    while !stop.load(Ordering::SeqCst) {
+        interval.tick().await;
+        owed += per_tick;
+        while owed >= 1.0 {
+            owed -= 1.0;
+            let (poster, key, tenant, sent) =
+                (hub.clone_client(), key.to_owned(), tenant.to_owned(), Arc::clone(&sent));
+            tasks.spawn(async move {
+                poster.post(&key, &tenant).await?;
+                sent.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, anyhow::Error>(())
+            });
+        }
+        while let Some(done) = tasks.try_join_next() {
+            done??;
+        }
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    Ok(sent.load(Ordering::SeqCst))
+}
+
+async fn paced_for(hub: &BenchHub, key: &str, tenant: &str, rate: u32, for_: Duration) -> anyhow::Result<usize> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let timer = tokio::spawn(async move {
+        tokio::time::sleep(for_).await;
+        flag.store(true, Ordering::SeqCst);
+    });
+    let sent = paced(hub, key, tenant, rate, stop).await;
+    timer.abort();
+    sent
+}
+
+/// `steady`: `rate` events per second for `seconds`, end-to-end latency.
+pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<()> {
+    let hub = BenchHub::start(None).await?;
+    let receiver = Receiver::start().await?;
+    let names = vec!["steady".to_owned()];
+    let who = webhook_tenants(&hub, &receiver, &names).await?;
+    hub.post_many(&who, 10, 1).await?;
+    wait_all(&receiver, &names, 10).await?;
+    receiver.take("steady");
+    let sent = paced_for(&hub, &who[0].0, "steady", rate, Duration::from_secs(seconds)).await?;
+    wait_all(&receiver, &names, sent).await?;
+    let got = receiver.take("steady");
+    let latency = got.latency();
+    let store = hub.store_name();
+    let figures = json!({
+        "scenario": "steady", "store": store, "rate_per_s": rate, "seconds": seconds, "sent": sent,
+        "delivered": got.distinct(), "duplicates": got.duplicates(), "latency_ms": latency.json(),
+    });
+    hub.finish().await?;
+    report(
+        &format!("steady ({store}, {rate} events/s for {seconds} s, one tenant)"),
+        &[
+            ("sent", sent.to_string()),
+            ("delivered", got.distinct().to_string()),
+            ("latency p50 ms", f1(latency.p50)),
+            ("latency p99 ms", f1(latency.p99)),
+            ("latency max ms", f1(latency.max)),
+        ],
+        figures,
+        json_out,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// `fairness`: one tenant floods `flood` events while another sends `rate` per second; the small
+/// tenant's latency against its latency alone.
+pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
+    let hub = BenchHub::start(None).await?;
+    let receiver = Receiver::start().await?;
+    let names = vec!["flood".to_owned(), "small".to_owned()];
+    let who = webhook_tenants(&hub, &receiver, &names).await?;
+    let (flood_who, small_key) = (vec![who[0].clone()], who[1].0.clone());
+    hub.post_many(&who, 2, 1).await?;
+    wait_all(&receiver, &names, 2).await?;
+    merged(&receiver, &names, true);
+
+    // Alone.
+    let sent = paced_for(&hub, &small_key, "small", rate, Duration::from_secs(10)).await?;
+    wait_all(&receiver, &["small".to_owned()], sent).await?;
+    let solo = receiver.take("small").latency();
+
+    // Beside the flood, until the flood is delivered.
+    let stop = Arc::new(AtomicBool::new(false));
+    let small = {
+        let (stop, hub_client, key) = (Arc::clone(&stop), hub.clone_client(), small_key.clone());
+        tokio::spawn(async move {
+            let mut n = 0;
+            let mut interval = tokio::time::interval(Duration::from_millis(u64::from(1000 / rate.max(1))));
+            while !stop.load(Ordering::SeqCst) {
+                interval.tick().await;
+                let (c, k) = (hub_client.clone(), key.clone());
+                tokio::spawn(async move { c.post(&k, "small").await });
+                n += 1;
+            }
+            n
+        })
+    };
+    let started = Instant::now();
+    let flood_s = hub.post_many(&flood_who, flood, 32).await?;
+    let ok = receiver.wait_for("flood", flood, PATIENCE).await;
+    stop.store(true, Ordering::SeqCst);
+    let small_sent = small.await?;
+    anyhow::ensure!(ok, "the flood was not delivered within {PATIENCE:?}");
+    receiver.wait_for("small", small_sent, Duration::from_secs(120)).await;
+    let beside = receiver.received("small");
+    let flood_got = receiver.received("flood");
+    let flood_rate = flood_got.rate_since(started);
+    let under = beside.latency();
+    let ratio = under.p99 / solo.p99.max(1e-9);
+    let store = hub.store_name();
+    let figures = json!({
+        "scenario": "fairness", "store": store, "flood_events": flood, "small_rate_per_s": rate,
+        "small_solo_latency_ms": solo.json(), "small_beside_flood_latency_ms": under.json(),
+        "small_sent": small_sent, "small_delivered": beside.distinct(), "p99_ratio": ratio,
+        "flood_accepted_per_s": flood as f64 / flood_s.as_secs_f64(), "flood_delivered_per_s": flood_rate,
+        "flood_duplicates": flood_got.duplicates(),
+    });
+    hub.finish().await?;
+    report(
+        &format!("fairness ({store}, one tenant floods {flood} events, another sends {rate}/s)"),
+        &[
+            ("small tenant solo p50 ms", f1(solo.p50)),
+            ("small tenant solo p99 ms", f1(solo.p99)),
+            ("small tenant beside flood p50 ms", f1(under.p50)),
+            ("small tenant beside flood p99 ms", f1(under.p99)),
+            ("p99 beside flood / solo", format!("{ratio:.2}x")),
+            ("small tenant delivered", format!("{} of {small_sent}", beside.distinct())),
+            ("flood accepted/s", f0(flood as f64 / flood_s.as_secs_f64())),
+            ("flood delivered/s", f0(flood_rate)),
+        ],
+        figures,
+        json_out,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// `slow-destination`: a fast subscription's throughput alone, then beside a subscription whose
+/// receiver takes 2 s per request.
+pub async fn slow_destination(events: usize, json_out: &Path) -> anyhow::Result<()> {
+    let hub = BenchHub::start(None).await?;
+    let receiver = Receiver::start().await?;
+    let key = hub.tenant("slowdest").await?;
+    let who = vec![(key.clone(), "slowdest".to_owned())];
+    hub.subscribe(&key, json!({"type": "webhook", "url": receiver.url("fast", false)})).await?;
+    hub.post_many(&who, 10, 1).await?;
+    receiver.wait_for("fast", 10, PATIENCE).await;
+    receiver.take("fast");
+
+    let started = Instant::now();
+    hub.post_many(&who, events, 16).await?;
+    anyhow::ensure!(receiver.wait_for("fast", events, PATIENCE).await, "the solo run was not delivered");
+    let solo = receiver.take("fast").rate_since(started);
+
+    hub.subscribe(&key, json!({"type": "webhook", "url": receiver.url("slow", true)})).await?;
+    let started = Instant::now();
+    hub.post_many(&who, events, 16).await?;
+    anyhow::ensure!(receiver.wait_for("fast", events, PATIENCE).await, "the run beside the slow one was not delivered");
+    let beside = receiver.take("fast").rate_since(started);
+    let slow_done = receiver.delivered("slow");
+    let ratio = beside / solo.max(1e-9);
+    let store = hub.store_name();
+    let workers = hub.workers;
+    let figures = json!({
+        "scenario": "slow-destination", "store": store, "events": events, "workers": workers,
+        "slow_answer_s": super::SLOW_ANSWER.as_secs_f64(), "fast_solo_per_s": solo,
+        "fast_beside_slow_per_s": beside, "ratio": ratio, "slow_delivered_meanwhile": slow_done,
+    });
+    hub.finish().await?;
+    report(
+        &format!("slow-destination ({store}, {events} events, a receiver taking 2 s beside a fast one)"),
+        &[
+            ("fast alone deliveries/s", f0(solo)),
+            ("fast beside slow deliveries/s", f0(beside)),
+            ("ratio", format!("{:.0} %", ratio * 100.0)),
+            ("slow deliveries meanwhile", slow_done.to_string()),
+        ],
+        figures,
+        json_out,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// `pull`: a pull consumer paging through `events` with `next_cursor`.
+pub async fn pull(events: usize, page: u32, json_out: &Path) -> anyhow::Result<()> {
+    let hub = BenchHub::start(None).await?;
+    let key = hub.tenant("pull").await?;
+    let sub = hub.subscribe(&key, json!({"type": "pull"})).await?;
+    hub.post_many(&[(key.clone(), "pull".to_owned())], events, 32).await?;
+    let started = Instant::now();
+    let (mut read, mut pages, mut limited) = (0usize, 0usize, 0usize);
+    let mut after: Option<i64> = None;
+    loop {
+        let mut url = format!("{}/v1/subscriptions/{sub}/events?limit={page}", hub.base);
+        if let Some(a) = after {
+            url.push_str(&format!("&after={a}"));
+        }
+        let response = hub.http.get(url).bearer_auth(&key).send().await?;
+        if response.status().as_u16() == 429 {
+            limited += 1;
+            let wait =
+                response.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(wait)).await;
+            continue;
+        }
+        anyhow::ensure!(response.status().is_success(), "pulling: {}", response.status());
+        let body: Value = response.json().await?;
+        pages += 1;
+        read += body["items"].as_array().map_or(0, Vec::len);
+        match body["next_cursor"].as_i64() {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let store = hub.store_name();
+    let figures = json!({
+        "scenario": "pull", "store": store, "events": events, "page": page, "read": read, "pages": pages,
+        "rate_limited": limited, "events_per_s": read as f64 / secs, "pages_per_s": pages as f64 / secs,
+    });
+    hub.finish().await?;
+    report(
+        &format!("pull ({store}, {events} events, pages of {page})"),
+        &[
+            ("events read", format!("{read} of {events}")),
+            ("events/s", f0(read as f64 / secs)),
+            ("pages/s", f1(pages as f64 / secs)),
+            ("rate-limited answers", limited.to_string()),
+        ],
+        figures,
+        json_out,
+    )
+}
