@@ -330,14 +330,15 @@ impl Dispatcher {
             };
         tracing::debug!(ms = started.elapsed().as_secs_f64() * 1000.0, "loaded");
         let subs: HashMap<Uuid, Arc<SubscriptionRecord>> = subs.into_iter().map(|s| (s.id, Arc::new(s))).collect();
-        let mut events: HashMap<(String, i64), Arc<StoredEvent>> =
+        let events: HashMap<(String, i64), Arc<StoredEvent>> =
             events.into_iter().map(|e| ((e.tenant_id.clone(), e.seq), Arc::new(e))).collect();
         Ok(jobs
             .into_iter()
             .map(|job| {
                 // A subscription is only ever its own tenant's.
                 let sub = subs.get(&job.subscription_id).filter(|s| s.tenant_id == job.tenant_id).cloned();
-                let event = events.remove(&(job.tenant_id.clone(), job.event_seq));
+                // One event can be claimed for several subscriptions at once: each gets it.
+                let event = events.get(&(job.tenant_id.clone(), job.event_seq)).cloned();
                 Work { job, sub, event }
             })
             .collect())

@@ -18,6 +18,7 @@ on_both_backends!(
     a_slow_destination_holds_at_most_half_the_workers,
     an_open_breaker_holds_jobs_back_but_lets_the_last_attempt_through,
     auto_disable_needs_a_long_spread_failure_and_verify_recovers,
+    every_subscription_an_event_matches_gets_it_once,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -151,6 +152,29 @@ async fn every_delivery_is_signed_and_a_rotation_signs_with_both_secrets(backend
         third.headers.get_all("x-webhook-signature").iter().map(|v| v.to_str().expect("ascii").to_owned()).collect();
     assert_eq!(sigs.len(), 1);
     assert!(hub_core::signature::verify(&new, ts, &third.body, &sigs[0]));
+}
+
+async fn every_subscription_an_event_matches_gets_it_once(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast(&[])).await;
+    let key = hub.tenant_key("t1").await;
+    let receivers =
+        [Receiver::start(Script::Ok).await, Receiver::start(Script::Ok).await, Receiver::start(Script::Ok).await];
+    for receiver in &receivers {
+        webhook(&hub, &key, receiver, &["loan_application.*"]).await;
+    }
+    // The jobs of one event are usually claimed together: each must get the event.
+    let events: Vec<Event> = (0..5).map(|_| Event::new("t1")).collect();
+    for event in &events {
+        assert_eq!(hub.post_event(&key, event).await.0, StatusCode::ACCEPTED);
+    }
+    let want: HashSet<String> = events.iter().map(|e| e.id().to_string()).collect();
+    for receiver in &receivers {
+        let got = receiver.wait_for(5, WAIT).await;
+        let ids: Vec<String> = got.iter().map(|d| d.header("x-lerian-event-id")).collect();
+        assert_eq!(ids.iter().cloned().collect::<HashSet<_>>(), want, "every event, to every subscription");
+        assert_eq!(ids.len(), 5, "each once: {ids:?}");
+        assert!(got.iter().all(|d| d.verified));
+    }
 }
 
 async fn a_slow_destination_holds_at_most_half_the_workers(backend: Backend) {
