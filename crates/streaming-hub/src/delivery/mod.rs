@@ -14,7 +14,7 @@
 pub mod targets;
 pub mod verify;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -87,6 +87,8 @@ impl Sinks {
 #[derive(Debug, Default)]
 struct Destinations {
     in_flight: HashMap<String, usize>,
+    /// Claimed jobs waiting for the destination's share of workers.
+    parked: HashMap<String, usize>,
     of_subscription: HashMap<Uuid, String>,
 }
 
@@ -172,29 +174,63 @@ impl Dispatcher {
             .map(|i| tokio::spawn(Arc::clone(&self).claim_loop(i, ready.clone(), Arc::clone(&slots), shutdown.clone())))
             .collect();
         drop(ready);
+        // Jobs whose destination has its share of workers wait here (leased) for one of its
+        // attempts to end, instead of taking a worker or going back to the store.
+        let mut parked: HashMap<String, VecDeque<Work>> = HashMap::new();
+        let (finished_tx, mut finished) = mpsc::unbounded_channel::<String>();
         loop {
-            let (work, slot) = tokio::select! {
+            let work = tokio::select! {
                 work = queue.recv() => match work {
-                    Some(work) => work,
+                    Some((work, _slot)) => work,
                     None => break,
                 },
+                Some(dest) = finished.recv() => {
+                    let Some(work) = parked.get_mut(&dest).and_then(VecDeque::pop_front) else { continue };
+                    self.set_parked(&dest, parked.get(&dest).map_or(0, VecDeque::len));
+                    work
+                }
                 () = shutdown.cancelled() => break,
             };
-            drop(slot);
+            let Some(sub) = work.sub.clone() else {
+                // Deleted meanwhile: its jobs were cancelled, this lease is moot.
+                lock(&self.in_flight).remove(&work.job.id);
+                continue;
+            };
+            let dest = targets::destination_key(&sub);
+            if !self.enter(sub.id, &dest) {
+                let waiting = parked.entry(dest.clone()).or_default();
+                if waiting.len() < batch {
+                    waiting.push_back(work);
+                    self.set_parked(&dest, waiting.len());
+                } else {
+                    let this = Arc::clone(&self);
+                    tokio::spawn(async move {
+                        this.skip(&work.job, Skip::DestinationBusy).await;
+                        lock(&this.in_flight).remove(&work.job.id);
+                    });
+                }
+                continue;
+            }
             let permit = tokio::select! {
                 permit = Arc::clone(&workers).acquire_owned() => permit.ok(),
                 () = shutdown.cancelled() => None,
             };
             match permit {
                 Some(permit) => {
-                    tokio::spawn(Arc::clone(&self).attempt(work, permit, recorder.clone()));
+                    let (recorder, finished) = (recorder.clone(), finished_tx.clone());
+                    tokio::spawn(Arc::clone(&self).attempt(work, sub, dest, permit, recorder, finished));
                 }
                 None => {
+                    self.leave(&dest);
                     self.release(&work.job, self.clock.now()).await;
                     lock(&self.in_flight).remove(&work.job.id);
                     break;
                 }
             }
+        }
+        for work in parked.into_values().flatten() {
+            self.release(&work.job, self.clock.now()).await;
+            lock(&self.in_flight).remove(&work.job.id);
         }
         // Jobs claimed but not started go back at once.
         for claimer in claimers {
@@ -356,14 +392,33 @@ impl Dispatcher {
         }
     }
 
+    /// Subscriptions not to claim for now: their destination has its share of workers and a
+    /// full batch of jobs already waiting for them.
     fn saturated_subscriptions(&self) -> Vec<Uuid> {
         let cap = self.settings.per_destination_cap();
+        let batch = self.settings.claim_batch.max(1) as usize;
         let d = lock(&self.destinations);
         d.of_subscription
             .iter()
-            .filter(|(_, dest)| d.in_flight.get(*dest).copied().unwrap_or(0) >= cap)
+            .filter(|(_, dest)| {
+                d.in_flight.get(*dest).copied().unwrap_or(0) >= cap
+                    && d.parked.get(*dest).copied().unwrap_or(0) >= batch
+            })
             .map(|(sub, _)| *sub)
             .collect()
+    }
+
+    /// Records how many jobs wait for a destination; when it drops below a full batch the
+    /// destination's subscriptions are claimable again, so the claimers are woken.
+    fn set_parked(&self, dest: &str, n: usize) {
+        let batch = self.settings.claim_batch.max(1) as usize;
+        let was = {
+            let mut d = lock(&self.destinations);
+            if n == 0 { d.parked.remove(dest) } else { d.parked.insert(dest.to_owned(), n) }
+        };
+        if was.unwrap_or(0) >= batch && n < batch {
+            self.wake.notify_one();
+        }
     }
 
     /// Takes a worker slot on the destination, unless it already has its share.
@@ -418,21 +473,13 @@ impl Dispatcher {
     async fn attempt(
         self: Arc<Self>,
         work: Work,
+        sub: Arc<SubscriptionRecord>,
+        dest: String,
         _worker: OwnedSemaphorePermit,
         recorder: mpsc::Sender<AttemptResult>,
+        finished: mpsc::UnboundedSender<String>,
     ) {
-        let Work { job, sub, event } = work;
-        let Some(sub) = sub else {
-            // Deleted meanwhile: its jobs were cancelled, this lease is moot.
-            lock(&self.in_flight).remove(&job.id);
-            return;
-        };
-        let dest = targets::destination_key(&sub);
-        if !self.enter(sub.id, &dest) {
-            self.skip(&job, Skip::DestinationBusy).await;
-            lock(&self.in_flight).remove(&job.id);
-            return;
-        }
+        let Work { job, event, .. } = work;
         let attempt = (job.attempts + 1).max(1) as u32;
         let span = tracing::info_span!(
             "attempt",
@@ -444,6 +491,8 @@ impl Dispatcher {
         );
         let recorded = self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt).instrument(span).await;
         self.leave(&dest);
+        // A job parked for this destination may go now.
+        let _ = finished.send(dest);
         match recorded {
             Some(result) => {
                 if recorder.send(result).await.is_err() {
