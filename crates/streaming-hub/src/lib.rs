@@ -213,6 +213,12 @@ pub async fn start_with_clock(
     let router = api::router(state);
     let stop_http = stop.clone();
     let http = tokio::spawn(async move {
+        // Answers go out at once (no Nagle delay waiting for the client's delayed ACK).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+            }
+        });
         axum::serve(listener, router).with_graceful_shutdown(async move { stop_http.cancelled().await }).await
     });
     tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");

@@ -145,6 +145,10 @@ impl Receiver {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
         let app = axum::Router::new().fallback(receive).with_state(Arc::clone(&tally));
+        // As production web servers do, answers go out without a Nagle delay.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         tokio::spawn(async move { axum::serve(listener, app).await });
         Ok(Self { base, tally })
     }
