@@ -83,6 +83,8 @@ pub fn ce_headers(tenant: &str) -> [(&'static str, String); 9] {
 pub struct Received {
     pub per_event: HashMap<String, u32>,
     pub latencies_us: Vec<u64>,
+    /// When each delivered event was sent (µs since the epoch), in the order of `latencies_us`.
+    pub sent_us: Vec<u64>,
     pub first_at: Option<Instant>,
     pub last_at: Option<Instant>,
 }
@@ -100,6 +102,17 @@ impl Received {
     }
     pub fn latency(&self) -> Latency {
         Latency::of(&self.latencies_us)
+    }
+    /// The latency of the events sent within `[from_us, to_us)`.
+    pub fn latency_of_sent(&self, from_us: u64, to_us: u64) -> (Latency, usize) {
+        let samples: Vec<u64> = self
+            .latencies_us
+            .iter()
+            .zip(&self.sent_us)
+            .filter(|(_, s)| (from_us..to_us).contains(*s))
+            .map(|(l, _)| *l)
+            .collect();
+        (Latency::of(&samples), samples.len())
     }
 }
 
@@ -134,6 +147,7 @@ async fn receive(State(t): State<Tally>, uri: Uri, headers: HeaderMap, body: Byt
     let r = tally.entry(label).or_default();
     *r.per_event.entry(id).or_default() += 1;
     r.latencies_us.push(latency);
+    r.sent_us.push(sent);
     r.first_at.get_or_insert(now);
     r.last_at = Some(now);
     (StatusCode::NO_CONTENT, Bytes::new())
@@ -516,6 +530,37 @@ impl Broker {
             anyhow::ensure!(Instant::now() < deadline, "topic {TOPIC} never became visible");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Reads the benchmark topic from the start with a plain consumer until it has `n` records;
+    /// returns how long it took: the rate at which this broker serves the topic, a ceiling for
+    /// any consumer of it.
+    pub async fn read_all(&self, n: usize) -> anyhow::Result<Duration> {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", format!("bench-reader-{}", uuid::Uuid::now_v7().simple()))
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()?;
+        consumer.subscribe(&[TOPIC])?;
+        tokio::task::spawn_blocking(move || {
+            let deadline = Instant::now() + Duration::from_secs(600);
+            let (mut read, mut started) = (0usize, None);
+            while read < n {
+                anyhow::ensure!(Instant::now() < deadline, "the broker served {read} of {n} records");
+                match consumer.poll(Duration::from_millis(100)) {
+                    Some(Ok(_)) => {
+                        started.get_or_insert_with(Instant::now);
+                        read += 1;
+                    }
+                    Some(Err(e)) => anyhow::bail!("reading the topic: {e}"),
+                    None => {}
+                }
+            }
+            // From the first record on: the group join is not reading.
+            Ok(started.map_or(Duration::ZERO, |s| s.elapsed()))
+        })
+        .await?
     }
 
     /// Produces `n` events, tenants and partitions taken round-robin; returns how long it took.

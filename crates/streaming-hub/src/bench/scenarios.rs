@@ -46,6 +46,7 @@ fn merged(receiver: &Receiver, labels: &[String], take: bool) -> super::Received
         let r = if take { receiver.take(label) } else { receiver.received(label) };
         all.per_event.extend(r.per_event);
         all.latencies_us.extend(r.latencies_us);
+        all.sent_us.extend(r.sent_us);
         all.first_at = match (all.first_at, r.first_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -73,11 +74,13 @@ pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &P
     broker.create_topic(partitions).await?;
     let names = tenant_names("ingest", tenants);
     let produce = broker.produce(&names, partitions, events).await?;
+    let broker_rate = events as f64 / broker.read_all(events).await?.as_secs_f64().max(1e-9);
     let hub = BenchHub::start(Some(&broker)).await?;
     let (first, last) = hub.wait_inbox(events as i64, PATIENCE).await?;
     // From the first stored event to the last: the consumer's group join is not ingest.
     let hub_rate = events as f64 / (last - first).as_secs_f64().max(1e-9);
     let batch = std::env::var("STREAMING_HUB_KAFKA_BATCH_SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
+    let write_path = write_path(&hub, &names, partitions, events, batch).await?;
     let reference = reference_insert(&hub.db, &names, partitions, events, batch).await?;
     let ratio = hub_rate / reference;
     let store = hub.store_name();
@@ -85,7 +88,8 @@ pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &P
         "scenario": "ingest", "store": store, "events": events, "tenants": tenants, "partitions": partitions,
         "payload_bytes": super::body(0).len(), "produce_s": produce.as_secs_f64(),
         "hub_events_per_s": hub_rate, "plain_insert_rows_per_s": reference, "ratio": ratio,
-        "reference_batch": batch,
+        "reference_batch": batch, "broker_read_per_s": broker_rate,
+        "write_path_events_per_s": write_path, "write_path_ratio": write_path / reference,
     });
     hub.finish().await?;
     report(
@@ -94,10 +98,69 @@ pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &P
             ("hub ingest events/s", f0(hub_rate)),
             ("plain batched INSERT rows/s", f0(reference)),
             ("ratio", format!("{:.0} %", ratio * 100.0)),
+            ("broker read events/s (plain consumer)", f0(broker_rate)),
+            ("hub write path events/s", f0(write_path)),
+            ("write path / plain INSERT", format!("{:.0} %", write_path / reference * 100.0)),
         ],
         figures,
         json_out,
     )
+}
+
+/// The consumer's write path without the broker: records like the produced ones, judged and
+/// written by the Kafka writer in batches of `batch`, one writer per partition at once (as the
+/// consumer runs them); returns events per second.
+async fn write_path(
+    hub: &BenchHub,
+    tenants: &[String],
+    partitions: i32,
+    n: usize,
+    batch: usize,
+) -> anyhow::Result<f64> {
+    use crate::ingest::kafka::BatchWriter;
+    use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
+    let writer = crate::ingest::KafkaEvents {
+        store: Arc::clone(&hub.hub.store),
+        policy: Arc::new(hub_core::IngestPolicy::default()),
+        clock: Arc::new(crate::clock::SystemClock),
+        wake: Arc::new(tokio::sync::Notify::new()),
+    };
+    let mut per_partition: Vec<Vec<OwnedMessage>> = vec![Vec::new(); partitions.max(1) as usize];
+    let count = per_partition.len();
+    for i in 0..n {
+        let partition = i % count;
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in &super::ce_headers(&tenants[i % tenants.len()]) {
+            headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+        }
+        per_partition[partition].push(OwnedMessage::new(
+            Some(super::body(super::now_us()).into_bytes()),
+            None,
+            super::TOPIC.to_owned(),
+            Timestamp::NotAvailable,
+            partition as i32,
+            (i / count) as i64,
+            Some(headers),
+        ));
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for records in per_partition {
+        let writer = writer.clone();
+        tasks.spawn(async move {
+            for chunk in records.chunks(batch.max(1)) {
+                writer.write(chunk).await.map_err(anyhow::Error::msg)?;
+            }
+            Ok::<_, anyhow::Error>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let stored = hub.inbox_count().await?;
+    anyhow::ensure!(stored >= 2 * n as i64, "the write path stored {} of {n} events", stored - n as i64);
+    Ok(n as f64 / secs)
 }
 
 /// Inserts rows shaped like the ingested events into a copy of the events table, `batch` rows
@@ -398,7 +461,9 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
         })
     };
     let started = Instant::now();
+    let posting_from = super::now_us();
     let flood_s = hub.post_many(&flood_who, flood, 32).await?;
+    let posted_at = super::now_us();
     let ok = receiver.wait_for("flood", flood, PATIENCE).await;
     stop.store(true, Ordering::SeqCst);
     let small_sent = small.await?;
@@ -409,11 +474,18 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
     let flood_rate = flood_got.rate_since(started);
     let under = beside.latency();
     let ratio = under.p99 / solo.p99.max(1e-9);
+    // While the flood is posted the machine is shared with its ingest; after, with its backlog.
+    let (while_posted, n_posted) = beside.latency_of_sent(posting_from, posted_at);
+    let (backlog, n_backlog) = beside.latency_of_sent(posted_at, u64::MAX);
+    let backlog_ratio = backlog.p99 / solo.p99.max(1e-9);
     let store = hub.store_name();
     let figures = json!({
         "scenario": "fairness", "store": store, "flood_events": flood, "small_rate_per_s": rate,
         "small_solo_latency_ms": solo.json(), "small_beside_flood_latency_ms": under.json(),
         "small_sent": small_sent, "small_delivered": beside.distinct(), "p99_ratio": ratio,
+        "small_while_flood_posted_latency_ms": while_posted.json(), "small_while_flood_posted_events": n_posted,
+        "small_during_flood_backlog_latency_ms": backlog.json(), "small_during_flood_backlog_events": n_backlog,
+        "backlog_p99_ratio": backlog_ratio,
         "flood_accepted_per_s": flood as f64 / flood_s.as_secs_f64(), "flood_delivered_per_s": flood_rate,
         "flood_duplicates": flood_got.duplicates(),
     });
@@ -426,6 +498,9 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
             ("small tenant beside flood p50 ms", f1(under.p50)),
             ("small tenant beside flood p99 ms", f1(under.p99)),
             ("p99 beside flood / solo", format!("{ratio:.2}x")),
+            ("  while the flood is posted p99 ms", f1(while_posted.p99)),
+            ("  during its backlog p99 ms", f1(backlog.p99)),
+            ("  during its backlog / solo", format!("{backlog_ratio:.2}x")),
             ("small tenant delivered", format!("{} of {small_sent}", beside.distinct())),
             ("flood accepted/s", f0(flood as f64 / flood_s.as_secs_f64())),
             ("flood delivered/s", f0(flood_rate)),
