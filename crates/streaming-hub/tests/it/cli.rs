@@ -158,3 +158,53 @@ fn the_push_burst_bench_runs_and_reports() {
     assert_eq!(figures["read"], 30);
     assert_eq!(figures["pages"], 5);
 }
+
+/// Runs a bench scenario with small figures and returns its JSON.
+fn run_bench(args: &[&str], envs: &[(&str, String)]) -> serde_json::Value {
+    let json = temp_sqlite_path().with_extension("bench.json");
+    let out = hub_command()
+        .arg("bench")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .expect("run the bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&std::fs::read(&json).expect("json written")).expect("json")
+}
+
+/// Every scenario runs end to end and reports what it measured (figures are never asserted).
+#[test]
+fn the_other_bench_scenarios_run_and_report() {
+    let steady = run_bench(&["steady", "--rate", "40", "--seconds", "1"], &[]);
+    assert_eq!(steady["sent"], steady["delivered"]);
+    assert!(steady["sent"].as_u64().expect("sent") >= 30, "{steady}");
+    assert_eq!(steady["duplicates"], 0);
+
+    let slow = run_bench(&["slow-destination", "--events", "30"], &[]);
+    assert!(slow["fast_solo_per_s"].as_f64().expect("solo") > 0.0);
+    assert!(slow["fast_beside_slow_per_s"].as_f64().expect("beside") > 0.0);
+
+    let fair = run_bench(&["fairness", "--flood", "200", "--rate", "10"], &[]);
+    assert_eq!(fair["small_sent"], fair["small_delivered"], "{fair}");
+    assert_eq!(fair["flood_duplicates"], 0);
+    assert!(fair["small_solo_latency_ms"]["p99"].is_number());
+}
+
+/// The ingest scenario needs a broker (tansu, as `scripts/test` installs) and runs on PostgreSQL.
+#[test]
+fn the_ingest_and_kafka_burst_scenarios_run_on_postgres() {
+    let tansu = crate::kafka_support::tansu_binary();
+    assert!(tansu.is_file(), "tansu is required ({}); scripts/test installs it", tansu.display());
+    let envs =
+        [("STREAMING_HUB_BENCH_TANSU", tansu.display().to_string()), ("STREAMING_HUB_POSTGRES_DSN", postgres_dsn())];
+    let ingest = run_bench(&["ingest", "--events", "200", "--tenants", "3", "--partitions", "2"], &envs);
+    assert_eq!(ingest["store"], "postgres");
+    for figure in ["hub_events_per_s", "plain_insert_rows_per_s", "broker_read_per_s", "write_path_events_per_s"] {
+        assert!(ingest[figure].as_f64().expect(figure) > 0.0, "{figure}: {ingest}");
+    }
+    let burst = run_bench(&["push-burst", "--via", "kafka", "--events", "100", "--tenants", "2"], &envs);
+    assert_eq!((burst["delivered"].as_u64(), burst["duplicates"].as_u64()), (Some(100), Some(0)), "{burst}");
+}
