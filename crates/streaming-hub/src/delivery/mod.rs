@@ -121,6 +121,7 @@ struct Work {
     sub: Option<Arc<SubscriptionRecord>>,
     /// `None` when the event is no longer stored.
     event: Option<Arc<StoredEvent>>,
+    claimed_at: Instant,
 }
 
 /// Why a job is put back without an attempt.
@@ -177,6 +178,7 @@ impl Dispatcher {
         // Jobs whose destination has its share of workers wait here (leased) for one of its
         // attempts to end, instead of taking a worker or going back to the store.
         let mut parked: HashMap<String, VecDeque<Work>> = HashMap::new();
+        let park_limit = self.park_limit();
         let (finished_tx, mut finished) = mpsc::unbounded_channel::<String>();
         loop {
             let work = tokio::select! {
@@ -187,6 +189,14 @@ impl Dispatcher {
                 Some(dest) = finished.recv() => {
                     let Some(work) = parked.get_mut(&dest).and_then(VecDeque::pop_front) else { continue };
                     self.set_parked(&dest, parked.get(&dest).map_or(0, VecDeque::len));
+                    // A job never waits here for more than half its lease: it goes back instead,
+                    // long before the lease could expire and another worker take it.
+                    if work.claimed_at.elapsed() > self.settings.lease / 2 {
+                        self.release(&work.job, self.clock.now()).await;
+                        lock(&self.in_flight).remove(&work.job.id);
+                        let _ = finished_tx.send(dest);
+                        continue;
+                    }
                     work
                 }
                 () = shutdown.cancelled() => break,
@@ -199,7 +209,7 @@ impl Dispatcher {
             let dest = targets::destination_key(&sub);
             if !self.enter(sub.id, &dest) {
                 let waiting = parked.entry(dest.clone()).or_default();
-                if waiting.len() < batch {
+                if waiting.len() < park_limit {
                     waiting.push_back(work);
                     self.set_parked(&dest, waiting.len());
                 } else {
@@ -365,6 +375,7 @@ impl Dispatcher {
                 }
             };
         tracing::debug!(ms = started.elapsed().as_secs_f64() * 1000.0, "loaded");
+        let claimed_at = Instant::now();
         let subs: HashMap<Uuid, Arc<SubscriptionRecord>> = subs.into_iter().map(|s| (s.id, Arc::new(s))).collect();
         let events: HashMap<(String, i64), Arc<StoredEvent>> =
             events.into_iter().map(|e| ((e.tenant_id.clone(), e.seq), Arc::new(e))).collect();
@@ -375,7 +386,7 @@ impl Dispatcher {
                 let sub = subs.get(&job.subscription_id).filter(|s| s.tenant_id == job.tenant_id).cloned();
                 // One event can be claimed for several subscriptions at once: each gets it.
                 let event = events.get(&(job.tenant_id.clone(), job.event_seq)).cloned();
-                Work { job, sub, event }
+                Work { job, sub, event, claimed_at }
             })
             .collect())
     }
@@ -392,31 +403,37 @@ impl Dispatcher {
         }
     }
 
+    /// How many claimed jobs may wait in the process for one destination: what every claimer
+    /// could have claimed for it at once, so a claim rarely has to send a job back.
+    fn park_limit(&self) -> usize {
+        CLAIMERS * self.settings.claim_batch.max(1) as usize
+    }
+
     /// Subscriptions not to claim for now: their destination has its share of workers and a
-    /// full batch of jobs already waiting for them.
+    /// full set of jobs already waiting for them.
     fn saturated_subscriptions(&self) -> Vec<Uuid> {
         let cap = self.settings.per_destination_cap();
-        let batch = self.settings.claim_batch.max(1) as usize;
+        let limit = self.park_limit();
         let d = lock(&self.destinations);
         d.of_subscription
             .iter()
             .filter(|(_, dest)| {
                 d.in_flight.get(*dest).copied().unwrap_or(0) >= cap
-                    && d.parked.get(*dest).copied().unwrap_or(0) >= batch
+                    && d.parked.get(*dest).copied().unwrap_or(0) >= limit
             })
             .map(|(sub, _)| *sub)
             .collect()
     }
 
-    /// Records how many jobs wait for a destination; when it drops below a full batch the
+    /// Records how many jobs wait for a destination; when it drops below the limit the
     /// destination's subscriptions are claimable again, so the claimers are woken.
     fn set_parked(&self, dest: &str, n: usize) {
-        let batch = self.settings.claim_batch.max(1) as usize;
+        let limit = self.park_limit();
         let was = {
             let mut d = lock(&self.destinations);
             if n == 0 { d.parked.remove(dest) } else { d.parked.insert(dest.to_owned(), n) }
         };
-        if was.unwrap_or(0) >= batch && n < batch {
+        if was.unwrap_or(0) >= limit && n < limit {
             self.wake.notify_one();
         }
     }
