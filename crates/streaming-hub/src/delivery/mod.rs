@@ -108,7 +108,7 @@ pub struct Dispatcher {
 }
 
 /// Claims in flight at once: while one waits for the database, the other's jobs are attempted.
-const CLAIMERS: usize = 4;
+const CLAIMERS: usize = 2;
 /// Outcomes waiting for the recorder, at most.
 const RECORDER_QUEUE: usize = 1024;
 /// Outcomes written in one transaction, at most.
