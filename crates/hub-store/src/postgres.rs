@@ -84,8 +84,9 @@ impl PgStore {
         .await?
         .into_iter()
         .collect();
-        // One unique-index probe per id, whatever the table's statistics say (`LIMIT 1` keeps the
-        // planner from turning the lookups into a scan of a tenant's events).
+        // One unique-index probe per id, whatever the table's statistics say: only the
+        // `(tenant_id, ce_id)` index can serve this row comparison in its order (see
+        // `events_by_seqs`).
         let (probe_tenants, probe_ids): (Vec<&str>, Vec<Uuid>) = groups
             .iter()
             .flat_map(|(t, events)| events.iter().map(move |(_, e)| (*t, e.envelope.id().as_uuid())))
@@ -94,7 +95,9 @@ impl PgStore {
         let found: Vec<(String, Uuid, i64)> = sqlx::query_as(
             "SELECT e.tenant_id, e.ce_id, e.seq FROM UNNEST($1::text[], $2::uuid[]) AS u(tenant_id, ce_id)
              CROSS JOIN LATERAL (SELECT tenant_id, ce_id, seq FROM events
-                                 WHERE tenant_id = u.tenant_id AND ce_id = u.ce_id LIMIT 1) e",
+                                 WHERE (tenant_id, ce_id) >= (u.tenant_id, u.ce_id)
+                                 ORDER BY tenant_id, ce_id LIMIT 1) e
+             WHERE e.tenant_id = u.tenant_id AND e.ce_id = u.ce_id",
         )
         .bind(&probe_tenants)
         .bind(&probe_ids)
@@ -828,11 +831,17 @@ impl Store for PgStore {
 
     async fn events_by_seqs(&self, keys: &[(String, i64)]) -> StoreResult<Vec<StoredEvent>> {
         let (tenants, seqs): (Vec<&str>, Vec<i64>) = keys.iter().map(|(t, s)| (t.as_str(), *s)).unzip();
-        // One primary-key probe per event, whatever the table's statistics say.
+        // One primary-key probe per event, whatever the table's statistics say: only the primary
+        // key can serve a row comparison on `(tenant_id, seq)` in its order, so the planner cannot
+        // walk the `(tenant_id, ce_id)` index over the tenant's every event instead (it did, when
+        // it believed the table small). A missing event probes to the next one, which the outer
+        // condition drops.
         let sql = format!(
             "SELECT e.* FROM UNNEST($1::text[], $2::bigint[]) AS k(tenant_id, seq)
              CROSS JOIN LATERAL (SELECT {EVENT_COLUMNS} FROM events
-                                 WHERE tenant_id = k.tenant_id AND seq = k.seq LIMIT 1) e"
+                                 WHERE (tenant_id, seq) >= (k.tenant_id, k.seq)
+                                 ORDER BY tenant_id, seq LIMIT 1) e
+             WHERE e.tenant_id = k.tenant_id AND e.seq = k.seq"
         );
         sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenants)
