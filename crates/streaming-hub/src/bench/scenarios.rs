@@ -446,27 +446,18 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
 
     // Beside the flood, until the flood is delivered.
     let stop = Arc::new(AtomicBool::new(false));
-    let small = {
-        let (stop, hub_client, key) = (Arc::clone(&stop), hub.clone_client(), small_key.clone());
-        tokio::spawn(async move {
-            let mut n = 0;
-            let mut interval = tokio::time::interval(Duration::from_millis(u64::from(1000 / rate.max(1))));
-            while !stop.load(Ordering::SeqCst) {
-                interval.tick().await;
-                let (c, k) = (hub_client.clone(), key.clone());
-                tokio::spawn(async move { c.post(&k, "small").await });
-                n += 1;
-            }
-            n
-        })
-    };
     let started = Instant::now();
     let posting_from = super::now_us();
-    let flood_s = hub.post_many(&flood_who, flood, 32).await?;
-    let posted_at = super::now_us();
-    let ok = receiver.wait_for("flood", flood, PATIENCE).await;
-    stop.store(true, Ordering::SeqCst);
-    let small_sent = small.await?;
+    let flood_run = async {
+        let flood_s = hub.post_many(&flood_who, flood, 32).await;
+        let posted_at = super::now_us();
+        let ok = receiver.wait_for("flood", flood, PATIENCE).await;
+        stop.store(true, Ordering::SeqCst);
+        (flood_s, posted_at, ok)
+    };
+    let (small_sent, (flood_s, posted_at, ok)) =
+        tokio::join!(paced(&hub, &small_key, "small", rate, Arc::clone(&stop)), flood_run);
+    let (small_sent, flood_s) = (small_sent?, flood_s?);
     anyhow::ensure!(ok, "the flood was not delivered within {PATIENCE:?}");
     receiver.wait_for("small", small_sent, Duration::from_secs(120)).await;
     let beside = receiver.received("small");
