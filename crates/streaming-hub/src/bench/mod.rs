@@ -489,9 +489,15 @@ impl Broker {
              or set STREAMING_HUB_BENCH_KAFKA_BROKERS to a broker",
             bin.display()
         );
+        Self::tansu(&bin).await
+    }
+
+    /// Starts the tansu broker `bin` on a free local port, with in-memory storage, and waits until
+    /// it accepts connections. The process is stopped when the broker is dropped.
+    pub async fn tansu(bin: &Path) -> anyhow::Result<Self> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let url = format!("tcp://127.0.0.1:{port}");
-        let child = std::process::Command::new(&bin)
+        let child = std::process::Command::new(bin)
             .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
             .args(["--storage-engine", "memory://tansu/"])
             .stdout(std::process::Stdio::null())

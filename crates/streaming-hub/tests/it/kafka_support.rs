@@ -24,16 +24,7 @@ pub enum Broker {
 pub struct KafkaPeer {
     pub brokers: String,
     mock: Option<MockCluster<'static, rdkafka::producer::DefaultProducerContext>>,
-    tansu: Option<std::process::Child>,
-}
-
-impl Drop for KafkaPeer {
-    fn drop(&mut self) {
-        if let Some(child) = &mut self.tansu {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+    tansu: Option<streaming_hub::bench::Broker>,
 }
 
 /// The tansu binary `scripts/test` installs.
@@ -58,21 +49,8 @@ impl KafkaPeer {
                     "tansu is required for these tests ({}); scripts/test installs it",
                     bin.display()
                 );
-                let port = crate::support::free_port();
-                let url = format!("tcp://127.0.0.1:{port}");
-                let child = std::process::Command::new(&bin)
-                    .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
-                    .args(["--storage-engine", "memory://tansu/"])
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-                    .expect("start tansu");
-                let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-                while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-                    assert!(tokio::time::Instant::now() < deadline, "tansu did not start");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-                Self { brokers: format!("127.0.0.1:{port}"), mock: None, tansu: Some(child) }
+                let tansu = streaming_hub::bench::Broker::tansu(&bin).await.expect("start tansu");
+                Self { brokers: tansu.brokers.clone(), mock: None, tansu: Some(tansu) }
             }
         }
     }
