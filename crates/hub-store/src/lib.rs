@@ -47,18 +47,24 @@ fn pending(migrator: &sqlx::migrate::Migrator, applied: StoreResult<Vec<i64>>) -
     Ok(migrator.iter().map(|m| m.version).filter(|v| !applied.contains(v)).collect())
 }
 
-/// Durable state of the hub.
+/// Durable state of the hub: every role the service needs, in one object.
+///
+/// The roles are separate traits so that each backend keeps one file per aggregate
+/// (`inbox.rs`, `subscriptions.rs`, `jobs.rs`, `operations.rs`) with the mirrored SQL side by
+/// side, and so that code can ask for the one role it uses. Bring them into scope with
+/// `use hub_store::prelude::*`.
+pub trait Store: Inbox + Subscriptions + JobQueue + Operations + std::fmt::Debug + Send + Sync + 'static {}
+
+impl<T> Store for T where T: Inbox + Subscriptions + JobQueue + Operations + std::fmt::Debug + Send + Sync + 'static {}
+
+/// The role traits, for `use hub_store::prelude::*`.
+pub mod prelude {
+    pub use crate::{Inbox, JobQueue, Operations, Store, Subscriptions};
+}
+
+/// The per-tenant inbox: accepted events, their seqs, and the pull streams over them.
 #[async_trait]
-pub trait Store: Send + Sync + std::fmt::Debug + 'static {
-    /// Applies the backend's pending migrations.
-    async fn migrate(&self) -> StoreResult<()>;
-
-    /// Versions of this build's migrations not yet applied to the database.
-    async fn pending_migrations(&self) -> StoreResult<Vec<i64>>;
-
-    /// Checks that the database answers.
-    async fn ping(&self) -> StoreResult<()>;
-
+pub trait Inbox: Send + Sync {
     /// Writes one batch of ingest results in one transaction and reports, per record and in the
     /// same order, what was written.
     async fn write_batch(&self, batch: &[IngestRecord]) -> StoreResult<Vec<WriteOutcome>>;
@@ -69,6 +75,34 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// A tenant's events with `seq > after`, ascending, at most `limit`.
     async fn events_after(&self, tenant: &str, after: i64, limit: u32) -> StoreResult<Vec<StoredEvent>>;
 
+    /// One event of a tenant's inbox, by seq.
+    async fn event_by_seq(&self, tenant: &str, seq: i64) -> StoreResult<Option<StoredEvent>>;
+
+    /// Events by `(tenant, seq)`, in any order; keys with no stored event are left out.
+    async fn events_by_seqs(&self, keys: &[(String, i64)]) -> StoreResult<Vec<StoredEvent>>;
+
+    /// The events in a pull subscription's stream with `seq > after`, ascending.
+    async fn pull_events(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredEvent>>;
+
+    /// Moves a pull cursor forward to `to` (never backwards) and returns the cursor after the move.
+    async fn advance_pull_cursor(&self, tenant: &str, subscription: Uuid, to: i64) -> StoreResult<i64>;
+
+    /// How many events the inbox holds; an estimate on PostgreSQL (the planner's, kept current by
+    /// autovacuum), so asking is cheap however large the table.
+    async fn inbox_size(&self) -> StoreResult<i64>;
+}
+
+/// Subscriptions. Every change is an intent that writes only its own columns, so a PATCH, a
+/// secret rotation, a verification result and the recorder's health updates never overwrite
+/// each other, whatever order they commit in.
+#[async_trait]
+pub trait Subscriptions: Send + Sync {
     /// Stores a new subscription.
     async fn create_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<()>;
 
@@ -83,45 +117,56 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         limit: u32,
     ) -> StoreResult<Vec<SubscriptionRecord>>;
 
-    /// Writes every field of the subscription but its pull cursor and creation time; false when
-    /// the tenant has no such subscription.
-    async fn update_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<bool>;
+    /// Applies a PATCH: writes only the fields it names. Returns the subscription as stored after
+    /// it; `None` when the tenant has no such subscription.
+    async fn patch_subscription(
+        &self,
+        tenant: &str,
+        id: Uuid,
+        patch: &SubscriptionPatch,
+    ) -> StoreResult<Option<SubscriptionRecord>>;
+
+    /// Replaces the signing secret, if the stored one is still `rotation.replaces` (so two
+    /// rotations cannot both keep the same previous secret). Returns the subscription after it;
+    /// `None` when there is no such subscription or its secret changed meanwhile.
+    async fn rotate_secret(
+        &self,
+        tenant: &str,
+        id: Uuid,
+        rotation: &SecretRotation,
+    ) -> StoreResult<Option<SubscriptionRecord>>;
+
+    /// Records a probe's result, if the destination is still the one probed. Returns the
+    /// subscription after it; `None` when there is no such subscription or its destination
+    /// changed meanwhile (the result says nothing about the new one).
+    async fn set_verification(
+        &self,
+        tenant: &str,
+        id: Uuid,
+        result: &VerificationResult,
+    ) -> StoreResult<Option<SubscriptionRecord>>;
 
     /// Deletes a subscription, cancels its pending jobs and drops its pull stream, in one
     /// transaction; false when the tenant has no such subscription.
     async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool>;
 
-    /// The events in a pull subscription's stream with `seq > after`, ascending.
-    async fn pull_events(
-        &self,
-        tenant: &str,
-        subscription: Uuid,
-        after: i64,
-        limit: u32,
-    ) -> StoreResult<Vec<StoredEvent>>;
+    /// Subscriptions by id, whatever their tenant, in any order (for the dispatcher, which checks
+    /// each against its job's tenant); unknown ids are left out.
+    async fn subscriptions_by_ids(&self, ids: &[Uuid]) -> StoreResult<Vec<SubscriptionRecord>>;
+}
 
-    /// Moves a pull cursor forward to `to` (never backwards) and returns the cursor after the move.
-    async fn advance_pull_cursor(&self, tenant: &str, subscription: Uuid, to: i64) -> StoreResult<i64>;
-
+/// The delivery job queue: leased claims, attempts and their outcomes, recovery, redrive.
+#[async_trait]
+pub trait JobQueue: Send + Sync {
     /// A subscription's delivery jobs in creation order, optionally of one state.
     async fn list_jobs(
         &self,
         tenant: &str,
         subscription: Uuid,
-        state: Option<&str>,
+        state: Option<JobState>,
         after: Option<Uuid>,
         limit: u32,
     ) -> StoreResult<Vec<DeliveryJob>>;
-
-    /// One event of a tenant's inbox, by seq.
-    async fn event_by_seq(&self, tenant: &str, seq: i64) -> StoreResult<Option<StoredEvent>>;
-
-    /// Events by `(tenant, seq)`, in any order; keys with no stored event are left out.
-    async fn events_by_seqs(&self, keys: &[(String, i64)]) -> StoreResult<Vec<StoredEvent>>;
-
-    /// Subscriptions by id, whatever their tenant, in any order (for the dispatcher, which checks
-    /// each against its job's tenant); unknown ids are left out.
-    async fn subscriptions_by_ids(&self, ids: &[Uuid]) -> StoreResult<Vec<SubscriptionRecord>>;
 
     /// Leases due jobs of deliverable (enabled, active) subscriptions, interleaving tenants.
     async fn claim_jobs(&self, request: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>>;
@@ -134,14 +179,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// while its lease is still held (`token`).
     async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>>;
 
-    /// [`Store::complete_attempts`] for one attempt.
+    /// [`JobQueue::complete_attempts`] for one attempt.
     async fn complete_attempt(&self, result: &AttemptResult) -> StoreResult<Completed> {
         let done = self.complete_attempts(std::slice::from_ref(result)).await?;
         done.into_iter().next().ok_or_else(|| StoreError::Corrupt("no outcome for a recorded attempt".to_owned()))
     }
 
     /// Takes back jobs whose lease expired without an outcome: pending again, or dead as poison
-    /// once they reach `poison_threshold` recoveries.
+    /// once `hub_core::delivery::is_poison` says so for their recovery count.
     async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery>;
 
     /// The recorded attempts of these jobs of a tenant, oldest first.
@@ -161,6 +206,23 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// nothing to do for a single-node store.
     async fn listen_for_jobs(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()>;
 
+    /// How many delivery jobs are in each state.
+    async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>>;
+}
+
+/// Everything else an operator needs: schema, health, quarantine, the DLQ plane, retention and
+/// API keys.
+#[async_trait]
+pub trait Operations: Send + Sync {
+    /// Applies the backend's pending migrations.
+    async fn migrate(&self) -> StoreResult<()>;
+
+    /// Versions of this build's migrations not yet applied to the database.
+    async fn pending_migrations(&self) -> StoreResult<Vec<i64>>;
+
+    /// Checks that the database answers.
+    async fn ping(&self) -> StoreResult<()>;
+
     /// Stores DLQ-plane records; one already stored (same topic, partition, offset) is skipped.
     /// Returns how many were new.
     async fn write_dlq_records(&self, records: &[NewDlqRecord]) -> StoreResult<u64>;
@@ -171,13 +233,6 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Deletes at most `limit` records of `kind` older than `older_than`, in one transaction.
     /// `None` when another replica is pruning the same kind (PostgreSQL advisory lock).
     async fn prune(&self, kind: PruneKind, older_than: DateTime<Utc>, limit: u32) -> StoreResult<Option<u64>>;
-
-    /// How many events the inbox holds; an estimate on PostgreSQL (the planner's, kept current by
-    /// autovacuum), so asking is cheap however large the table.
-    async fn inbox_size(&self) -> StoreResult<i64>;
-
-    /// How many delivery jobs are in each state.
-    async fn job_counts(&self) -> StoreResult<Vec<(String, i64)>>;
 
     /// Quarantined records, newest first, matching the filter.
     async fn list_quarantine(&self, filter: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>>;

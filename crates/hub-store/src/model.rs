@@ -295,14 +295,89 @@ pub struct SubscriptionRecord {
     pub updated_at: DateTime<Utc>,
 }
 
-/// States of a delivery job.
-pub mod job_state {
-    pub const PENDING: &str = "pending";
-    pub const LEASED: &str = "leased";
-    pub const SUCCEEDED: &str = "succeeded";
-    pub const DEAD: &str = "dead";
-    pub const CANCELLED: &str = "cancelled";
-    pub const ALL: [&str; 5] = [PENDING, LEASED, SUCCEEDED, DEAD, CANCELLED];
+/// A change a `PATCH` asks for: `None` leaves a field as stored.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SubscriptionPatch {
+    pub name: Option<String>,
+    pub event_types: Option<Vec<String>>,
+    /// `Some(None)` removes the origin.
+    pub origin: Option<Option<String>>,
+    pub destination: Option<DestinationChange>,
+    /// `Some(false)` disables with `disabled_reason` (when enabled); `Some(true)` enables and
+    /// clears the reason.
+    pub enabled: Option<bool>,
+    pub disabled_reason: Option<String>,
+    pub now: DateTime<Utc>,
+}
+
+/// A new destination of the same sink type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DestinationChange {
+    /// The destination without secrets, as the API shows it.
+    pub sink_config: serde_json::Value,
+    /// `Some(None)` removes the credentials; `None` keeps them.
+    pub credentials: Option<Option<Vec<u8>>>,
+    /// Where or how to connect changed: the subscription must be verified again.
+    pub reverify: bool,
+}
+
+/// A new signing secret, the current one kept as the previous until `previous_expires_at`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecretRotation {
+    /// The sealed secret being replaced, as read: the rotation applies only if it is still stored.
+    pub replaces: Vec<u8>,
+    pub signing_secret: Vec<u8>,
+    pub previous_secret: Vec<u8>,
+    pub previous_expires_at: DateTime<Utc>,
+    pub now: DateTime<Utc>,
+}
+
+/// The result of probing a destination.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerificationResult {
+    /// The destination probed: the result is recorded only if it is still the stored one.
+    pub probed_config: serde_json::Value,
+    pub probed_credentials: Option<Vec<u8>>,
+    /// `None` when the probe succeeded; otherwise the reason, shown to the tenant.
+    pub error: Option<String>,
+    /// On success, also enable the subscription and clear its failure period and disabled
+    /// reason (the recovery of an auto-disabled subscription).
+    pub reenable: bool,
+    pub now: DateTime<Utc>,
+}
+
+pub use hub_core::delivery::JobState;
+
+fn job_state_str<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(state.as_str())
+}
+
+/// A patch's values in the form both backends bind them.
+pub(crate) struct PatchColumns {
+    pub event_types: Option<String>,
+    pub sink_config: Option<String>,
+    pub credentials_set: bool,
+    pub credentials: Option<Vec<u8>>,
+    pub reverify: bool,
+}
+
+impl PatchColumns {
+    pub(crate) fn of(patch: &SubscriptionPatch) -> Result<Self, crate::StoreError> {
+        let event_types = patch
+            .event_types
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| crate::StoreError::Corrupt(e.to_string()))?;
+        let destination = patch.destination.as_ref();
+        Ok(Self {
+            event_types,
+            sink_config: destination.map(|d| d.sink_config.to_string()),
+            credentials_set: destination.is_some_and(|d| d.credentials.is_some()),
+            credentials: destination.and_then(|d| d.credentials.clone().flatten()),
+            reverify: destination.is_some_and(|d| d.reverify),
+        })
+    }
 }
 
 /// One delivery job: an event to push to one subscription.
@@ -312,7 +387,8 @@ pub struct DeliveryJob {
     pub tenant_id: String,
     pub subscription_id: Uuid,
     pub event_seq: i64,
-    pub state: String,
+    #[serde(serialize_with = "job_state_str")]
+    pub state: JobState,
     pub attempts: i32,
     pub recoveries: i32,
     pub due_at: DateTime<Utc>,
@@ -371,22 +447,7 @@ pub struct AttemptRecord {
     pub response_body: Option<String>,
 }
 
-/// What an attempt does to its job.
-#[derive(Debug, Clone, PartialEq)]
-pub enum JobTransition {
-    Succeeded,
-    Retry { due_at: DateTime<Utc> },
-    Dead { reason: String },
-}
-
-/// What an attempt does to its subscription's failure period.
-#[derive(Debug, Clone, PartialEq)]
-pub enum HealthUpdate {
-    /// Clears the failure period.
-    Success,
-    /// Extends it; with `disable`, also disables the subscription with that reason.
-    Failure { at: DateTime<Utc>, disable: Option<String> },
-}
+pub use hub_core::delivery::{HealthChange, JobTransition};
 
 /// The outcome of one attempt, written in one transaction.
 #[derive(Debug, Clone)]
@@ -394,7 +455,7 @@ pub struct AttemptResult {
     pub token: Uuid,
     pub record: AttemptRecord,
     pub transition: JobTransition,
-    pub health: HealthUpdate,
+    pub health: HealthChange,
     pub now: DateTime<Utc>,
 }
 
@@ -450,10 +511,18 @@ pub(crate) struct MatchedWork {
     pub jobs: Vec<(Uuid, i64, DateTime<Utc>)>,
 }
 
-/// How many tenants one claim visits and how many jobs each gives, so that one claim of `limit`
-/// jobs spreads over every tenant with due work.
-pub(crate) fn per_tenant_share(limit: u32, tenants: usize) -> u32 {
-    if tenants == 0 { 0 } else { limit.div_ceil(tenants as u32).max(1) }
+/// Splits expired leases `(job, recoveries so far)` into all of them and those that this expiry
+/// makes poison, by the core's rule.
+pub(crate) fn split_poison<Id: Clone>(expired: &[(Id, i32)], threshold: u32) -> (Vec<Id>, Vec<Id>) {
+    let all = expired.iter().map(|(id, _)| id.clone()).collect();
+    let poison = expired
+        .iter()
+        .filter(|(_, recoveries)| {
+            hub_core::delivery::is_poison(u32::try_from(*recoveries).unwrap_or(0).saturating_add(1), threshold)
+        })
+        .map(|(id, _)| id.clone())
+        .collect();
+    (all, poison)
 }
 
 pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {

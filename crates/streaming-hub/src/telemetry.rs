@@ -118,9 +118,9 @@ pub async fn job_gauges(
     loop {
         match store.job_counts().await {
             Ok(counts) => {
-                for state in hub_store::job_state::ALL {
-                    let n = counts.iter().find(|(s, _)| s == state).map_or(0, |(_, n)| *n);
-                    metrics::gauge!(metric::DELIVERY_JOBS, "state" => state).set(n as f64);
+                for state in hub_store::JobState::ALL {
+                    let n = counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n);
+                    metrics::gauge!(metric::DELIVERY_JOBS, "state" => state.as_str()).set(n as f64);
                 }
             }
             Err(e) => tracing::warn!(error = %e, "counting jobs for metrics failed"),

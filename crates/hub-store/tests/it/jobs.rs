@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
 use hub_core::SinkKind;
+use hub_core::delivery::DeadReason;
 use hub_store::{
-    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, HealthUpdate, JobTransition, Store, SubscriptionRecord,
+    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, HealthChange, JobTransition, Store, SubscriptionPatch,
+    SubscriptionRecord,
 };
 use uuid::Uuid;
 
@@ -37,7 +39,7 @@ fn claim(limit: u32, after: Option<&str>) -> ClaimRequest {
     }
 }
 
-fn result(job: &ClaimedJob, outcome: &str, transition: JobTransition, health: HealthUpdate) -> AttemptResult {
+fn result(job: &ClaimedJob, outcome: &str, transition: JobTransition, health: HealthChange) -> AttemptResult {
     let now = Utc::now();
     AttemptResult {
         token: job.token,
@@ -92,9 +94,8 @@ pub async fn claims_skip_undeliverable_and_excluded_subscriptions(db: &TestDb) {
     let excluded = push_subscription(db, "t1").await;
     let paused = push_subscription(db, "t1").await;
     events(db, "t1", 2).await;
-    let mut off = paused.clone();
-    off.enabled = false;
-    db.store.update_subscription(&off).await.expect("disable");
+    let off = SubscriptionPatch { enabled: Some(false), now: Utc::now(), ..SubscriptionPatch::default() };
+    db.store.patch_subscription("t1", paused.id, &off).await.expect("disable").expect("exists");
 
     let mut req = claim(100, None);
     req.exclude_subscriptions = vec![excluded.id];
@@ -106,7 +107,10 @@ pub async fn claims_skip_undeliverable_and_excluded_subscriptions(db: &TestDb) {
     assert_eq!(again.len(), 2);
     assert!(again.iter().all(|j| j.subscription_id == excluded.id));
     // The disabled subscription's jobs wait, untouched.
-    assert_eq!(db.store.list_jobs("t1", paused.id, Some("pending"), None, 10).await.expect("jobs").len(), 2);
+    assert_eq!(
+        db.store.list_jobs("t1", paused.id, Some(hub_store::JobState::Pending), None, 10).await.expect("jobs").len(),
+        2
+    );
 }
 
 pub async fn concurrent_claims_never_lease_a_job_twice(db: &TestDb) {
@@ -142,12 +146,17 @@ pub async fn attempts_move_jobs_through_their_states(db: &TestDb) {
     events(db, "t1", 3).await;
     let jobs = db.store.claim_jobs(&claim(3, None)).await.expect("claim");
     let due = Utc::now() + Duration::minutes(5);
-    let failure = HealthUpdate::Failure { at: Utc::now(), disable: None };
-    let r = result(&jobs[0], "delivered", JobTransition::Succeeded, HealthUpdate::Success);
+    let failure = HealthChange::Failure { at: Utc::now(), disable: None };
+    let r = result(&jobs[0], "delivered", JobTransition::Succeeded, HealthChange::Success);
     assert!(db.store.complete_attempt(&r).await.expect("complete").job_updated);
     let r = result(&jobs[1], "failed", JobTransition::Retry { due_at: due }, failure.clone());
     db.store.complete_attempt(&r).await.expect("complete");
-    let r = result(&jobs[2], "failed", JobTransition::Dead { reason: "attempts exhausted".into() }, failure);
+    let r = result(
+        &jobs[2],
+        "failed",
+        JobTransition::Dead { why: DeadReason::Exhausted, reason: "attempts exhausted".into() },
+        failure,
+    );
     db.store.complete_attempt(&r).await.expect("complete");
 
     let done = job_state(&db.store, &jobs[0]).await;
@@ -176,11 +185,11 @@ pub async fn a_lost_lease_records_the_attempt_but_leaves_the_job(db: &TestDb) {
     stale.token = Uuid::now_v7();
     let done = db
         .store
-        .complete_attempt(&result(&stale, "delivered", JobTransition::Succeeded, HealthUpdate::Success))
+        .complete_attempt(&result(&stale, "delivered", JobTransition::Succeeded, HealthChange::Success))
         .await
         .expect("complete");
     assert!(!done.job_updated);
-    assert_eq!(job_state(&db.store, &job).await.state, "leased");
+    assert_eq!(job_state(&db.store, &job).await.state, hub_store::JobState::Leased);
     assert_eq!(db.store.attempts_for_jobs("t1", &[job.id]).await.expect("attempts").len(), 1);
     // Release without an attempt: pending again, attempts unchanged.
     assert!(!db.store.release_job(job.id, stale.token, Utc::now()).await.expect("release"));
@@ -207,7 +216,7 @@ pub async fn expired_leases_are_recovered_then_poisoned(db: &TestDb) {
         } else {
             assert_eq!(rec, hub_store::Recovery { recovered: 0, poisoned: 1 });
             let dead = job_state(&db.store, &job[0]).await;
-            assert_eq!(dead.state, "dead");
+            assert_eq!(dead.state, hub_store::JobState::Dead);
             assert!(dead.last_error.as_deref().unwrap_or_default().starts_with("poison"));
             assert_eq!(dead.attempts, 0, "no attempt was ever recorded");
         }
@@ -224,7 +233,7 @@ pub async fn failures_open_a_period_that_a_success_clears_and_disable_stops_clai
     events(db, "t1", 4).await;
     let jobs = db.store.claim_jobs(&claim(4, None)).await.expect("claim");
     let t0 = Utc::now() - Duration::hours(10);
-    let fail = |at| HealthUpdate::Failure { at, disable: None };
+    let fail = |at| HealthChange::Failure { at, disable: None };
     let later = Utc::now() + Duration::hours(1);
     db.store
         .complete_attempt(&result(&jobs[0], "failed", JobTransition::Retry { due_at: later }, fail(t0)))
@@ -244,13 +253,13 @@ pub async fn failures_open_a_period_that_a_success_clears_and_disable_stops_clai
     assert_eq!(read.last_failure_at.map(|t| t.timestamp_millis()), Some(t1.timestamp_millis()));
 
     db.store
-        .complete_attempt(&result(&jobs[2], "delivered", JobTransition::Succeeded, HealthUpdate::Success))
+        .complete_attempt(&result(&jobs[2], "delivered", JobTransition::Succeeded, HealthChange::Success))
         .await
         .expect("3");
     let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
     assert!(read.failing_since.is_none() && read.last_failure_at.is_none(), "one success clears the period");
 
-    let disable = HealthUpdate::Failure { at: Utc::now(), disable: Some("auto-disabled: failing".into()) };
+    let disable = HealthChange::Failure { at: Utc::now(), disable: Some("auto-disabled: failing".into()) };
     let done = db
         .store
         .complete_attempt(&result(&jobs[3], "failed", JobTransition::Retry { due_at: Utc::now() }, disable))
@@ -272,8 +281,12 @@ pub async fn dead_jobs_are_redriven_with_a_fresh_window(db: &TestDb) {
     events(db, "t1", 2).await;
     let jobs = db.store.claim_jobs(&claim(2, None)).await.expect("claim");
     for job in &jobs {
-        let r =
-            result(job, "failed", JobTransition::Dead { reason: "attempts exhausted".into() }, HealthUpdate::Success);
+        let r = result(
+            job,
+            "failed",
+            JobTransition::Dead { why: DeadReason::Exhausted, reason: "attempts exhausted".into() },
+            HealthChange::Success,
+        );
         db.store.complete_attempt(&r).await.expect("complete");
     }
     let future = Utc::now() + Duration::hours(1);
@@ -304,22 +317,22 @@ pub async fn a_batch_of_outcomes_is_written_in_order_per_job(db: &TestDb) {
     let later = Utc::now() + Duration::minutes(5);
     let failed_at = Utc::now() - Duration::minutes(1);
     let batch = vec![
-        result(t1[0], "delivered", JobTransition::Succeeded, HealthUpdate::Success),
+        result(t1[0], "delivered", JobTransition::Succeeded, HealthChange::Success),
         // A failure then a success of the same subscription: the success, later, clears it.
         result(
             t1[1],
             "failed",
             JobTransition::Retry { due_at: later },
-            HealthUpdate::Failure { at: failed_at, disable: None },
+            HealthChange::Failure { at: failed_at, disable: None },
         ),
-        result(t1[2], "delivered", JobTransition::Succeeded, HealthUpdate::Success),
-        result(&stale, "delivered", JobTransition::Succeeded, HealthUpdate::Success),
+        result(t1[2], "delivered", JobTransition::Succeeded, HealthChange::Success),
+        result(&stale, "delivered", JobTransition::Succeeded, HealthChange::Success),
         // Another subscription's failure disables it.
         result(
             t2,
             "failed",
-            JobTransition::Dead { reason: "attempts exhausted".into() },
-            HealthUpdate::Failure { at: failed_at, disable: Some("auto-disabled: failing".into()) },
+            JobTransition::Dead { why: DeadReason::Exhausted, reason: "attempts exhausted".into() },
+            HealthChange::Failure { at: failed_at, disable: Some("auto-disabled: failing".into()) },
         ),
     ];
     let done = db.store.complete_attempts(&batch).await.expect("complete");
@@ -328,11 +341,11 @@ pub async fn a_batch_of_outcomes_is_written_in_order_per_job(db: &TestDb) {
     let disabled: Vec<bool> = done.iter().map(|d| d.disabled).collect();
     assert_eq!(disabled, [false, false, false, false, true]);
 
-    assert_eq!(job_state(&db.store, t1[0]).await.state, "succeeded");
+    assert_eq!(job_state(&db.store, t1[0]).await.state, hub_store::JobState::Succeeded);
     let retry = job_state(&db.store, t1[1]).await;
     assert_eq!((retry.state.as_str(), retry.attempts, retry.last_error.as_deref()), ("pending", 1, Some("HTTP 503")));
-    assert_eq!(job_state(&db.store, t1[3]).await.state, "leased");
-    assert_eq!(job_state(&db.store, t2).await.state, "dead");
+    assert_eq!(job_state(&db.store, t1[3]).await.state, hub_store::JobState::Leased);
+    assert_eq!(job_state(&db.store, t2).await.state, hub_store::JobState::Dead);
     let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
     assert!(read.failing_since.is_none() && read.enabled, "applied in order: the last success clears");
     let read = db.store.subscription("t2", other.id).await.expect("read").expect("exists");

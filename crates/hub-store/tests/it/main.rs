@@ -72,4 +72,5 @@ contract_suite!(
     dlq_records_are_stored_once_filtered_and_pruned,
     retention_prunes_in_bounded_batches_and_keeps_what_is_needed,
     the_inbox_size_is_known,
+    concurrent_intents_lose_no_column_update,
 );

@@ -3,7 +3,7 @@
 use chrono::{Duration, Utc};
 use hub_core::SinkKind;
 use hub_store::{
-    AttemptRecord, AttemptResult, ClaimRequest, HealthUpdate, IngestRecord, JobTransition, Origin, PruneKind,
+    AttemptRecord, AttemptResult, ClaimRequest, HealthChange, IngestRecord, JobTransition, Origin, PruneKind,
     QuarantineFilter,
 };
 use uuid::Uuid;
@@ -86,7 +86,7 @@ pub async fn retention_prunes_in_bounded_batches_and_keeps_what_is_needed(db: &T
         token: job.token,
         record,
         transition: JobTransition::Succeeded,
-        health: HealthUpdate::Success,
+        health: HealthChange::Success,
         now,
     };
     db.store.complete_attempt(&done).await.expect("complete");

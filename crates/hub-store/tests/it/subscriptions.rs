@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use chrono::{Duration, Utc};
 use hub_core::{SinkKind, VerificationState};
+use hub_store::{SecretRotation, SubscriptionPatch};
 use uuid::Uuid;
 
 use crate::support::{TestDb, accepted, accepted_with, headers, subscription};
@@ -28,23 +29,46 @@ pub async fn subscriptions_round_trip_and_stay_within_their_tenant(db: &TestDb) 
     assert!(read.enabled);
     assert!(db.store.subscription("t2", sub.id).await.expect("read").is_none(), "invisible to another tenant");
 
-    let mut changed = read.clone();
-    changed.name = "renamed".into();
-    changed.enabled = false;
-    changed.disabled_reason = Some("operator".into());
-    changed.previous_secret = Some(vec![9]);
-    changed.previous_secret_expires_at = Some(Utc::now() + Duration::hours(24));
-    changed.updated_at = Utc::now();
-    let mut foreign = changed.clone();
-    foreign.tenant_id = "t2".into();
-    assert!(!db.store.update_subscription(&foreign).await.expect("update"), "another tenant cannot update it");
-    assert!(db.store.update_subscription(&changed).await.expect("update"));
+    let patch = SubscriptionPatch {
+        name: Some("renamed".into()),
+        enabled: Some(false),
+        disabled_reason: Some("operator".into()),
+        now: Utc::now(),
+        ..SubscriptionPatch::default()
+    };
+    assert!(
+        db.store.patch_subscription("t2", sub.id, &patch).await.expect("patch").is_none(),
+        "another tenant cannot patch it"
+    );
+    let patched = db.store.patch_subscription("t1", sub.id, &patch).await.expect("patch").expect("exists");
+    assert_eq!(patched.name, "renamed");
+    assert!(!patched.enabled);
+    assert_eq!(patched.disabled_reason.as_deref(), Some("operator"));
+    assert_eq!(patched.event_types, sub.event_types, "fields the patch does not name are kept");
+    assert_eq!(patched.signing_secret, sub.signing_secret);
+
+    let rotation = SecretRotation {
+        replaces: sub.signing_secret.clone().expect("secret"),
+        signing_secret: vec![7, 7],
+        previous_secret: vec![9],
+        previous_expires_at: Utc::now() + Duration::hours(24),
+        now: Utc::now(),
+    };
+    assert!(
+        db.store.rotate_secret("t2", sub.id, &rotation).await.expect("rotate").is_none(),
+        "another tenant cannot rotate"
+    );
+    let rotated = db.store.rotate_secret("t1", sub.id, &rotation).await.expect("rotate").expect("rotated");
+    assert_eq!(rotated.signing_secret, Some(vec![7, 7]));
+    assert_eq!(rotated.previous_secret, Some(vec![9]));
+    assert!(rotated.previous_secret_expires_at.is_some());
+    assert!(!rotated.enabled, "a rotation leaves the rest as it was");
+    assert!(
+        db.store.rotate_secret("t1", sub.id, &rotation).await.expect("rotate").is_none(),
+        "a rotation from a secret that is no longer stored changes nothing"
+    );
     let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
-    assert_eq!(read.name, "renamed");
-    assert!(!read.enabled);
-    assert_eq!(read.disabled_reason.as_deref(), Some("operator"));
-    assert_eq!(read.previous_secret, Some(vec![9]));
-    assert!(read.previous_secret_expires_at.is_some());
+    assert_eq!(read.signing_secret, Some(vec![7, 7]));
 
     assert!(!db.store.delete_subscription("t2", sub.id).await.expect("delete"), "another tenant cannot delete it");
     assert!(db.store.delete_subscription("t1", sub.id).await.expect("delete"));
@@ -89,7 +113,7 @@ pub async fn accepted_events_create_work_only_for_admitting_subscriptions(db: &T
     assert_eq!(pulled, vec![1, 3], "loan_application.* matched approved and rejected");
     let jobs = db.store.list_jobs("t1", push.id, None, None, 100).await.expect("jobs");
     assert_eq!(jobs.iter().map(|j| j.event_seq).collect::<Vec<_>>(), vec![1], "*.approved from lender");
-    assert!(jobs.iter().all(|j| j.state == "pending" && j.attempts == 0 && j.due_at <= Utc::now()));
+    assert!(jobs.iter().all(|j| j.state == hub_store::JobState::Pending && j.attempts == 0 && j.due_at <= Utc::now()));
     for s in [&other_origin, &pending] {
         assert!(db.store.list_jobs("t1", s.id, None, None, 100).await.expect("jobs").is_empty());
     }
@@ -119,10 +143,19 @@ pub async fn deleting_a_subscription_cancels_its_work(db: &TestDb) {
     assert!(db.store.delete_subscription("t1", pull.id).await.expect("delete"));
     let jobs = db.store.list_jobs("t1", push.id, None, None, 100).await.expect("jobs");
     assert_eq!(jobs.len(), 2);
-    assert!(jobs.iter().all(|j| j.state == "cancelled"), "{jobs:?}");
-    assert!(db.store.list_jobs("t1", push.id, Some("pending"), None, 100).await.expect("jobs").is_empty());
+    assert!(jobs.iter().all(|j| j.state == hub_store::JobState::Cancelled), "{jobs:?}");
+    assert!(
+        db.store
+            .list_jobs("t1", push.id, Some(hub_store::JobState::Pending), None, 100)
+            .await
+            .expect("jobs")
+            .is_empty()
+    );
     assert!(db.store.pull_events("t1", pull.id, 0, 100).await.expect("pull").is_empty());
-    assert_eq!(db.store.list_jobs("t1", keep.id, Some("pending"), None, 100).await.expect("jobs").len(), 2);
+    assert_eq!(
+        db.store.list_jobs("t1", keep.id, Some(hub_store::JobState::Pending), None, 100).await.expect("jobs").len(),
+        2
+    );
 }
 
 pub async fn pull_cursors_only_move_forward_even_under_concurrency(db: &TestDb) {
@@ -144,4 +177,109 @@ pub async fn pull_cursors_only_move_forward_even_under_concurrency(db: &TestDb) 
     // Another tenant's read does not touch it.
     db.store.advance_pull_cursor("t2", pull.id, 99).await.expect("advance");
     assert_eq!(db.store.subscription("t1", pull.id).await.expect("read").expect("exists").pull_cursor, 40);
+}
+
+/// A PATCH, secret rotations, verification results and recorded outcomes racing on one
+/// subscription: each writes only its own columns, so the last write of each survives.
+pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
+    let mut sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    sub.sink_config = serde_json::json!({"type": "webhook", "url": "https://example.com/a"});
+    sub.signing_secret = Some(vec![0]);
+    db.store.create_subscription(&sub).await.expect("create");
+    let rounds: u8 = 25;
+    let id = sub.id;
+
+    let store = Arc::clone(&db.store);
+    let patches = tokio::spawn(async move {
+        for i in 0..rounds {
+            let patch = SubscriptionPatch {
+                name: Some(format!("name-{i}")),
+                event_types: Some(vec![format!("r{i}.*")]),
+                now: Utc::now(),
+                ..SubscriptionPatch::default()
+            };
+            store.patch_subscription("t1", id, &patch).await.expect("patch").expect("exists");
+        }
+    });
+    let store = Arc::clone(&db.store);
+    let rotations = tokio::spawn(async move {
+        for i in 1..=rounds {
+            loop {
+                let current = store.subscription("t1", id).await.expect("read").expect("exists");
+                let replaces = current.signing_secret.expect("secret");
+                let rotation = SecretRotation {
+                    previous_secret: replaces.clone(),
+                    replaces,
+                    signing_secret: vec![i],
+                    previous_expires_at: Utc::now() + Duration::hours(24),
+                    now: Utc::now(),
+                };
+                if store.rotate_secret("t1", id, &rotation).await.expect("rotate").is_some() {
+                    break;
+                }
+            }
+        }
+    });
+    let store = Arc::clone(&db.store);
+    let config = sub.sink_config.clone();
+    let verifications = tokio::spawn(async move {
+        for i in 0..rounds {
+            let result = hub_store::VerificationResult {
+                probed_config: config.clone(),
+                probed_credentials: None,
+                error: (i + 1 < rounds).then(|| format!("probe {i} failed")),
+                reenable: false,
+                now: Utc::now(),
+            };
+            store.set_verification("t1", id, &result).await.expect("verify").expect("same destination");
+        }
+    });
+    let store = Arc::clone(&db.store);
+    let disables = tokio::spawn(async move {
+        for i in 0..rounds {
+            let patch = SubscriptionPatch {
+                enabled: Some(i % 2 == 1),
+                disabled_reason: Some("operator".into()),
+                now: Utc::now(),
+                ..SubscriptionPatch::default()
+            };
+            store.patch_subscription("t1", id, &patch).await.expect("patch").expect("exists");
+        }
+    });
+    for task in [patches, rotations, verifications, disables] {
+        task.await.expect("task");
+    }
+    let last = rounds - 1;
+    let read = db.store.subscription("t1", id).await.expect("read").expect("exists");
+    assert_eq!(read.name, format!("name-{last}"));
+    assert_eq!(read.event_types, vec![format!("r{last}.*")]);
+    assert_eq!(read.signing_secret, Some(vec![rounds]), "the last rotation's secret");
+    assert_eq!(read.previous_secret, Some(vec![rounds - 1]), "the secret it replaced");
+    assert_eq!(read.verification, VerificationState::Active, "the last verification succeeded");
+    assert_eq!(read.verification_error, None);
+    assert_eq!(read.enabled, last % 2 == 1);
+    assert_eq!(read.sink_config, sub.sink_config);
+
+    // A verification of a destination that changed meanwhile is not recorded.
+    let moved = SubscriptionPatch {
+        destination: Some(hub_store::DestinationChange {
+            sink_config: serde_json::json!({"type": "webhook", "url": "https://example.com/b"}),
+            credentials: None,
+            reverify: true,
+        }),
+        now: Utc::now(),
+        ..SubscriptionPatch::default()
+    };
+    let pending = db.store.patch_subscription("t1", id, &moved).await.expect("patch").expect("exists");
+    assert_eq!(pending.verification, VerificationState::Pending);
+    let stale = hub_store::VerificationResult {
+        probed_config: sub.sink_config.clone(),
+        probed_credentials: None,
+        error: None,
+        reenable: true,
+        now: Utc::now(),
+    };
+    assert!(db.store.set_verification("t1", id, &stale).await.expect("verify").is_none());
+    let read = db.store.subscription("t1", id).await.expect("read").expect("exists");
+    assert_eq!(read.verification, VerificationState::Pending, "the stale probe did not activate the new URL");
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use hub_core::{IngestPolicy, Verdict, judge};
+use hub_store::prelude::*;
 use hub_store::{AcceptedEvent, IngestRecord, Origin, PgStore, QuarantinedRecord, SqliteStore, Store};
 use uuid::Uuid;
 

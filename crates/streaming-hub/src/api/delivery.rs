@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use hub_core::SinkKind;
-use hub_store::{AttemptRecord, DeliveryJob, job_state};
+use hub_store::{AttemptRecord, DeliveryJob, JobState, SecretRotation};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
@@ -81,30 +81,43 @@ pub async fn rotate_secret(
     caller: TenantCaller,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let mut sub = load(&state, &caller, &id).await?;
-    if sub.sink != SinkKind::Webhook {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_webhook_subscription",
-            "only webhook subscriptions have a signing secret",
-        ));
+    // Compare-and-set on the stored secret: a rotation that raced with another one reads the
+    // winner's secret and rotates from it, so the previous secret is always the one that signed.
+    for _ in 0..3 {
+        let sub = load(&state, &caller, &id).await?;
+        if sub.sink != SinkKind::Webhook {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_webhook_subscription",
+                "only webhook subscriptions have a signing secret",
+            ));
+        }
+        let current =
+            sub.signing_secret.clone().ok_or_else(|| ApiError::internal("a webhook subscription without a secret"))?;
+        let previous = state.sealer.open(sub.id, Purpose::SigningSecret, &current).map_err(sealing_error)?;
+        let secret = new_signing_secret();
+        let now = state.clock.now();
+        let expires = now + ROTATION_OVERLAP;
+        let rotation = SecretRotation {
+            replaces: current,
+            signing_secret: state
+                .sealer
+                .seal(sub.id, Purpose::SigningSecret, secret.as_bytes())
+                .map_err(sealing_error)?,
+            previous_secret: state.sealer.seal(sub.id, Purpose::PreviousSecret, &previous).map_err(sealing_error)?,
+            previous_expires_at: expires,
+            now,
+        };
+        if state.store.rotate_secret(caller.tenant.as_str(), sub.id, &rotation).await?.is_some() {
+            tracing::info!(tenant = %caller.tenant, subscription = %sub.id, "signing secret rotated");
+            return Ok(AxumJson(RotatedSecret { signing_secret: secret, previous_secret_expires_at: expires }));
+        }
     }
-    let current =
-        sub.signing_secret.as_deref().ok_or_else(|| ApiError::internal("a webhook subscription without a secret"))?;
-    let previous = state.sealer.open(sub.id, Purpose::SigningSecret, current).map_err(sealing_error)?;
-    let secret = new_signing_secret();
-    let now = state.clock.now();
-    sub.previous_secret = Some(state.sealer.seal(sub.id, Purpose::PreviousSecret, &previous).map_err(sealing_error)?);
-    sub.signing_secret =
-        Some(state.sealer.seal(sub.id, Purpose::SigningSecret, secret.as_bytes()).map_err(sealing_error)?);
-    let expires = now + ROTATION_OVERLAP;
-    sub.previous_secret_expires_at = Some(expires);
-    sub.updated_at = now;
-    if !state.store.update_subscription(&sub).await? {
-        return Err(super::subscriptions::not_found());
-    }
-    tracing::info!(tenant = %caller.tenant, subscription = %sub.id, "signing secret rotated");
-    Ok(AxumJson(RotatedSecret { signing_secret: secret, previous_secret_expires_at: expires }))
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "concurrent_rotation",
+        "the secret was rotated by another request meanwhile; try again",
+    ))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -188,15 +201,17 @@ pub async fn deliveries(
     Query(params): Query<DeliveryParams>,
 ) -> Result<impl IntoResponse, ApiError> {
     let limit = page_limit(params.limit)?;
-    if let Some(s) = &params.state {
-        if !job_state::ALL.contains(&s.as_str()) {
-            return Err(ApiError::query("state", format!("must be one of {}", job_state::ALL.join(", "))));
-        }
-    }
+    let wanted = match &params.state {
+        None => None,
+        Some(s) => Some(JobState::parse(s).ok_or_else(|| {
+            let all: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
+            ApiError::query("state", format!("must be one of {}", all.join(", ")))
+        })?),
+    };
     let after: Option<Uuid> = cursor(params.cursor)?;
     let sub = load(&state, &caller, &id).await?;
     let tenant = caller.tenant.as_str();
-    let jobs: Vec<DeliveryJob> = state.store.list_jobs(tenant, sub.id, params.state.as_deref(), after, limit).await?;
+    let jobs: Vec<DeliveryJob> = state.store.list_jobs(tenant, sub.id, wanted, after, limit).await?;
     let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
     let mut attempts = state.store.attempts_for_jobs(tenant, &ids).await?;
     let next_cursor = next_cursor(&jobs, limit, |j| j.id);
@@ -207,8 +222,8 @@ pub async fn deliveries(
             DeliveryView {
                 id: j.id,
                 event_seq: j.event_seq,
-                next_attempt_at: (j.state == job_state::PENDING).then_some(j.due_at),
-                state: j.state,
+                next_attempt_at: (j.state == JobState::Pending).then_some(j.due_at),
+                state: j.state.as_str().to_owned(),
                 attempts: j.attempts,
                 last_error: j.last_error,
                 created_at: j.created_at,

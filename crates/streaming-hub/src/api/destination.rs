@@ -55,6 +55,19 @@ pub struct Destination {
     pub credentials: Credentials,
 }
 
+/// Whether two public configurations of a `kind` destination connect to the same place in the
+/// same way (what a probe proved). Timeouts and static headers do not count.
+pub fn same_connection(kind: SinkKind, old: &Value, new: &Value) -> bool {
+    let fields: &[&str] = match kind {
+        SinkKind::Webhook => &["url"],
+        SinkKind::Sqs => &["queue_url", "region", "endpoint_url"],
+        SinkKind::Eventbridge => &["event_bus", "region", "endpoint_url"],
+        SinkKind::Rabbitmq => &["url", "exchange", "routing_key"],
+        SinkKind::Pull => &[],
+    };
+    fields.iter().all(|f| old.get(f) == new.get(f))
+}
+
 struct Fields<'a> {
     map: &'a Map<String, Value>,
 }

@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
 use hub_core::{EventPattern, SinkKind, Source, VerificationState};
-use hub_store::SubscriptionRecord;
+use hub_store::{DestinationChange, SubscriptionPatch, SubscriptionRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -302,75 +302,58 @@ pub async fn update(
     Path(id): Path<String>,
     Json(body): Json<serde_json::Map<String, Value>>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let mut sub = load(&state, &caller, &id).await?;
-    let mut probe_after_update = false;
+    let sub = load(&state, &caller, &id).await?;
     if let Some(key) = body.keys().find(|k| !["name", "event_types", "origin", "sink", "enabled"].contains(&k.as_str()))
     {
         return Err(ApiError::validation(key, "is not a field that can be changed"));
     }
     let req: UpdateSubscription = serde_json::from_value(Value::Object(body.clone()))
         .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()))?;
+    let mut patch = SubscriptionPatch { now: state.clock.now(), ..SubscriptionPatch::default() };
     if let Some(name) = req.name {
         super::admin::valid_name("name", &name)?;
-        sub.name = name;
+        patch.name = Some(name);
     }
     if let Some(types) = req.event_types {
         valid_event_types(&types)?;
-        sub.event_types = types;
+        patch.event_types = Some(types);
     }
     if body.contains_key("origin") {
-        sub.origin = match req.origin {
+        patch.origin = Some(match req.origin {
             None | Some(Value::Null) => None,
             Some(Value::String(o)) => {
                 valid_origin(Some(&o))?;
                 Some(o)
             }
             Some(_) => return Err(ApiError::validation("origin", "must be a string or null")),
-        };
+        });
     }
     if let Some(sink) = &req.sink {
         let dest = destination::parse(sink, state.allow_private_sinks)?;
         if dest.kind != sub.sink {
             return Err(ApiError::validation("sink.type", "cannot be changed; create a new subscription instead"));
         }
-        let mut changed = dest.public != sub.sink_config;
-        match dest.credentials {
-            Credentials::Unchanged => {}
-            Credentials::Cleared => {
-                changed |= sub.credentials.is_some();
-                sub.credentials = None;
-            }
-            Credentials::Set(c) => {
-                changed = true;
-                sub.credentials = Some(
-                    state.sealer.seal(sub.id, Purpose::Credentials, c.to_string().as_bytes()).map_err(sealing_error)?,
-                );
-            }
-        }
-        sub.sink_config = dest.public;
-        // A new destination proves nothing until it is probed again.
-        if changed && sub.sink.is_push() {
-            sub.verification = VerificationState::Pending;
-            sub.verification_error = None;
-            probe_after_update = true;
-        }
+        let credentials = match dest.credentials {
+            Credentials::Unchanged => None,
+            Credentials::Cleared => sub.credentials.is_some().then_some(None),
+            Credentials::Set(c) => Some(Some(
+                state.sealer.seal(sub.id, Purpose::Credentials, c.to_string().as_bytes()).map_err(sealing_error)?,
+            )),
+        };
+        // Only a change of where or how to connect proves nothing until probed again; a new
+        // timeout or static header keeps the subscription active.
+        let reverify = sub.sink.is_push()
+            && (credentials.is_some() || !destination::same_connection(sub.sink, &sub.sink_config, &dest.public));
+        patch.destination = Some(DestinationChange { sink_config: dest.public, credentials, reverify });
     }
-    match req.enabled {
-        Some(true) => {
-            sub.enabled = true;
-            sub.disabled_reason = None;
-        }
-        Some(false) if sub.enabled => {
-            sub.enabled = false;
-            sub.disabled_reason = Some(DISABLED_BY_API.to_owned());
-        }
-        _ => {}
+    if let Some(enabled) = req.enabled {
+        patch.enabled = Some(enabled);
+        patch.disabled_reason = (!enabled).then(|| DISABLED_BY_API.to_owned());
     }
-    sub.updated_at = state.clock.now();
-    if !state.store.update_subscription(&sub).await? {
+    let Some(sub) = state.store.patch_subscription(caller.tenant.as_str(), sub.id, &patch).await? else {
         return Err(not_found());
-    }
-    if probe_after_update {
+    };
+    if patch.destination.as_ref().is_some_and(|d| d.reverify) {
         spawn_probe(&state, sub.clone());
     }
     Ok(AxumJson(SubscriptionView::of(&sub)))

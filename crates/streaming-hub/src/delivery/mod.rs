@@ -20,11 +20,13 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use hub_core::SinkKind;
-use hub_core::delivery::{AfterFailure, Breaker, BreakerConfig, Permit, RetryPolicy, Transition, should_auto_disable};
+use hub_core::delivery::{
+    AttemptFacts, AutoDisable, Breaker, BreakerConfig, JobTransition, OutcomeClass, Permit, RetryPolicy, Transition,
+    settle,
+};
 use hub_sinks::{EventBridgeSink, Failure, FailureKind, Message, Outcome, RabbitSink, Sink, SqsSink, WebhookSink};
 use hub_store::{
-    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, HealthUpdate, JobTransition, Store, StoredEvent,
-    SubscriptionRecord,
+    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, Store, StoredEvent, SubscriptionRecord,
 };
 use rand::Rng;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
@@ -122,6 +124,18 @@ struct Work {
     /// `None` when the event is no longer stored.
     event: Option<Arc<StoredEvent>>,
     claimed_at: Instant,
+}
+
+/// One attempt that was made, before its outcome is settled.
+struct Attempted<'a> {
+    job: &'a ClaimedJob,
+    sub: &'a SubscriptionRecord,
+    /// 1-based.
+    number: u32,
+    delivery_id: Uuid,
+    started: DateTime<Utc>,
+    latency: Duration,
+    now: DateTime<Utc>,
 }
 
 /// Why a job is put back without an attempt.
@@ -564,7 +578,8 @@ impl Dispatcher {
         let latency = clock_start.elapsed();
         let now = self.clock.now();
         self.breaker_outcome(&job.tenant_id, dest, outcome.is_delivered(), now);
-        Some(self.decide(job, sub, attempt, delivery_id, started, latency, outcome, now))
+        let attempted = Attempted { job, sub, number: attempt, delivery_id, started, latency, now };
+        Some(self.record(&attempted, outcome))
     }
 
     async fn deliver(
@@ -627,78 +642,59 @@ impl Dispatcher {
         outcome.unwrap_or_else(config_failure)
     }
 
-    /// The attempt's record and what it does to the job and the subscription.
-    #[allow(clippy::too_many_arguments)]
-    fn decide(
-        &self,
-        job: &ClaimedJob,
-        sub: &SubscriptionRecord,
-        attempt: u32,
-        delivery_id: Uuid,
-        started: DateTime<Utc>,
-        latency: Duration,
-        outcome: Outcome,
-        now: DateTime<Utc>,
-    ) -> AttemptResult {
+    /// The attempt's record and its settlement (`hub_core::delivery::settle`): what it does to the
+    /// job and to the subscription.
+    fn record(&self, attempt: &Attempted, outcome: Outcome) -> AttemptResult {
+        let Attempted { job, sub, number, delivery_id, started, latency, now } = attempt;
         let sink = sub.sink.as_str();
         metrics::histogram!(metric::ATTEMPT_SECONDS, "sink" => sink).record(latency.as_secs_f64());
-        let (record_outcome, status, error, response, transition, health) = match outcome {
+        let facts = AttemptFacts {
+            attempt: *number,
+            window_start: job.window_start,
+            started: *started,
+            now: *now,
+            failing_since: sub.failing_since,
+        };
+        let auto_disable = self.settings.auto_disable.map(|(window, spread)| AutoDisable { window, spread });
+        let (class, status, error, response) = match &outcome {
             Outcome::Delivered { status, response } => {
                 metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "delivered").increment(1);
                 tracing::debug!(delivery = %delivery_id, status = ?status, "delivered");
-                ("delivered", status, None, response, JobTransition::Succeeded, HealthUpdate::Success)
+                (OutcomeClass::Delivered, *status, None, response.clone())
             }
             Outcome::Failed(f) => {
                 metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "failed").increment(1);
-                tracing::warn!(delivery = %delivery_id, kind = f.kind.as_str(), status = ?f.status, reason = %f.reason, "delivery attempt failed");
-                let unit: f64 = rand::rng().random();
-                let transition = match self.settings.retry.after_failure(attempt, job.window_start, started, now, unit)
-                {
-                    AfterFailure::Retry { due_at } => JobTransition::Retry { due_at },
-                    AfterFailure::DeadLetter(why) => {
-                        metrics::counter!(metric::JOBS_DEAD, "sink" => sink).increment(1);
-                        JobTransition::Dead { reason: format!("{}: last error: {}", why.as_str(), f.reason) }
-                    }
+                tracing::warn!(delivery = %delivery_id, kind = f.kind.as_str(), status = ?f.status, reason = %f.reason, retryable = f.retryable, "delivery attempt failed");
+                let class = if f.retryable {
+                    OutcomeClass::Retryable { reason: &f.reason }
+                } else {
+                    OutcomeClass::Permanent { reason: &f.reason }
                 };
-                let disable = self.settings.auto_disable.and_then(|(window, spread)| {
-                    let first = sub.failing_since.unwrap_or(now);
-                    should_auto_disable(first, now, now, window, spread).then(|| {
-                        format!(
-                            "auto-disabled: deliveries failing continuously since {} (last error: {})",
-                            first.to_rfc3339(),
-                            f.reason
-                        )
-                    })
-                });
-                let kind = f.kind.as_str();
-                (
-                    "failed",
-                    f.status,
-                    Some(format!("{kind}: {}", f.reason)),
-                    f.response,
-                    transition,
-                    HealthUpdate::Failure { at: now, disable },
-                )
+                (class, f.status, Some(format!("{}: {}", f.kind.as_str(), f.reason)), f.response.clone())
             }
         };
+        let settlement = settle(&facts, class, &self.settings.retry, auto_disable, rand::rng().random());
+        if matches!(settlement.transition, JobTransition::Dead { .. }) {
+            metrics::counter!(metric::JOBS_DEAD, "sink" => sink).increment(1);
+        }
         AttemptResult {
             token: job.token,
             record: AttemptRecord {
-                id: delivery_id,
+                id: *delivery_id,
                 job_id: job.id,
                 tenant_id: job.tenant_id.clone(),
                 subscription_id: job.subscription_id,
-                attempt: attempt as i32,
-                started_at: started,
+                attempt: *number as i32,
+                started_at: *started,
                 latency_ms: latency.as_millis() as i64,
-                outcome: record_outcome.to_owned(),
+                outcome: if outcome.is_delivered() { "delivered" } else { "failed" }.to_owned(),
                 status_code: status.map(i32::from),
                 error,
                 response_body: response,
             },
-            transition,
-            health,
-            now,
+            transition: settlement.transition,
+            health: settlement.health,
+            now: *now,
         }
     }
 

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use hub_core::{SinkKind, VerificationState};
+use hub_core::SinkKind;
 use hub_sinks::Sink;
-use hub_store::{Store, StoreError, SubscriptionRecord};
+use hub_store::{Store, StoreError, SubscriptionRecord, VerificationResult};
 
 use super::{Sinks, targets};
 use crate::clock::Clock;
@@ -36,9 +36,9 @@ pub async fn probe(sub: &SubscriptionRecord, sinks: &Sinks, sealer: &Sealer, clo
     }
 }
 
-/// Probes and stores the result; returns the updated subscription and the failure, if any. The
-/// result is applied to the subscription as stored after the probe, and dropped if its
-/// destination changed meanwhile (that destination was not the one probed).
+/// Probes and stores the result; returns the subscription as stored after it and the failure,
+/// if any. The result is recorded only if the destination is still the one probed: a PATCH that
+/// changed it meanwhile wins, and the new destination gets its own probe.
 pub async fn verify(
     probed: SubscriptionRecord,
     store: &dyn Store,
@@ -47,38 +47,40 @@ pub async fn verify(
     clock: &dyn Clock,
     reenable: bool,
 ) -> Result<(SubscriptionRecord, Option<String>), StoreError> {
-    let result = probe(&probed, sinks, sealer, clock).await;
-    let Some(mut sub) = store.subscription(&probed.tenant_id, probed.id).await? else {
-        return Ok((probed, result.err()));
+    let error = probe(&probed, sinks, sealer, clock).await.err();
+    let mut result = VerificationResult {
+        probed_config: probed.sink_config.clone(),
+        probed_credentials: probed.credentials.clone(),
+        error: error.clone(),
+        reenable,
+        now: clock.now(),
     };
-    if sub.sink_config != probed.sink_config || sub.credentials != probed.credentials {
-        return Ok((sub, result.err()));
-    }
-    sub.updated_at = clock.now();
-    let failure = match result {
-        Ok(()) => {
-            sub.verification = VerificationState::Active;
-            sub.verification_error = None;
-            if reenable {
-                sub.enabled = true;
-                sub.disabled_reason = None;
-                sub.failing_since = None;
-                sub.last_failure_at = None;
+    // A PATCH that changed only what the probe did not test (a timeout, a header) meanwhile does
+    // not void the result: it is recorded against the destination as it is now.
+    let mut stored = None;
+    for _ in 0..3 {
+        if let Some(sub) = store.set_verification(&probed.tenant_id, probed.id, &result).await? {
+            stored = Some(sub);
+            break;
+        }
+        match store.subscription(&probed.tenant_id, probed.id).await? {
+            Some(now)
+                if now.credentials == probed.credentials
+                    && crate::api::destination::same_connection(now.sink, &probed.sink_config, &now.sink_config) =>
+            {
+                result.probed_config = now.sink_config;
             }
-            None
+            current => return Ok((current.unwrap_or(probed), error)),
         }
-        Err(reason) => {
-            sub.verification = VerificationState::Failed;
-            sub.verification_error = Some(reason.clone());
-            Some(reason)
-        }
+    }
+    let Some(sub) = stored else {
+        return Ok((probed, error));
     };
-    store.update_subscription(&sub).await?;
-    tracing::info!(
-        tenant = %sub.tenant_id,
-        subscription = %sub.id,
-        state = %sub.verification,
-        "destination verification"
-    );
-    Ok((sub, failure))
+    match &error {
+        None => tracing::info!(tenant = %sub.tenant_id, subscription = %sub.id, "destination verified"),
+        Some(reason) => {
+            tracing::warn!(tenant = %sub.tenant_id, subscription = %sub.id, reason = %reason, "destination verification failed")
+        }
+    }
+    Ok((sub, error))
 }

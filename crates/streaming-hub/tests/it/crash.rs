@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use hub_store::Store;
+use hub_store::prelude::*;
 
 use crate::on_both_backends;
 use crate::receiver::{Receiver, Script};
@@ -63,7 +64,7 @@ async fn a_killed_workers_job_is_recovered_then_dead_lettered_as_poison(backend:
     let job = loop {
         let jobs = store.list_jobs("t1", sub_id, None, None, 10).await.expect("jobs");
         assert_eq!(jobs.len(), 1);
-        if jobs[0].state == "dead" {
+        if jobs[0].state == hub_store::JobState::Dead {
             break jobs[0].clone();
         }
         assert!(tokio::time::Instant::now() < deadline, "never dead-lettered: {jobs:?}");

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use hub_store::prelude::*;
 use hub_store::{QuarantineFilter, Store};
 use rdkafka::Message;
 use serde_json::json;

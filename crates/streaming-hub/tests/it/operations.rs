@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use hub_store::Store;
+use hub_store::prelude::*;
 use reqwest::StatusCode;
 use serde_json::Value;
 
@@ -107,7 +107,7 @@ async fn sigterm_drains_readiness_first_and_releases_unfinished_leases() {
     assert!(status.success(), "a drained hub exits cleanly: {status:?}");
     let jobs = store.list_jobs("t1", sub.parse().expect("uuid"), None, None, 10).await.expect("jobs");
     assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].state, "pending", "the unfinished lease was released: {jobs:?}");
+    assert_eq!(jobs[0].state, hub_store::JobState::Pending, "the unfinished lease was released: {jobs:?}");
     assert_eq!(jobs[0].attempts, 0, "a released attempt is not counted");
 }
 

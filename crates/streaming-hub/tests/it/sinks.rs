@@ -71,9 +71,18 @@ fn dead_after_the_curve(items: &[Value]) -> bool {
 async fn break_credentials(hub: &TestHub, id: &str, credentials: Value) {
     let sealer = Sealer::new(Some(Kek::derive(&[0x4b; 32]).expect("kek")));
     let id: Uuid = id.parse().expect("uuid");
-    let mut sub = hub.store.subscription("t1", id).await.expect("read").expect("exists");
-    sub.credentials = Some(sealer.seal(id, Purpose::Credentials, credentials.to_string().as_bytes()).expect("seal"));
-    assert!(hub.store.update_subscription(&sub).await.expect("update"));
+    let sub = hub.store.subscription("t1", id).await.expect("read").expect("exists");
+    let sealed = sealer.seal(id, Purpose::Credentials, credentials.to_string().as_bytes()).expect("seal");
+    let patch = hub_store::SubscriptionPatch {
+        destination: Some(hub_store::DestinationChange {
+            sink_config: sub.sink_config,
+            credentials: Some(Some(sealed)),
+            reverify: false,
+        }),
+        now: chrono::Utc::now(),
+        ..hub_store::SubscriptionPatch::default()
+    };
+    assert!(hub.store.patch_subscription("t1", id, &patch).await.expect("update").is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -122,11 +122,11 @@ async fn deleting_a_subscription_cancels_its_pending_deliveries(backend: Backend
     hub.post_event(&key, &Event::of("t1", "account", "created")).await;
     let jobs = hub.store.list_jobs("t1", uuid, None, None, 10).await.expect("jobs");
     assert_eq!(jobs.len(), 1, "one job for the one matching event after activation");
-    assert_eq!(jobs[0].state, "pending");
+    assert_eq!(jobs[0].state, hub_store::JobState::Pending);
 
     assert_eq!(hub.delete(&key, &format!("/v1/subscriptions/{id}")).await.0, StatusCode::NO_CONTENT);
     let jobs = hub.store.list_jobs("t1", uuid, None, None, 10).await.expect("jobs");
-    assert!(jobs.iter().all(|j| j.state == "cancelled"), "{jobs:?}");
+    assert!(jobs.iter().all(|j| j.state == hub_store::JobState::Cancelled), "{jobs:?}");
     assert_eq!(hub.get(&key, &format!("/v1/subscriptions/{id}")).await.0, StatusCode::NOT_FOUND);
     assert_eq!(hub.delete(&key, &format!("/v1/subscriptions/{id}")).await.0, StatusCode::NOT_FOUND);
 }

@@ -1,0 +1,332 @@
+//! The delivery job queue: claims with a lease, releases, recorded attempts, lease recovery and redrive.
+
+use super::*;
+
+#[async_trait]
+impl JobQueue for PgStore {
+    async fn list_jobs(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        state: Option<JobState>,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryJob>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM delivery_jobs
+             WHERE tenant_id = $1 AND subscription_id = $2 AND ($3::text IS NULL OR state = $3)
+               AND ($4::uuid IS NULL OR id > $4)
+             ORDER BY id LIMIT $5"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(subscription)
+            .bind(state.map(JobState::as_str))
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(job_from_row)
+            .collect()
+    }
+
+    async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
+        let limit = i64::from(req.limit.max(1));
+        // The jobs of each chosen tenant, up to its share, locked and leased; the claimed rows are
+        // updated by their row address, so the plan does not depend on how fresh the job table's
+        // statistics are. `wants` lists the tenants as `t(tenant_id, want)`.
+        let lease = |wants: &str| {
+            format!(
+                "UPDATE delivery_jobs j SET state = 'leased', lease_expires_at = $3, lease_token = $4, updated_at = $2
+                 FROM (SELECT c.row, t.want FROM {wants}
+                       CROSS JOIN LATERAL (
+                           SELECT d.ctid AS row FROM delivery_jobs d JOIN subscriptions s ON s.id = d.subscription_id
+                           WHERE d.tenant_id = t.tenant_id AND d.state = 'pending' AND d.due_at <= $2
+                             AND s.enabled AND s.verification_state = 'active'
+                             AND NOT (d.subscription_id = ANY($5))
+                           ORDER BY d.due_at LIMIT t.want
+                           FOR UPDATE OF d SKIP LOCKED) c
+                       WHERE t.want > 0) x
+                 WHERE j.ctid = x.row
+                 RETURNING {CLAIMED_COLUMNS}, x.want"
+            )
+        };
+        // First round, one statement: the tenants with due work in order after the last one
+        // served, wrapping around to those before it (two skip scans of the index), each given an
+        // even share of the limit.
+        let first = format!(
+            "WITH RECURSIVE a(tenant_id) AS (
+                SELECT (SELECT tenant_id FROM delivery_jobs
+                        WHERE state = 'pending' AND due_at <= $2 AND tenant_id > $1
+                        ORDER BY tenant_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT d.tenant_id FROM delivery_jobs d
+                        WHERE d.state = 'pending' AND d.due_at <= $2 AND d.tenant_id > a.tenant_id
+                        ORDER BY d.tenant_id LIMIT 1)
+                FROM a WHERE a.tenant_id IS NOT NULL
+             ), b(tenant_id) AS (
+                SELECT (SELECT tenant_id FROM delivery_jobs
+                        WHERE state = 'pending' AND due_at <= $2 AND $1 <> ''
+                        ORDER BY tenant_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT d.tenant_id FROM delivery_jobs d
+                        WHERE d.state = 'pending' AND d.due_at <= $2 AND d.tenant_id > b.tenant_id
+                          AND d.tenant_id <= $1
+                        ORDER BY d.tenant_id LIMIT 1)
+                FROM b WHERE b.tenant_id IS NOT NULL
+             ), picked AS (
+                SELECT tenant_id, row_number() OVER (ORDER BY part, tenant_id) AS rn FROM (
+                    (SELECT tenant_id, 0 AS part FROM a WHERE tenant_id IS NOT NULL LIMIT $6)
+                    UNION ALL
+                    (SELECT tenant_id, 1 FROM b WHERE tenant_id IS NOT NULL AND tenant_id <= $1 LIMIT $6)
+                ) p
+             ), chosen AS (
+                SELECT tenant_id, rn FROM picked ORDER BY rn LIMIT $6
+             ), wants AS (
+                -- hub_core::delivery::fair_shares, in SQL so the first claim is one statement
+                SELECT tenant_id, $6 / n.c + CASE WHEN rn <= $6 % n.c THEN 1 ELSE 0 END AS want
+                FROM chosen, (SELECT count(*) AS c FROM chosen) n
+             )
+             {}",
+            lease("wants t")
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(first))
+            .bind(req.after_tenant.clone().unwrap_or_default())
+            .bind(req.now)
+            .bind(req.lease_until)
+            .bind(req.token)
+            .bind(&req.exclude_subscriptions)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        // What a tenant could not use goes round again to those that filled their share, so one
+        // claim is both fair and full.
+        let again = lease("UNNEST($1::text[], $6::bigint[]) AS t(tenant_id, want)");
+        let mut claimed: Vec<ClaimedJob> = Vec::new();
+        let mut rows = rows;
+        loop {
+            let mut got: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+            for row in &rows {
+                let job = claimed_from_row(row)?;
+                let want: i64 = row.try_get("want")?;
+                let entry = got.entry(job.tenant_id.clone()).or_insert((0, want));
+                entry.0 += 1;
+                claimed.push(job);
+            }
+            let filled: Vec<String> = got.into_iter().filter(|(_, (n, want))| n >= want).map(|(t, _)| t).collect();
+            if filled.is_empty() || (claimed.len() as u32) >= req.limit {
+                break;
+            }
+            let wants: Vec<i64> = hub_core::delivery::fair_shares(req.limit - claimed.len() as u32, filled.len())
+                .into_iter()
+                .map(i64::from)
+                .collect();
+            rows = sqlx::query(sqlx::AssertSqlSafe(again.clone()))
+                .bind(&filled)
+                .bind(req.now)
+                .bind(req.lease_until)
+                .bind(req.token)
+                .bind(&req.exclude_subscriptions)
+                .bind(&wants)
+                .fetch_all(&self.pool)
+                .await?;
+            if rows.is_empty() {
+                break;
+            }
+        }
+        Ok(claimed)
+    }
+
+    async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE delivery_jobs SET state = 'pending', due_at = $3, lease_expires_at = NULL, lease_token = NULL,
+                updated_at = now()
+             WHERE id = $1 AND lease_token = $2 AND state = 'leased'",
+        )
+        .bind(job)
+        .bind(token)
+        .bind(due_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>> {
+        if results.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut cols = AttemptColumns::default();
+        for r in results {
+            cols.push(r);
+        }
+        // The usual case, every attempt delivered: one statement (so one transaction) records
+        // them, moves their jobs and clears their subscriptions' failure marks. Otherwise the
+        // subscriptions' health changes follow, in order, in the same transaction.
+        let all_delivered = results.iter().all(|r| matches!(r.health, HealthChange::Success));
+        let healthy = if all_delivered {
+            ", healthy AS (
+                UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
+                WHERE id = ANY($4) AND failing_since IS NOT NULL)"
+        } else {
+            ""
+        };
+        // Each job changes only while its lease is held: the held jobs are found and locked by
+        // primary key, one probe each, and updated by their row address, so the plan does not
+        // depend on how fresh the fast-changing job table's statistics are.
+        let sql = format!(
+            "WITH held AS MATERIALIZED (
+                SELECT u.*, l.row FROM UNNEST($2::uuid[], $12::uuid[], $13::text[], $14::timestamptz[],
+                    $15::text[], $16::timestamptz[], $17::timestamptz[])
+                    AS u(id, token, state, due_at, error, finished_at, now)
+                CROSS JOIN LATERAL (SELECT ctid AS row FROM delivery_jobs
+                                    WHERE id = u.id AND lease_token = u.token AND state = 'leased'
+                                    LIMIT 1 FOR UPDATE) l
+             ), done AS (
+                UPDATE delivery_jobs j SET state = h.state, attempts = j.attempts + 1,
+                    due_at = COALESCE(h.due_at, j.due_at), last_error = h.error, finished_at = h.finished_at,
+                    lease_expires_at = NULL, lease_token = NULL, updated_at = h.now
+                FROM held h WHERE j.ctid = h.row
+                RETURNING j.id
+             ), recorded AS (
+                INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
+                    latency_ms, outcome, status_code, error, response_body)
+                SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::int[],
+                    $6::timestamptz[], $7::bigint[], $8::text[], $9::int[], $10::text[], $11::text[])
+             ){healthy}
+             SELECT id FROM done"
+        );
+        let query = sqlx::query_scalar::<_, Uuid>(sqlx::AssertSqlSafe(sql))
+            .bind(&cols.id)
+            .bind(&cols.job_id)
+            .bind(&cols.tenant_id)
+            .bind(&cols.subscription_id)
+            .bind(&cols.attempt)
+            .bind(&cols.started_at)
+            .bind(&cols.latency_ms)
+            .bind(&cols.outcome)
+            .bind(&cols.status_code)
+            .bind(&cols.error)
+            .bind(&cols.response_body)
+            .bind(&cols.token)
+            .bind(&cols.state)
+            .bind(&cols.due_at)
+            .bind(&cols.job_error)
+            .bind(&cols.finished_at)
+            .bind(&cols.now);
+        let mut disabled = vec![false; results.len()];
+        let updated: std::collections::HashSet<Uuid> = if all_delivered {
+            query.fetch_all(&self.pool).await?.into_iter().collect()
+        } else {
+            let mut tx = self.pool.begin().await?;
+            let updated = query.fetch_all(&mut *tx).await?.into_iter().collect();
+            // Failures and successes of one subscription apply in order.
+            for (i, r) in results.iter().enumerate() {
+                disabled[i] = Self::apply_health(&mut tx, r.record.subscription_id, &r.health).await?;
+            }
+            tx.commit().await?;
+            updated
+        };
+        Ok(results
+            .iter()
+            .zip(disabled)
+            .map(|(r, disabled)| Completed { job_updated: updated.contains(&r.record.job_id), disabled })
+            .collect())
+    }
+
+    async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery> {
+        let mut tx = self.pool.begin().await?;
+        let expired: Vec<(Uuid, i32)> = sqlx::query_as(
+            "SELECT id, recoveries FROM delivery_jobs WHERE state = 'leased' AND lease_expires_at < $1
+             FOR UPDATE SKIP LOCKED",
+        )
+        .bind(now)
+        .fetch_all(&mut *tx)
+        .await?;
+        if expired.is_empty() {
+            return Ok(Recovery::default());
+        }
+        let (all, poison) = split_poison(&expired, poison_threshold);
+        sqlx::query(
+            "UPDATE delivery_jobs SET recoveries = recoveries + 1,
+                state = CASE WHEN id = ANY($3) THEN 'dead' ELSE 'pending' END,
+                finished_at = CASE WHEN id = ANY($3) THEN $1 ELSE NULL END,
+                last_error = CASE WHEN id = ANY($3) THEN $4 ELSE 'lease expired without an outcome; recovered' END,
+                due_at = $1, lease_expires_at = NULL, lease_token = NULL, updated_at = $1
+             WHERE id = ANY($2)",
+        )
+        .bind(now)
+        .bind(&all)
+        .bind(&poison)
+        .bind(hub_core::delivery::DeadReason::Poison.as_str())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Recovery { recovered: (all.len() - poison.len()) as u64, poisoned: poison.len() as u64 })
+    }
+
+    async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>> {
+        sqlx::query(
+            "SELECT id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms, outcome, status_code,
+                error, response_body
+             FROM delivery_attempts WHERE tenant_id = $1 AND job_id = ANY($2) ORDER BY job_id, attempt, started_at",
+        )
+        .bind(tenant)
+        .bind(jobs)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(attempt_from_row)
+        .collect()
+    }
+
+    async fn redrive(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        since: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE delivery_jobs SET state = 'pending', attempts = 0, recoveries = 0, due_at = $4,
+                window_start = $4, last_error = NULL, finished_at = NULL, updated_at = $4
+             WHERE tenant_id = $1 AND subscription_id = $2 AND state = 'dead'
+               AND ($3::timestamptz IS NULL OR finished_at >= $3)",
+        )
+        .bind(tenant)
+        .bind(subscription)
+        .bind(since)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() > 0 {
+            sqlx::query("SELECT pg_notify($1, '')").bind(&self.channel).execute(&self.pool).await?;
+        }
+        Ok(done.rows_affected())
+    }
+
+    async fn listen_for_jobs(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen(&self.channel).await?;
+        tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(_) => notify.notify_one(),
+                    // The listener reconnects by itself on the next recv; wake the dispatcher so it
+                    // polls meanwhile.
+                    Err(_) => {
+                        notify.notify_one();
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        Ok(())
+    }
+
+    async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>> {
+        let counts: Vec<(String, i64)> =
+            sqlx::query_as("SELECT state, count(*) FROM delivery_jobs GROUP BY state").fetch_all(&self.pool).await?;
+        counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
+    }
+}

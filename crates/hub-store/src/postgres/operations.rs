@@ -1,0 +1,269 @@
+//! Schema, health, quarantine, the DLQ plane, retention and API keys.
+
+use super::*;
+
+#[async_trait]
+impl Operations for PgStore {
+    async fn migrate(&self) -> StoreResult<()> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn pending_migrations(&self) -> StoreResult<Vec<i64>> {
+        let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(StoreError::from);
+        crate::pending(&MIGRATOR, applied)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn write_dlq_records(&self, records: &[NewDlqRecord]) -> StoreResult<u64> {
+        let mut tx = self.pool.begin().await?;
+        let mut new = 0;
+        for r in records {
+            let headers = serde_json::to_value(&r.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let done = sqlx::query(
+                "INSERT INTO dlq_records (topic, kafka_partition, kafka_offset, source, tenant_id, ce_id, ce_type,
+                    error_class, error_message, headers, body, body_bytes, payload_omitted, record_timestamp,
+                    received_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+                 ON CONFLICT (topic, kafka_partition, kafka_offset) DO NOTHING",
+            )
+            .bind(&r.topic)
+            .bind(r.partition)
+            .bind(r.offset)
+            .bind(&r.source)
+            .bind(&r.tenant_id)
+            .bind(&r.ce_id)
+            .bind(&r.ce_type)
+            .bind(&r.error_class)
+            .bind(&r.error_message)
+            .bind(headers)
+            .bind(&r.body)
+            .bind(r.body_bytes)
+            .bind(r.payload_omitted)
+            .bind(r.record_timestamp)
+            .bind(r.received_at)
+            .execute(&mut *tx)
+            .await?;
+            new += done.rows_affected();
+        }
+        tx.commit().await?;
+        Ok(new)
+    }
+
+    async fn list_dlq(&self, f: &DlqFilter) -> StoreResult<Vec<DlqEntry>> {
+        sqlx::query(
+            "SELECT id, topic, kafka_partition, kafka_offset, source, tenant_id, ce_id, ce_type, error_class,
+                error_message, headers::text AS headers, body, body_bytes, payload_omitted, record_timestamp,
+                received_at
+             FROM dlq_records
+             WHERE ($1::text IS NULL OR source = $1)
+               AND ($2::text IS NULL OR tenant_id = $2)
+               AND ($3::text IS NULL OR error_class = $3)
+               AND ($4::timestamptz IS NULL OR received_at >= $4)
+               AND ($5::timestamptz IS NULL OR received_at < $5)
+               AND ($6::bigint IS NULL OR id < $6)
+             ORDER BY id DESC LIMIT $7",
+        )
+        .bind(&f.source)
+        .bind(&f.tenant)
+        .bind(&f.error_class)
+        .bind(f.since)
+        .bind(f.until)
+        .bind(f.before_id)
+        .bind(i64::from(f.limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| {
+            let headers: String = row.try_get("headers")?;
+            Ok(DlqEntry {
+                id: row.try_get("id")?,
+                record: NewDlqRecord {
+                    topic: row.try_get("topic")?,
+                    partition: row.try_get("kafka_partition")?,
+                    offset: row.try_get("kafka_offset")?,
+                    source: row.try_get("source")?,
+                    tenant_id: row.try_get("tenant_id")?,
+                    ce_id: row.try_get("ce_id")?,
+                    ce_type: row.try_get("ce_type")?,
+                    error_class: row.try_get("error_class")?,
+                    error_message: row.try_get("error_message")?,
+                    headers: serde_json::from_str(&headers).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                    body: row.try_get("body")?,
+                    body_bytes: row.try_get("body_bytes")?,
+                    payload_omitted: row.try_get("payload_omitted")?,
+                    record_timestamp: row.try_get("record_timestamp")?,
+                    received_at: row.try_get("received_at")?,
+                },
+            })
+        })
+        .collect()
+    }
+
+    async fn prune(&self, kind: PruneKind, older_than: DateTime<Utc>, limit: u32) -> StoreResult<Option<u64>> {
+        let mut tx = self.pool.begin().await?;
+        // One replica at a time per kind (and per schema: the key includes the channel name).
+        let key = format!("{}/prune/{}", self.channel, kind.as_str());
+        let locked: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext($1))").bind(&key).fetch_one(&mut *tx).await?;
+        if !locked {
+            return Ok(None);
+        }
+        let limit = i64::from(limit);
+        let deleted = match kind {
+            PruneKind::Quarantine => sqlx::query(
+                "DELETE FROM quarantine WHERE id IN
+                    (SELECT id FROM quarantine WHERE received_at < $1 ORDER BY id LIMIT $2)",
+            )
+            .bind(older_than)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+            PruneKind::Dlq => sqlx::query(
+                "DELETE FROM dlq_records WHERE id IN
+                    (SELECT id FROM dlq_records WHERE received_at < $1 ORDER BY id LIMIT $2)",
+            )
+            .bind(older_than)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+            PruneKind::FinishedJobs => {
+                let ids: Vec<Uuid> = sqlx::query_scalar(
+                    "SELECT id FROM delivery_jobs
+                     WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < $1
+                     LIMIT $2",
+                )
+                .bind(older_than)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+                sqlx::query("DELETE FROM delivery_attempts WHERE job_id = ANY($1)")
+                    .bind(&ids)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("DELETE FROM delivery_jobs WHERE id = ANY($1)")
+                    .bind(&ids)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+            }
+            PruneKind::Events => {
+                let gone: Vec<(String, i64)> = sqlx::query_as(
+                    "DELETE FROM events WHERE (tenant_id, seq) IN (
+                        SELECT e.tenant_id, e.seq FROM events e
+                        WHERE e.received_at < $1
+                          AND NOT EXISTS (SELECT 1 FROM delivery_jobs j WHERE j.tenant_id = e.tenant_id AND j.event_seq = e.seq)
+                        ORDER BY e.received_at LIMIT $2)
+                     RETURNING tenant_id, seq",
+                )
+                .bind(older_than)
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
+                let (tenants, seqs): (Vec<String>, Vec<i64>) = gone.iter().cloned().unzip();
+                sqlx::query(
+                    "DELETE FROM pull_entries WHERE (tenant_id, seq) IN (SELECT * FROM UNNEST($1::text[], $2::bigint[]))",
+                )
+                .bind(&tenants)
+                .bind(&seqs)
+                .execute(&mut *tx)
+                .await?;
+                gone.len() as u64
+            }
+        };
+        tx.commit().await?;
+        Ok(Some(deleted))
+    }
+
+    async fn list_quarantine(&self, f: &QuarantineFilter) -> StoreResult<Vec<QuarantineEntry>> {
+        sqlx::query(
+            "SELECT id, tenant_id, source, ce_id, reason_code, reason_field, reason,
+                headers::text AS headers, body, body_bytes, origin, kafka_topic, kafka_partition,
+                kafka_offset, received_at
+             FROM quarantine
+             WHERE ($1::text IS NULL OR tenant_id = $1)
+               AND ($2::text IS NULL OR source = $2)
+               AND ($3::text IS NULL OR reason_code = $3)
+               AND ($4::text IS NULL OR origin = $4)
+               AND ($5::timestamptz IS NULL OR received_at >= $5)
+               AND ($6::timestamptz IS NULL OR received_at < $6)
+               AND ($7::bigint IS NULL OR id < $7)
+             ORDER BY id DESC
+             LIMIT $8",
+        )
+        .bind(&f.tenant)
+        .bind(&f.source)
+        .bind(&f.reason_code)
+        .bind(&f.origin)
+        .bind(f.since)
+        .bind(f.until)
+        .bind(f.before_id)
+        .bind(i64::from(f.limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(quarantine_from_row)
+        .collect()
+    }
+
+    async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<ApiKeyRecord> {
+        let row = sqlx::query(
+            "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             RETURNING id, tenant_id, name, key_prefix, created_at, revoked_at",
+        )
+        .bind(key.id)
+        .bind(&key.tenant_id)
+        .bind(&key.name)
+        .bind(&key.key_hash)
+        .bind(&key.key_prefix)
+        .bind(key.created_at)
+        .fetch_one(&self.pool)
+        .await?;
+        api_key_from_row(&row)
+    }
+
+    async fn list_api_keys(&self, before: Option<Uuid>, limit: u32) -> StoreResult<Vec<ApiKeyRecord>> {
+        sqlx::query(
+            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at FROM api_keys
+             WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2",
+        )
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(api_key_from_row)
+        .collect()
+    }
+
+    async fn revoke_api_key(&self, id: Uuid) -> StoreResult<bool> {
+        let done = sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn api_key_by_hash(&self, hash: &[u8]) -> StoreResult<Option<ApiKeyRecord>> {
+        sqlx::query(
+            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at FROM api_keys
+             WHERE key_hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(hash)
+        .fetch_optional(&self.pool)
+        .await?
+        .as_ref()
+        .map(api_key_from_row)
+        .transpose()
+    }
+}

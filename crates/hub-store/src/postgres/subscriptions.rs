@@ -1,0 +1,194 @@
+//! Subscriptions: creation, reads, and the intent-level changes that each write only their own columns.
+
+use super::*;
+use crate::model::PatchColumns;
+use crate::{SecretRotation, SubscriptionPatch, VerificationResult};
+
+#[async_trait]
+impl Subscriptions for PgStore {
+    async fn create_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<()> {
+        let insert = sqlx::query(
+            "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
+                signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
+                verification_state, verification_error, disabled_reason, updated_at, failing_since,
+                last_failure_at, pull_cursor, created_at)
+             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+        );
+        bind_subscription(insert, sub)?.bind(sub.pull_cursor).bind(sub.created_at).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn subscription(&self, tenant: &str, id: Uuid) -> StoreResult<Option<SubscriptionRecord>> {
+        let sql = format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE tenant_id = $1 AND id = $2");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(subscription_from_row)
+            .transpose()
+    }
+
+    async fn list_subscriptions(
+        &self,
+        tenant: &str,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
+             WHERE tenant_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(subscription_from_row)
+            .collect()
+    }
+
+    async fn patch_subscription(
+        &self,
+        tenant: &str,
+        id: Uuid,
+        patch: &SubscriptionPatch,
+    ) -> StoreResult<Option<SubscriptionRecord>> {
+        // Each column is written only when the patch names it; `enabled` in the CASE is the value
+        // before this update, so only a subscription that was enabled takes the new reason.
+        let sql = format!(
+            "UPDATE subscriptions SET
+                name = COALESCE($3, name),
+                event_types = COALESCE($4::jsonb, event_types),
+                origin = CASE WHEN $5 THEN $6 ELSE origin END,
+                sink_config = COALESCE($7::jsonb, sink_config),
+                credentials = CASE WHEN $8 THEN $9 ELSE credentials END,
+                verification_state = CASE WHEN $10 THEN 'pending' ELSE verification_state END,
+                verification_error = CASE WHEN $10 THEN NULL ELSE verification_error END,
+                enabled = COALESCE($11, enabled),
+                disabled_reason = CASE WHEN $11 IS TRUE THEN NULL
+                                       WHEN $11 IS FALSE AND enabled THEN $12
+                                       ELSE disabled_reason END,
+                updated_at = $13
+             WHERE tenant_id = $1 AND id = $2
+             RETURNING {SUBSCRIPTION_COLUMNS}"
+        );
+        let p = PatchColumns::of(patch)?;
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(id)
+            .bind(patch.name.as_deref())
+            .bind(p.event_types)
+            .bind(patch.origin.is_some())
+            .bind(patch.origin.clone().flatten())
+            .bind(p.sink_config)
+            .bind(p.credentials_set)
+            .bind(p.credentials)
+            .bind(p.reverify)
+            .bind(patch.enabled)
+            .bind(patch.disabled_reason.as_deref())
+            .bind(patch.now)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(subscription_from_row)
+            .transpose()
+    }
+
+    async fn rotate_secret(
+        &self,
+        tenant: &str,
+        id: Uuid,
+        rotation: &SecretRotation,
+    ) -> StoreResult<Option<SubscriptionRecord>> {
+        let sql = format!(
+            "UPDATE subscriptions SET signing_secret = $3, previous_secret = $4, previous_secret_expires_at = $5,
+                updated_at = $6
+             WHERE tenant_id = $1 AND id = $2 AND signing_secret = $7
+             RETURNING {SUBSCRIPTION_COLUMNS}"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(id)
+            .bind(&rotation.signing_secret)
+            .bind(&rotation.previous_secret)
+            .bind(rotation.previous_expires_at)
+            .bind(rotation.now)
+            .bind(&rotation.replaces)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(subscription_from_row)
+            .transpose()
+    }
+
+    async fn set_verification(
+        &self,
+        tenant: &str,
+        id: Uuid,
+        result: &VerificationResult,
+    ) -> StoreResult<Option<SubscriptionRecord>> {
+        // `$3` is the failure (NULL on success), `$4` whether a success re-enables.
+        let sql = format!(
+            "UPDATE subscriptions SET
+                verification_state = CASE WHEN $3::text IS NULL THEN 'active' ELSE 'failed' END,
+                verification_error = $3,
+                enabled = CASE WHEN $3::text IS NULL AND $4 THEN true ELSE enabled END,
+                disabled_reason = CASE WHEN $3::text IS NULL AND $4 THEN NULL ELSE disabled_reason END,
+                failing_since = CASE WHEN $3::text IS NULL AND $4 THEN NULL ELSE failing_since END,
+                last_failure_at = CASE WHEN $3::text IS NULL AND $4 THEN NULL ELSE last_failure_at END,
+                updated_at = $5
+             WHERE tenant_id = $1 AND id = $2 AND sink_config = $6::jsonb AND credentials IS NOT DISTINCT FROM $7
+             RETURNING {SUBSCRIPTION_COLUMNS}"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(id)
+            .bind(result.error.as_deref())
+            .bind(result.reenable)
+            .bind(result.now)
+            .bind(result.probed_config.to_string())
+            .bind(result.probed_credentials.as_deref())
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(subscription_from_row)
+            .transpose()
+    }
+
+    async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query("DELETE FROM subscriptions WHERE tenant_id = $1 AND id = $2")
+            .bind(tenant)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE delivery_jobs SET state = 'cancelled', lease_expires_at = NULL, updated_at = now()
+             WHERE subscription_id = $1 AND state IN ('pending', 'leased')",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM pull_entries WHERE subscription_id = $1").bind(id).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn subscriptions_by_ids(&self, ids: &[Uuid]) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE id = ANY($1)");
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(subscription_from_row)
+            .collect()
+    }
+}

@@ -1,0 +1,222 @@
+//! The delivery job queue: claims with a lease, releases, recorded attempts, lease recovery and redrive.
+
+use super::*;
+
+#[async_trait]
+impl JobQueue for SqliteStore {
+    async fn list_jobs(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        state: Option<JobState>,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<DeliveryJob>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM delivery_jobs
+             WHERE tenant_id = ?1 AND subscription_id = ?2 AND (?3 IS NULL OR state = ?3)
+               AND (?4 IS NULL OR id > ?4)
+             ORDER BY id LIMIT ?5"
+        );
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(subscription.hyphenated().to_string())
+            .bind(state.map(JobState::as_str))
+            .bind(after.map(|u| u.hyphenated().to_string()))
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(job_from_row)
+            .collect()
+    }
+
+    async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
+        let now = micros(req.now);
+        let mut tx = self.begin_write().await?;
+        let limit = i64::from(req.limit.max(1));
+        let tenants_sql = "WITH RECURSIVE t(tenant_id) AS (
+                SELECT (SELECT tenant_id FROM delivery_jobs
+                        WHERE state = 'pending' AND due_at <= ?1 AND tenant_id > ?2
+                        ORDER BY tenant_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT d.tenant_id FROM delivery_jobs d
+                        WHERE d.state = 'pending' AND d.due_at <= ?1 AND d.tenant_id > t.tenant_id
+                        ORDER BY d.tenant_id LIMIT 1)
+                FROM t WHERE t.tenant_id IS NOT NULL
+             )
+             SELECT tenant_id FROM t WHERE tenant_id IS NOT NULL LIMIT ?3";
+        let mut tenants: Vec<String> = sqlx::query_scalar(tenants_sql)
+            .bind(now)
+            .bind(req.after_tenant.clone().unwrap_or_default())
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        if (tenants.len() as i64) < limit && req.after_tenant.is_some() {
+            let wrapped: Vec<String> =
+                sqlx::query_scalar(tenants_sql).bind(now).bind("").bind(limit).fetch_all(&mut *tx).await?;
+            for t in wrapped {
+                if !tenants.contains(&t) && (tenants.len() as i64) < limit {
+                    tenants.push(t);
+                }
+            }
+        }
+        let mut claimed: Vec<ClaimedJob> = Vec::new();
+        let excluded = serde_json::to_string(&req.exclude_subscriptions.iter().map(|u| text(*u)).collect::<Vec<_>>())
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let sql = format!(
+            "UPDATE delivery_jobs SET state = 'leased', lease_expires_at = ?3, lease_token = ?4, updated_at = ?2
+             WHERE id IN (
+                SELECT d.id FROM delivery_jobs d JOIN subscriptions s ON s.id = d.subscription_id
+                WHERE d.tenant_id = ?1 AND d.state = 'pending' AND d.due_at <= ?2
+                  AND s.enabled = 1 AND s.verification_state = 'active'
+                  AND d.subscription_id NOT IN (SELECT value FROM json_each(?5))
+                ORDER BY d.due_at LIMIT ?6)
+             RETURNING {CLAIMED_COLUMNS}"
+        );
+        // Every tenant gets its share; what a tenant could not use goes round again to those that
+        // filled theirs, so one claim is both fair and full.
+        let mut active = tenants;
+        while !active.is_empty() && (claimed.len() as u32) < req.limit {
+            let shares = hub_core::delivery::fair_shares(req.limit - claimed.len() as u32, active.len());
+            let mut still = Vec::new();
+            for (tenant, want) in active.iter().zip(shares) {
+                if want == 0 {
+                    break;
+                }
+                let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                    .bind(tenant)
+                    .bind(now)
+                    .bind(micros(req.lease_until))
+                    .bind(text(req.token))
+                    .bind(&excluded)
+                    .bind(i64::from(want))
+                    .fetch_all(&mut *tx)
+                    .await?;
+                if rows.len() as u32 == want {
+                    still.push(tenant.clone());
+                }
+                for row in &rows {
+                    claimed.push(claimed_from_row(row)?);
+                }
+            }
+            active = still;
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE delivery_jobs SET state = 'pending', due_at = ?3, lease_expires_at = NULL, lease_token = NULL,
+                updated_at = ?4
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'leased'",
+        )
+        .bind(text(job))
+        .bind(text(token))
+        .bind(micros(due_at))
+        .bind(micros(Utc::now()))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>> {
+        let mut tx = self.begin_write().await?;
+        let mut done = Vec::with_capacity(results.len());
+        for r in results {
+            done.push(Self::complete_in(&mut tx, r).await?);
+        }
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery> {
+        let mut tx = self.begin_write().await?;
+        let expired: Vec<(String, i32)> =
+            sqlx::query_as("SELECT id, recoveries FROM delivery_jobs WHERE state = 'leased' AND lease_expires_at < ?1")
+                .bind(micros(now))
+                .fetch_all(&mut *tx)
+                .await?;
+        if expired.is_empty() {
+            return Ok(Recovery::default());
+        }
+        let (all, poison) = split_poison(&expired, poison_threshold);
+        let all = serde_json::to_string(&all).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let poison_json = serde_json::to_string(&poison).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let done = sqlx::query(
+            "UPDATE delivery_jobs SET recoveries = recoveries + 1,
+                state = CASE WHEN id IN (SELECT value FROM json_each(?3)) THEN 'dead' ELSE 'pending' END,
+                finished_at = CASE WHEN id IN (SELECT value FROM json_each(?3)) THEN ?1 ELSE NULL END,
+                last_error = CASE WHEN id IN (SELECT value FROM json_each(?3)) THEN ?4
+                                  ELSE 'lease expired without an outcome; recovered' END,
+                due_at = ?1, lease_expires_at = NULL, lease_token = NULL, updated_at = ?1
+             WHERE id IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(micros(now))
+        .bind(all)
+        .bind(poison_json)
+        .bind(hub_core::delivery::DeadReason::Poison.as_str())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let recovered = done.rows_affected().saturating_sub(poison.len() as u64);
+        Ok(Recovery { recovered, poisoned: poison.len() as u64 })
+    }
+
+    async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>> {
+        let ids = serde_json::to_string(&jobs.iter().map(|u| text(*u)).collect::<Vec<_>>())
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        sqlx::query(
+            "SELECT id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms, outcome, status_code,
+                error, response_body
+             FROM delivery_attempts
+             WHERE tenant_id = ?1 AND job_id IN (SELECT value FROM json_each(?2))
+             ORDER BY job_id, attempt, started_at",
+        )
+        .bind(tenant)
+        .bind(ids)
+        .fetch_all(&self.reader)
+        .await?
+        .iter()
+        .map(attempt_from_row)
+        .collect()
+    }
+
+    async fn redrive(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        since: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE delivery_jobs SET state = 'pending', attempts = 0, recoveries = 0, due_at = ?4,
+                window_start = ?4, last_error = NULL, finished_at = NULL, updated_at = ?4
+             WHERE tenant_id = ?1 AND subscription_id = ?2 AND state = 'dead'
+               AND (?3 IS NULL OR finished_at >= ?3)",
+        )
+        .bind(tenant)
+        .bind(text(subscription))
+        .bind(since.map(micros))
+        .bind(micros(now))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn listen_for_jobs(&self, _notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {
+        // One node: every job is created in this process, which wakes its dispatcher directly.
+        Ok(())
+    }
+
+    async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>> {
+        let counts: Vec<(String, i64)> =
+            sqlx::query_as("SELECT state, count(*) FROM delivery_jobs GROUP BY state").fetch_all(&self.reader).await?;
+        counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
+    }
+}

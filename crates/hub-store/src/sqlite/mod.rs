@@ -1,0 +1,496 @@
+//! The SQLite backend: the embedded default, one file, one node.
+//!
+//! SQLite has one writer at a time, so writes go through a pool of one connection and each write
+//! transaction starts with `BEGIN IMMEDIATE` (it takes the write lock up front instead of failing
+//! half-way). Reads use a separate pool and, in WAL mode, never wait for the writer. Times are
+//! stored as Unix microseconds, UUIDs as lowercase text.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use uuid::Uuid;
+
+use crate::PruneKind;
+use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, split_poison};
+use crate::prelude::*;
+use crate::{
+    AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
+    DlqEntry, DlqFilter, HealthChange, IngestRecord, JobState, JobTransition, NewApiKey, NewDlqRecord, Origin,
+    QuarantineEntry, QuarantineFilter, QuarantinedRecord, Recovery, StoreError, StoreResult, StoredEvent,
+    SubscriptionRecord, WriteOutcome,
+};
+
+mod inbox;
+mod jobs;
+mod operations;
+mod subscriptions;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// The SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+}
+
+fn micros(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+fn from_micros(us: i64) -> StoreResult<DateTime<Utc>> {
+    DateTime::from_timestamp_micros(us).ok_or_else(|| StoreError::Corrupt(format!("timestamp {us} out of range")))
+}
+
+fn uuid_from_text(s: &str) -> StoreResult<Uuid> {
+    Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("stored uuid: {e}")))
+}
+
+impl SqliteStore {
+    /// Opens (and creates when missing) the database file.
+    pub async fn open(path: &Path) -> StoreResult<Self> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: an acknowledged event survives a power loss, not only a process crash.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(30))
+            .foreign_keys(true);
+        let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
+        let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options.read_only(false)).await?;
+        Ok(Self { writer, reader })
+    }
+
+    /// The writer pool, for maintenance and tests.
+    pub fn writer_pool(&self) -> &SqlitePool {
+        &self.writer
+    }
+
+    async fn begin_write(&self) -> StoreResult<Transaction<'static, Sqlite>> {
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    /// One attempt's writes, inside the caller's transaction.
+    async fn complete_in(tx: &mut Transaction<'_, Sqlite>, r: &AttemptResult) -> StoreResult<Completed> {
+        let a = &r.record;
+        sqlx::query(
+            "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
+                latency_ms, outcome, status_code, error, response_body)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .bind(text(a.id))
+        .bind(text(a.job_id))
+        .bind(&a.tenant_id)
+        .bind(text(a.subscription_id))
+        .bind(a.attempt)
+        .bind(micros(a.started_at))
+        .bind(a.latency_ms)
+        .bind(&a.outcome)
+        .bind(a.status_code)
+        .bind(&a.error)
+        .bind(&a.response_body)
+        .execute(&mut **tx)
+        .await?;
+        let (state, due_at, error, finished) = match &r.transition {
+            JobTransition::Succeeded => ("succeeded", None, None, Some(r.now)),
+            JobTransition::Retry { due_at } => ("pending", Some(*due_at), a.error.clone(), None),
+            JobTransition::Dead { reason, .. } => ("dead", None, Some(reason.clone()), Some(r.now)),
+        };
+        let job = sqlx::query(
+            "UPDATE delivery_jobs SET state = ?3, attempts = attempts + 1, due_at = COALESCE(?4, due_at),
+                last_error = ?5, finished_at = ?6, lease_expires_at = NULL, lease_token = NULL, updated_at = ?7
+             WHERE id = ?1 AND lease_token = ?2 AND state = 'leased'",
+        )
+        .bind(text(a.job_id))
+        .bind(text(r.token))
+        .bind(state)
+        .bind(due_at.map(micros))
+        .bind(error)
+        .bind(finished.map(micros))
+        .bind(micros(r.now))
+        .execute(&mut **tx)
+        .await?;
+        let disabled = match &r.health {
+            HealthChange::Success => {
+                sqlx::query(
+                    "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
+                     WHERE id = ?1 AND failing_since IS NOT NULL",
+                )
+                .bind(text(a.subscription_id))
+                .execute(&mut **tx)
+                .await?;
+                false
+            }
+            HealthChange::Failure { at, disable } => {
+                let done = sqlx::query(
+                    "UPDATE subscriptions SET failing_since = COALESCE(failing_since, ?2), last_failure_at = ?2,
+                        enabled = CASE WHEN ?3 IS NULL THEN enabled ELSE 0 END,
+                        disabled_reason = COALESCE(?3, disabled_reason),
+                        updated_at = CASE WHEN ?3 IS NULL THEN updated_at ELSE ?2 END
+                     WHERE id = ?1",
+                )
+                .bind(text(a.subscription_id))
+                .bind(micros(*at))
+                .bind(disable)
+                .execute(&mut **tx)
+                .await?;
+                disable.is_some() && done.rows_affected() == 1
+            }
+        };
+        Ok(Completed { job_updated: job.rows_affected() == 1, disabled })
+    }
+
+    async fn insert_tenant_events(
+        tx: &mut Transaction<'_, Sqlite>,
+        tenant: &str,
+        events: &[(usize, &AcceptedEvent)],
+    ) -> StoreResult<Vec<(usize, WriteOutcome)>> {
+        let last_seq: i64 = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = ?1")
+            .bind(tenant)
+            .fetch_optional(&mut **tx)
+            .await?
+            .unwrap_or(0);
+        let mut existing = HashMap::new();
+        for (_, event) in events {
+            let id = event.envelope.id().as_uuid();
+            let seq: Option<i64> = sqlx::query_scalar("SELECT seq FROM events WHERE tenant_id = ?1 AND ce_id = ?2")
+                .bind(tenant)
+                .bind(id.hyphenated().to_string())
+                .fetch_optional(&mut **tx)
+                .await?;
+            if let Some(seq) = seq {
+                existing.insert(id, seq);
+            }
+        }
+        let (outcomes, inserts, new_last) = assign_seqs(events, &existing, last_seq);
+        for (seq, event) in &inserts {
+            let (seq, event) = (*seq, *event);
+            let env = &event.envelope;
+            let (topic, partition, offset) = event.origin.kafka_parts();
+            let extensions = serde_json::to_string(env.extensions()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sqlx::query(
+                "INSERT INTO events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
+                    event_time, schema_version, subject, data_content_type, data_schema, traceparent,
+                    tracestate, extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset,
+                    received_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
+                    ?18, ?19, ?20, ?21)",
+            )
+            .bind(tenant)
+            .bind(seq)
+            .bind(env.id().to_string())
+            .bind(env.source().as_str())
+            .bind(env.ce_type())
+            .bind(env.key().resource())
+            .bind(env.key().event())
+            .bind(env.time())
+            .bind(env.schema_version())
+            .bind(env.subject())
+            .bind(env.data_content_type())
+            .bind(env.data_schema())
+            .bind(env.traceparent())
+            .bind(env.tracestate())
+            .bind(extensions)
+            .bind(&event.payload)
+            .bind(event.origin.kind())
+            .bind(topic)
+            .bind(partition)
+            .bind(offset)
+            .bind(micros(event.received_at))
+            .execute(&mut **tx)
+            .await?;
+        }
+        Self::insert_matched_work(tx, tenant, &inserts).await?;
+        if new_last != last_seq {
+            sqlx::query(
+                "INSERT INTO tenant_sequences (tenant_id, last_seq) VALUES (?1, ?2)
+                 ON CONFLICT (tenant_id) DO UPDATE SET last_seq = excluded.last_seq",
+            )
+            .bind(tenant)
+            .bind(new_last)
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(outcomes)
+    }
+
+    /// Matches newly inserted events against the tenant's deliverable subscriptions (one indexed
+    /// read per tenant and batch) and writes the jobs and pull entries they create.
+    async fn insert_matched_work(
+        tx: &mut Transaction<'_, Sqlite>,
+        tenant: &str,
+        inserts: &[(i64, &AcceptedEvent)],
+    ) -> StoreResult<()> {
+        let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
+            "SELECT id, sink_type, event_types, origin FROM subscriptions
+             WHERE tenant_id = ?1 AND enabled = 1 AND verification_state = 'active'",
+        )
+        .bind(tenant)
+        .fetch_all(&mut **tx)
+        .await?;
+        let targets = rows
+            .into_iter()
+            .map(|(id, sink, types, origin)| MatchTarget::new(uuid_from_text(&id)?, &sink, &types, origin))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let work = match_events(tenant, &targets, inserts);
+        for (sub, seq) in work.pulls {
+            sqlx::query("INSERT INTO pull_entries (subscription_id, seq, tenant_id) VALUES (?1, ?2, ?3)")
+                .bind(sub.hyphenated().to_string())
+                .bind(seq)
+                .bind(tenant)
+                .execute(&mut **tx)
+                .await?;
+        }
+        let now = micros(Utc::now());
+        for (sub, seq, received) in work.jobs {
+            sqlx::query(
+                "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
+                    event_received_at, window_start, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, 'pending', ?6, ?6, ?6, ?5, ?5)",
+            )
+            .bind(Uuid::now_v7().hyphenated().to_string())
+            .bind(tenant)
+            .bind(sub.hyphenated().to_string())
+            .bind(seq)
+            .bind(now)
+            .bind(micros(received))
+            .execute(&mut **tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    async fn insert_quarantine(tx: &mut Transaction<'_, Sqlite>, record: &QuarantinedRecord) -> StoreResult<i64> {
+        let (topic, partition, offset) = record.origin.kafka_parts();
+        let headers = serde_json::to_string(&record.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let id = sqlx::query_scalar(
+            "INSERT INTO quarantine (tenant_id, source, ce_id, reason_code, reason_field, reason,
+                headers, body, body_bytes, origin, kafka_topic, kafka_partition, kafka_offset,
+                received_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+             RETURNING id",
+        )
+        .bind(record.column("ce-tenantid", hub_core::TenantId::MAX_LEN))
+        .bind(record.column("ce-source", hub_core::Source::MAX_LEN))
+        .bind(record.column("ce-id", 64))
+        .bind(record.reason.code.as_str())
+        .bind(&record.reason.field)
+        .bind(record.reason.to_string())
+        .bind(headers)
+        .bind(&record.body)
+        .bind(record.body_bytes as i64)
+        .bind(record.origin.kind())
+        .bind(topic)
+        .bind(partition)
+        .bind(offset)
+        .bind(micros(record.received_at))
+        .fetch_one(&mut **tx)
+        .await?;
+        Ok(id)
+    }
+}
+
+const EVENT_COLUMNS: &str = "tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
+    event_time, schema_version, subject, data_content_type, data_schema, traceparent, tracestate,
+    extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset, received_at";
+
+fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
+    let extensions: String = row.try_get("extensions")?;
+    let ce_id: String = row.try_get("ce_id")?;
+    Ok(StoredEvent {
+        tenant_id: row.try_get("tenant_id")?,
+        seq: row.try_get("seq")?,
+        ce_id: uuid_from_text(&ce_id)?,
+        source: row.try_get("source")?,
+        ce_type: row.try_get("ce_type")?,
+        resource_type: row.try_get("resource_type")?,
+        event_type: row.try_get("event_type")?,
+        event_time: row.try_get("event_time")?,
+        schema_version: row.try_get("schema_version")?,
+        subject: row.try_get("subject")?,
+        data_content_type: row.try_get("data_content_type")?,
+        data_schema: row.try_get("data_schema")?,
+        traceparent: row.try_get("traceparent")?,
+        tracestate: row.try_get("tracestate")?,
+        extensions: serde_json::from_str(&extensions).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        payload: row.try_get("payload")?,
+        origin: Origin::from_parts(
+            row.try_get("origin")?,
+            row.try_get("kafka_topic")?,
+            row.try_get("kafka_partition")?,
+            row.try_get("kafka_offset")?,
+        ),
+        received_at: from_micros(row.try_get("received_at")?)?,
+    })
+}
+
+fn quarantine_from_row(row: &SqliteRow) -> StoreResult<QuarantineEntry> {
+    let headers: String = row.try_get("headers")?;
+    Ok(QuarantineEntry {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        source: row.try_get("source")?,
+        ce_id: row.try_get("ce_id")?,
+        reason_code: row.try_get("reason_code")?,
+        reason_field: row.try_get("reason_field")?,
+        reason: row.try_get("reason")?,
+        headers: serde_json::from_str::<BTreeMap<String, String>>(&headers)
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+        body: row.try_get("body")?,
+        body_bytes: row.try_get("body_bytes")?,
+        origin: Origin::from_parts(
+            row.try_get("origin")?,
+            row.try_get("kafka_topic")?,
+            row.try_get("kafka_partition")?,
+            row.try_get("kafka_offset")?,
+        ),
+        received_at: from_micros(row.try_get("received_at")?)?,
+    })
+}
+
+/// `?1` tenant, `?2` id, `?3`..`?18` every field a write sets: shared by create and update.
+type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
+
+/// Binds `?1`..`?18` of a subscription write (see `create_subscription`).
+fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreResult<SqliteQuery<'q>> {
+    let event_types = serde_json::to_string(&sub.event_types).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(q.bind(sub.tenant_id.clone())
+        .bind(text(sub.id))
+        .bind(sub.name.clone())
+        .bind(event_types)
+        .bind(sub.origin.clone())
+        .bind(sub.sink.as_str())
+        .bind(sub.sink_config.to_string())
+        .bind(sub.signing_secret.clone())
+        .bind(sub.previous_secret.clone())
+        .bind(sub.previous_secret_expires_at.map(micros))
+        .bind(sub.credentials.clone())
+        .bind(sub.enabled)
+        .bind(sub.verification.as_str())
+        .bind(sub.verification_error.clone())
+        .bind(sub.disabled_reason.clone())
+        .bind(micros(sub.updated_at))
+        .bind(sub.failing_since.map(micros))
+        .bind(sub.last_failure_at.map(micros)))
+}
+
+const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types, origin, sink_type, sink_config,
+    signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled, verification_state,
+    verification_error, disabled_reason, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
+
+fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
+    let id = uuid_from_text(&row.try_get::<String, _>("id")?)?;
+    let corrupt = |what: &str| StoreError::Corrupt(format!("subscription {id}: {what}"));
+    let event_types: String = row.try_get("event_types")?;
+    let sink_config: String = row.try_get("sink_config")?;
+    let sink: String = row.try_get("sink_type")?;
+    let verification: String = row.try_get("verification_state")?;
+    let expires: Option<i64> = row.try_get("previous_secret_expires_at")?;
+    let failing_since: Option<i64> = row.try_get("failing_since")?;
+    let last_failure_at: Option<i64> = row.try_get("last_failure_at")?;
+    Ok(SubscriptionRecord {
+        id,
+        tenant_id: row.try_get("tenant_id")?,
+        name: row.try_get("name")?,
+        event_types: serde_json::from_str(&event_types).map_err(|_| corrupt("event_types"))?,
+        origin: row.try_get("origin")?,
+        sink: hub_core::SinkKind::parse(&sink).ok_or_else(|| corrupt("sink_type"))?,
+        sink_config: serde_json::from_str(&sink_config).map_err(|_| corrupt("sink_config"))?,
+        signing_secret: row.try_get("signing_secret")?,
+        previous_secret: row.try_get("previous_secret")?,
+        previous_secret_expires_at: expires.map(from_micros).transpose()?,
+        credentials: row.try_get("credentials")?,
+        enabled: row.try_get("enabled")?,
+        verification: hub_core::VerificationState::parse(&verification).ok_or_else(|| corrupt("verification_state"))?,
+        verification_error: row.try_get("verification_error")?,
+        disabled_reason: row.try_get("disabled_reason")?,
+        failing_since: failing_since.map(from_micros).transpose()?,
+        last_failure_at: last_failure_at.map(from_micros).transpose()?,
+        pull_cursor: row.try_get("pull_cursor")?,
+        created_at: from_micros(row.try_get("created_at")?)?,
+        updated_at: from_micros(row.try_get("updated_at")?)?,
+    })
+}
+
+const JOB_COLUMNS: &str = "id, tenant_id, subscription_id, event_seq, state, attempts, recoveries, due_at,
+    event_received_at, window_start, last_error, created_at, updated_at, finished_at";
+
+fn job_state(s: String) -> StoreResult<JobState> {
+    JobState::parse(&s).ok_or_else(|| StoreError::Corrupt(format!("unknown job state {s:?}")))
+}
+
+fn job_from_row(row: &SqliteRow) -> StoreResult<DeliveryJob> {
+    Ok(DeliveryJob {
+        id: uuid_from_text(&row.try_get::<String, _>("id")?)?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: uuid_from_text(&row.try_get::<String, _>("subscription_id")?)?,
+        event_seq: row.try_get("event_seq")?,
+        state: job_state(row.try_get("state")?)?,
+        attempts: row.try_get("attempts")?,
+        recoveries: row.try_get("recoveries")?,
+        due_at: from_micros(row.try_get("due_at")?)?,
+        event_received_at: from_micros(row.try_get("event_received_at")?)?,
+        window_start: from_micros(row.try_get("window_start")?)?,
+        last_error: row.try_get("last_error")?,
+        created_at: from_micros(row.try_get("created_at")?)?,
+        updated_at: from_micros(row.try_get("updated_at")?)?,
+        finished_at: row.try_get::<Option<i64>, _>("finished_at")?.map(from_micros).transpose()?,
+    })
+}
+
+const CLAIMED_COLUMNS: &str =
+    "id, tenant_id, subscription_id, event_seq, attempts, recoveries, window_start, event_received_at, lease_token";
+
+fn claimed_from_row(row: &SqliteRow) -> StoreResult<ClaimedJob> {
+    let token: Option<String> = row.try_get("lease_token")?;
+    Ok(ClaimedJob {
+        id: uuid_from_text(&row.try_get::<String, _>("id")?)?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: uuid_from_text(&row.try_get::<String, _>("subscription_id")?)?,
+        event_seq: row.try_get("event_seq")?,
+        attempts: row.try_get("attempts")?,
+        recoveries: row.try_get("recoveries")?,
+        window_start: from_micros(row.try_get("window_start")?)?,
+        event_received_at: from_micros(row.try_get("event_received_at")?)?,
+        token: uuid_from_text(&token.ok_or_else(|| StoreError::Corrupt("a claimed job has no lease token".into()))?)?,
+    })
+}
+
+fn attempt_from_row(row: &SqliteRow) -> StoreResult<AttemptRecord> {
+    Ok(AttemptRecord {
+        id: uuid_from_text(&row.try_get::<String, _>("id")?)?,
+        job_id: uuid_from_text(&row.try_get::<String, _>("job_id")?)?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: uuid_from_text(&row.try_get::<String, _>("subscription_id")?)?,
+        attempt: row.try_get("attempt")?,
+        started_at: from_micros(row.try_get("started_at")?)?,
+        latency_ms: row.try_get("latency_ms")?,
+        outcome: row.try_get("outcome")?,
+        status_code: row.try_get("status_code")?,
+        error: row.try_get("error")?,
+        response_body: row.try_get("response_body")?,
+    })
+}
+
+fn text(id: Uuid) -> String {
+    id.hyphenated().to_string()
+}
+
+fn api_key_from_row(row: &SqliteRow) -> StoreResult<ApiKeyRecord> {
+    let id: String = row.try_get("id")?;
+    let revoked: Option<i64> = row.try_get("revoked_at")?;
+    Ok(ApiKeyRecord {
+        id: uuid_from_text(&id)?,
+        tenant_id: row.try_get("tenant_id")?,
+        name: row.try_get("name")?,
+        key_prefix: row.try_get("key_prefix")?,
+        created_at: from_micros(row.try_get("created_at")?)?,
+        revoked_at: revoked.map(from_micros).transpose()?,
+    })
+}
