@@ -456,28 +456,70 @@ impl Poster {
 // ---------------------------------------------------------------------------------------------
 // The broker
 
-/// A Kafka-protocol broker: `STREAMING_HUB_BENCH_KAFKA_BROKERS` when set, otherwise a `tansu`
-/// process started here (`STREAMING_HUB_BENCH_TANSU`, default the one `scripts/services tansu`
-/// installs), with in-memory storage.
+/// A Kafka broker: `STREAMING_HUB_BENCH_KAFKA_BROKERS` when set; otherwise an Apache Kafka
+/// broker started here from the jars `scripts/services kafka` installs
+/// (`STREAMING_HUB_KAFKA_HOME`, default `~/.cache/streaming-hub/kafka/<version>`); only when those
+/// are missing, and said so, the `tansu` broker (`STREAMING_HUB_BENCH_TANSU`).
 #[derive(Debug)]
 pub struct Broker {
     pub brokers: String,
-    tansu: Option<std::process::Child>,
+    process: Option<BrokerProcess>,
+}
+
+#[derive(Debug)]
+enum BrokerProcess {
+    /// A single-node KRaft broker and controller, with its configuration and data in `dir`.
+    Kafka {
+        child: std::process::Child,
+        dir: PathBuf,
+    },
+    Tansu(std::process::Child),
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        if let Some(child) = &mut self.tansu {
-            let _ = child.kill();
-            let _ = child.wait();
+        match &mut self.process {
+            Some(BrokerProcess::Kafka { child, dir }) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Some(BrokerProcess::Tansu(child)) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            None => {}
         }
     }
+}
+
+/// The Apache Kafka version `scripts/services kafka` installs.
+pub const KAFKA_VERSION: &str = "4.1.1";
+
+/// Where `scripts/services kafka` puts the Apache Kafka jars (`<home>/lib`).
+pub fn kafka_home() -> PathBuf {
+    if let Ok(home) = std::env::var("STREAMING_HUB_KAFKA_HOME") {
+        return PathBuf::from(home);
+    }
+    let cache = std::env::var("STREAMING_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|_| {
+        PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned())).join(".cache/streaming-hub")
+    });
+    cache.join("kafka").join(KAFKA_VERSION)
+}
+
+/// A local port nothing listens on now.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 impl Broker {
     pub async fn start() -> anyhow::Result<Self> {
         if let Ok(brokers) = std::env::var("STREAMING_HUB_BENCH_KAFKA_BROKERS") {
-            return Ok(Self { brokers, tansu: None });
+            return Ok(Self { brokers, process: None });
+        }
+        let home = kafka_home();
+        if home.join("lib").is_dir() {
+            return Self::apache(&home, false).await;
         }
         let bin = std::env::var("STREAMING_HUB_BENCH_TANSU").map(PathBuf::from).unwrap_or_else(|_| {
             PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned()))
@@ -485,17 +527,123 @@ impl Broker {
         });
         anyhow::ensure!(
             bin.is_file(),
-            "STREAMING_HUB_BENCH_TANSU: no tansu broker at {} (`scripts/services tansu` installs it), \
-             or set STREAMING_HUB_BENCH_KAFKA_BROKERS to a broker",
+            "no Apache Kafka at {} (`scripts/services kafka` installs it; STREAMING_HUB_KAFKA_HOME names \
+             another), no tansu broker at {}, and STREAMING_HUB_BENCH_KAFKA_BROKERS is unset",
+            home.display(),
             bin.display()
         );
+        eprintln!(
+            "bench: Apache Kafka is not installed at {}; falling back to the tansu broker, whose figures \
+             are not comparable",
+            home.display()
+        );
         Self::tansu(&bin).await
+    }
+
+    /// Starts a single-node Apache Kafka (KRaft, broker and controller in one process) from the
+    /// jars under `home/lib`, on free local ports, with its data in a fresh temporary folder, and
+    /// waits until it serves metadata. `quick` trades peak speed for a faster JVM start (tests).
+    /// The process is stopped and its folder removed when the broker is dropped.
+    pub async fn apache(home: &Path, quick: bool) -> anyhow::Result<Self> {
+        let lib = home.join("lib");
+        anyhow::ensure!(lib.is_dir(), "no Apache Kafka jars under {} (`scripts/services kafka`)", lib.display());
+        let (port, controller) = (free_port()?, free_port()?);
+        let dir = std::env::temp_dir().join(format!("streaming-hub-kafka-{}", uuid::Uuid::now_v7().simple()));
+        std::fs::create_dir_all(dir.join("data"))?;
+        let properties = dir.join("server.properties");
+        std::fs::write(
+            &properties,
+            format!(
+                "process.roles=broker,controller\n\
+                 node.id=1\n\
+                 controller.quorum.voters=1@127.0.0.1:{controller}\n\
+                 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
+                 advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+                 controller.listener.names=CONTROLLER\n\
+                 inter.broker.listener.name=PLAINTEXT\n\
+                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n\
+                 log.dirs={data}\n\
+                 offsets.topic.replication.factor=1\n\
+                 offsets.topic.num.partitions=4\n\
+                 transaction.state.log.replication.factor=1\n\
+                 transaction.state.log.min.isr=1\n\
+                 share.coordinator.state.topic.replication.factor=1\n\
+                 share.coordinator.state.topic.min.isr=1\n\
+                 group.initial.rebalance.delay.ms=0\n\
+                 auto.create.topics.enable=false\n\
+                 num.network.threads=2\n\
+                 num.io.threads=2\n",
+                data = dir.join("data").display()
+            ),
+        )?;
+        let classpath = format!("{}/*", lib.display());
+        let log = |name: &str| std::fs::File::create(dir.join(name));
+        // A cluster id is a UUID in unpadded URL-safe base64.
+        let cluster = {
+            use base64::Engine;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::now_v7().as_bytes())
+        };
+        let format = std::process::Command::new("java")
+            .args(["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", &classpath, "kafka.tools.StorageTool", "format"])
+            .args(["-t", &cluster, "-c"])
+            .arg(&properties)
+            .stdout(log("format.log")?)
+            .stderr(log("format.err")?)
+            .spawn()
+            .context("starting java (Apache Kafka needs a Java runtime)")?;
+        let formatted = tokio::task::spawn_blocking(move || format.wait_with_output()).await??;
+        anyhow::ensure!(
+            formatted.status.success(),
+            "formatting the Kafka storage failed; see {}",
+            dir.join("format.err").display()
+        );
+        let mut java = std::process::Command::new("java");
+        java.args(["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC"]);
+        if quick {
+            java.arg("-XX:TieredStopAtLevel=1");
+        }
+        let child = java
+            .args(["-cp", &classpath, "kafka.Kafka"])
+            .arg(&properties)
+            .stdout(log("broker.log")?)
+            .stderr(log("broker.err")?)
+            .spawn()
+            .context("starting the Kafka broker")?;
+        let broker = Self {
+            brokers: format!("127.0.0.1:{port}"),
+            process: Some(BrokerProcess::Kafka { child, dir: dir.clone() }),
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let brokers = broker.brokers.clone();
+            let ready = tokio::task::spawn_blocking(move || {
+                let consumer: Result<BaseConsumer, _> = ClientConfig::new().set("bootstrap.servers", &brokers).create();
+                consumer.is_ok_and(|c| {
+                    c.fetch_metadata(None, Duration::from_secs(2)).is_ok_and(|m| !m.brokers().is_empty())
+                })
+            })
+            .await?;
+            if ready {
+                return Ok(broker);
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the Kafka broker did not start within 90 s; see {}",
+                dir.join("broker.err").display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Whether this is the tansu fallback, which needs one record per produce batch.
+    pub fn is_tansu(&self) -> bool {
+        matches!(self.process, Some(BrokerProcess::Tansu(_)))
     }
 
     /// Starts the tansu broker `bin` on a free local port, with in-memory storage, and waits until
     /// it accepts connections. The process is stopped when the broker is dropped.
     pub async fn tansu(bin: &Path) -> anyhow::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let port = free_port()?;
         let url = format!("tcp://127.0.0.1:{port}");
         let child = std::process::Command::new(bin)
             .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
@@ -504,7 +652,7 @@ impl Broker {
             .stderr(std::process::Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let broker = Self { brokers: format!("127.0.0.1:{port}"), tansu: Some(child) };
+        let broker = Self { brokers: format!("127.0.0.1:{port}"), process: Some(BrokerProcess::Tansu(child)) };
         let deadline = Instant::now() + Duration::from_secs(10);
         while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
             anyhow::ensure!(Instant::now() < deadline, "tansu did not start");
@@ -577,7 +725,7 @@ impl Broker {
             .set("message.timeout.ms", "60000")
             .set("linger.ms", "5")
             .set("queue.buffering.max.messages", "1000000");
-        if self.tansu.is_some() {
+        if self.is_tansu() {
             // tansu 0.6 under-reports its high watermark after a multi-record batch, and then stops
             // serving fetches there: one record per batch keeps it exact.
             config.set("batch.num.messages", "1");

@@ -193,13 +193,14 @@ fn the_other_bench_scenarios_run_and_report() {
     assert!(fair["small_solo_latency_ms"]["p99"].is_number());
 }
 
-/// The ingest scenario needs a broker (tansu, as `scripts/test` installs) and runs on PostgreSQL.
+/// The ingest scenario needs a broker (Apache Kafka, as `scripts/test` installs) and runs on
+/// PostgreSQL.
 #[test]
 fn the_ingest_and_kafka_burst_scenarios_run_on_postgres() {
-    let tansu = crate::kafka_support::tansu_binary();
-    assert!(tansu.is_file(), "tansu is required ({}); scripts/test installs it", tansu.display());
+    let kafka = streaming_hub::bench::kafka_home();
+    assert!(kafka.join("lib").is_dir(), "Apache Kafka is required ({}); scripts/test installs it", kafka.display());
     let envs =
-        [("STREAMING_HUB_BENCH_TANSU", tansu.display().to_string()), ("STREAMING_HUB_POSTGRES_DSN", postgres_dsn())];
+        [("STREAMING_HUB_KAFKA_HOME", kafka.display().to_string()), ("STREAMING_HUB_POSTGRES_DSN", postgres_dsn())];
     let ingest = run_bench(&["ingest", "--events", "200", "--tenants", "3", "--partitions", "2"], &envs);
     assert_eq!(ingest["store"], "postgres");
     for figure in ["hub_events_per_s", "plain_insert_rows_per_s", "broker_read_per_s", "write_path_events_per_s"] {

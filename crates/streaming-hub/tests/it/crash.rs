@@ -87,7 +87,7 @@ async fn kafka_ingest_survives_being_killed_mid_stream() {
 
     const RECORDS: usize = 20_000;
     let topic = "lerian.streaming.ledger";
-    let peer = KafkaPeer::start(Broker::Tansu).await;
+    let peer = KafkaPeer::start(Broker::Kafka).await;
     peer.create_topic(topic, 3).await;
     let tenants = ["t1", "t2", "t3", "t4"];
     let records: Vec<Record> = (0..RECORDS)

@@ -1,5 +1,5 @@
 //! Kafka ingest and the DLQ plane against real Kafka-protocol peers: librdkafka's mock cluster
-//! and a `tansu` broker process.
+//! and an Apache Kafka broker process.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -27,8 +27,8 @@ macro_rules! on_both_brokers {
                 super::$name(crate::kafka_support::Broker::Mock).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn tansu() {
-                super::$name(crate::kafka_support::Broker::Tansu).await;
+            async fn apache_kafka() {
+                super::$name(crate::kafka_support::Broker::Kafka).await;
             }
         }
     )*};
@@ -249,7 +249,7 @@ async fn the_dlq_plane_stores_dead_letters_and_never_delivers_them(broker: Broke
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_created_after_start_is_consumed() {
-    let peer = KafkaPeer::start(Broker::Tansu).await;
+    let peer = KafkaPeer::start(Broker::Kafka).await;
     let hub = hub_on(&peer, Backend::Sqlite, &[]).await;
     // Let the consumer join with no matching topic at all.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -336,7 +336,7 @@ async fn a_store_failure_holds_back_only_its_partition() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_the_brokers() {
-    let peer = KafkaPeer::start(Broker::Tansu).await;
+    let peer = KafkaPeer::start(Broker::Kafka).await;
     let hub = hub_on(&peer, Backend::Sqlite, &[]).await;
     let ready = async || hub.client.get(hub.url("/readyz")).send().await.expect("readyz").status();
     assert_eq!(ready().await, reqwest::StatusCode::OK);

@@ -1,5 +1,5 @@
-//! Real Kafka-protocol peers for tests: librdkafka's in-process mock cluster, or a private
-//! `tansu` broker process per test. Producing with headers, creating topics, reading committed
+//! Real Kafka peers for tests: librdkafka's in-process mock cluster, or a private Apache Kafka
+//! broker process per test (the hub subscribes by topic pattern, so tests cannot share one). Producing with headers, creating topics, reading committed
 //! offsets and high watermarks.
 
 use std::time::Duration;
@@ -17,22 +17,14 @@ use rdkafka::{Offset, TopicPartitionList};
 #[derive(Debug, Clone, Copy)]
 pub enum Broker {
     Mock,
-    Tansu,
+    Kafka,
 }
 
 /// A running broker, stopped when dropped.
 pub struct KafkaPeer {
     pub brokers: String,
     mock: Option<MockCluster<'static, rdkafka::producer::DefaultProducerContext>>,
-    tansu: Option<streaming_hub::bench::Broker>,
-}
-
-/// The tansu binary `scripts/test` installs.
-pub fn tansu_binary() -> std::path::PathBuf {
-    std::env::var("STREAMING_HUB_TEST_TANSU").map(Into::into).unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned());
-        std::path::PathBuf::from(home).join(".cache/streaming-hub/tansu/bin/tansu")
-    })
+    kafka: Option<streaming_hub::bench::Broker>,
 }
 
 impl KafkaPeer {
@@ -40,17 +32,17 @@ impl KafkaPeer {
         match broker {
             Broker::Mock => {
                 let mock = MockCluster::new(1).expect("mock cluster");
-                Self { brokers: mock.bootstrap_servers(), mock: Some(mock), tansu: None }
+                Self { brokers: mock.bootstrap_servers(), mock: Some(mock), kafka: None }
             }
-            Broker::Tansu => {
-                let bin = tansu_binary();
+            Broker::Kafka => {
+                let home = streaming_hub::bench::kafka_home();
                 assert!(
-                    bin.is_file(),
-                    "tansu is required for these tests ({}); scripts/test installs it",
-                    bin.display()
+                    home.join("lib").is_dir(),
+                    "Apache Kafka is required for these tests ({}); scripts/test installs it",
+                    home.display()
                 );
-                let tansu = streaming_hub::bench::Broker::tansu(&bin).await.expect("start tansu");
-                Self { brokers: tansu.brokers.clone(), mock: None, tansu: Some(tansu) }
+                let kafka = streaming_hub::bench::Broker::apache(&home, true).await.expect("start Apache Kafka");
+                Self { brokers: kafka.brokers.clone(), mock: None, kafka: Some(kafka) }
             }
         }
     }
@@ -86,11 +78,6 @@ impl KafkaPeer {
     pub fn producer(&self) -> FutureProducer {
         let mut config = ClientConfig::new();
         config.set("bootstrap.servers", &self.brokers).set("message.timeout.ms", "30000").set("linger.ms", "5");
-        if self.tansu.is_some() {
-            // tansu 0.6 under-reports its high watermark after a multi-record batch, and then stops
-            // serving fetches there: one record per batch keeps it exact.
-            config.set("batch.num.messages", "1");
-        }
         config.create().expect("producer")
     }
 
@@ -120,8 +107,7 @@ impl KafkaPeer {
     }
 
     /// Polls until the group has committed each partition up to `ends` (the offset after the
-    /// partition's last record, which a test knows from what it produced: tansu 0.6 under-reports
-    /// high watermarks after batched produce).
+    /// partition's last record, which a test knows from what it produced).
     pub async fn wait_committed(&self, group: &str, topic: &str, ends: &[i64], deadline: Duration) {
         let end = tokio::time::Instant::now() + deadline;
         loop {
