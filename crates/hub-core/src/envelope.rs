@@ -129,7 +129,7 @@ pub struct QuarantineReason {
 }
 
 impl QuarantineReason {
-    fn new(code: ReasonCode, field: &str, message: impl Into<String>) -> Self {
+    pub fn new(code: ReasonCode, field: &str, message: impl Into<String>) -> Self {
         Self { code, field: field.to_owned(), message: message.into() }
     }
 
@@ -222,7 +222,8 @@ pub fn is_json_media_type(content_type: &str) -> bool {
     let essence = content_type.split(';').next().unwrap_or_default().trim();
     essence.eq_ignore_ascii_case("application/json")
         || essence.eq_ignore_ascii_case("text/json")
-        || essence.len() > 5 && essence[essence.len() - 5..].eq_ignore_ascii_case("+json")
+        // Compared as bytes: a suffix boundary may fall inside a multi-byte character.
+        || essence.len() > 5 && essence.as_bytes()[essence.len() - 5..].eq_ignore_ascii_case(b"+json")
 }
 
 /// Reads the headers the verdict depends on: lower-cased keys, last value wins.
@@ -425,7 +426,11 @@ fn check_body(env: Envelope, body: &[u8]) -> Result<Envelope, QuarantineReason> 
             format!("must be at most {MAX_BODY_BYTES} bytes (got {})", body.len()),
         ));
     }
-    if is_json_media_type(env.content_type()) && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_err() {
+    // JSON is UTF-8 throughout (RFC 8259 §8.1): the text is checked whole first, because skipping
+    // over values (`IgnoredAny`) does not look inside strings.
+    let valid_json =
+        || std::str::from_utf8(body).is_ok_and(|text| serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok());
+    if is_json_media_type(env.content_type()) && !valid_json() {
         return Err(QuarantineReason::new(
             ReasonCode::InvalidBody,
             "body",

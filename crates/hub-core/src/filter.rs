@@ -4,6 +4,10 @@
 //! prefix). A subscription admits an event only when it is enabled **and** verified active, it
 //! belongs to the event's tenant, one of its patterns matches the event key, and its origin (if
 //! set) equals the event's source. These are independent conditions; zero matches is normal.
+//!
+//! One exception keeps events that would otherwise be lost: a subscription that was verified
+//! before and is pending verification again (its destination was changed) *holds* the events it
+//! would admit — they wait, undelivered, until the new destination is verified ([`Admission`]).
 
 use std::fmt;
 
@@ -72,15 +76,38 @@ pub struct MatchRule<'a> {
     pub origin: Option<&'a str>,
     pub enabled: bool,
     pub verification: VerificationState,
+    /// It was verified active at least once (so a `pending` state is a re-verification).
+    pub verified_before: bool,
 }
 
-/// Whether a subscription receives an event of `tenant` with this key from this source.
-pub fn admits(rule: &MatchRule<'_>, tenant: &str, key: &EventKey, source: &str) -> bool {
-    rule.enabled
-        && rule.verification == VerificationState::Active
+/// What a subscription makes of a new event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Not for this subscription.
+    No,
+    /// Deliver it.
+    Deliver,
+    /// Keep it for this subscription, undelivered until its destination is verified again.
+    Hold,
+}
+
+/// What a subscription makes of an event of `tenant` with this key from this source.
+pub fn admission(rule: &MatchRule<'_>, tenant: &str, key: &EventKey, source: &str) -> Admission {
+    let wanted = rule.enabled
         && rule.tenant == tenant
         && rule.origin.is_none_or(|o| o == source)
-        && rule.patterns.iter().any(|p| p.matches(key))
+        && rule.patterns.iter().any(|p| p.matches(key));
+    match (wanted, rule.verification) {
+        (false, _) => Admission::No,
+        (true, VerificationState::Active) => Admission::Deliver,
+        (true, VerificationState::Pending) if rule.verified_before => Admission::Hold,
+        (true, _) => Admission::No,
+    }
+}
+
+/// Whether a subscription receives an event of `tenant` with this key from this source now.
+pub fn admits(rule: &MatchRule<'_>, tenant: &str, key: &EventKey, source: &str) -> bool {
+    admission(rule, tenant, key, source) == Admission::Deliver
 }
 
 #[cfg(test)]
@@ -126,6 +153,7 @@ mod tests {
             origin: Some("lender"),
             enabled: true,
             verification: VerificationState::Active,
+            verified_before: true,
         };
         let k = key("loan_application.approved");
         assert!(admits(&base, "t1", &k, "lender"));
@@ -153,7 +181,34 @@ mod tests {
         for (case, rule, tenant, k, source) in cases {
             assert!(!admits(&rule, tenant, &key(k), source), "{case}");
         }
-        let any_origin = MatchRule { origin: None, ..base };
+        let any_origin = MatchRule { origin: None, ..base.clone() };
         assert!(admits(&any_origin, "t1", &k, "crm"), "no origin admits every source");
+    }
+
+    #[test]
+    fn a_re_verification_holds_what_a_first_verification_does_not() {
+        let patterns = vec![EventPattern::parse("*.*").expect("pattern")];
+        let rule = |enabled, verification, verified_before| MatchRule {
+            tenant: "t1",
+            patterns: &patterns,
+            origin: None,
+            enabled,
+            verification,
+            verified_before,
+        };
+        let k = key("loan_application.approved");
+        use VerificationState::*;
+        let cases = [
+            ("active", rule(true, Active, true), Admission::Deliver),
+            ("pending again after a change", rule(true, Pending, true), Admission::Hold),
+            ("pending, never verified", rule(true, Pending, false), Admission::No),
+            ("failed after a change", rule(true, Failed, true), Admission::No),
+            ("paused while pending again", rule(false, Pending, true), Admission::No),
+            ("paused", rule(false, Active, true), Admission::No),
+        ];
+        for (case, r, expected) in cases {
+            assert_eq!(admission(&r, "t1", &k, "lender"), expected, "{case}");
+            assert_eq!(admission(&r, "t2", &k, "lender"), Admission::No, "{case}: another tenant");
+        }
     }
 }

@@ -23,6 +23,6 @@ pub use structured::structured_to_binary;
 pub use envelope::{
     DiscardReason, Envelope, IngestPolicy, MAX_BODY_BYTES, QuarantineReason, ReasonCode, Verdict, judge,
 };
-pub use filter::{EventPattern, MatchRule, admits};
+pub use filter::{Admission, EventPattern, MatchRule, admission, admits};
 pub use ids::{CeId, EventKey, IdError, Source, TenantId, topic_source};
 pub use subscription::{SinkKind, VerificationState};

@@ -10,6 +10,13 @@ pub fn read_after(cursor: i64, after: Option<i64>) -> i64 {
     after.unwrap_or(cursor)
 }
 
+/// `after` as a read may use it: never beyond `newest`, the tenant's newest seq, so a cursor can
+/// only ever skip events that exist (an `after` far ahead would otherwise skip every event to
+/// come up to it).
+pub fn clamp_after(after: Option<i64>, newest: i64) -> Option<i64> {
+    after.map(|a| a.min(newest.max(0)))
+}
+
 /// The cursor once a page whose highest seq is `highest` (none when empty) has been returned.
 pub fn advance(cursor: i64, after: Option<i64>, highest: Option<i64>) -> i64 {
     cursor.max(read_after(cursor, after)).max(highest.unwrap_or(i64::MIN))
@@ -39,6 +46,20 @@ mod tests {
         for (case, cursor, after, highest, from, to) in cases {
             assert_eq!(read_after(cursor, after), from, "{case}");
             assert_eq!(advance(cursor, after, highest), to, "{case}");
+        }
+    }
+
+    #[test]
+    fn after_is_clamped_to_the_newest_seq() {
+        let cases = [
+            ("none stays none", None, 10, None),
+            ("below the newest", Some(3), 10, Some(3)),
+            ("at the newest", Some(10), 10, Some(10)),
+            ("far beyond", Some(i64::MAX), 10, Some(10)),
+            ("an empty inbox", Some(5), 0, Some(0)),
+        ];
+        for (case, after, newest, expected) in cases {
+            assert_eq!(clamp_after(after, newest), expected, "{case}");
         }
     }
 

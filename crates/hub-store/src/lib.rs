@@ -90,6 +90,9 @@ pub trait Inbox: Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<StoredEvent>>;
 
+    /// The tenant's newest seq (0 when its inbox was never written to).
+    async fn newest_seq(&self, tenant: &str) -> StoreResult<i64>;
+
     /// Moves a pull cursor forward to `to` (never backwards) and returns the cursor after the move.
     async fn advance_pull_cursor(&self, tenant: &str, subscription: Uuid, to: i64) -> StoreResult<i64>;
 
@@ -168,8 +171,11 @@ pub trait JobQueue: Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<DeliveryJob>>;
 
-    /// Leases due jobs of deliverable (enabled, active) subscriptions, interleaving tenants.
-    async fn claim_jobs(&self, request: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>>;
+    /// Leases due `pending` jobs, interleaving tenants: the tenants with due work in order after
+    /// `request.after_tenant`, wrapping around, each given its fair share (see
+    /// `hub_core::delivery::fair_shares`). Reports the last tenant visited, so that the next claim
+    /// starts after it even when the visited tenants had nothing to give.
+    async fn claim_jobs(&self, request: &ClaimRequest) -> StoreResult<Claim>;
 
     /// Gives a leased job back without an attempt, due again at `due_at`.
     async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool>;
@@ -201,6 +207,13 @@ pub trait JobQueue: Send + Sync {
         since: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
     ) -> StoreResult<u64>;
+
+    /// Puts every waiting job in the state its subscription's deliverability asks for: `held`
+    /// while it is paused, disabled, failed or pending verification, `pending` when it is
+    /// deliverable. Subscription changes do this for their own jobs in their transaction; this
+    /// pass catches jobs that raced with such a change (a retry recorded, a job written by a batch
+    /// that read the subscription before the change). Returns how many jobs moved.
+    async fn reconcile_waiting_jobs(&self) -> StoreResult<u64>;
 
     /// Wakes `notify` whenever another process creates delivery jobs (PostgreSQL `LISTEN`);
     /// nothing to do for a single-node store.

@@ -414,6 +414,14 @@ pub struct ClaimRequest {
     pub exclude_subscriptions: Vec<Uuid>,
 }
 
+/// What one claim leased, and where the tenant rotation stands after it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Claim {
+    pub jobs: Vec<ClaimedJob>,
+    /// The last tenant the claim visited; `None` when no tenant had due work.
+    pub visited: Option<String>,
+}
+
 /// A job leased to one worker.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimedJob {
@@ -475,40 +483,69 @@ pub struct Recovery {
     pub poisoned: u64,
 }
 
-/// A deliverable subscription as matching sees it.
+/// A subscription as matching sees it: its filter and its state, as stored.
 #[derive(Debug, Clone)]
 pub(crate) struct MatchTarget {
     pub id: Uuid,
     pub sink: hub_core::SinkKind,
     pub patterns: Vec<hub_core::EventPattern>,
     pub origin: Option<String>,
+    pub enabled: bool,
+    pub verification: hub_core::VerificationState,
+    pub verified_before: bool,
+}
+
+/// The columns matching reads of a subscription, as both backends return them.
+pub(crate) struct MatchRow {
+    pub id: Uuid,
+    pub sink: String,
+    pub event_types: String,
+    pub origin: Option<String>,
+    pub enabled: bool,
+    pub verification: String,
+    pub verified_before: bool,
 }
 
 impl MatchTarget {
-    pub(crate) fn new(
-        id: Uuid,
-        sink: &str,
-        event_types: &str,
-        origin: Option<String>,
-    ) -> Result<Self, crate::StoreError> {
+    pub(crate) fn new(row: MatchRow) -> Result<Self, crate::StoreError> {
+        let id = row.id;
         let corrupt = |what: &str| crate::StoreError::Corrupt(format!("subscription {id}: {what}"));
-        let sink = hub_core::SinkKind::parse(sink).ok_or_else(|| corrupt("unknown sink type"))?;
-        let types: Vec<String> = serde_json::from_str(event_types).map_err(|_| corrupt("event_types"))?;
+        let sink = hub_core::SinkKind::parse(&row.sink).ok_or_else(|| corrupt("unknown sink type"))?;
+        let types: Vec<String> = serde_json::from_str(&row.event_types).map_err(|_| corrupt("event_types"))?;
         let patterns = types
             .iter()
             .map(|t| hub_core::EventPattern::parse(t))
             .collect::<Result<_, _>>()
             .map_err(|_| corrupt("event_types"))?;
-        Ok(Self { id, sink, patterns, origin })
+        let verification =
+            hub_core::VerificationState::parse(&row.verification).ok_or_else(|| corrupt("verification_state"))?;
+        Ok(Self {
+            id,
+            sink,
+            patterns,
+            origin: row.origin,
+            enabled: row.enabled,
+            verification,
+            verified_before: row.verified_before,
+        })
     }
 }
 
+/// A push job matching creates: for this subscription and seq, received then, in this state.
+#[derive(Debug)]
+pub(crate) struct NewJob {
+    pub subscription: Uuid,
+    pub seq: i64,
+    pub received_at: DateTime<Utc>,
+    pub state: JobState,
+}
+
 /// The work matching creates for one tenant's newly inserted events: pull entries
-/// `(subscription, seq)` and push jobs `(subscription, seq, received_at)`.
+/// `(subscription, seq)` and push jobs.
 #[derive(Debug, Default)]
 pub(crate) struct MatchedWork {
     pub pulls: Vec<(Uuid, i64)>,
-    pub jobs: Vec<(Uuid, i64, DateTime<Utc>)>,
+    pub jobs: Vec<NewJob>,
 }
 
 /// Splits expired leases `(job, recoveries so far)` into all of them and those that this expiry
@@ -525,6 +562,9 @@ pub(crate) fn split_poison<Id: Clone>(expired: &[(Id, i32)], threshold: u32) -> 
     (all, poison)
 }
 
+/// Matches one tenant's new events against its subscriptions by the core's rule
+/// (`hub_core::admission`): a pull subscription gets stream entries, a push one jobs, `pending`
+/// to deliver or `held` while its destination is verified again.
 pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {
     let mut work = MatchedWork::default();
     for target in targets {
@@ -532,18 +572,21 @@ pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i6
             tenant,
             patterns: &target.patterns,
             origin: target.origin.as_deref(),
-            // Targets are read with `enabled AND verification_state = 'active'`.
-            enabled: true,
-            verification: hub_core::VerificationState::Active,
+            enabled: target.enabled,
+            verification: target.verification,
+            verified_before: target.verified_before,
         };
         for (seq, event) in inserts {
             let env = &event.envelope;
-            if hub_core::admits(&rule, tenant, env.key(), env.source().as_str()) {
-                if target.sink.is_push() {
-                    work.jobs.push((target.id, *seq, event.received_at));
-                } else {
-                    work.pulls.push((target.id, *seq));
-                }
+            let state = match hub_core::admission(&rule, tenant, env.key(), env.source().as_str()) {
+                hub_core::Admission::No => continue,
+                hub_core::Admission::Deliver => JobState::Pending,
+                hub_core::Admission::Hold => JobState::Held,
+            };
+            if target.sink.is_push() {
+                work.jobs.push(NewJob { subscription: target.id, seq: *seq, received_at: event.received_at, state });
+            } else if state == JobState::Pending {
+                work.pulls.push((target.id, *seq));
             }
         }
     }

@@ -5,11 +5,15 @@ use std::fmt;
 /// Where a delivery job is in its life.
 ///
 /// `pending` → `leased` (claimed by one worker) → `succeeded`, `dead` (dead-lettered), or back to
-/// `pending` (retry, release, or an expired lease recovered). `cancelled` when its subscription
-/// was deleted. `dead` goes back to `pending` only by an explicit redrive.
+/// `pending` (retry, release, or an expired lease recovered). `held` while its subscription is not
+/// deliverable (paused, auto-disabled, failed or pending verification), back to `pending` when it
+/// is again: claims only ever see `pending` jobs, so no set of subscription states can fill a claim
+/// with work that cannot be done. `cancelled` when its subscription was deleted. `dead` goes back to
+/// `pending` only by an explicit redrive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobState {
     Pending,
+    Held,
     Leased,
     Succeeded,
     Dead,
@@ -17,11 +21,13 @@ pub enum JobState {
 }
 
 impl JobState {
-    pub const ALL: [JobState; 5] = [Self::Pending, Self::Leased, Self::Succeeded, Self::Dead, Self::Cancelled];
+    pub const ALL: [JobState; 6] =
+        [Self::Pending, Self::Held, Self::Leased, Self::Succeeded, Self::Dead, Self::Cancelled];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pending => "pending",
+            Self::Held => "held",
             Self::Leased => "leased",
             Self::Succeeded => "succeeded",
             Self::Dead => "dead",
@@ -43,6 +49,12 @@ impl fmt::Display for JobState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// The state a job waiting for an attempt is in: `pending` while its subscription is deliverable,
+/// `held` while it is not.
+pub fn waiting_state(deliverable: bool) -> JobState {
+    if deliverable { JobState::Pending } else { JobState::Held }
 }
 
 /// Whether a job whose lease has now expired `recoveries` times (this expiry included) is poison

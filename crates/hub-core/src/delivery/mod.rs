@@ -26,7 +26,7 @@ use chrono::{DateTime, Utc};
 
 pub use breaker::{Breaker, BreakerConfig, Permit, Transition};
 pub use health::should_auto_disable;
-pub use job::{JobState, fair_shares, is_poison};
+pub use job::{JobState, fair_shares, is_poison, waiting_state};
 pub use retry::{AfterFailure, DeadReason, RetryPolicy};
 pub use settle::{AttemptFacts, AutoDisable, HealthChange, JobTransition, OutcomeClass, Settlement, settle};
 

@@ -306,12 +306,49 @@ fn json_media_types() {
     for yes in ["application/json", "Application/JSON; charset=utf-8", "application/cloudevents+json", "text/json"] {
         assert!(is_json_media_type(yes), "{yes}");
     }
-    for no in ["text/plain", "application/xml", "json", "+json"] {
+    for no in ["text/plain", "application/xml", "json", "+json", "x€json", "application/€json", "€€€€€€"]
+    {
         assert!(!is_json_media_type(no), "{no}");
     }
 }
 
+#[test]
+fn invalid_utf8_inside_a_json_string_is_quarantined() {
+    for body in [&b"{\"a\":\"\xff\"}"[..], b"[\"\xc3\x28\"]", b"\"\xed\xa0\x80\""] {
+        match run(valid(), body) {
+            Verdict::Quarantine(q) => assert_eq!(q.field, "body", "{body:?}"),
+            other => panic!("{body:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(run(valid(), "{\"a\":\"ação €\"}".as_bytes()), Verdict::Accept(_)));
+}
+
+#[test]
+fn a_multi_byte_content_type_is_judged_not_panicked_on() {
+    for content_type in ["x€json", "application/€json", "€", "application/vnd.x+json€"] {
+        let h = with(valid(), "ce-datacontenttype", content_type.as_bytes());
+        // Not JSON, so any body is accepted as it is.
+        assert!(matches!(run(h, b"\xff\xfe"), Verdict::Accept(_)), "{content_type}");
+    }
+    // A `+json` suffix after a multi-byte character is JSON, and the body must be.
+    let h = with(valid(), "ce-datacontenttype", "a€+json".as_bytes());
+    assert!(matches!(run(h, b"\xff\xfe"), Verdict::Quarantine(_)));
+}
+
 proptest! {
+    /// Any text at all is a media type that is JSON or not, never a panic.
+    #[test]
+    fn any_media_type_is_judged(content_type in any::<String>()) {
+        let _ = is_json_media_type(&content_type);
+    }
+
+    /// Arbitrary content types (any Unicode) with arbitrary bodies always get a verdict.
+    #[test]
+    fn any_content_type_gets_a_verdict(content_type in any::<String>(), body in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let h = with(valid(), "ce-datacontenttype", content_type.as_bytes());
+        let _ = run(h, &body);
+    }
+
     /// Arbitrary header maps and bodies never panic and always yield a verdict.
     #[test]
     fn arbitrary_input_always_gets_a_verdict(

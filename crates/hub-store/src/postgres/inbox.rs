@@ -104,6 +104,14 @@ impl Inbox for PgStore {
             .collect()
     }
 
+    async fn newest_seq(&self, tenant: &str) -> StoreResult<i64> {
+        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = $1")
+            .bind(tenant)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(last.unwrap_or(0))
+    }
+
     async fn advance_pull_cursor(&self, tenant: &str, subscription: Uuid, to: i64) -> StoreResult<i64> {
         let cursor: Option<i64> = sqlx::query_scalar(
             "UPDATE subscriptions SET pull_cursor = GREATEST(pull_cursor, $3)

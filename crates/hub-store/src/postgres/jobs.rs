@@ -1,6 +1,7 @@
 //! The delivery job queue: claims with a lease, releases, recorded attempts, lease recovery and redrive.
 
 use super::*;
+use crate::Claim;
 
 #[async_trait]
 impl JobQueue for PgStore {
@@ -31,7 +32,7 @@ impl JobQueue for PgStore {
             .collect()
     }
 
-    async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
+    async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Claim> {
         let limit = i64::from(req.limit.max(1));
         // The jobs of each chosen tenant, up to its share, locked and leased; the claimed rows are
         // updated by their row address, so the plan does not depend on how fresh the job table's
@@ -87,8 +88,13 @@ impl JobQueue for PgStore {
                 -- hub_core::delivery::fair_shares, in SQL so the first claim is one statement
                 SELECT tenant_id, $6 / n.c + CASE WHEN rn <= $6 % n.c THEN 1 ELSE 0 END AS want
                 FROM chosen, (SELECT count(*) AS c FROM chosen) n
+             ), leased AS (
+                {}
              )
-             {}",
+             -- The last tenant visited comes with every row, and alone (no job) when none of the
+             -- chosen tenants had a job to give: the rotation moves on either way.
+             SELECT l.*, v.visited FROM (SELECT tenant_id AS visited FROM chosen ORDER BY rn DESC LIMIT 1) v
+             LEFT JOIN leased l ON true",
             lease("wants t")
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(first))
@@ -103,11 +109,15 @@ impl JobQueue for PgStore {
         // What a tenant could not use goes round again to those that filled their share, so one
         // claim is both fair and full.
         let again = lease("UNNEST($1::text[], $6::bigint[]) AS t(tenant_id, want)");
+        let visited: Option<String> = rows.first().map(|row| row.try_get("visited")).transpose()?;
         let mut claimed: Vec<ClaimedJob> = Vec::new();
         let mut rows = rows;
         loop {
             let mut got: BTreeMap<String, (i64, i64)> = BTreeMap::new();
             for row in &rows {
+                if row.try_get::<Option<Uuid>, _>("id")?.is_none() {
+                    continue;
+                }
                 let job = claimed_from_row(row)?;
                 let want: i64 = row.try_get("want")?;
                 let entry = got.entry(job.tenant_id.clone()).or_insert((0, want));
@@ -135,7 +145,7 @@ impl JobQueue for PgStore {
                 break;
             }
         }
-        Ok(claimed)
+        Ok(Claim { jobs: claimed, visited })
     }
 
     async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool> {
@@ -223,6 +233,9 @@ impl JobQueue for PgStore {
             // Failures and successes of one subscription apply in order.
             for (i, r) in results.iter().enumerate() {
                 disabled[i] = Self::apply_health(&mut tx, r.record.subscription_id, &r.health).await?;
+                if disabled[i] {
+                    Self::sync_waiting_jobs(&mut tx, r.record.subscription_id).await?;
+                }
             }
             tx.commit().await?;
             updated
@@ -288,7 +301,9 @@ impl JobQueue for PgStore {
         now: DateTime<Utc>,
     ) -> StoreResult<u64> {
         let done = sqlx::query(
-            "UPDATE delivery_jobs SET state = 'pending', attempts = 0, recoveries = 0, due_at = $4,
+            "UPDATE delivery_jobs SET attempts = 0, recoveries = 0, due_at = $4,
+                state = (SELECT CASE WHEN enabled AND verification_state = 'active' THEN 'pending' ELSE 'held' END
+                         FROM subscriptions WHERE id = $2),
                 window_start = $4, last_error = NULL, finished_at = NULL, updated_at = $4
              WHERE tenant_id = $1 AND subscription_id = $2 AND state = 'dead'
                AND ($3::timestamptz IS NULL OR finished_at >= $3)",
@@ -303,6 +318,25 @@ impl JobQueue for PgStore {
             sqlx::query("SELECT pg_notify($1, '')").bind(&self.channel).execute(&self.pool).await?;
         }
         Ok(done.rows_affected())
+    }
+
+    async fn reconcile_waiting_jobs(&self) -> StoreResult<u64> {
+        let mut moved = 0;
+        let mut released = false;
+        for (from, to, when) in SYNC_WAITING {
+            let sql = format!(
+                "UPDATE delivery_jobs j SET state = '{to}', updated_at = now()
+                 FROM subscriptions s
+                 WHERE j.subscription_id = s.id AND j.state = '{from}' AND {when}"
+            );
+            let done = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&self.pool).await?;
+            moved += done.rows_affected();
+            released |= to == "pending" && done.rows_affected() > 0;
+        }
+        if released {
+            sqlx::query("SELECT pg_notify($1, '')").bind(&self.channel).execute(&self.pool).await?;
+        }
+        Ok(moved)
     }
 
     async fn listen_for_jobs(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {

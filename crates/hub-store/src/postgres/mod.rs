@@ -15,7 +15,9 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use crate::PruneKind;
-use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, split_poison};
+use crate::model::{
+    MatchRow, MatchTarget, NewJob, accepted_by_tenant, assign_seqs, match_events, ordered, split_poison,
+};
 use crate::prelude::*;
 use crate::{
     AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
@@ -28,6 +30,13 @@ mod inbox;
 mod jobs;
 mod operations;
 mod subscriptions;
+
+/// The two moves of waiting jobs: `(from, to, when the subscription is)`. Constants, so each
+/// statement is served by its state's partial index.
+const SYNC_WAITING: [(&str, &str, &str); 2] = [
+    ("pending", "held", "NOT (enabled AND verification_state = 'active')"),
+    ("held", "pending", "enabled AND verification_state = 'active'"),
+];
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -114,17 +123,21 @@ impl PgStore {
                 existing.entry(*t).or_default().insert(*id, *seq);
             }
         }
-        let subs: Vec<(String, Uuid, String, String, Option<String>)> = sqlx::query_as(
-            "SELECT tenant_id, id, sink_type, event_types::text, origin FROM subscriptions
-             WHERE tenant_id = ANY($1) AND enabled AND verification_state = 'active'",
+        // Every subscription that may take new events (see `hub_core::admission`), with its state.
+        let subs: Vec<(String, Uuid, String, String, Option<String>, bool, String, bool)> = sqlx::query_as(
+            "SELECT tenant_id, id, sink_type, event_types::text, origin, enabled, verification_state,
+                verified_at IS NOT NULL
+             FROM subscriptions
+             WHERE tenant_id = ANY($1) AND enabled AND verification_state IN ('active', 'pending')",
         )
         .bind(&tenants)
         .fetch_all(&mut **tx)
         .await?;
         let mut targets: HashMap<&str, Vec<MatchTarget>> = HashMap::new();
-        for (tenant, id, sink, types, origin) in subs {
+        for (tenant, id, sink, event_types, origin, enabled, verification, verified_before) in subs {
             if let Some(t) = tenants.iter().find(|t| **t == tenant.as_str()) {
-                targets.entry(*t).or_default().push(MatchTarget::new(id, &sink, &types, origin)?);
+                let row = MatchRow { id, sink, event_types, origin, enabled, verification, verified_before };
+                targets.entry(*t).or_default().push(MatchTarget::new(row)?);
             }
         }
 
@@ -154,8 +167,8 @@ impl PgStore {
                 pull_seqs.push(seq);
                 pull_tenants.push(*tenant);
             }
-            for (sub, seq, received) in work.jobs {
-                jobs.push(tenant, sub, seq, received);
+            for job in work.jobs {
+                jobs.push(tenant, job);
             }
             seq_tenants.push(*tenant);
             seq_last.push(new_last);
@@ -163,7 +176,7 @@ impl PgStore {
         if cols.seq.is_empty() {
             return Ok(outcomes);
         }
-        let notify = !jobs.id.is_empty();
+        let notify = jobs.state.iter().any(|s| *s == JobState::Pending.as_str());
         sqlx::query(
             "WITH new_events AS (
                 INSERT INTO events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
@@ -187,9 +200,9 @@ impl PgStore {
              ), new_jobs AS (
                 INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
                     event_received_at, window_start, created_at, updated_at)
-                SELECT t.id, t.tenant_id, t.sub, t.seq, 'pending', t.received, t.received, t.received, now(), now()
-                FROM UNNEST($25::uuid[], $26::text[], $27::uuid[], $28::bigint[], $29::timestamptz[])
-                AS t(id, tenant_id, sub, seq, received)
+                SELECT t.id, t.tenant_id, t.sub, t.seq, t.state, t.received, t.received, t.received, now(), now()
+                FROM UNNEST($25::uuid[], $26::text[], $27::uuid[], $28::bigint[], $29::timestamptz[], $34::text[])
+                AS t(id, tenant_id, sub, seq, received, state)
              ), sequences AS (
                 UPDATE tenant_sequences s SET last_seq = u.last_seq
                 FROM UNNEST($30::text[], $31::bigint[]) AS u(tenant_id, last_seq)
@@ -231,6 +244,7 @@ impl PgStore {
         .bind(seq_last)
         .bind(channel)
         .bind(notify)
+        .bind(jobs.state)
         .execute(&mut **tx)
         .await?;
         Ok(outcomes)
@@ -270,6 +284,20 @@ impl PgStore {
                 matches!(done.map(|row| row.try_get::<bool, _>(0)).transpose()?, Some(true))
             }
         })
+    }
+
+    /// Moves a subscription's waiting jobs to the state its deliverability asks for (`pending`
+    /// when it is enabled and active, `held` otherwise), inside the caller's transaction.
+    async fn sync_waiting_jobs(tx: &mut Transaction<'_, Postgres>, subscription: Uuid) -> StoreResult<()> {
+        for (from, to, when) in SYNC_WAITING {
+            let sql = format!(
+                "UPDATE delivery_jobs SET state = '{to}', updated_at = now()
+                 WHERE subscription_id = $1 AND state = '{from}'
+                   AND EXISTS (SELECT 1 FROM subscriptions WHERE id = $1 AND {when})"
+            );
+            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(subscription).execute(&mut **tx).await?;
+        }
+        Ok(())
     }
 
     async fn insert_quarantine(tx: &mut Transaction<'_, Postgres>, record: &QuarantinedRecord) -> StoreResult<i64> {
@@ -364,15 +392,17 @@ struct JobColumns {
     sub: Vec<Uuid>,
     seq: Vec<i64>,
     received: Vec<DateTime<Utc>>,
+    state: Vec<&'static str>,
 }
 
 impl JobColumns {
-    fn push(&mut self, tenant: &str, sub: Uuid, seq: i64, received: DateTime<Utc>) {
+    fn push(&mut self, tenant: &str, job: NewJob) {
         self.id.push(Uuid::now_v7());
         self.tenant_id.push(tenant.to_owned());
-        self.sub.push(sub);
-        self.seq.push(seq);
-        self.received.push(received);
+        self.sub.push(job.subscription);
+        self.seq.push(job.seq);
+        self.received.push(job.received_at);
+        self.state.push(job.state.as_str());
     }
 }
 

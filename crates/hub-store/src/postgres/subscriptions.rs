@@ -77,7 +77,8 @@ impl Subscriptions for PgStore {
              RETURNING {SUBSCRIPTION_COLUMNS}"
         );
         let p = PatchColumns::of(patch)?;
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenant)
             .bind(id)
             .bind(patch.name.as_deref())
@@ -91,11 +92,14 @@ impl Subscriptions for PgStore {
             .bind(patch.enabled)
             .bind(patch.disabled_reason.as_deref())
             .bind(patch.now)
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(subscription_from_row)
-            .transpose()
+            .fetch_optional(&mut *tx)
+            .await?;
+        let sub = row.as_ref().map(subscription_from_row).transpose()?;
+        if sub.is_some() {
+            Self::sync_waiting_jobs(&mut tx, id).await?;
+        }
+        tx.commit().await?;
+        Ok(sub)
     }
 
     async fn rotate_secret(
@@ -140,11 +144,13 @@ impl Subscriptions for PgStore {
                 disabled_reason = CASE WHEN $3::text IS NULL AND $4 THEN NULL ELSE disabled_reason END,
                 failing_since = CASE WHEN $3::text IS NULL AND $4 THEN NULL ELSE failing_since END,
                 last_failure_at = CASE WHEN $3::text IS NULL AND $4 THEN NULL ELSE last_failure_at END,
+                verified_at = CASE WHEN $3::text IS NULL THEN $5 ELSE verified_at END,
                 updated_at = $5
              WHERE tenant_id = $1 AND id = $2 AND sink_config = $6::jsonb AND credentials IS NOT DISTINCT FROM $7
              RETURNING {SUBSCRIPTION_COLUMNS}"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(tenant)
             .bind(id)
             .bind(result.error.as_deref())
@@ -152,11 +158,14 @@ impl Subscriptions for PgStore {
             .bind(result.now)
             .bind(result.probed_config.to_string())
             .bind(result.probed_credentials.as_deref())
-            .fetch_optional(&self.pool)
-            .await?
-            .as_ref()
-            .map(subscription_from_row)
-            .transpose()
+            .fetch_optional(&mut *tx)
+            .await?;
+        let sub = row.as_ref().map(subscription_from_row).transpose()?;
+        if sub.is_some() {
+            Self::sync_waiting_jobs(&mut tx, id).await?;
+        }
+        tx.commit().await?;
+        Ok(sub)
     }
 
     async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool> {
@@ -171,7 +180,7 @@ impl Subscriptions for PgStore {
         }
         sqlx::query(
             "UPDATE delivery_jobs SET state = 'cancelled', lease_expires_at = NULL, updated_at = now()
-             WHERE subscription_id = $1 AND state IN ('pending', 'leased')",
+             WHERE subscription_id = $1 AND state IN ('pending', 'held', 'leased')",
         )
         .bind(id)
         .execute(&mut *tx)

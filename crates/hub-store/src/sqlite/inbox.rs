@@ -90,6 +90,14 @@ impl Inbox for SqliteStore {
             .collect()
     }
 
+    async fn newest_seq(&self, tenant: &str) -> StoreResult<i64> {
+        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = ?1")
+            .bind(tenant)
+            .fetch_optional(&self.reader)
+            .await?;
+        Ok(last.unwrap_or(0))
+    }
+
     async fn advance_pull_cursor(&self, tenant: &str, subscription: Uuid, to: i64) -> StoreResult<i64> {
         let mut tx = self.begin_write().await?;
         let cursor: Option<i64> = sqlx::query_scalar(

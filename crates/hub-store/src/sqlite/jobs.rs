@@ -1,6 +1,7 @@
 //! The delivery job queue: claims with a lease, releases, recorded attempts, lease recovery and redrive.
 
 use super::*;
+use crate::Claim;
 
 #[async_trait]
 impl JobQueue for SqliteStore {
@@ -31,7 +32,7 @@ impl JobQueue for SqliteStore {
             .collect()
     }
 
-    async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Vec<ClaimedJob>> {
+    async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Claim> {
         let now = micros(req.now);
         let mut tx = self.begin_write().await?;
         let limit = i64::from(req.limit.max(1));
@@ -61,6 +62,7 @@ impl JobQueue for SqliteStore {
                 }
             }
         }
+        let visited = tenants.last().cloned();
         let mut claimed: Vec<ClaimedJob> = Vec::new();
         let excluded = serde_json::to_string(&req.exclude_subscriptions.iter().map(|u| text(*u)).collect::<Vec<_>>())
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -103,7 +105,7 @@ impl JobQueue for SqliteStore {
             active = still;
         }
         tx.commit().await?;
-        Ok(claimed)
+        Ok(Claim { jobs: claimed, visited })
     }
 
     async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool> {
@@ -194,7 +196,9 @@ impl JobQueue for SqliteStore {
     ) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(
-            "UPDATE delivery_jobs SET state = 'pending', attempts = 0, recoveries = 0, due_at = ?4,
+            "UPDATE delivery_jobs SET attempts = 0, recoveries = 0, due_at = ?4,
+                state = (SELECT CASE WHEN enabled = 1 AND verification_state = 'active' THEN 'pending' ELSE 'held' END
+                         FROM subscriptions WHERE id = ?2),
                 window_start = ?4, last_error = NULL, finished_at = NULL, updated_at = ?4
              WHERE tenant_id = ?1 AND subscription_id = ?2 AND state = 'dead'
                AND (?3 IS NULL OR finished_at >= ?3)",
@@ -207,6 +211,21 @@ impl JobQueue for SqliteStore {
         .await?;
         tx.commit().await?;
         Ok(done.rows_affected())
+    }
+
+    async fn reconcile_waiting_jobs(&self) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let mut moved = 0;
+        for (from, to, when) in SYNC_WAITING {
+            let sql = format!(
+                "UPDATE delivery_jobs SET state = '{to}', updated_at = ?1
+                 WHERE state = '{from}' AND subscription_id IN (SELECT id FROM subscriptions WHERE {when})"
+            );
+            moved +=
+                sqlx::query(sqlx::AssertSqlSafe(sql)).bind(micros(Utc::now())).execute(&mut *tx).await?.rows_affected();
+        }
+        tx.commit().await?;
+        Ok(moved)
     }
 
     async fn listen_for_jobs(&self, _notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()> {

@@ -16,7 +16,7 @@ use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use uuid::Uuid;
 
 use crate::PruneKind;
-use crate::model::{MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, split_poison};
+use crate::model::{MatchRow, MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, split_poison};
 use crate::prelude::*;
 use crate::{
     AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
@@ -29,6 +29,13 @@ mod inbox;
 mod jobs;
 mod operations;
 mod subscriptions;
+
+/// The two moves of waiting jobs: `(from, to, when the subscription is)`. Constants, so each
+/// statement is served by its state's partial index.
+const SYNC_WAITING: [(&str, &str, &str); 2] = [
+    ("pending", "held", "NOT (enabled = 1 AND verification_state = 'active')"),
+    ("held", "pending", "enabled = 1 AND verification_state = 'active'"),
+];
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -143,6 +150,9 @@ impl SqliteStore {
                 disable.is_some() && done.rows_affected() == 1
             }
         };
+        if disabled {
+            Self::sync_waiting_jobs(tx, a.subscription_id).await?;
+        }
         Ok(Completed { job_updated: job.rows_affected() == 1, disabled })
     }
 
@@ -227,16 +237,21 @@ impl SqliteStore {
         tenant: &str,
         inserts: &[(i64, &AcceptedEvent)],
     ) -> StoreResult<()> {
-        let rows: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
-            "SELECT id, sink_type, event_types, origin FROM subscriptions
-             WHERE tenant_id = ?1 AND enabled = 1 AND verification_state = 'active'",
+        // Every subscription that may take new events (see `hub_core::admission`), with its state.
+        let rows: Vec<(String, String, String, Option<String>, bool, String, bool)> = sqlx::query_as(
+            "SELECT id, sink_type, event_types, origin, enabled, verification_state, verified_at IS NOT NULL
+             FROM subscriptions
+             WHERE tenant_id = ?1 AND enabled = 1 AND verification_state IN ('active', 'pending')",
         )
         .bind(tenant)
         .fetch_all(&mut **tx)
         .await?;
         let targets = rows
             .into_iter()
-            .map(|(id, sink, types, origin)| MatchTarget::new(uuid_from_text(&id)?, &sink, &types, origin))
+            .map(|(id, sink, event_types, origin, enabled, verification, verified_before)| {
+                let id = uuid_from_text(&id)?;
+                MatchTarget::new(MatchRow { id, sink, event_types, origin, enabled, verification, verified_before })
+            })
             .collect::<StoreResult<Vec<_>>>()?;
         let work = match_events(tenant, &targets, inserts);
         for (sub, seq) in work.pulls {
@@ -248,20 +263,39 @@ impl SqliteStore {
                 .await?;
         }
         let now = micros(Utc::now());
-        for (sub, seq, received) in work.jobs {
+        for job in work.jobs {
             sqlx::query(
                 "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
                     event_received_at, window_start, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, 'pending', ?6, ?6, ?6, ?5, ?5)",
+                 VALUES (?1, ?2, ?3, ?4, ?7, ?6, ?6, ?6, ?5, ?5)",
             )
             .bind(Uuid::now_v7().hyphenated().to_string())
             .bind(tenant)
-            .bind(sub.hyphenated().to_string())
-            .bind(seq)
+            .bind(job.subscription.hyphenated().to_string())
+            .bind(job.seq)
             .bind(now)
-            .bind(micros(received))
+            .bind(micros(job.received_at))
+            .bind(job.state.as_str())
             .execute(&mut **tx)
             .await?;
+        }
+        Ok(())
+    }
+
+    /// Moves a subscription's waiting jobs to the state its deliverability asks for (`pending`
+    /// when it is enabled and active, `held` otherwise), inside the caller's transaction.
+    async fn sync_waiting_jobs(tx: &mut Transaction<'_, Sqlite>, subscription: Uuid) -> StoreResult<()> {
+        for (from, to, when) in SYNC_WAITING {
+            let sql = format!(
+                "UPDATE delivery_jobs SET state = '{to}', updated_at = ?2
+                 WHERE subscription_id = ?1 AND state = '{from}'
+                   AND EXISTS (SELECT 1 FROM subscriptions WHERE id = ?1 AND {when})"
+            );
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(text(subscription))
+                .bind(micros(Utc::now()))
+                .execute(&mut **tx)
+                .await?;
         }
         Ok(())
     }

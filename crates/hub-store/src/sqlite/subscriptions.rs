@@ -96,8 +96,12 @@ impl Subscriptions for SqliteStore {
             .bind(micros(patch.now))
             .fetch_optional(&mut *tx)
             .await?;
+        let sub = row.as_ref().map(subscription_from_row).transpose()?;
+        if sub.is_some() {
+            Self::sync_waiting_jobs(&mut tx, id).await?;
+        }
         tx.commit().await?;
-        row.as_ref().map(subscription_from_row).transpose()
+        Ok(sub)
     }
 
     async fn rotate_secret(
@@ -142,6 +146,7 @@ impl Subscriptions for SqliteStore {
                 disabled_reason = CASE WHEN ?3 IS NULL AND ?4 THEN NULL ELSE disabled_reason END,
                 failing_since = CASE WHEN ?3 IS NULL AND ?4 THEN NULL ELSE failing_since END,
                 last_failure_at = CASE WHEN ?3 IS NULL AND ?4 THEN NULL ELSE last_failure_at END,
+                verified_at = CASE WHEN ?3 IS NULL THEN ?5 ELSE verified_at END,
                 updated_at = ?5
              WHERE tenant_id = ?1 AND id = ?2 AND sink_config = ?6 AND credentials IS ?7
              RETURNING {SUBSCRIPTION_COLUMNS}"
@@ -157,8 +162,12 @@ impl Subscriptions for SqliteStore {
             .bind(result.probed_credentials.as_deref())
             .fetch_optional(&mut *tx)
             .await?;
+        let sub = row.as_ref().map(subscription_from_row).transpose()?;
+        if sub.is_some() {
+            Self::sync_waiting_jobs(&mut tx, id).await?;
+        }
         tx.commit().await?;
-        row.as_ref().map(subscription_from_row).transpose()
+        Ok(sub)
     }
 
     async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool> {
@@ -174,7 +183,7 @@ impl Subscriptions for SqliteStore {
         }
         sqlx::query(
             "UPDATE delivery_jobs SET state = 'cancelled', lease_expires_at = NULL, updated_at = ?2
-             WHERE subscription_id = ?1 AND state IN ('pending', 'leased')",
+             WHERE subscription_id = ?1 AND state IN ('pending', 'held', 'leased')",
         )
         .bind(&id_text)
         .bind(micros(Utc::now()))

@@ -7,8 +7,8 @@ use chrono::{DateTime, Duration, Utc};
 use hub_core::SinkKind;
 use hub_core::delivery::DeadReason;
 use hub_store::{
-    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, HealthChange, JobTransition, Store, SubscriptionPatch,
-    SubscriptionRecord,
+    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, DestinationChange, HealthChange, JobState, JobTransition,
+    Store, SubscriptionPatch, SubscriptionRecord, VerificationResult,
 };
 use uuid::Uuid;
 
@@ -78,14 +78,14 @@ pub async fn claims_interleave_tenants(db: &TestDb) {
     events(db, "big", 300).await;
     events(db, "small", 1).await;
     // The small tenant's single job comes in the first claim despite the big backlog.
-    let first = db.store.claim_jobs(&claim(4, None)).await.expect("claim");
+    let first = db.store.claim_jobs(&claim(4, None)).await.expect("claim").jobs;
     assert_eq!(first.len(), 4);
     assert!(first.iter().any(|j| j.tenant_id == "small"), "{first:?}");
     assert!(first.iter().all(|j| j.attempts == 0));
 
     // Rotation: starting after "big" visits "small" first, then wraps to "big".
     events(db, "small", 1).await;
-    let next = db.store.claim_jobs(&claim(2, Some("big"))).await.expect("claim");
+    let next = db.store.claim_jobs(&claim(2, Some("big"))).await.expect("claim").jobs;
     assert_eq!(next.iter().filter(|j| j.tenant_id == "small").count(), 1, "{next:?}");
 }
 
@@ -99,18 +99,15 @@ pub async fn claims_skip_undeliverable_and_excluded_subscriptions(db: &TestDb) {
 
     let mut req = claim(100, None);
     req.exclude_subscriptions = vec![excluded.id];
-    let claimed = db.store.claim_jobs(&req).await.expect("claim");
+    let claimed = db.store.claim_jobs(&req).await.expect("claim").jobs;
     assert_eq!(claimed.len(), 2);
     assert!(claimed.iter().all(|j| j.subscription_id == deliverable.id), "{claimed:?}");
     // Leased jobs are not claimed again; the excluded ones are available now.
-    let again = db.store.claim_jobs(&claim(100, None)).await.expect("claim");
+    let again = db.store.claim_jobs(&claim(100, None)).await.expect("claim").jobs;
     assert_eq!(again.len(), 2);
     assert!(again.iter().all(|j| j.subscription_id == excluded.id));
-    // The disabled subscription's jobs wait, untouched.
-    assert_eq!(
-        db.store.list_jobs("t1", paused.id, Some(hub_store::JobState::Pending), None, 10).await.expect("jobs").len(),
-        2
-    );
+    // The disabled subscription's jobs wait, held.
+    assert_eq!(db.store.list_jobs("t1", paused.id, Some(JobState::Held), None, 10).await.expect("jobs").len(), 2);
 }
 
 pub async fn concurrent_claims_never_lease_a_job_twice(db: &TestDb) {
@@ -124,7 +121,7 @@ pub async fn concurrent_claims_never_lease_a_job_twice(db: &TestDb) {
         tasks.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             loop {
-                let got = store.claim_jobs(&claim(7, None)).await.expect("claim");
+                let got = store.claim_jobs(&claim(7, None)).await.expect("claim").jobs;
                 if got.is_empty() {
                     return mine;
                 }
@@ -144,7 +141,7 @@ pub async fn concurrent_claims_never_lease_a_job_twice(db: &TestDb) {
 pub async fn attempts_move_jobs_through_their_states(db: &TestDb) {
     push_subscription(db, "t1").await;
     events(db, "t1", 3).await;
-    let jobs = db.store.claim_jobs(&claim(3, None)).await.expect("claim");
+    let jobs = db.store.claim_jobs(&claim(3, None)).await.expect("claim").jobs;
     let due = Utc::now() + Duration::minutes(5);
     let failure = HealthChange::Failure { at: Utc::now(), disable: None };
     let r = result(&jobs[0], "delivered", JobTransition::Succeeded, HealthChange::Success);
@@ -170,7 +167,7 @@ pub async fn attempts_move_jobs_through_their_states(db: &TestDb) {
     assert_eq!((dead.state.as_str(), dead.last_error.as_deref()), ("dead", Some("attempts exhausted")));
 
     // Not due yet: the retry is not claimable before its time.
-    assert!(db.store.claim_jobs(&claim(10, None)).await.expect("claim").is_empty());
+    assert!(db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs.is_empty());
     let attempts = db.store.attempts_for_jobs("t1", &[jobs[0].id, jobs[1].id]).await.expect("attempts");
     assert_eq!(attempts.len(), 2);
     assert!(attempts.iter().all(|a| a.attempt == 1 && a.latency_ms == 12));
@@ -180,7 +177,7 @@ pub async fn attempts_move_jobs_through_their_states(db: &TestDb) {
 pub async fn a_lost_lease_records_the_attempt_but_leaves_the_job(db: &TestDb) {
     push_subscription(db, "t1").await;
     events(db, "t1", 1).await;
-    let job = db.store.claim_jobs(&claim(1, None)).await.expect("claim").remove(0);
+    let job = db.store.claim_jobs(&claim(1, None)).await.expect("claim").jobs.remove(0);
     let mut stale = job.clone();
     stale.token = Uuid::now_v7();
     let done = db
@@ -206,7 +203,7 @@ pub async fn expired_leases_are_recovered_then_poisoned(db: &TestDb) {
         let mut req = claim(1, None);
         req.now = now + Duration::seconds(1);
         req.lease_until = now + Duration::seconds(2);
-        let job = db.store.claim_jobs(&req).await.expect("claim");
+        let job = db.store.claim_jobs(&req).await.expect("claim").jobs;
         assert_eq!(job.len(), 1, "round {round}: the recovered job is claimable again");
         assert_eq!(job[0].recoveries, round - 1);
         now += Duration::seconds(10);
@@ -223,7 +220,7 @@ pub async fn expired_leases_are_recovered_then_poisoned(db: &TestDb) {
     }
     // A lease that has not expired is left alone.
     events(db, "t1", 1).await;
-    let job = db.store.claim_jobs(&claim(1, None)).await.expect("claim");
+    let job = db.store.claim_jobs(&claim(1, None)).await.expect("claim").jobs;
     assert_eq!(job.len(), 1);
     assert_eq!(db.store.recover_expired_leases(Utc::now(), 3).await.expect("recover"), hub_store::Recovery::default());
 }
@@ -231,7 +228,7 @@ pub async fn expired_leases_are_recovered_then_poisoned(db: &TestDb) {
 pub async fn failures_open_a_period_that_a_success_clears_and_disable_stops_claims(db: &TestDb) {
     let sub = push_subscription(db, "t1").await;
     events(db, "t1", 4).await;
-    let jobs = db.store.claim_jobs(&claim(4, None)).await.expect("claim");
+    let jobs = db.store.claim_jobs(&claim(4, None)).await.expect("claim").jobs;
     let t0 = Utc::now() - Duration::hours(10);
     let fail = |at| HealthChange::Failure { at, disable: None };
     let later = Utc::now() + Duration::hours(1);
@@ -271,7 +268,7 @@ pub async fn failures_open_a_period_that_a_success_clears_and_disable_stops_clai
     assert_eq!(read.disabled_reason.as_deref(), Some("auto-disabled: failing"));
     assert_eq!(read.verification, hub_core::VerificationState::Active, "auto-disable never touches verification");
     assert!(
-        db.store.claim_jobs(&claim(10, None)).await.expect("claim").is_empty(),
+        db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs.is_empty(),
         "a disabled subscription's jobs wait"
     );
 }
@@ -279,7 +276,7 @@ pub async fn failures_open_a_period_that_a_success_clears_and_disable_stops_clai
 pub async fn dead_jobs_are_redriven_with_a_fresh_window(db: &TestDb) {
     let sub = push_subscription(db, "t1").await;
     events(db, "t1", 2).await;
-    let jobs = db.store.claim_jobs(&claim(2, None)).await.expect("claim");
+    let jobs = db.store.claim_jobs(&claim(2, None)).await.expect("claim").jobs;
     for job in &jobs {
         let r = result(
             job,
@@ -298,7 +295,7 @@ pub async fn dead_jobs_are_redriven_with_a_fresh_window(db: &TestDb) {
     assert_eq!(db.store.redrive("t2", sub.id, None, Utc::now()).await.expect("redrive"), 0, "tenant-scoped");
     let now = Utc::now();
     assert_eq!(db.store.redrive("t1", sub.id, Some(now - Duration::hours(1)), now).await.expect("redrive"), 2);
-    let again = db.store.claim_jobs(&claim(10, None)).await.expect("claim");
+    let again = db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs;
     assert_eq!(again.len(), 2);
     assert!(again.iter().all(|j| j.attempts == 0 && (j.window_start - now).num_milliseconds().abs() < 2));
 }
@@ -308,7 +305,7 @@ pub async fn a_batch_of_outcomes_is_written_in_order_per_job(db: &TestDb) {
     let other = push_subscription(db, "t2").await;
     events(db, "t1", 4).await;
     events(db, "t2", 1).await;
-    let jobs = db.store.claim_jobs(&claim(5, None)).await.expect("claim");
+    let jobs = db.store.claim_jobs(&claim(5, None)).await.expect("claim").jobs;
     assert_eq!(jobs.len(), 5);
     let t1: Vec<&ClaimedJob> = jobs.iter().filter(|j| j.tenant_id == "t1").collect();
     let t2 = jobs.iter().find(|j| j.tenant_id == "t2").expect("t2 job");
@@ -379,4 +376,174 @@ pub async fn claimed_jobs_load_their_events_and_subscriptions_in_one_go(db: &Tes
     let mut want = vec![(a.id, "t1".to_owned()), (b.id, "t2".to_owned())];
     want.sort();
     assert_eq!(subs, want);
+}
+
+async fn states(db: &TestDb, sub: &SubscriptionRecord) -> Vec<JobState> {
+    let jobs = db.store.list_jobs(&sub.tenant_id, sub.id, None, None, 1000).await.expect("jobs");
+    jobs.into_iter().map(|j| j.state).collect()
+}
+
+fn patch(enabled: Option<bool>) -> SubscriptionPatch {
+    SubscriptionPatch {
+        enabled,
+        disabled_reason: Some("operator".into()),
+        now: Utc::now(),
+        ..SubscriptionPatch::default()
+    }
+}
+
+fn verification(sub: &SubscriptionRecord, error: Option<&str>) -> VerificationResult {
+    VerificationResult {
+        probed_config: sub.sink_config.clone(),
+        probed_credentials: sub.credentials.clone(),
+        error: error.map(str::to_owned),
+        reenable: false,
+        now: Utc::now(),
+    }
+}
+
+/// Jobs of a subscription that cannot be delivered to are held, never claimed, and released when
+/// it can be again; deleting it cancels them.
+pub async fn jobs_of_an_undeliverable_subscription_are_held_and_released(db: &TestDb) {
+    let sub = push_subscription(db, "t1").await;
+    events(db, "t1", 3).await;
+    assert_eq!(states(db, &sub).await, vec![JobState::Pending; 3]);
+
+    db.store.patch_subscription("t1", sub.id, &patch(Some(false))).await.expect("pause").expect("exists");
+    assert_eq!(states(db, &sub).await, vec![JobState::Held; 3], "paused");
+    assert!(db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs.is_empty());
+    db.store.patch_subscription("t1", sub.id, &patch(Some(true))).await.expect("resume").expect("exists");
+    assert_eq!(states(db, &sub).await, vec![JobState::Pending; 3], "resumed");
+
+    db.store.set_verification("t1", sub.id, &verification(&sub, Some("refused"))).await.expect("verify").expect("same");
+    assert_eq!(states(db, &sub).await, vec![JobState::Held; 3], "failed verification");
+    db.store.set_verification("t1", sub.id, &verification(&sub, None)).await.expect("verify").expect("same");
+    assert_eq!(states(db, &sub).await, vec![JobState::Pending; 3], "verified again");
+    assert_eq!(db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs.len(), 3);
+
+    // Auto-disable holds what is still waiting.
+    let other = push_subscription(db, "t2").await;
+    events(db, "t2", 2).await;
+    let jobs = db.store.claim_jobs(&claim(1, Some("t1"))).await.expect("claim").jobs;
+    assert_eq!(jobs.len(), 1);
+    let disable = HealthChange::Failure { at: Utc::now(), disable: Some("auto-disabled: failing".into()) };
+    let retry = JobTransition::Retry { due_at: Utc::now() };
+    let done = db.store.complete_attempt(&result(&jobs[0], "failed", retry, disable)).await.expect("record");
+    assert!(done.disabled);
+    assert_eq!(states(db, &other).await, vec![JobState::Held; 2], "auto-disabled");
+
+    assert!(db.store.delete_subscription("t2", other.id).await.expect("delete"));
+    assert_eq!(states(db, &other).await, vec![JobState::Cancelled; 2], "deleted");
+}
+
+/// A subscription verified before and pending verification again (its destination changed)
+/// keeps the events that arrive meanwhile, held; one never verified gets none.
+pub async fn a_destination_being_verified_again_holds_new_events(db: &TestDb) {
+    let mut sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    sub.verification = hub_core::VerificationState::Pending;
+    sub.sink_config = serde_json::json!({"type": "webhook", "url": "https://example.com/a"});
+    db.store.create_subscription(&sub).await.expect("create");
+    events(db, "t1", 2).await;
+    assert!(states(db, &sub).await.is_empty(), "never verified: nothing");
+
+    db.store.set_verification("t1", sub.id, &verification(&sub, None)).await.expect("verify").expect("same");
+    events(db, "t1", 1).await;
+    assert_eq!(states(db, &sub).await, vec![JobState::Pending]);
+
+    let moved = serde_json::json!({"type": "webhook", "url": "https://example.com/b"});
+    let change = SubscriptionPatch {
+        destination: Some(DestinationChange { sink_config: moved.clone(), credentials: None, reverify: true }),
+        now: Utc::now(),
+        ..SubscriptionPatch::default()
+    };
+    let pending = db.store.patch_subscription("t1", sub.id, &change).await.expect("patch").expect("exists");
+    events(db, "t1", 2).await;
+    assert_eq!(states(db, &sub).await, vec![JobState::Held; 3], "the waiting job and the new ones are held");
+    assert!(db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs.is_empty());
+
+    db.store.set_verification("t1", sub.id, &verification(&pending, None)).await.expect("verify").expect("same");
+    assert_eq!(states(db, &sub).await, vec![JobState::Pending; 3], "released once verified");
+}
+
+/// A retry recorded after its subscription was paused leaves a pending job behind; the
+/// reconciliation pass holds it (and releases held jobs of a deliverable subscription).
+pub async fn stranded_waiting_jobs_are_reconciled(db: &TestDb) {
+    let sub = push_subscription(db, "t1").await;
+    events(db, "t1", 1).await;
+    let jobs = db.store.claim_jobs(&claim(1, None)).await.expect("claim").jobs;
+    db.store.patch_subscription("t1", sub.id, &patch(Some(false))).await.expect("pause").expect("exists");
+    let retry = JobTransition::Retry { due_at: Utc::now() };
+    let failure = HealthChange::Failure { at: Utc::now(), disable: None };
+    db.store.complete_attempt(&result(&jobs[0], "failed", retry, failure)).await.expect("record");
+    assert_eq!(states(db, &sub).await, vec![JobState::Pending], "stranded by the race");
+    assert_eq!(db.store.reconcile_waiting_jobs().await.expect("reconcile"), 1);
+    assert_eq!(states(db, &sub).await, vec![JobState::Held]);
+    assert_eq!(db.store.reconcile_waiting_jobs().await.expect("reconcile"), 0, "nothing left to move");
+}
+
+/// Random tenants, subscription states, due times and saturated destinations: a claimer that
+/// moves its rotation to where each claim stopped gets every claimable job within a bounded
+/// number of claims, and never a job that is not claimable.
+pub async fn no_set_of_states_pins_the_claim_rotation(db: &TestDb) {
+    let mut seed: u64 = 0x5eed_cafe;
+    let mut next = |n: u64| {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n
+    };
+    let mut claimable = HashSet::new();
+    let mut excluded = Vec::new();
+    // First in the rotation, more tenants than one claim visits whose only work goes to saturated
+    // destinations: a rotation that moved only on claimed jobs would never get past them.
+    for t in 0..20 {
+        let tenant = format!("a{t:02}");
+        excluded.push(push_subscription(db, &tenant).await.id);
+        events(db, &tenant, 1).await;
+    }
+    let tenants = 40;
+    for t in 0..tenants {
+        let tenant = format!("t{t:02}");
+        let mut subs = Vec::new();
+        for _ in 0..=next(2) {
+            subs.push((push_subscription(db, &tenant).await, next(6)));
+        }
+        events(db, &tenant, 1 + next(3) as usize).await;
+        for (sub, kind) in subs {
+            let jobs: Vec<Uuid> = db
+                .store
+                .list_jobs(&tenant, sub.id, Some(JobState::Pending), None, 100)
+                .await
+                .expect("jobs")
+                .into_iter()
+                .map(|j| j.id)
+                .collect();
+            match kind {
+                0 => {
+                    db.store.patch_subscription(&tenant, sub.id, &patch(Some(false))).await.expect("pause");
+                }
+                1 => {
+                    let failed = verification(&sub, Some("refused"));
+                    db.store.set_verification(&tenant, sub.id, &failed).await.expect("fail");
+                }
+                2 => excluded.push(sub.id),
+                _ => claimable.extend(jobs),
+            }
+        }
+    }
+    let limit = 16;
+    let bound = (tenants as usize + 20).div_ceil(limit as usize) + claimable.len().div_ceil(limit as usize) + 2;
+    let mut after: Option<String> = None;
+    let mut got = HashSet::new();
+    for _ in 0..bound {
+        let mut req = claim(limit, after.as_deref());
+        req.exclude_subscriptions = excluded.clone();
+        let claimed = db.store.claim_jobs(&req).await.expect("claim");
+        for job in &claimed.jobs {
+            assert!(claimable.contains(&job.id), "claimed a job that is not claimable: {job:?}");
+            assert!(got.insert(job.id), "claimed twice: {job:?}");
+        }
+        if claimed.visited.is_some() {
+            after = claimed.visited;
+        }
+    }
+    assert_eq!(got.len(), claimable.len(), "every claimable job within {bound} claims");
 }

@@ -73,4 +73,8 @@ contract_suite!(
     retention_prunes_in_bounded_batches_and_keeps_what_is_needed,
     the_inbox_size_is_known,
     concurrent_intents_lose_no_column_update,
+    jobs_of_an_undeliverable_subscription_are_held_and_released,
+    a_destination_being_verified_again_holds_new_events,
+    stranded_waiting_jobs_are_reconciled,
+    no_set_of_states_pins_the_claim_rotation,
 );

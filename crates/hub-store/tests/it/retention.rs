@@ -68,6 +68,7 @@ pub async fn retention_prunes_in_bounded_batches_and_keeps_what_is_needed(db: &T
         })
         .await
         .expect("claim")
+        .jobs
         .remove(0);
     let record = AttemptRecord {
         id: Uuid::now_v7(),

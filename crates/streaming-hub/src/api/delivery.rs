@@ -123,7 +123,7 @@ pub async fn rotate_secret(
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveryParams {
-    /// `pending`, `leased`, `succeeded`, `dead` or `cancelled`.
+    /// `pending`, `held`, `leased`, `succeeded`, `dead` or `cancelled`.
     state: Option<String>,
     /// The `next_cursor` of the previous page.
     cursor: Option<String>,

@@ -93,20 +93,13 @@ pub struct PullPage {
     pub next_cursor: Option<i64>,
 }
 
-fn item(event: StoredEvent) -> Result<PullItem, ApiError> {
+/// A stored event as a pull item. Total: a body that cannot be shown as what its content type
+/// says (JSON that is not, from before bodies were checked throughout) is shown as a string, or
+/// base64 when it is not UTF-8, so no stored event can make a page fail.
+fn item(event: StoredEvent) -> PullItem {
     let content_type = event.data_content_type.clone().unwrap_or_else(|| "application/json".to_owned());
-    let (payload, encoding) = if is_json_media_type(&content_type) {
-        let text = String::from_utf8(event.payload).map_err(ApiError::internal)?;
-        (RawValue::from_string(text).map_err(ApiError::internal)?, None)
-    } else {
-        let (text, encoding) = match String::from_utf8(event.payload) {
-            Ok(text) => (text, None),
-            Err(e) => (base64::engine::general_purpose::STANDARD.encode(e.into_bytes()), Some("base64")),
-        };
-        let json = serde_json::to_string(&text).map_err(ApiError::internal)?;
-        (RawValue::from_string(json).map_err(ApiError::internal)?, encoding)
-    };
-    Ok(PullItem {
+    let (payload, encoding) = render_payload(&content_type, event.payload);
+    PullItem {
         seq: event.seq,
         ce_id: event.ce_id,
         event_type: format!("{}.{}", event.resource_type, event.event_type),
@@ -117,7 +110,21 @@ fn item(event: StoredEvent) -> Result<PullItem, ApiError> {
         data_content_type: content_type,
         payload,
         payload_encoding: encoding,
-    })
+    }
+}
+
+/// The payload as JSON (a JSON body as it is, anything else as a JSON string) and its encoding.
+fn render_payload(content_type: &str, payload: Vec<u8>) -> (Box<RawValue>, Option<&'static str>) {
+    let (text, encoding) = match String::from_utf8(payload) {
+        Ok(text) if is_json_media_type(content_type) => match serde_json::from_str::<Box<RawValue>>(&text) {
+            Ok(json) => return (json, None),
+            Err(_) => (text, None),
+        },
+        Ok(text) => (text, None),
+        Err(e) => (base64::engine::general_purpose::STANDARD.encode(e.into_bytes()), Some("base64")),
+    };
+    // A JSON string is always valid JSON; the default (null) is never reached.
+    (serde_json::value::to_raw_value(&text).unwrap_or_default(), encoding)
 }
 
 #[utoipa::path(
@@ -160,16 +167,22 @@ pub async fn read(
         ));
     }
     let tenant = caller.tenant.as_str();
-    let from = pull::read_after(sub.pull_cursor, params.after);
+    let after = match params.after {
+        Some(_) => pull::clamp_after(params.after, state.store.newest_seq(tenant).await?),
+        None => None,
+    };
+    let from = pull::read_after(sub.pull_cursor, after);
     let events = state.store.pull_events(tenant, sub.id, from, limit).await?;
     let highest = events.last().map(|e| e.seq);
-    let moved_to = pull::advance(sub.pull_cursor, params.after, highest);
+    let returned = events.len();
+    // The page is rendered (which cannot fail) before the cursor moves past it.
+    let items: Vec<PullItem> = events.into_iter().map(item).collect();
+    let moved_to = pull::advance(sub.pull_cursor, after, highest);
     if moved_to > sub.pull_cursor {
         state.store.advance_pull_cursor(tenant, sub.id, moved_to).await?;
     }
-    let next_cursor = pull::next_cursor(events.len(), limit, highest);
+    let next_cursor = pull::next_cursor(returned, limit, highest);
     metrics::counter!(metric::PULL_READS, "outcome" => "served").increment(1);
-    metrics::counter!(metric::PULL_EVENTS).increment(events.len() as u64);
-    let items = events.into_iter().map(item).collect::<Result<Vec<_>, _>>()?;
+    metrics::counter!(metric::PULL_EVENTS).increment(returned as u64);
     Ok(AxumJson(PullPage { items, next_cursor }))
 }

@@ -111,6 +111,10 @@ pub struct Dispatcher {
 
 /// Claims in flight at once: while one waits for the database, the other's jobs are attempted.
 const CLAIMERS: usize = 2;
+/// How many windows of tenants one claim looks through when those it visits give nothing.
+const EMPTY_WINDOWS: usize = 4;
+/// How often stranded waiting jobs are put in the state their subscription asks for.
+const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 /// Outcomes waiting for the recorder, at most.
 const RECORDER_QUEUE: usize = 1024;
 /// Outcomes written in one transaction, at most.
@@ -299,6 +303,7 @@ impl Dispatcher {
         let batch = self.settings.claim_batch.max(1);
         let mut after_tenant: Option<String> = None;
         let mut last_recovery: Option<Instant> = None;
+        let mut last_reconcile: Option<Instant> = None;
         loop {
             if shutdown.is_cancelled() {
                 break;
@@ -306,6 +311,14 @@ impl Dispatcher {
             if index == 0 && last_recovery.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
                 self.recover().await;
                 last_recovery = Some(Instant::now());
+            }
+            if index == 0 && last_reconcile.is_none_or(|t| t.elapsed() >= RECONCILE_EVERY) {
+                match self.store.reconcile_waiting_jobs().await {
+                    Ok(0) => {}
+                    Ok(moved) => tracing::info!(jobs = moved, "waiting jobs moved to their subscription's state"),
+                    Err(e) => tracing::warn!(error = %e, "reconciling waiting jobs failed"),
+                }
+                last_reconcile = Some(Instant::now());
             }
             let mut room = tokio::select! {
                 room = Arc::clone(&slots).acquire_many_owned(batch.div_ceil(2)) => match room {
@@ -357,7 +370,7 @@ impl Dispatcher {
     /// Leases up to `limit` jobs and loads, in one query each, their subscriptions and events.
     async fn claim(&self, limit: u32, after_tenant: &mut Option<String>) -> hub_store::StoreResult<Vec<Work>> {
         let now = self.clock.now();
-        let request = ClaimRequest {
+        let mut request = ClaimRequest {
             now,
             lease_until: now + chrono::Duration::from_std(self.settings.lease).unwrap_or(chrono::Duration::MAX),
             token: Uuid::now_v7(),
@@ -366,12 +379,24 @@ impl Dispatcher {
             exclude_subscriptions: self.saturated_subscriptions(),
         };
         let started = Instant::now();
-        let jobs = self.store.claim_jobs(&request).await?;
+        let mut jobs = Vec::new();
+        // Tenants visited with nothing to give (their jobs' destinations all saturated) do not
+        // pin the rotation: it moves past them, a few windows at once, before the claimer waits.
+        for _ in 0..EMPTY_WINDOWS {
+            let claim = self.store.claim_jobs(&request).await?;
+            if claim.visited.is_some() {
+                after_tenant.clone_from(&claim.visited);
+                request.after_tenant.clone_from(&claim.visited);
+            }
+            jobs = claim.jobs;
+            if !jobs.is_empty() || claim.visited.is_none() {
+                break;
+            }
+        }
         tracing::debug!(asked = limit, jobs = jobs.len(), ms = started.elapsed().as_secs_f64() * 1000.0, "claimed");
         if jobs.is_empty() {
             return Ok(Vec::new());
         }
-        *after_tenant = jobs.last().map(|j| j.tenant_id.clone());
         lock(&self.in_flight).extend(jobs.iter().map(|j| (j.id, j.token)));
         let mut sub_ids: Vec<Uuid> = jobs.iter().map(|j| j.subscription_id).collect();
         sub_ids.sort_unstable();

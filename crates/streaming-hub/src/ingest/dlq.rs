@@ -25,7 +25,8 @@ pub struct DlqRecords {
 /// Builds the stored form of one DLQ record.
 pub fn record(message: &OwnedMessage, now: chrono::DateTime<chrono::Utc>) -> NewDlqRecord {
     let mut headers = BTreeMap::new();
-    for (key, value) in kafka::headers(message) {
+    // A dead letter whose headers cannot be read is still observed, without them.
+    for (key, value) in kafka::headers(message).unwrap_or_default() {
         let key = key.to_ascii_lowercase();
         if !(key.starts_with("ce-") || key.starts_with(FORENSIC_PREFIX) || key == "traceparent") || key.len() > 256 {
             continue;

@@ -243,8 +243,25 @@ pub async fn run<W: BatchWriter>(
     for key in keys {
         flush(name, &consumer, &writer, &mut partitions, &mut written, &key).await;
     }
+    // librdkafka's close (run when the consumer is dropped) waits to leave the group, and with
+    // the broker gone it can wait for ever: it runs on a thread of its own, waited for a bounded
+    // time, so neither a runtime worker nor the process's exit is held by it.
+    let (closed, close) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        drop(consumer);
+        let _ = closed.send(());
+    });
+    if tokio::time::timeout(CLOSE_TIMEOUT, close).await.is_err() {
+        tracing::warn!(
+            consumer = name,
+            "closing the Kafka consumer timed out; the group will drop it after its session timeout"
+        );
+    }
     tracing::info!(consumer = name, "Kafka consumer stopped");
 }
+
+/// How long a stopping consumer waits to leave its group.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
@@ -306,12 +323,27 @@ async fn flush<W: BatchWriter>(
     }
 }
 
+/// A header whose key is not UTF-8 text; the record cannot be judged and is quarantined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnreadableHeader {
+    /// Its position among the record's headers (0-based).
+    pub index: usize,
+}
+
 /// A record's headers as `(key, value)` pairs; a header without a value reads as empty.
-pub fn headers(message: &OwnedMessage) -> Vec<(&str, &[u8])> {
-    message
-        .headers()
-        .map(|h| h.iter().map(|header| (header.key, header.value.unwrap_or_default())).collect())
-        .unwrap_or_default()
+pub fn headers(message: &OwnedMessage) -> Result<Vec<(&str, &[u8])>, UnreadableHeader> {
+    let Some(list) = message.headers() else { return Ok(Vec::new()) };
+    let mut pairs = Vec::with_capacity(list.count());
+    for index in 0..list.count() {
+        // rdkafka 0.39 unwraps the key's UTF-8 conversion inside `try_get`, so a key that is not
+        // UTF-8 panics there. The panic is contained to this one header of this one record.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| list.try_get(index))) {
+            Ok(Some(header)) => pairs.push((header.key, header.value.unwrap_or_default())),
+            Ok(None) => {}
+            Err(_) => return Err(UnreadableHeader { index }),
+        }
+    }
+    Ok(pairs)
 }
 
 #[cfg(test)]

@@ -123,14 +123,18 @@ impl kafka::BatchWriter for KafkaEvents {
             .map(|m| {
                 let origin =
                     Origin::Kafka { topic: m.topic().to_owned(), partition: m.partition(), offset: m.offset() };
-                judge_record(
-                    &kafka::headers(m),
-                    m.payload().unwrap_or_default(),
-                    Some(m.topic()),
-                    origin,
-                    &self.policy,
-                    now,
-                )
+                let body = m.payload().unwrap_or_default();
+                match kafka::headers(m) {
+                    Ok(headers) => judge_record(&headers, body, Some(m.topic()), origin, &self.policy, now),
+                    Err(bad) => {
+                        let reason = QuarantineReason::new(
+                            hub_core::ReasonCode::InvalidHeader,
+                            "headers",
+                            format!("the key of header {} is not UTF-8 text", bad.index),
+                        );
+                        quarantine_record::<&str, &[u8]>(&[], body, reason, origin, now)
+                    }
+                }
             })
             .collect();
         let batch: Vec<IngestRecord> = judged.iter().filter_map(|j| j.record.clone()).collect();

@@ -19,6 +19,8 @@ on_both_backends!(
     an_open_breaker_holds_jobs_back_but_lets_the_last_attempt_through,
     auto_disable_needs_a_long_spread_failure_and_verify_recovers,
     every_subscription_an_event_matches_gets_it_once,
+    paused_subscriptions_of_many_tenants_never_stop_another_tenants_deliveries,
+    a_changed_destination_holds_events_until_verified,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -388,4 +390,78 @@ async fn jobs_by_state_are_exported_as_a_gauge() {
         assert!(tokio::time::Instant::now() < end, "no pending gauge of 3 in {text}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Sixteen tenants and more, each with work for a subscription that was paused after the work
+/// was created, never stop another tenant's deliveries: that work is held, not claimed, and
+/// released on resume.
+async fn paused_subscriptions_of_many_tenants_never_stop_another_tenants_deliveries(backend: Backend) {
+    // An ingest-only hub takes the events, so that each tenant's job exists before the pause.
+    let ingest = TestHub::start_with(backend, &fast(&[("STREAMING_HUB_ROLE", "ingest")])).await;
+    let receiver = Receiver::start(Script::Ok).await;
+    let mut paused = Vec::new();
+    for t in 0..20 {
+        let tenant = format!("p{t:02}");
+        let key = ingest.tenant_key(&tenant).await;
+        let sub = webhook(&ingest, &key, &receiver, &["*.*"]).await;
+        assert_eq!(ingest.post_event(&key, &Event::new(&tenant)).await.0, StatusCode::ACCEPTED);
+        let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+        let (status, body) = ingest.patch_json(&key, &path, &json!({"enabled": false})).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        deliveries_until(&ingest, &key, &sub, |items| items.len() == 1 && items[0]["state"] == "held").await;
+        paused.push((key, sub));
+    }
+    let vars = ingest.vars.clone();
+    drop(ingest);
+    let mut all = vars;
+    all.insert("STREAMING_HUB_ROLE".into(), "all".into());
+    let hub = TestHub::start_vars(all).await;
+    let key = hub.tenant_key("zz").await;
+    let live = Receiver::start(Script::Ok).await;
+    webhook(&hub, &key, &live, &["*.*"]).await;
+    for _ in 0..10 {
+        assert_eq!(hub.post_event(&key, &Event::new("zz")).await.0, StatusCode::ACCEPTED);
+    }
+    assert_eq!(live.wait_for(10, WAIT).await.len(), 10);
+    assert!(receiver.deliveries().is_empty(), "nothing went to a paused subscription");
+    // Resuming one releases its job, and it is delivered.
+    let (key, sub) = &paused[0];
+    let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+    assert_eq!(hub.patch_json(key, &path, &json!({"enabled": true})).await.0, StatusCode::OK);
+    deliveries_until(&hub, key, sub, |items| items.len() == 1 && items[0]["state"] == "succeeded").await;
+    assert_eq!(receiver.deliveries().len(), 1, "only the resumed subscription delivered");
+}
+
+/// A new timeout keeps a subscription active; a new URL makes it pending until the new
+/// destination is verified, and the events that arrive meanwhile are held, then delivered there.
+async fn a_changed_destination_holds_events_until_verified(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast(&[])).await;
+    let key = hub.tenant_key("t1").await;
+    let first = Receiver::start(Script::Ok).await;
+    let sub = webhook(&hub, &key, &first, &["*.*"]).await;
+    let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+
+    let (status, changed) =
+        hub.patch_json(&key, &path, &json!({"sink": {"type": "webhook", "url": first.url, "timeout_ms": 2000}})).await;
+    assert_eq!(status, StatusCode::OK, "{changed}");
+    assert_eq!(changed["verification_state"], "active", "a timeout proves nothing new is needed");
+    assert_eq!(hub.post_event(&key, &Event::new("t1")).await.0, StatusCode::ACCEPTED);
+    first.wait_for(1, WAIT).await;
+
+    let second = Receiver::start(Script::Ok).await;
+    second.trust(sub["signing_secret"].as_str().expect("secret"));
+    second.open_probes(false);
+    let (status, moved) = hub.patch_json(&key, &path, &json!({"sink": {"type": "webhook", "url": second.url}})).await;
+    assert_eq!(status, StatusCode::OK, "{moved}");
+    assert_eq!(moved["verification_state"], "pending");
+    for _ in 0..5 {
+        assert_eq!(hub.post_event(&key, &Event::new("t1")).await.0, StatusCode::ACCEPTED);
+    }
+    deliveries_until(&hub, &key, &sub, |items| items.iter().filter(|i| i["state"] == "held").count() == 5).await;
+    assert!(second.deliveries().is_empty(), "nothing goes to an unverified destination");
+    second.open_probes(true);
+    hub.wait_until_active(&key, sub["id"].as_str().expect("id")).await;
+    let got = second.wait_for(5, WAIT).await;
+    assert!(got.iter().all(|d| d.verified), "signed with the subscription's secret");
+    assert_eq!(first.deliveries().len(), 1, "the old destination got nothing more");
 }

@@ -24,7 +24,8 @@ pub enum Broker {
 pub struct KafkaPeer {
     pub brokers: String,
     mock: Option<MockCluster<'static, rdkafka::producer::DefaultProducerContext>>,
-    kafka: Option<streaming_hub::bench::Broker>,
+    /// Keeps the broker process running while the peer lives.
+    _kafka: Option<streaming_hub::bench::Broker>,
 }
 
 impl KafkaPeer {
@@ -32,7 +33,7 @@ impl KafkaPeer {
         match broker {
             Broker::Mock => {
                 let mock = MockCluster::new(1).expect("mock cluster");
-                Self { brokers: mock.bootstrap_servers(), mock: Some(mock), kafka: None }
+                Self { brokers: mock.bootstrap_servers(), mock: Some(mock), _kafka: None }
             }
             Broker::Kafka => {
                 let home = streaming_hub::bench::kafka_home();
@@ -42,7 +43,7 @@ impl KafkaPeer {
                     home.display()
                 );
                 let kafka = streaming_hub::bench::Broker::apache(&home, true).await.expect("start Apache Kafka");
-                Self { brokers: kafka.brokers.clone(), mock: None, kafka: Some(kafka) }
+                Self { brokers: kafka.brokers.clone(), mock: None, _kafka: Some(kafka) }
             }
         }
     }

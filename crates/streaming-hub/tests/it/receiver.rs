@@ -50,6 +50,8 @@ struct Shared {
     failures_left: Arc<AtomicUsize>,
     in_flight: Arc<AtomicUsize>,
     max_in_flight: Arc<AtomicUsize>,
+    /// Verification probes wait while this is false.
+    probes_open: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 pub struct Receiver {
@@ -68,6 +70,7 @@ impl Receiver {
             failures_left: Arc::new(AtomicUsize::new(failures)),
             in_flight: Arc::new(AtomicUsize::new(0)),
             max_in_flight: Arc::new(AtomicUsize::new(0)),
+            probes_open: Arc::new(tokio::sync::watch::Sender::new(true)),
         };
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -79,6 +82,17 @@ impl Receiver {
     /// The secrets signatures are checked against.
     pub fn trust(&self, secret: &str) {
         self.shared.secrets.lock().expect("secrets").push(secret.to_owned());
+    }
+
+    /// Makes verification probes wait for an answer (`false`) until they are let through again
+    /// (`true`).
+    pub fn open_probes(&self, open: bool) {
+        self.shared.probes_open.send_replace(open);
+    }
+
+    /// How many verification probes arrived.
+    pub fn probes(&self) -> usize {
+        self.shared.probes.load(Ordering::SeqCst)
     }
 
     pub fn set_script(&self, script: Script) {
@@ -122,6 +136,7 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
     let is_probe = headers.get("x-lerian-event-type").is_some_and(|v| v == "streaming_hub.verification");
     if is_probe {
         s.probes.fetch_add(1, Ordering::SeqCst);
+        let _ = s.probes_open.subscribe().wait_for(|open| *open).await;
         let challenge =
             serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["challenge"].as_str().map(str::to_owned));
         return (StatusCode::OK, challenge.unwrap_or_default()).into_response();

@@ -162,6 +162,30 @@ impl TestHub {
         }
     }
 
+    /// Runs one SQL statement on the hub's database behind its back (to plant data that the hub
+    /// itself would no longer write). `$1`/`?1` takes `bytes`.
+    pub async fn execute_raw(&self, sql_postgres: &str, sql_sqlite: &str, bytes: &[u8]) {
+        match self.vars.get("STREAMING_HUB_POSTGRES_SCHEMA") {
+            None => {
+                let path = std::path::PathBuf::from(&self.vars["STREAMING_HUB_SQLITE_PATH"]);
+                let store = hub_store::SqliteStore::open(&path).await.expect("open");
+                sqlx::query(sqlx::AssertSqlSafe(sql_sqlite.to_owned()))
+                    .bind(bytes)
+                    .execute(store.writer_pool())
+                    .await
+                    .expect("raw sql");
+            }
+            Some(schema) => {
+                let pg = PgStore::connect(&postgres_dsn(), Some(schema), 1).await.expect("connect");
+                sqlx::query(sqlx::AssertSqlSafe(sql_postgres.to_owned()))
+                    .bind(bytes)
+                    .execute(pg.pool())
+                    .await
+                    .expect("raw sql");
+            }
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
