@@ -6,6 +6,7 @@
 //! or broker crate is a dependency of this crate; keep it that way.
 #![forbid(unsafe_code)]
 
+pub mod capture;
 pub mod delivery;
 pub mod envelope;
 pub mod filter;

@@ -8,9 +8,7 @@ use serde::Serialize;
 use uuid::Uuid;
 
 /// How much of a quarantined body is kept.
-pub const QUARANTINE_BODY_CAP: usize = 64 * 1024;
-/// How much of each header value of a quarantined record is kept.
-pub const QUARANTINE_HEADER_CAP: usize = 4096;
+pub const QUARANTINE_BODY_CAP: usize = hub_core::capture::BODY_CAP;
 
 /// Where a record entered the hub.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -71,9 +69,9 @@ pub struct QuarantinedRecord {
 }
 
 impl QuarantinedRecord {
-    /// Builds the record from the raw header list and body: values are kept as (lossy) text up to
-    /// [`QUARANTINE_HEADER_CAP`], the body up to [`QUARANTINE_BODY_CAP`]. Only the CloudEvents
-    /// and trace headers are kept: nothing else (such as credentials) is ever stored.
+    /// Builds the record from the raw header list and body by the core's capture policy
+    /// (`hub_core::capture`): only the CloudEvents and trace headers, capped and storable, and a
+    /// capped body. Nothing else (such as credentials) is ever stored.
     pub fn capture<I, K, V>(
         headers: I,
         body: &[u8],
@@ -86,22 +84,10 @@ impl QuarantinedRecord {
         K: AsRef<str>,
         V: AsRef<[u8]>,
     {
-        let mut kept = BTreeMap::new();
-        for (key, value) in headers {
-            let key = key.as_ref().to_ascii_lowercase();
-            let relevant = key.starts_with("ce-") || key == "traceparent" || key == "tracestate";
-            if !relevant || key.len() > 256 {
-                continue;
-            }
-            let value = value.as_ref();
-            let value = &value[..value.len().min(QUARANTINE_HEADER_CAP)];
-            // NUL cannot be stored in PostgreSQL text or JSON; it is the one character replaced.
-            let text = String::from_utf8_lossy(value).replace('\0', "\u{fffd}");
-            kept.insert(key, text);
-        }
+        let kept = hub_core::capture::headers(headers, hub_core::capture::is_event_header);
         Self {
             headers: kept,
-            body: body[..body.len().min(QUARANTINE_BODY_CAP)].to_vec(),
+            body: hub_core::capture::body(body).to_vec(),
             body_bytes: body.len(),
             reason,
             origin,

@@ -1,10 +1,10 @@
 //! The DLQ plane (SPEC §6.3): records from `.dlq` topics are stored for operators with their
 //! CloudEvents and forensic headers, and never become deliveries. Pruned after the retention.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hub_store::{NewDlqRecord, QUARANTINE_BODY_CAP, QUARANTINE_HEADER_CAP, Store};
+use hub_core::capture;
+use hub_store::{NewDlqRecord, Store};
 use rdkafka::Message;
 use rdkafka::message::OwnedMessage;
 
@@ -24,16 +24,10 @@ pub struct DlqRecords {
 
 /// Builds the stored form of one DLQ record.
 pub fn record(message: &OwnedMessage, now: chrono::DateTime<chrono::Utc>) -> NewDlqRecord {
-    let mut headers = BTreeMap::new();
     // A dead letter whose headers cannot be read is still observed, without them.
-    for (key, value) in kafka::headers(message).unwrap_or_default() {
-        let key = key.to_ascii_lowercase();
-        if !(key.starts_with("ce-") || key.starts_with(FORENSIC_PREFIX) || key == "traceparent") || key.len() > 256 {
-            continue;
-        }
-        let value = &value[..value.len().min(QUARANTINE_HEADER_CAP)];
-        headers.insert(key, String::from_utf8_lossy(value).replace('\0', "\u{fffd}"));
-    }
+    let headers = capture::headers(kafka::headers(message).unwrap_or_default(), |key| {
+        key.starts_with("ce-") || key.starts_with(FORENSIC_PREFIX) || key == "traceparent"
+    });
     let get = |k: &str| headers.get(k).filter(|v| !v.is_empty()).cloned();
     let payload = message.payload().unwrap_or_default();
     let omitted = get("x-lerian-dlq-payload-omitted").is_some_and(|v| v.eq_ignore_ascii_case("true"));
@@ -54,7 +48,7 @@ pub fn record(message: &OwnedMessage, now: chrono::DateTime<chrono::Utc>) -> New
         ce_type: get("ce-type"),
         error_class: get("x-lerian-dlq-error-class"),
         error_message: get("x-lerian-dlq-error-message"),
-        body: if omitted { Vec::new() } else { payload[..payload.len().min(QUARANTINE_BODY_CAP)].to_vec() },
+        body: if omitted { Vec::new() } else { capture::body(payload).to_vec() },
         body_bytes,
         payload_omitted: omitted,
         record_timestamp: message.timestamp().to_millis().and_then(chrono::DateTime::from_timestamp_millis),

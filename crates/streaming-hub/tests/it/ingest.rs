@@ -161,6 +161,17 @@ async fn structured_mode_is_judged_like_binary_mode(backend: Backend) {
     assert_eq!(answer["title"], "quarantined");
     assert_eq!(quarantine_count(&hub).await, 2);
 
+    // A NUL (or any control character) in an attribute name is quarantined and stored, on
+    // PostgreSQL as on SQLite, not a 500.
+    let mut named = doc.clone();
+    named["id"] = json!(uuid::Uuid::now_v7().to_string());
+    named["x\u{0}y"] = json!("value");
+    named["a\u{7}b"] = json!("bell");
+    let (status, answer) = hub.send(post(serde_json::to_vec(&named).expect("json"))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+    assert_eq!(answer["title"], "quarantined");
+    assert_eq!(quarantine_count(&hub).await, 3);
+
     let batch = hub
         .client
         .post(hub.url("/v1/events"))

@@ -90,11 +90,6 @@ impl Receiver {
         self.shared.probes_open.send_replace(open);
     }
 
-    /// How many verification probes arrived.
-    pub fn probes(&self) -> usize {
-        self.shared.probes.load(Ordering::SeqCst)
-    }
-
     pub fn set_script(&self, script: Script) {
         *self.shared.script.lock().expect("script") = script;
     }
