@@ -107,12 +107,25 @@ pub struct KafkaConfig {
     pub stats_interval: Duration,
 }
 
+/// Limits of the HTTP server.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpLimits {
+    /// Connections served at once; one more is answered 503 and closed.
+    pub max_connections: u32,
+    /// A client must send a request's headers within this time (idle keep-alive included).
+    pub header_timeout: Duration,
+    /// A request must be answered within this time, body reading included.
+    pub request_timeout: Duration,
+}
+
 /// The whole configuration of one process.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub env: Environment,
     pub role: Role,
     pub http_listen_addr: SocketAddr,
+    /// Limits that keep the HTTP server answering under idle or hostile clients.
+    pub http_limits: HttpLimits,
     pub database: Database,
     /// `None` in `local` when unset: one is generated at start.
     pub admin_token: Option<Secret>,
@@ -236,6 +249,9 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_DEV_KEK",
     "STREAMING_HUB_SHUTDOWN_TIMEOUT",
     "STREAMING_HUB_DRAIN_DELAY",
+    "STREAMING_HUB_HTTP_MAX_CONNECTIONS",
+    "STREAMING_HUB_HTTP_HEADER_TIMEOUT",
+    "STREAMING_HUB_HTTP_REQUEST_TIMEOUT",
     "STREAMING_HUB_METRICS_INTERVAL",
     "STREAMING_HUB_LOG",
 ];
@@ -380,6 +396,11 @@ impl Config {
         let config = Config {
             role,
             http_listen_addr,
+            http_limits: HttpLimits {
+                max_connections: r.number("STREAMING_HUB_HTTP_MAX_CONNECTIONS", 1024, 1, 1_000_000),
+                header_timeout: r.duration("STREAMING_HUB_HTTP_HEADER_TIMEOUT", "10s"),
+                request_timeout: r.duration("STREAMING_HUB_HTTP_REQUEST_TIMEOUT", "60s"),
+            },
             database,
             admin_token,
             only_tenant,

@@ -13,6 +13,8 @@ pub mod ingest;
 pub mod keys;
 pub mod retention;
 pub mod secrets;
+pub mod server;
+pub mod supervisor;
 pub mod telemetry;
 
 use std::net::SocketAddr;
@@ -68,22 +70,23 @@ pub struct Hub {
     /// True when the admin token was generated at start (local mode without one configured).
     pub admin_token_generated: bool,
     pub store: Arc<dyn Store>,
-    http: JoinHandle<std::io::Result<()>>,
-    dispatcher: Option<JoinHandle<()>>,
-    consumers: Vec<JoinHandle<()>>,
+    http: JoinHandle<Option<std::io::Result<()>>>,
+    tasks: Vec<JoinHandle<Option<()>>>,
+    supervisor: supervisor::Supervisor,
 }
 
 impl Hub {
-    /// Waits until the hub has stopped (after its shutdown token was cancelled).
+    /// Waits until the hub has stopped (after its shutdown token was cancelled, or a background
+    /// task failed); an error when a task failed.
     pub async fn wait(self) -> anyhow::Result<()> {
-        let http = self.http.await.context("HTTP server task failed")?.context("HTTP server failed");
-        if let Some(dispatcher) = self.dispatcher {
-            dispatcher.await.context("dispatcher task failed")?;
+        let http = self.http.await.context("HTTP server task failed")?;
+        for task in self.tasks {
+            task.await.context("background task failed")?;
         }
-        for consumer in self.consumers {
-            consumer.await.context("Kafka consumer task failed")?;
+        if let Some(name) = self.supervisor.failed() {
+            anyhow::bail!("background task {name} stopped while the hub was running");
         }
-        http
+        http.unwrap_or(Ok(())).context("HTTP server failed")
     }
 }
 
@@ -116,6 +119,7 @@ pub async fn start_with_clock(
     let draining = Arc::new(AtomicBool::new(false));
     // SIGTERM (`shutdown`) first turns readiness off; work stops after the drain delay.
     let stop = CancellationToken::new();
+    let supervisor = supervisor::Supervisor::new(stop.clone(), shutdown.clone());
     {
         let (shutdown, stop, draining, delay) =
             (shutdown.clone(), stop.clone(), Arc::clone(&draining), config.drain_delay);
@@ -145,11 +149,11 @@ pub async fn start_with_clock(
             Arc::clone(&wake),
             delivery::settings(&config),
         ));
-        Some(tokio::spawn(dispatcher.run(stop.clone(), config.shutdown_timeout)))
+        Some(supervisor.spawn("dispatcher", dispatcher.run(stop.clone(), config.shutdown_timeout)))
     } else {
         None
     };
-    let mut consumers = Vec::new();
+    let mut tasks: Vec<JoinHandle<Option<()>>> = dispatcher.into_iter().collect();
     if let (Some(kafka), true) = (&config.kafka, config.role.ingests()) {
         let batching = ingest::kafka::Batching { size: kafka.batch_size, wait: kafka.batch_wait };
         let consumer = ingest::kafka::subscribe(kafka, "ingest", &kafka.group_id, ingest::kafka::INGEST_PATTERN)
@@ -160,29 +164,44 @@ pub async fn start_with_clock(
             clock: Arc::clone(&clock),
             wake: Arc::clone(&wake),
         };
-        consumers.push(tokio::spawn(ingest::kafka::run("ingest", consumer, writer, batching, stop.clone())));
+        tasks.push(
+            supervisor
+                .spawn("kafka ingest consumer", ingest::kafka::run("ingest", consumer, writer, batching, stop.clone())),
+        );
         if kafka.dlq_enabled {
             let consumer = ingest::kafka::subscribe(kafka, "dlq", &kafka.dlq_group_id, ingest::kafka::DLQ_PATTERN)
                 .map_err(anyhow::Error::msg)?;
             let writer = ingest::dlq::DlqRecords { store: Arc::clone(&store), clock: Arc::clone(&clock) };
-            consumers.push(tokio::spawn(ingest::kafka::run("dlq", consumer, writer, batching, stop.clone())));
+            tasks.push(
+                supervisor
+                    .spawn("kafka dlq consumer", ingest::kafka::run("dlq", consumer, writer, batching, stop.clone())),
+            );
         }
     }
-    consumers.push(tokio::spawn(retention::run(
-        Arc::clone(&store),
-        Arc::clone(&clock),
-        retention::policies(&config),
-        config.prune_interval,
-        stop.clone(),
-    )));
-    consumers.push(tokio::spawn(retention::run(
-        Arc::clone(&store),
-        Arc::clone(&clock),
-        vec![(hub_store::PruneKind::Dlq, config.dlq_retention)],
-        config.dlq_prune_interval,
-        stop.clone(),
-    )));
-    consumers.push(tokio::spawn(telemetry::job_gauges(Arc::clone(&store), config.metrics_interval, stop.clone())));
+    tasks.push(supervisor.spawn(
+        "retention",
+        retention::run(
+            Arc::clone(&store),
+            Arc::clone(&clock),
+            retention::policies(&config),
+            config.prune_interval,
+            stop.clone(),
+        ),
+    ));
+    tasks.push(supervisor.spawn(
+        "dlq retention",
+        retention::run(
+            Arc::clone(&store),
+            Arc::clone(&clock),
+            vec![(hub_store::PruneKind::Dlq, config.dlq_retention)],
+            config.dlq_prune_interval,
+            stop.clone(),
+        ),
+    ));
+    tasks.push(
+        supervisor
+            .spawn("job gauges", telemetry::job_gauges(Arc::clone(&store), config.metrics_interval, stop.clone())),
+    );
     let state = api::AppState {
         store: Arc::clone(&store),
         admin_token: admin_token.clone(),
@@ -208,22 +227,16 @@ pub async fn start_with_clock(
             _ => None,
         },
         draining: Arc::clone(&draining),
+        supervisor: supervisor.clone(),
+        request_timeout: config.http_limits.request_timeout,
     };
     telemetry::prometheus();
     let router = api::router(state);
     let stop_http = stop.clone();
-    let http = tokio::spawn(async move {
-        // Answers go out at once (no Nagle delay waiting for the client's delayed ACK).
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
-            }
-        });
-        axum::serve(listener, router).with_graceful_shutdown(async move { stop_http.cancelled().await }).await
-    });
+    let http = supervisor.spawn("HTTP server", server::serve(listener, router, config.http_limits, stop_http));
     tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");
     for variable in &config.ignored {
         tracing::warn!(variable = %variable, "configuration variable not used by this hub; ignored");
     }
-    Ok(Hub { addr, admin_token, admin_token_generated, store, http, dispatcher, consumers })
+    Ok(Hub { addr, admin_token, admin_token_generated, store, http, tasks, supervisor })
 }

@@ -41,6 +41,8 @@ pub mod metric {
     pub const PRUNED: &str = "streaming_hub_pruned_records_total";
     /// Subscriptions disabled automatically.
     pub const AUTO_DISABLED: &str = "streaming_hub_subscriptions_auto_disabled_total";
+    /// Connections answered 503 and closed because the server had its maximum open.
+    pub const HTTP_REFUSED_CONNECTIONS: &str = "streaming_hub_http_refused_connections_total";
 }
 
 /// Installs the log subscriber; JSON unless `local`. `STREAMING_HUB_LOG` (or `RUST_LOG`) sets

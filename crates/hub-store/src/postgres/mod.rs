@@ -286,6 +286,21 @@ impl PgStore {
         })
     }
 
+    /// Ends a subscription change: the row as updated (none when the update matched nothing),
+    /// its waiting jobs moved to the state it now asks for, and the transaction committed.
+    async fn changed(
+        mut tx: Transaction<'static, Postgres>,
+        row: Option<PgRow>,
+        id: Uuid,
+    ) -> StoreResult<Option<SubscriptionRecord>> {
+        let sub = row.as_ref().map(subscription_from_row).transpose()?;
+        if sub.is_some() {
+            Self::sync_waiting_jobs(&mut tx, id).await?;
+        }
+        tx.commit().await?;
+        Ok(sub)
+    }
+
     /// Moves a subscription's waiting jobs to the state its deliverability asks for (`pending`
     /// when it is enabled and active, `held` otherwise), inside the caller's transaction.
     async fn sync_waiting_jobs(tx: &mut Transaction<'_, Postgres>, subscription: Uuid) -> StoreResult<()> {

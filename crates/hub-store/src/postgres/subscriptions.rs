@@ -94,12 +94,7 @@ impl Subscriptions for PgStore {
             .bind(patch.now)
             .fetch_optional(&mut *tx)
             .await?;
-        let sub = row.as_ref().map(subscription_from_row).transpose()?;
-        if sub.is_some() {
-            Self::sync_waiting_jobs(&mut tx, id).await?;
-        }
-        tx.commit().await?;
-        Ok(sub)
+        Self::changed(tx, row, id).await
     }
 
     async fn rotate_secret(
@@ -160,12 +155,7 @@ impl Subscriptions for PgStore {
             .bind(result.probed_credentials.as_deref())
             .fetch_optional(&mut *tx)
             .await?;
-        let sub = row.as_ref().map(subscription_from_row).transpose()?;
-        if sub.is_some() {
-            Self::sync_waiting_jobs(&mut tx, id).await?;
-        }
-        tx.commit().await?;
-        Ok(sub)
+        Self::changed(tx, row, id).await
     }
 
     async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool> {

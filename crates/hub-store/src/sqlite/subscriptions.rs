@@ -96,12 +96,7 @@ impl Subscriptions for SqliteStore {
             .bind(micros(patch.now))
             .fetch_optional(&mut *tx)
             .await?;
-        let sub = row.as_ref().map(subscription_from_row).transpose()?;
-        if sub.is_some() {
-            Self::sync_waiting_jobs(&mut tx, id).await?;
-        }
-        tx.commit().await?;
-        Ok(sub)
+        Self::changed(tx, row, id).await
     }
 
     async fn rotate_secret(
@@ -162,12 +157,7 @@ impl Subscriptions for SqliteStore {
             .bind(result.probed_credentials.as_deref())
             .fetch_optional(&mut *tx)
             .await?;
-        let sub = row.as_ref().map(subscription_from_row).transpose()?;
-        if sub.is_some() {
-            Self::sync_waiting_jobs(&mut tx, id).await?;
-        }
-        tx.commit().await?;
-        Ok(sub)
+        Self::changed(tx, row, id).await
     }
 
     async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool> {

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::TenantCaller;
-use super::error::{ApiError, ErrorBody, Query, cursor, next_cursor, page_limit};
+use super::error::{ApiError, ErrorBody, Query, RawBody, cursor, next_cursor, page_limit};
 use super::subscriptions::{SubscriptionView, load, sealing_error};
 use crate::secrets::{Purpose, new_signing_secret};
 
@@ -264,7 +264,7 @@ pub async fn redrive(
     State(state): State<AppState>,
     caller: TenantCaller,
     Path(id): Path<String>,
-    body: axum::body::Bytes,
+    RawBody(body): RawBody,
 ) -> Result<impl IntoResponse, ApiError> {
     let req: RedriveRequest = if body.iter().all(u8::is_ascii_whitespace) {
         RedriveRequest::default()

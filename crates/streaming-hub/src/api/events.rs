@@ -110,15 +110,16 @@ pub async fn ingest(
     Ok(respond(ingest::outcome(judged.reason, written)))
 }
 
-/// A tenant key may only ingest for its own tenant; the admin token for any.
+/// A tenant key may only ingest for its own tenant, named in `ce-tenantid` (SPEC §8); the admin
+/// token for any (a missing tenant is then quarantined like any malformed record).
 fn authorize(principal: &Principal, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
     let Principal::Tenant { tenant, .. } = principal else { return Ok(()) };
     let claimed = headers.iter().rev().find(|(k, _)| k.eq_ignore_ascii_case("ce-tenantid")).map(|(_, v)| v.as_slice());
     match claimed {
-        Some(value) if value != tenant.as_str().as_bytes() => Err(ApiError::forbidden(format!(
+        Some(value) if value == tenant.as_str().as_bytes() => Ok(()),
+        _ => Err(ApiError::forbidden(format!(
             "an API key of tenant {tenant} may only ingest events whose ce-tenantid is {tenant}"
         ))),
-        _ => Ok(()),
     }
 }
 

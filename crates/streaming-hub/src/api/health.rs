@@ -15,40 +15,54 @@ use super::AppState;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Status {
-    /// `ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`.
+    /// `ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`,
+    /// `background task stopped`.
     pub status: &'static str,
+    /// The background task that stopped, when that is why the hub is not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+}
+
+impl Status {
+    fn of(status: &'static str) -> Json<Self> {
+        Json(Self { status, task: None })
+    }
 }
 
 #[utoipa::path(get, path = "/healthz", tag = "operations",
     responses((status = 200, description = "The process is alive (draining included)", body = Status)))]
 pub async fn healthz() -> impl IntoResponse {
-    Json(Status { status: "ok" })
+    Status::of("ok")
 }
 
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "Ready for traffic", body = Status),
-        (status = 503, description = "Draining, or the database is unreachable", body = Status),
+        (status = 503, description = "Draining, the database or Kafka is unreachable, or a background task stopped", body = Status),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    if let Some(task) = state.supervisor.failed() {
+        let status = Json(Status { status: "background task stopped", task: Some(task) });
+        return (StatusCode::SERVICE_UNAVAILABLE, status);
+    }
     if state.draining.load(Ordering::SeqCst) {
-        return (StatusCode::SERVICE_UNAVAILABLE, Json(Status { status: "draining" }));
+        return (StatusCode::SERVICE_UNAVAILABLE, Status::of("draining"));
     }
     match tokio::time::timeout(Duration::from_secs(2), state.store.ping()).await {
         Ok(Ok(())) => {
             if let Some(kafka) = &state.kafka {
                 if let Err(e) = kafka.check(Duration::from_secs(2)).await {
                     tracing::warn!(error = %e, "readiness: Kafka unreachable");
-                    return (StatusCode::SERVICE_UNAVAILABLE, Json(Status { status: "kafka unreachable" }));
+                    return (StatusCode::SERVICE_UNAVAILABLE, Status::of("kafka unreachable"));
                 }
             }
-            (StatusCode::OK, Json(Status { status: "ready" }))
+            (StatusCode::OK, Status::of("ready"))
         }
         Ok(Err(e)) => {
             tracing::warn!(error = %e, "readiness: database unreachable");
-            (StatusCode::SERVICE_UNAVAILABLE, Json(Status { status: "database unreachable" }))
+            (StatusCode::SERVICE_UNAVAILABLE, Status::of("database unreachable"))
         }
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Json(Status { status: "database unreachable" })),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Status::of("database unreachable")),
     }
 }
 

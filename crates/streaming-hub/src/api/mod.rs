@@ -56,6 +56,10 @@ pub struct AppState {
     pub kafka: Option<Arc<crate::ingest::kafka::KafkaProbe>>,
     /// Set when the process starts draining: `/readyz` answers 503 from then on.
     pub draining: Arc<AtomicBool>,
+    /// How long a request may take, body included (`STREAMING_HUB_HTTP_REQUEST_TIMEOUT`).
+    pub request_timeout: std::time::Duration,
+    /// The hub's background tasks: readiness is off once one of them failed.
+    pub supervisor: crate::supervisor::Supervisor,
 }
 
 #[derive(OpenApi)]
@@ -118,11 +122,31 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// The whole router.
 pub fn router(state: AppState) -> Router {
     let (routes, _) = routes();
+    let limit = state.request_timeout;
     routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+        .layer(axum::middleware::from_fn(move |request, next| within(limit, request, next)))
         .with_state(state)
+}
+
+/// Answers `408` in the error shape when a request (its body included) takes longer than `limit`.
+async fn within(
+    limit: std::time::Duration,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!("the request was not complete within {} s", limit.as_secs_f64()),
+        )
+        .into_response(),
+    }
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {

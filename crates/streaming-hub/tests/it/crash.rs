@@ -72,8 +72,14 @@ async fn a_killed_workers_job_is_recovered_then_dead_lettered_as_poison(backend:
     };
     assert!(job.last_error.as_deref().unwrap_or_default().starts_with("poison"), "{job:?}");
     assert_eq!(job.recoveries, 2);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(receiver.deliveries().len(), 2, "a poison job is not attempted again");
+    // The dispatcher is alive and delivers the next event; the poison one never came again.
+    receiver.set_script(Script::Ok);
+    let next = Event::new("t1");
+    hub.post_event(&key, &next).await;
+    let got = receiver.wait_for(3, Duration::from_secs(30)).await;
+    assert_eq!(got[2].header("x-lerian-event-id"), next.id().to_string(), "{got:?}");
+    let poisoned = event.id().to_string();
+    assert_eq!(got.iter().filter(|d| d.header("x-lerian-event-id") == poisoned).count(), 2);
     drop(hub);
 }
 
@@ -125,7 +131,7 @@ async fn kafka_ingest_survives_being_killed_mid_stream() {
         total
     };
     let mut rng = rand::rngs::StdRng::seed_from_u64(20_000);
-    let mut kills = 0;
+    let (mut kills, mut cut) = (0, 0);
     while kills < 3 {
         let hub = HubProcess::start(&vars).await;
         // Kill once the consumer is writing: somewhere in the middle of the backlog.
@@ -138,11 +144,14 @@ async fn kafka_ingest_survives_being_killed_mid_stream() {
         tokio::time::sleep(Duration::from_millis(rng.random_range(50..600))).await;
         hub.kill();
         kills += 1;
-        if count().await >= RECORDS {
+        // The process is gone: what is stored now is what it left.
+        let left = count().await;
+        if left >= RECORDS {
             break;
         }
+        cut += 1;
     }
-    assert!(count().await < RECORDS || kills >= 1, "the backlog must be cut by at least one kill");
+    assert!(cut >= 1, "no kill fell in the middle of the backlog: the test proved nothing");
 
     // A last, undisturbed run finishes the backlog.
     let hub = HubProcess::start(&vars).await;

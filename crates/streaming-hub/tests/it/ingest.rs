@@ -101,7 +101,9 @@ async fn every_malformed_event_is_quarantined_with_its_reason_and_listed(backend
         ("body over 1 MiB", e().body(format!("\"{}\"", "x".repeat(1024 * 1024)).into_bytes()), "body"),
     ];
     for (case, event, field) in &cases {
-        let (status, answer) = hub.post_event(&key, event).await;
+        // A tenant key must name its tenant (403 otherwise); the admin token's record is judged.
+        let poster = if event.get("ce-tenantid").is_none() { hub.admin.as_str() } else { key.as_str() };
+        let (status, answer) = hub.post_event(poster, event).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{case}: {answer}");
         assert_eq!(answer["code"], 422, "{case}");
         assert_eq!(answer["title"], "quarantined", "{case}");
@@ -156,7 +158,16 @@ async fn structured_mode_is_judged_like_binary_mode(backend: Backend) {
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert!(answer["message"].as_str().expect("message").starts_with("ce-id: "), "{answer}");
 
-    let (status, answer) = hub.send(post(b"[1,2]".to_vec())).await;
+    // A document that is no CloudEvent names no tenant: refused to a tenant key, quarantined
+    // when the operator posts it.
+    assert_eq!(hub.send(post(b"[1,2]".to_vec())).await.0, StatusCode::FORBIDDEN);
+    let as_admin = hub
+        .client
+        .post(hub.url("/v1/events"))
+        .bearer_auth(&hub.admin)
+        .header("content-type", "application/cloudevents+json")
+        .body(b"[1,2]".to_vec());
+    let (status, answer) = hub.send(as_admin).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(answer["title"], "quarantined");
     assert_eq!(quarantine_count(&hub).await, 2);
@@ -193,10 +204,16 @@ async fn a_tenant_key_cannot_ingest_for_another_tenant(backend: Backend) {
     // Not even a malformed record is recorded in another tenant's name.
     let malformed = Event::new("t2").set("ce-id", "nope");
     assert_eq!(hub.post_event(&key, &malformed).await.0, StatusCode::FORBIDDEN);
+    // Nor one that names no tenant at all (SPEC §8).
+    let tenantless = Event::new("t1").without("ce-tenantid");
+    let (status, answer) = hub.post_event(&key, &tenantless).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
     assert_eq!(quarantine_count(&hub).await, 0);
     assert!(hub.store.events_after("t2", 0, 10).await.expect("read").is_empty());
-    // The admin token ingests for any tenant.
+    // The admin token ingests for any tenant; without a tenant the record is quarantined.
     assert_eq!(hub.post_event(&hub.admin, &event).await.1["verdict"], "accepted");
+    assert_eq!(hub.post_event(&hub.admin, &tenantless).await.0, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(quarantine_count(&hub).await, 1);
 }
 
 async fn concurrent_posts_get_distinct_consecutive_seqs(backend: Backend) {

@@ -8,6 +8,7 @@ mod delivery;
 mod ingest;
 mod kafka;
 mod kafka_support;
+mod limits;
 mod openapi;
 mod operations;
 mod pull;

@@ -34,23 +34,33 @@ fn with(vars: &[(&'static str, String)], extra: &[(&'static str, &str)]) -> Vec<
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_ingest_and_two_delivery_processes_deliver_every_event_exactly_once() {
     const EVENTS: usize = 300;
-    let (vars, _store) = shared_database().await;
+    let (vars, store) = shared_database().await;
     let admin = vars.iter().find(|(k, _)| *k == "STREAMING_HUB_ADMIN_TOKEN").expect("admin").1.clone();
     let receiver = Receiver::start(Script::Ok).await;
     let ingest = HubProcess::start(&with(&vars, &[("STREAMING_HUB_ROLE", "ingest")])).await;
     let delivery_a = HubProcess::start(&with(&vars, &[("STREAMING_HUB_ROLE", "delivery")])).await;
     let delivery_b = HubProcess::start(&with(&vars, &[("STREAMING_HUB_ROLE", "delivery")])).await;
-    let (key, _, _) = ingest.verified_webhook(&admin, &receiver).await;
+    let (key, sub, _) = ingest.verified_webhook(&admin, &receiver).await;
+    let sub: uuid::Uuid = sub.parse().expect("uuid");
     let mut ids = Vec::new();
     for _ in 0..EVENTS {
         let event = Event::new("t1");
         ids.push(event.id().to_string());
         ingest.post_event(&key, &event).await;
     }
-    let got = receiver.wait_for(EVENTS, Duration::from_secs(60)).await;
-    // Give a double claim the time to show itself.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = if receiver.deliveries().len() > got.len() { receiver.deliveries() } else { got };
+    receiver.wait_for(EVENTS, Duration::from_secs(60)).await;
+    // Every job's outcome is recorded: a double claim would show as a second attempt.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let jobs = loop {
+        let jobs = store.list_jobs("t1", sub, None, None, 1000).await.expect("jobs");
+        if jobs.len() == EVENTS && jobs.iter().all(|j| j.state == hub_store::JobState::Succeeded) {
+            break jobs;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "outcomes never recorded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(jobs.iter().all(|j| j.attempts == 1), "a job was attempted twice: leases double-claimed");
+    let got = receiver.deliveries();
     let mut per_event: HashMap<String, usize> = HashMap::new();
     for d in &got {
         assert!(d.verified, "every delivery is signed");
@@ -113,7 +123,7 @@ async fn sigterm_drains_readiness_first_and_releases_unfinished_leases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_are_json_with_ids_and_never_carry_payloads_or_secrets() {
-    let (vars, _store) = shared_database().await;
+    let (vars, store) = shared_database().await;
     let admin = vars.iter().find(|(k, _)| *k == "STREAMING_HUB_ADMIN_TOKEN").expect("admin").1.clone();
     let kek = "6b".repeat(32);
     let receiver = Receiver::start(Script::FailFirst(1)).await;

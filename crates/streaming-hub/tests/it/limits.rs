@@ -1,0 +1,91 @@
+//! Server limits: idle and half-open connections cannot exhaust the server, slow requests are
+//! cut off, and every refusal comes in the error shape.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{Backend, TestHub};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn addr(hub: &TestHub) -> String {
+    hub.base.trim_start_matches("http://").to_owned()
+}
+
+/// Reads what the server sends until it closes the connection (or `deadline`).
+async fn read_all(tcp: &mut TcpStream, deadline: Duration) -> String {
+    let mut buf = Vec::new();
+    let _ = tokio::time::timeout(deadline, tcp.read_to_end(&mut buf)).await;
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+fn json_body(response: &str) -> Value {
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not a JSON body ({e}): {response:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_cannot_exhaust_the_server() {
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        &[("STREAMING_HUB_HTTP_MAX_CONNECTIONS", "20"), ("STREAMING_HUB_HTTP_HEADER_TIMEOUT", "1s")],
+    )
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..20 {
+        idle.push(TcpStream::connect(addr(&hub)).await.expect("connect"));
+    }
+    // Over the cap: answered 503 in the error shape, and closed.
+    let mut extra = TcpStream::connect(addr(&hub)).await.expect("connect");
+    let answer = read_all(&mut extra, WAIT).await;
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer:?}");
+    let body = json_body(&answer);
+    assert_eq!((body["code"].as_u64(), body["title"].as_str()), (Some(503), Some("too_many_connections")));
+    // The idle connections are closed by the header timeout, and the server answers again.
+    for tcp in &mut idle {
+        let closed = read_all(tcp, WAIT).await;
+        assert!(!closed.starts_with("HTTP/1.1 2"), "an idle connection got an answer: {closed:?}");
+    }
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        match hub.client.get(hub.url("/healthz")).send().await {
+            Ok(r) if r.status() == StatusCode::OK => break,
+            other => assert!(tokio::time::Instant::now() < end, "the server never answered again: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_whose_body_never_comes_is_cut_off_in_the_error_shape() {
+    let hub = TestHub::start_with(Backend::Sqlite, &[("STREAMING_HUB_HTTP_REQUEST_TIMEOUT", "1s")]).await;
+    let key = hub.tenant_key("t1").await;
+    let mut tcp = TcpStream::connect(addr(&hub)).await.expect("connect");
+    let head = format!(
+        "POST /v1/events HTTP/1.1\r\nhost: hub\r\nauthorization: Bearer {key}\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n{{\"partial\":"
+    );
+    tcp.write_all(head.as_bytes()).await.expect("write");
+    let answer = read_all(&mut tcp, WAIT).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert_eq!(json_body(&answer)["title"], "request_timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_redrive_body_is_refused_in_the_error_shape() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let key = hub.tenant_key("t1").await;
+    let sub =
+        hub.subscribe(&key, serde_json::json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    let path = format!("/v1/subscriptions/{}/redrive", sub["id"].as_str().expect("id"));
+    let big = vec![b' '; 3 * 1024 * 1024];
+    let request =
+        hub.client.post(hub.url(&path)).bearer_auth(&key).header("content-type", "application/json").body(big);
+    let (status, body) = hub.send(request).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["title"], "payload_too_large");
+}
