@@ -138,6 +138,7 @@ fn main() -> ExitCode {
     // The demo prints a report; its logs stay quiet unless asked for.
     let default_filter = if matches!(cli.command, Command::Demo | Command::Bench { .. }) { "warn" } else { "info" };
     telemetry::init_logs(!config.env.is_local(), default_filter);
+    telemetry::log_panics();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

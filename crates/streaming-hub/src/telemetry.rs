@@ -45,6 +45,22 @@ pub mod metric {
     pub const HTTP_REFUSED_CONNECTIONS: &str = "streaming_hub_http_refused_connections_total";
 }
 
+/// Reports panics through the log (one structured line, in JSON outside `local`) instead of the
+/// bare standard-error text: a panic contained where it happened (a Kafka header rdkafka could not
+/// read) is still seen, and one that ends a task is seen before the supervisor reports the task.
+pub fn log_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let location = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        tracing::error!(location = %location, message = %message, "panic");
+    }));
+}
+
 /// Installs the log subscriber; JSON unless `local`. `STREAMING_HUB_LOG` (or `RUST_LOG`) sets
 /// the filter, `default` otherwise.
 pub fn init_logs(json: bool, default: &str) {

@@ -34,6 +34,52 @@ macro_rules! on_both_brokers {
     )*};
 }
 
+/// Records that once stopped Kafka ingest for every tenant, each quarantined with its reason while
+/// the records around them are accepted and every offset is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_records_are_quarantined_and_ingest_goes_on() {
+    let peer = KafkaPeer::start(Broker::Kafka).await;
+    let topic = "lerian.streaming.lender";
+    peer.create_topic(topic, 1).await;
+    let hub = hub_on(&peer, Backend::Postgres, &[]).await;
+    let before = Record::event("lender", 0, "t1");
+    let poison = vec![
+        Record::event("lender", 0, "t1").set("ce-datacontenttype", "x€json"),
+        Record::event("lender", 0, "t1").set("ce-datacontenttype", "application/€json").body(b"\xff"),
+        Record::event("lender", 0, "t1").body(b"{\"a\":\"\xff\"}"),
+    ];
+    produce(&peer.producer(), std::slice::from_ref(&before)).await;
+    produce(&peer.producer(), &poison).await;
+    // A header key that is not UTF-8, which no client library will build.
+    let bad_key = Record::event("lender", 0, "t1");
+    let mut headers: Vec<(&[u8], &[u8])> = bad_key.headers.iter().map(|(k, v)| (k.as_bytes(), v.as_bytes())).collect();
+    headers.push((b"ce-\xff\xfe", b"x"));
+    let code = crate::kafka_support::produce_raw(&peer.brokers, topic, 0, &headers, &bad_key.body).await;
+    assert_eq!(code, 0, "the broker took the raw record");
+    let after = Record::event("lender", 0, "t1");
+    produce(&peer.producer(), std::slice::from_ref(&after)).await;
+
+    let stored = until("the records around the poison", async || {
+        let events = hub.store.events_after("t1", 0, 100).await.expect("read");
+        (events.len() >= 4).then_some(events)
+    })
+    .await;
+    let ids: Vec<String> = stored.iter().map(|e| e.ce_id.to_string()).collect();
+    // `x€json` and `application/€json` are not JSON types: those bodies are taken as they are.
+    assert_eq!(ids, vec![before.id(), poison[0].id(), poison[1].id(), after.id()]);
+    let quarantined = until("the poison in quarantine", async || {
+        let q = hub.store.list_quarantine(&QuarantineFilter { limit: 100, ..Default::default() }).await.expect("list");
+        (q.len() >= 2).then_some(q)
+    })
+    .await;
+    let mut fields: Vec<&str> = quarantined.iter().map(|q| q.reason_field.as_str()).collect();
+    fields.sort_unstable();
+    assert_eq!(fields, vec!["body", "headers"], "{quarantined:#?}");
+    peer.wait_committed(GROUP, topic, &[6], WAIT).await;
+    let (status, ready) = hub.send(hub.client.get(hub.url("/readyz"))).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{ready}");
+}
+
 on_both_brokers!(
     records_get_their_verdicts_and_offsets_are_committed,
     the_dlq_plane_stores_dead_letters_and_never_delivers_them

@@ -199,3 +199,94 @@ pub async fn produce(producer: &FutureProducer, records: &[Record]) {
         delivery.await.expect("delivery").map_err(|(e, _)| e).expect("produce");
     }
 }
+
+/// Produces one record over the Kafka protocol itself (Produce v3, a v2 record batch), so that a
+/// test can send what every client library refuses to build — a header key that is not UTF-8.
+/// The broker must lead the partition (a single-node broker does). Returns the broker's error
+/// code for the partition (0 is success).
+pub async fn produce_raw(brokers: &str, topic: &str, partition: i32, headers: &[(&[u8], &[u8])], value: &[u8]) -> i16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn varint(out: &mut Vec<u8>, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        loop {
+            if z < 0x80 {
+                out.push(z as u8);
+                return;
+            }
+            out.push((z as u8 & 0x7f) | 0x80);
+            z >>= 7;
+        }
+    }
+    fn crc32c(data: &[u8]) -> u32 {
+        let mut crc = !0u32;
+        for byte in data {
+            crc ^= u32::from(*byte);
+            for _ in 0..8 {
+                crc = if crc & 1 == 1 { (crc >> 1) ^ 0x82f6_3b78 } else { crc >> 1 };
+            }
+        }
+        !crc
+    }
+    let mut record = vec![0u8]; // attributes
+    varint(&mut record, 0); // timestamp delta
+    varint(&mut record, 0); // offset delta
+    varint(&mut record, -1); // no key
+    varint(&mut record, value.len() as i64);
+    record.extend_from_slice(value);
+    varint(&mut record, headers.len() as i64);
+    for (k, v) in headers {
+        varint(&mut record, k.len() as i64);
+        record.extend_from_slice(k);
+        varint(&mut record, v.len() as i64);
+        record.extend_from_slice(v);
+    }
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut after_crc = Vec::new();
+    after_crc.extend_from_slice(&0i16.to_be_bytes()); // attributes
+    after_crc.extend_from_slice(&0i32.to_be_bytes()); // last offset delta
+    after_crc.extend_from_slice(&now.to_be_bytes());
+    after_crc.extend_from_slice(&now.to_be_bytes());
+    after_crc.extend_from_slice(&(-1i64).to_be_bytes()); // producer id
+    after_crc.extend_from_slice(&(-1i16).to_be_bytes()); // producer epoch
+    after_crc.extend_from_slice(&(-1i32).to_be_bytes()); // base sequence
+    after_crc.extend_from_slice(&1i32.to_be_bytes()); // one record
+    varint(&mut after_crc, record.len() as i64);
+    after_crc.extend_from_slice(&record);
+    let mut batch_tail = Vec::new();
+    batch_tail.extend_from_slice(&(-1i32).to_be_bytes()); // partition leader epoch
+    batch_tail.push(2); // magic
+    batch_tail.extend_from_slice(&crc32c(&after_crc).to_be_bytes());
+    batch_tail.extend_from_slice(&after_crc);
+    let mut batch = Vec::new();
+    batch.extend_from_slice(&0i64.to_be_bytes()); // base offset
+    batch.extend_from_slice(&(batch_tail.len() as i32).to_be_bytes());
+    batch.extend_from_slice(&batch_tail);
+
+    let mut request = Vec::new();
+    request.extend_from_slice(&0i16.to_be_bytes()); // Produce
+    request.extend_from_slice(&3i16.to_be_bytes()); // v3
+    request.extend_from_slice(&7i32.to_be_bytes()); // correlation id
+    request.extend_from_slice(&(b"raw".len() as i16).to_be_bytes());
+    request.extend_from_slice(b"raw");
+    request.extend_from_slice(&(-1i16).to_be_bytes()); // no transactional id
+    request.extend_from_slice(&1i16.to_be_bytes()); // acks
+    request.extend_from_slice(&10_000i32.to_be_bytes());
+    request.extend_from_slice(&1i32.to_be_bytes()); // one topic
+    request.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+    request.extend_from_slice(topic.as_bytes());
+    request.extend_from_slice(&1i32.to_be_bytes()); // one partition
+    request.extend_from_slice(&partition.to_be_bytes());
+    request.extend_from_slice(&(batch.len() as i32).to_be_bytes());
+    request.extend_from_slice(&batch);
+
+    let mut tcp = tokio::net::TcpStream::connect(brokers).await.expect("connect to the broker");
+    tcp.write_all(&(request.len() as i32).to_be_bytes()).await.expect("write");
+    tcp.write_all(&request).await.expect("write");
+    let size = tcp.read_i32().await.expect("response size");
+    let mut response = vec![0u8; size as usize];
+    tcp.read_exact(&mut response).await.expect("response");
+    // correlation id (4), topics (4), topic name (2 + n), partitions (4), partition (4), error (2)
+    let at = 4 + 4 + 2 + topic.len() + 4 + 4;
+    i16::from_be_bytes([response[at], response[at + 1]])
+}
