@@ -4,7 +4,11 @@
 //! loopback, private, link-local (cloud metadata included), carrier-grade NAT, multicast,
 //! unspecified, broadcast, documentation and benchmarking ranges, IPv6 unique-local and
 //! link-local, and IPv4-mapped or -translated IPv6 addresses (judged by the IPv4 inside, so
-//! `::ffff:127.0.0.1` cannot hide a loopback) are all refused.
+//! `::ffff:127.0.0.1` cannot hide a loopback) are all refused. So is every other block of the
+//! IANA special-purpose registries that is not plainly global unicast: 6to4 (`2002::/16`) and
+//! Teredo (`2001::/32`, inside `2001::/23`), whose IPv4 inside is not to be trusted; local-use
+//! NAT64 (`64:ff9b:1::/48`); discard-only (`100::/64`); documentation (`3fff::/20`); SRv6 SIDs
+//! (`5f00::/16`); and the deprecated 6to4 relay anycast `192.88.99.0/24`.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -52,6 +56,7 @@ fn v4(ip: Ipv4Addr) -> Option<Restricted> {
         }
         _ if a == 198 && (b == 18 || b == 19) => Restricted::Reserved,
         _ if (a, b, c) == (192, 0, 0) => Restricted::Reserved,
+        _ if (a, b, c) == (192, 88, 99) => Restricted::Reserved,
         _ => return None,
     })
 }
@@ -65,9 +70,19 @@ fn v6(ip: Ipv6Addr) -> Option<Restricted> {
     if segments[..6] == [0, 0, 0, 0, 0, 0] && !ip.is_loopback() && !ip.is_unspecified() {
         return Some(Restricted::Reserved);
     }
-    if segments[0] == 0x64 && segments[1] == 0xff9b {
+    // IPv4-translated (::ffff:0:a.b.c.d, SIIT).
+    if segments[..6] == [0, 0, 0, 0, 0xffff, 0] {
         let inner = Ipv4Addr::from(((segments[6] as u32) << 16) | segments[7] as u32);
         return Some(v4(inner).unwrap_or(Restricted::Reserved));
+    }
+    if segments[0] == 0x64 && segments[1] == 0xff9b {
+        // The well-known NAT64 prefix carries the IPv4 inside; local-use NAT64 (64:ff9b:1::/48)
+        // translates into a site's own network.
+        if segments[2..6] == [0, 0, 0, 0] {
+            let inner = Ipv4Addr::from(((segments[6] as u32) << 16) | segments[7] as u32);
+            return Some(v4(inner).unwrap_or(Restricted::Reserved));
+        }
+        return Some(Restricted::Reserved);
     }
     Some(match () {
         _ if ip.is_loopback() => Restricted::Loopback,
@@ -78,6 +93,13 @@ fn v6(ip: Ipv6Addr) -> Option<Restricted> {
         // Site-local (deprecated, still routed privately) and documentation.
         _ if segments[0] & 0xffc0 == 0xfec0 => Restricted::Private,
         _ if segments[0] == 0x2001 && segments[1] == 0x0db8 => Restricted::Reserved,
+        // IETF protocol assignments (Teredo, benchmarking, ORCHID among them) and 6to4.
+        _ if segments[0] == 0x2001 && segments[1] < 0x0200 => Restricted::Reserved,
+        _ if segments[0] == 0x2002 => Restricted::Reserved,
+        // Discard-only, documentation (RFC 9637), SRv6 SIDs.
+        _ if segments[..4] == [0x0100, 0, 0, 0] => Restricted::Reserved,
+        _ if segments[0] & 0xfff0 == 0x3ff0 => Restricted::Reserved,
+        _ if segments[0] == 0x5f00 => Restricted::Reserved,
         _ => return None,
     })
 }
@@ -119,6 +141,26 @@ mod tests {
             ("::ffff:8.8.8.8", Restricted::Reserved),
             ("64:ff9b::a9fe:a9fe", Restricted::LinkLocal),
             ("2001:db8::1", Restricted::Reserved),
+            ("::ffff:0:7f00:1", Restricted::Loopback),
+            ("::ffff:0:a00:1", Restricted::Private),
+            ("2002:7f00:1::1", Restricted::Reserved),
+            ("2002:0808:0808::1", Restricted::Reserved),
+            ("2001::1", Restricted::Reserved),
+            ("2001:2::1", Restricted::Reserved),
+            ("64:ff9b:1::a00:1", Restricted::Reserved),
+            ("64:ff9b:1::808:808", Restricted::Reserved),
+            ("100::1", Restricted::Reserved),
+            ("3fff::1", Restricted::Reserved),
+            ("5f00::1", Restricted::Reserved),
+            ("192.88.99.1", Restricted::Reserved),
+            ("198.19.255.255", Restricted::Reserved),
+            ("192.0.0.8", Restricted::Reserved),
+            ("203.0.113.7", Restricted::Reserved),
+            ("198.51.100.7", Restricted::Reserved),
+            ("240.0.0.1", Restricted::Reserved),
+            ("0.1.2.3", Restricted::Unspecified),
+            ("172.31.255.255", Restricted::Private),
+            ("fec0::1", Restricted::Private),
         ] {
             assert_eq!(restriction(ip.parse().expect("ip")), Some(why), "{ip}");
         }
@@ -126,7 +168,16 @@ mod tests {
 
     #[test]
     fn public_addresses_pass() {
-        for ip in ["8.8.8.8", "1.1.1.1", "100.128.0.1", "172.32.0.1", "2606:4700:4700::1111", "2a00:1450::1"] {
+        for ip in [
+            "8.8.8.8",
+            "1.1.1.1",
+            "100.128.0.1",
+            "172.32.0.1",
+            "192.88.100.1",
+            "2606:4700:4700::1111",
+            "2a00:1450::1",
+            "2001:4860:4860::8888",
+        ] {
             assert_eq!(restriction(ip.parse().expect("ip")), None, "{ip}");
         }
     }

@@ -293,11 +293,42 @@ fn rabbitmq(fields: &Fields<'_>, allow_private: bool) -> Result<Destination, Api
     })
 }
 
+/// A URL's userinfo part as its owner meant it: percent-decoded (`%2B` is `+`, and `+` stays
+/// `+`, unlike form decoding, which would make it a space).
 fn urlencoding_decode(s: &str) -> String {
-    url::form_urlencoded::parse(format!("p={s}").as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
-        .unwrap_or_else(|| s.to_owned())
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
+/// The scheme, host and port of each URL a `kind` destination connects through.
+fn connection_origins(kind: SinkKind, public: &Value) -> Vec<Option<(String, String, Option<u16>)>> {
+    let fields: &[&str] = match kind {
+        SinkKind::Rabbitmq => &["url"],
+        SinkKind::Sqs => &["queue_url", "endpoint_url"],
+        SinkKind::Eventbridge => &["endpoint_url"],
+        SinkKind::Webhook | SinkKind::Pull => &[],
+    };
+    fields
+        .iter()
+        .map(|f| {
+            let url = public.get(*f).and_then(Value::as_str).and_then(|u| Url::parse(u).ok())?;
+            Some((url.scheme().to_owned(), url.host_str()?.to_owned(), url.port_or_known_default()))
+        })
+        .collect()
+}
+
+/// Stored credentials were given for one destination: they never follow a change of scheme, host
+/// or port to another one. Such a change must carry the credentials again.
+pub fn credentials_follow(kind: SinkKind, stored: &Value, new: &Destination) -> Result<(), ApiError> {
+    if new.credentials != Credentials::Unchanged
+        || connection_origins(kind, stored) == connection_origins(kind, &new.public)
+    {
+        return Ok(());
+    }
+    let field = if kind == SinkKind::Rabbitmq { "sink.url" } else { "sink.credentials" };
+    Err(ApiError::validation(
+        field,
+        "the destination moved to another scheme, host or port: give its credentials again (they are never sent to a new host)",
+    ))
 }
 
 /// Parses a `sink` object.
@@ -404,6 +435,12 @@ mod tests {
         .expect("valid");
         assert_eq!(d.public["url"], "amqps://hub@mq.example.com:5671/vh");
         assert_eq!(d.credentials, Credentials::Set(json!({"password": "s@cret"})));
+        let plus = parse(
+            &json!({"type": "rabbitmq", "url": "amqps://hub:a+b%2Bc@mq.example.com/vh", "exchange": "events"}),
+            false,
+        )
+        .expect("valid");
+        assert_eq!(plus.credentials, Credentials::Set(json!({"password": "a+b+c"})), "+ is not a space");
         assert!(
             err(json!({"type": "rabbitmq", "url": "amqp://mq.example.com", "exchange": "e"}), false)
                 .starts_with("sink.url")

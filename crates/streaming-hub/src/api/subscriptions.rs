@@ -333,6 +333,9 @@ pub async fn update(
         if dest.kind != sub.sink {
             return Err(ApiError::validation("sink.type", "cannot be changed; create a new subscription instead"));
         }
+        if sub.credentials.is_some() {
+            destination::credentials_follow(sub.sink, &sub.sink_config, &dest)?;
+        }
         let credentials = match dest.credentials {
             Credentials::Unchanged => None,
             Credentials::Cleared => sub.credentials.is_some().then_some(None),

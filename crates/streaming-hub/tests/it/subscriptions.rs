@@ -46,6 +46,27 @@ async fn secrets_and_credentials_are_never_stored_or_returned_in_clear(backend: 
         .await;
     assert_eq!(rabbit["sink"]["url"], "amqps://hub@mq.example.com/vh");
 
+    // Credentials never follow a destination to another host: the PATCH must give them again.
+    let rabbit_path = format!("/v1/subscriptions/{}", rabbit["id"].as_str().expect("id"));
+    let moved = json!({"sink": {"type": "rabbitmq", "url": "amqp://hub@127.0.0.1:5999/vh", "exchange": "events"}});
+    let (status, body) = hub.patch_json(&key, &rabbit_path, &moved).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().expect("message").starts_with("sink.url"), "{body}");
+    let (_, read) = hub.get(&key, &rabbit_path).await;
+    assert_eq!(read["sink"]["url"], "amqps://hub@mq.example.com/vh", "nothing changed");
+    let same_host =
+        json!({"sink": {"type": "rabbitmq", "url": "amqps://hub@mq.example.com/other", "exchange": "events"}});
+    assert_eq!(hub.patch_json(&key, &rabbit_path, &same_host).await.0, StatusCode::OK);
+    let with_password =
+        json!({"sink": {"type": "rabbitmq", "url": "amqp://hub:new-pass@127.0.0.1:5999/vh", "exchange": "events"}});
+    assert_eq!(hub.patch_json(&key, &rabbit_path, &with_password).await.0, StatusCode::OK);
+    let sqs_path = format!("/v1/subscriptions/{}", sqs["id"].as_str().expect("id"));
+    let endpoint = json!({"sink": {"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/q",
+        "region": "us-east-1", "endpoint_url": "http://127.0.0.1:5999"}});
+    let (status, body) = hub.patch_json(&key, &sqs_path, &endpoint).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().expect("message").starts_with("sink.credentials"), "{body}");
+
     for plain in [secret.as_str(), sqs_secret, amqp_password] {
         for answer in [&sqs, &rabbit] {
             assert!(!answer.to_string().contains(plain), "a response reveals a secret");
