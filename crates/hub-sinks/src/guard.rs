@@ -11,6 +11,10 @@ use hub_core::netpolicy::restriction;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
 /// Why a destination is refused.
+/// What a tenant is told of a refused destination, whatever the reason.
+pub const NOT_ALLOWED: &str = "destination not allowed";
+
+/// Why the guard refused a destination: for the operator's log, never for the tenant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("destination {host} resolves to a {why} address; private destinations are not allowed")]
 pub struct Refused {

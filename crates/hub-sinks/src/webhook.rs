@@ -121,7 +121,7 @@ impl WebhookSink {
         cap: usize,
     ) -> Result<(u16, Vec<u8>), Failure> {
         if let Err(refused) = check_host(&target.url, self.allow_private) {
-            return Err(failure(FailureKind::Forbidden, false, refused.to_string(), None, None));
+            return Err(not_allowed(&refused));
         }
         let request = self.client.post(target.url.clone()).headers(headers).timeout(target.timeout).body(body);
         let mut response = request.send().await.map_err(|e| classify(&e, target.timeout))?;
@@ -149,6 +149,13 @@ fn failure(
     Failure { retryable, kind, reason, status, response }
 }
 
+/// A destination the guard refused. The tenant is told only that it is not allowed: which kind
+/// of address a name resolves to would map the hub's own network. Operators get it in the log.
+fn not_allowed(refused: &crate::guard::Refused) -> Failure {
+    tracing::warn!(detail = %refused, "webhook destination refused by the address guard");
+    failure(FailureKind::Forbidden, false, crate::guard::NOT_ALLOWED.to_owned(), None, None)
+}
+
 /// A transport error as a classified failure; the message never includes the URL (it may carry
 /// tokens in its query).
 fn classify(e: &reqwest::Error, timeout: Duration) -> Failure {
@@ -160,7 +167,7 @@ fn classify(e: &reqwest::Error, timeout: Duration) -> Failure {
     let mut detail = String::new();
     while let Some(c) = cause {
         if let Some(refused) = c.downcast_ref::<crate::guard::Refused>() {
-            return failure(FailureKind::Forbidden, false, refused.to_string(), None, None);
+            return not_allowed(refused);
         }
         if c.source().is_none() {
             detail = c.to_string();

@@ -179,6 +179,11 @@ async fn the_ssrf_guard_refuses_private_destinations_unless_allowed() {
             matches!(&outcome, Outcome::Failed(f) if f.kind == FailureKind::Forbidden && !f.retryable),
             "{url}: {outcome:?}"
         );
+        // The tenant learns nothing of what the name resolves to.
+        assert!(
+            matches!(&outcome, Outcome::Failed(f) if f.reason == hub_sinks::guard::NOT_ALLOWED),
+            "{url}: {outcome:?}"
+        );
     }
     assert!(receiver.requests().is_empty(), "nothing reached the private receiver");
     // With private sinks allowed, the same receiver is reached.
