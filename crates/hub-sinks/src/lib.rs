@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aws;
+pub mod destination;
 pub mod guard;
 pub mod rabbitmq;
 pub mod webhook;
@@ -17,6 +18,7 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 pub use aws::{AwsCredentials, AwsEndpoint, EventBridgeSink, EventBridgeTarget, SqsSink, SqsTarget};
+pub use destination::{Destination, Secrets, Sinks};
 pub use rabbitmq::{RabbitSink, RabbitTarget};
 pub use webhook::{WebhookSink, WebhookTarget};
 

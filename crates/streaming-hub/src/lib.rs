@@ -131,7 +131,7 @@ pub async fn start_with_clock(
             stop.cancel();
         });
     }
-    let sinks = delivery::Sinks::new(
+    let sinks = hub_sinks::Sinks::new(
         config.allow_private_sinks,
         config.aws_default_credentials,
         config.aws_endpoint_url.clone(),

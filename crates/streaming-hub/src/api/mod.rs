@@ -48,7 +48,7 @@ pub struct AppState {
     pub sealer: Arc<Sealer>,
     pub allow_private_sinks: bool,
     pub pull_limiter: Arc<pull::PullLimiter>,
-    pub sinks: crate::delivery::Sinks,
+    pub sinks: hub_sinks::Sinks,
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Wakes the dispatcher: new jobs, a verified destination, a redrive.
     pub wake: Arc<tokio::sync::Notify>,

@@ -334,7 +334,7 @@ pub async fn update(
             return Err(ApiError::validation("sink.type", "cannot be changed; create a new subscription instead"));
         }
         if sub.credentials.is_some() {
-            destination::credentials_follow(sub.sink, &sub.sink_config, &dest)?;
+            destination::credentials_follow(&sub.sink_config, &dest)?;
         }
         let credentials = match dest.credentials {
             Credentials::Unchanged => None,
@@ -346,7 +346,7 @@ pub async fn update(
         // Only a change of where or how to connect proves nothing until probed again; a new
         // timeout or static header keeps the subscription active.
         let reverify = sub.sink.is_push()
-            && (credentials.is_some() || !destination::same_connection(sub.sink, &sub.sink_config, &dest.public));
+            && (credentials.is_some() || !destination::same_connection(&sub.sink_config, &dest.public));
         patch.destination = Some(DestinationChange { sink_config: dest.public, credentials, reverify });
     }
     if let Some(enabled) = req.enabled {

@@ -19,12 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use hub_core::SinkKind;
 use hub_core::delivery::{
     AttemptFacts, AutoDisable, Breaker, BreakerConfig, JobTransition, OutcomeClass, Permit, RetryPolicy, Transition,
     settle,
 };
-use hub_sinks::{EventBridgeSink, Failure, FailureKind, Message, Outcome, RabbitSink, Sink, SqsSink, WebhookSink};
+use hub_sinks::{Failure, FailureKind, Message, Outcome, Sinks};
 use hub_store::{
     AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, Store, StoredEvent, SubscriptionRecord,
 };
@@ -56,33 +55,6 @@ impl Settings {
     /// At most half the workers (and at least one) per destination.
     pub fn per_destination_cap(&self) -> usize {
         (self.workers as usize / 2).max(1)
-    }
-}
-
-/// The sinks a dispatcher delivers with (shared: each pools its connections).
-#[derive(Debug, Clone)]
-pub struct Sinks {
-    pub webhook: WebhookSink,
-    pub sqs: Arc<SqsSink>,
-    pub eventbridge: Arc<EventBridgeSink>,
-    pub rabbitmq: Arc<RabbitSink>,
-    /// Used by SQS and EventBridge subscriptions that name no endpoint.
-    pub aws_endpoint_url: Option<String>,
-}
-
-impl Sinks {
-    pub fn new(
-        allow_private: bool,
-        aws_default_credentials: bool,
-        aws_endpoint_url: Option<String>,
-    ) -> Result<Self, String> {
-        Ok(Self {
-            aws_endpoint_url,
-            webhook: WebhookSink::new(allow_private)?,
-            sqs: Arc::new(SqsSink::new(aws_default_credentials)),
-            eventbridge: Arc::new(EventBridgeSink::new(aws_default_credentials)),
-            rabbitmq: Arc::new(RabbitSink::new()),
-        })
     }
 }
 
@@ -638,33 +610,11 @@ impl Dispatcher {
         };
         // The attempt must end well inside the lease, or another worker could take the job.
         let max_timeout = self.settings.lease.mul_f64(0.8);
-        let outcome = match sub.sink {
-            SinkKind::Webhook => match targets::webhook_target(sub, &self.sealer, now, max_timeout) {
-                Ok(target) => Ok(self.sinks.webhook.deliver(&target, &message).await),
-                Err(reason) => Err(reason),
-            },
-            SinkKind::Sqs => {
-                match targets::sqs_target(sub, &self.sealer, max_timeout, self.sinks.aws_endpoint_url.as_deref()) {
-                    Ok(target) => Ok(self.sinks.sqs.deliver(&target, &message).await),
-                    Err(reason) => Err(reason),
-                }
-            }
-            SinkKind::Eventbridge => match targets::eventbridge_target(
-                sub,
-                &self.sealer,
-                max_timeout,
-                self.sinks.aws_endpoint_url.as_deref(),
-            ) {
-                Ok(target) => Ok(self.sinks.eventbridge.deliver(&target, &message).await),
-                Err(reason) => Err(reason),
-            },
-            SinkKind::Rabbitmq => match targets::rabbitmq_target(sub, &self.sealer, max_timeout) {
-                Ok(target) => Ok(self.sinks.rabbitmq.deliver(&target, &message).await),
-                Err(reason) => Err(reason),
-            },
-            SinkKind::Pull => Err("a pull subscription has no push destination".to_owned()),
-        };
-        outcome.unwrap_or_else(config_failure)
+        let prepared = targets::destination(sub).and_then(|d| Ok((d, targets::secrets(sub, &self.sealer, now)?)));
+        match prepared {
+            Ok((destination, secrets)) => self.sinks.deliver(&destination, &secrets, &message, max_timeout).await,
+            Err(reason) => config_failure(reason),
+        }
     }
 
     /// The attempt's record and its settlement (`hub_core::delivery::settle`): what it does to the

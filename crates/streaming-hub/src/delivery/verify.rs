@@ -4,36 +4,22 @@
 
 use std::time::Duration;
 
-use hub_core::SinkKind;
-use hub_sinks::Sink;
 use hub_store::{Store, StoreError, SubscriptionRecord, VerificationResult};
 
-use super::{Sinks, targets};
+use hub_sinks::Sinks;
+
+use super::targets;
 use crate::clock::Clock;
 use crate::secrets::Sealer;
 
+/// How long a probe may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Probes the subscription's destination; `Err` carries the reason shown to the tenant.
 pub async fn probe(sub: &SubscriptionRecord, sinks: &Sinks, sealer: &Sealer, clock: &dyn Clock) -> Result<(), String> {
-    match sub.sink {
-        SinkKind::Pull => Ok(()),
-        SinkKind::Webhook => {
-            let target = targets::webhook_target(sub, sealer, clock.now(), Duration::from_secs(60))?;
-            sinks.webhook.probe(&target, &sub.tenant_id, sub.id).await.map_err(|f| f.reason)
-        }
-        SinkKind::Sqs => {
-            let target = targets::sqs_target(sub, sealer, Duration::from_secs(60), sinks.aws_endpoint_url.as_deref())?;
-            sinks.sqs.probe(&target, &sub.tenant_id, sub.id).await.map_err(|f| f.reason)
-        }
-        SinkKind::Eventbridge => {
-            let target =
-                targets::eventbridge_target(sub, sealer, Duration::from_secs(60), sinks.aws_endpoint_url.as_deref())?;
-            sinks.eventbridge.probe(&target, &sub.tenant_id, sub.id).await.map_err(|f| f.reason)
-        }
-        SinkKind::Rabbitmq => {
-            let target = targets::rabbitmq_target(sub, sealer, Duration::from_secs(60))?;
-            sinks.rabbitmq.probe(&target, &sub.tenant_id, sub.id).await.map_err(|f| f.reason)
-        }
-    }
+    let destination = targets::destination(sub)?;
+    let secrets = targets::secrets(sub, sealer, clock.now())?;
+    sinks.probe(&destination, &secrets, &sub.tenant_id, sub.id, PROBE_TIMEOUT).await.map_err(|f| f.reason)
 }
 
 /// Probes and stores the result; returns the subscription as stored after it and the failure,
@@ -66,7 +52,7 @@ pub async fn verify(
         match store.subscription(&probed.tenant_id, probed.id).await? {
             Some(now)
                 if now.credentials == probed.credentials
-                    && crate::api::destination::same_connection(now.sink, &probed.sink_config, &now.sink_config) =>
+                    && crate::api::destination::same_connection(&probed.sink_config, &now.sink_config) =>
             {
                 result.probed_config = now.sink_config;
             }

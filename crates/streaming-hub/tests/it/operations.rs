@@ -123,7 +123,7 @@ async fn sigterm_drains_readiness_first_and_releases_unfinished_leases() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn logs_are_json_with_ids_and_never_carry_payloads_or_secrets() {
-    let (vars, store) = shared_database().await;
+    let (vars, _store) = shared_database().await;
     let admin = vars.iter().find(|(k, _)| *k == "STREAMING_HUB_ADMIN_TOKEN").expect("admin").1.clone();
     let kek = "6b".repeat(32);
     let receiver = Receiver::start(Script::FailFirst(1)).await;

@@ -1,0 +1,451 @@
+//! Parsing and validation of a subscription's `sink` as the API takes it (SPEC §2.1.1), with
+//! errors that name the field (`sink.url: …`).
+//!
+//! A destination splits in two: the public configuration (stored in clear, shown by the API) and
+//! the credentials (sealed at rest, never shown). A RabbitMQ URL's password is a credential: the
+//! URL is shown without it.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use hub_core::SinkKind;
+use serde_json::{Map, Value, json};
+use url::Url;
+
+/// A field of the request that is not valid, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct Invalid {
+    pub field: String,
+    pub problem: String,
+}
+
+impl Invalid {
+    fn new(field: &str, problem: impl std::fmt::Display) -> Self {
+        Self { field: field.to_owned(), problem: problem.to_string() }
+    }
+}
+
+const MAX_URL: usize = 2048;
+const MAX_HEADERS: usize = 20;
+const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+/// Headers the hub sets itself, or that would carry credentials in clear configuration.
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+    "user-agent",
+    "traceparent",
+    "tracestate",
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+];
+
+/// What a request says about credentials.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Credentials {
+    /// Not mentioned: on create none, on update keep what is stored.
+    Unchanged,
+    /// `"credentials": null`: remove them.
+    Cleared,
+    Set(Value),
+}
+
+/// A validated destination.
+#[derive(Debug, Clone)]
+pub struct Requested {
+    pub kind: SinkKind,
+    /// The typed destination.
+    pub typed: super::Destination,
+    /// Shown by the API and stored in clear: the typed destination's own JSON.
+    pub public: Value,
+    pub credentials: Credentials,
+}
+
+impl Requested {
+    /// Checks the validated JSON against the typed destination and keeps the typed form's JSON,
+    /// so what is stored is exactly what the dispatcher will read back.
+    fn typed(public: Value, credentials: Credentials) -> Result<Self, Invalid> {
+        let typed = super::Destination::from_stored(&public).map_err(|e| Invalid::new("sink", e))?;
+        Ok(Self { kind: typed.kind(), public: typed.to_stored(), typed, credentials })
+    }
+}
+
+/// Whether two stored destinations connect to the same place in the same way (what a probe
+/// proved). Timeouts and static headers do not count; an unreadable one never matches.
+pub fn same_connection(old: &Value, new: &Value) -> bool {
+    match (super::Destination::from_stored(old), super::Destination::from_stored(new)) {
+        (Ok(old), Ok(new)) => old.same_connection(&new),
+        _ => false,
+    }
+}
+
+struct Fields<'a> {
+    map: &'a Map<String, Value>,
+}
+
+fn field(name: &str) -> String {
+    format!("sink.{name}")
+}
+
+impl<'a> Fields<'a> {
+    fn only(&self, allowed: &[&str]) -> Result<(), Invalid> {
+        match self.map.keys().find(|k| k.as_str() != "type" && !allowed.contains(&k.as_str())) {
+            Some(k) => Err(Invalid::new(&field(k), "is not a field of this sink type")),
+            None => Ok(()),
+        }
+    }
+
+    fn string(&self, name: &str, max: usize) -> Result<Option<&'a str>, Invalid> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.len() > max => {
+                Err(Invalid::new(&field(name), format!("must be at most {max} bytes")))
+            }
+            Some(Value::String(s)) if s.chars().any(char::is_control) => {
+                Err(Invalid::new(&field(name), "must not contain control characters"))
+            }
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(Invalid::new(&field(name), "must be a string")),
+        }
+    }
+
+    fn required(&self, name: &str, max: usize) -> Result<&'a str, Invalid> {
+        match self.string(name, max)? {
+            Some(s) if !s.trim().is_empty() => Ok(s),
+            _ => Err(Invalid::new(&field(name), "is required")),
+        }
+    }
+}
+
+/// Parses a URL and applies the destination rules: allowed schemes, a host, no credentials in
+/// clear (unless `allow_userinfo`), and no private address literal unless private sinks are
+/// allowed. Host names are checked again when they are resolved, at delivery.
+fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_private: bool) -> Result<Url, Invalid> {
+    let f = field(name);
+    let url = Url::parse(raw).map_err(|_| Invalid::new(&f, "must be an absolute URL"))?;
+    if !schemes.contains(&url.scheme()) {
+        return Err(Invalid::new(&f, format!("must use {}", schemes.join(" or "))));
+    }
+    let host = url.host().ok_or_else(|| Invalid::new(&f, "must name a host"))?;
+    if !allow_private {
+        let ip: Option<IpAddr> = match host {
+            url::Host::Ipv4(ip) => Some(ip.into()),
+            url::Host::Ipv6(ip) => Some(ip.into()),
+            url::Host::Domain(_) => None,
+        };
+        if let Some(why) = ip.and_then(hub_core::netpolicy::restriction) {
+            return Err(Invalid::new(
+                &f,
+                format!("points to a {} address; private destinations are not allowed", why.as_str()),
+            ));
+        }
+        if let url::Host::Domain(d) = host {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            if d == "localhost" || d.ends_with(".localhost") {
+                return Err(Invalid::new(&f, "points to localhost; private destinations are not allowed"));
+            }
+        }
+    }
+    Ok(url)
+}
+
+fn region(fields: &Fields<'_>) -> Result<String, Invalid> {
+    let r = fields.required("region", 32)?;
+    if !r.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        return Err(Invalid::new("sink.region", "must be an AWS region such as us-east-1"));
+    }
+    Ok(r.to_owned())
+}
+
+fn aws_credentials(fields: &Fields<'_>) -> Result<Credentials, Invalid> {
+    match fields.map.get("credentials") {
+        None => Ok(Credentials::Unchanged),
+        Some(Value::Null) => Ok(Credentials::Cleared),
+        Some(Value::Object(c)) => {
+            let inner = Fields { map: c };
+            let prefixed = |e: Invalid| Invalid { field: e.field.replacen("sink.", "sink.credentials.", 1), ..e };
+            inner.only(&["access_key_id", "secret_access_key", "session_token"]).map_err(prefixed)?;
+            let id = inner.required("access_key_id", 128).map_err(prefixed)?;
+            if id.len() < 16 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+                return Err(Invalid::new("sink.credentials.access_key_id", "must be an AWS access key id"));
+            }
+            let secret = inner.required("secret_access_key", 256).map_err(prefixed)?;
+            let token = inner.string("session_token", 4096).map_err(prefixed)?;
+            let mut value = json!({"access_key_id": id, "secret_access_key": secret});
+            if let Some(token) = token {
+                value["session_token"] = json!(token);
+            }
+            Ok(Credentials::Set(value))
+        }
+        Some(_) => Err(Invalid::new("sink.credentials", "must be an object or null")),
+    }
+}
+
+fn endpoint(fields: &Fields<'_>, allow_private: bool, public: &mut Value) -> Result<(), Invalid> {
+    if let Some(raw) = fields.string("endpoint_url", MAX_URL)? {
+        let url = destination_url("endpoint_url", raw, &["https", "http"], allow_private)?;
+        if url.scheme() == "http" && !allow_private {
+            return Err(Invalid::new("sink.endpoint_url", "must use https"));
+        }
+        public["endpoint_url"] = json!(url.as_str());
+    }
+    Ok(())
+}
+
+fn webhook(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+    fields.only(&["url", "headers", "timeout_ms"])?;
+    let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
+    let url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(Invalid::new("sink.url", "must not carry credentials; requests are signed instead"));
+    }
+    let mut headers = BTreeMap::new();
+    match fields.map.get("headers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(h)) => {
+            if h.len() > MAX_HEADERS {
+                return Err(Invalid::new("sink.headers", format!("must have at most {MAX_HEADERS} entries")));
+            }
+            for (name, value) in h {
+                let f = format!("sink.headers.{name}");
+                let lower = name.to_ascii_lowercase();
+                if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    return Err(Invalid::new(&f, "is not a valid header name"));
+                }
+                if RESERVED_HEADERS.contains(&lower.as_str())
+                    || lower.starts_with("x-webhook-")
+                    || lower.starts_with("x-lerian-")
+                {
+                    return Err(Invalid::new(&f, "is set by the hub or carries credentials; it cannot be configured"));
+                }
+                let Value::String(v) = value else {
+                    return Err(Invalid::new(&f, "must be a string"));
+                };
+                if v.len() > 1024 || reqwest::header::HeaderValue::from_str(v).is_err() {
+                    return Err(Invalid::new(&f, "must be a valid header value of at most 1024 bytes"));
+                }
+                headers.insert(name.clone(), v.clone());
+            }
+        }
+        Some(_) => return Err(Invalid::new("sink.headers", "must be an object of strings")),
+    }
+    let timeout_ms = match fields.map.get("timeout_ms") {
+        None | Some(Value::Null) => DEFAULT_TIMEOUT_MS,
+        Some(v) => match v.as_u64() {
+            Some(ms) if (100..=60_000).contains(&ms) => ms,
+            _ => return Err(Invalid::new("sink.timeout_ms", "must be a whole number from 100 to 60000")),
+        },
+    };
+    Requested::typed(
+        json!({"type": "webhook", "url": url.as_str(), "headers": headers, "timeout_ms": timeout_ms}),
+        Credentials::Unchanged,
+    )
+}
+
+fn sqs(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+    fields.only(&["queue_url", "region", "credentials", "endpoint_url"])?;
+    let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
+    let queue = destination_url("queue_url", fields.required("queue_url", MAX_URL)?, schemes, allow_private)?;
+    let mut public = json!({"type": "sqs", "queue_url": queue.as_str(), "region": region(fields)?});
+    endpoint(fields, allow_private, &mut public)?;
+    Requested::typed(public, aws_credentials(fields)?)
+}
+
+fn eventbridge(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+    fields.only(&["event_bus", "region", "credentials", "endpoint_url"])?;
+    let bus = fields.required("event_bus", 1600)?;
+    if !bus.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b)) {
+        return Err(Invalid::new("sink.event_bus", "must be an event bus name or ARN"));
+    }
+    let mut public = json!({"type": "eventbridge", "event_bus": bus, "region": region(fields)?});
+    endpoint(fields, allow_private, &mut public)?;
+    Requested::typed(public, aws_credentials(fields)?)
+}
+
+/// The routing-key placeholders a RabbitMQ sink may use.
+pub const ROUTING_PLACEHOLDERS: [&str; 3] = ["{resource}", "{event}", "{source}"];
+
+fn rabbitmq(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+    fields.only(&["url", "exchange", "routing_key"])?;
+    let schemes: &[&str] = if allow_private { &["amqps", "amqp"] } else { &["amqps"] };
+    let mut url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
+    let credentials = match url.password() {
+        Some(p) => {
+            let password = urlencoding_decode(p);
+            Credentials::Set(json!({"password": password}))
+        }
+        None => Credentials::Unchanged,
+    };
+    let _ = url.set_password(None);
+    let exchange = fields.string("exchange", 255)?.ok_or_else(|| Invalid::new("sink.exchange", "is required"))?;
+    if !exchange.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b)) {
+        return Err(Invalid::new("sink.exchange", "may contain letters, digits, '_', '.', ':' and '-'"));
+    }
+    let routing_key = fields.string("routing_key", 255)?.unwrap_or_default();
+    let mut rest = routing_key.to_owned();
+    for p in ROUTING_PLACEHOLDERS {
+        rest = rest.replace(p, "");
+    }
+    if rest.contains('{') || rest.contains('}') {
+        return Err(Invalid::new("sink.routing_key", "may only use the placeholders {resource}, {event} and {source}"));
+    }
+    Requested::typed(
+        json!({"type": "rabbitmq", "url": url.as_str(), "exchange": exchange, "routing_key": routing_key}),
+        credentials,
+    )
+}
+
+/// A URL's userinfo part as its owner meant it: percent-decoded (`%2B` is `+`, and `+` stays
+/// `+`, unlike form decoding, which would make it a space).
+fn urlencoding_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
+/// Stored credentials were given for one destination: they never follow a change of scheme, host
+/// or port to another one. Such a change must carry the credentials again.
+pub fn credentials_follow(stored: &Value, new: &Requested) -> Result<(), Invalid> {
+    let stored = super::Destination::from_stored(stored).map_err(|e| Invalid::new("sink", e))?;
+    if new.credentials != Credentials::Unchanged || stored.credential_origins() == new.typed.credential_origins() {
+        return Ok(());
+    }
+    let field = if new.kind == SinkKind::Rabbitmq { "sink.url" } else { "sink.credentials" };
+    Err(Invalid::new(
+        field,
+        "the destination moved to another scheme, host or port: give its credentials again (they are never sent to a new host)",
+    ))
+}
+
+/// Parses a `sink` object.
+pub fn parse(value: &Value, allow_private: bool) -> Result<Requested, Invalid> {
+    let map = value.as_object().ok_or_else(|| Invalid::new("sink", "must be an object"))?;
+    let fields = Fields { map };
+    let kind = match map.get("type") {
+        Some(Value::String(t)) => SinkKind::parse(t)
+            .ok_or_else(|| Invalid::new("sink.type", "must be one of webhook, sqs, rabbitmq, eventbridge, pull"))?,
+        _ => return Err(Invalid::new("sink.type", "is required")),
+    };
+    match kind {
+        SinkKind::Webhook => webhook(&fields, allow_private),
+        SinkKind::Sqs => sqs(&fields, allow_private),
+        SinkKind::Eventbridge => eventbridge(&fields, allow_private),
+        SinkKind::Rabbitmq => rabbitmq(&fields, allow_private),
+        SinkKind::Pull => {
+            fields.only(&[])?;
+            Requested::typed(json!({"type": "pull"}), Credentials::Unchanged)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(v: Value, private: bool) -> String {
+        parse(&v, private).expect_err("invalid").to_string()
+    }
+
+    #[test]
+    fn webhook_rules() {
+        let ok =
+            parse(&json!({"type": "webhook", "url": "https://example.com/h", "headers": {"X-Team": "risk"}}), false)
+                .expect("valid");
+        assert_eq!(ok.public["timeout_ms"], 10_000);
+        assert_eq!(ok.public["headers"]["X-Team"], "risk");
+        assert!(
+            err(json!({"type": "webhook", "url": "http://example.com/h"}), false)
+                .starts_with("sink.url: must use https")
+        );
+        assert!(parse(&json!({"type": "webhook", "url": "http://127.0.0.1:9/h"}), true).is_ok());
+        for url in [
+            "https://127.0.0.1/h",
+            "https://10.0.0.1/",
+            "https://[::1]/",
+            "https://169.254.169.254/",
+            "https://localhost/",
+        ] {
+            assert!(err(json!({"type": "webhook", "url": url}), false).starts_with("sink.url:"), "{url}");
+        }
+        assert!(err(json!({"type": "webhook", "url": "https://u:p@example.com/"}), false).contains("credentials"));
+        assert!(err(json!({"type": "webhook"}), false).starts_with("sink.url: is required"));
+        assert!(
+            err(json!({"type": "webhook", "url": "https://e.com", "timeout_ms": 5}), false)
+                .starts_with("sink.timeout_ms")
+        );
+        assert!(
+            err(json!({"type": "webhook", "url": "https://e.com", "headers": {"Authorization": "x"}}), false)
+                .starts_with("sink.headers.Authorization")
+        );
+        assert!(
+            err(json!({"type": "webhook", "url": "https://e.com", "headers": {"X-Lerian-Tenant-Id": "x"}}), false)
+                .starts_with("sink.headers.X-Lerian-Tenant-Id")
+        );
+        assert!(
+            err(json!({"type": "webhook", "url": "https://e.com", "queue_url": "x"}), false)
+                .starts_with("sink.queue_url")
+        );
+    }
+
+    #[test]
+    fn aws_sinks_split_credentials() {
+        let d = parse(
+            &json!({"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/q", "region": "us-east-1",
+                    "credentials": {"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": "wJalr"}}),
+            false,
+        )
+        .expect("valid");
+        assert!(d.public.get("credentials").is_none());
+        assert!(!d.public.to_string().contains("wJalr"));
+        assert!(matches!(d.credentials, Credentials::Set(_)));
+        assert!(err(json!({"type": "sqs", "queue_url": "https://q", "region": "us-east-1", "credentials": {"access_key_id": "AKIAIOSFODNN7EXAMPLE"}}), false)
+            .starts_with("sink.credentials.secret_access_key"));
+        assert!(err(json!({"type": "sqs", "queue_url": "https://q"}), false).starts_with("sink.region"));
+        assert!(err(json!({"type": "eventbridge", "region": "us-east-1"}), false).starts_with("sink.event_bus"));
+        let cleared = parse(
+            &json!({"type": "eventbridge", "event_bus": "default", "region": "us-east-1", "credentials": null}),
+            false,
+        )
+        .expect("valid");
+        assert_eq!(cleared.credentials, Credentials::Cleared);
+    }
+
+    #[test]
+    fn rabbitmq_password_is_a_credential() {
+        let d = parse(
+            &json!({"type": "rabbitmq", "url": "amqps://hub:s%40cret@mq.example.com:5671/vh", "exchange": "events",
+                    "routing_key": "{source}.{resource}.{event}"}),
+            false,
+        )
+        .expect("valid");
+        assert_eq!(d.public["url"], "amqps://hub@mq.example.com:5671/vh");
+        assert_eq!(d.credentials, Credentials::Set(json!({"password": "s@cret"})));
+        let plus = parse(
+            &json!({"type": "rabbitmq", "url": "amqps://hub:a+b%2Bc@mq.example.com/vh", "exchange": "events"}),
+            false,
+        )
+        .expect("valid");
+        assert_eq!(plus.credentials, Credentials::Set(json!({"password": "a+b+c"})), "+ is not a space");
+        assert!(
+            err(json!({"type": "rabbitmq", "url": "amqp://mq.example.com", "exchange": "e"}), false)
+                .starts_with("sink.url")
+        );
+        assert!(err(json!({"type": "rabbitmq", "url": "amqps://mq.example.com", "exchange": "e", "routing_key": "{tenant}"}), false)
+            .starts_with("sink.routing_key"));
+        assert!(err(json!({"type": "rabbitmq", "url": "amqps://mq.example.com"}), false).starts_with("sink.exchange"));
+    }
+
+    #[test]
+    fn type_is_required_and_known() {
+        assert!(err(json!({}), false).starts_with("sink.type: is required"));
+        assert!(err(json!({"type": "ftp"}), false).starts_with("sink.type"));
+        assert!(err(json!("pull"), false).starts_with("sink: must be an object"));
+        assert!(err(json!({"type": "pull", "url": "x"}), false).starts_with("sink.url"));
+    }
+}
