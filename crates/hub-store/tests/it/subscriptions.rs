@@ -188,6 +188,48 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
     db.store.create_subscription(&sub).await.expect("create");
     let rounds: u8 = 25;
     let id = sub.id;
+    // Leased jobs whose failed attempts the recorder writes while the other intents race.
+    let batch: Vec<_> = (0..rounds).map(|_| accepted("t1", Uuid::now_v7())).collect();
+    db.store.write_batch(&batch).await.expect("events");
+    // Microseconds, as both stores keep time.
+    let now = chrono::DateTime::from_timestamp_micros(Utc::now().timestamp_micros()).expect("now");
+    let claim = hub_store::ClaimRequest {
+        now,
+        lease_until: now + Duration::seconds(60),
+        token: Uuid::now_v7(),
+        limit: u32::from(rounds),
+        after_tenant: None,
+        exclude_subscriptions: Vec::new(),
+    };
+    let jobs = db.store.claim_jobs(&claim).await.expect("claim").jobs;
+    assert_eq!(jobs.len(), usize::from(rounds));
+    let failed_at: Vec<_> = (0..rounds).map(|i| now + Duration::seconds(i64::from(i) + 1)).collect();
+    let store = Arc::clone(&db.store);
+    let last_failure = *failed_at.last().expect("rounds");
+    let outcomes = tokio::spawn(async move {
+        for (job, at) in jobs.iter().zip(failed_at) {
+            let result = hub_store::AttemptResult {
+                token: job.token,
+                record: hub_store::AttemptRecord {
+                    id: Uuid::now_v7(),
+                    job_id: job.id,
+                    tenant_id: job.tenant_id.clone(),
+                    subscription_id: job.subscription_id,
+                    attempt: 1,
+                    started_at: at,
+                    latency_ms: 1,
+                    outcome: "failed".into(),
+                    status_code: Some(503),
+                    error: Some("HTTP 503".into()),
+                    response_body: None,
+                },
+                transition: hub_store::JobTransition::Retry { due_at: at },
+                health: hub_store::HealthChange::Failure { at, disable: None },
+                now: at,
+            };
+            store.complete_attempt(&result).await.expect("record");
+        }
+    });
 
     let store = Arc::clone(&db.store);
     let patches = tokio::spawn(async move {
@@ -246,7 +288,7 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
             store.patch_subscription("t1", id, &patch).await.expect("patch").expect("exists");
         }
     });
-    for task in [patches, rotations, verifications, disables] {
+    for task in [patches, rotations, verifications, disables, outcomes] {
         task.await.expect("task");
     }
     let last = rounds - 1;
@@ -259,6 +301,8 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
     assert_eq!(read.verification_error, None);
     assert_eq!(read.enabled, last % 2 == 1);
     assert_eq!(read.sink_config, sub.sink_config);
+    assert_eq!(read.last_failure_at, Some(last_failure), "the recorder's last failure");
+    assert!(read.failing_since.is_some(), "the failure period the recorder opened");
 
     // A verification of a destination that changed meanwhile is not recorded.
     let moved = SubscriptionPatch {
