@@ -112,6 +112,9 @@ pub trait Subscriptions: Send + Sync {
     /// One of a tenant's subscriptions; `None` for an unknown id or another tenant's.
     async fn subscription(&self, tenant: &str, id: Uuid) -> StoreResult<Option<SubscriptionRecord>>;
 
+    /// How many subscriptions a tenant has.
+    async fn count_subscriptions(&self, tenant: &str) -> StoreResult<i64>;
+
     /// A tenant's subscriptions in creation order, after the cursor `after` (an id).
     async fn list_subscriptions(
         &self,

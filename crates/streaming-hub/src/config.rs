@@ -107,6 +107,16 @@ pub struct KafkaConfig {
     pub stats_interval: Duration,
 }
 
+/// What one tenant may use.
+#[derive(Debug, Clone, Copy)]
+pub struct Quotas {
+    pub subscriptions_per_tenant: u32,
+    pub patterns_per_subscription: u32,
+    /// Events per second a tenant may post over HTTP (token bucket, per process).
+    pub ingest_rate: u32,
+    pub ingest_burst: u32,
+}
+
 /// Limits of the HTTP server.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
@@ -146,6 +156,8 @@ pub struct Config {
     pub retry_deadline: Duration,
     pub pull_rate: u32,
     pub pull_burst: u32,
+    /// Per-tenant limits (SPEC §8).
+    pub quotas: Quotas,
     pub autodisable_enabled: bool,
     pub autodisable_failure_window: Duration,
     pub autodisable_failure_spread: Duration,
@@ -250,6 +262,10 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_SHUTDOWN_TIMEOUT",
     "STREAMING_HUB_DRAIN_DELAY",
     "STREAMING_HUB_HTTP_MAX_CONNECTIONS",
+    "STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT",
+    "STREAMING_HUB_MAX_PATTERNS_PER_SUBSCRIPTION",
+    "STREAMING_HUB_INGEST_RATE",
+    "STREAMING_HUB_INGEST_BURST",
     "STREAMING_HUB_HTTP_HEADER_TIMEOUT",
     "STREAMING_HUB_HTTP_REQUEST_TIMEOUT",
     "STREAMING_HUB_METRICS_INTERVAL",
@@ -422,6 +438,12 @@ impl Config {
             retry_deadline: r.duration("STREAMING_HUB_RETRY_DEADLINE", "24h"),
             pull_rate: r.number("STREAMING_HUB_PULL_RATE", 100, 1, 1_000_000),
             pull_burst: r.number("STREAMING_HUB_PULL_BURST", 200, 1, 1_000_000),
+            quotas: Quotas {
+                subscriptions_per_tenant: r.number("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", 500, 1, 1_000_000),
+                patterns_per_subscription: r.number("STREAMING_HUB_MAX_PATTERNS_PER_SUBSCRIPTION", 32, 1, 1000),
+                ingest_rate: r.number("STREAMING_HUB_INGEST_RATE", 1000, 1, 10_000_000),
+                ingest_burst: r.number("STREAMING_HUB_INGEST_BURST", 2000, 1, 10_000_000),
+            },
             autodisable_enabled: r.flag("STREAMING_HUB_AUTODISABLE_ENABLED", true),
             autodisable_failure_window: r.duration("STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW", "120h"),
             autodisable_failure_spread: r.duration("STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD", "12h"),

@@ -30,6 +30,13 @@ impl Subscriptions for PgStore {
             .transpose()
     }
 
+    async fn count_subscriptions(&self, tenant: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM subscriptions WHERE tenant_id = $1")
+            .bind(tenant)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
     async fn list_subscriptions(
         &self,
         tenant: &str,

@@ -32,6 +32,13 @@ impl Subscriptions for SqliteStore {
             .transpose()
     }
 
+    async fn count_subscriptions(&self, tenant: &str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM subscriptions WHERE tenant_id = ?1")
+            .bind(tenant)
+            .fetch_one(&self.reader)
+            .await?)
+    }
+
     async fn list_subscriptions(
         &self,
         tenant: &str,

@@ -65,7 +65,8 @@ fn binary_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
     responses(
         (status = 202, description = "Accepted, duplicate or discarded", body = IngestAnswer),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 403, description = "A tenant key posting for another tenant", body = ErrorBody),
+        (status = 403, description = "A tenant key posting for another tenant, or naming none", body = ErrorBody),
+        (status = 429, description = "`rate_limited`: the tenant posts over its rate; see Retry-After", body = ErrorBody),
         (status = 413, description = "Request over 2 MiB", body = ErrorBody),
         (status = 415, description = "Batched CloudEvents", body = ErrorBody),
         (status = 422, description = "Quarantined; the message names the header at fault", body = ErrorBody),
@@ -94,11 +95,13 @@ pub async fn ingest(
     let judged = match parsed {
         Ok((ce_headers, data)) => {
             authorize(&principal, &ce_headers)?;
+            within_rate(&state, &ce_headers)?;
             ingest::judge_record(&ce_headers, &data, None, Origin::Http, &state.policy, now)
         }
         Err(reason) => {
             let ce_headers = binary_headers(&headers);
             authorize(&principal, &ce_headers)?;
+            within_rate(&state, &ce_headers)?;
             ingest::quarantine_record(&ce_headers, &body, reason, Origin::Http, now)
         }
     };
@@ -121,6 +124,28 @@ fn authorize(principal: &Principal, headers: &[(String, Vec<u8>)]) -> Result<(),
             "an API key of tenant {tenant} may only ingest events whose ce-tenantid is {tenant}"
         ))),
     }
+}
+
+/// A tenant posts at most `STREAMING_HUB_INGEST_RATE` events a second (burst
+/// `STREAMING_HUB_INGEST_BURST`), per process; over it, `429` with `Retry-After` and nothing is
+/// stored. A record naming no valid tenant is not counted (it is refused or quarantined).
+fn within_rate(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
+    let tenant = headers
+        .iter()
+        .rev()
+        .find(|(k, _)| k.eq_ignore_ascii_case("ce-tenantid"))
+        .and_then(|(_, v)| std::str::from_utf8(v).ok())
+        .and_then(|t| hub_core::TenantId::parse(t).ok());
+    let Some(tenant) = tenant else { return Ok(()) };
+    state.ingest_limiter.check(&tenant).map_err(|wait| {
+        let mut err = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limited",
+            format!("more than {} events a second for this tenant; retry later", state.quotas.ingest_rate),
+        );
+        err.retry_after = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
+        err
+    })
 }
 
 fn respond(outcome: Outcome) -> Response {

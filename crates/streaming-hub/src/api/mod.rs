@@ -47,7 +47,10 @@ pub struct AppState {
     pub ingest: crate::ingest::GroupWriter,
     pub sealer: Arc<Sealer>,
     pub allow_private_sinks: bool,
-    pub pull_limiter: Arc<pull::PullLimiter>,
+    pub pull_limiter: Arc<pull::TenantLimiter>,
+    /// HTTP ingest per tenant (`STREAMING_HUB_INGEST_RATE`).
+    pub ingest_limiter: Arc<pull::TenantLimiter>,
+    pub quotas: crate::config::Quotas,
     pub sinks: hub_sinks::Sinks,
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Wakes the dispatcher: new jobs, a verified destination, a redrive.

@@ -26,9 +26,9 @@ use super::auth::TenantCaller;
 use super::error::{ApiError, ErrorBody, Query, page_limit};
 use crate::telemetry::metric;
 
-/// Per-tenant token buckets for pull reads.
+/// Per-tenant token buckets (pull reads, HTTP ingest), per process.
 #[derive(Debug)]
-pub struct PullLimiter {
+pub struct TenantLimiter {
     rate: u32,
     burst: u32,
     origin: Instant,
@@ -38,7 +38,7 @@ pub struct PullLimiter {
 /// Buckets kept before full (idle) ones are forgotten.
 const MAX_IDLE_BUCKETS: usize = 10_000;
 
-impl PullLimiter {
+impl TenantLimiter {
     pub fn new(rate: u32, burst: u32) -> Self {
         Self { rate, burst, origin: Instant::now(), buckets: Mutex::new(HashMap::new()) }
     }

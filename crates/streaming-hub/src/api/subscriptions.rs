@@ -21,7 +21,6 @@ use super::destination::{self, Credentials};
 use super::error::{ApiError, ErrorBody, Json, Query, cursor, next_cursor, page_limit};
 use crate::secrets::{Purpose, SealerError, new_signing_secret};
 
-const MAX_EVENT_TYPES: usize = 100;
 /// Why a subscription disabled through the API is disabled.
 pub const DISABLED_BY_API: &str = "disabled through the API";
 
@@ -89,9 +88,12 @@ pub struct CreateSubscription {
     enabled: Option<bool>,
 }
 
-fn valid_event_types(types: &[String]) -> Result<(), ApiError> {
-    if types.len() > MAX_EVENT_TYPES {
-        return Err(ApiError::validation("event_types", format!("must have at most {MAX_EVENT_TYPES} entries")));
+fn valid_event_types(types: &[String], max: u32) -> Result<(), ApiError> {
+    if types.len() > max as usize {
+        return Err(ApiError::validation(
+            "event_types",
+            format!("must have at most {max} entries (STREAMING_HUB_MAX_PATTERNS_PER_SUBSCRIPTION)"),
+        ));
     }
     for (i, t) in types.iter().enumerate() {
         EventPattern::parse(t).map_err(|e| ApiError::validation(&format!("event_types[{i}]"), e))?;
@@ -161,7 +163,7 @@ pub async fn load(state: &AppState, caller: &TenantCaller, id: &str) -> Result<S
         (status = 201, description = "Created; a webhook's `signing_secret` is shown in this response only", body = SubscriptionView),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
-        (status = 422, description = "A field is invalid; the message names it", body = ErrorBody),
+        (status = 422, description = "A field is invalid (the message names it), or `quota_exceeded`: the tenant has its maximum of subscriptions", body = ErrorBody),
         (status = 503, description = "No key-encryption key is configured", body = ErrorBody),
     ),
     security(("api_key" = []))
@@ -172,9 +174,17 @@ pub async fn create(
     Json(req): Json<CreateSubscription>,
 ) -> Result<impl IntoResponse, ApiError> {
     super::admin::valid_name("name", &req.name)?;
-    valid_event_types(&req.event_types)?;
+    valid_event_types(&req.event_types, state.quotas.patterns_per_subscription)?;
     valid_origin(req.origin.as_deref())?;
     let dest = destination::parse(&req.sink, state.allow_private_sinks)?;
+    let limit = state.quotas.subscriptions_per_tenant;
+    if state.store.count_subscriptions(caller.tenant.as_str()).await? >= i64::from(limit) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "quota_exceeded",
+            format!("a tenant may have at most {limit} subscriptions (STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT)"),
+        ));
+    }
 
     let id = Uuid::now_v7();
     let now = state.clock.now();
@@ -315,7 +325,7 @@ pub async fn update(
         patch.name = Some(name);
     }
     if let Some(types) = req.event_types {
-        valid_event_types(&types)?;
+        valid_event_types(&types, state.quotas.patterns_per_subscription)?;
         patch.event_types = Some(types);
     }
     if body.contains_key("origin") {

@@ -89,3 +89,58 @@ async fn an_oversized_redrive_body_is_refused_in_the_error_shape() {
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     assert_eq!(body["title"], "payload_too_large");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_quotas_answer_at_their_limits_with_nothing_stored() {
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        &[
+            ("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", "2"),
+            ("STREAMING_HUB_MAX_PATTERNS_PER_SUBSCRIPTION", "3"),
+            ("STREAMING_HUB_INGEST_RATE", "1"),
+            ("STREAMING_HUB_INGEST_BURST", "2"),
+        ],
+    )
+    .await;
+    let key = hub.tenant_key("t1").await;
+    let pull = |types: Value| serde_json::json!({"name": "p", "event_types": types, "sink": {"type": "pull"}});
+    let (status, body) =
+        hub.post_json(&key, "/v1/subscriptions", &pull(serde_json::json!(["a.*", "b.*", "c.*", "d.*"]))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().expect("message").starts_with("event_types"), "{body}");
+    for _ in 0..2 {
+        assert_eq!(
+            hub.post_json(&key, "/v1/subscriptions", &pull(serde_json::json!(["*.*"]))).await.0,
+            StatusCode::CREATED
+        );
+    }
+    let (status, body) = hub.post_json(&key, "/v1/subscriptions", &pull(serde_json::json!(["*.*"]))).await;
+    assert_eq!((status, body["title"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("quota_exceeded")), "{body}");
+    let (_, listed) = hub.get(&key, "/v1/subscriptions").await;
+    assert_eq!(listed["items"].as_array().expect("items").len(), 2, "nothing stored over the quota");
+    // Another tenant has its own quota.
+    let other = hub.tenant_key("t2").await;
+    assert_eq!(
+        hub.post_json(&other, "/v1/subscriptions", &pull(serde_json::json!(["*.*"]))).await.0,
+        StatusCode::CREATED
+    );
+
+    // Ingest: the burst passes, the next is 429 with Retry-After and is not stored.
+    for _ in 0..2 {
+        assert_eq!(hub.post_event(&key, &crate::support::Event::new("t1")).await.0, StatusCode::ACCEPTED);
+    }
+    let over = crate::support::Event::new("t1");
+    let request = hub.client.post(hub.url("/v1/events")).bearer_auth(&key);
+    let request = over.headers.iter().fold(request, |r, (k, v)| r.header(k, v)).body(over.body.clone());
+    let response = request.send().await.expect("send");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(response.headers().get("retry-after").is_some());
+    let body: Value = response.json().await.expect("json");
+    assert_eq!(body["title"], "rate_limited");
+    assert!(hub.store.event_by_ce_id("t1", over.id()).await.expect("read").is_none(), "nothing stored");
+    assert_eq!(
+        hub.post_event(&other, &crate::support::Event::new("t2")).await.0,
+        StatusCode::ACCEPTED,
+        "t2 has its own rate"
+    );
+}
