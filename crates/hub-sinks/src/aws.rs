@@ -6,6 +6,8 @@
 //! only when the operator allows it.
 
 use std::collections::HashMap;
+
+use crate::cache::BoundedCache;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
@@ -200,22 +202,22 @@ pub struct SqsTarget {
 #[derive(Debug)]
 pub struct SqsSink {
     configs: Configs,
-    clients: Mutex<HashMap<u64, aws_sdk_sqs::Client>>,
+    clients: Mutex<BoundedCache<u64, aws_sdk_sqs::Client>>,
 }
 
 impl SqsSink {
     pub fn new(allow_default_chain: bool) -> Self {
         crate::webhook::install_crypto_provider();
-        Self { configs: Configs { allow_default_chain }, clients: Mutex::new(HashMap::new()) }
+        Self { configs: Configs { allow_default_chain }, clients: Mutex::new(BoundedCache::default()) }
     }
 
     async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_sqs::Client, Failure> {
         let key = e.cache_key();
-        if let Some(c) = self.clients.lock().await.get(&key) {
-            return Ok(c.clone());
+        if let Some(c) = self.clients.lock().await.get(&key, std::time::Instant::now()) {
+            return Ok(c);
         }
         let client = aws_sdk_sqs::Client::new(&self.configs.load(e).await?);
-        self.clients.lock().await.insert(key, client.clone());
+        self.clients.lock().await.insert(key, client.clone(), std::time::Instant::now());
         Ok(client)
     }
 
@@ -302,7 +304,7 @@ pub struct EventBridgeTarget {
 #[derive(Debug)]
 pub struct EventBridgeSink {
     configs: Configs,
-    clients: Mutex<HashMap<u64, aws_sdk_eventbridge::Client>>,
+    clients: Mutex<BoundedCache<u64, aws_sdk_eventbridge::Client>>,
 }
 
 /// The CloudEvent in structured JSON form: attributes plus `data` (or `data_base64`).
@@ -329,16 +331,16 @@ pub fn structured(m: &Message<'_>) -> Value {
 impl EventBridgeSink {
     pub fn new(allow_default_chain: bool) -> Self {
         crate::webhook::install_crypto_provider();
-        Self { configs: Configs { allow_default_chain }, clients: Mutex::new(HashMap::new()) }
+        Self { configs: Configs { allow_default_chain }, clients: Mutex::new(BoundedCache::default()) }
     }
 
     async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_eventbridge::Client, Failure> {
         let key = e.cache_key();
-        if let Some(c) = self.clients.lock().await.get(&key) {
-            return Ok(c.clone());
+        if let Some(c) = self.clients.lock().await.get(&key, std::time::Instant::now()) {
+            return Ok(c);
         }
         let client = aws_sdk_eventbridge::Client::new(&self.configs.load(e).await?);
-        self.clients.lock().await.insert(key, client.clone());
+        self.clients.lock().await.insert(key, client.clone(), std::time::Instant::now());
         Ok(client)
     }
 

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod aws;
+pub mod cache;
 pub mod destination;
 pub mod guard;
 pub mod rabbitmq;

@@ -4,7 +4,7 @@
 //! One connection and one confirm-mode channel per destination are kept and reused; any error
 //! drops them, and the next attempt connects afresh (a connection is never kept half-open).
 
-use std::collections::HashMap;
+use crate::cache::BoundedCache;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -83,16 +83,17 @@ fn classify(e: &lapin::Error, connecting: bool) -> Failure {
     Failure { retryable: true, kind, reason: format!("RabbitMQ: {text}"), status: None, response: None }
 }
 
+#[derive(Clone)]
 struct Link {
     // Kept so the connection lives as long as its channel.
-    _connection: Connection,
+    _connection: std::sync::Arc<Connection>,
     channel: Channel,
 }
 
 /// The RabbitMQ sink: a pooled connection per destination.
 #[derive(Default)]
 pub struct RabbitSink {
-    links: Mutex<HashMap<String, Link>>,
+    links: Mutex<BoundedCache<String, Link>>,
 }
 
 impl std::fmt::Debug for RabbitSink {
@@ -109,7 +110,7 @@ impl RabbitSink {
     async fn channel(&self, target: &RabbitTarget) -> Result<Channel, Failure> {
         let url = target.connect_url()?;
         let mut links = self.links.lock().await;
-        if let Some(link) = links.get(&url) {
+        if let Some(link) = links.get(&url, std::time::Instant::now()) {
             if link.channel.status().connected() {
                 return Ok(link.channel.clone());
             }
@@ -120,14 +121,14 @@ impl RabbitSink {
                 Connection::connect(&url, ConnectionProperties::default()).await.map_err(|e| classify(&e, true))?;
             let channel = connection.create_channel().await.map_err(|e| classify(&e, true))?;
             channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| classify(&e, true))?;
-            Ok::<_, Failure>(Link { _connection: connection, channel })
+            Ok::<_, Failure>(Link { _connection: std::sync::Arc::new(connection), channel })
         };
         let link = match tokio::time::timeout(target.timeout, connect).await {
             Ok(link) => link?,
             Err(_) => return Err(timeout(target.timeout)),
         };
         let channel = link.channel.clone();
-        links.insert(url, link);
+        links.insert(url, link, std::time::Instant::now());
         Ok(channel)
     }
 

@@ -464,8 +464,18 @@ impl Dispatcher {
 
     fn leave(&self, dest: &str) {
         let mut d = lock(&self.destinations);
-        if let Some(n) = d.in_flight.get_mut(dest) {
-            *n = n.saturating_sub(1);
+        let idle = match d.in_flight.get_mut(dest) {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n == 0
+            }
+            None => false,
+        };
+        // An idle destination needs no bookkeeping: the maps hold only destinations at work, so
+        // they stay as small as the work in flight however many destinations tenants create.
+        if idle && !d.parked.contains_key(dest) {
+            d.in_flight.remove(dest);
+            d.of_subscription.retain(|_, of| of != dest);
         }
     }
 
