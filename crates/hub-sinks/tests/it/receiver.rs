@@ -72,22 +72,11 @@ impl Receiver {
     }
 }
 
-fn verifies(headers: &HeaderMap, body: &[u8], secrets: &[String]) -> bool {
-    let Some(ts) = headers.get("x-webhook-timestamp").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) else {
-        return false;
-    };
-    headers
-        .get_all("x-webhook-signature")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|sig| secrets.iter().any(|s| hub_core::signature::verify(s, ts, body, sig)))
-}
-
 async fn handle(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     shared.log.lock().expect("log").push(Request { headers: headers.clone(), body: body.to_vec() });
     match &shared.behaviour {
         Behaviour::Verify(secrets) => {
-            if verifies(&headers, &body, secrets) {
+            if hub_testkit::signature_verifies(&headers, &body, secrets) {
                 (StatusCode::OK, body).into_response()
             } else {
                 (StatusCode::UNAUTHORIZED, "bad signature").into_response()

@@ -8,11 +8,7 @@ use hub_store::prelude::*;
 use hub_store::{AcceptedEvent, IngestRecord, Origin, PgStore, QuarantinedRecord, SqliteStore, Store};
 use uuid::Uuid;
 
-/// The PostgreSQL server the tests use; `scripts/test` makes sure it runs.
-pub fn postgres_dsn() -> String {
-    std::env::var("STREAMING_HUB_TEST_POSTGRES_DSN")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable".to_owned())
-}
+pub use hub_testkit::postgres_dsn;
 
 /// A store on a database of its own, with a way to break it on purpose.
 pub struct TestDb {
@@ -37,15 +33,7 @@ impl TestDb {
 
     pub async fn postgres() -> Self {
         let dsn = postgres_dsn();
-        let schema = format!("shtest_{}", Uuid::now_v7().simple());
-        let admin = PgStore::connect(&dsn, None, 1)
-            .await
-            .unwrap_or_else(|e| panic!("PostgreSQL is required for the store tests ({dsn}): {e}"));
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-            .execute(admin.pool())
-            .await
-            .expect("create schema");
-        admin.pool().close().await;
+        let schema = hub_testkit::fresh_schema().await;
         let store = PgStore::connect(&dsn, Some(&schema), 8).await.expect("connect to schema");
         store.migrate().await.expect("migrate postgres");
         Self { store: Arc::new(store.clone()), backend: Backend::Postgres(store) }
@@ -76,20 +64,7 @@ impl Drop for TestDb {
 }
 
 pub fn headers(tenant: &str, id: Uuid, resource: &str, event: &str) -> Vec<(String, String)> {
-    [
-        ("ce-specversion", "1.0".to_owned()),
-        ("ce-id", id.to_string()),
-        ("ce-source", "lender".to_owned()),
-        ("ce-type", format!("studio.lerian.lender.{resource}.{event}")),
-        ("ce-time", "2026-11-30T10:00:00Z".to_owned()),
-        ("ce-schemaversion", "1.0.0".to_owned()),
-        ("ce-resourcetype", resource.to_owned()),
-        ("ce-eventtype", event.to_owned()),
-        ("ce-tenantid", tenant.to_owned()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect()
+    hub_testkit::event_headers(tenant, id, resource, event)
 }
 
 pub fn accepted_with(headers: Vec<(String, String)>, payload: &[u8]) -> IngestRecord {

@@ -150,12 +150,11 @@ impl Record {
     }
 
     pub fn header(&self, key: &str) -> Option<&str> {
-        self.headers.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        hub_testkit::header(&self.headers, key)
     }
 
     pub fn set(mut self, key: &str, value: &str) -> Self {
-        self.headers.retain(|(k, _)| k != key);
-        self.headers.push((key.to_owned(), value.to_owned()));
+        hub_testkit::set_header(&mut self.headers, key, value);
         self
     }
 

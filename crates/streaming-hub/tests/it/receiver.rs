@@ -116,17 +116,6 @@ impl Receiver {
     }
 }
 
-fn verifies(headers: &HeaderMap, body: &[u8], secrets: &[String]) -> bool {
-    let Some(ts) = headers.get("x-webhook-timestamp").and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) else {
-        return false;
-    };
-    headers
-        .get_all("x-webhook-signature")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|sig| secrets.iter().any(|s| hub_core::signature::verify(s, ts, body, sig)))
-}
-
 async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let is_probe = headers.get("x-lerian-event-type").is_some_and(|v| v == "streaming_hub.verification");
     if is_probe {
@@ -137,7 +126,7 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
         return (StatusCode::OK, challenge.unwrap_or_default()).into_response();
     }
     let secrets = s.secrets.lock().expect("secrets").clone();
-    let verified = verifies(&headers, &body, &secrets);
+    let verified = hub_testkit::signature_verifies(&headers, &body, &secrets);
     s.deliveries.lock().expect("deliveries").push(Delivery { headers, body: body.to_vec(), verified });
     let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     s.max_in_flight.fetch_max(now, Ordering::SeqCst);

@@ -16,25 +16,7 @@ pub enum Backend {
     Postgres,
 }
 
-pub fn postgres_dsn() -> String {
-    std::env::var("STREAMING_HUB_TEST_POSTGRES_DSN")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable".to_owned())
-}
-
-/// Creates an empty schema for one test; PostgreSQL must be running.
-pub async fn fresh_schema() -> String {
-    let dsn = postgres_dsn();
-    let schema = format!("shtest_{}", Uuid::now_v7().simple());
-    let admin = PgStore::connect(&dsn, None, 1)
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL is required for these tests ({dsn}): {e}"));
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-        .execute(admin.pool())
-        .await
-        .expect("create schema");
-    admin.pool().close().await;
-    schema
-}
+pub use hub_testkit::{fresh_schema, postgres_dsn};
 
 /// An HTTP client for tests (with the process's TLS provider installed).
 pub fn http_client() -> reqwest::Client {
@@ -277,21 +259,8 @@ impl Event {
     }
 
     pub fn of(tenant: &str, resource: &str, event: &str) -> Self {
-        let headers = [
-            ("content-type", "application/json".to_owned()),
-            ("ce-specversion", "1.0".to_owned()),
-            ("ce-id", Uuid::now_v7().to_string()),
-            ("ce-source", "lender".to_owned()),
-            ("ce-type", format!("studio.lerian.lender.{resource}.{event}")),
-            ("ce-time", "2026-11-30T10:00:00Z".to_owned()),
-            ("ce-schemaversion", "1.0.0".to_owned()),
-            ("ce-resourcetype", resource.to_owned()),
-            ("ce-eventtype", event.to_owned()),
-            ("ce-tenantid", tenant.to_owned()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
+        let mut headers = vec![("content-type".to_owned(), "application/json".to_owned())];
+        headers.extend(hub_testkit::event_headers(tenant, Uuid::now_v7(), resource, event));
         Self { headers, body: br#"{"amount":100}"#.to_vec() }
     }
 
@@ -300,12 +269,11 @@ impl Event {
     }
 
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.headers.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        hub_testkit::header(&self.headers, key)
     }
 
     pub fn set(mut self, key: &str, value: &str) -> Self {
-        self.headers.retain(|(k, _)| k != key);
-        self.headers.push((key.to_owned(), value.to_owned()));
+        hub_testkit::set_header(&mut self.headers, key, value);
         self
     }
 
