@@ -272,15 +272,31 @@ pub enum StoreConfig {
     /// The embedded default: one SQLite file, created when missing.
     Sqlite { path: std::path::PathBuf },
     /// PostgreSQL, optionally inside a schema (`search_path`).
-    Postgres { dsn: String, schema: Option<String>, max_connections: u32 },
+    Postgres { dsn: String, schema: Option<String>, pool: PoolSettings },
+}
+
+/// The shape of a PostgreSQL connection pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSettings {
+    pub max_connections: u32,
+    /// Connections kept open even when idle.
+    pub min_connections: u32,
+    /// A connection is replaced after this long (`None`: never).
+    pub max_lifetime: Option<std::time::Duration>,
+}
+
+impl Default for PoolSettings {
+    fn default() -> Self {
+        Self { max_connections: 16, min_connections: 0, max_lifetime: Some(std::time::Duration::from_secs(30 * 60)) }
+    }
 }
 
 /// Opens the configured store (without migrating it).
 pub async fn connect(config: &StoreConfig) -> StoreResult<Arc<dyn Store>> {
     Ok(match config {
         StoreConfig::Sqlite { path } => Arc::new(SqliteStore::open(path).await?),
-        StoreConfig::Postgres { dsn, schema, max_connections } => {
-            Arc::new(PgStore::connect(dsn, schema.as_deref(), *max_connections).await?)
+        StoreConfig::Postgres { dsn, schema, pool } => {
+            Arc::new(PgStore::connect_with(dsn, schema.as_deref(), pool).await?)
         }
     })
 }

@@ -73,7 +73,7 @@ impl Role {
 #[derive(Debug, Clone)]
 pub enum Database {
     Sqlite { path: PathBuf },
-    Postgres { dsn: Secret, schema: Option<String>, max_connections: u32 },
+    Postgres { dsn: Secret, schema: Option<String>, pool: hub_store::PoolSettings },
 }
 
 /// SASL/SCRAM credentials for Kafka.
@@ -94,7 +94,7 @@ pub struct KafkaConfig {
     pub client_id: String,
     pub scram: Option<Scram>,
     pub tls: bool,
-    pub ca_cert: Option<PathBuf>,
+    pub ca_cert: Option<CaCert>,
     pub session_timeout: Duration,
     /// Records per partition written in one transaction.
     pub batch_size: usize,
@@ -126,6 +126,23 @@ pub struct HttpLimits {
     pub header_timeout: Duration,
     /// A request must be answered within this time, body reading included.
     pub request_timeout: Duration,
+}
+
+/// The certificate authority Kafka brokers are checked against.
+#[derive(Clone)]
+pub enum CaCert {
+    File(PathBuf),
+    /// The PEM text itself.
+    Pem(String),
+}
+
+impl std::fmt::Debug for CaCert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "File({})", path.display()),
+            Self::Pem(_) => f.write_str("Pem(..)"),
+        }
+    }
 }
 
 /// The whole configuration of one process.
@@ -216,6 +233,8 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_POSTGRES_DSN",
     "STREAMING_HUB_POSTGRES_SCHEMA",
     "STREAMING_HUB_POSTGRES_MAX_CONNECTIONS",
+    "STREAMING_HUB_POSTGRES_MAX_IDLE_CONNS",
+    "STREAMING_HUB_POSTGRES_CONN_MAX_LIFETIME",
     "STREAMING_HUB_SQLITE_PATH",
     "STREAMING_HUB_ADMIN_TOKEN",
     "STREAMING_HUB_TENANT_ID",
@@ -270,6 +289,15 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_HTTP_REQUEST_TIMEOUT",
     "STREAMING_HUB_METRICS_INTERVAL",
     "STREAMING_HUB_LOG",
+];
+
+/// The original deployment's names for settings this hub names otherwise: `(alias, name)`. An
+/// alias is read when its name is not set; both set to different values is refused.
+pub const ALIASES: [(&str, &str); 4] = [
+    ("STREAMING_HUB_LOG_LEVEL", "STREAMING_HUB_LOG"),
+    ("STREAMING_HUB_POSTGRES_MAX_OPEN_CONNS", "STREAMING_HUB_POSTGRES_MAX_CONNECTIONS"),
+    ("STREAMING_HUB_PRE_STOP_DRAIN_TIMEOUT", "STREAMING_HUB_DRAIN_DELAY"),
+    ("STREAMING_HUB_DLQ_GROUP", "STREAMING_HUB_KAFKA_DLQ_GROUP_ID"),
 ];
 
 /// Reads typed values and collects every problem.
@@ -337,16 +365,28 @@ impl Config {
     }
 
     /// Reads a set of variables (the environment, or a test's own map).
-    pub fn from_vars(vars: HashMap<String, String>) -> Result<Self, ConfigError> {
-        let mut r = Reader { vars: &vars, problems: Vec::new() };
+    pub fn from_vars(mut vars: HashMap<String, String>) -> Result<Self, ConfigError> {
+        let mut alias_problems = Vec::new();
+        for (alias, name) in ALIASES {
+            let Some(value) = vars.get(alias).cloned() else { continue };
+            match vars.get(name) {
+                Some(set) if set.trim() != value.trim() => alias_problems.push(Problem {
+                    variable: alias.to_owned(),
+                    message: format!("names the same setting as {name}, which is set to another value: set one"),
+                }),
+                Some(_) => {}
+                None => {
+                    vars.insert(name.to_owned(), value);
+                }
+            }
+        }
+        let mut r = Reader { vars: &vars, problems: alias_problems };
 
         let env = r.parse("STREAMING_HUB_ENV", Environment("local".into()), |raw| {
-            let valid = raw.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
-                && raw.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-            if valid {
-                Ok(Environment(raw.to_owned()))
-            } else {
-                Err(format!("must be a lowercase name such as local, staging or production (got {raw:?})"))
+            // Anything else is refused, never taken for `local` (which generates secrets).
+            match raw.to_ascii_lowercase().as_str() {
+                e @ ("local" | "staging" | "production") => Ok(Environment(e.to_owned())),
+                _ => Err(format!("must be local, staging or production (got {raw:?})")),
             }
         });
         let role = r.parse("STREAMING_HUB_ROLE", Role::All, |raw| match raw {
@@ -357,10 +397,19 @@ impl Config {
         });
         let http_listen_addr =
             r.parse("STREAMING_HUB_HTTP_LISTEN_ADDR", SocketAddr::from(([127, 0, 0, 1], 8080)), |raw| {
-                raw.parse().map_err(|_| format!("must be an address such as 127.0.0.1:8080 (got {raw:?})"))
+                // `:8080`, as the original deployment writes it, listens on every interface.
+                let full = if raw.starts_with(':') { format!("0.0.0.0{raw}") } else { raw.to_owned() };
+                full.parse().map_err(|_| format!("must be an address such as 127.0.0.1:8080 or :8080 (got {raw:?})"))
             });
 
-        let max_connections = r.number("STREAMING_HUB_POSTGRES_MAX_CONNECTIONS", 16, 1, 1000);
+        let pool = hub_store::PoolSettings {
+            max_connections: r.number("STREAMING_HUB_POSTGRES_MAX_CONNECTIONS", 16, 1, 1000),
+            min_connections: r.number("STREAMING_HUB_POSTGRES_MAX_IDLE_CONNS", 0, 0, 1000),
+            max_lifetime: match r.duration("STREAMING_HUB_POSTGRES_CONN_MAX_LIFETIME", "30m") {
+                d if d.is_zero() => None,
+                d => Some(d),
+            },
+        };
         let schema = r.parse("STREAMING_HUB_POSTGRES_SCHEMA", None, |raw| {
             let valid = raw.len() <= 63
                 && raw.bytes().next().is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
@@ -369,7 +418,7 @@ impl Config {
         });
         let database = match r.text("STREAMING_HUB_POSTGRES_DSN") {
             Some(dsn) if dsn.starts_with("postgres://") || dsn.starts_with("postgresql://") => {
-                Database::Postgres { dsn: Secret(dsn), schema, max_connections }
+                Database::Postgres { dsn: Secret(dsn), schema, pool }
             }
             Some(_) => {
                 r.problem("STREAMING_HUB_POSTGRES_DSN", "must be a postgres:// or postgresql:// URL");
@@ -466,7 +515,11 @@ impl Config {
             metrics_interval: r.duration("STREAMING_HUB_METRICS_INTERVAL", "15s"),
             ignored: vars
                 .keys()
-                .filter(|k| k.starts_with("STREAMING_HUB_") && !KNOWN.contains(&k.as_str()))
+                .filter(|k| {
+                    k.starts_with("STREAMING_HUB_")
+                        && !KNOWN.contains(&k.as_str())
+                        && !ALIASES.iter().any(|(alias, _)| alias == k)
+                })
                 .cloned()
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
@@ -549,12 +602,22 @@ fn kafka_config(r: &mut Reader<'_>, env: &Environment) -> Option<KafkaConfig> {
             None
         }
     };
-    let ca_cert = r.text("STREAMING_HUB_KAFKA_CA_CERT").map(PathBuf::from);
-    if let Some(path) = &ca_cert {
-        if !path.is_file() {
-            r.problem("STREAMING_HUB_KAFKA_CA_CERT", format!("{} is not a readable file", path.display()));
+    // A file, or (as the original deployment's chart passes it) the PEM itself, base64-encoded.
+    let ca_cert = r.parse("STREAMING_HUB_KAFKA_CA_CERT", None, |raw| {
+        use base64::Engine;
+        if std::path::Path::new(raw).is_file() {
+            return Ok(Some(CaCert::File(PathBuf::from(raw))));
         }
-    }
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(raw.split_whitespace().collect::<String>())
+            .ok()
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .filter(|pem| pem.contains("-----BEGIN CERTIFICATE-----"));
+        match pem {
+            Some(pem) => Ok(Some(CaCert::Pem(pem))),
+            None => Err("must be a readable PEM file or a base64-encoded PEM certificate".to_owned()),
+        }
+    });
     let tls = r.flag("STREAMING_HUB_KAFKA_TLS_ENABLED", false);
     if ca_cert.is_some() && !tls {
         r.problem("STREAMING_HUB_KAFKA_CA_CERT", "is set but STREAMING_HUB_KAFKA_TLS_ENABLED is not true");
@@ -765,6 +828,65 @@ mod tests {
                 "{variable} is missing from docs/CONFIGURATION.md"
             );
         }
+    }
+
+    #[test]
+    fn the_original_deployments_names_are_accepted() {
+        let c = Config::from_vars(vars(&[
+            ("STREAMING_HUB_ENV", "Staging"),
+            ("STREAMING_HUB_ADMIN_TOKEN", "a-token-of-sixteen-plus"),
+            ("STREAMING_HUB_HTTP_LISTEN_ADDR", ":8080"),
+            ("STREAMING_HUB_POSTGRES_DSN", "postgres://u@db/hub"),
+            ("STREAMING_HUB_POSTGRES_MAX_OPEN_CONNS", "40"),
+            ("STREAMING_HUB_POSTGRES_MAX_IDLE_CONNS", "5"),
+            ("STREAMING_HUB_POSTGRES_CONN_MAX_LIFETIME", "10m"),
+            ("STREAMING_HUB_PRE_STOP_DRAIN_TIMEOUT", "7s"),
+            ("STREAMING_HUB_LOG_LEVEL", "debug"),
+        ]))
+        .expect("valid");
+        assert_eq!(c.env.as_str(), "staging");
+        assert_eq!(c.http_listen_addr.to_string(), "0.0.0.0:8080");
+        let Database::Postgres { pool, .. } = c.database else { panic!("postgres") };
+        assert_eq!((pool.max_connections, pool.min_connections), (40, 5));
+        assert_eq!(pool.max_lifetime, Some(Duration::from_secs(600)));
+        assert_eq!(c.drain_delay, Duration::from_secs(7));
+        assert!(c.ignored.is_empty(), "no alias is reported as ignored: {:?}", c.ignored);
+
+        let both = Config::from_vars(vars(&[
+            ("STREAMING_HUB_POSTGRES_MAX_CONNECTIONS", "10"),
+            ("STREAMING_HUB_POSTGRES_MAX_OPEN_CONNS", "40"),
+        ]))
+        .expect_err("conflict");
+        assert!(both.to_string().contains("STREAMING_HUB_POSTGRES_MAX_OPEN_CONNS"), "{both}");
+    }
+
+    #[test]
+    fn an_unknown_environment_is_refused_not_taken_for_local() {
+        for env in ["prod", "dev", "test", "Production2"] {
+            let err = Config::from_vars(vars(&[("STREAMING_HUB_ENV", env)])).expect_err(env);
+            assert!(err.to_string().contains("STREAMING_HUB_ENV"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_kafka_ca_may_be_a_base64_pem() {
+        use base64::Engine;
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let encoded = base64::engine::general_purpose::STANDARD.encode(pem);
+        let c = Config::from_vars(vars(&[
+            ("STREAMING_HUB_KAFKA_BROKERS", "k:9092"),
+            ("STREAMING_HUB_KAFKA_TLS_ENABLED", "true"),
+            ("STREAMING_HUB_KAFKA_CA_CERT", &encoded),
+        ]))
+        .expect("valid");
+        assert!(matches!(c.kafka.expect("kafka").ca_cert, Some(CaCert::Pem(p)) if p == pem));
+        let err = Config::from_vars(vars(&[
+            ("STREAMING_HUB_KAFKA_BROKERS", "k:9092"),
+            ("STREAMING_HUB_KAFKA_TLS_ENABLED", "true"),
+            ("STREAMING_HUB_KAFKA_CA_CERT", "bm90IGEgY2VydA=="),
+        ]))
+        .expect_err("not a PEM");
+        assert!(err.to_string().contains("STREAMING_HUB_KAFKA_CA_CERT"), "{err}");
     }
 
     #[test]

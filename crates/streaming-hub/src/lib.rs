@@ -43,11 +43,9 @@ pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dy
             }
             StoreConfig::Sqlite { path: path.clone() }
         }
-        Database::Postgres { dsn, schema, max_connections } => StoreConfig::Postgres {
-            dsn: dsn.expose().to_owned(),
-            schema: schema.clone(),
-            max_connections: *max_connections,
-        },
+        Database::Postgres { dsn, schema, pool } => {
+            StoreConfig::Postgres { dsn: dsn.expose().to_owned(), schema: schema.clone(), pool: *pool }
+        }
     };
     let store = hub_store::connect(&store_config).await.context("cannot open the database")?;
     if migrate || config.env.is_local() {
@@ -213,7 +211,7 @@ pub async fn start_with_clock(
             Arc::clone(&wake),
             match config.database {
                 Database::Sqlite { .. } => 1,
-                Database::Postgres { max_connections, .. } => (max_connections as usize / 4).clamp(1, 8),
+                Database::Postgres { pool, .. } => (pool.max_connections as usize / 4).clamp(1, 8),
             },
         ),
         sealer,

@@ -65,6 +65,7 @@ pub fn log_panics() {
 /// the filter, `default` otherwise.
 pub fn init_logs(json: bool, default: &str) {
     let filter = std::env::var("STREAMING_HUB_LOG")
+        .or_else(|_| std::env::var("STREAMING_HUB_LOG_LEVEL"))
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
         .or_else(|| EnvFilter::try_from_default_env().ok())

@@ -49,14 +49,24 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// Connects a pool; with `schema`, every connection works inside that schema.
+    /// Connects a pool of at most `max_connections`; with `schema`, every connection works
+    /// inside that schema.
     pub async fn connect(dsn: &str, schema: Option<&str>, max_connections: u32) -> StoreResult<Self> {
+        Self::connect_with(dsn, schema, &crate::PoolSettings { max_connections, ..crate::PoolSettings::default() })
+            .await
+    }
+
+    /// Connects a pool shaped by `pool`; with `schema`, every connection works inside that schema.
+    pub async fn connect_with(dsn: &str, schema: Option<&str>, pool: &crate::PoolSettings) -> StoreResult<Self> {
         let mut options = PgConnectOptions::from_str(dsn)?.application_name("streaming-hub");
         if let Some(schema) = schema {
             options = options.options([("search_path", schema)]);
         }
+        let max_connections = pool.max_connections.max(1);
         let pool = PgPoolOptions::new()
-            .max_connections(max_connections.max(1))
+            .min_connections(pool.min_connections.min(max_connections))
+            .max_lifetime(pool.max_lifetime)
+            .max_connections(max_connections)
             .acquire_timeout(std::time::Duration::from_secs(10))
             .connect_with(options)
             .await?;

@@ -128,8 +128,14 @@ pub fn client_config(k: &KafkaConfig, group: &str) -> ClientConfig {
             .set("sasl.username", &scram.username)
             .set("sasl.password", scram.password.expose());
     }
-    if let Some(ca) = &k.ca_cert {
-        c.set("ssl.ca.location", ca.display().to_string());
+    match &k.ca_cert {
+        Some(crate::config::CaCert::File(path)) => {
+            c.set("ssl.ca.location", path.display().to_string());
+        }
+        Some(crate::config::CaCert::Pem(pem)) => {
+            c.set("ssl.ca.pem", pem);
+        }
+        None => {}
     }
     c
 }
@@ -370,7 +376,7 @@ mod tests {
         assert_eq!(client_config(&base, "g").get("security.protocol"), Some("plaintext"));
         let scram = KafkaConfig {
             tls: true,
-            ca_cert: Some("/etc/ca.pem".into()),
+            ca_cert: Some(crate::config::CaCert::File("/etc/ca.pem".into())),
             scram: Some(crate::config::Scram {
                 username: "hub".into(),
                 password: crate::config::Secret::new("pw".into()),
