@@ -364,6 +364,14 @@ impl Config {
         Self::from_vars(std::env::vars().collect())
     }
 
+    /// What `migrate` needs: the database settings. Kafka and the admin token are left out, so a
+    /// migration job needs neither (a placeholder token stands in for the one `serve` requires).
+    pub fn for_migrate(mut vars: HashMap<String, String>) -> Result<Self, ConfigError> {
+        vars.retain(|k, _| !k.starts_with("STREAMING_HUB_KAFKA_"));
+        vars.entry("STREAMING_HUB_ADMIN_TOKEN".to_owned()).or_insert_with(|| "migrate-needs-no-admin-token".to_owned());
+        Self::from_vars(vars)
+    }
+
     /// Reads a set of variables (the environment, or a test's own map).
     pub fn from_vars(mut vars: HashMap<String, String>) -> Result<Self, ConfigError> {
         let mut alias_problems = Vec::new();
@@ -858,6 +866,23 @@ mod tests {
         ]))
         .expect_err("conflict");
         assert!(both.to_string().contains("STREAMING_HUB_POSTGRES_MAX_OPEN_CONNS"), "{both}");
+    }
+
+    #[test]
+    fn migrate_needs_only_the_database() {
+        let outside_local = [
+            ("STREAMING_HUB_ENV", "staging"),
+            ("STREAMING_HUB_POSTGRES_DSN", "postgres://u@db/hub"),
+            ("STREAMING_HUB_KAFKA_BROKERS", "k:9092"),
+            ("STREAMING_HUB_KAFKA_CA_CERT", "/nonexistent/ca.pem"),
+        ];
+        assert!(Config::from_vars(vars(&outside_local)).is_err(), "serve needs the admin token and a readable CA");
+        let c = Config::for_migrate(vars(&outside_local)).expect("migrate needs neither");
+        assert!(matches!(c.database, Database::Postgres { .. }));
+        assert!(c.kafka.is_none());
+        let bad_dsn = [("STREAMING_HUB_ENV", "staging"), ("STREAMING_HUB_POSTGRES_DSN", "mysql://x")];
+        let err = Config::for_migrate(vars(&bad_dsn)).expect_err("the database still counts");
+        assert!(err.to_string().contains("STREAMING_HUB_POSTGRES_DSN"), "{err}");
     }
 
     #[test]

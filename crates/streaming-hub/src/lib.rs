@@ -48,7 +48,15 @@ pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dy
         }
     };
     let store = hub_store::connect(&store_config).await.context("cannot open the database")?;
-    if migrate || config.env.is_local() {
+    if migrate {
+        let pending = store.pending_migrations().await?;
+        store.migrate().await.context("cannot migrate the database")?;
+        if !pending.is_empty() {
+            tracing::info!(applied = ?pending, "database migrations applied");
+        }
+        return Ok(store);
+    }
+    if config.env.is_local() {
         store.migrate().await.context("cannot migrate the database")?;
     } else {
         let pending = store.pending_migrations().await?;

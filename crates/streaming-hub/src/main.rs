@@ -128,7 +128,11 @@ enum ApiKeyCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let config = match Config::from_env() {
+    let loaded = match cli.command {
+        Command::Migrate => Config::for_migrate(std::env::vars().collect()),
+        _ => Config::from_env(),
+    };
+    let config = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
@@ -182,6 +186,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             }
         }
         Command::Migrate => {
+            // Opening with `migrate` applies what is pending and logs which migrations those were.
             let store = streaming_hub::open_store(&config, true).await?;
             let pending = store.pending_migrations().await?;
             anyhow::ensure!(pending.is_empty(), "migrations still pending: {pending:?}");
