@@ -224,6 +224,9 @@ pub trait JobQueue: Send + Sync {
 
     /// How many delivery jobs are in each state.
     async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>>;
+
+    /// When the oldest `pending` job that is due at `now` became due; `None` when none is.
+    async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>>;
 }
 
 /// Everything else an operator needs: schema, health, quarantine, the DLQ plane, retention and

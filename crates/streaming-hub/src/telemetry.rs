@@ -43,7 +43,33 @@ pub mod metric {
     pub const AUTO_DISABLED: &str = "streaming_hub_subscriptions_auto_disabled_total";
     /// Connections answered 503 and closed because the server had its maximum open.
     pub const HTTP_REFUSED_CONNECTIONS: &str = "streaming_hub_http_refused_connections_total";
+    /// `{sink,kind}`: failed attempts by what failed (timeout, connect, 4xx, 5xx, refused,
+    /// unauthorized, forbidden).
+    pub const DELIVERY_FAILURES: &str = "streaming_hub_delivery_failures_total";
+    /// How long the oldest due job has waited for an attempt (0 when none waits).
+    pub const OLDEST_PENDING_AGE: &str = "streaming_hub_oldest_pending_job_age_seconds";
+    /// `{state}`: circuit breakers of this process that are open or half-open.
+    pub const BREAKERS: &str = "streaming_hub_breakers";
+    /// `{version}`: 1, naming the build.
+    pub const BUILD_INFO: &str = "streaming_hub_build_info";
 }
+
+/// The label of a failed attempt's kind.
+pub fn failure_kind(kind: hub_sinks::FailureKind, status: Option<u16>) -> &'static str {
+    use hub_sinks::FailureKind as K;
+    match (kind, status) {
+        (K::Timeout, _) => "timeout",
+        (K::Unreachable, _) => "connect",
+        (K::Unauthorized, _) => "unauthorized",
+        (K::Forbidden, _) => "forbidden",
+        (K::Refused, Some(s)) if (400..500).contains(&s) => "4xx",
+        (K::Refused, Some(s)) if s >= 500 => "5xx",
+        (K::Refused, _) => "refused",
+    }
+}
+
+/// Every failure-kind label, for pre-registration.
+pub const FAILURE_KINDS: [&str; 7] = ["timeout", "connect", "4xx", "5xx", "refused", "unauthorized", "forbidden"];
 
 /// Reports panics through the log (one structured line, in JSON outside `local`) instead of the
 /// bare standard-error text: a panic contained where it happened (a Kafka header rdkafka could not
@@ -113,10 +139,32 @@ fn describe() {
     metrics::describe_gauge!(metric::INBOX_EVENTS, "Events in the inbox (an estimate on PostgreSQL)");
     metrics::describe_counter!(metric::PRUNED, "Records deleted by retention, by kind");
     metrics::describe_gauge!(metric::CONSUMER_LAG, "Kafka consumer lag per partition, in records");
+    metrics::describe_counter!(metric::DELIVERY_FAILURES, "Failed delivery attempts, by sink and failure kind");
+    metrics::describe_gauge!(metric::OLDEST_PENDING_AGE, metrics::Unit::Seconds, "Age of the oldest due job");
+    metrics::describe_gauge!(metric::BREAKERS, "Circuit breakers open or half-open in this process");
+    metrics::describe_gauge!(metric::BUILD_INFO, "The build, by version");
+    metrics::describe_counter!(metric::HTTP_REFUSED_CONNECTIONS, "Connections refused over the connection cap");
+    // Every series an alert reads exists from start, at zero.
+    metrics::gauge!(metric::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    metrics::gauge!(metric::OLDEST_PENDING_AGE).set(0.0);
+    for state in ["open", "half_open"] {
+        metrics::gauge!(metric::BREAKERS, "state" => state).set(0.0);
+    }
+    for to in ["open", "half_open", "closed"] {
+        metrics::counter!(metric::BREAKER_TRANSITIONS, "to" => to).increment(0);
+    }
+    metrics::counter!(metric::AUTO_DISABLED).increment(0);
+    metrics::counter!(metric::LEASES_RECOVERED).increment(0);
+    metrics::counter!(metric::JOBS_POISONED).increment(0);
+    metrics::counter!(metric::HTTP_REFUSED_CONNECTIONS).increment(0);
     metrics::counter!(metric::DLQ_RECORDS).increment(0);
     for sink in ["webhook", "sqs", "rabbitmq", "eventbridge"] {
         for outcome in ["delivered", "failed"] {
             metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => outcome).increment(0);
+        }
+        metrics::counter!(metric::JOBS_DEAD, "sink" => sink).increment(0);
+        for kind in FAILURE_KINDS {
+            metrics::counter!(metric::DELIVERY_FAILURES, "sink" => sink, "kind" => kind).increment(0);
         }
     }
     for outcome in ["served", "rate_limited"] {
@@ -143,6 +191,13 @@ pub async fn job_gauges(
                 }
             }
             Err(e) => tracing::warn!(error = %e, "counting jobs for metrics failed"),
+        }
+        match store.oldest_due_pending(chrono::Utc::now()).await {
+            Ok(oldest) => {
+                let age = oldest.map_or(0.0, |t| (chrono::Utc::now() - t).num_milliseconds().max(0) as f64 / 1000.0);
+                metrics::gauge!(metric::OLDEST_PENDING_AGE).set(age);
+            }
+            Err(e) => tracing::warn!(error = %e, "reading the oldest due job for metrics failed"),
         }
         match store.inbox_size().await {
             Ok(n) => metrics::gauge!(metric::INBOX_EVENTS).set(n as f64),

@@ -62,6 +62,14 @@ impl Breaker {
         matches!(self.state, BreakerState::Closed { .. })
     }
 
+    pub fn is_open(&self) -> bool {
+        matches!(self.state, BreakerState::Open { .. })
+    }
+
+    pub fn is_half_open(&self) -> bool {
+        matches!(self.state, BreakerState::HalfOpen { .. })
+    }
+
     /// Asks to attempt now; `last_attempt` is true for a job's last attempt, which always runs.
     pub fn permit(&mut self, now: DateTime<Utc>, last_attempt: bool) -> (Permit, Option<Transition>) {
         match self.state {

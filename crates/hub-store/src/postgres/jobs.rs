@@ -363,4 +363,11 @@ impl JobQueue for PgStore {
             sqlx::query_as("SELECT state, count(*) FROM delivery_jobs GROUP BY state").fetch_all(&self.pool).await?;
         counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
     }
+
+    async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
+        Ok(sqlx::query_scalar("SELECT min(due_at) FROM delivery_jobs WHERE state = 'pending' AND due_at <= $1")
+            .bind(now)
+            .fetch_one(&self.pool)
+            .await?)
+    }
 }

@@ -238,4 +238,13 @@ impl JobQueue for SqliteStore {
             sqlx::query_as("SELECT state, count(*) FROM delivery_jobs GROUP BY state").fetch_all(&self.reader).await?;
         counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
     }
+
+    async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
+        let oldest: Option<i64> =
+            sqlx::query_scalar("SELECT min(due_at) FROM delivery_jobs WHERE state = 'pending' AND due_at <= ?1")
+                .bind(micros(now))
+                .fetch_one(&self.reader)
+                .await?;
+        oldest.map(from_micros).transpose()
+    }
 }

@@ -547,3 +547,15 @@ pub async fn no_set_of_states_pins_the_claim_rotation(db: &TestDb) {
     }
     assert_eq!(got.len(), claimable.len(), "every claimable job within {bound} claims");
 }
+
+/// The oldest due job, for the gauge operators alert on; none once every job is claimed.
+pub async fn the_oldest_due_job_is_known(db: &TestDb) {
+    assert_eq!(db.store.oldest_due_pending(Utc::now()).await.expect("oldest"), None);
+    push_subscription(db, "t1").await;
+    let before = Utc::now() - Duration::milliseconds(1);
+    events(db, "t1", 3).await;
+    let oldest = db.store.oldest_due_pending(Utc::now() + Duration::seconds(1)).await.expect("oldest");
+    assert!(oldest.is_some_and(|t| t >= before && t <= Utc::now()), "{oldest:?}");
+    assert_eq!(db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs.len(), 3);
+    assert_eq!(db.store.oldest_due_pending(Utc::now() + Duration::seconds(1)).await.expect("oldest"), None);
+}

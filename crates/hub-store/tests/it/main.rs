@@ -77,4 +77,5 @@ contract_suite!(
     a_destination_being_verified_again_holds_new_events,
     stranded_waiting_jobs_are_reconciled,
     no_set_of_states_pins_the_claim_rotation,
+    the_oldest_due_job_is_known,
 );

@@ -485,6 +485,9 @@ impl Dispatcher {
             breakers.entry((tenant.to_owned(), dest.to_owned())).or_insert_with(|| Breaker::new(self.settings.breaker));
         let (permit, transition) = breaker.permit(now, last);
         count_transition(transition);
+        if transition.is_some() {
+            breaker_gauges(&breakers);
+        }
         permit
     }
 
@@ -496,6 +499,9 @@ impl Dispatcher {
             if breaker.is_closed() && delivered {
                 // A healthy destination needs no entry.
                 breakers.remove(&(tenant.to_owned(), dest.to_owned()));
+            }
+            if transition.is_some() {
+                breaker_gauges(&breakers);
             }
         }
     }
@@ -649,6 +655,8 @@ impl Dispatcher {
             }
             Outcome::Failed(f) => {
                 metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "failed").increment(1);
+                let kind = crate::telemetry::failure_kind(f.kind, f.status);
+                metrics::counter!(metric::DELIVERY_FAILURES, "sink" => sink, "kind" => kind).increment(1);
                 tracing::warn!(delivery = %delivery_id, kind = f.kind.as_str(), status = ?f.status, reason = %f.reason, retryable = f.retryable, "delivery attempt failed");
                 let class = if f.retryable {
                     OutcomeClass::Retryable { reason: &f.reason }
@@ -731,6 +739,14 @@ impl Dispatcher {
 
 fn config_failure(reason: String) -> Outcome {
     Outcome::Failed(Failure { retryable: true, kind: FailureKind::Refused, reason, status: None, response: None })
+}
+
+/// `streaming_hub_breakers{state}` from the breakers of this process.
+fn breaker_gauges(breakers: &HashMap<(String, String), Breaker>) {
+    let open = breakers.values().filter(|b| b.is_open()).count();
+    let half_open = breakers.values().filter(|b| b.is_half_open()).count();
+    metrics::gauge!(metric::BREAKERS, "state" => "open").set(open as f64);
+    metrics::gauge!(metric::BREAKERS, "state" => "half_open").set(half_open as f64);
 }
 
 fn count_transition(t: Option<Transition>) {

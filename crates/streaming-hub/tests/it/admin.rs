@@ -163,6 +163,18 @@ async fn health_readiness_and_metrics() {
     assert_eq!(metrics.status(), StatusCode::OK);
     let text = metrics.text().await.expect("text");
     assert!(text.contains("streaming_hub_ingest_records_total{verdict=\"accepted\"}"), "{text}");
+    // Every series an alert needs exists from start.
+    for series in [
+        "streaming_hub_build_info{version=",
+        "streaming_hub_oldest_pending_job_age_seconds ",
+        "streaming_hub_breakers{state=\"open\"}",
+        "streaming_hub_delivery_failures_total{sink=\"webhook\",kind=\"timeout\"}",
+        "streaming_hub_delivery_failures_total{sink=\"sqs\",kind=\"5xx\"}",
+        "streaming_hub_delivery_dead_letters_total{sink=\"rabbitmq\"}",
+        "streaming_hub_subscriptions_auto_disabled_total ",
+    ] {
+        assert!(text.contains(series), "{series} is missing: {text}");
+    }
     assert!(!text.contains("tenant"), "no tenant label in metrics");
 }
 
