@@ -96,9 +96,31 @@ fn valid_event_types(types: &[String], max: u32) -> Result<(), ApiError> {
         ));
     }
     for (i, t) in types.iter().enumerate() {
-        EventPattern::parse(t).map_err(|e| ApiError::validation(&format!("event_types[{i}]"), e))?;
+        EventPattern::parse(t)
+            .map_err(|e| ApiError::validation(&format!("event_types[{i}]"), format!("{e}{}", pattern_hint(t))))?;
     }
     Ok(())
+}
+
+/// What a new user most likely meant by an event-type pattern that does not parse.
+fn pattern_hint(pattern: &str) -> String {
+    let parts: Vec<&str> = pattern.split('.').collect();
+    if pattern == "*" {
+        return "; every event is *.*".to_owned();
+    }
+    if parts.len() == 5 && parts[0] == "studio" && parts[1] == "lerian" {
+        // A full ce-type: studio.lerian.<source>.<resourcetype>.<eventtype>.
+        return format!(
+            "; patterns are <resourcetype>.<eventtype> without the source: use {}.{} (and origin \"{}\" to keep \
+             only that application's events)",
+            parts[3], parts[4], parts[2]
+        );
+    }
+    if parts.len() > 2 {
+        let key = parts[parts.len() - 2..].join(".");
+        return format!("; patterns are <resourcetype>.<eventtype>, for example {key}");
+    }
+    String::new()
 }
 
 fn valid_origin(origin: Option<&str>) -> Result<(), ApiError> {

@@ -188,6 +188,16 @@ async fn creation_validates_every_field_by_name() {
         assert_eq!(answer["title"], "validation_failed");
         assert!(answer["message"].as_str().expect("message").contains(field), "{field}: {answer}");
     }
+    // Messages that teach what a new user most likely meant.
+    for (pattern, hint) in [
+        ("studio.lerian.lender.loan_application.approved", "use loan_application.approved"),
+        ("*", "every event is *.*"),
+        ("lender.loan_application.approved", "for example loan_application.approved"),
+    ] {
+        let (status, answer) = hub.post_json(&key, "/v1/subscriptions", &with("event_types", json!([pattern]))).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{pattern}");
+        assert!(answer["message"].as_str().expect("message").contains(hint), "{pattern}: {answer}");
+    }
     let (_, listed) = hub.get(&key, "/v1/subscriptions").await;
     assert_eq!(listed["items"], json!([]), "nothing invalid was stored");
     // The admin token is not a tenant.
