@@ -10,7 +10,6 @@ use std::net::{IpAddr, SocketAddr};
 use hub_core::netpolicy::restriction;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
-/// Why a destination is refused.
 /// What a tenant is told of a refused destination, whatever the reason.
 pub const NOT_ALLOWED: &str = "destination not allowed";
 
@@ -46,6 +45,37 @@ pub fn check_host(url: &url::Url, allow_private: bool) -> Result<(), Refused> {
         }
         _ => Ok(()),
     }
+}
+
+/// Resolves `host` (a name or an address literal in any form the system resolver takes, such as
+/// `2130706433` or `127.1`) and refuses it unless every address it resolves to may be reached.
+/// For clients that resolve on their own (AMQP, the AWS SDK): checked right before they connect.
+pub async fn check_resolved(host: &str, port: u16, allow_private: bool) -> Result<(), Resolution> {
+    if allow_private {
+        return Ok(());
+    }
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let name = bare.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        return Err(Resolution::Refused(Refused { host: name, why: "loopback" }));
+    }
+    let addrs: Vec<SocketAddr> =
+        tokio::net::lookup_host((bare, port)).await.map_err(|_| Resolution::Unresolved)?.collect();
+    if addrs.is_empty() {
+        return Err(Resolution::Unresolved);
+    }
+    for addr in &addrs {
+        check_ip(host, addr.ip(), false).map_err(Resolution::Refused)?;
+    }
+    Ok(())
+}
+
+/// Why [`check_resolved`] did not clear a host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    Refused(Refused),
+    /// The name does not resolve (now): retry later.
+    Unresolved,
 }
 
 /// A resolver that refuses names with any non-public address.

@@ -5,4 +5,5 @@ mod aws;
 mod contract;
 mod rabbitmq;
 mod receiver;
+mod ssrf;
 mod webhook;
