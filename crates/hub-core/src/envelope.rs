@@ -223,7 +223,7 @@ pub fn is_json_media_type(content_type: &str) -> bool {
     essence.eq_ignore_ascii_case("application/json")
         || essence.eq_ignore_ascii_case("text/json")
         // Compared as bytes: a suffix boundary may fall inside a multi-byte character.
-        || essence.len() > 5 && essence.as_bytes()[essence.len() - 5..].eq_ignore_ascii_case(b"+json")
+        || essence.len() > 5 && essence.as_bytes()[essence.len().saturating_sub(5)..].eq_ignore_ascii_case(b"+json")
 }
 
 /// Reads the headers the verdict depends on: lower-cased keys, last value wins.

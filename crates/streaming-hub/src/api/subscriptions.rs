@@ -117,7 +117,7 @@ fn pattern_hint(pattern: &str) -> String {
         );
     }
     if parts.len() > 2 {
-        let key = parts[parts.len() - 2..].join(".");
+        let key = parts[parts.len().saturating_sub(2)..].join(".");
         return format!("; patterns are <resourcetype>.<eventtype>, for example {key}");
     }
     String::new()
