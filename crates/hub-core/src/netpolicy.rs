@@ -97,7 +97,8 @@ fn v6(ip: Ipv6Addr) -> Option<Restricted> {
         _ if segments[0] == 0x2001 && segments[1] < 0x0200 => Restricted::Reserved,
         _ if segments[0] == 0x2002 => Restricted::Reserved,
         // Discard-only, documentation (RFC 9637), SRv6 SIDs.
-        _ if segments[..4] == [0x0100, 0, 0, 0] => Restricted::Reserved,
+        // Discard-only (100::/64) and the dummy prefix (100:0:0:1::/64).
+        _ if segments[..3] == [0x0100, 0, 0] && segments[3] <= 1 => Restricted::Reserved,
         _ if segments[0] & 0xfff0 == 0x3ff0 => Restricted::Reserved,
         _ if segments[0] == 0x5f00 => Restricted::Reserved,
         _ => return None,
@@ -163,6 +164,66 @@ mod tests {
             ("fec0::1", Restricted::Private),
         ] {
             assert_eq!(restriction(ip.parse().expect("ip")), Some(why), "{ip}");
+        }
+    }
+
+    /// Every block of the IANA IPv4 and IPv6 special-purpose address registries, by a sample
+    /// address inside it: what the registry says is not globally reachable is refused; what it
+    /// says is global (anycast services, AS112, AMT) is a public destination like any other,
+    /// except where refusing costs no one a webhook (the IETF assignment blocks, wholly refused).
+    #[test]
+    fn the_iana_special_purpose_registries() {
+        let restricted = [
+            ("0.0.0.0/8", "0.1.2.3"),
+            ("10.0.0.0/8", "10.20.30.40"),
+            ("100.64.0.0/10", "100.100.100.100"),
+            ("127.0.0.0/8", "127.3.2.1"),
+            ("169.254.0.0/16", "169.254.1.1"),
+            ("172.16.0.0/12", "172.20.0.1"),
+            ("192.0.0.0/24", "192.0.0.1"),
+            ("192.0.0.0/29", "192.0.0.5"),
+            ("192.0.0.8/32", "192.0.0.8"),
+            ("192.0.0.170/32", "192.0.0.170"),
+            ("192.0.2.0/24", "192.0.2.55"),
+            ("192.88.99.0/24", "192.88.99.2"),
+            ("192.168.0.0/16", "192.168.200.1"),
+            ("198.18.0.0/15", "198.19.1.1"),
+            ("198.51.100.0/24", "198.51.100.1"),
+            ("203.0.113.0/24", "203.0.113.9"),
+            ("240.0.0.0/4", "250.1.2.3"),
+            ("255.255.255.255/32", "255.255.255.255"),
+            ("::1/128", "::1"),
+            ("::/128", "::"),
+            ("::ffff:0:0/96", "::ffff:10.1.1.1"),
+            ("64:ff9b::/96 (private inside)", "64:ff9b::10.0.0.1"),
+            ("64:ff9b:1::/48", "64:ff9b:1::1"),
+            ("100::/64", "100::1"),
+            ("100:0:0:1::/64", "100:0:0:1::1"),
+            ("2001::/23", "2001:1ff::1"),
+            ("2001::/32", "2001:0:4136:e378::1"),
+            ("2001:2::/48", "2001:2::1"),
+            ("2001:10::/28", "2001:10::1"),
+            ("2001:20::/28", "2001:20::1"),
+            ("2001:30::/28", "2001:30::1"),
+            ("2001:db8::/32", "2001:db8:1::1"),
+            ("2002::/16", "2002:c000:204::1"),
+            ("3fff::/20", "3fff:fff::1"),
+            ("5f00::/16", "5f00:1::1"),
+            ("fc00::/7", "fdff::1"),
+            ("fe80::/10", "febf::1"),
+            ("ff00::/8", "ff05::2"),
+        ];
+        for (block, ip) in restricted {
+            assert!(restriction(ip.parse().expect(ip)).is_some(), "{block}: {ip} must be refused");
+        }
+        let global = [
+            ("192.31.196.0/24 (AS112)", "192.31.196.1"),
+            ("192.52.193.0/24 (AMT)", "192.52.193.1"),
+            ("192.175.48.0/24 (AS112)", "192.175.48.1"),
+            ("2620:4f:8000::/48 (AS112)", "2620:4f:8000::1"),
+        ];
+        for (block, ip) in global {
+            assert!(restriction(ip.parse().expect(ip)).is_none(), "{block}: {ip} is global");
         }
     }
 
