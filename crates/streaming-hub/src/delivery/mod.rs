@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use uuid::Uuid;
 
+use self::targets::Subscribed;
 use crate::clock::Clock;
 use crate::secrets::Sealer;
 use crate::telemetry::metric;
@@ -96,7 +97,7 @@ const RECORD_BATCH: usize = 256;
 struct Work {
     job: ClaimedJob,
     /// `None` when the subscription was deleted meanwhile.
-    sub: Option<Arc<SubscriptionRecord>>,
+    sub: Option<Arc<Subscribed>>,
     /// `None` when the event is no longer stored.
     event: Option<Arc<StoredEvent>>,
     claimed_at: Instant,
@@ -196,8 +197,8 @@ impl Dispatcher {
                 lock(&self.in_flight).remove(&work.job.id);
                 continue;
             };
-            let dest = targets::destination_key(&sub);
-            if !self.enter(sub.id, &dest) {
+            let dest = sub.key.clone();
+            if !self.enter(sub.record.id, &dest) {
                 let waiting = parked.entry(dest.clone()).or_default();
                 if waiting.len() < park_limit {
                     waiting.push_back(work);
@@ -387,14 +388,15 @@ impl Dispatcher {
             };
         tracing::debug!(ms = started.elapsed().as_secs_f64() * 1000.0, "loaded");
         let claimed_at = Instant::now();
-        let subs: HashMap<Uuid, Arc<SubscriptionRecord>> = subs.into_iter().map(|s| (s.id, Arc::new(s))).collect();
+        let subs: HashMap<Uuid, Arc<Subscribed>> =
+            subs.into_iter().map(|s| (s.id, Arc::new(Subscribed::new(s)))).collect();
         let events: HashMap<(String, i64), Arc<StoredEvent>> =
             events.into_iter().map(|e| ((e.tenant_id.clone(), e.seq), Arc::new(e))).collect();
         Ok(jobs
             .into_iter()
             .map(|job| {
                 // A subscription is only ever its own tenant's.
-                let sub = subs.get(&job.subscription_id).filter(|s| s.tenant_id == job.tenant_id).cloned();
+                let sub = subs.get(&job.subscription_id).filter(|s| s.record.tenant_id == job.tenant_id).cloned();
                 // One event can be claimed for several subscriptions at once: each gets it.
                 let event = events.get(&(job.tenant_id.clone(), job.event_seq)).cloned();
                 Work { job, sub, event, claimed_at }
@@ -517,7 +519,7 @@ impl Dispatcher {
     async fn attempt(
         self: Arc<Self>,
         work: Work,
-        sub: Arc<SubscriptionRecord>,
+        sub: Arc<Subscribed>,
         dest: String,
         _worker: OwnedSemaphorePermit,
         recorder: mpsc::Sender<AttemptResult>,
@@ -531,7 +533,7 @@ impl Dispatcher {
             subscription = %job.subscription_id,
             job = %job.id,
             attempt,
-            sink = sub.sink.as_str(),
+            sink = sub.record.sink.as_str(),
         );
         let recorded = self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt).instrument(span).await;
         self.leave(&dest);
@@ -562,7 +564,7 @@ impl Dispatcher {
     async fn attempt_in_span(
         &self,
         job: &ClaimedJob,
-        sub: &SubscriptionRecord,
+        sub: &Subscribed,
         event: Option<&StoredEvent>,
         dest: &str,
         attempt: u32,
@@ -591,18 +593,19 @@ impl Dispatcher {
         let latency = clock_start.elapsed();
         let now = self.clock.now();
         self.breaker_outcome(&job.tenant_id, dest, outcome.is_delivered(), now);
-        let attempted = Attempted { job, sub, number: attempt, delivery_id, started, latency, now };
+        let attempted = Attempted { job, sub: &sub.record, number: attempt, delivery_id, started, latency, now };
         Some(self.record(&attempted, outcome))
     }
 
     async fn deliver(
         &self,
-        sub: &SubscriptionRecord,
+        subscribed: &Subscribed,
         event: &StoredEvent,
         attempt: u32,
         delivery_id: Uuid,
         now: DateTime<Utc>,
     ) -> Outcome {
+        let sub = &subscribed.record;
         let content_type = event.data_content_type.as_deref().unwrap_or("application/json");
         let message = Message {
             tenant: &event.tenant_id,
@@ -626,9 +629,12 @@ impl Dispatcher {
         };
         // The attempt must end well inside the lease, or another worker could take the job.
         let max_timeout = self.settings.lease.mul_f64(0.8);
-        let prepared = targets::destination(sub).and_then(|d| Ok((d, targets::secrets(sub, &self.sealer, now)?)));
-        match prepared {
-            Ok((destination, secrets)) => self.sinks.deliver(&destination, &secrets, &message, max_timeout).await,
+        let destination = match &subscribed.destination {
+            Ok(destination) => destination,
+            Err(reason) => return config_failure(reason.clone()),
+        };
+        match targets::secrets(sub, &self.sealer, now) {
+            Ok(secrets) => self.sinks.deliver(destination, &secrets, &message, max_timeout).await,
             Err(reason) => config_failure(reason),
         }
     }

@@ -12,12 +12,25 @@ pub fn destination(sub: &SubscriptionRecord) -> Result<Destination, String> {
     Destination::from_stored(&sub.sink_config)
 }
 
-/// What identifies the subscription's destination (for the breaker and the worker cap).
-pub fn destination_key(sub: &SubscriptionRecord) -> String {
-    match destination(sub) {
-        Ok(d) => d.key(sub.id),
-        // Unreadable: the subscription is its own destination, and its attempts say why.
-        Err(_) => format!("unreadable {}", sub.id),
+/// A claimed job's subscription with its destination read from the stored JSON once per claim
+/// (not again for the worker cap, the breaker and the attempt).
+#[derive(Debug)]
+pub struct Subscribed {
+    pub record: SubscriptionRecord,
+    pub destination: Result<Destination, String>,
+    /// What identifies the destination for the breaker and the worker cap.
+    pub key: String,
+}
+
+impl Subscribed {
+    pub fn new(record: SubscriptionRecord) -> Self {
+        let destination = destination(&record);
+        let key = match &destination {
+            Ok(d) => d.key(record.id),
+            // Unreadable: the subscription is its own destination, and its attempts say why.
+            Err(_) => format!("unreadable {}", record.id),
+        };
+        Self { record, destination, key }
     }
 }
 
