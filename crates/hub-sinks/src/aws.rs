@@ -43,9 +43,20 @@ pub struct AwsEndpoint {
     pub endpoint_url: Option<String>,
     pub credentials: Option<AwsCredentials>,
     pub timeout: Duration,
+    /// `endpoint_url` is the tenant's own: its host must pass the address guard before a client
+    /// is built for it (the operator's endpoint and AWS's own are trusted).
+    pub check_endpoint: bool,
 }
 
 impl AwsEndpoint {
+    /// The address guard for a tenant's own endpoint, before a client is built for it.
+    async fn guard(&self) -> Result<(), Failure> {
+        match (&self.endpoint_url, self.check_endpoint) {
+            (Some(url), true) => crate::guard::check_url(url, false).await,
+            _ => Ok(()),
+        }
+    }
+
     fn cache_key(&self) -> u64 {
         let mut h = DefaultHasher::new();
         (&self.region, &self.endpoint_url, self.timeout).hash(&mut h);
@@ -216,6 +227,7 @@ impl SqsSink {
         if let Some(c) = self.clients.lock().await.get(&key, std::time::Instant::now()) {
             return Ok(c);
         }
+        e.guard().await?;
         let client = aws_sdk_sqs::Client::new(&self.configs.load(e).await?);
         self.clients.lock().await.insert(key, client.clone(), std::time::Instant::now());
         Ok(client)
@@ -339,6 +351,7 @@ impl EventBridgeSink {
         if let Some(c) = self.clients.lock().await.get(&key, std::time::Instant::now()) {
             return Ok(c);
         }
+        e.guard().await?;
         let client = aws_sdk_eventbridge::Client::new(&self.configs.load(e).await?);
         self.clients.lock().await.insert(key, client.clone(), std::time::Instant::now());
         Ok(client)

@@ -70,6 +70,35 @@ pub async fn check_resolved(host: &str, port: u16, allow_private: bool) -> Resul
     Ok(())
 }
 
+/// [`check_resolved`] for the host of `url`, as a classified failure for the tenant: a refusal
+/// says only [`NOT_ALLOWED`] (the operator's log says why); a name that does not resolve is
+/// worth another attempt.
+pub async fn check_url(url: &str, allow_private: bool) -> Result<(), crate::Failure> {
+    use crate::{Failure, FailureKind};
+    let failure = |retryable, kind, reason: &str| Failure {
+        retryable,
+        kind,
+        reason: reason.to_owned(),
+        status: None,
+        response: None,
+    };
+    let parsed =
+        url::Url::parse(url).map_err(|_| failure(true, FailureKind::Refused, "the destination URL is not valid"))?;
+    let host =
+        parsed.host_str().ok_or_else(|| failure(true, FailureKind::Refused, "the destination URL names no host"))?;
+    let port = parsed.port_or_known_default().unwrap_or(if parsed.scheme() == "amqps" { 5671 } else { 5672 });
+    match check_resolved(host, port, allow_private).await {
+        Ok(()) => Ok(()),
+        Err(Resolution::Refused(refused)) => {
+            tracing::warn!(detail = %refused, "destination refused by the address guard");
+            Err(failure(false, FailureKind::Forbidden, NOT_ALLOWED))
+        }
+        Err(Resolution::Unresolved) => {
+            Err(failure(true, FailureKind::Unreachable, "the destination's host does not resolve"))
+        }
+    }
+}
+
 /// Why [`check_resolved`] did not clear a host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {

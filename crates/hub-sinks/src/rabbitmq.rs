@@ -27,6 +27,9 @@ pub struct RabbitTarget {
     /// May use `{resource}`, `{event}` and `{source}`.
     pub routing_key: String,
     pub timeout: Duration,
+    /// Private addresses may be reached; otherwise a new connection's host must pass the
+    /// address guard (checked where the connection is made, not per message).
+    pub allow_private: bool,
 }
 
 impl std::fmt::Debug for RabbitTarget {
@@ -116,6 +119,7 @@ impl RabbitSink {
             }
             links.remove(&url);
         }
+        crate::guard::check_url(&target.url, target.allow_private).await?;
         let connect = async {
             let connection =
                 Connection::connect(&url, ConnectionProperties::default()).await.map_err(|e| classify(&e, true))?;

@@ -180,6 +180,7 @@ pub struct Sinks {
     rabbitmq: Arc<RabbitSink>,
     /// Used by SQS and EventBridge destinations that name no endpoint (the operator's own).
     aws_endpoint_url: Option<String>,
+    /// Whether sinks may connect to private addresses (each sink's guard reads it).
     allow_private: bool,
 }
 
@@ -207,46 +208,6 @@ impl Sinks {
         })
     }
 
-    /// The address guard for sinks whose clients resolve on their own: the RabbitMQ host and a
-    /// tenant's own AWS endpoint must resolve to addresses a sink may reach (the webhook client
-    /// resolves through the guard itself). A refusal tells the tenant only that the destination
-    /// is not allowed; the operator's log says why.
-    async fn guard(&self, destination: &Destination) -> Result<(), Failure> {
-        let url = match destination {
-            Destination::Rabbitmq(c) => Some(c.url.as_str()),
-            Destination::Sqs(SqsConfig { endpoint_url, .. })
-            | Destination::Eventbridge(EventBridgeConfig { endpoint_url, .. }) => endpoint_url.as_deref(),
-            Destination::Webhook(_) | Destination::Pull => None,
-        };
-        let Some(url) = url else { return Ok(()) };
-        let parsed = url::Url::parse(url).map_err(|_| misconfigured("the destination URL is not valid"))?;
-        let host = parsed.host_str().ok_or_else(|| misconfigured("the destination URL names no host"))?;
-        let port = parsed.port_or_known_default().unwrap_or(match parsed.scheme() {
-            "amqps" => 5671,
-            _ => 5672,
-        });
-        match crate::guard::check_resolved(host, port, self.allow_private).await {
-            Ok(()) => Ok(()),
-            Err(crate::guard::Resolution::Refused(refused)) => {
-                tracing::warn!(detail = %refused, "destination refused by the address guard");
-                Err(Failure {
-                    retryable: false,
-                    kind: FailureKind::Forbidden,
-                    reason: crate::guard::NOT_ALLOWED.to_owned(),
-                    status: None,
-                    response: None,
-                })
-            }
-            Err(crate::guard::Resolution::Unresolved) => Err(Failure {
-                retryable: true,
-                kind: FailureKind::Unreachable,
-                reason: "the destination's host does not resolve".to_owned(),
-                status: None,
-                response: None,
-            }),
-        }
-    }
-
     /// Makes exactly one delivery attempt; `max_timeout` caps the destination's own timeout
     /// (an attempt must end well inside its lease).
     pub async fn deliver(
@@ -256,9 +217,6 @@ impl Sinks {
         message: &Message<'_>,
         max_timeout: Duration,
     ) -> Outcome {
-        if let Err(refused) = self.guard(destination).await {
-            return Outcome::Failed(refused);
-        }
         match self.target(destination, secrets, max_timeout) {
             Ok(Target::Webhook(t)) => self.webhook.deliver(&t, message).await,
             Ok(Target::Sqs(t)) => self.sqs.deliver(&t, message).await,
@@ -280,7 +238,6 @@ impl Sinks {
         if *destination == Destination::Pull {
             return Ok(());
         }
-        self.guard(destination).await?;
         match self.target(destination, secrets, max_timeout)? {
             Target::Webhook(t) => self.webhook.probe(&t, tenant, subscription).await,
             Target::Sqs(t) => self.sqs.probe(&t, tenant, subscription).await,
@@ -316,6 +273,7 @@ impl Sinks {
                 exchange: c.exchange.clone(),
                 routing_key: c.routing_key.clone(),
                 timeout: broker_timeout,
+                allow_private: self.allow_private,
             }),
             Destination::Pull => return Err(misconfigured("a pull subscription has no push destination")),
         })
@@ -325,6 +283,7 @@ impl Sinks {
         let text = |c: &Value, name: &str| c[name].as_str().unwrap_or_default().to_owned();
         AwsEndpoint {
             region: region.to_owned(),
+            check_endpoint: endpoint.is_some() && !self.allow_private,
             endpoint_url: endpoint.map(str::to_owned).or_else(|| self.aws_endpoint_url.clone()),
             credentials: secrets.credentials.as_ref().map(|c| AwsCredentials {
                 access_key_id: text(c, "access_key_id"),

@@ -92,6 +92,7 @@ fn target(url: &str, password: Option<&str>, exchange: &str, timeout: Duration) 
         exchange: exchange.to_owned(),
         routing_key: "{resource}.{event}".to_owned(),
         timeout,
+        allow_private: true,
     }
 }
 
