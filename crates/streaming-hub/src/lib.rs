@@ -224,8 +224,11 @@ pub async fn start_with_clock(
         ),
         sealer,
         allow_private_sinks: config.allow_private_sinks,
-        pull_limiter: Arc::new(api::pull::TenantLimiter::new(config.pull_rate, config.pull_burst)),
-        ingest_limiter: Arc::new(api::pull::TenantLimiter::new(config.quotas.ingest_rate, config.quotas.ingest_burst)),
+        pull_limiter: Arc::new(api::limiter::TenantLimiter::new(config.pull_rate, config.pull_burst)),
+        ingest_limiter: Arc::new(api::limiter::TenantLimiter::new(
+            config.quotas.ingest_rate,
+            config.quotas.ingest_burst,
+        )),
         quotas: config.quotas,
         sinks,
         clock,

@@ -138,13 +138,8 @@ fn within_rate(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), Ap
         .and_then(|t| hub_core::TenantId::parse(t).ok());
     let Some(tenant) = tenant else { return Ok(()) };
     state.ingest_limiter.check(&tenant).map_err(|wait| {
-        let mut err = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limited",
-            format!("more than {} events a second for this tenant; retry later", state.quotas.ingest_rate),
-        );
-        err.retry_after = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
-        err
+        let rate = state.quotas.ingest_rate;
+        super::limiter::rate_limited(wait, format!("more than {rate} events a second for this tenant; retry later"))
     })
 }
 

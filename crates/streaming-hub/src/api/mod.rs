@@ -11,6 +11,7 @@ pub mod destination;
 pub mod error;
 pub mod events;
 pub mod health;
+pub mod limiter;
 pub mod pull;
 pub mod subscriptions;
 
@@ -47,9 +48,9 @@ pub struct AppState {
     pub ingest: crate::ingest::GroupWriter,
     pub sealer: Arc<Sealer>,
     pub allow_private_sinks: bool,
-    pub pull_limiter: Arc<pull::TenantLimiter>,
+    pub pull_limiter: Arc<limiter::TenantLimiter>,
     /// HTTP ingest per tenant (`STREAMING_HUB_INGEST_RATE`).
-    pub ingest_limiter: Arc<pull::TenantLimiter>,
+    pub ingest_limiter: Arc<limiter::TenantLimiter>,
     pub quotas: crate::config::Quotas,
     pub sinks: hub_sinks::Sinks,
     pub clock: Arc<dyn crate::clock::Clock>,

@@ -3,19 +3,14 @@
 //! Reading is the acknowledgement: a page moves the subscription's durable cursor to the highest
 //! seq it returned. Reads are rate limited per tenant (a token bucket per process).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use axum::Json as AxumJson;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use base64::Engine;
+use hub_core::SinkKind;
 use hub_core::envelope::is_json_media_type;
 use hub_core::pull;
-use hub_core::ratelimit::TokenBucket;
-use hub_core::{SinkKind, TenantId};
 use hub_store::StoredEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -25,34 +20,6 @@ use super::AppState;
 use super::auth::TenantCaller;
 use super::error::{ApiError, ErrorBody, Query, page_limit};
 use crate::telemetry::metric;
-
-/// Per-tenant token buckets (pull reads, HTTP ingest), per process.
-#[derive(Debug)]
-pub struct TenantLimiter {
-    rate: u32,
-    burst: u32,
-    origin: Instant,
-    buckets: Mutex<HashMap<TenantId, TokenBucket>>,
-}
-
-/// Buckets kept before full (idle) ones are forgotten.
-const MAX_IDLE_BUCKETS: usize = 10_000;
-
-impl TenantLimiter {
-    pub fn new(rate: u32, burst: u32) -> Self {
-        Self { rate, burst, origin: Instant::now(), buckets: Mutex::new(HashMap::new()) }
-    }
-
-    /// Takes a token for `tenant`, or says how long to wait.
-    pub fn check(&self, tenant: &TenantId) -> Result<(), Duration> {
-        let now = self.origin.elapsed();
-        let mut buckets = self.buckets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if buckets.len() > MAX_IDLE_BUCKETS {
-            buckets.retain(|_, b| !b.is_full(now));
-        }
-        buckets.entry(tenant.clone()).or_insert_with(|| TokenBucket::new(self.rate, self.burst, now)).try_take(now)
-    }
-}
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -148,9 +115,7 @@ pub async fn read(
 ) -> Result<impl IntoResponse, ApiError> {
     if let Err(wait) = state.pull_limiter.check(&caller.tenant) {
         metrics::counter!(metric::PULL_READS, "outcome" => "rate_limited").increment(1);
-        let mut err = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limited", "too many pull reads; retry later");
-        err.retry_after = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
-        return Err(err);
+        return Err(super::limiter::rate_limited(wait, "too many pull reads; retry later"));
     }
     let limit = page_limit(params.limit)?;
     if let Some(after) = params.after {
