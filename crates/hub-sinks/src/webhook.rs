@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hub_core::signature::sign;
+use hub_core::signature::{Scheme, sign, standard};
 use rand::RngCore;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use url::Url;
@@ -29,6 +29,8 @@ pub struct WebhookTarget {
     /// Static headers configured on the subscription.
     pub headers: Vec<(String, String)>,
     pub timeout: Duration,
+    /// How requests are signed.
+    pub scheme: Scheme,
     /// The current secret first; during a rotation overlap the previous one second.
     pub secrets: Vec<String>,
 }
@@ -38,6 +40,7 @@ impl std::fmt::Debug for WebhookTarget {
         f.debug_struct("WebhookTarget")
             .field("url", &self.url.as_str())
             .field("timeout", &self.timeout)
+            .field("scheme", &self.scheme)
             .field("secrets", &self.secrets.len())
             .finish_non_exhaustive()
     }
@@ -79,9 +82,26 @@ impl WebhookSink {
                 h.append(HeaderName::from_static(name), v);
             }
         };
-        put("x-webhook-timestamp", &timestamp.to_string());
-        for secret in &target.secrets {
-            put("x-webhook-signature", &sign(secret, timestamp, message.payload));
+        match target.scheme {
+            Scheme::Lerian => {
+                put("x-webhook-timestamp", &timestamp.to_string());
+                for secret in &target.secrets {
+                    put("x-webhook-signature", &sign(secret, timestamp, message.payload));
+                }
+            }
+            Scheme::StandardWebhooks => {
+                // The event id names the message: the same on every redelivery, as the
+                // specification asks. Signatures share one header, separated by spaces.
+                let id = message.ce_id.to_string();
+                let signatures: Vec<String> = target
+                    .secrets
+                    .iter()
+                    .filter_map(|secret| standard::sign(secret, &id, timestamp, message.payload))
+                    .collect();
+                put("webhook-id", &id);
+                put("webhook-timestamp", &timestamp.to_string());
+                put("webhook-signature", &signatures.join(" "));
+            }
         }
         put("x-lerian-event-id", &message.ce_id.to_string());
         put("x-lerian-delivery-id", &message.delivery_id.to_string());

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hub_core::SinkKind;
+use hub_core::signature::Scheme;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
@@ -51,6 +52,9 @@ pub struct WebhookConfig {
     pub headers: BTreeMap<String, String>,
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// How requests are signed (`lerian`, the default, or `standard-webhooks`).
+    #[serde(default)]
+    pub signature: Scheme,
 }
 
 /// An SQS queue.
@@ -122,11 +126,11 @@ impl Destination {
         }
     }
 
-    /// Whether `other` connects to the same place in the same way (what a probe proved);
-    /// timeouts and static headers do not count.
+    /// Whether `other` connects to the same place in the same way (what a probe proved, which
+    /// for a webhook includes how it is signed); timeouts and static headers do not count.
     pub fn same_connection(&self, other: &Destination) -> bool {
         match (self, other) {
-            (Self::Webhook(a), Self::Webhook(b)) => a.url == b.url,
+            (Self::Webhook(a), Self::Webhook(b)) => (&a.url, a.signature) == (&b.url, b.signature),
             (Self::Sqs(a), Self::Sqs(b)) => {
                 (&a.queue_url, &a.region, &a.endpoint_url) == (&b.queue_url, &b.region, &b.endpoint_url)
             }
@@ -253,6 +257,7 @@ impl Sinks {
                 url: c.url.parse().map_err(|_| misconfigured("the webhook url is not valid"))?,
                 headers: c.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 timeout: Duration::from_millis(c.timeout_ms).min(max_timeout),
+                scheme: c.signature,
                 secrets: if secrets.signing.is_empty() {
                     return Err(misconfigured("the subscription has no signing secret"));
                 } else {
@@ -307,7 +312,8 @@ mod tests {
     #[test]
     fn stored_destinations_round_trip() {
         let cases = [
-            serde_json::json!({"type": "webhook", "url": "https://a.example/h", "headers": {"X-Team": "risk"}, "timeout_ms": 2000}),
+            serde_json::json!({"type": "webhook", "url": "https://a.example/h", "headers": {"X-Team": "risk"}, "timeout_ms": 2000, "signature": "lerian"}),
+            serde_json::json!({"type": "webhook", "url": "https://a.example/h", "headers": {}, "timeout_ms": 2000, "signature": "standard-webhooks"}),
             serde_json::json!({"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/q", "region": "us-east-1"}),
             serde_json::json!({"type": "eventbridge", "event_bus": "b", "region": "eu-west-1", "endpoint_url": "http://127.0.0.1:5000/"}),
             serde_json::json!({"type": "rabbitmq", "url": "amqps://hub@mq.example/vh", "exchange": "e", "routing_key": "{event}"}),
@@ -320,16 +326,35 @@ mod tests {
         }
         let old_webhook = serde_json::json!({"type": "webhook", "url": "https://a.example/h"});
         let d = Destination::from_stored(&old_webhook).expect("readable");
-        assert!(matches!(d, Destination::Webhook(WebhookConfig { timeout_ms: DEFAULT_WEBHOOK_TIMEOUT_MS, .. })));
+        assert!(matches!(
+            d,
+            Destination::Webhook(WebhookConfig {
+                timeout_ms: DEFAULT_WEBHOOK_TIMEOUT_MS,
+                signature: Scheme::Lerian,
+                ..
+            })
+        ));
         assert!(Destination::from_stored(&serde_json::json!({"type": "ftp"})).is_err());
     }
 
     #[test]
     fn a_connection_is_where_and_how_not_timeouts_or_headers() {
         let hook = |url: &str, timeout_ms| {
-            Destination::Webhook(WebhookConfig { url: url.into(), headers: BTreeMap::new(), timeout_ms })
+            Destination::Webhook(WebhookConfig {
+                url: url.into(),
+                headers: BTreeMap::new(),
+                timeout_ms,
+                signature: Scheme::Lerian,
+            })
         };
         assert!(hook("https://a/h", 100).same_connection(&hook("https://a/h", 5000)));
+        let standard = Destination::Webhook(WebhookConfig {
+            url: "https://a/h".into(),
+            headers: BTreeMap::new(),
+            timeout_ms: 100,
+            signature: Scheme::StandardWebhooks,
+        });
+        assert!(!hook("https://a/h", 100).same_connection(&standard), "receivers verify another way");
         assert!(!hook("https://a/h", 100).same_connection(&hook("https://b/h", 100)));
         assert!(!hook("https://a/h", 100).same_connection(&Destination::Pull));
         let mq = |url: &str| {

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use hub_core::SinkKind;
+use hub_core::signature::Scheme;
 use serde_json::{Map, Value, json};
 use url::Url;
 
@@ -201,7 +202,7 @@ fn endpoint(fields: &Fields<'_>, allow_private: bool, public: &mut Value) -> Res
 }
 
 fn webhook(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
-    fields.only(&["url", "headers", "timeout_ms"])?;
+    fields.only(&["url", "headers", "timeout_ms", "signature"])?;
     let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
     let url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
     if !url.username().is_empty() || url.password().is_some() {
@@ -222,6 +223,7 @@ fn webhook(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invali
                 }
                 if RESERVED_HEADERS.contains(&lower.as_str())
                     || lower.starts_with("x-webhook-")
+                    || lower.starts_with("webhook-")
                     || lower.starts_with("x-lerian-")
                 {
                     return Err(Invalid::new(&f, "is set by the hub or carries credentials; it cannot be configured"));
@@ -244,8 +246,15 @@ fn webhook(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invali
             _ => return Err(Invalid::new("sink.timeout_ms", "must be a whole number from 100 to 60000")),
         },
     };
+    let signature = match fields.string("signature", 32)? {
+        None => Scheme::default(),
+        Some(raw) => Scheme::parse(raw).ok_or_else(|| {
+            let names: Vec<&str> = Scheme::ALL.iter().map(|s| s.as_str()).collect();
+            Invalid::new("sink.signature", format!("must be one of {}", names.join(", ")))
+        })?,
+    };
     Requested::typed(
-        json!({"type": "webhook", "url": url.as_str(), "headers": headers, "timeout_ms": timeout_ms}),
+        json!({"type": "webhook", "url": url.as_str(), "headers": headers, "timeout_ms": timeout_ms, "signature": signature}),
         Credentials::Unchanged,
     )
 }
@@ -390,6 +399,19 @@ mod tests {
         assert!(
             err(json!({"type": "webhook", "url": "https://e.com", "queue_url": "x"}), false)
                 .starts_with("sink.queue_url")
+        );
+        assert_eq!(ok.public["signature"], "lerian", "the original's scheme by default");
+        let standard =
+            parse(&json!({"type": "webhook", "url": "https://e.com", "signature": "standard-webhooks"}), false)
+                .expect("valid");
+        assert_eq!(standard.public["signature"], "standard-webhooks");
+        assert_eq!(
+            err(json!({"type": "webhook", "url": "https://e.com", "signature": "svix"}), false),
+            "sink.signature: must be one of lerian, standard-webhooks"
+        );
+        assert!(
+            err(json!({"type": "webhook", "url": "https://e.com", "headers": {"Webhook-Id": "x"}}), false)
+                .starts_with("sink.headers.Webhook-Id")
         );
     }
 

@@ -34,6 +34,7 @@ fn destinations(host: &str, port: u16) -> Vec<Destination> {
             url: format!("http://{host}:{port}/hook"),
             headers: BTreeMap::new(),
             timeout_ms: 2000,
+            signature: Default::default(),
         }),
         Destination::Rabbitmq(RabbitConfig {
             url: format!("amqp://hub@{host}:{port}/vh"),

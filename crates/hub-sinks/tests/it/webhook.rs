@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use hub_core::signature::Scheme;
 use hub_sinks::{FailureKind, Outcome, Sink, WebhookSink, WebhookTarget};
 use uuid::Uuid;
 
@@ -16,6 +17,7 @@ fn target(url: &str, secrets: &[&str]) -> WebhookTarget {
         url: url.parse().expect("url"),
         headers: vec![("X-Team".into(), "risk".into())],
         timeout: Duration::from_secs(5),
+        scheme: Scheme::Lerian,
         secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
     }
 }
@@ -125,6 +127,29 @@ async fn during_a_rotation_two_signature_headers_verify_with_their_secrets() {
     assert_eq!(sigs.len(), 2, "repeated headers, not one joined value");
     assert!(hub_core::signature::verify(new, ts, body, sigs[0]));
     assert!(hub_core::signature::verify(old, ts, body, sigs[1]));
+}
+
+#[tokio::test]
+async fn standard_webhooks_mode_sends_its_headers_and_signs_with_every_secret() {
+    let (new, old) = (SECRET, "whsec_b2xkIHNlY3JldCBvZiB0aGUgcm90YXRpb24=");
+    let receiver = Receiver::start(Behaviour::Status(204)).await;
+    let sink = WebhookSink::new(true).expect("sink");
+    let ext = BTreeMap::new();
+    let body = br#"{"n":1}"#;
+    let id = Uuid::now_v7();
+    let target = WebhookTarget { scheme: Scheme::StandardWebhooks, ..target(&receiver.url, &[new, old]) };
+    assert!(sink.deliver(&target, &message(body, &ext, id)).await.is_delivered());
+    let got = receiver.wait_for(1).await.remove(0);
+    let h = |name: &str| got.headers.get(name).map(|v| v.to_str().expect("ascii").to_owned());
+    assert_eq!(h("webhook-id"), Some(id.to_string()), "the event id: stable across redeliveries");
+    let ts: i64 = h("webhook-timestamp").expect("timestamp").parse().expect("unix seconds");
+    let header = h("webhook-signature").expect("signature");
+    let sigs: Vec<&str> = header.split(' ').collect();
+    assert_eq!(sigs.len(), 2, "one signature per secret, space separated: {header}");
+    assert!(hub_core::signature::standard::verify(new, &id.to_string(), ts, body, sigs[0]));
+    assert!(hub_core::signature::standard::verify(old, &id.to_string(), ts, body, sigs[1]));
+    assert!(h("x-webhook-signature").is_none() && h("x-webhook-timestamp").is_none(), "not the other scheme");
+    assert_eq!(h("x-lerian-event-id"), Some(id.to_string()), "correlation headers stay");
 }
 
 #[tokio::test]
