@@ -496,15 +496,19 @@ impl Drop for Broker {
 /// The Apache Kafka version `scripts/services kafka` installs.
 pub const KAFKA_VERSION: &str = "4.1.1";
 
+/// Where `scripts/services` installs tools: `STREAMING_HUB_CACHE`, or `~/.cache/streaming-hub`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("STREAMING_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache/streaming-hub")
+    })
+}
+
 /// Where `scripts/services kafka` puts the Apache Kafka jars (`<home>/lib`).
 pub fn kafka_home() -> PathBuf {
     if let Ok(home) = std::env::var("STREAMING_HUB_KAFKA_HOME") {
         return PathBuf::from(home);
     }
-    let cache = std::env::var("STREAMING_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|_| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned())).join(".cache/streaming-hub")
-    });
-    cache.join("kafka").join(KAFKA_VERSION)
+    cache_dir().join("kafka").join(KAFKA_VERSION)
 }
 
 /// A local port nothing listens on now.
@@ -521,10 +525,9 @@ impl Broker {
         if home.join("lib").is_dir() {
             return Self::apache(&home, false).await;
         }
-        let bin = std::env::var("STREAMING_HUB_BENCH_TANSU").map(PathBuf::from).unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned()))
-                .join(".cache/streaming-hub/tansu/bin/tansu")
-        });
+        let bin = std::env::var("STREAMING_HUB_BENCH_TANSU")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| cache_dir().join("tansu/bin/tansu"));
         anyhow::ensure!(
             bin.is_file(),
             "no Apache Kafka at {} (`scripts/services kafka` installs it; STREAMING_HUB_KAFKA_HOME names \

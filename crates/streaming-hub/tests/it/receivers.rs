@@ -34,10 +34,8 @@ fn the_python_receiver_code_verifies_the_test_vector() {
 
 #[test]
 fn the_typescript_receiver_code_verifies_the_test_vector() {
-    let tsc = std::env::var("STREAMING_HUB_TEST_TSC").unwrap_or_else(|_| {
-        let home = std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned());
-        format!("{home}/.cache/streaming-hub/typescript/node_modules/.bin/tsc")
-    });
+    // From the cache folder scripts/services installs into (STREAMING_HUB_CACHE), as every tool.
+    let tsc = crate::sdk::cache_dir().join("typescript/node_modules/.bin/tsc").display().to_string();
     // tsc is …/node_modules/.bin/tsc; the Node types sit beside it in …/node_modules/@types.
     let type_roots =
         std::path::Path::new(&tsc).parent().and_then(|p| p.parent()).map(|p| p.join("@types")).expect("types");

@@ -1,0 +1,3 @@
+module github.com/streaming-hub/streaming-hub/sdk/go
+
+go 1.22

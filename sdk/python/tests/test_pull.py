@@ -1,0 +1,101 @@
+"""The pull helper against a server that answers like the hub's pull route."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from streaming_hub_receiver import ApiError, PullConsumer
+from streaming_hub_receiver.pull import retry_after_seconds
+
+
+class Hub:
+    def __init__(self, events, limited=0):
+        self.events, self.limited, self.cursor, self.requests = events, limited, 0, []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def answer(self, status, body, headers=()):
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                for name, value in headers:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self):
+                hub.requests.append(self.path)
+                url = urlparse(self.path)
+                if self.headers["Authorization"] != "Bearer key-1" or url.path != "/v1/subscriptions/sub-1/events":
+                    return self.answer(404, {"code": 404, "title": "not_found", "message": "no such subscription"})
+                if hub.limited:
+                    hub.limited -= 1
+                    return self.answer(429, {"code": 429, "title": "rate_limited", "message": "slow down"}, [("Retry-After", "2")])
+                q = parse_qs(url.query)
+                limit = int(q.get("limit", ["100"])[0])
+                after = int(q.get("after", [hub.cursor])[0])
+                items = [{"seq": s, "ceId": f"id-{s}", "type": "a.b", "payload": {}} for s in range(after + 1, hub.events + 1)][:limit]
+                if items:
+                    hub.cursor = max(hub.cursor, items[-1]["seq"])
+                next_cursor = items[-1]["seq"] if len(items) == limit else None
+                self.answer(200, {"items": items, "next_cursor": next_cursor})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def hub():
+    servers = []
+
+    def start(events, limited=0):
+        servers.append(Hub(events, limited))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def test_drain_pages_to_the_end_and_waits_out_rate_limits(hub):
+    server = hub(25, limited=2)
+    slept = []
+    consumer = PullConsumer(server.url + "/", "key-1", "sub-1", limit=10, sleep=slept.append)
+    seen = []
+    assert consumer.drain(lambda e: seen.append(e["seq"])) == 25
+    assert seen == list(range(1, 26))
+    assert slept == [2.0, 2.0], "each 429 waited for its Retry-After"
+    assert server.requests == [
+        "/v1/subscriptions/sub-1/events?limit=10",
+        "/v1/subscriptions/sub-1/events?limit=10",
+        "/v1/subscriptions/sub-1/events?limit=10",
+        "/v1/subscriptions/sub-1/events?after=10&limit=10",
+        "/v1/subscriptions/sub-1/events?after=20&limit=10",
+    ]
+
+
+def test_errors_come_in_the_hubs_shape(hub):
+    server = hub(3)
+    with pytest.raises(ApiError) as refused:
+        PullConsumer(server.url, "key-1", "other").next_page()
+    assert (refused.value.code, refused.value.title) == (404, "not_found")
+
+
+def test_retry_after_forms():
+    assert retry_after_seconds("2") == 2.0
+    assert retry_after_seconds("0") == 0.1
+    assert retry_after_seconds("3600", ceiling=5) == 5
+    assert retry_after_seconds("nonsense") == 1.0
+    assert retry_after_seconds(None) == 1.0
+    assert 0.1 <= retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") <= 0.1

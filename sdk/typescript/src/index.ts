@@ -1,0 +1,11 @@
+export {
+  DEFAULT_TOLERANCE_SECONDS,
+  VERIFICATION_EVENT_TYPE,
+  InvalidDelivery,
+  parseHeaders,
+  sign,
+  verify,
+} from "./webhook";
+export type { Delivery, ErrorKind, HeadersLike, VerifyOptions } from "./webhook";
+export { ApiError, PullConsumer, retryAfterMs } from "./pull";
+export type { Page, PullOptions, PulledEvent } from "./pull";
