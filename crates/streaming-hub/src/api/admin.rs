@@ -86,7 +86,7 @@ pub fn valid_name(field: &str, name: &str) -> Result<(), ApiError> {
 
 /// Creates a key for a tenant; the key is shown once.
 #[utoipa::path(
-    post, path = "/admin/api-keys", tag = "admin",
+    post, path = "/admin/api-keys", tag = "admin", operation_id = "createApiKey",
     request_body = CreateApiKey,
     responses(
         (status = 201, description = "Created; the key is shown in this response only", body = CreatedApiKey),
@@ -119,7 +119,7 @@ pub struct ListParams {
 }
 
 #[utoipa::path(
-    get, path = "/admin/api-keys", tag = "admin",
+    get, path = "/admin/api-keys", tag = "admin", operation_id = "listApiKeys",
     params(ListParams),
     responses(
         (status = 200, description = "Every key, newest first, revoked ones included", body = ApiKeyPage),
@@ -142,7 +142,7 @@ pub async fn list_api_keys(
 }
 
 #[utoipa::path(
-    delete, path = "/admin/api-keys/{id}", tag = "admin",
+    delete, path = "/admin/api-keys/{id}", tag = "admin", operation_id = "revokeApiKey",
     params(("id" = String, Path, description = "API key id")),
     responses(
         (status = 204, description = "Revoked"),
@@ -247,7 +247,7 @@ fn timestamp(param: &str, raw: Option<String>) -> Result<Option<DateTime<Utc>>, 
 }
 
 #[utoipa::path(
-    get, path = "/admin/quarantine", tag = "admin",
+    get, path = "/admin/quarantine", tag = "admin", operation_id = "listQuarantine",
     params(QuarantineParams),
     responses(
         (status = 200, description = "Quarantined records, newest first", body = QuarantinePage),
@@ -343,7 +343,7 @@ pub struct DlqPage {
 }
 
 #[utoipa::path(
-    get, path = "/admin/dlq", tag = "admin",
+    get, path = "/admin/dlq", tag = "admin", operation_id = "listDlqRecords",
     params(DlqParams),
     responses(
         (status = 200, description = "DLQ-topic observations, newest first", body = DlqPage),

@@ -21,7 +21,7 @@ use crate::secrets::{Purpose, new_signing_secret};
 pub const ROTATION_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
 
 #[utoipa::path(
-    post, path = "/v1/subscriptions/{id}/verify", tag = "subscriptions",
+    post, path = "/v1/subscriptions/{id}/verify", tag = "subscriptions", operation_id = "verifySubscription",
     params(("id" = String, Path, description = "Subscription id")),
     responses(
         (status = 200, description = "The probe succeeded: active and enabled, failure period cleared", body = SubscriptionView),
@@ -65,7 +65,7 @@ pub struct RotatedSecret {
 }
 
 #[utoipa::path(
-    post, path = "/v1/subscriptions/{id}/rotate-secret", tag = "subscriptions",
+    post, path = "/v1/subscriptions/{id}/rotate-secret", tag = "subscriptions", operation_id = "rotateSigningSecret",
     params(("id" = String, Path, description = "Subscription id")),
     responses(
         (status = 200, description = "The new secret; both sign for 24 hours", body = RotatedSecret),
@@ -184,7 +184,7 @@ pub struct DeliveryPage {
 }
 
 #[utoipa::path(
-    get, path = "/v1/subscriptions/{id}/deliveries", tag = "subscriptions",
+    get, path = "/v1/subscriptions/{id}/deliveries", tag = "subscriptions", operation_id = "listDeliveries",
     params(("id" = String, Path, description = "Subscription id"), DeliveryParams),
     responses(
         (status = 200, description = "Delivery jobs in creation order, each with its attempts", body = DeliveryPage),
@@ -249,7 +249,7 @@ pub struct Redriven {
 }
 
 #[utoipa::path(
-    post, path = "/v1/subscriptions/{id}/redrive", tag = "subscriptions",
+    post, path = "/v1/subscriptions/{id}/redrive", tag = "subscriptions", operation_id = "redriveDeliveries",
     params(("id" = String, Path, description = "Subscription id")),
     request_body(content = RedriveRequest, description = "Optional; an empty body redrives every dead job"),
     responses(

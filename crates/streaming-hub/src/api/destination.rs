@@ -19,3 +19,104 @@ pub fn parse(value: &Value, allow_private: bool) -> Result<Destination, ApiError
 pub fn credentials_follow(stored: &Value, new: &Destination) -> Result<(), ApiError> {
     hub_sinks::destination::request::credentials_follow(stored, new).map_err(invalid)
 }
+
+/// The OpenAPI description of a `sink`, one schema per sink type (`type` is the discriminator).
+/// Requests are validated by `hub_sinks::destination::request`; the tests create a subscription
+/// from each schema's example, so the two cannot drift apart unseen.
+pub mod schema {
+    use std::collections::BTreeMap;
+
+    use serde::Deserialize;
+    use utoipa::ToSchema;
+
+    /// Where a subscription's events go.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(tag = "type", rename_all = "lowercase")]
+    #[allow(dead_code)]
+    pub enum Sink {
+        Webhook(WebhookSink),
+        Sqs(SqsSink),
+        Rabbitmq(RabbitmqSink),
+        Eventbridge(EventbridgeSink),
+        Pull(PullSink),
+    }
+
+    /// A signed `POST` of each event to `url`.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"type": "webhook", "url": "https://receiver.example.com/hooks/lerian", "headers": {"X-Team": "risk"}, "timeout_ms": 5000, "signature": "lerian"}))]
+    #[allow(dead_code)]
+    pub struct WebhookSink {
+        /// `https` (or `http` with private sinks allowed); no credentials in it.
+        pub url: String,
+        /// Static headers sent with every delivery (at most 20; not `Authorization`, `X-Webhook-*`,
+        /// `X-Lerian-*`, `webhook-*` or transport headers).
+        pub headers: Option<BTreeMap<String, String>>,
+        /// 100 to 60000, default 10000.
+        #[schema(minimum = 100, maximum = 60000)]
+        pub timeout_ms: Option<u64>,
+        /// How requests are signed: `lerian` (default; `X-Webhook-Signature`) or
+        /// `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+        pub signature: Option<Signature>,
+    }
+
+    /// A webhook's signature scheme.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[allow(dead_code)]
+    pub enum Signature {
+        #[serde(rename = "lerian")]
+        Lerian,
+        #[serde(rename = "standard-webhooks")]
+        StandardWebhooks,
+    }
+
+    /// AWS credentials, sealed at rest and never shown; omit them to use the hub's own.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[allow(dead_code)]
+    pub struct AwsCredentials {
+        pub access_key_id: String,
+        pub secret_access_key: String,
+        pub session_token: Option<String>,
+    }
+
+    /// An SQS queue; FIFO queues get a message group and deduplication id.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/123456789012/lerian-events", "region": "us-east-1"}))]
+    #[allow(dead_code)]
+    pub struct SqsSink {
+        pub queue_url: String,
+        pub region: String,
+        /// Another SQS-compatible endpoint.
+        pub endpoint_url: Option<String>,
+        /// `null` removes stored credentials on `PATCH`; omitted keeps them.
+        pub credentials: Option<AwsCredentials>,
+    }
+
+    /// A RabbitMQ exchange; the password in `url` is sealed at rest and removed from the shown URL.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"type": "rabbitmq", "url": "amqps://hub:secret@mq.example.com/vhost", "exchange": "lerian.events", "routing_key": "{resource}.{event}"}))]
+    #[allow(dead_code)]
+    pub struct RabbitmqSink {
+        /// `amqps` (or `amqp` with private sinks allowed).
+        pub url: String,
+        pub exchange: String,
+        /// May use `{resource}`, `{event}` and `{source}`.
+        pub routing_key: Option<String>,
+    }
+
+    /// An EventBridge bus.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"type": "eventbridge", "event_bus": "lerian-bus", "region": "us-east-1"}))]
+    #[allow(dead_code)]
+    pub struct EventbridgeSink {
+        /// A bus name or ARN.
+        pub event_bus: String,
+        pub region: String,
+        pub endpoint_url: Option<String>,
+        pub credentials: Option<AwsCredentials>,
+    }
+
+    /// Events kept for `GET /v1/subscriptions/{id}/events` behind a durable cursor.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"type": "pull"}))]
+    pub struct PullSink {}
+}

@@ -44,7 +44,7 @@ fn binary_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
 }
 
 #[utoipa::path(
-    post, path = "/v1/events", tag = "events",
+    post, path = "/v1/events", tag = "events", operation_id = "ingestEvent",
     request_body(
         content = Object,
         description = "Binary mode: the `ce-*` attributes as headers and the event data as the body \
@@ -52,15 +52,20 @@ fn binary_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
                        `Content-Type: application/cloudevents+json` and the whole CloudEvent as JSON.",
     ),
     params(
-        ("ce-specversion" = Option<String>, Header, description = "1.0"),
-        ("ce-id" = Option<String>, Header, description = "A UUIDv7"),
-        ("ce-source" = Option<String>, Header, description = "The producing application"),
-        ("ce-type" = Option<String>, Header, description = "studio.lerian.<source>.<resource>.<event>"),
-        ("ce-time" = Option<String>, Header, description = "RFC 3339"),
-        ("ce-schemaversion" = Option<String>, Header, description = "Semantic version"),
-        ("ce-resourcetype" = Option<String>, Header, description = "e.g. loan_application"),
-        ("ce-eventtype" = Option<String>, Header, description = "e.g. approved"),
-        ("ce-tenantid" = Option<String>, Header, description = "The owning tenant"),
+        ("ce-specversion" = String, Header, description = "1.0 (binary mode; in structured mode every attribute is a field of the JSON body instead)"),
+        ("ce-id" = String, Header, description = "A UUIDv7"),
+        ("ce-source" = String, Header, description = "The producing application"),
+        ("ce-type" = String, Header, description = "studio.lerian.<source>.<resource>.<event>"),
+        ("ce-time" = String, Header, description = "RFC 3339"),
+        ("ce-schemaversion" = String, Header, description = "Semantic version"),
+        ("ce-resourcetype" = String, Header, description = "e.g. loan_application"),
+        ("ce-eventtype" = String, Header, description = "e.g. approved"),
+        ("ce-tenantid" = String, Header, description = "The owning tenant; a tenant key may post only its own"),
+        ("ce-subject" = Option<String>, Header, description = "The aggregate id"),
+        ("ce-datacontenttype" = Option<String>, Header, description = "Default application/json"),
+        ("ce-dataschema" = Option<String>, Header, description = "A URI"),
+        ("ce-systemevent" = Option<String>, Header, description = "`true` marks a tenant-less platform event (discarded)"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context, carried to deliveries"),
     ),
     responses(
         (status = 202, description = "Accepted, duplicate or discarded", body = IngestAnswer),

@@ -29,13 +29,13 @@ impl Status {
     }
 }
 
-#[utoipa::path(get, path = "/healthz", tag = "operations",
+#[utoipa::path(get, path = "/healthz", tag = "operations", operation_id = "getHealth",
     responses((status = 200, description = "The process is alive (draining included)", body = Status)))]
 pub async fn healthz() -> impl IntoResponse {
     Status::of("ok")
 }
 
-#[utoipa::path(get, path = "/readyz", tag = "operations",
+#[utoipa::path(get, path = "/readyz", tag = "operations", operation_id = "getReadiness",
     responses(
         (status = 200, description = "Ready for traffic", body = Status),
         (status = 503, description = "Draining, the database or Kafka is unreachable, or a background task stopped", body = Status),
@@ -66,13 +66,13 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     }
 }
 
-#[utoipa::path(get, path = "/metrics", tag = "operations",
+#[utoipa::path(get, path = "/metrics", tag = "operations", operation_id = "getMetrics",
     responses((status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain")))]
 pub async fn metrics() -> impl IntoResponse {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], crate::telemetry::prometheus().render())
 }
 
-#[utoipa::path(get, path = "/openapi.json", tag = "operations",
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", operation_id = "getOpenApiDocument",
     responses((status = 200, description = "This document", body = Object)))]
 pub async fn openapi() -> impl IntoResponse {
     static DOC: OnceLock<String> = OnceLock::new();

@@ -13,6 +13,9 @@ pub mod events;
 pub mod health;
 pub mod limiter;
 pub mod pull;
+mod receiver_doc;
+
+use receiver_doc::ReceiverWebhooks;
 pub mod subscriptions;
 
 use std::sync::Arc;
@@ -74,8 +77,8 @@ pub struct AppState {
                        `{\"code\", \"title\", \"message\"}`.",
         license(name = "Apache-2.0")
     ),
-    modifiers(&Security),
-    components(schemas(error::ErrorBody)),
+    modifiers(&Security, &ReceiverWebhooks),
+    components(schemas(error::ErrorBody, destination::schema::Sink)),
     tags(
         (name = "events", description = "Ingest"),
         (name = "subscriptions", description = "A tenant's subscriptions"),

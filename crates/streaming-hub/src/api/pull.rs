@@ -95,7 +95,7 @@ fn render_payload(content_type: &str, payload: Vec<u8>) -> (Box<RawValue>, Optio
 }
 
 #[utoipa::path(
-    get, path = "/v1/subscriptions/{id}/events", tag = "pull",
+    get, path = "/v1/subscriptions/{id}/events", tag = "pull", operation_id = "pullEvents",
     params(("id" = String, Path, description = "Subscription id"), PullParams),
     responses(
         (status = 200, description = "A page in ascending seq; returning it acknowledges it", body = PullPage),

@@ -32,7 +32,7 @@ pub struct SubscriptionView {
     pub event_types: Vec<String>,
     pub origin: Option<String>,
     /// The destination without secrets or credentials.
-    #[schema(value_type = Object)]
+    #[schema(value_type = super::destination::schema::Sink)]
     pub sink: Value,
     pub enabled: bool,
     /// `pending`, `active` or `failed`.
@@ -82,8 +82,8 @@ pub struct CreateSubscription {
     event_types: Vec<String>,
     /// Only events of this `ce-source` match.
     origin: Option<String>,
-    /// `{"type": "webhook" | "sqs" | "rabbitmq" | "eventbridge" | "pull", …}`.
-    #[schema(value_type = Object)]
+    /// Where events go: one of the sink types, told apart by `type`.
+    #[schema(value_type = super::destination::schema::Sink)]
     sink: Value,
     enabled: Option<bool>,
 }
@@ -179,7 +179,7 @@ pub async fn load(state: &AppState, caller: &TenantCaller, id: &str) -> Result<S
 }
 
 #[utoipa::path(
-    post, path = "/v1/subscriptions", tag = "subscriptions",
+    post, path = "/v1/subscriptions", tag = "subscriptions", operation_id = "createSubscription",
     request_body = CreateSubscription,
     responses(
         (status = 201, description = "Created; a webhook's `signing_secret` is shown in this response only", body = SubscriptionView),
@@ -263,7 +263,7 @@ pub struct ListParams {
 }
 
 #[utoipa::path(
-    get, path = "/v1/subscriptions", tag = "subscriptions",
+    get, path = "/v1/subscriptions", tag = "subscriptions", operation_id = "listSubscriptions",
     params(ListParams),
     responses(
         (status = 200, description = "The caller's subscriptions in creation order", body = SubscriptionPage),
@@ -285,7 +285,7 @@ pub async fn list(
 }
 
 #[utoipa::path(
-    get, path = "/v1/subscriptions/{id}", tag = "subscriptions",
+    get, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "getSubscription",
     params(("id" = String, Path, description = "Subscription id")),
     responses(
         (status = 200, description = "The subscription", body = SubscriptionView),
@@ -310,13 +310,14 @@ pub struct UpdateSubscription {
     event_types: Option<Vec<String>>,
     #[schema(value_type = Option<String>)]
     origin: Option<Value>,
-    #[schema(value_type = Option<Object>)]
+    /// A new destination of the same type; omitted `credentials` are kept.
+    #[schema(value_type = Option<super::destination::schema::Sink>)]
     sink: Option<Value>,
     enabled: Option<bool>,
 }
 
 #[utoipa::path(
-    patch, path = "/v1/subscriptions/{id}", tag = "subscriptions",
+    patch, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "updateSubscription",
     params(("id" = String, Path, description = "Subscription id")),
     request_body = UpdateSubscription,
     responses(
@@ -395,7 +396,7 @@ pub async fn update(
 }
 
 #[utoipa::path(
-    delete, path = "/v1/subscriptions/{id}", tag = "subscriptions",
+    delete, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "deleteSubscription",
     params(("id" = String, Path, description = "Subscription id")),
     responses(
         (status = 204, description = "Deleted; its pending deliveries are cancelled"),
