@@ -22,10 +22,7 @@ pub async fn fresh_schema() -> String {
     let admin = PgStore::connect(&dsn, None, 1)
         .await
         .unwrap_or_else(|e| panic!("PostgreSQL is required for these tests ({dsn}): {e}"));
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-        .execute(admin.pool())
-        .await
-        .expect("create schema");
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(admin.pool()).await.expect("create schema");
     admin.pool().close().await;
     schema
 }

@@ -19,7 +19,7 @@ impl Inbox for PgStore {
 
     async fn event_by_ce_id(&self, tenant: &str, ce_id: Uuid) -> StoreResult<Option<StoredEvent>> {
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND ce_id = $2");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(ce_id)
             .fetch_optional(&self.pool)
@@ -31,7 +31,7 @@ impl Inbox for PgStore {
 
     async fn events_after(&self, tenant: &str, after: i64, limit: u32) -> StoreResult<Vec<StoredEvent>> {
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(after)
             .bind(i64::from(limit))
@@ -44,7 +44,7 @@ impl Inbox for PgStore {
 
     async fn event_by_seq(&self, tenant: &str, seq: i64) -> StoreResult<Option<StoredEvent>> {
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND seq = $2");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(seq)
             .fetch_optional(&self.pool)
@@ -68,14 +68,7 @@ impl Inbox for PgStore {
                                  ORDER BY tenant_id, seq LIMIT 1) e
              WHERE e.tenant_id = k.tenant_id AND e.seq = k.seq"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(tenants)
-            .bind(seqs)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(event_from_row)
-            .collect()
+        sqlx::query(&sql).bind(tenants).bind(seqs).fetch_all(&self.pool).await?.iter().map(event_from_row).collect()
     }
 
     async fn pull_events(
@@ -92,7 +85,7 @@ impl Inbox for PgStore {
              WHERE p.subscription_id = $1 AND p.tenant_id = $2 AND p.seq > $3
              ORDER BY p.seq LIMIT $4"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(subscription)
             .bind(tenant)
             .bind(after)

@@ -19,7 +19,7 @@ impl JobQueue for PgStore {
                AND ($4::uuid IS NULL OR id > $4)
              ORDER BY id LIMIT $5"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(subscription)
             .bind(state.map(JobState::as_str))
@@ -97,7 +97,7 @@ impl JobQueue for PgStore {
              LEFT JOIN leased l ON true",
             lease("wants t")
         );
-        let rows = sqlx::query(sqlx::AssertSqlSafe(first))
+        let rows = sqlx::query(&first)
             .bind(req.after_tenant.clone().unwrap_or_default())
             .bind(req.now)
             .bind(req.lease_until)
@@ -132,7 +132,7 @@ impl JobQueue for PgStore {
                 .into_iter()
                 .map(i64::from)
                 .collect();
-            rows = sqlx::query(sqlx::AssertSqlSafe(again.clone()))
+            rows = sqlx::query(&again)
                 .bind(&filled)
                 .bind(req.now)
                 .bind(req.lease_until)
@@ -206,7 +206,7 @@ impl JobQueue for PgStore {
              ){healthy}
              SELECT id FROM done"
         );
-        let query = sqlx::query_scalar::<_, Uuid>(sqlx::AssertSqlSafe(sql))
+        let query = sqlx::query_scalar::<_, Uuid>(&sql)
             .bind(&cols.id)
             .bind(&cols.job_id)
             .bind(&cols.tenant_id)
@@ -329,7 +329,7 @@ impl JobQueue for PgStore {
                  FROM subscriptions s
                  WHERE j.subscription_id = s.id AND j.state = '{from}' AND {when}"
             );
-            let done = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&self.pool).await?;
+            let done = sqlx::query(&sql).execute(&self.pool).await?;
             moved += done.rows_affected();
             released |= to == "pending" && done.rows_affected() > 0;
         }

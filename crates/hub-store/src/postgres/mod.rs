@@ -320,7 +320,7 @@ impl PgStore {
                  WHERE subscription_id = $1 AND state = '{from}'
                    AND EXISTS (SELECT 1 FROM subscriptions WHERE id = $1 AND {when})"
             );
-            sqlx::query(sqlx::AssertSqlSafe(sql)).bind(subscription).execute(&mut **tx).await?;
+            sqlx::query(&sql).bind(subscription).execute(&mut **tx).await?;
         }
         Ok(())
     }
@@ -539,7 +539,7 @@ fn quarantine_from_row(row: &PgRow) -> StoreResult<QuarantineEntry> {
     })
 }
 
-type PgQuery<'q> = sqlx::query::Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments>;
+type PgQuery<'q> = sqlx::query::Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments<'q>>;
 
 /// Binds `$1`..`$18` of a subscription write (see `create_subscription`).
 fn bind_subscription<'q>(q: PgQuery<'q>, sub: &SubscriptionRecord) -> StoreResult<PgQuery<'q>> {

@@ -20,7 +20,7 @@ impl Subscriptions for PgStore {
 
     async fn subscription(&self, tenant: &str, id: Uuid) -> StoreResult<Option<SubscriptionRecord>> {
         let sql = format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE tenant_id = $1 AND id = $2");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(id)
             .fetch_optional(&self.pool)
@@ -47,7 +47,7 @@ impl Subscriptions for PgStore {
             "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
              WHERE tenant_id = $1 AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(after)
             .bind(i64::from(limit))
@@ -85,7 +85,7 @@ impl Subscriptions for PgStore {
         );
         let p = PatchColumns::of(patch)?;
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let row = sqlx::query(&sql)
             .bind(tenant)
             .bind(id)
             .bind(patch.name.as_deref())
@@ -116,7 +116,7 @@ impl Subscriptions for PgStore {
              WHERE tenant_id = $1 AND id = $2 AND signing_secret = $7
              RETURNING {SUBSCRIPTION_COLUMNS}"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(id)
             .bind(&rotation.signing_secret)
@@ -152,7 +152,7 @@ impl Subscriptions for PgStore {
              RETURNING {SUBSCRIPTION_COLUMNS}"
         );
         let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let row = sqlx::query(&sql)
             .bind(tenant)
             .bind(id)
             .bind(result.error.as_deref())
@@ -189,12 +189,6 @@ impl Subscriptions for PgStore {
 
     async fn subscriptions_by_ids(&self, ids: &[Uuid]) -> StoreResult<Vec<SubscriptionRecord>> {
         let sql = format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE id = ANY($1)");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(ids)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(subscription_from_row)
-            .collect()
+        sqlx::query(&sql).bind(ids).fetch_all(&self.pool).await?.iter().map(subscription_from_row).collect()
     }
 }

@@ -22,7 +22,7 @@ impl Inbox for SqliteStore {
 
     async fn event_by_ce_id(&self, tenant: &str, ce_id: Uuid) -> StoreResult<Option<StoredEvent>> {
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = ?1 AND ce_id = ?2");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(ce_id.hyphenated().to_string())
             .fetch_optional(&self.reader)
@@ -34,7 +34,7 @@ impl Inbox for SqliteStore {
 
     async fn events_after(&self, tenant: &str, after: i64, limit: u32) -> StoreResult<Vec<StoredEvent>> {
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(after)
             .bind(i64::from(limit))
@@ -47,7 +47,7 @@ impl Inbox for SqliteStore {
 
     async fn event_by_seq(&self, tenant: &str, seq: i64) -> StoreResult<Option<StoredEvent>> {
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = ?1 AND seq = ?2");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(seq)
             .fetch_optional(&self.reader)
@@ -78,7 +78,7 @@ impl Inbox for SqliteStore {
              WHERE p.subscription_id = ?1 AND p.tenant_id = ?2 AND p.seq > ?3
              ORDER BY p.seq LIMIT ?4"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(subscription.hyphenated().to_string())
             .bind(tenant)
             .bind(after)

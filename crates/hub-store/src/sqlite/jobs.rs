@@ -19,7 +19,7 @@ impl JobQueue for SqliteStore {
                AND (?4 IS NULL OR id > ?4)
              ORDER BY id LIMIT ?5"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(subscription.hyphenated().to_string())
             .bind(state.map(JobState::as_str))
@@ -86,7 +86,7 @@ impl JobQueue for SqliteStore {
                 if want == 0 {
                     break;
                 }
-                let rows = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                let rows = sqlx::query(&sql)
                     .bind(tenant)
                     .bind(now)
                     .bind(micros(req.lease_until))
@@ -221,8 +221,7 @@ impl JobQueue for SqliteStore {
                 "UPDATE delivery_jobs SET state = '{to}', updated_at = ?1
                  WHERE state = '{from}' AND subscription_id IN (SELECT id FROM subscriptions WHERE {when})"
             );
-            moved +=
-                sqlx::query(sqlx::AssertSqlSafe(sql)).bind(micros(Utc::now())).execute(&mut *tx).await?.rows_affected();
+            moved += sqlx::query(&sql).bind(micros(Utc::now())).execute(&mut *tx).await?.rows_affected();
         }
         tx.commit().await?;
         Ok(moved)

@@ -306,11 +306,7 @@ impl SqliteStore {
                  WHERE subscription_id = ?1 AND state = '{from}'
                    AND EXISTS (SELECT 1 FROM subscriptions WHERE id = ?1 AND {when})"
             );
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(text(subscription))
-                .bind(micros(Utc::now()))
-                .execute(&mut **tx)
-                .await?;
+            sqlx::query(&sql).bind(text(subscription)).bind(micros(Utc::now())).execute(&mut **tx).await?;
         }
         Ok(())
     }
@@ -404,7 +400,7 @@ fn quarantine_from_row(row: &SqliteRow) -> StoreResult<QuarantineEntry> {
 }
 
 /// `?1` tenant, `?2` id, `?3`..`?18` every field a write sets: shared by create and update.
-type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments>;
+type SqliteQuery<'q> = sqlx::query::Query<'q, Sqlite, <Sqlite as sqlx::Database>::Arguments<'q>>;
 
 /// Binds `?1`..`?18` of a subscription write (see `create_subscription`).
 fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreResult<SqliteQuery<'q>> {

@@ -134,12 +134,12 @@ impl Operations for SqliteStore {
                 let doomed = "SELECT id FROM delivery_jobs
                      WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < ?1
                      LIMIT ?2";
-                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM delivery_attempts WHERE job_id IN ({doomed})")))
+                sqlx::query(&format!("DELETE FROM delivery_attempts WHERE job_id IN ({doomed})"))
                     .bind(cutoff)
                     .bind(limit)
                     .execute(&mut *tx)
                     .await?;
-                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM delivery_jobs WHERE id IN ({doomed})")))
+                sqlx::query(&format!("DELETE FROM delivery_jobs WHERE id IN ({doomed})"))
                     .bind(cutoff)
                     .bind(limit)
                     .execute(&mut *tx)

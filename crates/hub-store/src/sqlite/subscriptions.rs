@@ -22,7 +22,7 @@ impl Subscriptions for SqliteStore {
 
     async fn subscription(&self, tenant: &str, id: Uuid) -> StoreResult<Option<SubscriptionRecord>> {
         let sql = format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE tenant_id = ?1 AND id = ?2");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(id.hyphenated().to_string())
             .fetch_optional(&self.reader)
@@ -49,7 +49,7 @@ impl Subscriptions for SqliteStore {
             "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
              WHERE tenant_id = ?1 AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
         );
-        sqlx::query(sqlx::AssertSqlSafe(sql))
+        sqlx::query(&sql)
             .bind(tenant)
             .bind(after.map(|u| u.hyphenated().to_string()))
             .bind(i64::from(limit))
@@ -87,7 +87,7 @@ impl Subscriptions for SqliteStore {
         );
         let p = PatchColumns::of(patch)?;
         let mut tx = self.begin_write().await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let row = sqlx::query(&sql)
             .bind(tenant)
             .bind(text(id))
             .bind(patch.name.as_deref())
@@ -119,7 +119,7 @@ impl Subscriptions for SqliteStore {
              RETURNING {SUBSCRIPTION_COLUMNS}"
         );
         let mut tx = self.begin_write().await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let row = sqlx::query(&sql)
             .bind(tenant)
             .bind(text(id))
             .bind(&rotation.signing_secret)
@@ -154,7 +154,7 @@ impl Subscriptions for SqliteStore {
              RETURNING {SUBSCRIPTION_COLUMNS}"
         );
         let mut tx = self.begin_write().await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        let row = sqlx::query(&sql)
             .bind(tenant)
             .bind(text(id))
             .bind(result.error.as_deref())
@@ -196,12 +196,6 @@ impl Subscriptions for SqliteStore {
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let sql =
             format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE id IN (SELECT value FROM json_each(?1))");
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(ids)
-            .fetch_all(&self.reader)
-            .await?
-            .iter()
-            .map(subscription_from_row)
-            .collect()
+        sqlx::query(&sql).bind(ids).fetch_all(&self.reader).await?.iter().map(subscription_from_row).collect()
     }
 }

@@ -41,7 +41,6 @@ impl TestDb {
 
     /// Runs raw SQL against the test database (to inject failures or read raw rows).
     pub async fn execute(&self, sql: &str) {
-        let sql = sqlx::AssertSqlSafe(sql.to_owned());
         match &self.backend {
             Backend::Sqlite(s, _) => {
                 sqlx::query(sql).execute(s.writer_pool()).await.expect("raw sql");

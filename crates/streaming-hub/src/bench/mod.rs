@@ -277,6 +277,9 @@ impl BenchHub {
             ("STREAMING_HUB_HTTP_LISTEN_ADDR", "127.0.0.1:0".to_owned()),
             ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
             ("STREAMING_HUB_DEV_KEK", crate::keys::generate("")),
+            // A bench measures the hub, not the per-tenant ingest quota (set them to measure it).
+            ("STREAMING_HUB_INGEST_RATE", "10000000".to_owned()),
+            ("STREAMING_HUB_INGEST_BURST", "10000000".to_owned()),
         ] {
             vars.entry(k.to_owned()).or_insert(v);
         }
@@ -288,7 +291,7 @@ impl BenchHub {
                     .await
                     .context("STREAMING_HUB_POSTGRES_DSN: cannot connect")?;
                 let schema = format!("shbench_{}", uuid::Uuid::now_v7().simple());
-                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&pool).await?;
+                sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&pool).await?;
                 vars.insert("STREAMING_HUB_POSTGRES_SCHEMA".to_owned(), schema.clone());
                 Db::Postgres { pool, schema }
             }
@@ -321,7 +324,7 @@ impl BenchHub {
         self.shutdown.cancel();
         self.hub.wait().await?;
         if let Db::Postgres { pool, schema } = &self.db {
-            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(pool).await?;
+            sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pool).await?;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         Ok(())
@@ -403,9 +406,7 @@ impl BenchHub {
     pub async fn inbox_count(&self) -> anyhow::Result<i64> {
         Ok(match &self.db {
             Db::Postgres { pool, schema } => {
-                sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {schema}.events")))
-                    .fetch_one(pool)
-                    .await?
+                sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.events")).fetch_one(pool).await?
             }
             Db::Sqlite { .. } => self.hub.store.inbox_size().await?,
         })

@@ -186,11 +186,9 @@ async fn reference_insert(db: &Db, tenants: &[String], partitions: i32, n: usize
     let time = now.to_rfc3339();
     match db {
         Db::Postgres { pool, schema } => {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "CREATE TABLE {schema}.bench_reference (LIKE {schema}.events INCLUDING ALL)"
-            )))
-            .execute(pool)
-            .await?;
+            sqlx::query(&format!("CREATE TABLE {schema}.bench_reference (LIKE {schema}.events INCLUDING ALL)"))
+                .execute(pool)
+                .await?;
             let sql = format!(
                 "INSERT INTO {schema}.bench_reference (tenant_id, seq, ce_id, source, ce_type, resource_type,
                     event_type, event_time, schema_version, extensions, payload, origin, kafka_topic,
@@ -203,7 +201,7 @@ async fn reference_insert(db: &Db, tenants: &[String], partitions: i32, n: usize
             );
             let started = Instant::now();
             for chunk in rows.chunks(batch.max(1)) {
-                sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+                sqlx::query(&sql)
                     .bind(chunk.iter().map(|r| r.0.clone()).collect::<Vec<_>>())
                     .bind(chunk.iter().map(|r| r.1).collect::<Vec<_>>())
                     .bind(chunk.iter().map(|r| r.2).collect::<Vec<_>>())
@@ -235,7 +233,7 @@ async fn reference_insert(db: &Db, tenants: &[String], partitions: i32, n: usize
                     .replacen("CREATE TABLE events", "CREATE TABLE bench_reference", 1)
                     .replacen("INDEX events_", "INDEX bench_reference_", 1)
                     .replacen(" ON events ", " ON bench_reference ", 1);
-                sqlx::query(sqlx::AssertSqlSafe(statement)).execute(&pool).await?;
+                sqlx::query(&statement).execute(&pool).await?;
             }
             let received = now.timestamp_micros();
             let started = Instant::now();

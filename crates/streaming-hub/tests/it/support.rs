@@ -122,18 +122,16 @@ impl TestHub {
             }
             Some(schema) => {
                 let pg = PgStore::connect(&postgres_dsn(), Some(schema), 1).await.expect("connect");
-                let rows: Vec<(String,)> =
-                    sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT row_to_json(t)::text FROM {table} t")))
+                let rows: Vec<(String,)> = sqlx::query_as(&format!("SELECT row_to_json(t)::text FROM {table} t"))
+                    .fetch_all(pg.pool())
+                    .await
+                    .expect("rows");
+                let mut bytes: Vec<u8> = rows.into_iter().flat_map(|(r,)| r.into_bytes()).collect();
+                let blobs: Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>)> =
+                    sqlx::query_as(&format!("SELECT signing_secret, previous_secret, credentials FROM {table}"))
                         .fetch_all(pg.pool())
                         .await
-                        .expect("rows");
-                let mut bytes: Vec<u8> = rows.into_iter().flat_map(|(r,)| r.into_bytes()).collect();
-                let blobs: Vec<(Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>)> = sqlx::query_as(
-                    sqlx::AssertSqlSafe(format!("SELECT signing_secret, previous_secret, credentials FROM {table}")),
-                )
-                .fetch_all(pg.pool())
-                .await
-                .unwrap_or_default();
+                        .unwrap_or_default();
                 for (a, b, c) in blobs {
                     bytes.extend(a.unwrap_or_default());
                     bytes.extend(b.unwrap_or_default());
@@ -151,19 +149,11 @@ impl TestHub {
             None => {
                 let path = std::path::PathBuf::from(&self.vars["STREAMING_HUB_SQLITE_PATH"]);
                 let store = hub_store::SqliteStore::open(&path).await.expect("open");
-                sqlx::query(sqlx::AssertSqlSafe(sql_sqlite.to_owned()))
-                    .bind(bytes)
-                    .execute(store.writer_pool())
-                    .await
-                    .expect("raw sql");
+                sqlx::query(sql_sqlite).bind(bytes).execute(store.writer_pool()).await.expect("raw sql");
             }
             Some(schema) => {
                 let pg = PgStore::connect(&postgres_dsn(), Some(schema), 1).await.expect("connect");
-                sqlx::query(sqlx::AssertSqlSafe(sql_postgres.to_owned()))
-                    .bind(bytes)
-                    .execute(pg.pool())
-                    .await
-                    .expect("raw sql");
+                sqlx::query(sql_postgres).bind(bytes).execute(pg.pool()).await.expect("raw sql");
             }
         }
     }
