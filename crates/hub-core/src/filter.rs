@@ -60,6 +60,22 @@ impl EventPattern {
     pub fn matches(&self, key: &EventKey) -> bool {
         self.resource.matches(key.resource()) && self.event.matches(key.event())
     }
+
+    /// The resource type it names; `None` for `*`.
+    pub fn resource(&self) -> Option<&str> {
+        match &self.resource {
+            Segment::Any => None,
+            Segment::Exact(s) => Some(s),
+        }
+    }
+
+    /// The event type it names; `None` for `*`.
+    pub fn event(&self) -> Option<&str> {
+        match &self.event {
+            Segment::Any => None,
+            Segment::Exact(s) => Some(s),
+        }
+    }
 }
 
 impl fmt::Display for EventPattern {
@@ -91,12 +107,16 @@ pub enum Admission {
     Hold,
 }
 
+/// Whether a subscription's filter wants an event with this key from this source, whatever the
+/// subscription's state: one of its patterns matches the key, and its origin (if set) is the
+/// source. Matching new events also asks for the state ([`admission`]); a replay asks only this.
+pub fn wants(patterns: &[EventPattern], origin: Option<&str>, key: &EventKey, source: &str) -> bool {
+    origin.is_none_or(|o| o == source) && patterns.iter().any(|p| p.matches(key))
+}
+
 /// What a subscription makes of an event of `tenant` with this key from this source.
 pub fn admission(rule: &MatchRule<'_>, tenant: &str, key: &EventKey, source: &str) -> Admission {
-    let wanted = rule.enabled
-        && rule.tenant == tenant
-        && rule.origin.is_none_or(|o| o == source)
-        && rule.patterns.iter().any(|p| p.matches(key));
+    let wanted = rule.enabled && rule.tenant == tenant && wants(rule.patterns, rule.origin, key, source);
     match (wanted, rule.verification) {
         (false, _) => Admission::No,
         (true, VerificationState::Active) => Admission::Deliver,

@@ -14,6 +14,7 @@ pub mod ids;
 pub mod netpolicy;
 pub mod pull;
 pub mod ratelimit;
+pub mod replay;
 pub mod seal;
 pub mod signature;
 pub mod structured;
@@ -24,6 +25,6 @@ pub use structured::structured_to_binary;
 pub use envelope::{
     DiscardReason, Envelope, IngestPolicy, MAX_BODY_BYTES, QuarantineReason, ReasonCode, Verdict, judge,
 };
-pub use filter::{Admission, EventPattern, MatchRule, admission, admits};
+pub use filter::{Admission, EventPattern, MatchRule, admission, admits, wants};
 pub use ids::{CeId, EventKey, IdError, Source, TenantId, topic_source};
 pub use subscription::{SinkKind, VerificationState};

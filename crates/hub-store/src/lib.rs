@@ -53,13 +53,19 @@ fn pending(migrator: &sqlx::migrate::Migrator, applied: StoreResult<Vec<i64>>) -
 /// (`inbox.rs`, `subscriptions.rs`, `jobs.rs`, `operations.rs`) with the mirrored SQL side by
 /// side, and so that code can ask for the one role it uses. Bring them into scope with
 /// `use hub_store::prelude::*`.
-pub trait Store: Inbox + Subscriptions + JobQueue + Operations + std::fmt::Debug + Send + Sync + 'static {}
+pub trait Store:
+    Inbox + Subscriptions + JobQueue + Replays + Operations + std::fmt::Debug + Send + Sync + 'static
+{
+}
 
-impl<T> Store for T where T: Inbox + Subscriptions + JobQueue + Operations + std::fmt::Debug + Send + Sync + 'static {}
+impl<T> Store for T where
+    T: Inbox + Subscriptions + JobQueue + Replays + Operations + std::fmt::Debug + Send + Sync + 'static
+{
+}
 
 /// The role traits, for `use hub_store::prelude::*`.
 pub mod prelude {
-    pub use crate::{Inbox, JobQueue, Operations, Store, Subscriptions};
+    pub use crate::{Inbox, JobQueue, Operations, Replays, Store, Subscriptions};
 }
 
 /// The per-tenant inbox: accepted events, their seqs, and the pull streams over them.
@@ -72,6 +78,13 @@ pub trait Inbox: Send + Sync {
     /// One stored event of a tenant, by its CloudEvents id.
     async fn event_by_ce_id(&self, tenant: &str, ce_id: Uuid) -> StoreResult<Option<StoredEvent>>;
 
+    /// A page of a tenant's inbox (the event log): events with `seq > query.after`, ascending,
+    /// matching every filter of the query.
+    async fn list_events(&self, tenant: &str, query: &EventQuery) -> StoreResult<Vec<StoredEvent>>;
+
+    /// The pull stream entries of one event of a tenant, in any subscription.
+    async fn stream_entries_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<StreamEntry>>;
+
     /// A tenant's events with `seq > after`, ascending, at most `limit`.
     async fn events_after(&self, tenant: &str, after: i64, limit: u32) -> StoreResult<Vec<StoredEvent>>;
 
@@ -81,14 +94,16 @@ pub trait Inbox: Send + Sync {
     /// Events by `(tenant, seq)`, in any order; keys with no stored event are left out.
     async fn events_by_seqs(&self, keys: &[(String, i64)]) -> StoreResult<Vec<StoredEvent>>;
 
-    /// The events in a pull subscription's stream with `seq > after`, ascending.
+    /// The events in a pull subscription's stream at positions above `after`, ascending. Positions
+    /// are drawn from the tenant's sequence in commit order, so an entry written later (at ingest
+    /// or by a replay) always lands after every position a reader has seen.
     async fn pull_events(
         &self,
         tenant: &str,
         subscription: Uuid,
         after: i64,
         limit: u32,
-    ) -> StoreResult<Vec<StoredEvent>>;
+    ) -> StoreResult<Vec<PulledEvent>>;
 
     /// The tenant's newest seq (0 when its inbox was never written to).
     async fn newest_seq(&self, tenant: &str) -> StoreResult<i64>;
@@ -198,6 +213,9 @@ pub trait JobQueue: Send + Sync {
     /// once `hub_core::delivery::is_poison` says so for their recovery count.
     async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery>;
 
+    /// Every job of one event of a tenant, in creation order.
+    async fn jobs_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<DeliveryJob>>;
+
     /// The recorded attempts of these jobs of a tenant, oldest first.
     async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>>;
 
@@ -227,6 +245,27 @@ pub trait JobQueue: Send + Sync {
 
     /// When the oldest `pending` job that is due at `now` became due; `None` when none is.
     async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>>;
+}
+
+/// Replays: a subscription given a window of its tenant's inbox again (see `hub_core::replay`).
+#[async_trait]
+pub trait Replays: Send + Sync {
+    /// Resolves the window to seqs (up to the newest event now: what arrives later reaches the
+    /// subscription live) and stores a running replay, unless the subscription has one running.
+    async fn start_replay(&self, replay: &NewReplay) -> StoreResult<ReplayStart>;
+
+    /// One replay of a tenant's subscription.
+    async fn replay(&self, tenant: &str, subscription: Uuid, id: Uuid) -> StoreResult<Option<ReplayRecord>>;
+
+    /// Running replays, oldest first.
+    async fn running_replays(&self, limit: u32) -> StoreResult<Vec<Uuid>>;
+
+    /// Walks a running replay on by at most `limits.batch` events in one transaction: jobs
+    /// (`pending`, or `held` while the subscription is not deliverable) or stream entries for
+    /// what it gives again, its counters and its position, all or nothing. Steps of one replay
+    /// from several processes take turns on its row, so none is walked twice. A replay whose
+    /// subscription is gone is cancelled.
+    async fn step_replay(&self, id: Uuid, limits: &ReplayLimits) -> StoreResult<ReplayStep>;
 }
 
 /// Everything else an operator needs: schema, health, quarantine, the DLQ plane, retention and

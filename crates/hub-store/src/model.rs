@@ -273,6 +273,8 @@ pub struct SubscriptionRecord {
     pub verification: hub_core::VerificationState,
     pub verification_error: Option<String>,
     pub disabled_reason: Option<String>,
+    /// When it was last disabled (by a PATCH or automatically); kept after it is enabled again.
+    pub disabled_at: Option<DateTime<Utc>>,
     /// The open failure period: first and last failure since the last success.
     pub failing_since: Option<DateTime<Utc>>,
     pub last_failure_at: Option<DateTime<Utc>>,
@@ -645,4 +647,144 @@ impl PruneKind {
             Self::Dlq => "dlq",
         }
     }
+}
+
+/// A page of a tenant's inbox: events with `seq > after`, ascending, matching every filter given.
+#[derive(Debug, Clone, Default)]
+pub struct EventQuery {
+    pub after: i64,
+    pub limit: u32,
+    /// The event key's resource type, when the pattern names one (not `*`).
+    pub resource_type: Option<String>,
+    /// The event key's event type, when the pattern names one (not `*`).
+    pub event_type: Option<String>,
+    pub source: Option<String>,
+    /// Received at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Received before.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// One event read from a pull stream, at its position in the stream (the cursor's unit: the
+/// event's own seq for an entry written at ingest, a later position for a replayed one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PulledEvent {
+    pub position: i64,
+    pub event: StoredEvent,
+}
+
+/// A pull stream entry of one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamEntry {
+    pub subscription_id: Uuid,
+    pub position: i64,
+    /// The stream's cursor is at or past it.
+    pub read: bool,
+}
+
+pub use hub_core::replay::{ReplayState, TimeWindow};
+
+/// A replay to start: its window as asked. The store resolves it to seqs.
+#[derive(Debug, Clone)]
+pub struct NewReplay {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subscription_id: Uuid,
+    pub window: TimeWindow,
+    pub from_seq: Option<i64>,
+    pub to_seq: Option<i64>,
+    pub include_delivered: bool,
+    pub now: DateTime<Utc>,
+}
+
+/// A stored replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayRecord {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subscription_id: Uuid,
+    pub window: TimeWindow,
+    /// The seqs the window was resolved to at creation: what arrived later reaches the
+    /// subscription live.
+    pub from_seq: i64,
+    pub to_seq: i64,
+    pub include_delivered: bool,
+    pub state: ReplayState,
+    /// The last seq walked.
+    pub walked_to: i64,
+    pub progress: hub_core::replay::Progress,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// What asking for a replay did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayStart {
+    Started(ReplayRecord),
+    /// This replay of the subscription is still running (one at a time).
+    Busy(ReplayRecord),
+    /// The tenant has no such subscription.
+    NoSubscription,
+}
+
+/// How far one step of a replay may go.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayLimits {
+    /// Events walked per step (one transaction).
+    pub batch: u32,
+    /// A push subscription with this many jobs waiting (pending or leased) gets no more until
+    /// its destination took some (see `hub_core::replay::next_step`).
+    pub pace: u64,
+    pub now: DateTime<Utc>,
+}
+
+/// What one step of a replay did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayStep {
+    /// It walked on (and may have finished).
+    Walked(ReplayRecord),
+    /// Its destination has enough waiting work; nothing done this time.
+    Paced,
+    /// It is not running (finished, cancelled, or unknown).
+    Idle,
+}
+
+/// An event as a replay walks it: what its window and the filter look at.
+#[derive(Debug, Clone)]
+pub(crate) struct WalkedEvent {
+    pub seq: i64,
+    pub resource_type: String,
+    pub event_type: String,
+    pub source: String,
+    pub received_at: DateTime<Utc>,
+}
+
+/// The seqs of the walked events the replay gives the subscription again, and its counts: by
+/// the core's rules (`hub_core::replay`), given what the subscription already has of each event.
+pub(crate) fn plan_replay(
+    target: &MatchTarget,
+    window: &TimeWindow,
+    include_delivered: bool,
+    walked: &[WalkedEvent],
+    existing: &std::collections::HashMap<i64, Vec<hub_core::replay::Existing>>,
+) -> (Vec<i64>, hub_core::replay::Progress) {
+    let mut progress = hub_core::replay::Progress::default();
+    let mut create = Vec::new();
+    for e in walked {
+        if !window.contains(e.received_at) {
+            continue;
+        }
+        let Ok(key) = hub_core::EventKey::new(&e.resource_type, &e.event_type) else { continue };
+        if !hub_core::wants(&target.patterns, target.origin.as_deref(), &key, &e.source) {
+            continue;
+        }
+        let has = existing.get(&e.seq).map_or(&[][..], Vec::as_slice);
+        let decision = hub_core::replay::decide(has, include_delivered);
+        progress.count(decision);
+        if decision == hub_core::replay::Decision::Create {
+            create.push(e.seq);
+        }
+    }
+    (create, progress)
 }

@@ -160,6 +160,20 @@ pub async fn start_with_clock(
         None
     };
     let mut tasks: Vec<JoinHandle<Option<()>>> = dispatcher.into_iter().collect();
+    let replays = Arc::new(tokio::sync::Notify::new());
+    if config.role.delivers() {
+        tasks.push(supervisor.spawn(
+            "replay runner",
+            delivery::replay::run(
+                Arc::clone(&store),
+                Arc::clone(&clock),
+                delivery::replay::ReplaySettings::default(),
+                Arc::clone(&replays),
+                Arc::clone(&wake),
+                stop.clone(),
+            ),
+        ));
+    }
     if let (Some(kafka), true) = (&config.kafka, config.role.ingests()) {
         let batching = ingest::kafka::Batching { size: kafka.batch_size, wait: kafka.batch_wait };
         let consumer = ingest::kafka::subscribe(kafka, "ingest", &kafka.group_id, ingest::kafka::INGEST_PATTERN)
@@ -233,6 +247,7 @@ pub async fn start_with_clock(
         sinks,
         clock,
         wake,
+        replays,
         kafka: match (&config.kafka, config.role.ingests()) {
             (Some(k), true) => Some(Arc::new(ingest::kafka::KafkaProbe::new(k).map_err(anyhow::Error::msg)?)),
             _ => None,

@@ -29,6 +29,50 @@ impl Inbox for PgStore {
             .transpose()
     }
 
+    async fn list_events(&self, tenant: &str, q: &EventQuery) -> StoreResult<Vec<StoredEvent>> {
+        // The primary key serves the walk; the filters are checked on its rows.
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events
+             WHERE tenant_id = $1 AND seq > $2
+               AND ($3::text IS NULL OR resource_type = $3) AND ($4::text IS NULL OR event_type = $4)
+               AND ($5::text IS NULL OR source = $5)
+               AND ($6::timestamptz IS NULL OR received_at >= $6) AND ($7::timestamptz IS NULL OR received_at < $7)
+             ORDER BY seq LIMIT $8"
+        );
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(q.after)
+            .bind(q.resource_type.as_deref())
+            .bind(q.event_type.as_deref())
+            .bind(q.source.as_deref())
+            .bind(q.since)
+            .bind(q.until)
+            .bind(i64::from(q.limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(event_from_row)
+            .collect()
+    }
+
+    async fn stream_entries_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<StreamEntry>> {
+        let rows: Vec<(Uuid, i64, bool)> = sqlx::query_as(
+            "SELECT p.subscription_id, p.seq, p.seq <= s.pull_cursor
+             FROM subscriptions s JOIN pull_entries p ON p.subscription_id = s.id
+             WHERE s.tenant_id = $1 AND s.sink_type = 'pull'
+               AND ((p.seq = $2 AND p.event_seq IS NULL) OR p.event_seq = $2)
+             ORDER BY p.seq",
+        )
+        .bind(tenant)
+        .bind(seq)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(subscription_id, position, read)| StreamEntry { subscription_id, position, read })
+            .collect())
+    }
+
     async fn events_after(&self, tenant: &str, after: i64, limit: u32) -> StoreResult<Vec<StoredEvent>> {
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = $1 AND seq > $2 ORDER BY seq LIMIT $3");
         sqlx::query(&sql)
@@ -77,11 +121,12 @@ impl Inbox for PgStore {
         subscription: Uuid,
         after: i64,
         limit: u32,
-    ) -> StoreResult<Vec<StoredEvent>> {
-        // `USING` merges tenant_id and seq; every other column exists only in events.
+    ) -> StoreResult<Vec<PulledEvent>> {
+        // A live entry's event has the entry's seq; a replayed one names its event.
         let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM pull_entries p
-             JOIN events e USING (tenant_id, seq)
+            "SELECT p.seq AS position, e.* FROM pull_entries p
+             CROSS JOIN LATERAL (SELECT {EVENT_COLUMNS} FROM events
+                                 WHERE tenant_id = p.tenant_id AND seq = COALESCE(p.event_seq, p.seq)) e
              WHERE p.subscription_id = $1 AND p.tenant_id = $2 AND p.seq > $3
              ORDER BY p.seq LIMIT $4"
         );
@@ -93,7 +138,7 @@ impl Inbox for PgStore {
             .fetch_all(&self.pool)
             .await?
             .iter()
-            .map(event_from_row)
+            .map(|row| Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? }))
             .collect()
     }
 

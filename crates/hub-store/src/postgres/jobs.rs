@@ -278,6 +278,12 @@ impl JobQueue for PgStore {
         Ok(Recovery { recovered: (all.len() - poison.len()) as u64, poisoned: poison.len() as u64 })
     }
 
+    async fn jobs_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<DeliveryJob>> {
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM delivery_jobs WHERE tenant_id = $1 AND event_seq = $2 ORDER BY id");
+        sqlx::query(&sql).bind(tenant).bind(seq).fetch_all(&self.pool).await?.iter().map(job_from_row).collect()
+    }
+
     async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>> {
         sqlx::query(
             "SELECT id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms, outcome, status_code,

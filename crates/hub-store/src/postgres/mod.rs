@@ -25,10 +25,14 @@ use crate::{
     QuarantineEntry, QuarantineFilter, QuarantinedRecord, Recovery, StoreError, StoreResult, StoredEvent,
     SubscriptionRecord, WriteOutcome,
 };
+use crate::{
+    EventQuery, NewReplay, PulledEvent, ReplayLimits, ReplayRecord, ReplayStart, ReplayState, ReplayStep, StreamEntry,
+};
 
 mod inbox;
 mod jobs;
 mod operations;
+mod replays;
 mod subscriptions;
 
 /// The two moves of waiting jobs: `(from, to, when the subscription is)`. Constants, so each
@@ -282,6 +286,7 @@ impl PgStore {
                     "UPDATE subscriptions SET failing_since = COALESCE(failing_since, $2), last_failure_at = $2,
                         enabled = CASE WHEN $3::text IS NULL THEN enabled ELSE false END,
                         disabled_reason = COALESCE($3, disabled_reason),
+                        disabled_at = CASE WHEN $3::text IS NULL OR NOT enabled THEN disabled_at ELSE $2 END,
                         updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE $2 END
                      WHERE id = $1
                      RETURNING ($3::text IS NOT NULL)",
@@ -567,7 +572,7 @@ fn bind_subscription<'q>(q: PgQuery<'q>, sub: &SubscriptionRecord) -> StoreResul
 const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types::text AS event_types, origin,
     sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
     previous_secret_expires_at, credentials, enabled, verification_state, verification_error,
-    disabled_reason, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
+    disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
 
 fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
     let id: Uuid = row.try_get("id")?;
@@ -592,6 +597,7 @@ fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
         verification: hub_core::VerificationState::parse(&verification).ok_or_else(|| corrupt("verification_state"))?,
         verification_error: row.try_get("verification_error")?,
         disabled_reason: row.try_get("disabled_reason")?,
+        disabled_at: row.try_get("disabled_at")?,
         failing_since: row.try_get("failing_since")?,
         last_failure_at: row.try_get("last_failure_at")?,
         pull_cursor: row.try_get("pull_cursor")?,

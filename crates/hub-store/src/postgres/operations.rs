@@ -171,7 +171,8 @@ impl Operations for PgStore {
                 .await?;
                 let (tenants, seqs): (Vec<String>, Vec<i64>) = gone.iter().cloned().unzip();
                 sqlx::query(
-                    "DELETE FROM pull_entries WHERE (tenant_id, seq) IN (SELECT * FROM UNNEST($1::text[], $2::bigint[]))",
+                    "DELETE FROM pull_entries
+                     WHERE (tenant_id, COALESCE(event_seq, seq)) IN (SELECT * FROM UNNEST($1::text[], $2::bigint[]))",
                 )
                 .bind(&tenants)
                 .bind(&seqs)

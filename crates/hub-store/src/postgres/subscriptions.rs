@@ -11,10 +11,15 @@ impl Subscriptions for PgStore {
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
                 verification_state, verification_error, disabled_reason, updated_at, failing_since,
-                last_failure_at, pull_cursor, created_at)
-             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+                last_failure_at, pull_cursor, created_at, disabled_at)
+             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
         );
-        bind_subscription(insert, sub)?.bind(sub.pull_cursor).bind(sub.created_at).execute(&self.pool).await?;
+        bind_subscription(insert, sub)?
+            .bind(sub.pull_cursor)
+            .bind(sub.created_at)
+            .bind(sub.disabled_at)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -79,6 +84,7 @@ impl Subscriptions for PgStore {
                 disabled_reason = CASE WHEN $11 IS TRUE THEN NULL
                                        WHEN $11 IS FALSE AND enabled THEN $12
                                        ELSE disabled_reason END,
+                disabled_at = CASE WHEN $11 IS FALSE AND enabled THEN $13 ELSE disabled_at END,
                 updated_at = $13
              WHERE tenant_id = $1 AND id = $2
              RETURNING {SUBSCRIPTION_COLUMNS}"

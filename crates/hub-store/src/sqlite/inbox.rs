@@ -32,6 +32,48 @@ impl Inbox for SqliteStore {
             .transpose()
     }
 
+    async fn list_events(&self, tenant: &str, q: &EventQuery) -> StoreResult<Vec<StoredEvent>> {
+        let sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM events
+             WHERE tenant_id = ?1 AND seq > ?2
+               AND (?3 IS NULL OR resource_type = ?3) AND (?4 IS NULL OR event_type = ?4)
+               AND (?5 IS NULL OR source = ?5)
+               AND (?6 IS NULL OR received_at >= ?6) AND (?7 IS NULL OR received_at < ?7)
+             ORDER BY seq LIMIT ?8"
+        );
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(q.after)
+            .bind(q.resource_type.as_deref())
+            .bind(q.event_type.as_deref())
+            .bind(q.source.as_deref())
+            .bind(q.since.map(micros))
+            .bind(q.until.map(micros))
+            .bind(i64::from(q.limit))
+            .fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(event_from_row)
+            .collect()
+    }
+
+    async fn stream_entries_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<StreamEntry>> {
+        let rows: Vec<(String, i64, bool)> = sqlx::query_as(
+            "SELECT p.subscription_id, p.seq, p.seq <= s.pull_cursor
+             FROM subscriptions s JOIN pull_entries p ON p.subscription_id = s.id
+             WHERE s.tenant_id = ?1 AND s.sink_type = 'pull'
+               AND ((p.seq = ?2 AND p.event_seq IS NULL) OR p.event_seq = ?2)
+             ORDER BY p.seq",
+        )
+        .bind(tenant)
+        .bind(seq)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter()
+            .map(|(sub, position, read)| Ok(StreamEntry { subscription_id: uuid_from_text(&sub)?, position, read }))
+            .collect()
+    }
+
     async fn events_after(&self, tenant: &str, after: i64, limit: u32) -> StoreResult<Vec<StoredEvent>> {
         let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3");
         sqlx::query(&sql)
@@ -71,10 +113,13 @@ impl Inbox for SqliteStore {
         subscription: Uuid,
         after: i64,
         limit: u32,
-    ) -> StoreResult<Vec<StoredEvent>> {
+    ) -> StoreResult<Vec<PulledEvent>> {
+        // A live entry's event has the entry's seq; a replayed one names its event.
+        let columns: String =
+            EVENT_COLUMNS.split(',').map(|c| format!("e.{}", c.trim())).collect::<Vec<_>>().join(", ");
         let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM pull_entries p
-             JOIN events e USING (tenant_id, seq)
+            "SELECT p.seq AS position, {columns} FROM pull_entries p
+             JOIN events e ON e.tenant_id = p.tenant_id AND e.seq = COALESCE(p.event_seq, p.seq)
              WHERE p.subscription_id = ?1 AND p.tenant_id = ?2 AND p.seq > ?3
              ORDER BY p.seq LIMIT ?4"
         );
@@ -86,7 +131,7 @@ impl Inbox for SqliteStore {
             .fetch_all(&self.reader)
             .await?
             .iter()
-            .map(event_from_row)
+            .map(|row| Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? }))
             .collect()
     }
 

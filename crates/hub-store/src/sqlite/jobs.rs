@@ -168,6 +168,12 @@ impl JobQueue for SqliteStore {
         Ok(Recovery { recovered, poisoned: poison.len() as u64 })
     }
 
+    async fn jobs_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<DeliveryJob>> {
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM delivery_jobs WHERE tenant_id = ?1 AND event_seq = ?2 ORDER BY id");
+        sqlx::query(&sql).bind(tenant).bind(seq).fetch_all(&self.reader).await?.iter().map(job_from_row).collect()
+    }
+
     async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>> {
         let ids = serde_json::to_string(&jobs.iter().map(|u| text(*u)).collect::<Vec<_>>())
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;

@@ -24,10 +24,14 @@ use crate::{
     QuarantineEntry, QuarantineFilter, QuarantinedRecord, Recovery, StoreError, StoreResult, StoredEvent,
     SubscriptionRecord, WriteOutcome,
 };
+use crate::{
+    EventQuery, NewReplay, PulledEvent, ReplayLimits, ReplayRecord, ReplayStart, ReplayState, ReplayStep, StreamEntry,
+};
 
 mod inbox;
 mod jobs;
 mod operations;
+mod replays;
 mod subscriptions;
 
 /// The two moves of waiting jobs: `(from, to, when the subscription is)`. Constants, so each
@@ -139,6 +143,7 @@ impl SqliteStore {
                     "UPDATE subscriptions SET failing_since = COALESCE(failing_since, ?2), last_failure_at = ?2,
                         enabled = CASE WHEN ?3 IS NULL THEN enabled ELSE 0 END,
                         disabled_reason = COALESCE(?3, disabled_reason),
+                        disabled_at = CASE WHEN ?3 IS NULL OR enabled = 0 THEN disabled_at ELSE ?2 END,
                         updated_at = CASE WHEN ?3 IS NULL THEN updated_at ELSE ?2 END
                      WHERE id = ?1",
                 )
@@ -427,7 +432,8 @@ fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreR
 
 const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types, origin, sink_type, sink_config,
     signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled, verification_state,
-    verification_error, disabled_reason, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
+    verification_error, disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at,
+    updated_at";
 
 fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
     let id = uuid_from_text(&row.try_get::<String, _>("id")?)?;
@@ -455,6 +461,7 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
         verification: hub_core::VerificationState::parse(&verification).ok_or_else(|| corrupt("verification_state"))?,
         verification_error: row.try_get("verification_error")?,
         disabled_reason: row.try_get("disabled_reason")?,
+        disabled_at: row.try_get::<Option<i64>, _>("disabled_at")?.map(from_micros).transpose()?,
         failing_since: failing_since.map(from_micros).transpose()?,
         last_failure_at: last_failure_at.map(from_micros).transpose()?,
         pull_cursor: row.try_get("pull_cursor")?,

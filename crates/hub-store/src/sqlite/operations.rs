@@ -160,7 +160,7 @@ impl Operations for SqliteStore {
                 .fetch_all(&mut *tx)
                 .await?;
                 for (tenant, seq) in &gone {
-                    sqlx::query("DELETE FROM pull_entries WHERE tenant_id = ?1 AND seq = ?2")
+                    sqlx::query("DELETE FROM pull_entries WHERE tenant_id = ?1 AND COALESCE(event_seq, seq) = ?2")
                         .bind(tenant)
                         .bind(seq)
                         .execute(&mut *tx)

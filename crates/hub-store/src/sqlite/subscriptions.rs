@@ -12,10 +12,15 @@ impl Subscriptions for SqliteStore {
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
                 verification_state, verification_error, disabled_reason, updated_at, failing_since,
-                last_failure_at, pull_cursor, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+                last_failure_at, pull_cursor, created_at, disabled_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
         );
-        bind_subscription(insert, sub)?.bind(sub.pull_cursor).bind(micros(sub.created_at)).execute(&mut *tx).await?;
+        bind_subscription(insert, sub)?
+            .bind(sub.pull_cursor)
+            .bind(micros(sub.created_at))
+            .bind(sub.disabled_at.map(micros))
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -81,6 +86,7 @@ impl Subscriptions for SqliteStore {
                 disabled_reason = CASE WHEN ?11 = 1 THEN NULL
                                        WHEN ?11 = 0 AND enabled = 1 THEN ?12
                                        ELSE disabled_reason END,
+                disabled_at = CASE WHEN ?11 = 0 AND enabled = 1 THEN ?13 ELSE disabled_at END,
                 updated_at = ?13
              WHERE tenant_id = ?1 AND id = ?2
              RETURNING {SUBSCRIPTION_COLUMNS}"

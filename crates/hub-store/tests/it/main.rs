@@ -4,6 +4,7 @@
 mod contract;
 mod dlq;
 mod jobs;
+mod replays;
 mod retention;
 mod subscriptions;
 mod support;
@@ -13,6 +14,7 @@ mod suite {
     pub use crate::contract::*;
     pub use crate::dlq::*;
     pub use crate::jobs::*;
+    pub use crate::replays::*;
     pub use crate::retention::*;
     pub use crate::subscriptions::*;
 }
@@ -78,4 +80,7 @@ contract_suite!(
     stranded_waiting_jobs_are_reconciled,
     no_set_of_states_pins_the_claim_rotation,
     the_oldest_due_job_is_known,
+    replays_walk_in_batches_pace_push_and_skip_what_a_subscription_has,
+    pull_replays_append_after_the_cursor,
+    a_replay_stops_when_its_subscription_is_deleted,
 );

@@ -48,7 +48,7 @@ pub async fn retention_prunes_in_bounded_batches_and_keeps_what_is_needed(db: &T
     let seqs: Vec<i64> = db.store.events_after("t1", 0, 10).await.expect("read").iter().map(|e| e.seq).collect();
     assert_eq!(seqs, vec![1, 3], "the event a job refers to, and the recent one, stay");
     let pulled: Vec<i64> =
-        db.store.pull_events("t1", pull.id, 0, 10).await.expect("pull").iter().map(|e| e.seq).collect();
+        db.store.pull_events("t1", pull.id, 0, 10).await.expect("pull").iter().map(|e| e.position).collect();
     assert_eq!(pulled, vec![3], "the pruned event left its pull stream too");
 
     // Finished jobs (and their attempts) go after their retention; then their events can go.

@@ -109,7 +109,7 @@ pub async fn accepted_events_create_work_only_for_admitting_subscriptions(db: &T
     db.store.write_batch(&[approved]).await.expect("write");
 
     let pulled: Vec<i64> =
-        db.store.pull_events("t1", pull.id, 0, 100).await.expect("pull").iter().map(|e| e.seq).collect();
+        db.store.pull_events("t1", pull.id, 0, 100).await.expect("pull").iter().map(|e| e.position).collect();
     assert_eq!(pulled, vec![1, 3], "loan_application.* matched approved and rejected");
     let jobs = db.store.list_jobs("t1", push.id, None, None, 100).await.expect("jobs");
     assert_eq!(jobs.iter().map(|j| j.event_seq).collect::<Vec<_>>(), vec![1], "*.approved from lender");
@@ -127,7 +127,7 @@ pub async fn only_events_after_creation_match(db: &TestDb) {
     db.store.create_subscription(&pull).await.expect("create");
     db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
     let pulled: Vec<i64> =
-        db.store.pull_events("t1", pull.id, 0, 100).await.expect("pull").iter().map(|e| e.seq).collect();
+        db.store.pull_events("t1", pull.id, 0, 100).await.expect("pull").iter().map(|e| e.position).collect();
     assert_eq!(pulled, vec![2]);
 }
 

@@ -114,6 +114,7 @@ pub fn subscription(
         verification: hub_core::VerificationState::Active,
         verification_error: None,
         disabled_reason: None,
+        disabled_at: None,
         failing_since: None,
         last_failure_at: None,
         pull_cursor: 0,

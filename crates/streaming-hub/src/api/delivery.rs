@@ -20,13 +20,36 @@ use crate::secrets::{Purpose, new_signing_secret};
 /// How long the previous secret keeps signing after a rotation.
 pub const ROTATION_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
 
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyRequest {
+    /// When the probe succeeds, also start a replay of everything that arrived since the
+    /// subscription was disabled (its `disabled_at`): the recovery of a disabled subscription.
+    /// Only for a subscription that is disabled.
+    #[serde(default)]
+    pub replay_since_disabled: bool,
+}
+
+/// A verified subscription, and the replay the request started.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Verified {
+    #[serde(flatten)]
+    pub subscription: SubscriptionView,
+    /// The replay `replay_since_disabled` started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replay: Option<super::replay::ReplayView>,
+}
+
 #[utoipa::path(
     post, path = "/v1/subscriptions/{id}/verify", tag = "subscriptions", operation_id = "verifySubscription",
     params(("id" = String, Path, description = "Subscription id")),
+    request_body(content = VerifyRequest, description = "Optional"),
     responses(
-        (status = 200, description = "The probe succeeded: active and enabled, failure period cleared", body = SubscriptionView),
+        (status = 200, description = "The probe succeeded: active and enabled, failure period cleared", body = Verified),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+        (status = 409, description = "`not_disabled`: `replay_since_disabled` on a subscription that is not disabled; or `replay_in_progress`", body = ErrorBody),
         (status = 422, description = "`verification_failed`: the probe failed; the message says why", body = ErrorBody),
     ),
     security(("api_key" = []))
@@ -35,8 +58,21 @@ pub async fn verify(
     State(state): State<AppState>,
     caller: TenantCaller,
     Path(id): Path<String>,
+    RawBody(body): RawBody,
 ) -> Result<impl IntoResponse, ApiError> {
+    let req: VerifyRequest = super::replay::parse_body(&body)?;
     let sub = load(&state, &caller, &id).await?;
+    let since = match (req.replay_since_disabled, sub.enabled, sub.disabled_at) {
+        (false, _, _) => None,
+        (true, false, Some(at)) => Some(at),
+        (true, _, _) => {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "not_disabled",
+                "replay_since_disabled: the subscription is not disabled; replay a window with POST …/replay",
+            ));
+        }
+    };
     let (sub, failure) = crate::delivery::verify::verify(
         sub,
         state.store.as_ref(),
@@ -50,7 +86,18 @@ pub async fn verify(
         None => {
             // Jobs that waited for the destination can go now.
             state.wake.notify_one();
-            Ok(AxumJson(SubscriptionView::of(&sub)))
+            let replay = match since {
+                Some(since) => {
+                    let window = super::replay::ReplayRequest {
+                        since: Some(since.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)),
+                        ..Default::default()
+                    };
+                    let r = super::replay::start(&state, caller.tenant.as_str(), sub.id, &window).await?;
+                    Some(super::replay::ReplayView::of(&r))
+                }
+                None => None,
+            };
+            Ok(AxumJson(Verified { subscription: SubscriptionView::of(&sub), replay }))
         }
         Some(reason) => Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "verification_failed", reason)),
     }
@@ -168,6 +215,9 @@ pub struct DeliveryView {
     pub id: Uuid,
     /// The event's seq in the tenant's inbox.
     pub event_seq: i64,
+    /// The event's CloudEvents id (the `X-Lerian-Event-Id` a receiver logged); null once the
+    /// event left the inbox by retention.
+    pub ce_id: Option<Uuid>,
     pub state: String,
     pub attempts: i32,
     pub next_attempt_at: Option<DateTime<Utc>>,
@@ -212,16 +262,32 @@ pub async fn deliveries(
     let sub = load(&state, &caller, &id).await?;
     let tenant = caller.tenant.as_str();
     let jobs: Vec<DeliveryJob> = state.store.list_jobs(tenant, sub.id, wanted, after, limit).await?;
+    let next_cursor = next_cursor(&jobs, limit, |j| j.id);
+    let items = delivery_views(&state, tenant, jobs).await?;
+    Ok(AxumJson(DeliveryPage { items, next_cursor }))
+}
+
+/// Jobs of one tenant as the API shows them: each with its event's ce-id and its attempts.
+pub async fn delivery_views(
+    state: &AppState,
+    tenant: &str,
+    jobs: Vec<DeliveryJob>,
+) -> Result<Vec<DeliveryView>, ApiError> {
     let ids: Vec<Uuid> = jobs.iter().map(|j| j.id).collect();
     let mut attempts = state.store.attempts_for_jobs(tenant, &ids).await?;
-    let next_cursor = next_cursor(&jobs, limit, |j| j.id);
-    let items = jobs
+    let mut seqs: Vec<(String, i64)> = jobs.iter().map(|j| (tenant.to_owned(), j.event_seq)).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    let ce_ids: std::collections::HashMap<i64, Uuid> =
+        state.store.events_by_seqs(&seqs).await?.into_iter().map(|e| (e.seq, e.ce_id)).collect();
+    Ok(jobs
         .into_iter()
         .map(|j| {
             let log: Vec<AttemptView> = attempts.extract_if(.., |a| a.job_id == j.id).map(AttemptView::from).collect();
             DeliveryView {
                 id: j.id,
                 event_seq: j.event_seq,
+                ce_id: ce_ids.get(&j.event_seq).copied(),
                 next_attempt_at: (j.state == JobState::Pending).then_some(j.due_at),
                 state: j.state.as_str().to_owned(),
                 attempts: j.attempts,
@@ -231,8 +297,7 @@ pub async fn deliveries(
                 attempt_log: log,
             }
         })
-        .collect();
-    Ok(AxumJson(DeliveryPage { items, next_cursor }))
+        .collect())
 }
 
 #[derive(Debug, Default, Deserialize, ToSchema)]

@@ -9,11 +9,13 @@ pub mod auth;
 pub mod delivery;
 pub mod destination;
 pub mod error;
+pub mod event_log;
 pub mod events;
 pub mod health;
 pub mod limiter;
 pub mod pull;
 mod receiver_doc;
+pub mod replay;
 
 use receiver_doc::ReceiverWebhooks;
 pub mod subscriptions;
@@ -59,6 +61,8 @@ pub struct AppState {
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Wakes the dispatcher: new jobs, a verified destination, a redrive.
     pub wake: Arc<tokio::sync::Notify>,
+    /// Wakes the replay runner: a replay started.
+    pub replays: Arc<tokio::sync::Notify>,
     /// Readiness also requires Kafka when it is configured.
     pub kafka: Option<Arc<crate::ingest::kafka::KafkaProbe>>,
     /// Set when the process starts draining: `/readyz` answers 503 from then on.
@@ -106,7 +110,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
         .routes(routes!(health::openapi))
-        .routes(routes!(events::ingest))
+        .routes(routes!(events::ingest, event_log::list))
+        .routes(routes!(event_log::read))
         .routes(routes!(subscriptions::create, subscriptions::list))
         .routes(routes!(subscriptions::read, subscriptions::update, subscriptions::delete))
         .routes(routes!(pull::read))
@@ -114,6 +119,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(delivery::rotate_secret))
         .routes(routes!(delivery::deliveries))
         .routes(routes!(delivery::redrive))
+        .routes(routes!(replay::create))
+        .routes(routes!(replay::read))
         .routes(routes!(admin::create_api_key, admin::list_api_keys))
         .routes(routes!(admin::revoke_api_key))
         .routes(routes!(admin::list_quarantine))

@@ -11,7 +11,7 @@ use base64::Engine;
 use hub_core::SinkKind;
 use hub_core::envelope::is_json_media_type;
 use hub_core::pull;
-use hub_store::StoredEvent;
+use hub_store::PulledEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
@@ -35,7 +35,12 @@ pub struct PullParams {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PullItem {
+    /// The item's position in this subscription's stream: what `after` and the cursor count in.
+    /// For an event matched at ingest it is the event's seq; an event given again by a replay is
+    /// appended at a later position (see `eventSeq`).
     pub seq: i64,
+    /// The event's seq in the tenant's inbox (`GET /v1/events`).
+    pub event_seq: i64,
     /// The CloudEvents id: dedup by it.
     pub ce_id: uuid::Uuid,
     /// The event key `<resourcetype>.<eventtype>`.
@@ -63,11 +68,12 @@ pub struct PullPage {
 /// A stored event as a pull item. Total: a body that cannot be shown as what its content type
 /// says (JSON that is not, from before bodies were checked throughout) is shown as a string, or
 /// base64 when it is not UTF-8, so no stored event can make a page fail.
-fn item(event: StoredEvent) -> PullItem {
+fn item(PulledEvent { position, event }: PulledEvent) -> PullItem {
     let content_type = event.data_content_type.clone().unwrap_or_else(|| "application/json".to_owned());
     let (payload, encoding) = render_payload(&content_type, event.payload);
     PullItem {
-        seq: event.seq,
+        seq: position,
+        event_seq: event.seq,
         ce_id: event.ce_id,
         event_type: format!("{}.{}", event.resource_type, event.event_type),
         source: event.source,
@@ -81,7 +87,7 @@ fn item(event: StoredEvent) -> PullItem {
 }
 
 /// The payload as JSON (a JSON body as it is, anything else as a JSON string) and its encoding.
-fn render_payload(content_type: &str, payload: Vec<u8>) -> (Box<RawValue>, Option<&'static str>) {
+pub(crate) fn render_payload(content_type: &str, payload: Vec<u8>) -> (Box<RawValue>, Option<&'static str>) {
     let (text, encoding) = match String::from_utf8(payload) {
         Ok(text) if is_json_media_type(content_type) => match serde_json::from_str::<Box<RawValue>>(&text) {
             Ok(json) => return (json, None),
@@ -138,7 +144,7 @@ pub async fn read(
     };
     let from = pull::read_after(sub.pull_cursor, after);
     let events = state.store.pull_events(tenant, sub.id, from, limit).await?;
-    let highest = events.last().map(|e| e.seq);
+    let highest = events.last().map(|e| e.position);
     let returned = events.len();
     // The page is rendered (which cannot fail) before the cursor moves past it.
     let items: Vec<PullItem> = events.into_iter().map(item).collect();

@@ -39,6 +39,9 @@ pub struct SubscriptionView {
     pub verification_state: String,
     pub verification_error: Option<String>,
     pub disabled_reason: Option<String>,
+    /// When it was last disabled (kept after it is enabled again): where
+    /// `POST …/verify` with `replay_since_disabled` starts its replay.
+    pub disabled_at: Option<DateTime<Utc>>,
     /// Whether credentials are stored for the destination (they are never shown).
     pub credentials_set: bool,
     pub created_at: DateTime<Utc>,
@@ -60,6 +63,7 @@ impl SubscriptionView {
             verification_state: sub.verification.as_str().to_owned(),
             verification_error: sub.verification_error.clone(),
             disabled_reason: sub.disabled_reason.clone(),
+            disabled_at: sub.disabled_at,
             credentials_set: sub.credentials.is_some(),
             created_at: sub.created_at,
             updated_at: sub.updated_at,
@@ -237,6 +241,7 @@ pub async fn create(
         verification: VerificationState::initial(dest.kind),
         verification_error: None,
         disabled_reason: (req.enabled == Some(false)).then(|| DISABLED_BY_API.to_owned()),
+        disabled_at: (req.enabled == Some(false)).then_some(now),
         failing_since: None,
         last_failure_at: None,
         pull_cursor: 0,

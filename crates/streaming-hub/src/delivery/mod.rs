@@ -11,6 +11,7 @@
 //! while leased by this worker; an open breaker holds jobs back without spending their attempts,
 //! except a job's last attempt.
 
+pub mod replay;
 pub mod targets;
 pub mod verify;
 

@@ -382,12 +382,13 @@ async fn jobs_by_state_are_exported_as_a_gauge() {
     let end = tokio::time::Instant::now() + WAIT;
     loop {
         let text = hub.client.get(hub.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
-        if text.lines().any(|l| l == "streaming_hub_delivery_jobs{state=\"pending\"} 3") {
+        // One pass sets the job gauges, then the inbox size: wait for a pass that set both.
+        let has = |line: &str| text.lines().any(|l| l == line);
+        if has("streaming_hub_delivery_jobs{state=\"pending\"} 3") && has("streaming_hub_inbox_events 3") {
             assert!(text.contains("streaming_hub_delivery_jobs{state=\"dead\"} 0"), "every state is exported");
-            assert!(text.lines().any(|l| l == "streaming_hub_inbox_events 3"), "the inbox size: {text}");
             break;
         }
-        assert!(tokio::time::Instant::now() < end, "no pending gauge of 3 in {text}");
+        assert!(tokio::time::Instant::now() < end, "no pending gauge of 3 and inbox size of 3 in {text}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

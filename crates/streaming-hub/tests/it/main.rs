@@ -14,6 +14,7 @@ mod operations;
 mod pull;
 mod receiver;
 mod receivers;
+mod replay;
 mod sdk;
 mod sinks;
 mod subscriptions;

@@ -95,7 +95,8 @@ async fn another_tenant_gets_404_on_every_v1_route(backend: Backend) {
         let sub = hub.subscribe(&owner, json!({"name": "s", "event_types": ["*.*"], "sink": sink})).await;
         ids.push(sub["id"].as_str().expect("id").to_owned());
     }
-    hub.post_event(&owner, &Event::new("t1")).await;
+    let owned = Event::new("t1");
+    hub.post_event(&owner, &owned).await;
 
     let (_, doc) = hub.send(hub.client.get(hub.url("/openapi.json"))).await;
     let paths = doc["paths"].as_object().expect("paths");
@@ -103,7 +104,12 @@ async fn another_tenant_gets_404_on_every_v1_route(backend: Backend) {
     for (path, ops) in paths.iter().filter(|(p, _)| p.starts_with("/v1/")) {
         for method in ops.as_object().expect("operations").keys() {
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).expect("method");
-            if path.contains("{id}") {
+            if path.contains("{ce_id}") {
+                let url = hub.url(&path.replace("{ce_id}", &owned.id().to_string()));
+                let (status, body) = hub.send(hub.client.request(method.clone(), url).bearer_auth(&intruder)).await;
+                assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: {body}");
+                checked += 1;
+            } else if path.contains("{id}") {
                 for id in &ids {
                     let url = hub.url(&path.replace("{id}", id));
                     let request = hub.client.request(method.clone(), url).bearer_auth(&intruder).json(&json!({}));

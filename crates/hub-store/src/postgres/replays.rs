@@ -1,0 +1,312 @@
+//! Replays: starting one (its window resolved to seqs) and walking it on, a batch per transaction.
+
+use hub_core::replay::{Existing, Progress, TimeWindow, next_step};
+
+use super::*;
+use crate::model::{WalkedEvent, plan_replay};
+
+const REPLAY_COLUMNS: &str = "id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
+    state, walked_to, matched, created, skipped, created_at, updated_at, finished_at";
+
+/// Arrival times and seqs agree only up to the group commit (a batch takes its seqs when it
+/// commits, after its events were received): the seq bounds of a time window are widened by this
+/// much, and each event's arrival is then checked exactly.
+const ARRIVAL_SLACK: chrono::Duration = chrono::Duration::seconds(60);
+
+fn replay_from_row(row: &PgRow) -> StoreResult<ReplayRecord> {
+    let state: String = row.try_get("state")?;
+    let count = |name: &str| -> StoreResult<u64> { Ok(u64::try_from(row.try_get::<i64, _>(name)?).unwrap_or(0)) };
+    Ok(ReplayRecord {
+        id: row.try_get("id")?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: row.try_get("subscription_id")?,
+        window: TimeWindow { since: row.try_get("since")?, until: row.try_get("until")? },
+        from_seq: row.try_get("from_seq")?,
+        to_seq: row.try_get("to_seq")?,
+        include_delivered: row.try_get("include_delivered")?,
+        state: ReplayState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown replay state {state:?}")))?,
+        walked_to: row.try_get("walked_to")?,
+        progress: Progress { matched: count("matched")?, created: count("created")?, skipped: count("skipped")? },
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+#[async_trait]
+impl Replays for PgStore {
+    async fn start_replay(&self, r: &NewReplay) -> StoreResult<ReplayStart> {
+        let mut tx = self.pool.begin().await?;
+        // Starts for one subscription take turns on its row.
+        let found: Option<Uuid> =
+            sqlx::query_scalar("SELECT id FROM subscriptions WHERE tenant_id = $1 AND id = $2 FOR UPDATE")
+                .bind(&r.tenant_id)
+                .bind(r.subscription_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if found.is_none() {
+            return Ok(ReplayStart::NoSubscription);
+        }
+        let sql = format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE subscription_id = $1 AND state = 'running'");
+        if let Some(row) = sqlx::query(&sql).bind(r.subscription_id).fetch_optional(&mut *tx).await? {
+            return Ok(ReplayStart::Busy(replay_from_row(&row)?));
+        }
+        let newest: i64 = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = $1")
+            .bind(&r.tenant_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .unwrap_or(0);
+        let mut from = r.from_seq.unwrap_or(1).max(1);
+        let mut to = r.to_seq.map_or(newest, |t| t.min(newest));
+        if let Some(since) = r.window.since {
+            let first: Option<i64> =
+                sqlx::query_scalar("SELECT min(seq) FROM events WHERE tenant_id = $1 AND received_at >= $2")
+                    .bind(&r.tenant_id)
+                    .bind(since - ARRIVAL_SLACK)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            from = from.max(first.unwrap_or(newest + 1));
+        }
+        if let Some(until) = r.window.until {
+            let last: Option<i64> =
+                sqlx::query_scalar("SELECT max(seq) FROM events WHERE tenant_id = $1 AND received_at < $2")
+                    .bind(&r.tenant_id)
+                    .bind(until + ARRIVAL_SLACK)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            to = to.min(last.unwrap_or(0));
+        }
+        // An empty window is a replay that is done at once.
+        let empty = to < from;
+        let sql = format!(
+            "INSERT INTO replays (id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
+                state, walked_to, created_at, updated_at, finished_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12)
+             RETURNING {REPLAY_COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(r.id)
+            .bind(&r.tenant_id)
+            .bind(r.subscription_id)
+            .bind(r.window.since)
+            .bind(r.window.until)
+            .bind(from)
+            .bind(to.max(from - 1))
+            .bind(r.include_delivered)
+            .bind(if empty { ReplayState::Done } else { ReplayState::Running }.as_str())
+            .bind(from - 1)
+            .bind(r.now)
+            .bind(empty.then_some(r.now))
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(ReplayStart::Started(replay_from_row(&row)?))
+    }
+
+    async fn replay(&self, tenant: &str, subscription: Uuid, id: Uuid) -> StoreResult<Option<ReplayRecord>> {
+        let sql =
+            format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE tenant_id = $1 AND subscription_id = $2 AND id = $3");
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(subscription)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(replay_from_row)
+            .transpose()
+    }
+
+    async fn running_replays(&self, limit: u32) -> StoreResult<Vec<Uuid>> {
+        Ok(sqlx::query_scalar("SELECT id FROM replays WHERE state = 'running' ORDER BY created_at, id LIMIT $1")
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    async fn step_replay(&self, id: Uuid, limits: &ReplayLimits) -> StoreResult<ReplayStep> {
+        let mut tx = self.pool.begin().await?;
+        let sql = format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE id = $1 FOR UPDATE");
+        let Some(row) = sqlx::query(&sql).bind(id).fetch_optional(&mut *tx).await? else {
+            return Ok(ReplayStep::Idle);
+        };
+        let replay = replay_from_row(&row)?;
+        if replay.state != ReplayState::Running {
+            return Ok(ReplayStep::Idle);
+        }
+        let tenant = replay.tenant_id.as_str();
+        let sub: Option<(Uuid, String, String, Option<String>, bool, String, bool, i64)> = sqlx::query_as(
+            "SELECT id, sink_type, event_types::text, origin, enabled, verification_state,
+                verified_at IS NOT NULL, pull_cursor
+             FROM subscriptions WHERE tenant_id = $1 AND id = $2",
+        )
+        .bind(tenant)
+        .bind(replay.subscription_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((sub_id, sink, event_types, origin, enabled, verification, verified_before, cursor)) = sub else {
+            let sql = format!(
+                "UPDATE replays SET state = 'cancelled', finished_at = $2, updated_at = $2 WHERE id = $1
+                 RETURNING {REPLAY_COLUMNS}"
+            );
+            let row = sqlx::query(&sql).bind(id).bind(limits.now).fetch_one(&mut *tx).await?;
+            tx.commit().await?;
+            return Ok(ReplayStep::Walked(replay_from_row(&row)?));
+        };
+        let target = MatchTarget::new(MatchRow {
+            id: sub_id,
+            sink,
+            event_types,
+            origin,
+            enabled,
+            verification,
+            verified_before,
+        })?;
+        let push = target.sink.is_push();
+        let batch = if push {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM (SELECT 1 FROM delivery_jobs
+                     WHERE subscription_id = $1 AND state IN ('pending', 'leased') LIMIT $2) w",
+            )
+            .bind(sub_id)
+            .bind(i64::try_from(limits.pace).unwrap_or(i64::MAX))
+            .fetch_one(&mut *tx)
+            .await?;
+            match next_step(u64::try_from(waiting).unwrap_or(0), limits.pace, limits.batch) {
+                Some(batch) => batch,
+                None => return Ok(ReplayStep::Paced),
+            }
+        } else {
+            limits.batch
+        };
+        let walked: Vec<(i64, String, String, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT seq, resource_type, event_type, source, received_at FROM events
+             WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
+        )
+        .bind(tenant)
+        .bind(replay.walked_to)
+        .bind(replay.to_seq)
+        .bind(i64::from(batch.max(1)))
+        .fetch_all(&mut *tx)
+        .await?;
+        let walked: Vec<WalkedEvent> = walked
+            .into_iter()
+            .map(|(seq, resource_type, event_type, source, received_at)| WalkedEvent {
+                seq,
+                resource_type,
+                event_type,
+                source,
+                received_at,
+            })
+            .collect();
+        // What the subscription already has of the events it wants.
+        let (wanted, _) = plan_replay(&target, &replay.window, true, &walked, &HashMap::new());
+        let mut existing: HashMap<i64, Vec<Existing>> = HashMap::new();
+        if !wanted.is_empty() {
+            if push {
+                let jobs: Vec<(i64, String)> = sqlx::query_as(
+                    "SELECT event_seq, state FROM delivery_jobs
+                     WHERE tenant_id = $1 AND event_seq = ANY($2) AND subscription_id = $3",
+                )
+                .bind(tenant)
+                .bind(&wanted)
+                .bind(sub_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                for (seq, state) in jobs {
+                    existing.entry(seq).or_default().push(Existing::Job(job_state(state)?));
+                }
+            } else {
+                let entries: Vec<(i64, i64)> = sqlx::query_as(
+                    "SELECT COALESCE(event_seq, seq), seq FROM pull_entries
+                     WHERE subscription_id = $1 AND ((seq = ANY($2) AND event_seq IS NULL) OR event_seq = ANY($2))",
+                )
+                .bind(sub_id)
+                .bind(&wanted)
+                .fetch_all(&mut *tx)
+                .await?;
+                for (seq, position) in entries {
+                    existing.entry(seq).or_default().push(Existing::Entry { read: position <= cursor });
+                }
+            }
+        }
+        let (create, progress) = plan_replay(&target, &replay.window, replay.include_delivered, &walked, &existing);
+        if !create.is_empty() {
+            if push {
+                let state = hub_core::delivery::waiting_state(
+                    target.enabled && target.verification == hub_core::VerificationState::Active,
+                );
+                let received: HashMap<i64, DateTime<Utc>> = walked.iter().map(|e| (e.seq, e.received_at)).collect();
+                let ids: Vec<Uuid> = create.iter().map(|_| Uuid::now_v7()).collect();
+                let times: Vec<DateTime<Utc>> =
+                    create.iter().map(|s| received.get(s).copied().unwrap_or(limits.now)).collect();
+                // A replayed job's retry window starts now, not at its event's arrival.
+                sqlx::query(
+                    "WITH new_jobs AS (
+                        INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
+                            event_received_at, window_start, created_at, updated_at)
+                        SELECT t.id, $2, $3, t.seq, $4, $5, t.received, $5, $5, $5
+                        FROM UNNEST($1::uuid[], $6::bigint[], $7::timestamptz[]) AS t(id, seq, received)
+                     )
+                     SELECT pg_notify($8, '') WHERE $4 = 'pending'",
+                )
+                .bind(&ids)
+                .bind(tenant)
+                .bind(sub_id)
+                .bind(state.as_str())
+                .bind(limits.now)
+                .bind(&create)
+                .bind(&times)
+                .bind(&self.channel)
+                .execute(&mut *tx)
+                .await?;
+            } else {
+                // New positions after every one a reader may have seen, from the tenant's sequence.
+                let k = i64::try_from(create.len()).unwrap_or(i64::MAX);
+                let last: i64 = sqlx::query_scalar(
+                    "UPDATE tenant_sequences SET last_seq = last_seq + $2 WHERE tenant_id = $1 RETURNING last_seq",
+                )
+                .bind(tenant)
+                .bind(k)
+                .fetch_one(&mut *tx)
+                .await?;
+                let positions: Vec<i64> = (last - k + 1..=last).collect();
+                sqlx::query(
+                    "INSERT INTO pull_entries (subscription_id, seq, tenant_id, event_seq)
+                     SELECT $1, p, $2, e FROM UNNEST($3::bigint[], $4::bigint[]) AS t(p, e)",
+                )
+                .bind(sub_id)
+                .bind(tenant)
+                .bind(&positions)
+                .bind(&create)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        let walked_to = match walked.last() {
+            Some(last) if walked.len() >= batch.max(1) as usize => last.seq,
+            _ => replay.to_seq,
+        };
+        let done = walked_to >= replay.to_seq;
+        let sql = format!(
+            "UPDATE replays SET walked_to = $2, matched = matched + $3, created = created + $4,
+                skipped = skipped + $5, state = $6, finished_at = $7, updated_at = $8
+             WHERE id = $1 RETURNING {REPLAY_COLUMNS}"
+        );
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let row = sqlx::query(&sql)
+            .bind(id)
+            .bind(walked_to)
+            .bind(count(progress.matched))
+            .bind(count(progress.created))
+            .bind(count(progress.skipped))
+            .bind(if done { ReplayState::Done } else { ReplayState::Running }.as_str())
+            .bind(done.then_some(limits.now))
+            .bind(limits.now)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(ReplayStep::Walked(replay_from_row(&row)?))
+    }
+}

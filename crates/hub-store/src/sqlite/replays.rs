@@ -1,0 +1,308 @@
+//! Replays: starting one (its window resolved to seqs) and walking it on, a batch per transaction.
+
+use hub_core::replay::{Existing, Progress, TimeWindow, next_step};
+
+use super::*;
+use crate::model::{WalkedEvent, plan_replay};
+
+const REPLAY_COLUMNS: &str = "id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
+    state, walked_to, matched, created, skipped, created_at, updated_at, finished_at";
+
+/// See the PostgreSQL backend: seq bounds of a time window are widened by this much.
+const ARRIVAL_SLACK: chrono::Duration = chrono::Duration::seconds(60);
+
+fn replay_from_row(row: &SqliteRow) -> StoreResult<ReplayRecord> {
+    let state: String = row.try_get("state")?;
+    let count = |name: &str| -> StoreResult<u64> { Ok(u64::try_from(row.try_get::<i64, _>(name)?).unwrap_or(0)) };
+    let time = |name: &str| -> StoreResult<Option<DateTime<Utc>>> {
+        row.try_get::<Option<i64>, _>(name)?.map(from_micros).transpose()
+    };
+    Ok(ReplayRecord {
+        id: uuid_from_text(&row.try_get::<String, _>("id")?)?,
+        tenant_id: row.try_get("tenant_id")?,
+        subscription_id: uuid_from_text(&row.try_get::<String, _>("subscription_id")?)?,
+        window: TimeWindow { since: time("since")?, until: time("until")? },
+        from_seq: row.try_get("from_seq")?,
+        to_seq: row.try_get("to_seq")?,
+        include_delivered: row.try_get("include_delivered")?,
+        state: ReplayState::parse(&state)
+            .ok_or_else(|| StoreError::Corrupt(format!("unknown replay state {state:?}")))?,
+        walked_to: row.try_get("walked_to")?,
+        progress: Progress { matched: count("matched")?, created: count("created")?, skipped: count("skipped")? },
+        created_at: from_micros(row.try_get("created_at")?)?,
+        updated_at: from_micros(row.try_get("updated_at")?)?,
+        finished_at: time("finished_at")?,
+    })
+}
+
+fn json_list<T: serde::Serialize>(items: &[T]) -> StoreResult<String> {
+    serde_json::to_string(items).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+#[async_trait]
+impl Replays for SqliteStore {
+    async fn start_replay(&self, r: &NewReplay) -> StoreResult<ReplayStart> {
+        let mut tx = self.begin_write().await?;
+        let found: Option<String> = sqlx::query_scalar("SELECT id FROM subscriptions WHERE tenant_id = ?1 AND id = ?2")
+            .bind(&r.tenant_id)
+            .bind(text(r.subscription_id))
+            .fetch_optional(&mut *tx)
+            .await?;
+        if found.is_none() {
+            return Ok(ReplayStart::NoSubscription);
+        }
+        let sql = format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE subscription_id = ?1 AND state = 'running'");
+        if let Some(row) = sqlx::query(&sql).bind(text(r.subscription_id)).fetch_optional(&mut *tx).await? {
+            return Ok(ReplayStart::Busy(replay_from_row(&row)?));
+        }
+        let newest: i64 = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = ?1")
+            .bind(&r.tenant_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .unwrap_or(0);
+        let mut from = r.from_seq.unwrap_or(1).max(1);
+        let mut to = r.to_seq.map_or(newest, |t| t.min(newest));
+        if let Some(since) = r.window.since {
+            let first: Option<i64> =
+                sqlx::query_scalar("SELECT min(seq) FROM events WHERE tenant_id = ?1 AND received_at >= ?2")
+                    .bind(&r.tenant_id)
+                    .bind(micros(since - ARRIVAL_SLACK))
+                    .fetch_one(&mut *tx)
+                    .await?;
+            from = from.max(first.unwrap_or(newest + 1));
+        }
+        if let Some(until) = r.window.until {
+            let last: Option<i64> =
+                sqlx::query_scalar("SELECT max(seq) FROM events WHERE tenant_id = ?1 AND received_at < ?2")
+                    .bind(&r.tenant_id)
+                    .bind(micros(until + ARRIVAL_SLACK))
+                    .fetch_one(&mut *tx)
+                    .await?;
+            to = to.min(last.unwrap_or(0));
+        }
+        let empty = to < from;
+        let sql = format!(
+            "INSERT INTO replays (id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
+                state, walked_to, created_at, updated_at, finished_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12)
+             RETURNING {REPLAY_COLUMNS}"
+        );
+        let row = sqlx::query(&sql)
+            .bind(text(r.id))
+            .bind(&r.tenant_id)
+            .bind(text(r.subscription_id))
+            .bind(r.window.since.map(micros))
+            .bind(r.window.until.map(micros))
+            .bind(from)
+            .bind(to.max(from - 1))
+            .bind(r.include_delivered)
+            .bind(if empty { ReplayState::Done } else { ReplayState::Running }.as_str())
+            .bind(from - 1)
+            .bind(micros(r.now))
+            .bind(empty.then_some(micros(r.now)))
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(ReplayStart::Started(replay_from_row(&row)?))
+    }
+
+    async fn replay(&self, tenant: &str, subscription: Uuid, id: Uuid) -> StoreResult<Option<ReplayRecord>> {
+        let sql =
+            format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE tenant_id = ?1 AND subscription_id = ?2 AND id = ?3");
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(text(subscription))
+            .bind(text(id))
+            .fetch_optional(&self.reader)
+            .await?
+            .as_ref()
+            .map(replay_from_row)
+            .transpose()
+    }
+
+    async fn running_replays(&self, limit: u32) -> StoreResult<Vec<Uuid>> {
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM replays WHERE state = 'running' ORDER BY created_at, id LIMIT ?1")
+                .bind(i64::from(limit))
+                .fetch_all(&self.reader)
+                .await?;
+        ids.iter().map(|id| uuid_from_text(id)).collect()
+    }
+
+    async fn step_replay(&self, id: Uuid, limits: &ReplayLimits) -> StoreResult<ReplayStep> {
+        let mut tx = self.begin_write().await?;
+        let sql = format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE id = ?1");
+        let Some(row) = sqlx::query(&sql).bind(text(id)).fetch_optional(&mut *tx).await? else {
+            return Ok(ReplayStep::Idle);
+        };
+        let replay = replay_from_row(&row)?;
+        if replay.state != ReplayState::Running {
+            return Ok(ReplayStep::Idle);
+        }
+        let tenant = replay.tenant_id.as_str();
+        let sub: Option<(String, String, String, Option<String>, bool, String, bool, i64)> = sqlx::query_as(
+            "SELECT id, sink_type, event_types, origin, enabled, verification_state,
+                verified_at IS NOT NULL, pull_cursor
+             FROM subscriptions WHERE tenant_id = ?1 AND id = ?2",
+        )
+        .bind(tenant)
+        .bind(text(replay.subscription_id))
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((sub_id, sink, event_types, origin, enabled, verification, verified_before, cursor)) = sub else {
+            let sql = format!(
+                "UPDATE replays SET state = 'cancelled', finished_at = ?2, updated_at = ?2 WHERE id = ?1
+                 RETURNING {REPLAY_COLUMNS}"
+            );
+            let row = sqlx::query(&sql).bind(text(id)).bind(micros(limits.now)).fetch_one(&mut *tx).await?;
+            tx.commit().await?;
+            return Ok(ReplayStep::Walked(replay_from_row(&row)?));
+        };
+        let target = MatchTarget::new(MatchRow {
+            id: uuid_from_text(&sub_id)?,
+            sink,
+            event_types,
+            origin,
+            enabled,
+            verification,
+            verified_before,
+        })?;
+        let push = target.sink.is_push();
+        let batch = if push {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM (SELECT 1 FROM delivery_jobs
+                     WHERE subscription_id = ?1 AND state IN ('pending', 'leased') LIMIT ?2)",
+            )
+            .bind(&sub_id)
+            .bind(i64::try_from(limits.pace).unwrap_or(i64::MAX))
+            .fetch_one(&mut *tx)
+            .await?;
+            match next_step(u64::try_from(waiting).unwrap_or(0), limits.pace, limits.batch) {
+                Some(batch) => batch,
+                None => return Ok(ReplayStep::Paced),
+            }
+        } else {
+            limits.batch
+        };
+        let walked: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
+            "SELECT seq, resource_type, event_type, source, received_at FROM events
+             WHERE tenant_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
+        )
+        .bind(tenant)
+        .bind(replay.walked_to)
+        .bind(replay.to_seq)
+        .bind(i64::from(batch.max(1)))
+        .fetch_all(&mut *tx)
+        .await?;
+        let walked: Vec<WalkedEvent> = walked
+            .into_iter()
+            .map(|(seq, resource_type, event_type, source, received_at)| {
+                Ok(WalkedEvent { seq, resource_type, event_type, source, received_at: from_micros(received_at)? })
+            })
+            .collect::<StoreResult<_>>()?;
+        let (wanted, _) = plan_replay(&target, &replay.window, true, &walked, &HashMap::new());
+        let mut existing: HashMap<i64, Vec<Existing>> = HashMap::new();
+        if !wanted.is_empty() {
+            let seqs = json_list(&wanted)?;
+            if push {
+                let jobs: Vec<(i64, String)> = sqlx::query_as(
+                    "SELECT event_seq, state FROM delivery_jobs
+                     WHERE tenant_id = ?1 AND event_seq IN (SELECT value FROM json_each(?2)) AND subscription_id = ?3",
+                )
+                .bind(tenant)
+                .bind(&seqs)
+                .bind(&sub_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                for (seq, state) in jobs {
+                    existing.entry(seq).or_default().push(Existing::Job(job_state(state)?));
+                }
+            } else {
+                let entries: Vec<(i64, i64)> = sqlx::query_as(
+                    "SELECT COALESCE(event_seq, seq), seq FROM pull_entries
+                     WHERE subscription_id = ?1
+                       AND ((seq IN (SELECT value FROM json_each(?2)) AND event_seq IS NULL)
+                            OR event_seq IN (SELECT value FROM json_each(?2)))",
+                )
+                .bind(&sub_id)
+                .bind(&seqs)
+                .fetch_all(&mut *tx)
+                .await?;
+                for (seq, position) in entries {
+                    existing.entry(seq).or_default().push(Existing::Entry { read: position <= cursor });
+                }
+            }
+        }
+        let (create, progress) = plan_replay(&target, &replay.window, replay.include_delivered, &walked, &existing);
+        if !create.is_empty() {
+            if push {
+                let state = hub_core::delivery::waiting_state(
+                    target.enabled && target.verification == hub_core::VerificationState::Active,
+                );
+                let received: HashMap<i64, DateTime<Utc>> = walked.iter().map(|e| (e.seq, e.received_at)).collect();
+                for seq in &create {
+                    // A replayed job's retry window starts now, not at its event's arrival.
+                    sqlx::query(
+                        "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
+                            event_received_at, window_start, created_at, updated_at)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6, ?6, ?6)",
+                    )
+                    .bind(text(Uuid::now_v7()))
+                    .bind(tenant)
+                    .bind(&sub_id)
+                    .bind(seq)
+                    .bind(state.as_str())
+                    .bind(micros(limits.now))
+                    .bind(micros(received.get(seq).copied().unwrap_or(limits.now)))
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            } else {
+                // New positions after every one a reader may have seen, from the tenant's sequence.
+                let k = i64::try_from(create.len()).unwrap_or(i64::MAX);
+                let last: i64 = sqlx::query_scalar(
+                    "UPDATE tenant_sequences SET last_seq = last_seq + ?2 WHERE tenant_id = ?1 RETURNING last_seq",
+                )
+                .bind(tenant)
+                .bind(k)
+                .fetch_one(&mut *tx)
+                .await?;
+                for (position, seq) in (last - k + 1..=last).zip(&create) {
+                    sqlx::query(
+                        "INSERT INTO pull_entries (subscription_id, seq, tenant_id, event_seq) VALUES (?1, ?2, ?3, ?4)",
+                    )
+                    .bind(&sub_id)
+                    .bind(position)
+                    .bind(tenant)
+                    .bind(seq)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+        }
+        let walked_to = match walked.last() {
+            Some(last) if walked.len() >= batch.max(1) as usize => last.seq,
+            _ => replay.to_seq,
+        };
+        let done = walked_to >= replay.to_seq;
+        let sql = format!(
+            "UPDATE replays SET walked_to = ?2, matched = matched + ?3, created = created + ?4,
+                skipped = skipped + ?5, state = ?6, finished_at = ?7, updated_at = ?8
+             WHERE id = ?1 RETURNING {REPLAY_COLUMNS}"
+        );
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let row = sqlx::query(&sql)
+            .bind(text(id))
+            .bind(walked_to)
+            .bind(count(progress.matched))
+            .bind(count(progress.created))
+            .bind(count(progress.skipped))
+            .bind(if done { ReplayState::Done } else { ReplayState::Running }.as_str())
+            .bind(done.then_some(micros(limits.now)))
+            .bind(micros(limits.now))
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(ReplayStep::Walked(replay_from_row(&row)?))
+    }
+}

@@ -1,0 +1,220 @@
+//! Replay: `POST /v1/subscriptions/{id}/replay` gives a subscription a window of its tenant's
+//! inbox again; `GET …/replays/{replay_id}` reports how far it got. The rules are
+//! `hub_core::replay`; the walk runs in the background (`crate::delivery::replay`).
+
+use axum::Json as AxumJson;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use chrono::{DateTime, Utc};
+use hub_store::{NewReplay, ReplayRecord, ReplayStart, TimeWindow};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::TenantCaller;
+use super::error::{ApiError, ErrorBody, RawBody};
+use super::subscriptions::{load, not_found, path_id};
+
+/// A replay's window: arrival times (`since` inclusive, `until` exclusive) or inbox seqs
+/// (`from_seq` to `to_seq`, both inclusive). At least one bound; an open end runs to the newest
+/// event at the time of the request (what arrives later reaches the subscription live).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// RFC 3339.
+    #[schema(format = DateTime, example = "2026-11-30T00:00:00Z")]
+    pub since: Option<String>,
+    /// RFC 3339.
+    #[schema(format = DateTime)]
+    pub until: Option<String>,
+    pub from_seq: Option<i64>,
+    pub to_seq: Option<i64>,
+    /// Give events again that the subscription already received (default false: only what it
+    /// never got, or got dead-lettered).
+    #[serde(default)]
+    pub include_delivered: bool,
+}
+
+impl ReplayRequest {
+    /// Checks the window and returns its times; the error names the field.
+    pub fn validate(&self) -> Result<TimeWindow, ApiError> {
+        let time = |name: &str, raw: &Option<String>| {
+            raw.as_deref()
+                .map(|s| {
+                    DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)).map_err(|_| {
+                        ApiError::validation(name, "must be an RFC 3339 time, such as 2026-01-31T12:00:00Z")
+                    })
+                })
+                .transpose()
+        };
+        let window = TimeWindow { since: time("since", &self.since)?, until: time("until", &self.until)? };
+        let by_time = self.since.is_some() || self.until.is_some();
+        let by_seq = self.from_seq.is_some() || self.to_seq.is_some();
+        if !by_time && !by_seq {
+            return Err(ApiError::validation("window", "give since and/or until, or from_seq and/or to_seq"));
+        }
+        if by_time && by_seq {
+            return Err(ApiError::validation(
+                if self.from_seq.is_some() { "from_seq" } else { "to_seq" },
+                "a window is either times (since, until) or seqs (from_seq, to_seq), not both",
+            ));
+        }
+        if let (Some(s), Some(u)) = (window.since, window.until) {
+            if u <= s {
+                return Err(ApiError::validation("until", "must be after since"));
+            }
+        }
+        if self.from_seq.is_some_and(|f| f < 1) {
+            return Err(ApiError::validation("from_seq", "must be 1 or more"));
+        }
+        if self.to_seq.is_some_and(|t| t < 1) {
+            return Err(ApiError::validation("to_seq", "must be 1 or more"));
+        }
+        if let (Some(f), Some(t)) = (self.from_seq, self.to_seq) {
+            if t < f {
+                return Err(ApiError::validation("to_seq", "must not be below from_seq"));
+            }
+        }
+        Ok(window)
+    }
+}
+
+/// A replay as the API shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplayView {
+    pub replay_id: Uuid,
+    pub subscription_id: Uuid,
+    /// `running`, `done`, or `cancelled` (its subscription was deleted).
+    pub state: String,
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// The seqs the window was resolved to when the replay started.
+    pub from_seq: i64,
+    pub to_seq: i64,
+    pub include_delivered: bool,
+    /// The last seq walked.
+    pub walked_to: i64,
+    /// Events of the window the subscription's filter wants.
+    pub matched: u64,
+    /// Of those, given to the subscription again (a job, or an entry at the end of its stream).
+    pub created: u64,
+    /// Of those, left alone: still waiting, or already delivered.
+    pub skipped: u64,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl ReplayView {
+    pub fn of(r: &ReplayRecord) -> Self {
+        Self {
+            replay_id: r.id,
+            subscription_id: r.subscription_id,
+            state: r.state.as_str().to_owned(),
+            since: r.window.since,
+            until: r.window.until,
+            from_seq: r.from_seq,
+            to_seq: r.to_seq,
+            include_delivered: r.include_delivered,
+            walked_to: r.walked_to,
+            matched: r.progress.matched,
+            created: r.progress.created,
+            skipped: r.progress.skipped,
+            created_at: r.created_at,
+            finished_at: r.finished_at,
+        }
+    }
+}
+
+/// Starts a replay of `sub` (already loaded for the caller), or says why not.
+pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayRequest) -> Result<ReplayRecord, ApiError> {
+    let window = req.validate()?;
+    let replay = NewReplay {
+        id: Uuid::now_v7(),
+        tenant_id: tenant.to_owned(),
+        subscription_id: sub,
+        window,
+        from_seq: req.from_seq,
+        to_seq: req.to_seq,
+        include_delivered: req.include_delivered,
+        now: state.clock.now(),
+    };
+    match state.store.start_replay(&replay).await? {
+        ReplayStart::Started(r) => {
+            tracing::info!(tenant, subscription = %sub, replay = %r.id, from_seq = r.from_seq, to_seq = r.to_seq, "replay started");
+            state.replays.notify_one();
+            Ok(r)
+        }
+        ReplayStart::Busy(running) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "replay_in_progress",
+            format!("replay {} of this subscription is still running; one runs at a time", running.id),
+        )),
+        ReplayStart::NoSubscription => Err(not_found()),
+    }
+}
+
+/// The JSON body of a request, or the error naming what is wrong with it.
+pub fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", "the request body is not valid JSON")
+        }
+        _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()),
+    })
+}
+
+#[utoipa::path(
+    post, path = "/v1/subscriptions/{id}/replay", tag = "subscriptions", operation_id = "replaySubscription",
+    params(("id" = String, Path, description = "Subscription id")),
+    request_body = ReplayRequest,
+    responses(
+        (status = 202, description = "The replay started; it runs in the background", body = ReplayView),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+        (status = 409, description = "`replay_in_progress`: one replay per subscription runs at a time", body = ErrorBody),
+        (status = 422, description = "The window is invalid (the message names the field)", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn create(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+    RawBody(body): RawBody,
+) -> Result<impl IntoResponse, ApiError> {
+    let req: ReplayRequest = parse_body(&body)?;
+    let sub = load(&state, &caller, &id).await?;
+    let replay = start(&state, caller.tenant.as_str(), sub.id, &req).await?;
+    Ok((StatusCode::ACCEPTED, AxumJson(ReplayView::of(&replay))))
+}
+
+#[utoipa::path(
+    get, path = "/v1/subscriptions/{id}/replays/{replay_id}", tag = "subscriptions", operation_id = "getReplay",
+    params(
+        ("id" = String, Path, description = "Subscription id"),
+        ("replay_id" = String, Path, description = "Replay id"),
+    ),
+    responses(
+        (status = 200, description = "The replay and its progress", body = ReplayView),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such replay of this subscription", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn read(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path((id, replay_id)): Path<(String, String)>,
+) -> Result<impl IntoResponse, ApiError> {
+    let missing = || ApiError::not_found("no such replay of this subscription");
+    let sub = path_id(&id)?;
+    let replay_id = Uuid::parse_str(&replay_id).map_err(|_| missing())?;
+    let replay = state.store.replay(caller.tenant.as_str(), sub, replay_id).await?.ok_or_else(missing)?;
+    Ok(AxumJson(ReplayView::of(&replay)))
+}
