@@ -250,12 +250,32 @@ where
     K: AsRef<str>,
     V: AsRef<[u8]>,
 {
+    judge_as(headers, body, topic, policy, false)
+}
+
+/// [`judge`] for the hub's own operational events (`crate::operational`): the same rules, except
+/// that their resource type, reserved to the hub, is required instead of refused.
+pub fn judge_operational<I, K, V>(headers: I, body: &[u8], policy: &IngestPolicy) -> Verdict
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<str>,
+    V: AsRef<[u8]>,
+{
+    judge_as(headers, body, None, policy, true)
+}
+
+fn judge_as<I, K, V>(headers: I, body: &[u8], topic: Option<&str>, policy: &IngestPolicy, operational: bool) -> Verdict
+where
+    I: IntoIterator<Item = (K, V)>,
+    K: AsRef<str>,
+    V: AsRef<[u8]>,
+{
     let raw = relevant_headers(headers);
     let system = raw.get("ce-systemevent").is_some_and(|v| v.as_ref().eq_ignore_ascii_case(b"true"));
     if system {
         return Verdict::Discard(DiscardReason::SystemEvent);
     }
-    match parse_envelope(&raw, topic, policy).and_then(|env| check_body(env, body)) {
+    match parse_envelope(&raw, topic, policy, operational).and_then(|env| check_body(env, body)) {
         Ok(env) => Verdict::Accept(Box::new(env)),
         Err(reason) => Verdict::Quarantine(reason),
     }
@@ -265,6 +285,7 @@ fn parse_envelope<V: AsRef<[u8]>>(
     raw: &BTreeMap<String, V>,
     topic: Option<&str>,
     policy: &IngestPolicy,
+    operational: bool,
 ) -> Result<Envelope, QuarantineReason> {
     // Every value must be text without control characters, whatever header carries it.
     let mut h: BTreeMap<&str, &str> = BTreeMap::new();
@@ -315,6 +336,13 @@ fn parse_envelope<V: AsRef<[u8]>>(
 
     let resource = required("ce-resourcetype")?;
     EventKey::parse_part(resource).map_err(|e| QuarantineReason::invalid("ce-resourcetype", e))?;
+    if (resource == crate::operational::RESOURCE) != operational {
+        return Err(QuarantineReason::new(
+            ReasonCode::InvalidHeader,
+            "ce-resourcetype",
+            format!("{} is reserved for the hub's own operational events", crate::operational::RESOURCE),
+        ));
+    }
     let event = required("ce-eventtype")?;
     EventKey::parse_part(event).map_err(|e| QuarantineReason::invalid("ce-eventtype", e))?;
     let key = EventKey::new(resource, event).map_err(|e| QuarantineReason::invalid("ce-eventtype", e))?;

@@ -110,8 +110,14 @@ pub enum Admission {
 /// Whether a subscription's filter wants an event with this key from this source, whatever the
 /// subscription's state: one of its patterns matches the key, and its origin (if set) is the
 /// source. Matching new events also asks for the state ([`admission`]); a replay asks only this.
+///
+/// The hub's operational events (resource type `streaming_hub`, see [`crate::operational`]) are
+/// wanted only by a pattern that names that resource type: `*.*` means every event a producer
+/// sends, not the hub's notices.
 pub fn wants(patterns: &[EventPattern], origin: Option<&str>, key: &EventKey, source: &str) -> bool {
-    origin.is_none_or(|o| o == source) && patterns.iter().any(|p| p.matches(key))
+    let operational = key.resource() == crate::operational::RESOURCE;
+    origin.is_none_or(|o| o == source)
+        && patterns.iter().any(|p| p.matches(key) && (!operational || p.resource().is_some()))
 }
 
 /// What a subscription makes of an event of `tenant` with this key from this source.
@@ -136,6 +142,20 @@ mod tests {
 
     fn key(s: &str) -> EventKey {
         EventKey::parse(s).expect("key")
+    }
+
+    #[test]
+    fn operational_events_are_wanted_only_by_name() {
+        let ops = key("streaming_hub.subscription_disabled");
+        let want = |patterns: &[&str]| {
+            let ps: Vec<EventPattern> = patterns.iter().map(|p| EventPattern::parse(p).expect("pattern")).collect();
+            wants(&ps, None, &ops, "streaming_hub")
+        };
+        assert!(!want(&["*.*"]));
+        assert!(!want(&["*.subscription_disabled"]));
+        assert!(want(&["streaming_hub.*"]));
+        assert!(want(&["*.*", "streaming_hub.subscription_disabled"]));
+        assert!(!want(&["streaming_hub.breaker_opened"]));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod envelope;
 pub mod filter;
 pub mod ids;
 pub mod netpolicy;
+pub mod operational;
 pub mod pull;
 pub mod ratelimit;
 pub mod replay;

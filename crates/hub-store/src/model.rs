@@ -551,7 +551,8 @@ pub(crate) fn split_poison<Id: Clone>(expired: &[(Id, i32)], threshold: u32) -> 
 }
 
 /// Matches one tenant's new events against its subscriptions by the core's rule
-/// (`hub_core::admission`): a pull subscription gets stream entries, a push one jobs, `pending`
+/// (`hub_core::admission`; an operational event saying a subscription fails never goes to that
+/// subscription, `hub_core::operational::excluded`): a pull subscription gets stream entries, a push one jobs, `pending`
 /// to deliver or `held` while its destination is verified again.
 pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {
     let mut work = MatchedWork::default();
@@ -566,6 +567,9 @@ pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i6
         };
         for (seq, event) in inserts {
             let env = &event.envelope;
+            if hub_core::operational::excluded(env.key(), env.extensions(), target.id) {
+                continue;
+            }
             let state = match hub_core::admission(&rule, tenant, env.key(), env.source().as_str()) {
                 hub_core::Admission::No => continue,
                 hub_core::Admission::Deliver => JobState::Pending,

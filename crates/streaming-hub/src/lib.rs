@@ -11,6 +11,7 @@ pub mod delivery;
 pub mod demo;
 pub mod ingest;
 pub mod keys;
+pub mod operational;
 pub mod retention;
 pub mod secrets;
 pub mod server;
@@ -145,6 +146,7 @@ pub async fn start_with_clock(
     .map_err(anyhow::Error::msg)?;
     let sealer = Arc::new(secrets::Sealer::new(kek));
     let wake = Arc::new(tokio::sync::Notify::new());
+    let (notices, notice_queue) = operational::Notices::channel();
     let dispatcher = if config.role.delivers() {
         store.listen_for_jobs(Arc::clone(&wake)).await.context("cannot listen for job notifications")?;
         let dispatcher = Arc::new(delivery::Dispatcher::new(
@@ -154,12 +156,17 @@ pub async fn start_with_clock(
             Arc::clone(&clock),
             Arc::clone(&wake),
             delivery::settings(&config),
+            notices.clone(),
         ));
         Some(supervisor.spawn("dispatcher", dispatcher.run(stop.clone(), config.shutdown_timeout)))
     } else {
         None
     };
     let mut tasks: Vec<JoinHandle<Option<()>>> = dispatcher.into_iter().collect();
+    tasks.push(supervisor.spawn(
+        "operational events writer",
+        operational::run(Arc::clone(&store), Arc::clone(&clock), notice_queue, Arc::clone(&wake), stop.clone()),
+    ));
     let replays = Arc::new(tokio::sync::Notify::new());
     if config.role.delivers() {
         tasks.push(supervisor.spawn(
@@ -170,6 +177,7 @@ pub async fn start_with_clock(
                 delivery::replay::ReplaySettings::default(),
                 Arc::clone(&replays),
                 Arc::clone(&wake),
+                notices.clone(),
                 stop.clone(),
             ),
         ));
@@ -248,6 +256,7 @@ pub async fn start_with_clock(
         clock,
         wake,
         replays,
+        notices,
         kafka: match (&config.kafka, config.role.ingests()) {
             (Some(k), true) => Some(Arc::new(ingest::kafka::KafkaProbe::new(k).map_err(anyhow::Error::msg)?)),
             _ => None,

@@ -91,6 +91,17 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// A new subscription replays the inbox while one tenant sends live events: their latency
+    /// against alone.
+    Replay {
+        /// Events in the inbox before the replay.
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
+        history: usize,
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        rate: u32,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -183,6 +194,9 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                     b::slow_destination(events, &json_path(json, "slow-destination")).await
                 }
                 BenchScenario::Pull { events, page, json } => b::pull(events, page, &json_path(json, "pull")).await,
+                BenchScenario::Replay { history, rate, json } => {
+                    b::replay(history, rate, &json_path(json, "replay")).await
+                }
             }
         }
         Command::Migrate => {

@@ -50,6 +50,8 @@ pub mod metric {
     pub const OLDEST_PENDING_AGE: &str = "streaming_hub_oldest_pending_job_age_seconds";
     /// `{state}`: circuit breakers of this process that are open or half-open.
     pub const BREAKERS: &str = "streaming_hub_breakers";
+    /// `{kind,outcome}`: operational events queued, dropped (queue full) or lost (not written).
+    pub const OPERATIONAL_EVENTS: &str = "streaming_hub_operational_events_total";
     /// `{version}`: 1, naming the build.
     pub const BUILD_INFO: &str = "streaming_hub_build_info";
 }
@@ -134,6 +136,10 @@ fn describe() {
     metrics::describe_counter!(metric::JOBS_POISONED, "Jobs dead-lettered as poison");
     metrics::describe_counter!(metric::BREAKER_TRANSITIONS, "Circuit breaker transitions, by new state");
     metrics::describe_counter!(metric::AUTO_DISABLED, "Subscriptions disabled automatically");
+    metrics::describe_counter!(
+        metric::OPERATIONAL_EVENTS,
+        "Operational events by kind: queued, dropped (queue full) or lost (not written)"
+    );
     metrics::describe_counter!(metric::DLQ_RECORDS, "Records stored by the DLQ plane");
     metrics::describe_gauge!(metric::DELIVERY_JOBS, "Delivery jobs by state");
     metrics::describe_gauge!(metric::INBOX_EVENTS, "Events in the inbox (an estimate on PostgreSQL)");

@@ -3,7 +3,7 @@
 
 use chrono::{Duration, Utc};
 use hub_core::SinkKind;
-use hub_store::{NewReplay, ReplayLimits, ReplayRecord, ReplayStart, ReplayState, ReplayStep, Store, TimeWindow};
+use hub_store::{NewReplay, ReplayLimits, ReplayRecord, ReplayStart, ReplayState, ReplayStep, TimeWindow};
 use uuid::Uuid;
 
 use crate::support::{TestDb, accepted, subscription};

@@ -80,6 +80,7 @@ pub async fn verify(
         &state.sealer,
         state.clock.as_ref(),
         true,
+        &state.notices,
     )
     .await?;
     match failure {

@@ -61,6 +61,8 @@ pub struct AppState {
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Wakes the dispatcher: new jobs, a verified destination, a redrive.
     pub wake: Arc<tokio::sync::Notify>,
+    /// Operational events.
+    pub notices: crate::operational::Notices,
     /// Wakes the replay runner: a replay started.
     pub replays: Arc<tokio::sync::Notify>,
     /// Readiness also requires Kafka when it is configured.

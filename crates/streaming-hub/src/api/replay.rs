@@ -143,7 +143,21 @@ pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayReques
     match state.store.start_replay(&replay).await? {
         ReplayStart::Started(r) => {
             tracing::info!(tenant, subscription = %sub, replay = %r.id, from_seq = r.from_seq, to_seq = r.to_seq, "replay started");
-            state.replays.notify_one();
+            if r.state == hub_store::ReplayState::Running {
+                state.replays.notify_one();
+            } else {
+                // An empty window: done at once, and said so like any replay's end.
+                let data = serde_json::json!({
+                    "replay_id": r.id, "state": r.state.as_str(), "from_seq": r.from_seq, "to_seq": r.to_seq,
+                    "matched": 0, "created": 0, "skipped": 0,
+                });
+                state.notices.emit(crate::operational::Notice::new(
+                    tenant,
+                    sub,
+                    hub_core::operational::Kind::ReplayFinished,
+                    data,
+                ));
+            }
             Ok(r)
         }
         ReplayStart::Busy(running) => Err(ApiError::new(

@@ -157,6 +157,7 @@ fn spawn_probe(state: &AppState, sub: SubscriptionRecord) {
             &state.sealer,
             state.clock.as_ref(),
             false,
+            &state.notices,
         )
         .await;
         match verified {

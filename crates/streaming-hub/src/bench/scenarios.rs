@@ -501,6 +501,102 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
 
 // ---------------------------------------------------------------------------------------------
 
+/// `replay`: `history` events are delivered to one subscription; a second subscription of the
+/// same tenant, created afterwards, replays them all while the tenant sends `rate` live events per
+/// second. The live events' latency beside the replay against alone, and the replay's rate.
+pub async fn replay(history: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
+    let hub = BenchHub::start(None).await?;
+    let receiver = Receiver::start().await?;
+    let names = vec!["live".to_owned()];
+    let who = webhook_tenants(&hub, &receiver, &names).await?;
+    let key = who[0].0.clone();
+    hub.post_many(&who, history, 32).await?;
+    wait_all(&receiver, &names, history).await?;
+    receiver.take("live");
+
+    // Alone.
+    let sent = paced_for(&hub, &key, "live", rate, Duration::from_secs(10)).await?;
+    wait_all(&receiver, &names, sent).await?;
+    let solo = receiver.take("live").latency();
+
+    // Beside a replay of the whole inbox into a new subscription.
+    let sub = hub.subscribe(&key, json!({"type": "webhook", "url": receiver.url("replayed", false)})).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let replay_run = async {
+        let result = async {
+            let answer: Value = hub
+                .http
+                .post(format!("{}/v1/subscriptions/{sub}/replay", hub.base))
+                .bearer_auth(&key)
+                .json(&json!({"from_seq": 1}))
+                .send()
+                .await?
+                .json()
+                .await?;
+            let id = answer["replay_id"].as_str().ok_or_else(|| anyhow::anyhow!("no replay started: {answer}"))?;
+            let deadline = Instant::now() + PATIENCE;
+            let done = loop {
+                let r: Value = hub
+                    .http
+                    .get(format!("{}/v1/subscriptions/{sub}/replays/{id}", hub.base))
+                    .bearer_auth(&key)
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                if r["state"] != "running" {
+                    break r;
+                }
+                anyhow::ensure!(Instant::now() < deadline, "the replay did not finish within {PATIENCE:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            let created = done["created"].as_u64().unwrap_or(0) as usize;
+            anyhow::ensure!(
+                receiver.wait_for("replayed", created, PATIENCE).await,
+                "replayed events were not delivered"
+            );
+            Ok::<_, anyhow::Error>((done, started.elapsed()))
+        }
+        .await;
+        stop.store(true, Ordering::SeqCst);
+        result
+    };
+    let (live_sent, replayed) = tokio::join!(paced(&hub, &key, "live", rate, Arc::clone(&stop)), replay_run);
+    let (live_sent, (done, took)) = (live_sent?, replayed?);
+    anyhow::ensure!(receiver.wait_for("live", live_sent, Duration::from_secs(120)).await, "live events were lost");
+    let beside = receiver.take("live");
+    let under = beside.latency();
+    let ratio = under.p99 / solo.p99.max(1e-9);
+    let created = done["created"].as_u64().unwrap_or(0);
+    let replay_rate = created as f64 / took.as_secs_f64();
+    let store = hub.store_name();
+    let figures = json!({
+        "scenario": "replay", "store": store, "history": history, "live_rate_per_s": rate,
+        "live_solo_latency_ms": solo.json(), "live_beside_replay_latency_ms": under.json(), "p99_ratio": ratio,
+        "live_sent": live_sent, "live_delivered": beside.distinct(), "live_duplicates": beside.duplicates(),
+        "replay": done, "replay_delivered_per_s": replay_rate,
+    });
+    hub.finish().await?;
+    report(
+        &format!("replay ({store}, {history} events replayed while one tenant sends {rate}/s)"),
+        &[
+            ("live solo p50 ms", f1(solo.p50)),
+            ("live solo p99 ms", f1(solo.p99)),
+            ("live beside replay p50 ms", f1(under.p50)),
+            ("live beside replay p99 ms", f1(under.p99)),
+            ("p99 beside replay / solo", format!("{ratio:.2}x")),
+            ("live delivered", format!("{} of {live_sent}", beside.distinct())),
+            ("replayed (created)", created.to_string()),
+            ("replay delivered/s", f0(replay_rate)),
+        ],
+        figures,
+        json_out,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+
 /// `slow-destination`: a fast subscription's throughput alone, then beside a subscription whose
 /// receiver takes 2 s per request.
 pub async fn slow_destination(events: usize, json_out: &Path) -> anyhow::Result<()> {

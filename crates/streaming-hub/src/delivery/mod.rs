@@ -36,8 +36,10 @@ use uuid::Uuid;
 
 use self::targets::Subscribed;
 use crate::clock::Clock;
+use crate::operational::{Notice, Notices};
 use crate::secrets::Sealer;
 use crate::telemetry::metric;
+use hub_core::operational::Kind as OperationalKind;
 
 /// How the dispatcher runs.
 #[derive(Debug, Clone)]
@@ -81,6 +83,11 @@ pub struct Dispatcher {
     destinations: Mutex<Destinations>,
     /// Jobs being attempted now, with their lease tokens.
     in_flight: Mutex<HashMap<Uuid, Uuid>>,
+    /// Operational events.
+    notices: Notices,
+    /// The dead-letter notice of an attempt waiting for its record: emitted only once the store
+    /// took the job's death (the lease may have been lost meanwhile).
+    dead_letters: Mutex<HashMap<Uuid, Notice>>,
 }
 
 /// Claims in flight at once: while one waits for the database, the other's jobs are attempted.
@@ -134,6 +141,7 @@ impl Dispatcher {
         clock: Arc<dyn Clock>,
         wake: Arc<Notify>,
         settings: Settings,
+        notices: Notices,
     ) -> Self {
         Self {
             store,
@@ -145,6 +153,8 @@ impl Dispatcher {
             breakers: Mutex::new(HashMap::new()),
             destinations: Mutex::new(Destinations::default()),
             in_flight: Mutex::new(HashMap::new()),
+            notices,
+            dead_letters: Mutex::new(HashMap::new()),
         }
     }
 
@@ -482,23 +492,37 @@ impl Dispatcher {
         }
     }
 
-    fn breaker_permit(&self, tenant: &str, dest: &str, now: DateTime<Utc>, last: bool) -> Permit {
+    fn breaker_permit(&self, job: &ClaimedJob, dest: &str, now: DateTime<Utc>, last: bool) -> Permit {
         let mut breakers = lock(&self.breakers);
-        let breaker =
-            breakers.entry((tenant.to_owned(), dest.to_owned())).or_insert_with(|| Breaker::new(self.settings.breaker));
+        let breaker = breakers
+            .entry((job.tenant_id.clone(), dest.to_owned()))
+            .or_insert_with(|| Breaker::new(self.settings.breaker));
         let (permit, transition) = breaker.permit(now, last);
         count_transition(transition);
+        self.breaker_notice(job, transition);
         if transition.is_some() {
             breaker_gauges(&breakers);
         }
         permit
     }
 
-    fn breaker_outcome(&self, tenant: &str, dest: &str, delivered: bool, now: DateTime<Utc>) {
+    /// `breaker_opened` and `breaker_closed`, about the subscription whose attempt moved it.
+    fn breaker_notice(&self, job: &ClaimedJob, transition: Option<Transition>) {
+        let kind = match transition {
+            Some(Transition::Opened) => OperationalKind::BreakerOpened,
+            Some(Transition::Closed) => OperationalKind::BreakerClosed,
+            _ => return,
+        };
+        self.notices.emit(Notice::new(&job.tenant_id, job.subscription_id, kind, serde_json::json!({})));
+    }
+
+    fn breaker_outcome(&self, job: &ClaimedJob, dest: &str, delivered: bool, now: DateTime<Utc>) {
+        let tenant = job.tenant_id.as_str();
         let mut breakers = lock(&self.breakers);
         if let Some(breaker) = breakers.get_mut(&(tenant.to_owned(), dest.to_owned())) {
             let transition = if delivered { breaker.on_success() } else { breaker.on_failure(now) };
             count_transition(transition);
+            self.breaker_notice(job, transition);
             if breaker.is_closed() && delivered {
                 // A healthy destination needs no entry.
                 breakers.remove(&(tenant.to_owned(), dest.to_owned()));
@@ -572,7 +596,7 @@ impl Dispatcher {
     ) -> Option<AttemptResult> {
         let started = self.clock.now();
         let last = self.settings.retry.is_last(attempt, job.window_start, started);
-        match self.breaker_permit(&job.tenant_id, dest, started, last) {
+        match self.breaker_permit(job, dest, started, last) {
             Permit::Wait { until } => {
                 self.skip(job, Skip::BreakerOpen(until)).await;
                 return None;
@@ -593,9 +617,27 @@ impl Dispatcher {
         };
         let latency = clock_start.elapsed();
         let now = self.clock.now();
-        self.breaker_outcome(&job.tenant_id, dest, outcome.is_delivered(), now);
+        self.breaker_outcome(job, dest, outcome.is_delivered(), now);
         let attempted = Attempted { job, sub: &sub.record, number: attempt, delivery_id, started, latency, now };
-        Some(self.record(&attempted, outcome))
+        let result = self.record(&attempted, outcome);
+        if let JobTransition::Dead { reason, .. } = &result.transition {
+            // Not for an operational event's own job: failing subscriptions would tell each
+            // other about each other without end.
+            if event.is_none_or(|e| hub_core::operational::announces_dead_letter(&e.resource_type)) {
+                let data = serde_json::json!({
+                    "job_id": job.id,
+                    "event_id": event.map(|e| e.ce_id),
+                    "event_type": event.map(StoredEvent::event_key),
+                    "attempts": attempt,
+                    "reason": reason,
+                });
+                lock(&self.dead_letters).insert(
+                    job.id,
+                    Notice::new(&job.tenant_id, job.subscription_id, OperationalKind::JobDeadLettered, data),
+                );
+            }
+        }
+        Some(result)
     }
 
     async fn deliver(
@@ -723,6 +765,7 @@ impl Dispatcher {
             }
             for recorded in batch.drain(..) {
                 lock(&self.in_flight).remove(&recorded.record.job_id);
+                lock(&self.dead_letters).remove(&recorded.record.job_id);
             }
         }
     }
@@ -732,6 +775,21 @@ impl Dispatcher {
         if done.disabled {
             metrics::counter!(metric::AUTO_DISABLED).increment(1);
             tracing::warn!(tenant = %a.tenant_id, subscription = %a.subscription_id, "subscription auto-disabled");
+            let reason = match &recorded.health {
+                hub_core::delivery::HealthChange::Failure { disable: Some(reason), .. } => reason.clone(),
+                _ => String::new(),
+            };
+            self.notices.emit(Notice::new(
+                &a.tenant_id,
+                a.subscription_id,
+                OperationalKind::SubscriptionDisabled,
+                serde_json::json!({ "reason": reason }),
+            ));
+        }
+        if done.job_updated {
+            if let Some(notice) = lock(&self.dead_letters).remove(&job) {
+                self.notices.emit(notice);
+            }
         }
         if !done.job_updated {
             tracing::warn!(job = %job, "the lease was lost during the attempt; the attempt is recorded");

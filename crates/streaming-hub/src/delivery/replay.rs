@@ -14,6 +14,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::operational::{Notice, Notices};
+use hub_core::operational::Kind;
 
 /// How a runner walks.
 #[derive(Debug, Clone, Copy)]
@@ -40,10 +42,11 @@ pub async fn run(
     settings: ReplaySettings,
     wake: Arc<Notify>,
     jobs: Arc<Notify>,
+    notices: Notices,
     shutdown: CancellationToken,
 ) {
     loop {
-        let walked = match round(store.as_ref(), clock.as_ref(), &settings, &jobs).await {
+        let walked = match round(store.as_ref(), clock.as_ref(), &settings, &jobs, &notices).await {
             Ok(walked) => walked,
             Err(e) => {
                 tracing::warn!(error = %e, "replay step failed; retrying");
@@ -71,6 +74,7 @@ async fn round(
     clock: &dyn Clock,
     settings: &ReplaySettings,
     jobs: &Notify,
+    notices: &Notices,
 ) -> hub_store::StoreResult<bool> {
     let mut walked = false;
     for id in store.running_replays(100).await? {
@@ -87,6 +91,16 @@ async fn round(
                         state = r.state.as_str(), matched = r.progress.matched, created = r.progress.created,
                         skipped = r.progress.skipped, "replay finished"
                     );
+                    let data = serde_json::json!({
+                        "replay_id": r.id,
+                        "state": r.state.as_str(),
+                        "from_seq": r.from_seq,
+                        "to_seq": r.to_seq,
+                        "matched": r.progress.matched,
+                        "created": r.progress.created,
+                        "skipped": r.progress.skipped,
+                    });
+                    notices.emit(Notice::new(&r.tenant_id, r.subscription_id, Kind::ReplayFinished, data));
                 }
             }
             ReplayStep::Paced | ReplayStep::Idle => {}

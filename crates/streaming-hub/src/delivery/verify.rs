@@ -32,6 +32,7 @@ pub async fn verify(
     sealer: &Sealer,
     clock: &dyn Clock,
     reenable: bool,
+    notices: &crate::operational::Notices,
 ) -> Result<(SubscriptionRecord, Option<String>), StoreError> {
     let error = probe(&probed, sinks, sealer, clock).await.err();
     let mut result = VerificationResult {
@@ -62,11 +63,17 @@ pub async fn verify(
     let Some(sub) = stored else {
         return Ok((probed, error));
     };
-    match &error {
-        None => tracing::info!(tenant = %sub.tenant_id, subscription = %sub.id, "destination verified"),
-        Some(reason) => {
-            tracing::warn!(tenant = %sub.tenant_id, subscription = %sub.id, reason = %reason, "destination verification failed")
+    use hub_core::operational::Kind;
+    let notice = match &error {
+        None => {
+            tracing::info!(tenant = %sub.tenant_id, subscription = %sub.id, "destination verified");
+            (Kind::VerificationSucceeded, serde_json::json!({}))
         }
-    }
+        Some(reason) => {
+            tracing::warn!(tenant = %sub.tenant_id, subscription = %sub.id, reason = %reason, "destination verification failed");
+            (Kind::VerificationFailed, serde_json::json!({ "error": reason }))
+        }
+    };
+    notices.emit(crate::operational::Notice::new(&sub.tenant_id, sub.id, notice.0, notice.1));
     Ok((sub, error))
 }

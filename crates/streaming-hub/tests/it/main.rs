@@ -10,6 +10,7 @@ mod kafka;
 mod kafka_support;
 mod limits;
 mod openapi;
+mod operational;
 mod operations;
 mod pull;
 mod receiver;
