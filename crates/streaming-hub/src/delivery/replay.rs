@@ -30,7 +30,7 @@ pub struct ReplaySettings {
 
 impl Default for ReplaySettings {
     fn default() -> Self {
-        Self { batch: 200, pace: 100, idle: Duration::from_millis(200) }
+        Self { batch: 100, pace: 50, idle: Duration::from_millis(100) }
     }
 }
 
