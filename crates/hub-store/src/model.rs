@@ -764,30 +764,35 @@ pub(crate) struct WalkedEvent {
     pub received_at: DateTime<Utc>,
 }
 
-/// The seqs of the walked events the replay gives the subscription again, and its counts: by
-/// the core's rules (`hub_core::replay`), given what the subscription already has of each event.
+/// The seqs of the walked events that lie in the replay's time window and that the subscription's
+/// filter wants (`hub_core::wants`).
+pub(crate) fn wanted(target: &MatchTarget, window: &TimeWindow, walked: &[WalkedEvent]) -> Vec<i64> {
+    walked
+        .iter()
+        .filter(|e| window.contains(e.received_at))
+        .filter(|e| {
+            hub_core::EventKey::new(&e.resource_type, &e.event_type)
+                .is_ok_and(|key| hub_core::wants(&target.patterns, target.origin.as_deref(), &key, &e.source))
+        })
+        .map(|e| e.seq)
+        .collect()
+}
+
+/// Of the wanted seqs, those the replay gives the subscription again, and its counts: by the
+/// core's rules (`hub_core::replay::decide`), given what the subscription already has of each.
 pub(crate) fn plan_replay(
-    target: &MatchTarget,
-    window: &TimeWindow,
+    wanted: &[i64],
     include_delivered: bool,
-    walked: &[WalkedEvent],
     existing: &std::collections::HashMap<i64, Vec<hub_core::replay::Existing>>,
 ) -> (Vec<i64>, hub_core::replay::Progress) {
     let mut progress = hub_core::replay::Progress::default();
     let mut create = Vec::new();
-    for e in walked {
-        if !window.contains(e.received_at) {
-            continue;
-        }
-        let Ok(key) = hub_core::EventKey::new(&e.resource_type, &e.event_type) else { continue };
-        if !hub_core::wants(&target.patterns, target.origin.as_deref(), &key, &e.source) {
-            continue;
-        }
-        let has = existing.get(&e.seq).map_or(&[][..], Vec::as_slice);
+    for seq in wanted {
+        let has = existing.get(seq).map_or(&[][..], Vec::as_slice);
         let decision = hub_core::replay::decide(has, include_delivered);
         progress.count(decision);
         if decision == hub_core::replay::Decision::Create {
-            create.push(e.seq);
+            create.push(*seq);
         }
     }
     (create, progress)

@@ -40,6 +40,20 @@ impl Notice {
         Self { tenant: tenant.to_owned(), subscription, kind, data }
     }
 
+    /// `replay_finished`, about the replay's subscription.
+    pub fn replay_finished(r: &hub_store::ReplayRecord) -> Self {
+        let data = json!({
+            "replay_id": r.id,
+            "state": r.state.as_str(),
+            "from_seq": r.from_seq,
+            "to_seq": r.to_seq,
+            "matched": r.progress.matched,
+            "created": r.progress.created,
+            "skipped": r.progress.skipped,
+        });
+        Self::new(&r.tenant_id, r.subscription_id, Kind::ReplayFinished, data)
+    }
+
     /// The event as the inbox keeps it.
     pub fn event(&self, now: DateTime<Utc>) -> Option<AcceptedEvent> {
         let id = Uuid::now_v7();
@@ -151,9 +165,6 @@ pub async fn run(
                     tracing::error!(error = %e, events = records.len(), "operational events could not be written");
                 }
             }
-        }
-        if shutdown.is_cancelled() && rx.is_closed() && rx.is_empty() {
-            return;
         }
     }
 }

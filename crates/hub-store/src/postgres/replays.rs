@@ -3,7 +3,7 @@
 use hub_core::replay::{Existing, Progress, TimeWindow, next_step};
 
 use super::*;
-use crate::model::{WalkedEvent, plan_replay};
+use crate::model::{WalkedEvent, plan_replay, wanted};
 
 const REPLAY_COLUMNS: &str = "id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
     state, walked_to, matched, created, skipped, created_at, updated_at, finished_at";
@@ -201,7 +201,7 @@ impl Replays for PgStore {
             })
             .collect();
         // What the subscription already has of the events it wants.
-        let (wanted, _) = plan_replay(&target, &replay.window, true, &walked, &HashMap::new());
+        let wanted = wanted(&target, &replay.window, &walked);
         let mut existing: HashMap<i64, Vec<Existing>> = HashMap::new();
         if !wanted.is_empty() {
             if push {
@@ -231,7 +231,7 @@ impl Replays for PgStore {
                 }
             }
         }
-        let (create, progress) = plan_replay(&target, &replay.window, replay.include_delivered, &walked, &existing);
+        let (create, progress) = plan_replay(&wanted, replay.include_delivered, &existing);
         if !create.is_empty() {
             if push {
                 let state = hub_core::delivery::waiting_state(

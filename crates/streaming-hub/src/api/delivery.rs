@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::TenantCaller;
-use super::error::{ApiError, ErrorBody, Query, RawBody, cursor, next_cursor, page_limit};
+use super::error::{ApiError, ErrorBody, Query, RawBody, cursor, next_cursor, optional_json, page_limit};
 use super::subscriptions::{SubscriptionView, load, sealing_error};
 use crate::secrets::{Purpose, new_signing_secret};
 
@@ -60,7 +60,7 @@ pub async fn verify(
     Path(id): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<impl IntoResponse, ApiError> {
-    let req: VerifyRequest = super::replay::parse_body(&body)?;
+    let req: VerifyRequest = optional_json(&body)?;
     let sub = load(&state, &caller, &id).await?;
     let since = match (req.replay_since_disabled, sub.enabled, sub.disabled_at) {
         (false, _, _) => None,
@@ -332,16 +332,7 @@ pub async fn redrive(
     Path(id): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<impl IntoResponse, ApiError> {
-    let req: RedriveRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        RedriveRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| match e.classify() {
-            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-                ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", "the request body is not valid JSON")
-            }
-            _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()),
-        })?
-    };
+    let req: RedriveRequest = optional_json(&body)?;
     let sub = load(&state, &caller, &id).await?;
     let n = state.store.redrive(caller.tenant.as_str(), sub.id, req.since, state.clock.now()).await?;
     if n > 0 {

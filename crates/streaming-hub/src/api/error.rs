@@ -191,3 +191,25 @@ pub fn text_or_base64(body: Vec<u8>) -> (Option<String>, Option<String>) {
         Err(e) => (None, Some(base64::engine::general_purpose::STANDARD.encode(e.into_bytes()))),
     }
 }
+
+/// An optional JSON request body: empty (or only whitespace) is `T::default()`; malformed JSON is
+/// `400 invalid_json`; JSON of the wrong shape is `422 validation_failed` with serde's message.
+pub fn optional_json<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+            ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", "the request body is not valid JSON")
+        }
+        _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()),
+    })
+}
+
+/// What a time in a request must look like.
+pub const RFC3339_EXPECTED: &str = "must be an RFC 3339 time, such as 2026-01-31T12:00:00Z";
+
+/// A time given in a request (RFC 3339, any offset), in UTC.
+pub fn rfc3339(raw: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::parse_from_rfc3339(raw).ok().map(|t| t.with_timezone(&chrono::Utc))
+}

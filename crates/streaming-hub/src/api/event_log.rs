@@ -18,7 +18,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::auth::TenantCaller;
 use super::delivery::{DeliveryView, delivery_views};
-use super::error::{ApiError, ErrorBody, Query, page_limit};
+use super::error::{ApiError, ErrorBody, Query, RFC3339_EXPECTED, page_limit, rfc3339};
 use super::pull::render_payload;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -102,12 +102,7 @@ pub struct EventPage {
 
 /// A time query parameter (RFC 3339).
 pub fn time_param(name: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, ApiError> {
-    raw.map(|s| {
-        DateTime::parse_from_rfc3339(s)
-            .map(|t| t.with_timezone(&Utc))
-            .map_err(|_| ApiError::query(name, "must be an RFC 3339 time, such as 2026-01-31T12:00:00Z"))
-    })
-    .transpose()
+    raw.map(|s| rfc3339(s).ok_or_else(|| ApiError::query(name, RFC3339_EXPECTED))).transpose()
 }
 
 #[utoipa::path(
@@ -215,11 +210,15 @@ pub async fn read(
     let jobs = state.store.jobs_for_event(tenant, event.seq).await?;
     let entries = state.store.stream_entries_for_event(tenant, event.seq).await?;
     let key = EventKey::new(&event.resource_type, &event.event_type).ok();
-    let mut views = delivery_views(&state, tenant, jobs.clone()).await?;
+    // Each job's view, grouped by its subscription (views come in the jobs' order).
+    let owners: Vec<Uuid> = jobs.iter().map(|j| j.subscription_id).collect();
+    let mut by_subscription: std::collections::HashMap<Uuid, Vec<DeliveryView>> = std::collections::HashMap::new();
+    for (owner, view) in owners.into_iter().zip(delivery_views(&state, tenant, jobs).await?) {
+        by_subscription.entry(owner).or_default().push(view);
+    }
     let mut subscriptions = Vec::new();
     for sub in all_subscriptions(&state, tenant).await? {
-        let deliveries: Vec<DeliveryView> =
-            views.extract_if(.., |v| jobs.iter().any(|j| j.id == v.id && j.subscription_id == sub.id)).collect();
+        let deliveries = by_subscription.remove(&sub.id).unwrap_or_default();
         let stream: Vec<StreamEntryView> = entries
             .iter()
             .filter(|e| e.subscription_id == sub.id)

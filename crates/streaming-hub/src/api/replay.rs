@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::TenantCaller;
-use super::error::{ApiError, ErrorBody, RawBody};
+use super::error::{ApiError, ErrorBody, RFC3339_EXPECTED, RawBody, optional_json, rfc3339};
 use super::subscriptions::{load, not_found, path_id};
 
 /// A replay's window: arrival times (`since` inclusive, `until` exclusive) or inbox seqs
@@ -41,13 +41,7 @@ impl ReplayRequest {
     /// Checks the window and returns its times; the error names the field.
     pub fn validate(&self) -> Result<TimeWindow, ApiError> {
         let time = |name: &str, raw: &Option<String>| {
-            raw.as_deref()
-                .map(|s| {
-                    DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)).map_err(|_| {
-                        ApiError::validation(name, "must be an RFC 3339 time, such as 2026-01-31T12:00:00Z")
-                    })
-                })
-                .transpose()
+            raw.as_deref().map(|s| rfc3339(s).ok_or_else(|| ApiError::validation(name, RFC3339_EXPECTED))).transpose()
         };
         let window = TimeWindow { since: time("since", &self.since)?, until: time("until", &self.until)? };
         let by_time = self.since.is_some() || self.until.is_some();
@@ -147,16 +141,7 @@ pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayReques
                 state.replays.notify_one();
             } else {
                 // An empty window: done at once, and said so like any replay's end.
-                let data = serde_json::json!({
-                    "replay_id": r.id, "state": r.state.as_str(), "from_seq": r.from_seq, "to_seq": r.to_seq,
-                    "matched": 0, "created": 0, "skipped": 0,
-                });
-                state.notices.emit(crate::operational::Notice::new(
-                    tenant,
-                    sub,
-                    hub_core::operational::Kind::ReplayFinished,
-                    data,
-                ));
+                state.notices.emit(crate::operational::Notice::replay_finished(&r));
             }
             Ok(r)
         }
@@ -167,19 +152,6 @@ pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayReques
         )),
         ReplayStart::NoSubscription => Err(not_found()),
     }
-}
-
-/// The JSON body of a request, or the error naming what is wrong with it.
-pub fn parse_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-            ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", "the request body is not valid JSON")
-        }
-        _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()),
-    })
 }
 
 #[utoipa::path(
@@ -202,7 +174,7 @@ pub async fn create(
     Path(id): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<impl IntoResponse, ApiError> {
-    let req: ReplayRequest = parse_body(&body)?;
+    let req: ReplayRequest = optional_json(&body)?;
     let sub = load(&state, &caller, &id).await?;
     let replay = start(&state, caller.tenant.as_str(), sub.id, &req).await?;
     Ok((StatusCode::ACCEPTED, AxumJson(ReplayView::of(&replay))))

@@ -15,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::operational::{Notice, Notices};
-use hub_core::operational::Kind;
 
 /// How a runner walks.
 #[derive(Debug, Clone, Copy)]
@@ -24,13 +23,16 @@ pub struct ReplaySettings {
     pub batch: u32,
     /// Waiting jobs of a push subscription above which its replay waits.
     pub pace: u64,
-    /// How long to wait when no replay could go on (all paced, or none running).
+    /// How long to wait when every running replay is paced.
+    pub paced: Duration,
+    /// How often to look for replays when none runs: one started here wakes the runner at once,
+    /// one started through another replica is found within this.
     pub idle: Duration,
 }
 
 impl Default for ReplaySettings {
     fn default() -> Self {
-        Self { batch: 100, pace: 50, idle: Duration::from_millis(100) }
+        Self { batch: 100, pace: 50, paced: Duration::from_millis(100), idle: Duration::from_secs(5) }
     }
 }
 
@@ -46,38 +48,53 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     loop {
-        let walked = match round(store.as_ref(), clock.as_ref(), &settings, &jobs, &notices).await {
-            Ok(walked) => walked,
+        let wait = match round(store.as_ref(), clock.as_ref(), &settings, &jobs, &notices).await {
+            Ok(Round::Walked) => {
+                tokio::task::yield_now().await;
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                continue;
+            }
+            Ok(Round::Paced) => settings.paced,
+            Ok(Round::Idle) => settings.idle,
             Err(e) => {
                 tracing::warn!(error = %e, "replay step failed; retrying");
-                false
+                settings.paced
             }
         };
-        if walked {
-            tokio::task::yield_now().await;
-            if shutdown.is_cancelled() {
-                return;
-            }
-            continue;
-        }
         tokio::select! {
             () = wake.notified() => {}
-            () = tokio::time::sleep(settings.idle) => {}
+            () = tokio::time::sleep(wait) => {}
             () = shutdown.cancelled() => return,
         }
     }
 }
 
-/// One step of every running replay; true when at least one walked on.
+/// What one round of steps did.
+enum Round {
+    /// At least one replay walked on.
+    Walked,
+    /// Replays run, but every one waits for its destination.
+    Paced,
+    /// None runs.
+    Idle,
+}
+
+/// One step of every running replay.
 async fn round(
     store: &dyn Store,
     clock: &dyn Clock,
     settings: &ReplaySettings,
     jobs: &Notify,
     notices: &Notices,
-) -> hub_store::StoreResult<bool> {
+) -> hub_store::StoreResult<Round> {
+    let running = store.running_replays(100).await?;
+    if running.is_empty() {
+        return Ok(Round::Idle);
+    }
     let mut walked = false;
-    for id in store.running_replays(100).await? {
+    for id in running {
         let limits = ReplayLimits { batch: settings.batch, pace: settings.pace, now: clock.now() };
         match store.step_replay(id, &limits).await? {
             ReplayStep::Walked(r) => {
@@ -91,20 +108,11 @@ async fn round(
                         state = r.state.as_str(), matched = r.progress.matched, created = r.progress.created,
                         skipped = r.progress.skipped, "replay finished"
                     );
-                    let data = serde_json::json!({
-                        "replay_id": r.id,
-                        "state": r.state.as_str(),
-                        "from_seq": r.from_seq,
-                        "to_seq": r.to_seq,
-                        "matched": r.progress.matched,
-                        "created": r.progress.created,
-                        "skipped": r.progress.skipped,
-                    });
-                    notices.emit(Notice::new(&r.tenant_id, r.subscription_id, Kind::ReplayFinished, data));
+                    notices.emit(Notice::replay_finished(&r));
                 }
             }
             ReplayStep::Paced | ReplayStep::Idle => {}
         }
     }
-    Ok(walked)
+    Ok(if walked { Round::Walked } else { Round::Paced })
 }

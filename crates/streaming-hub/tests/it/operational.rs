@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::on_both_backends;
 use crate::receiver::{Delivery, Receiver, Script};
+use crate::replay::webhook;
 use crate::support::{Backend, Event, TestHub};
 
 on_both_backends!(
@@ -17,16 +18,6 @@ on_both_backends!(
 );
 
 const WAIT: Duration = Duration::from_secs(30);
-
-async fn webhook(hub: &TestHub, key: &str, receiver: &Receiver, types: Value) -> String {
-    let sub = hub
-        .subscribe(key, json!({"name": "hook", "event_types": types, "sink": {"type": "webhook", "url": receiver.url}}))
-        .await;
-    receiver.trust(sub["signing_secret"].as_str().expect("secret"));
-    let id = sub["id"].as_str().expect("id").to_owned();
-    hub.wait_until_active(key, &id).await;
-    id
-}
 
 /// Waits for the `n`th operational event of `kind` about `subject`; returns it and its body.
 async fn notice(receiver: &Receiver, kind: &str, subject: &str, n: usize) -> (Delivery, Value) {

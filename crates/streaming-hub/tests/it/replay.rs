@@ -69,7 +69,8 @@ fn counts(r: &Value) -> (u64, u64, u64) {
     )
 }
 
-async fn webhook(hub: &TestHub, key: &str, receiver: &Receiver, types: Value) -> String {
+/// A verified webhook subscription of `types` to `receiver`, which trusts its secret; its id.
+pub async fn webhook(hub: &TestHub, key: &str, receiver: &Receiver, types: Value) -> String {
     let sub = hub
         .subscribe(key, json!({"name": "hook", "event_types": types, "sink": {"type": "webhook", "url": receiver.url}}))
         .await;
