@@ -124,11 +124,45 @@ impl ReplayState {
     }
 }
 
-/// How many events past a replay's cursor it may walk now: `None` while the subscription already
-/// has `waiting` jobs at or above `pace` (the live path keeps priority: a replay adds work only as
-/// fast as the destination takes it), otherwise up to `batch`.
-pub fn next_step(waiting: u64, pace: u64, batch: u32) -> Option<u32> {
-    (waiting < pace).then_some(batch)
+/// The highest `rate` a replay may ask for, in events per second.
+pub const MAX_RATE: u32 = 100_000;
+
+/// Whether a replay may take a step now, and how many wanted events it may give in it.
+///
+/// `None` while the subscription already has `waiting` jobs at or above `pace` (the live path
+/// keeps priority: a replay adds work only as fast as the destination takes it), and while the
+/// replay's `rate` (wanted events per second) has not earned a worthwhile step since its last one,
+/// `elapsed` ago: a tenth of a second's worth, or `batch` when that is less, so a paced replay
+/// takes about ten steps a second rather than one per event. Otherwise what the rate earned, at
+/// most `batch`: an idle replay does not save up a burst.
+pub fn next_step(waiting: u64, pace: u64, batch: u32, rate: u32, elapsed: std::time::Duration) -> Option<u32> {
+    if waiting >= pace {
+        return None;
+    }
+    let batch = batch.max(1);
+    let earned = (f64::from(rate) * elapsed.as_secs_f64()).floor().min(f64::from(batch));
+    // In 0..=batch after the clamp: the cast cannot truncate.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let earned = earned.max(0.0) as u32;
+    let worthwhile = (rate / 10).clamp(1, batch);
+    (earned >= worthwhile).then_some(earned)
+}
+
+/// Where a step that walked `walked` (seqs in order, at most `batch` of them) ends, given that
+/// `wanted` of them are wanted and the step may give at most `allowance`: the number of wanted
+/// seqs it gives and the seq the replay has walked to. The walk stops at the last wanted event it
+/// gives when the allowance runs out first; it reaches `to_seq` when fewer than `batch` events
+/// were left.
+pub fn step_end(walked: &[i64], wanted: &[i64], allowance: u32, batch: u32, to_seq: i64) -> (usize, i64) {
+    let allowance = usize::try_from(allowance).unwrap_or(usize::MAX);
+    if allowance > 0 && wanted.len() > allowance {
+        return (allowance, wanted[allowance - 1]);
+    }
+    let walked_to = match walked.last() {
+        Some(last) if walked.len() >= usize::try_from(batch.max(1)).unwrap_or(usize::MAX) => *last,
+        _ => to_seq,
+    };
+    (wanted.len(), walked_to)
 }
 
 #[cfg(test)]
@@ -176,10 +210,51 @@ mod tests {
     }
 
     #[test]
-    fn pacing_waits_for_the_destination() {
-        assert_eq!(next_step(0, 100, 200), Some(200));
-        assert_eq!(next_step(99, 100, 200), Some(200));
-        assert_eq!(next_step(100, 100, 200), None);
+    fn pacing_waits_for_the_destination_and_the_rate() {
+        let s = |ms: u64| std::time::Duration::from_millis(ms);
+        let cases: &[(u64, u32, u64, Option<u32>)] = &[
+            // (waiting, rate, elapsed ms, step) with pace 100 and batch 200
+            (0, 100_000, 1_000, Some(200)),
+            (99, 100_000, 1_000, Some(200)),
+            (100, 100_000, 1_000, None),
+            (0, 500, 0, None),
+            (0, 500, 99, None),
+            (0, 500, 100, Some(50)),
+            (0, 500, 250, Some(125)),
+            (0, 500, 60_000, Some(200)),
+            (0, 5, 199, None),
+            (0, 5, 200, Some(1)),
+            (0, 1, 999, None),
+            (0, 1, 1_000, Some(1)),
+            (0, 100_000, 1, None),
+            (0, 100_000, 2, Some(200)),
+            (0, 100_000, 0, None),
+        ];
+        for (waiting, rate, ms, expected) in cases {
+            assert_eq!(
+                next_step(*waiting, 100, 200, *rate, s(*ms)),
+                *expected,
+                "waiting {waiting}, rate {rate}, {ms} ms"
+            );
+        }
+    }
+
+    #[test]
+    fn a_step_ends_where_its_allowance_or_its_batch_runs_out() {
+        let walked = [3, 4, 5, 6, 7];
+        // (wanted, allowance, batch) -> (given, walked_to), to_seq 20
+        type Case<'a> = (&'a [i64], u32, u32, (usize, i64));
+        let cases: &[Case] = &[
+            (&[3, 5, 7], 10, 5, (3, 7)),
+            (&[3, 5, 7], 10, 6, (3, 20)),
+            (&[3, 5, 7], 2, 5, (2, 5)),
+            (&[3, 5, 7], 1, 5, (1, 3)),
+            (&[], 1, 5, (0, 7)),
+            (&[3, 5, 7], 3, 5, (3, 7)),
+        ];
+        for (wanted, allowance, batch, expected) in cases {
+            assert_eq!(step_end(&walked, wanted, *allowance, *batch, 20), *expected, "{wanted:?} {allowance} {batch}");
+        }
     }
 
     fn existing() -> impl Strategy<Value = Existing> {
@@ -211,6 +286,23 @@ mod tests {
             }
             if decide(&has, false) == Decision::Create {
                 prop_assert_eq!(decide(&has, true), Decision::Create);
+            }
+        }
+
+        /// A replay never gives more than its rate earned, nor more than a batch, and never
+        /// walks past an event it did not decide on.
+        #[test]
+        fn steps_keep_to_the_rate(rate in 1u32..=MAX_RATE, ms in 0u64..5_000, batch in 1u32..500, n in 0usize..600, every in 1usize..5) {
+            if let Some(allowance) = next_step(0, 100, batch, rate, std::time::Duration::from_millis(ms)) {
+                prop_assert!(allowance >= 1 && allowance <= batch);
+                prop_assert!(f64::from(allowance) <= f64::from(rate) * (ms as f64) / 1000.0 + 1e-9);
+                let walked: Vec<i64> = (1..=n.min(batch as usize)).map(|s| s as i64).collect();
+                let wanted: Vec<i64> = walked.iter().copied().filter(|s| (*s as usize).is_multiple_of(every)).collect();
+                let (given, walked_to) = step_end(&walked, &wanted, allowance, batch, 10_000);
+                prop_assert!(given <= allowance as usize && given <= wanted.len());
+                // Every wanted seq up to where the walk stopped is given; none after it.
+                prop_assert!(wanted.iter().take(given).all(|s| *s <= walked_to));
+                prop_assert!(wanted.iter().skip(given).all(|s| *s > walked_to));
             }
         }
 

@@ -698,6 +698,8 @@ pub struct NewReplay {
     pub from_seq: Option<i64>,
     pub to_seq: Option<i64>,
     pub include_delivered: bool,
+    /// Wanted events given per second at most (`hub_core::replay::next_step`).
+    pub rate: u32,
     pub now: DateTime<Utc>,
 }
 
@@ -718,8 +720,11 @@ pub struct ReplayRecord {
     pub walked_to: i64,
     pub progress: hub_core::replay::Progress,
     pub created_at: DateTime<Utc>,
+    /// When it last walked (or started): its rate counts from here.
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+    /// Wanted events given per second at most.
+    pub rate: u32,
 }
 
 /// What asking for a replay did.
@@ -735,7 +740,7 @@ pub enum ReplayStart {
 /// How far one step of a replay may go.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplayLimits {
-    /// Events walked per step (one transaction).
+    /// Events walked per step (one transaction), and the most a step gives.
     pub batch: u32,
     /// A push subscription with this many jobs waiting (pending or leased) gets no more until
     /// its destination took some (see `hub_core::replay::next_step`).

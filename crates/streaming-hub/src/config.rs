@@ -173,6 +173,8 @@ pub struct Config {
     pub retry_deadline: Duration,
     pub pull_rate: u32,
     pub pull_burst: u32,
+    /// Events per second a replay gives its subscription when the request names no `rate`.
+    pub replay_rate: u32,
     /// Per-tenant limits (SPEC §8).
     pub quotas: Quotas,
     pub autodisable_enabled: bool,
@@ -264,6 +266,7 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_RETRY_DEADLINE",
     "STREAMING_HUB_PULL_RATE",
     "STREAMING_HUB_PULL_BURST",
+    "STREAMING_HUB_REPLAY_RATE",
     "STREAMING_HUB_AUTODISABLE_ENABLED",
     "STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW",
     "STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD",
@@ -495,6 +498,7 @@ impl Config {
             retry_deadline: r.duration("STREAMING_HUB_RETRY_DEADLINE", "24h"),
             pull_rate: r.number("STREAMING_HUB_PULL_RATE", 100, 1, 1_000_000),
             pull_burst: r.number("STREAMING_HUB_PULL_BURST", 200, 1, 1_000_000),
+            replay_rate: r.number("STREAMING_HUB_REPLAY_RATE", 250, 1, hub_core::replay::MAX_RATE),
             quotas: Quotas {
                 subscriptions_per_tenant: r.number("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", 500, 1, 1_000_000),
                 patterns_per_subscription: r.number("STREAMING_HUB_MAX_PATTERNS_PER_SUBSCRIPTION", 32, 1, 1000),
@@ -683,6 +687,7 @@ mod tests {
         assert_eq!(c.retry_curve, default_retry_curve());
         assert_eq!(c.retry_deadline, Duration::from_secs(24 * 3600));
         assert_eq!((c.pull_rate, c.pull_burst), (100, 200));
+        assert_eq!(c.replay_rate, 250);
         assert!(c.autodisable_enabled);
         assert_eq!(c.autodisable_failure_window, Duration::from_secs(120 * 3600));
         assert_eq!(c.autodisable_failure_spread, Duration::from_secs(12 * 3600));

@@ -256,6 +256,7 @@ pub async fn start_with_clock(
         clock,
         wake,
         replays,
+        replay_rate: config.replay_rate,
         notices,
         kafka: match (&config.kafka, config.role.ingests()) {
             (Some(k), true) => Some(Arc::new(ingest::kafka::KafkaProbe::new(k).map_err(anyhow::Error::msg)?)),

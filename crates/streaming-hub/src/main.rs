@@ -99,6 +99,9 @@ enum BenchScenario {
         history: usize,
         #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         rate: u32,
+        /// The replay's own rate (its request's `rate`); the hub's default when left out.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        replay_rate: Option<u32>,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -194,8 +197,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                     b::slow_destination(events, &json_path(json, "slow-destination")).await
                 }
                 BenchScenario::Pull { events, page, json } => b::pull(events, page, &json_path(json, "pull")).await,
-                BenchScenario::Replay { history, rate, json } => {
-                    b::replay(history, rate, &json_path(json, "replay")).await
+                BenchScenario::Replay { history, rate, replay_rate, json } => {
+                    b::replay(history, rate, replay_rate, &json_path(json, "replay")).await
                 }
             }
         }

@@ -1,12 +1,12 @@
 //! Replays: starting one (its window resolved to seqs) and walking it on, a batch per transaction.
 
-use hub_core::replay::{Existing, Progress, TimeWindow, next_step};
+use hub_core::replay::{Existing, Progress, TimeWindow, next_step, step_end};
 
 use super::*;
 use crate::model::{WalkedEvent, plan_replay, wanted};
 
 const REPLAY_COLUMNS: &str = "id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
-    state, walked_to, matched, created, skipped, created_at, updated_at, finished_at";
+    state, walked_to, matched, created, skipped, created_at, updated_at, finished_at, rate";
 
 /// Arrival times and seqs agree only up to the group commit (a batch takes its seqs when it
 /// commits, after its events were received): the seq bounds of a time window are widened by this
@@ -31,6 +31,7 @@ fn replay_from_row(row: &PgRow) -> StoreResult<ReplayRecord> {
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
         finished_at: row.try_get("finished_at")?,
+        rate: u32::try_from(row.try_get::<i64, _>("rate")?).unwrap_or(hub_core::replay::MAX_RATE),
     })
 }
 
@@ -81,8 +82,8 @@ impl Replays for PgStore {
         let empty = to < from;
         let sql = format!(
             "INSERT INTO replays (id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
-                state, walked_to, created_at, updated_at, finished_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12)
+                state, walked_to, created_at, updated_at, finished_at, rate)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13)
              RETURNING {REPLAY_COLUMNS}"
         );
         let row = sqlx::query(&sql)
@@ -98,6 +99,7 @@ impl Replays for PgStore {
             .bind(from - 1)
             .bind(r.now)
             .bind(empty.then_some(r.now))
+            .bind(i64::from(r.rate))
             .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -164,7 +166,9 @@ impl Replays for PgStore {
             verified_before,
         })?;
         let push = target.sink.is_push();
-        let batch = if push {
+        // The live path keeps priority: a push subscription's replay waits while its destination
+        // has `pace` jobs waiting, and every replay keeps to its rate.
+        let waiting = if push {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM (SELECT 1 FROM delivery_jobs
                      WHERE subscription_id = $1 AND state IN ('pending', 'leased') LIMIT $2) w",
@@ -173,12 +177,13 @@ impl Replays for PgStore {
             .bind(i64::try_from(limits.pace).unwrap_or(i64::MAX))
             .fetch_one(&mut *tx)
             .await?;
-            match next_step(u64::try_from(waiting).unwrap_or(0), limits.pace, limits.batch) {
-                Some(batch) => batch,
-                None => return Ok(ReplayStep::Paced),
-            }
+            u64::try_from(waiting).unwrap_or(0)
         } else {
-            limits.batch
+            0
+        };
+        let elapsed = (limits.now - replay.updated_at).to_std().unwrap_or_default();
+        let Some(allowance) = next_step(waiting, limits.pace, limits.batch, replay.rate, elapsed) else {
+            return Ok(ReplayStep::Paced);
         };
         let walked: Vec<(i64, String, String, String, DateTime<Utc>)> = sqlx::query_as(
             "SELECT seq, resource_type, event_type, source, received_at FROM events
@@ -187,7 +192,7 @@ impl Replays for PgStore {
         .bind(tenant)
         .bind(replay.walked_to)
         .bind(replay.to_seq)
-        .bind(i64::from(batch.max(1)))
+        .bind(i64::from(limits.batch.max(1)))
         .fetch_all(&mut *tx)
         .await?;
         let walked: Vec<WalkedEvent> = walked
@@ -201,7 +206,10 @@ impl Replays for PgStore {
             })
             .collect();
         // What the subscription already has of the events it wants.
-        let wanted = wanted(&target, &replay.window, &walked);
+        let mut wanted = wanted(&target, &replay.window, &walked);
+        let seqs: Vec<i64> = walked.iter().map(|e| e.seq).collect();
+        let (given, walked_to) = step_end(&seqs, &wanted, allowance, limits.batch, replay.to_seq);
+        wanted.truncate(given);
         let mut existing: HashMap<i64, Vec<Existing>> = HashMap::new();
         if !wanted.is_empty() {
             if push {
@@ -284,10 +292,6 @@ impl Replays for PgStore {
                 .await?;
             }
         }
-        let walked_to = match walked.last() {
-            Some(last) if walked.len() >= batch.max(1) as usize => last.seq,
-            _ => replay.to_seq,
-        };
         let done = walked_to >= replay.to_seq;
         let sql = format!(
             "UPDATE replays SET walked_to = $2, matched = matched + $3, created = created + $4,

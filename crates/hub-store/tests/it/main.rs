@@ -82,5 +82,6 @@ contract_suite!(
     the_oldest_due_job_is_known,
     replays_walk_in_batches_pace_push_and_skip_what_a_subscription_has,
     pull_replays_append_after_the_cursor,
+    a_replay_keeps_to_its_rate,
     a_replay_stops_when_its_subscription_is_deleted,
 );

@@ -22,6 +22,7 @@ fn ask(sub: Uuid, from_seq: Option<i64>, window: TimeWindow) -> NewReplay {
         from_seq,
         to_seq: None,
         include_delivered: false,
+        rate: hub_core::replay::MAX_RATE,
         now: Utc::now(),
     }
 }
@@ -33,8 +34,12 @@ async fn start(db: &TestDb, replay: &NewReplay) -> ReplayRecord {
     }
 }
 
+/// Each step a second later than the one before (and than the replay's start), so a replay at
+/// the highest rate is never held by it.
 fn limits(batch: u32, pace: u64) -> ReplayLimits {
-    ReplayLimits { batch, pace, now: Utc::now() }
+    static LATER: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+    let later = LATER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ReplayLimits { batch, pace, now: Utc::now() + Duration::seconds(later) }
 }
 
 async fn step(db: &TestDb, id: Uuid, batch: u32, pace: u64) -> ReplayStep {
@@ -115,6 +120,25 @@ pub async fn pull_replays_append_after_the_cursor(db: &TestDb) {
     let tail = db.store.pull_events("t1", sub.id, read.last().expect("last").position, 10).await.expect("pull");
     assert_eq!(tail.len(), 1);
     assert!(tail[0].event.seq > 13);
+}
+
+pub async fn a_replay_keeps_to_its_rate(db: &TestDb) {
+    write(db, "t1", 40).await;
+    let sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    db.store.create_subscription(&sub).await.expect("create");
+    let mut ask = ask(sub.id, Some(1), TimeWindow::default());
+    ask.rate = 20;
+    let r = start(db, &ask).await;
+    assert_eq!(r.rate, 20);
+    let at = |ms: i64| ReplayLimits { batch: 100, pace: 1000, now: r.updated_at + Duration::milliseconds(ms) };
+    assert_eq!(db.store.step_replay(r.id, &at(50)).await.expect("step"), ReplayStep::Paced, "one event earned");
+    let ReplayStep::Walked(w) = db.store.step_replay(r.id, &at(500)).await.expect("step") else { panic!("no step") };
+    assert_eq!((w.progress.created, w.walked_to), (10, 10), "half a second at 20/s: ten events, the walk stops there");
+    assert_eq!(db.store.step_replay(r.id, &at(520)).await.expect("step"), ReplayStep::Paced, "counted from the step");
+    // Idle for a minute: one batch, no burst of 1 200.
+    let ReplayStep::Walked(w) = db.store.step_replay(r.id, &at(60_500)).await.expect("step") else { panic!("no step") };
+    assert_eq!((w.progress.created, w.state), (40, ReplayState::Done));
+    assert_eq!(db.store.replay("t1", sub.id, r.id).await.expect("read").expect("kept").rate, 20);
 }
 
 pub async fn a_replay_stops_when_its_subscription_is_deleted(db: &TestDb) {

@@ -198,12 +198,31 @@ pub fn optional_json<T: DeserializeOwned + Default>(body: &[u8]) -> Result<T, Ap
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
-    serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+    let mut reader = serde_json::Deserializer::from_slice(body);
+    let parsed: T = serde_path_to_error::deserialize(&mut reader).map_err(shape_error)?;
+    reader
+        .end()
+        .map_err(|_| ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", "the request body is not valid JSON"))?;
+    Ok(parsed)
+}
+
+/// A body that is not JSON is a 400; JSON of the wrong shape a 422 naming the field (`rate:
+/// invalid type: …`).
+fn shape_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    match e.inner().classify() {
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof | serde_json::error::Category::Io => {
             ApiError::new(StatusCode::BAD_REQUEST, "invalid_json", "the request body is not valid JSON")
         }
-        _ => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()),
-    })
+        serde_json::error::Category::Data => {
+            ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string())
+        }
+    }
+}
+
+/// A JSON value read as `T`; a wrong shape is a 422 naming the field.
+pub fn from_json_value<T: DeserializeOwned>(value: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()))
 }
 
 /// What a time in a request must look like.

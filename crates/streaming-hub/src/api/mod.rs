@@ -65,6 +65,8 @@ pub struct AppState {
     pub notices: crate::operational::Notices,
     /// Wakes the replay runner: a replay started.
     pub replays: Arc<tokio::sync::Notify>,
+    /// A replay's rate when its request names none (`STREAMING_HUB_REPLAY_RATE`).
+    pub replay_rate: u32,
     /// Readiness also requires Kafka when it is configured.
     pub kafka: Option<Arc<crate::ingest::kafka::KafkaProbe>>,
     /// Set when the process starts draining: `/readyz` answers 503 from then on.

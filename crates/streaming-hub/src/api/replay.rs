@@ -7,6 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
+use hub_core::replay::MAX_RATE;
 use hub_store::{NewReplay, ReplayRecord, ReplayStart, TimeWindow};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -35,6 +36,11 @@ pub struct ReplayRequest {
     /// never got, or got dead-lettered).
     #[serde(default)]
     pub include_delivered: bool,
+    /// Wanted events given per second at most, 1 to 100 000 (default: the operator's
+    /// `STREAMING_HUB_REPLAY_RATE`, 250). Also bounded by the destination: a push replay waits
+    /// while its subscription has 50 jobs waiting.
+    #[schema(minimum = 1, maximum = 100_000)]
+    pub rate: Option<i64>,
 }
 
 impl ReplayRequest {
@@ -71,6 +77,9 @@ impl ReplayRequest {
                 return Err(ApiError::validation("to_seq", "must not be below from_seq"));
             }
         }
+        if self.rate.is_some_and(|r| !(1..=i64::from(MAX_RATE)).contains(&r)) {
+            return Err(ApiError::validation("rate", format!("must be 1 to {MAX_RATE} events per second")));
+        }
         Ok(window)
     }
 }
@@ -88,6 +97,8 @@ pub struct ReplayView {
     pub from_seq: i64,
     pub to_seq: i64,
     pub include_delivered: bool,
+    /// Wanted events given per second at most.
+    pub rate: u32,
     /// The last seq walked.
     pub walked_to: i64,
     /// Events of the window the subscription's filter wants.
@@ -111,6 +122,7 @@ impl ReplayView {
             from_seq: r.from_seq,
             to_seq: r.to_seq,
             include_delivered: r.include_delivered,
+            rate: r.rate,
             walked_to: r.walked_to,
             matched: r.progress.matched,
             created: r.progress.created,
@@ -132,6 +144,7 @@ pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayReques
         from_seq: req.from_seq,
         to_seq: req.to_seq,
         include_delivered: req.include_delivered,
+        rate: req.rate.and_then(|r| u32::try_from(r).ok()).unwrap_or(state.replay_rate),
         now: state.clock.now(),
     };
     match state.store.start_replay(&replay).await? {

@@ -346,8 +346,7 @@ pub async fn update(
     {
         return Err(ApiError::validation(key, "is not a field that can be changed"));
     }
-    let req: UpdateSubscription = serde_json::from_value(Value::Object(body.clone()))
-        .map_err(|e| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", e.to_string()))?;
+    let req: UpdateSubscription = super::error::from_json_value(Value::Object(body.clone()))?;
     let mut patch = SubscriptionPatch { now: state.clock.now(), ..SubscriptionPatch::default() };
     if let Some(name) = req.name {
         super::admin::valid_name("name", &name)?;

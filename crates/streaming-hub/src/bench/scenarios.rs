@@ -503,8 +503,9 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
 
 /// `replay`: `history` events are delivered to one subscription; a second subscription of the
 /// same tenant, created afterwards, replays them all while the tenant sends `rate` live events per
-/// second. The live events' latency beside the replay against alone, and the replay's rate.
-pub async fn replay(history: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
+/// second; the replay at `replay_rate` per second, or the hub's default. The live events' latency
+/// beside the replay against alone, and the replay's rate.
+pub async fn replay(history: usize, rate: u32, replay_rate: Option<u32>, json_out: &Path) -> anyhow::Result<()> {
     let hub = BenchHub::start(None).await?;
     let receiver = Receiver::start().await?;
     let names = vec!["live".to_owned()];
@@ -529,7 +530,10 @@ pub async fn replay(history: usize, rate: u32, json_out: &Path) -> anyhow::Resul
                 .http
                 .post(format!("{}/v1/subscriptions/{sub}/replay", hub.base))
                 .bearer_auth(&key)
-                .json(&json!({"from_seq": 1}))
+                .json(&match replay_rate {
+                    Some(r) => json!({"from_seq": 1, "rate": r}),
+                    None => json!({"from_seq": 1}),
+                })
                 .send()
                 .await?
                 .json()
@@ -569,13 +573,13 @@ pub async fn replay(history: usize, rate: u32, json_out: &Path) -> anyhow::Resul
     let under = beside.latency();
     let ratio = under.p99 / solo.p99.max(1e-9);
     let created = done["created"].as_u64().unwrap_or(0);
-    let replay_rate = created as f64 / took.as_secs_f64();
+    let replayed_per_s = created as f64 / took.as_secs_f64();
     let store = hub.store_name();
     let figures = json!({
         "scenario": "replay", "store": store, "history": history, "live_rate_per_s": rate,
         "live_solo_latency_ms": solo.json(), "live_beside_replay_latency_ms": under.json(), "p99_ratio": ratio,
         "live_sent": live_sent, "live_delivered": beside.distinct(), "live_duplicates": beside.duplicates(),
-        "replay": done, "replay_delivered_per_s": replay_rate,
+        "replay": done, "replay_delivered_per_s": replayed_per_s,
     });
     hub.finish().await?;
     report(
@@ -588,7 +592,8 @@ pub async fn replay(history: usize, rate: u32, json_out: &Path) -> anyhow::Resul
             ("p99 beside replay / solo", format!("{ratio:.2}x")),
             ("live delivered", format!("{} of {live_sent}", beside.distinct())),
             ("replayed (created)", created.to_string()),
-            ("replay delivered/s", f0(replay_rate)),
+            ("replay rate asked (events/s)", done["rate"].to_string()),
+            ("replay delivered/s", f0(replayed_per_s)),
         ],
         figures,
         json_out,

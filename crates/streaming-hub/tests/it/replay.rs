@@ -112,8 +112,10 @@ async fn a_new_webhook_subscription_replays_the_inbox_exactly_once(backend: Back
     assert_eq!(got[1000].header("x-lerian-event-id"), live.id().to_string());
 
     // Asking for delivered ones gives exactly the window again.
-    let some = replay(&hub, &key, &sub, json!({"from_seq": 1, "to_seq": 10, "include_delivered": true})).await;
+    let some =
+        replay(&hub, &key, &sub, json!({"from_seq": 1, "to_seq": 10, "include_delivered": true, "rate": 40})).await;
     assert_eq!(counts(&some), (10, 10, 0), "{some}");
+    assert_eq!((&done["rate"], &some["rate"]), (&json!(250), &json!(40)), "the default rate, and the one asked for");
     let got = receiver.wait_for(1011, WAIT).await;
     let mut replayed: Vec<String> = event_ids(&got[1001..]);
     replayed.sort();
@@ -353,6 +355,10 @@ async fn replay_requests_are_checked() {
         (json!({"from_seq": 5, "to_seq": 2}), StatusCode::UNPROCESSABLE_ENTITY, "to_seq"),
         (json!({"since": "yesterday"}), StatusCode::UNPROCESSABLE_ENTITY, "since"),
         (json!({"from_seq": 1, "speed": 2}), StatusCode::UNPROCESSABLE_ENTITY, "speed"),
+        (json!({"from_seq": 1, "rate": 0}), StatusCode::UNPROCESSABLE_ENTITY, "rate"),
+        (json!({"from_seq": 1, "rate": 100_001}), StatusCode::UNPROCESSABLE_ENTITY, "rate"),
+        (json!({"from_seq": 1, "rate": 1.5}), StatusCode::UNPROCESSABLE_ENTITY, "rate"),
+        (json!({"from_seq": 1, "rate": "fast"}), StatusCode::UNPROCESSABLE_ENTITY, "rate"),
     ] {
         let (got, answer) = hub.post_json(&key, &path, &body).await;
         assert_eq!(got, status, "{body}: {answer}");

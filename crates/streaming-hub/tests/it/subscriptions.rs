@@ -293,6 +293,8 @@ async fn patch_changes_fields_and_a_new_destination_must_be_verified_again() {
         (json!({"event_types": ["bad"]}), "event_types[0]"),
         (json!({"id": "x"}), "id"),
         (json!({"origin": 5}), "origin"),
+        (json!({"enabled": "yes"}), "enabled"),
+        (json!({"name": 7}), "name"),
     ] {
         let (status, answer) = hub.patch_json(&key, &path, &body).await;
         assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {answer}");
