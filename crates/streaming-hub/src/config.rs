@@ -12,6 +12,8 @@ use std::time::Duration;
 
 use hub_core::TenantId;
 
+pub mod file;
+
 /// A secret value: never printed by `Debug` or `Display`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -202,6 +204,8 @@ pub struct Config {
     pub drain_delay: Duration,
     /// How often gauges that need a query (jobs by state, Kafka lag) are refreshed.
     pub metrics_interval: Duration,
+    /// The log filter (`STREAMING_HUB_LOG`, `tracing` directives such as `info,hub_store=debug`).
+    pub log: Option<String>,
     /// `STREAMING_HUB_*` variables that were set but mean nothing to this hub.
     pub ignored: Vec<String>,
 }
@@ -525,6 +529,11 @@ impl Config {
             shutdown_timeout: r.duration("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30s"),
             drain_delay: r.duration("STREAMING_HUB_DRAIN_DELAY", if env.is_local() { "0s" } else { "5s" }),
             metrics_interval: r.duration("STREAMING_HUB_METRICS_INTERVAL", "15s"),
+            log: r.parse("STREAMING_HUB_LOG", None, |raw| {
+                tracing_subscriber::EnvFilter::try_new(raw)
+                    .map(|_| Some(raw.to_owned()))
+                    .map_err(|e| format!("must be a log filter such as info or info,hub_store=debug ({e})"))
+            }),
             ignored: vars
                 .keys()
                 .filter(|k| {
@@ -917,6 +926,14 @@ mod tests {
         ]))
         .expect_err("not a PEM");
         assert!(err.to_string().contains("STREAMING_HUB_KAFKA_CA_CERT"), "{err}");
+    }
+
+    #[test]
+    fn a_log_filter_is_checked_at_start() {
+        let problems = Config::from_vars(vars(&[("STREAMING_HUB_LOG", "info,hub_store=loud")])).expect_err("refused");
+        assert!(problems.0.iter().any(|p| p.variable == "STREAMING_HUB_LOG"), "{problems}");
+        let c = Config::from_vars(vars(&[("STREAMING_HUB_LOG_LEVEL", "debug")])).expect("valid");
+        assert_eq!(c.log.as_deref(), Some("debug"), "the original's name is read too");
     }
 
     #[test]

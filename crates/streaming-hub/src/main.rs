@@ -11,13 +11,17 @@ use tokio_util::sync::CancellationToken;
 #[derive(Parser)]
 #[command(name = "streaming-hub", version, about = "Event delivery hub: CloudEvents in, webhooks and queues out")]
 struct Cli {
+    /// A TOML file of settings (the STREAMING_HUB_* names, see docs/CONFIGURATION.md); the
+    /// environment overrides it.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the hub (configured by STREAMING_HUB_* variables).
+    /// Run the hub (configured by STREAMING_HUB_* variables and --config).
     Serve,
     /// Apply pending database migrations and exit.
     Migrate,
@@ -142,10 +146,12 @@ enum ApiKeyCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let loaded = match cli.command {
-        Command::Migrate => Config::for_migrate(std::env::vars().collect()),
-        _ => Config::from_env(),
-    };
+    let loaded = streaming_hub::config::file::merged(cli.config.as_deref(), std::env::vars().collect()).and_then(
+        |vars| match cli.command {
+            Command::Migrate => Config::for_migrate(vars),
+            _ => Config::from_vars(vars),
+        },
+    );
     let config = match loaded {
         Ok(c) => c,
         Err(e) => {
@@ -155,7 +161,7 @@ fn main() -> ExitCode {
     };
     // The demo prints a report; its logs stay quiet unless asked for.
     let default_filter = if matches!(cli.command, Command::Demo | Command::Bench { .. }) { "warn" } else { "info" };
-    telemetry::init_logs(!config.env.is_local(), default_filter);
+    telemetry::init_logs(!config.env.is_local(), config.log.as_deref(), default_filter);
     telemetry::log_panics();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,

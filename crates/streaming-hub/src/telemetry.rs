@@ -91,10 +91,8 @@ pub fn log_panics() {
 
 /// Installs the log subscriber; JSON unless `local`. `STREAMING_HUB_LOG` (or `RUST_LOG`) sets
 /// the filter, `default` otherwise.
-pub fn init_logs(json: bool, default: &str) {
-    let filter = std::env::var("STREAMING_HUB_LOG")
-        .or_else(|_| std::env::var("STREAMING_HUB_LOG_LEVEL"))
-        .ok()
+pub fn init_logs(json: bool, filter: Option<&str>, default: &str) {
+    let filter = filter
         .and_then(|f| EnvFilter::try_new(f).ok())
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new(default));

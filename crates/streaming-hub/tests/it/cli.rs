@@ -80,6 +80,60 @@ async fn a_key_made_by_the_cli_ingests_through_serve() {
 }
 
 #[tokio::test]
+async fn a_config_file_drives_serve_and_the_environment_overrides_it() {
+    let db = temp_sqlite_path();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        l.local_addr().expect("addr").port()
+    };
+    let file = db.with_extension("toml");
+    let toml = format!(
+        "admin_token = \"token-from-the-file\"\nsqlite_path = {:?}\n\n[http]\nlisten_addr = \"127.0.0.1:1\"\n\n[dispatch]\nworkers = 2\n",
+        db.display().to_string()
+    );
+    std::fs::write(&file, toml).expect("write");
+
+    // A key the hub does not read is refused, naming the file and the key.
+    let bad = db.with_extension("bad.toml");
+    std::fs::write(&bad, "[dispatch]\nwrokers = 2\n").expect("write");
+    let out = hub_command().arg("serve").arg("--config").arg(&bad).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("dispatch.wrokers") && stderr.contains(&*bad.to_string_lossy()), "{stderr}");
+
+    let mut child = hub_command()
+        .args(["serve", "--config"])
+        .arg(&file)
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env_remove("STREAMING_HUB_ADMIN_TOKEN")
+        .env_remove("STREAMING_HUB_SQLITE_PATH")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let client = crate::support::http_client();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+            if r.status() == StatusCode::OK {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the hub did not listen on the environment's address");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let keys =
+        client.get(format!("{base}/admin/api-keys")).bearer_auth("token-from-the-file").send().await.expect("get");
+    assert_eq!(keys.status(), StatusCode::OK, "the file's admin token");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(db.exists(), "the file's SQLite path was used");
+    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&bad);
+}
+
+#[tokio::test]
 async fn outside_local_the_schema_must_be_migrated_explicitly() {
     let schema = fresh_schema().await;
     let run = |args: &[&str]| {
