@@ -7,6 +7,19 @@ use reqwest::StatusCode;
 
 use crate::support::{Event, fresh_schema, hub_command, postgres_dsn, temp_sqlite_path};
 
+/// Waits until a hub started as a process answers `/readyz` with 200.
+async fn wait_ready(client: &reqwest::Client, base: &str, failure: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ready = client.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status() == StatusCode::OK);
+        if ready {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{failure}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[test]
 fn invalid_configuration_fails_at_start_naming_each_variable() {
     let out = hub_command()
@@ -58,16 +71,7 @@ async fn a_key_made_by_the_cli_ingests_through_serve() {
         .expect("spawn");
     let client = crate::support::http_client();
     let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
-            if r.status() == StatusCode::OK {
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "the hub did not become ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&client, &base, "the hub did not become ready").await;
     let event = Event::new("t1");
     let mut request = client.post(format!("{base}/v1/events")).bearer_auth(&key);
     for (k, v) in &event.headers {
@@ -113,16 +117,7 @@ async fn a_config_file_drives_serve_and_the_environment_overrides_it() {
         .expect("spawn");
     let client = crate::support::http_client();
     let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
-            if r.status() == StatusCode::OK {
-                break;
-            }
-        }
-        assert!(Instant::now() < deadline, "the hub did not listen on the environment's address");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_ready(&client, &base, "the hub did not listen on the environment's address").await;
     let keys =
         client.get(format!("{base}/admin/api-keys")).bearer_auth("token-from-the-file").send().await.expect("get");
     assert_eq!(keys.status(), StatusCode::OK, "the file's admin token");
