@@ -19,7 +19,7 @@ pub enum Origin {
 }
 
 impl Origin {
-    pub(crate) fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &'static str {
         match self {
             Origin::Http => "http",
             Origin::Kafka { .. } => "kafka",
@@ -55,6 +55,9 @@ pub struct AcceptedEvent {
     pub payload: Vec<u8>,
     pub origin: Origin,
     pub received_at: DateTime<Utc>,
+    /// The hub's own trace context for the event's jobs (the W3C `traceparent` of its write
+    /// span), when traces are exported: each attempt's span continues that trace.
+    pub trace: Option<String>,
 }
 
 /// A quarantined record as operators will see it: capped headers and body, and the reason.
@@ -137,6 +140,9 @@ pub struct StoredEvent {
     pub payload: Vec<u8>,
     pub origin: Origin,
     pub received_at: DateTime<Utc>,
+    /// See [`AcceptedEvent::trace`].
+    #[serde(skip)]
+    pub trace: Option<String>,
 }
 
 impl StoredEvent {

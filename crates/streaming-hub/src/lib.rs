@@ -17,6 +17,7 @@ pub mod secrets;
 pub mod server;
 pub mod supervisor;
 pub mod telemetry;
+pub mod trace;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

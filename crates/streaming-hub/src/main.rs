@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hub_core::TenantId;
 use streaming_hub::config::Config;
-use streaming_hub::{api, telemetry};
+use streaming_hub::{api, telemetry, trace};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
@@ -161,7 +161,21 @@ fn main() -> ExitCode {
     };
     // The demo prints a report; its logs stay quiet unless asked for.
     let default_filter = if matches!(cli.command, Command::Demo | Command::Bench { .. }) { "warn" } else { "info" };
-    telemetry::init_logs(!config.env.is_local(), config.log.as_deref(), default_filter);
+    // Only the service exports traces.
+    let traces = match cli.command {
+        Command::Serve => trace::wanted(&std::env::vars().collect()),
+        _ => trace::Wanted::Off,
+    };
+    let exporter = match telemetry::init(!config.env.is_local(), config.log.as_deref(), default_filter, &traces) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let trace::Wanted::Otlp(endpoint) = &traces {
+        tracing::info!(endpoint = %endpoint, "traces are exported over OTLP");
+    }
     telemetry::log_panics();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
@@ -170,7 +184,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command, config)) {
+    let result = runtime.block_on(run(cli.command, config));
+    drop(runtime);
+    // What is buffered goes out before the process ends.
+    if let Some(exporter) = exporter {
+        exporter.shutdown();
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");

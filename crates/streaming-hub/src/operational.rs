@@ -85,9 +85,13 @@ impl Notice {
             &payload,
             &IngestPolicy::default(),
         ) {
-            Verdict::Accept(envelope) => {
-                Some(AcceptedEvent { envelope: *envelope, payload, origin: Origin::Http, received_at: now })
-            }
+            Verdict::Accept(envelope) => Some(AcceptedEvent {
+                envelope: *envelope,
+                payload,
+                origin: Origin::Http,
+                received_at: now,
+                trace: None,
+            }),
             other => {
                 tracing::error!(kind, tenant = %self.tenant, verdict = ?other, "an operational event was refused by the envelope rules");
                 None

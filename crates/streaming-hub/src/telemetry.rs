@@ -89,21 +89,46 @@ pub fn log_panics() {
     }));
 }
 
-/// Installs the log subscriber; JSON unless `local`. `STREAMING_HUB_LOG` (or `RUST_LOG`) sets
-/// the filter, `default` otherwise.
-pub fn init_logs(json: bool, filter: Option<&str>, default: &str) {
+/// Installs the log subscriber — JSON unless `local`; `STREAMING_HUB_LOG` (or `RUST_LOG`) sets
+/// the filter, `default` otherwise — and, when `traces` asks for it, the OTLP span exporter
+/// (`crate::trace`), whose handle is returned to be shut down at exit. Call before the async
+/// runtime starts.
+pub fn init(
+    json: bool,
+    filter: Option<&str>,
+    default: &str,
+    traces: &crate::trace::Wanted,
+) -> Result<Option<crate::trace::Exporter>, String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let filter = filter
         .and_then(|f| EnvFilter::try_new(f).ok())
         .or_else(|| EnvFilter::try_from_default_env().ok())
-        .unwrap_or_else(|| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let result = if json {
-        builder.json().flatten_event(true).with_current_span(true).with_span_list(false).try_init()
+        .unwrap_or_else(|| EnvFilter::new(default))
+        // The trace spans are for the exporter; the logs keep their own spans.
+        .add_directive(format!("{}=off", crate::trace::TARGET).parse().map_err(|e| format!("log filter: {e}"))?);
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt: Box<dyn tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync> = if json {
+        Box::new(fmt.json().flatten_event(true).with_current_span(true).with_span_list(false))
     } else {
-        builder.try_init()
+        Box::new(fmt)
     };
+    let (otel, exporter) = match crate::trace::start(traces)? {
+        Some((layer, exporter)) => (Some(layer), Some(exporter)),
+        None => (None, None),
+    };
+    let result = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(otel).try_init();
     // A second call (tests start several hubs in one process) keeps the first subscriber.
     drop(result);
+    Ok(exporter)
+}
+
+/// Logs only, for processes that export no traces.
+pub fn init_logs(json: bool, filter: Option<&str>, default: &str) {
+    // Without traces nothing can fail.
+    let _ = init(json, filter, default, &crate::trace::Wanted::Off);
 }
 
 /// The process-wide Prometheus recorder.

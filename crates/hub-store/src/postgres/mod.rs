@@ -196,18 +196,19 @@ impl PgStore {
                 INSERT INTO events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
                     event_time, schema_version, subject, data_content_type, data_schema, traceparent,
                     tracestate, extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset,
-                    received_at)
+                    received_at, hub_traceparent)
                 SELECT t.tenant_id, t.seq, t.ce_id, t.source, t.ce_type, t.resource_type, t.event_type,
                     t.event_time, t.schema_version, t.subject, t.data_content_type, t.data_schema,
                     t.traceparent, t.tracestate, t.extensions::jsonb, t.payload, t.origin, t.kafka_topic,
-                    t.kafka_partition, t.kafka_offset, t.received_at
+                    t.kafka_partition, t.kafka_offset, t.received_at, t.hub_traceparent
                 FROM UNNEST($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::text[],
                     $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
                     $13::text[], $14::text[], $15::text[], $16::bytea[], $17::text[], $18::text[],
-                    $19::int[], $20::bigint[], $21::timestamptz[])
+                    $19::int[], $20::bigint[], $21::timestamptz[], $35::text[])
                 AS t(tenant_id, seq, ce_id, source, ce_type, resource_type, event_type, event_time,
                     schema_version, subject, data_content_type, data_schema, traceparent, tracestate,
-                    extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset, received_at)
+                    extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset, received_at,
+                    hub_traceparent)
              ), new_pulls AS (
                 INSERT INTO pull_entries (subscription_id, seq, tenant_id)
                 SELECT * FROM UNNEST($22::uuid[], $23::bigint[], $24::text[])
@@ -259,6 +260,7 @@ impl PgStore {
         .bind(channel)
         .bind(notify)
         .bind(jobs.state)
+        .bind(cols.hub_traceparent)
         .execute(&mut **tx)
         .await?;
         Ok(outcomes)
@@ -384,6 +386,7 @@ struct EventColumns {
     kafka_partition: Vec<Option<i32>>,
     kafka_offset: Vec<Option<i64>>,
     received_at: Vec<DateTime<Utc>>,
+    hub_traceparent: Vec<Option<String>>,
 }
 
 impl EventColumns {
@@ -411,6 +414,7 @@ impl EventColumns {
         self.kafka_partition.push(partition);
         self.kafka_offset.push(offset);
         self.received_at.push(event.received_at);
+        self.hub_traceparent.push(event.trace.clone());
     }
 }
 
@@ -489,7 +493,7 @@ impl AttemptColumns {
 const EVENT_COLUMNS: &str = "tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
     event_time, schema_version, subject, data_content_type, data_schema, traceparent, tracestate,
     extensions::text AS extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset,
-    received_at";
+    received_at, hub_traceparent";
 
 fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
     let extensions: String = row.try_get("extensions")?;
@@ -517,6 +521,7 @@ fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
             row.try_get("kafka_offset")?,
         ),
         received_at: row.try_get("received_at")?,
+        trace: row.try_get("hub_traceparent")?,
     })
 }
 

@@ -193,9 +193,9 @@ impl SqliteStore {
                 "INSERT INTO events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
                     event_time, schema_version, subject, data_content_type, data_schema, traceparent,
                     tracestate, extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset,
-                    received_at)
+                    received_at, hub_traceparent)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,
-                    ?18, ?19, ?20, ?21)",
+                    ?18, ?19, ?20, ?21, ?22)",
             )
             .bind(tenant)
             .bind(seq)
@@ -218,6 +218,7 @@ impl SqliteStore {
             .bind(partition)
             .bind(offset)
             .bind(micros(event.received_at))
+            .bind(event.trace.as_deref())
             .execute(&mut **tx)
             .await?;
         }
@@ -348,7 +349,7 @@ impl SqliteStore {
 
 const EVENT_COLUMNS: &str = "tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
     event_time, schema_version, subject, data_content_type, data_schema, traceparent, tracestate,
-    extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset, received_at";
+    extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset, received_at, hub_traceparent";
 
 fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
     let extensions: String = row.try_get("extensions")?;
@@ -377,6 +378,7 @@ fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
             row.try_get("kafka_offset")?,
         ),
         received_at: from_micros(row.try_get("received_at")?)?,
+        trace: row.try_get("hub_traceparent")?,
     })
 }
 

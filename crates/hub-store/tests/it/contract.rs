@@ -30,6 +30,7 @@ pub async fn accepted_events_round_trip_with_every_attribute(db: &TestDb) {
     let mut record = accepted_with(h, payload);
     if let IngestRecord::Accepted(e) = &mut record {
         e.origin = Origin::Kafka { topic: "lerian.streaming.lender".into(), partition: 2, offset: 41 };
+        e.trace = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01".into());
     }
     let out = db.store.write_batch(&[record]).await.expect("write");
     assert_eq!(out, vec![WriteOutcome::Inserted { seq: 1 }]);
@@ -47,6 +48,7 @@ pub async fn accepted_events_round_trip_with_every_attribute(db: &TestDb) {
     assert_eq!(e.data_schema.as_deref(), Some("https://schemas.example.com/loan.json"));
     assert_eq!(e.traceparent.as_deref(), Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"));
     assert_eq!(e.tracestate.as_deref(), Some("k=v"));
+    assert_eq!(e.trace.as_deref(), Some("00-4bf92f3577b34da6a3ce929d0e0e4736-b7ad6b7169203331-01"), "the hub's own");
     assert_eq!(e.extensions.get("partner").map(String::as_str), Some("acme"));
     assert_eq!(e.payload, payload, "the body is kept byte for byte");
     assert_eq!(e.origin, Origin::Kafka { topic: "lerian.streaming.lender".into(), partition: 2, offset: 41 });

@@ -73,6 +73,7 @@ pub fn accepted_with(headers: Vec<(String, String)>, payload: &[u8]) -> IngestRe
             payload: payload.to_vec(),
             origin: Origin::Http,
             received_at: Utc::now(),
+            trace: None,
         }),
         other => panic!("test event not accepted: {other:?}"),
     }

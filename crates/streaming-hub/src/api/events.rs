@@ -111,11 +111,16 @@ pub async fn ingest(
         }
     };
     // Concurrent posts share a transaction (group commit); the answer comes after the commit.
-    let written = match judged.record {
+    let ingest::Judged { record, reason, spans } = judged;
+    let written = match record {
         None => None,
         Some(record) => Some(state.ingest.write(record).await?),
     };
-    Ok(respond(ingest::outcome(judged.reason, written)))
+    let outcome = ingest::outcome(reason, written);
+    if let Some(spans) = spans {
+        spans.finish(&outcome);
+    }
+    Ok(respond(outcome))
 }
 
 /// A tenant key may only ingest for its own tenant, named in `ce-tenantid` (SPEC §8); the admin

@@ -560,7 +560,27 @@ impl Dispatcher {
             attempt,
             sink = sub.record.sink.as_str(),
         );
-        let recorded = self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt).instrument(span).await;
+        // The trace's `job` span continues the event's trace (`crate::trace`).
+        let traced = crate::trace_span!(
+            "job",
+            tenant = %job.tenant_id,
+            subscription = %job.subscription_id,
+            job = %job.id,
+            attempt,
+            sink = sub.record.sink.as_str(),
+        );
+        if let Some(e) = event.as_deref().filter(|_| crate::trace::on()) {
+            crate::trace::continue_from(
+                &traced,
+                &[
+                    crate::trace::remote(e.trace.as_deref(), None),
+                    crate::trace::remote(e.traceparent.as_deref(), e.tracestate.as_deref()),
+                ],
+            );
+        }
+        let recorded =
+            self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt, &traced).instrument(span).await;
+        drop(traced);
         self.leave(&dest);
         // A job parked for this destination may go now.
         let _ = finished.send(dest);
@@ -593,6 +613,7 @@ impl Dispatcher {
         event: Option<&StoredEvent>,
         dest: &str,
         attempt: u32,
+        traced: &tracing::Span,
     ) -> Option<AttemptResult> {
         let started = self.clock.now();
         let last = self.settings.retry.is_last(attempt, job.window_start, started);
@@ -606,7 +627,26 @@ impl Dispatcher {
         let delivery_id = Uuid::now_v7();
         let clock_start = Instant::now();
         let outcome = match event {
-            Some(event) => self.deliver(sub, event, attempt, delivery_id, started).await,
+            Some(event) => {
+                let span = if crate::trace::on() {
+                    tracing::info_span!(
+                        target: "streaming_hub::trace",
+                        parent: traced,
+                        "attempt",
+                        otel.kind = "producer",
+                        delivery = %delivery_id,
+                        outcome = tracing::field::Empty,
+                        failure = tracing::field::Empty,
+                        http.response.status_code = tracing::field::Empty,
+                        otel.status_code = tracing::field::Empty,
+                    )
+                } else {
+                    tracing::Span::none()
+                };
+                let outcome = self.deliver(sub, event, attempt, delivery_id, started).await;
+                crate::trace::attempted(&span, &outcome);
+                outcome
+            }
             None => Outcome::Failed(Failure {
                 retryable: false,
                 kind: FailureKind::Refused,

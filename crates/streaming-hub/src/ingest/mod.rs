@@ -35,6 +35,51 @@ impl Outcome {
 pub struct Judged {
     pub record: Option<IngestRecord>,
     pub reason: Option<QuarantineReason>,
+    /// While traces are exported, an accepted record's spans (`crate::trace`): they end when
+    /// this is dropped, after the write.
+    pub spans: Option<Spans>,
+}
+
+/// An accepted record's `ingest` span and the `write` span under it.
+#[derive(Debug)]
+pub struct Spans {
+    pub ingest: tracing::Span,
+    pub write: tracing::Span,
+}
+
+impl Spans {
+    /// Opens the spans of an accepted event, the ingest span under the producer's trace context
+    /// when it sent a valid one, and stores the write span's context with the event.
+    fn open(event: &mut AcceptedEvent) -> Option<Self> {
+        if !crate::trace::on() {
+            return None;
+        }
+        let env = &event.envelope;
+        let ingest = tracing::info_span!(
+            target: "streaming_hub::trace",
+            "ingest",
+            otel.kind = "consumer",
+            tenant = %env.tenant(),
+            ce_id = %env.id().as_uuid(),
+            event_key = %env.key(),
+            origin = event.origin.kind(),
+            verdict = tracing::field::Empty,
+            seq = tracing::field::Empty,
+        );
+        crate::trace::continue_from(&ingest, &[crate::trace::remote(env.traceparent(), env.tracestate())]);
+        let write = tracing::info_span!(target: "streaming_hub::trace", parent: &ingest, "write");
+        event.trace = crate::trace::traceparent(&write);
+        Some(Self { ingest, write })
+    }
+
+    /// Ends both spans with what became of the record.
+    pub fn finish(self, outcome: &Outcome) {
+        self.ingest.record("verdict", outcome.verdict_label());
+        if let Outcome::Accepted { seq } | Outcome::Duplicate { seq } = outcome {
+            self.ingest.record("seq", seq);
+        }
+        drop(self.write);
+    }
 }
 
 /// Judges one record and builds what is to be stored.
@@ -52,16 +97,13 @@ where
 {
     let pairs = headers.iter().map(|(k, v)| (k.as_ref(), v.as_ref()));
     match judge(pairs.clone(), body, topic, policy) {
-        Verdict::Accept(envelope) => Judged {
-            record: Some(IngestRecord::Accepted(AcceptedEvent {
-                envelope: *envelope,
-                payload: body.to_vec(),
-                origin,
-                received_at,
-            })),
-            reason: None,
-        },
-        Verdict::Discard(_) => Judged { record: None, reason: None },
+        Verdict::Accept(envelope) => {
+            let mut event =
+                AcceptedEvent { envelope: *envelope, payload: body.to_vec(), origin, received_at, trace: None };
+            let spans = Spans::open(&mut event);
+            Judged { record: Some(IngestRecord::Accepted(event)), reason: None, spans }
+        }
+        Verdict::Discard(_) => Judged { record: None, reason: None, spans: None },
         Verdict::Quarantine(reason) => quarantine_record(headers, body, reason, origin, received_at),
     }
 }
@@ -89,6 +131,7 @@ where
             received_at,
         ))),
         reason: Some(reason),
+        spans: None,
     }
 }
 
@@ -144,7 +187,10 @@ impl kafka::BatchWriter for KafkaEvents {
         for j in judged {
             let w = if j.record.is_some() { written.next() } else { None };
             inserted |= matches!(w, Some(WriteOutcome::Inserted { .. }));
-            outcome(j.reason, w);
+            let said = outcome(j.reason, w);
+            if let Some(spans) = j.spans {
+                spans.finish(&said);
+            }
         }
         if inserted {
             self.wake.notify_one();

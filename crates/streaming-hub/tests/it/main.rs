@@ -20,3 +20,4 @@ mod sdk;
 mod sinks;
 mod subscriptions;
 mod support;
+mod traces;
