@@ -30,15 +30,42 @@ pub use sqlite::SqliteStore;
 /// internal error.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    // The cause is in the message, not also a `source`: an error chain printed whole
+    // (`{:#}`) says it once.
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(sqlx::Error),
     #[error("migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(sqlx::migrate::MigrateError),
     #[error("stored data is inconsistent: {0}")]
     Corrupt(String),
+    /// No database answers where the DSN points (refused, unresolvable, silent): waiting may
+    /// help, unlike a database that answers and refuses (credentials, a missing database).
+    #[error("the database is unreachable: {0}")]
+    Unreachable(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        Self::Database(e)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        Self::Migrate(e)
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Tables every schema of this hub holds once migrated.
+const OWN_TABLES: [&str; 4] = ["_sqlx_migrations", "events", "delivery_jobs", "tenant_sequences"];
+
+/// Of a schema's tables, those that make it another application's: all of them unless the
+/// hub's own are there.
+fn foreign(tables: Vec<String>) -> Vec<String> {
+    if OWN_TABLES.iter().all(|own| tables.iter().any(|t| t == own)) { Vec::new() } else { tables }
+}
 
 /// The migrations of `migrator` missing from the versions a database reports as applied.
 fn pending(migrator: &sqlx::migrate::Migrator, applied: StoreResult<Vec<i64>>) -> StoreResult<Vec<i64>> {
@@ -278,6 +305,10 @@ pub trait Operations: Send + Sync {
     /// Versions of this build's migrations not yet applied to the database.
     async fn pending_migrations(&self) -> StoreResult<Vec<i64>>;
 
+    /// The tables of the hub's schema when they are not the hub's own (empty for an empty
+    /// schema or one holding this hub's tables): a database that `local` must not migrate.
+    async fn foreign_tables(&self) -> StoreResult<Vec<String>>;
+
     /// Checks that the database answers.
     async fn ping(&self) -> StoreResult<()>;
 
@@ -341,4 +372,18 @@ pub async fn connect(config: &StoreConfig) -> StoreResult<Arc<dyn Store>> {
             Arc::new(PgStore::connect_with(dsn, schema.as_deref(), pool).await?)
         }
     })
+}
+
+#[cfg(test)]
+mod foreign_tests {
+    #[test]
+    fn a_schema_is_foreign_unless_it_holds_the_hubs_tables() {
+        let t = |names: &[&str]| names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>();
+        assert!(super::foreign(t(&[])).is_empty(), "empty");
+        let ours = t(&["_sqlx_migrations", "delivery_jobs", "events", "replays", "tenant_sequences"]);
+        assert!(super::foreign(ours).is_empty(), "this hub's");
+        assert_eq!(super::foreign(t(&["invoices"])), t(&["invoices"]));
+        // Another sqlx application's tables are not this hub's.
+        assert_eq!(super::foreign(t(&["_sqlx_migrations", "users"])), t(&["_sqlx_migrations", "users"]));
+    }
 }

@@ -49,7 +49,24 @@ pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dy
             StoreConfig::Postgres { dsn: dsn.expose().to_owned(), schema: schema.clone(), pool: *pool }
         }
     };
-    let store = hub_store::connect(&store_config).await.context("cannot open the database")?;
+    let variable = match &config.database {
+        Database::Sqlite { .. } => "STREAMING_HUB_SQLITE_PATH",
+        Database::Postgres { .. } => "STREAMING_HUB_POSTGRES_DSN",
+    };
+    // A database that is not there yet (starting beside the hub) is waited for, and said so; one
+    // that answers and refuses stops the hub with its one reason.
+    let mut wait = std::time::Duration::from_secs(1);
+    let store = loop {
+        match hub_store::connect(&store_config).await {
+            Ok(store) => break store,
+            Err(hub_store::StoreError::Unreachable(why)) => {
+                tracing::warn!(variable, reason = %why, retry_in = ?wait, "the database is unreachable; waiting for it");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(10));
+            }
+            Err(e) => anyhow::bail!("{variable}: cannot open the database: {e}"),
+        }
+    };
     if migrate {
         let pending = store.pending_migrations().await?;
         store.migrate().await.context("cannot migrate the database")?;
@@ -59,6 +76,24 @@ pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dy
         return Ok(store);
     }
     if config.env.is_local() {
+        // Local mode migrates on its own, so only a database that is empty or already this
+        // hub's: never another application's pointed at by mistake.
+        let foreign = store.foreign_tables().await?;
+        if !foreign.is_empty() {
+            let shown: Vec<&str> = foreign.iter().take(5).map(String::as_str).collect();
+            anyhow::bail!(
+                "{variable}: the database holds tables that are not this hub's ({}{}); local mode migrates only an \
+                 empty database or this hub's own. Point it at an empty database{}, or migrate deliberately with \
+                 `streaming-hub migrate`",
+                shown.join(", "),
+                if foreign.len() > 5 { ", …" } else { "" },
+                if matches!(config.database, Database::Postgres { .. }) {
+                    " or schema (STREAMING_HUB_POSTGRES_SCHEMA)"
+                } else {
+                    ""
+                },
+            );
+        }
         store.migrate().await.context("cannot migrate the database")?;
     } else {
         let pending = store.pending_migrations().await?;

@@ -10,8 +10,8 @@ use std::str::FromStr;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions, PgRow};
+use sqlx::{Connection, PgPool, Postgres, Row, Transaction};
 use uuid::Uuid;
 
 use crate::PruneKind;
@@ -65,6 +65,17 @@ impl PgStore {
         let mut options = PgConnectOptions::from_str(dsn)?.application_name("streaming-hub");
         if let Some(schema) = schema {
             options = options.options([("search_path", schema)]);
+        }
+        // One connection of its own first: a server that is not there is told apart from one
+        // that answers and refuses, and the pool does not hide the cause behind its timeout.
+        let place = format!("{}:{}", options.get_host(), options.get_port());
+        match tokio::time::timeout(std::time::Duration::from_secs(5), PgConnection::connect_with(&options)).await {
+            Err(_) => return Err(StoreError::Unreachable(format!("{place} did not answer within 5 s"))),
+            Ok(Err(sqlx::Error::Io(e))) => return Err(StoreError::Unreachable(format!("{place}: {e}"))),
+            Ok(Err(e)) => return Err(e.into()),
+            Ok(Ok(probe)) => {
+                let _ = probe.close().await;
+            }
         }
         let max_connections = pool.max_connections.max(1);
         let pool = PgPoolOptions::new()

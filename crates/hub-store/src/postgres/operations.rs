@@ -17,6 +17,16 @@ impl Operations for PgStore {
         crate::pending(&MIGRATOR, applied)
     }
 
+    async fn foreign_tables(&self) -> StoreResult<Vec<String>> {
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(crate::foreign(tables))
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())

@@ -17,6 +17,15 @@ impl Operations for SqliteStore {
         crate::pending(&MIGRATOR, applied)
     }
 
+    async fn foreign_tables(&self) -> StoreResult<Vec<String>> {
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(crate::foreign(tables))
+    }
+
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.reader).await?;
         Ok(())

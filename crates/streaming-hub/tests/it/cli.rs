@@ -84,6 +84,88 @@ async fn a_key_made_by_the_cli_ingests_through_serve() {
 }
 
 #[tokio::test]
+async fn database_problems_are_said_once_naming_the_variable() {
+    // A database that answers and refuses: one error, naming the variable, the cause once.
+    let mut dsn = url::Url::parse(&postgres_dsn()).expect("dsn");
+    dsn.set_path("/no_such_database_here");
+    let out = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_POSTGRES_DSN", dsn.as_str())
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", "127.0.0.1:0")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("STREAMING_HUB_POSTGRES_DSN: cannot open the database"), "{stderr}");
+    assert_eq!(stderr.matches("does not exist").count(), 1, "{stderr}");
+
+    // Nothing listening: the hub waits and says so, naming the variable and where it looks.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        l.local_addr().expect("addr").port()
+    };
+    let mut child = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_POSTGRES_DSN", format!("postgres://hub:secret-pass@127.0.0.1:{port}/hub"))
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", "127.0.0.1:0")
+        .env("STREAMING_HUB_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut waiting = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while waiting.len() < 2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).expect("the hub said nothing about the missing database");
+        if line.contains("unreachable") {
+            waiting.push(line);
+        }
+    }
+    assert!(child.try_wait().expect("status").is_none(), "still waiting, not exited");
+    let _ = child.kill();
+    let _ = child.wait();
+    for line in &waiting {
+        assert!(line.contains("STREAMING_HUB_POSTGRES_DSN") && line.contains(&format!("127.0.0.1:{port}")), "{line}");
+        assert!(!line.contains("secret-pass"), "never the password: {line}");
+    }
+}
+
+#[tokio::test]
+async fn local_mode_migrates_no_other_applications_database() {
+    let schema = fresh_schema().await;
+    let admin = hub_store::PgStore::connect(&postgres_dsn(), Some(&schema), 1).await.expect("connect");
+    sqlx::query("CREATE TABLE invoices (id BIGINT PRIMARY KEY)").execute(admin.pool()).await.expect("create");
+    let out = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_POSTGRES_DSN", postgres_dsn())
+        .env("STREAMING_HUB_POSTGRES_SCHEMA", &schema)
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", "127.0.0.1:0")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("STREAMING_HUB_POSTGRES_DSN") && stderr.contains("invoices"), "{stderr}");
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1",
+    )
+    .fetch_all(admin.pool())
+    .await
+    .expect("tables");
+    assert_eq!(tables, vec!["invoices".to_owned()], "nothing was migrated into it");
+}
+
+#[tokio::test]
 async fn a_config_file_drives_serve_and_the_environment_overrides_it() {
     let db = temp_sqlite_path();
     let port = {
