@@ -58,6 +58,34 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// The counts of [`Operations::tenants`], one query each, joined by tenant.
+fn tenant_summaries(
+    events: Vec<(String, i64)>,
+    subscriptions: Vec<(String, i64)>,
+    keys: Vec<(String, i64)>,
+    jobs: Vec<(String, String, i64)>,
+) -> StoreResult<Vec<TenantSummary>> {
+    fn at(by: &mut std::collections::BTreeMap<String, TenantSummary>, t: String) -> &mut TenantSummary {
+        by.entry(t.clone()).or_insert_with(|| TenantSummary { tenant_id: t, ..TenantSummary::default() })
+    }
+    let mut by = std::collections::BTreeMap::new();
+    for (t, n) in events {
+        at(&mut by, t).events = n;
+    }
+    for (t, n) in subscriptions {
+        at(&mut by, t).subscriptions = n;
+    }
+    for (t, n) in keys {
+        at(&mut by, t).api_keys = n;
+    }
+    for (t, state, n) in jobs {
+        let state =
+            JobState::parse(&state).ok_or_else(|| StoreError::Corrupt(format!("unknown job state {state:?}")))?;
+        at(&mut by, t).jobs.push((state, n));
+    }
+    Ok(by.into_values().collect())
+}
+
 /// Tables every schema of this hub holds once migrated.
 const OWN_TABLES: [&str; 4] = ["_sqlx_migrations", "events", "delivery_jobs", "tenant_sequences"];
 
@@ -161,6 +189,15 @@ pub trait Subscriptions: Send + Sync {
     async fn list_subscriptions(
         &self,
         tenant: &str,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>>;
+
+    /// Every tenant's subscriptions (or one tenant's) in id order, after the cursor `after`: the
+    /// operator's cross-tenant listing.
+    async fn list_all_subscriptions(
+        &self,
+        tenant: Option<&str>,
         after: Option<Uuid>,
         limit: u32,
     ) -> StoreResult<Vec<SubscriptionRecord>>;
@@ -270,6 +307,10 @@ pub trait JobQueue: Send + Sync {
     /// How many delivery jobs are in each state.
     async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>>;
 
+    /// Of these subscriptions, how many jobs each has in each unfinished state (pending,
+    /// leased, held) and dead.
+    async fn open_jobs(&self, subscriptions: &[Uuid]) -> StoreResult<Vec<(Uuid, JobState, i64)>>;
+
     /// When the oldest `pending` job that is due at `now` became due; `None` when none is.
     async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>>;
 }
@@ -304,6 +345,9 @@ pub trait Operations: Send + Sync {
 
     /// Versions of this build's migrations not yet applied to the database.
     async fn pending_migrations(&self) -> StoreResult<Vec<i64>>;
+
+    /// Every tenant the hub knows (by events, subscriptions or API keys) with its counts.
+    async fn tenants(&self) -> StoreResult<Vec<TenantSummary>>;
 
     /// The tables of the hub's schema when they are not the hub's own (empty for an empty
     /// schema or one holding this hub's tables): a database that `local` must not migrate.

@@ -808,3 +808,16 @@ pub(crate) fn plan_replay(
     }
     (create, progress)
 }
+
+/// One tenant as the operator's listing shows it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TenantSummary {
+    pub tenant_id: String,
+    /// Events in its inbox.
+    pub events: i64,
+    pub subscriptions: i64,
+    /// API keys not revoked.
+    pub api_keys: i64,
+    /// Jobs by state: only pending, leased, held and dead are counted.
+    pub jobs: Vec<(JobState, i64)>,
+}

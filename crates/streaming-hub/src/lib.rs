@@ -183,6 +183,7 @@ pub async fn start_with_clock(
     let sealer = Arc::new(secrets::Sealer::new(kek));
     let wake = Arc::new(tokio::sync::Notify::new());
     let (notices, notice_queue) = operational::Notices::channel();
+    let breakers = delivery::BreakerBoard::default();
     let dispatcher = if config.role.delivers() {
         store.listen_for_jobs(Arc::clone(&wake)).await.context("cannot listen for job notifications")?;
         let dispatcher = Arc::new(delivery::Dispatcher::new(
@@ -193,6 +194,7 @@ pub async fn start_with_clock(
             Arc::clone(&wake),
             delivery::settings(&config),
             notices.clone(),
+            breakers.clone(),
         ));
         Some(supervisor.spawn("dispatcher", dispatcher.run(stop.clone(), config.shutdown_timeout)))
     } else {
@@ -293,6 +295,7 @@ pub async fn start_with_clock(
         wake,
         replays,
         replay_rate: config.replay_rate,
+        breakers,
         notices,
         kafka: match (&config.kafka, config.role.ingests()) {
             (Some(k), true) => Some(Arc::new(ingest::kafka::KafkaProbe::new(k).map_err(anyhow::Error::msg)?)),

@@ -370,6 +370,18 @@ impl JobQueue for PgStore {
         counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
     }
 
+    async fn open_jobs(&self, subscriptions: &[Uuid]) -> StoreResult<Vec<(Uuid, JobState, i64)>> {
+        let counts: Vec<(Uuid, String, i64)> = sqlx::query_as(
+            "SELECT subscription_id, state, count(*) FROM delivery_jobs
+             WHERE subscription_id = ANY($1) AND state IN ('pending', 'leased', 'held', 'dead')
+             GROUP BY subscription_id, state",
+        )
+        .bind(subscriptions)
+        .fetch_all(&self.pool)
+        .await?;
+        counts.into_iter().map(|(sub, state, n)| Ok((sub, job_state(state)?, n))).collect()
+    }
+
     async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
         Ok(sqlx::query_scalar("SELECT min(due_at) FROM delivery_jobs WHERE state = 'pending' AND due_at <= $1")
             .bind(now)

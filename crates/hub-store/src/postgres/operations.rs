@@ -17,6 +17,25 @@ impl Operations for PgStore {
         crate::pending(&MIGRATOR, applied)
     }
 
+    async fn tenants(&self) -> StoreResult<Vec<crate::TenantSummary>> {
+        let events =
+            sqlx::query_as("SELECT tenant_id, count(*) FROM events GROUP BY tenant_id").fetch_all(&self.pool).await?;
+        let subscriptions = sqlx::query_as("SELECT tenant_id, count(*) FROM subscriptions GROUP BY tenant_id")
+            .fetch_all(&self.pool)
+            .await?;
+        let keys =
+            sqlx::query_as("SELECT tenant_id, count(*) FROM api_keys WHERE revoked_at IS NULL GROUP BY tenant_id")
+                .fetch_all(&self.pool)
+                .await?;
+        let jobs = sqlx::query_as(
+            "SELECT tenant_id, state, count(*) FROM delivery_jobs
+             WHERE state IN ('pending', 'leased', 'held', 'dead') GROUP BY tenant_id, state",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        crate::tenant_summaries(events, subscriptions, keys, jobs)
+    }
+
     async fn foreign_tables(&self) -> StoreResult<Vec<String>> {
         let tables: Vec<String> = sqlx::query_scalar(
             "SELECT table_name::text FROM information_schema.tables

@@ -63,6 +63,27 @@ impl Subscriptions for PgStore {
             .collect()
     }
 
+    async fn list_all_subscriptions(
+        &self,
+        tenant: Option<&str>,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
+             WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::uuid IS NULL OR id > $2) ORDER BY id LIMIT $3"
+        );
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(subscription_from_row)
+            .collect()
+    }
+
     async fn patch_subscription(
         &self,
         tenant: &str,

@@ -244,6 +244,20 @@ impl JobQueue for SqliteStore {
         counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
     }
 
+    async fn open_jobs(&self, subscriptions: &[Uuid]) -> StoreResult<Vec<(Uuid, JobState, i64)>> {
+        let ids: Vec<String> = subscriptions.iter().map(|u| u.hyphenated().to_string()).collect();
+        let counts: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT subscription_id, state, count(*) FROM delivery_jobs
+             WHERE subscription_id IN (SELECT value FROM json_each(?1))
+               AND state IN ('pending', 'leased', 'held', 'dead')
+             GROUP BY subscription_id, state",
+        )
+        .bind(serde_json::to_string(&ids).map_err(|e| StoreError::Corrupt(e.to_string()))?)
+        .fetch_all(&self.reader)
+        .await?;
+        counts.into_iter().map(|(sub, state, n)| Ok((uuid_from_text(&sub)?, job_state(state)?, n))).collect()
+    }
+
     async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
         let oldest: Option<i64> =
             sqlx::query_scalar("SELECT min(due_at) FROM delivery_jobs WHERE state = 'pending' AND due_at <= ?1")

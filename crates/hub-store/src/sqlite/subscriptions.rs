@@ -65,6 +65,27 @@ impl Subscriptions for SqliteStore {
             .collect()
     }
 
+    async fn list_all_subscriptions(
+        &self,
+        tenant: Option<&str>,
+        after: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
+             WHERE (?1 IS NULL OR tenant_id = ?1) AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+        );
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(after.map(|u| u.hyphenated().to_string()))
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(subscription_from_row)
+            .collect()
+    }
+
     async fn patch_subscription(
         &self,
         tenant: &str,

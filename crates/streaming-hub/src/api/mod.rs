@@ -13,6 +13,7 @@ pub mod event_log;
 pub mod events;
 pub mod health;
 pub mod limiter;
+pub mod overview;
 pub mod pull;
 mod receiver_doc;
 pub mod replay;
@@ -65,6 +66,8 @@ pub struct AppState {
     pub notices: crate::operational::Notices,
     /// Wakes the replay runner: a replay started.
     pub replays: Arc<tokio::sync::Notify>,
+    /// Breakers of this process's dispatcher, for listings.
+    pub breakers: crate::delivery::BreakerBoard,
     /// A replay's rate when its request names none (`STREAMING_HUB_REPLAY_RATE`).
     pub replay_rate: u32,
     /// Readiness also requires Kafka when it is configured.
@@ -129,6 +132,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(admin::revoke_api_key))
         .routes(routes!(admin::list_quarantine))
         .routes(routes!(admin::list_dlq))
+        .routes(routes!(overview::tenants))
+        .routes(routes!(overview::subscriptions))
         .split_for_parts()
 }
 

@@ -49,6 +49,69 @@ pub struct SubscriptionView {
     /// The webhook signing secret: in the creation response only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signing_secret: Option<String>,
+    /// Its health, in listings: since when its destination fails (the failure period that leads
+    /// to auto-disable), its breaker as this replica's dispatcher last saw it, and its jobs
+    /// waiting or dead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
+}
+
+/// A subscription's health in listings.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub failing_since: Option<DateTime<Utc>>,
+    pub last_failure_at: Option<DateTime<Utc>>,
+    /// `closed`, `open` or `half_open`, as this replica's dispatcher last saw it for this
+    /// subscription's jobs (breakers are per replica and per destination).
+    pub breaker: &'static str,
+    pub jobs: JobCounts,
+}
+
+/// Jobs of a subscription or a tenant that are not finished, and the dead ones.
+#[derive(Debug, Default, Serialize, ToSchema)]
+pub struct JobCounts {
+    pub pending: i64,
+    pub leased: i64,
+    /// Waiting for the subscription to be deliverable again (paused, disabled, not verified).
+    pub held: i64,
+    pub dead: i64,
+}
+
+impl JobCounts {
+    pub fn add(&mut self, state: hub_store::JobState, n: i64) {
+        use hub_store::JobState::*;
+        match state {
+            Pending => self.pending += n,
+            Leased => self.leased += n,
+            Held => self.held += n,
+            Dead => self.dead += n,
+            Succeeded | Cancelled => {}
+        }
+    }
+}
+
+/// Views of these subscriptions with their health.
+pub async fn with_health(state: &AppState, subs: &[SubscriptionRecord]) -> Result<Vec<SubscriptionView>, ApiError> {
+    let ids: Vec<Uuid> = subs.iter().map(|s| s.id).collect();
+    let mut jobs: std::collections::HashMap<Uuid, JobCounts> = std::collections::HashMap::new();
+    if !ids.is_empty() {
+        for (sub, job_state, n) in state.store.open_jobs(&ids).await? {
+            jobs.entry(sub).or_default().add(job_state, n);
+        }
+    }
+    Ok(subs
+        .iter()
+        .map(|s| {
+            let mut view = SubscriptionView::of(s);
+            view.health = Some(Health {
+                failing_since: s.failing_since,
+                last_failure_at: s.last_failure_at,
+                breaker: state.breakers.state(s.id),
+                jobs: jobs.remove(&s.id).unwrap_or_default(),
+            });
+            view
+        })
+        .collect())
 }
 
 impl SubscriptionView {
@@ -68,6 +131,7 @@ impl SubscriptionView {
             created_at: sub.created_at,
             updated_at: sub.updated_at,
             signing_secret: None,
+            health: None,
         }
     }
 }
@@ -287,7 +351,7 @@ pub async fn list(
     let after: Option<Uuid> = cursor(params.cursor)?;
     let subs = state.store.list_subscriptions(caller.tenant.as_str(), after, limit).await?;
     let next_cursor = next_cursor(&subs, limit, |s| s.id);
-    Ok(AxumJson(SubscriptionPage { items: subs.iter().map(SubscriptionView::of).collect(), next_cursor }))
+    Ok(AxumJson(SubscriptionPage { items: with_health(&state, &subs).await?, next_cursor }))
 }
 
 #[utoipa::path(

@@ -80,6 +80,7 @@ pub struct Dispatcher {
     wake: Arc<Notify>,
     settings: Settings,
     breakers: Mutex<HashMap<(String, String), Breaker>>,
+    board: BreakerBoard,
     destinations: Mutex<Destinations>,
     /// Jobs being attempted now, with their lease tokens.
     in_flight: Mutex<HashMap<Uuid, Uuid>>,
@@ -88,6 +89,28 @@ pub struct Dispatcher {
     /// The dead-letter notice of an attempt waiting for its record: emitted only once the store
     /// took the job's death (the lease may have been lost meanwhile).
     dead_letters: Mutex<HashMap<Uuid, Notice>>,
+}
+
+/// The breakers of this process that are not closed, by the subscription whose job last moved
+/// each: what listings show. Breakers are per destination; a subscription sharing one shows it
+/// once its own jobs meet it.
+#[derive(Debug, Clone, Default)]
+pub struct BreakerBoard(Arc<Mutex<HashMap<Uuid, &'static str>>>);
+
+impl BreakerBoard {
+    /// `closed`, `open` or `half_open`.
+    pub fn state(&self, subscription: Uuid) -> &'static str {
+        lock(&self.0).get(&subscription).copied().unwrap_or("closed")
+    }
+
+    fn moved(&self, subscription: Uuid, transition: Transition) {
+        let mut board = lock(&self.0);
+        match transition {
+            Transition::Opened => board.insert(subscription, "open"),
+            Transition::HalfOpened => board.insert(subscription, "half_open"),
+            Transition::Closed => board.remove(&subscription),
+        };
+    }
 }
 
 /// Claims in flight at once: while one waits for the database, the other's jobs are attempted.
@@ -142,6 +165,7 @@ impl Dispatcher {
         wake: Arc<Notify>,
         settings: Settings,
         notices: Notices,
+        board: BreakerBoard,
     ) -> Self {
         Self {
             store,
@@ -151,6 +175,7 @@ impl Dispatcher {
             wake,
             settings,
             breakers: Mutex::new(HashMap::new()),
+            board,
             destinations: Mutex::new(Destinations::default()),
             in_flight: Mutex::new(HashMap::new()),
             notices,
@@ -508,6 +533,9 @@ impl Dispatcher {
 
     /// `breaker_opened` and `breaker_closed`, about the subscription whose attempt moved it.
     fn breaker_notice(&self, job: &ClaimedJob, transition: Option<Transition>) {
+        if let Some(t) = transition {
+            self.board.moved(job.subscription_id, t);
+        }
         let kind = match transition {
             Some(Transition::Opened) => OperationalKind::BreakerOpened,
             Some(Transition::Closed) => OperationalKind::BreakerClosed,

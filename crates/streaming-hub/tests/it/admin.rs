@@ -247,3 +247,88 @@ async fn readiness_turns_503_while_the_database_is_unreachable() {
     // Liveness is not readiness: the process is alive.
     assert_eq!(hub.client.get(hub.url("/healthz")).send().await.expect("healthz").status(), StatusCode::OK);
 }
+
+crate::on_both_backends!(the_operator_lists_tenants_and_subscriptions_and_acts_for_one);
+
+async fn the_operator_lists_tenants_and_subscriptions_and_acts_for_one(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let (k1, k2) = (hub.tenant_key("t1").await, hub.tenant_key("t2").await);
+    let pull = hub.subscribe(&k1, json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    // Paused: its jobs are held.
+    let hook = hub
+        .subscribe(
+            &k1,
+            json!({"name": "h", "event_types": ["*.*"], "enabled": false, "sink": {"type": "webhook", "url": "https://example.com/hook"}}),
+        )
+        .await;
+    hub.subscribe(&k2, json!({"name": "q", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    for _ in 0..3 {
+        assert_eq!(hub.post_event(&k1, &Event::new("t1")).await.0, StatusCode::ACCEPTED);
+    }
+    assert_eq!(hub.post_event(&k2, &Event::new("t2")).await.0, StatusCode::ACCEPTED);
+    // A replay into the paused subscription gives it held jobs.
+    let hook_id = hook["id"].as_str().expect("id");
+    let (status, replay) = hub
+        .post_json(&k1, &format!("/v1/subscriptions/{hook_id}/replay"), &json!({"from_seq": 1, "rate": 100_000}))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{replay}");
+    let progress = format!("/v1/subscriptions/{hook_id}/replays/{}", replay["replay_id"].as_str().expect("replay_id"));
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while hub.get(&k1, &progress).await.1["state"] != "done" {
+        assert!(tokio::time::Instant::now() < deadline, "the replay never finished");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let (_, log) = hub.get(&k1, "/v1/events?limit=1000").await;
+    let inbox = log["items"].as_array().expect("items").len() as i64;
+    assert!(inbox >= 3, "{log}");
+
+    let (status, tenants) = hub.admin_get("/admin/tenants").await;
+    assert_eq!(status, StatusCode::OK, "{tenants}");
+    let t1 = tenants["items"].as_array().expect("items").iter().find(|t| t["tenant_id"] == "t1").expect("t1").clone();
+    assert_eq!(
+        (t1["events"].as_i64(), t1["subscriptions"].as_i64(), t1["api_keys"].as_i64()),
+        (Some(inbox), Some(2), Some(1)),
+        "{t1}"
+    );
+    assert_eq!(t1["jobs"]["held"], 3, "{t1}");
+
+    let (_, only) = hub.admin_get("/admin/subscriptions?tenant=t1").await;
+    let items = only["items"].as_array().expect("items");
+    assert_eq!(items.len(), 2, "{only}");
+    assert!(items.iter().all(|s| s["tenant_id"] == "t1"));
+    let h = items.iter().find(|s| s["id"] == hook["id"]).expect("the webhook");
+    assert_eq!(
+        (h["health"]["jobs"]["held"].as_i64(), h["health"]["breaker"].as_str()),
+        (Some(3), Some("closed")),
+        "{h}"
+    );
+    assert!(items.iter().any(|s| s["id"] == pull["id"]));
+    let (_, all) = hub.admin_get("/admin/subscriptions?limit=2").await;
+    assert_eq!(all["items"].as_array().expect("items").len(), 2);
+    assert!(all["next_cursor"].is_string(), "{all}");
+    let (status, bad) = hub.admin_get(&format!("/admin/subscriptions?tenant={}", "t".repeat(300))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    // Tenants see neither listing.
+    let (status, _) = hub.get(&k1, "/admin/tenants").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // The admin token acts for one tenant by naming it, and sees only that tenant's.
+    let act = |tenant: &str, path: &str| {
+        hub.client.get(hub.url(path)).bearer_auth(&hub.admin).header("x-streaming-hub-tenant", tenant)
+    };
+    let (status, mine) = hub.send(act("t2", "/v1/subscriptions")).await;
+    assert_eq!(status, StatusCode::OK, "{mine}");
+    assert_eq!(mine["items"].as_array().expect("items").len(), 1);
+    assert_eq!(mine["items"][0]["name"], "q");
+    let (status, _) = hub.send(act("t2", &format!("/v1/subscriptions/{}", hook["id"].as_str().expect("id")))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "t1's subscription is not t2's");
+    let (status, _) = hub.admin_get("/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "without naming a tenant");
+    let (status, _) = hub.send(act(&"t".repeat(300), "/v1/subscriptions")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    // A tenant key naming another tenant still reads its own.
+    let (_, own) = hub
+        .send(hub.client.get(hub.url("/v1/subscriptions")).bearer_auth(&k1).header("x-streaming-hub-tenant", "t2"))
+        .await;
+    assert_eq!(own["items"].as_array().expect("items").len(), 2);
+}

@@ -1,0 +1,119 @@
+//! `/admin/tenants` and `/admin/subscriptions`: the operator's read-only listings across
+//! tenants (the console's first views). Admin token only.
+
+use axum::extract::State;
+use axum::response::IntoResponse;
+use hub_core::TenantId;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::Admin;
+use super::error::{ApiError, ErrorBody, Query, cursor, next_cursor, page_limit};
+use super::subscriptions::{JobCounts, SubscriptionView, with_health};
+
+/// A tenant with its counts.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantView {
+    pub tenant_id: String,
+    /// Events in its inbox.
+    pub events: i64,
+    pub subscriptions: i64,
+    /// API keys not revoked.
+    pub api_keys: i64,
+    pub jobs: JobCounts,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantList {
+    pub items: Vec<TenantView>,
+}
+
+#[utoipa::path(
+    get, path = "/admin/tenants", tag = "admin", operation_id = "listTenants",
+    responses(
+        (status = 200, description = "Every tenant the hub knows (by events, subscriptions or API keys), by id", body = TenantList),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+    ),
+    security(("admin_token" = []))
+)]
+pub async fn tenants(State(state): State<AppState>, _: Admin) -> Result<impl IntoResponse, ApiError> {
+    let items = state
+        .store
+        .tenants()
+        .await?
+        .into_iter()
+        .map(|t| {
+            let mut jobs = JobCounts::default();
+            for (s, n) in t.jobs {
+                jobs.add(s, n);
+            }
+            TenantView {
+                tenant_id: t.tenant_id,
+                events: t.events,
+                subscriptions: t.subscriptions,
+                api_keys: t.api_keys,
+                jobs,
+            }
+        })
+        .collect();
+    Ok(axum::Json(TenantList { items }))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SubscriptionParams {
+    /// Only this tenant's.
+    tenant: Option<String>,
+    /// The `next_cursor` of the previous page.
+    cursor: Option<String>,
+    /// 1 to 1000, default 100.
+    limit: Option<u32>,
+}
+
+/// A subscription with its tenant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantSubscription {
+    pub tenant_id: String,
+    #[serde(flatten)]
+    pub subscription: SubscriptionView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantSubscriptionPage {
+    pub items: Vec<TenantSubscription>,
+    pub next_cursor: Option<String>,
+}
+
+#[utoipa::path(
+    get, path = "/admin/subscriptions", tag = "admin", operation_id = "listAllSubscriptions",
+    params(SubscriptionParams),
+    responses(
+        (status = 200, description = "Subscriptions of every tenant (or one), by id, with their health", body = TenantSubscriptionPage),
+        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token", body = ErrorBody),
+    ),
+    security(("admin_token" = []))
+)]
+pub async fn subscriptions(
+    State(state): State<AppState>,
+    _: Admin,
+    Query(params): Query<SubscriptionParams>,
+) -> Result<impl IntoResponse, ApiError> {
+    let limit = page_limit(params.limit)?;
+    let after: Option<Uuid> = cursor(params.cursor)?;
+    let tenant = params.tenant.map(|t| TenantId::parse(&t).map_err(|e| ApiError::query("tenant", e))).transpose()?;
+    let subs = state.store.list_all_subscriptions(tenant.as_ref().map(TenantId::as_str), after, limit).await?;
+    let next_cursor = next_cursor(&subs, limit, |s| s.id);
+    let views = with_health(&state, &subs).await?;
+    let items = subs
+        .iter()
+        .zip(views)
+        .map(|(s, subscription)| TenantSubscription { tenant_id: s.tenant_id.clone(), subscription })
+        .collect();
+    Ok(axum::Json(TenantSubscriptionPage { items, next_cursor }))
+}
