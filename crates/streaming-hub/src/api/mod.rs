@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod auth;
+mod console;
 pub mod delivery;
 pub mod destination;
 pub mod error;
@@ -147,6 +148,7 @@ pub fn router(state: AppState) -> Router {
     let (routes, _) = routes();
     let limit = state.request_timeout;
     routes
+        .merge(console::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))

@@ -3,6 +3,7 @@
 
 mod admin;
 mod cli;
+mod console;
 mod crash;
 mod delivery;
 mod ingest;

@@ -1,0 +1,474 @@
+// Streaming Hub console: one page over the hub's own API.
+//
+// It signs in with the admin token (every tenant: the /admin listings, and a tenant's views by
+// acting for it with the X-Streaming-Hub-Tenant header) or a tenant API key (that tenant only).
+// The token stays in this tab's session storage. Every value is rendered as text, never markup.
+"use strict";
+
+const store = window.sessionStorage;
+const state = {
+  token: store.getItem("sh.token"),
+  role: store.getItem("sh.role"), // "admin" or "tenant"
+  tenant: store.getItem("sh.tenant"), // the tenant an admin acts for
+};
+
+// ---------- DOM helpers (text only) ----------
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "testid") el.dataset.testid = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function show(...nodes) {
+  const main = document.getElementById("main");
+  main.replaceChildren(...nodes);
+}
+
+function notice(text, kind) {
+  const n = h("p", { class: `notice ${kind || ""}`, role: kind === "error" ? "alert" : "status", testid: "notice" }, text);
+  document.getElementById("main").prepend(n);
+  return n;
+}
+
+function time(t) {
+  return t ? new Date(t).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "—";
+}
+
+function table(testid, columns, rows, rowAttrs) {
+  return h(
+    "table",
+    { testid },
+    h("thead", {}, h("tr", {}, columns.map((c) => h("th", {}, c.title)))),
+    h(
+      "tbody",
+      {},
+      rows.length === 0
+        ? h("tr", {}, h("td", { colspan: columns.length, class: "empty" }, "Nothing here."))
+        : rows.map((r) => h("tr", rowAttrs ? rowAttrs(r) : {}, columns.map((c) => h("td", {}, c.cell(r))))),
+    ),
+  );
+}
+
+function link(href, text, testid) {
+  return h("a", { href, testid }, text);
+}
+
+// ---------- API ----------
+
+class ApiError extends Error {
+  constructor(status, body) {
+    super((body && body.message) || `HTTP ${status}`);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+async function api(path, { method = "GET", body, token = state.token, asTenant = true } = {}) {
+  const headers = { Authorization: `Bearer ${token}` };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  if (asTenant && state.role === "admin" && state.tenant && path.startsWith("/v1/")) {
+    headers["X-Streaming-Hub-Tenant"] = state.tenant;
+  }
+  const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  const json = text ? JSON.parse(text) : null;
+  if (!res.ok) throw new ApiError(res.status, json);
+  return json;
+}
+
+// ---------- Sign-in ----------
+
+async function signIn(token) {
+  // The admin token reads /admin; a tenant key reads its own /v1.
+  try {
+    await api("/admin/tenants", { token, asTenant: false });
+    return "admin";
+  } catch (e) {
+    if (e.status !== 401 && e.status !== 403) throw e;
+  }
+  try {
+    await api("/v1/subscriptions?limit=1", { token, asTenant: false });
+    return "tenant";
+  } catch (e) {
+    if (e.status === 401 || e.status === 403) return null;
+    throw e;
+  }
+}
+
+function signInView() {
+  const input = h("input", { type: "password", id: "token", name: "token", autocomplete: "off", required: true, testid: "token" });
+  const form = h(
+    "form",
+    { class: "signin", testid: "signin" },
+    h("h1", {}, "Sign in"),
+    h("p", {}, "With the admin token (every tenant) or a tenant API key (that tenant only)."),
+    h("label", { for: "token" }, "Token or API key"),
+    input,
+    h("button", { type: "submit", testid: "signin-submit" }, "Sign in"),
+  );
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    try {
+      const role = await signIn(input.value.trim());
+      if (!role) return notice("That token or key was not accepted.", "error");
+      state.token = input.value.trim();
+      state.role = role;
+      state.tenant = null;
+      store.setItem("sh.token", state.token);
+      store.setItem("sh.role", role);
+      store.removeItem("sh.tenant");
+      location.hash = role === "admin" ? "#/tenants" : "#/subscriptions";
+      route();
+    } catch (e) {
+      notice(`Sign-in failed: ${e.message}`, "error");
+    }
+  });
+  show(form);
+  input.focus();
+}
+
+function signOut() {
+  store.clear();
+  state.token = state.role = state.tenant = null;
+  location.hash = "#/signin";
+  route();
+}
+
+function actFor(tenant) {
+  state.tenant = tenant;
+  if (tenant) store.setItem("sh.tenant", tenant);
+  else store.removeItem("sh.tenant");
+}
+
+function chrome() {
+  const nav = document.getElementById("nav");
+  const who = document.getElementById("who");
+  const out = document.getElementById("signout");
+  out.hidden = !state.token;
+  out.onclick = signOut;
+  const links = [];
+  if (state.role === "admin") {
+    links.push(link("#/tenants", "Tenants", "nav-tenants"));
+    links.push(link("#/all-subscriptions", "All subscriptions", "nav-all-subscriptions"));
+    links.push(link("#/quarantine", "Quarantine", "nav-quarantine"));
+    links.push(link("#/dlq", "DLQ", "nav-dlq"));
+  }
+  if (state.role === "tenant" || state.tenant) {
+    links.push(link("#/subscriptions", "Subscriptions", "nav-subscriptions"));
+    links.push(link("#/events", "Event log", "nav-events"));
+  }
+  nav.replaceChildren(...links);
+  if (!state.token) who.textContent = "";
+  else if (state.role === "admin") who.textContent = state.tenant ? `admin · acting for ${state.tenant}` : "admin · all tenants";
+  else who.textContent = "tenant API key";
+}
+
+// ---------- Views ----------
+
+async function tenantsView() {
+  // Back to every tenant: no longer acting for one.
+  actFor(null);
+  chrome();
+  const page = await api("/admin/tenants");
+  show(
+    h("h1", {}, "Tenants"),
+    table(
+      "tenants",
+      [
+        { title: "Tenant", cell: (t) => h("button", { type: "button", class: "linkish", testid: `tenant-${t.tenant_id}`, onclick: () => { actFor(t.tenant_id); location.hash = "#/subscriptions"; } }, t.tenant_id) },
+        { title: "Events", cell: (t) => t.events },
+        { title: "Subscriptions", cell: (t) => t.subscriptions },
+        { title: "API keys", cell: (t) => t.api_keys },
+        { title: "Pending", cell: (t) => t.jobs.pending },
+        { title: "Leased", cell: (t) => t.jobs.leased },
+        { title: "Held", cell: (t) => t.jobs.held },
+        { title: "Dead", cell: (t) => t.jobs.dead },
+      ],
+      page.items,
+    ),
+  );
+}
+
+function healthCells() {
+  return [
+    { title: "Verification", cell: (x) => h("span", { class: `state ${x.verification_state}` }, x.verification_state) },
+    { title: "Enabled", cell: (x) => (x.enabled ? "yes" : `no${x.disabled_reason ? ` (${x.disabled_reason})` : ""}`) },
+    { title: "Breaker", cell: (x) => (x.health ? x.health.breaker : "—") },
+    { title: "Failing since", cell: (x) => time(x.health && x.health.failing_since) },
+    { title: "Held jobs", cell: (x) => (x.health ? x.health.jobs.held : "—") },
+    { title: "Dead jobs", cell: (x) => (x.health ? x.health.jobs.dead : "—") },
+  ];
+}
+
+async function allSubscriptionsView() {
+  const page = await api("/admin/subscriptions?limit=500");
+  show(
+    h("h1", {}, "All subscriptions"),
+    table(
+      "all-subscriptions",
+      [
+        { title: "Tenant", cell: (s) => s.tenant_id },
+        { title: "Name", cell: (s) => s.name },
+        { title: "Sink", cell: (s) => s.sink.type },
+        ...healthCells(),
+      ],
+      page.items,
+    ),
+  );
+}
+
+function clearNotices() {
+  for (const n of document.querySelectorAll(".notice")) n.remove();
+}
+
+async function act(fn, done) {
+  clearNotices();
+  try {
+    const message = await fn();
+    await route();
+    if (message) notice(message, "ok");
+  } catch (e) {
+    await route();
+    notice(e.message, "error");
+  }
+  if (done) done();
+}
+
+function replayForm(sub) {
+  const since = h("input", { type: "text", name: "since", placeholder: "2026-11-30T00:00:00Z", testid: "replay-since" });
+  const fromSeq = h("input", { type: "number", name: "from_seq", min: 1, placeholder: "1", testid: "replay-from-seq" });
+  const form = h(
+    "form",
+    { class: "inline", testid: "replay-form" },
+    h("label", {}, "Replay since ", since),
+    h("label", {}, " or from seq ", fromSeq),
+    h("button", { type: "submit", testid: "replay-submit" }, "Replay"),
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const body = since.value.trim() ? { since: since.value.trim() } : { from_seq: Number(fromSeq.value || 1) };
+    act(async () => {
+      const r = await api(`/v1/subscriptions/${sub.id}/replay`, { method: "POST", body });
+      return `Replay ${r.replay_id} started: ${r.state}, events ${r.from_seq}–${r.to_seq}.`;
+    });
+  });
+  return form;
+}
+
+function actions(s) {
+  const post = (path, body) => api(`/v1/subscriptions/${s.id}/${path}`, { method: "POST", body });
+  const buttons = [
+    h("button", { type: "button", testid: `verify-${s.id}`, onclick: () => act(async () => {
+      await post("verify");
+      return `${s.name}: verified.`;
+    }) }, "Verify"),
+    h("button", { type: "button", testid: `toggle-${s.id}`, onclick: () => act(async () => {
+      await api(`/v1/subscriptions/${s.id}`, { method: "PATCH", body: { enabled: !s.enabled } });
+      return `${s.name}: ${s.enabled ? "paused" : "resumed"}.`;
+    }) }, s.enabled ? "Pause" : "Resume"),
+  ];
+  if (s.sink.type === "webhook") {
+    buttons.push(h("button", { type: "button", testid: `rotate-${s.id}`, onclick: async () => {
+      clearNotices();
+      if (!window.confirm(`Rotate the signing secret of ${s.name}? The old one keeps signing for 24 hours.`)) return;
+      try {
+        const r = await post("rotate-secret");
+        await route();
+        secretShownOnce(s, r);
+      } catch (e) {
+        notice(e.message, "error");
+      }
+    } }, "Rotate secret"));
+  }
+  buttons.push(link(`#/subscriptions/${s.id}`, "Deliveries", `deliveries-${s.id}`));
+  return h("span", { class: "actions" }, buttons);
+}
+
+function secretShownOnce(s, r) {
+  const box = h(
+    "div",
+    { class: "secret", role: "dialog", "aria-label": "New signing secret", testid: "secret" },
+    h("p", {}, `New signing secret of ${s.name}. It is shown this once; both secrets sign until ${time(r.previous_secret_expires_at)}.`),
+    h("code", { testid: "secret-value" }, r.signing_secret),
+    h("button", { type: "button", testid: "secret-close", onclick: () => box.remove() }, "I have stored it"),
+  );
+  document.getElementById("main").prepend(box);
+}
+
+async function subscriptionsView() {
+  const page = await api("/v1/subscriptions?limit=500");
+  show(
+    h("h1", {}, "Subscriptions"),
+    table(
+      "subscriptions",
+      [
+        { title: "Name", cell: (s) => s.name },
+        { title: "Event types", cell: (s) => s.event_types.join(", ") },
+        { title: "Sink", cell: (s) => s.sink.type },
+        ...healthCells(),
+        { title: "", cell: actions },
+      ],
+      page.items,
+      (s) => ({ testid: `sub-${s.id}` }),
+    ),
+  );
+}
+
+function attemptsList(d) {
+  return h(
+    "ol",
+    { class: "attempts" },
+    d.attempt_log.map((a) =>
+      h("li", {}, `#${a.attempt} ${time(a.started_at)} ${a.outcome}${a.status_code ? ` ${a.status_code}` : ""} ${a.latency_ms} ms${a.error ? ` — ${a.error}` : ""}`),
+    ),
+  );
+}
+
+async function subscriptionView(id) {
+  const [sub, page] = await Promise.all([
+    api(`/v1/subscriptions/${id}`),
+    api(`/v1/subscriptions/${id}/deliveries?limit=200`),
+  ]);
+  const redrive = h("button", { type: "button", testid: "redrive", onclick: () => act(async () => {
+    const r = await api(`/v1/subscriptions/${id}/redrive`, { method: "POST", body: {} });
+    return `${r.redriven} dead-lettered deliveries are pending again.`;
+  }) }, "Redrive dead letters");
+  show(
+    h("h1", {}, `Subscription ${sub.name}`),
+    h("p", {}, `${sub.sink.type} · ${sub.verification_state} · ${sub.enabled ? "enabled" : "disabled"}`),
+    h("p", {}, redrive, " ", actions(sub)),
+    replayForm(sub),
+    h("h2", {}, "Deliveries"),
+    table(
+      "deliveries",
+      [
+        { title: "Event", cell: (d) => (d.ce_id ? link(`#/events/${d.ce_id}`, d.ce_id) : `seq ${d.event_seq}`) },
+        { title: "State", cell: (d) => h("span", { class: `state ${d.state}` }, d.state) },
+        { title: "Attempts", cell: (d) => d.attempts },
+        { title: "Next attempt", cell: (d) => time(d.next_attempt_at) },
+        { title: "Last error", cell: (d) => d.last_error || "" },
+        { title: "Attempt log", cell: attemptsList },
+      ],
+      page.items,
+    ),
+  );
+}
+
+const EVENT_COLUMNS = [
+  { title: "Seq", cell: (e) => e.seq },
+  { title: "Event", cell: (e) => link(`#/events/${e.ce_id}`, e.ce_id, `event-${e.ce_id}`) },
+  { title: "Key", cell: (e) => e.type },
+  { title: "Source", cell: (e) => e.source },
+  { title: "Received", cell: (e) => time(e.received_at) },
+];
+
+async function eventsView() {
+  // Oldest first, a page at a time.
+  const page = await api("/v1/events?limit=100");
+  const holder = h("div", {}, table("events", EVENT_COLUMNS, page.items));
+  let cursor = page.next_cursor;
+  const more = h("button", { type: "button", testid: "events-more", hidden: !cursor, onclick: async () => {
+    const next = await api(`/v1/events?limit=100&after=${cursor}`);
+    const body = holder.querySelector("tbody");
+    for (const row of table("events", EVENT_COLUMNS, next.items).querySelectorAll("tbody tr")) body.append(row);
+    cursor = next.next_cursor;
+    more.hidden = !cursor;
+  } }, "More");
+  show(h("h1", {}, "Event log"), holder, more);
+}
+
+async function eventView(ceId) {
+  const d = await api(`/v1/events/${ceId}`);
+  const e = d.event;
+  show(
+    h("h1", {}, `Event ${e.ce_id}`),
+    h("p", {}, `${e.type} from ${e.source}, seq ${e.seq}, received ${time(e.received_at)}`),
+    h("pre", { class: "payload", testid: "payload" }, typeof e.payload === "string" ? e.payload : JSON.stringify(e.payload, null, 2)),
+    h("h2", {}, "Fan-out"),
+    table(
+      "fanout",
+      [
+        { title: "Subscription", cell: (o) => link(`#/subscriptions/${o.subscription_id}`, o.name) },
+        { title: "Sink", cell: (o) => o.sink },
+        { title: "State", cell: (o) => h("span", { class: `state ${o.state}` }, o.state) },
+        { title: "Attempts", cell: (o) => o.deliveries.map(attemptsList) },
+      ],
+      d.subscriptions,
+    ),
+  );
+}
+
+async function quarantineView() {
+  const page = await api("/admin/quarantine?limit=200");
+  show(
+    h("h1", {}, "Quarantine"),
+    table(
+      "quarantine",
+      [
+        { title: "Id", cell: (q) => q.id },
+        { title: "Tenant", cell: (q) => q.tenant_id || "—" },
+        { title: "Source", cell: (q) => q.source || "—" },
+        { title: "Reason", cell: (q) => `${q.reason_code} (${q.reason_field}): ${q.reason}` },
+        { title: "Received", cell: (q) => time(q.received_at) },
+      ],
+      page.items,
+    ),
+  );
+}
+
+async function dlqView() {
+  const page = await api("/admin/dlq?limit=200");
+  show(
+    h("h1", {}, "DLQ records"),
+    table(
+      "dlq",
+      [
+        { title: "Topic", cell: (r) => `${r.topic} [${r.partition}] @${r.offset}` },
+        { title: "Tenant", cell: (r) => r.tenant_id || "—" },
+        { title: "Event", cell: (r) => r.ce_id || "—" },
+        { title: "Error", cell: (r) => `${r.error_class || ""} ${r.error_message || ""}` },
+      ],
+      page.items,
+    ),
+  );
+}
+
+// ---------- Router ----------
+
+async function route() {
+  const hash = location.hash || "#/";
+  const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  chrome();
+  if (!state.token) return signInView();
+  const [view, id] = parts;
+  try {
+    if (state.role === "admin") {
+      if (view === "tenants" || !view) return await tenantsView();
+      if (view === "all-subscriptions") return await allSubscriptionsView();
+      if (view === "quarantine") return await quarantineView();
+      if (view === "dlq") return await dlqView();
+      if (!state.tenant) return await tenantsView();
+    }
+    if (view === "subscriptions" && id) return await subscriptionView(id);
+    if (view === "events" && id) return await eventView(id);
+    if (view === "events") return await eventsView();
+    return await subscriptionsView();
+  } catch (e) {
+    if (e.status === 401) return signOut();
+    show(h("h1", {}, "Something went wrong"));
+    notice(e.message, "error");
+  }
+}
+
+window.addEventListener("hashchange", route);
+document.addEventListener("DOMContentLoaded", route);

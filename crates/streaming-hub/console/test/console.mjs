@@ -1,0 +1,166 @@
+// Drives the console in headless Chromium (Debian's, through playwright-core) against a running
+// hub that tests/it/console.rs prepared. Walks every view and action, signed in both ways, and
+// checks that a tenant never sees another tenant's data. Prints one JSON line; exits non-zero on
+// the first failure. With SCREENSHOTS set, saves a picture of each view there.
+//
+// Input (environment): BASE, ADMIN, T1_KEY, T1_HOOK, T1_EVENT, T2_EVENT, T2_NAME, PLAYWRIGHT
+// (the playwright-core module), SCREENSHOTS (optional).
+import assert from "node:assert/strict";
+import path from "node:path";
+import { createRequire } from "node:module";
+
+const env = process.env;
+const require = createRequire(import.meta.url);
+const { chromium } = require(env.PLAYWRIGHT);
+
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  ],
+});
+const steps = [];
+const step = (name) => steps.push(name);
+
+async function shot(page, name) {
+  if (!env.SCREENSHOTS) return;
+  await page.screenshot({ path: path.join(env.SCREENSHOTS, `${name}.png`), fullPage: true });
+}
+
+async function signIn(page, token) {
+  await page.goto(`${env.BASE}/console`);
+  await page.getByTestId("token").fill(token);
+  await page.getByTestId("signin-submit").click();
+}
+
+async function noticeText(page) {
+  const n = page.getByTestId("notice").first();
+  await n.waitFor();
+  return n.textContent();
+}
+
+try {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+  const page = await context.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  page.on("dialog", (d) => d.accept());
+
+  // A token that is neither the admin's nor a key.
+  await signIn(page, "not-a-token-at-all");
+  assert.match(await noticeText(page), /not accepted/);
+  step("a bad token is refused");
+  await shot(page, "sign-in");
+
+  // ---- The operator ----
+  await signIn(page, env.ADMIN);
+  await page.getByTestId("tenants").waitFor();
+  assert.match(await page.getByTestId("who").textContent(), /admin/);
+  const t1Row = page.getByTestId("tenants").locator("tr", { hasText: "t1" });
+  assert.match(await t1Row.textContent(), /t1/);
+  assert.match(await page.getByTestId("tenants").textContent(), /t2/);
+  await shot(page, "tenants");
+  step("admin: tenants");
+
+  await page.getByTestId("nav-all-subscriptions").click();
+  await page.getByTestId("all-subscriptions").waitFor();
+  const all = await page.getByTestId("all-subscriptions").textContent();
+  assert.ok(all.includes("hook") && all.includes(env.T2_NAME), all);
+  await shot(page, "all-subscriptions");
+  step("admin: every subscription");
+
+  await page.getByTestId("nav-quarantine").click();
+  await page.getByTestId("quarantine").waitFor();
+  assert.match(await page.getByTestId("quarantine").textContent(), /invalid_attribute|invalid_header|ce-type|ce-/);
+  await shot(page, "quarantine");
+  step("admin: quarantine with reasons");
+
+  await page.getByTestId("nav-dlq").click();
+  await page.getByTestId("dlq").waitFor();
+  assert.match(await page.getByTestId("dlq").textContent(), /the ledger did not answer/);
+  await shot(page, "dlq");
+  step("admin: DLQ records");
+
+  // Acting for t1: its subscriptions, with health and actions.
+  await page.getByTestId("nav-tenants").click();
+  await page.getByTestId("tenant-t1").click();
+  await page.getByTestId("subscriptions").waitFor();
+  assert.match(await page.getByTestId("who").textContent(), /acting for t1/);
+  const row = page.getByTestId(`sub-${env.T1_HOOK}`);
+  assert.match(await row.textContent(), /active/);
+  assert.match(await row.textContent(), /closed/);
+  await shot(page, "subscriptions");
+  step("admin acting for t1: subscriptions");
+
+  await page.getByTestId(`toggle-${env.T1_HOOK}`).click();
+  assert.match(await noticeText(page), /paused/);
+  assert.match(await page.getByTestId(`sub-${env.T1_HOOK}`).textContent(), /no \(disabled through the API\)/);
+  await page.getByTestId(`toggle-${env.T1_HOOK}`).click();
+  assert.match(await noticeText(page), /resumed/);
+  step("pause and resume");
+
+  await page.getByTestId(`verify-${env.T1_HOOK}`).click();
+  assert.match(await noticeText(page), /verified/);
+  step("verify");
+
+  await page.getByTestId(`rotate-${env.T1_HOOK}`).click();
+  await page.getByTestId("secret").waitFor();
+  const secret = await page.getByTestId("secret-value").textContent();
+  assert.ok(secret.length >= 24, secret);
+  await shot(page, "rotated-secret");
+  await page.getByTestId("secret-close").click();
+  assert.equal(await page.getByTestId("secret").count(), 0);
+  assert.ok(!(await page.content()).includes(secret), "the secret is shown once only");
+  step("rotate secret, shown once");
+
+  await page.getByTestId(`deliveries-${env.T1_HOOK}`).click();
+  await page.getByTestId("deliveries").waitFor();
+  assert.match(await page.getByTestId("deliveries").textContent(), /succeeded/);
+  await shot(page, "deliveries");
+  await page.getByTestId("redrive").click();
+  assert.match(await noticeText(page), /dead-lettered deliveries are pending again/);
+  step("deliveries with attempts; redrive");
+
+  await page.getByTestId("replay-from-seq").fill("1");
+  await page.getByTestId("replay-submit").click();
+  assert.match(await noticeText(page), /Replay .* started/);
+  step("replay");
+
+  await page.getByTestId("nav-events").click();
+  await page.getByTestId("events").waitFor();
+  await page.getByTestId(`event-${env.T1_EVENT}`).waitFor();
+  await shot(page, "events");
+  await page.getByTestId(`event-${env.T1_EVENT}`).click();
+  await page.getByTestId("fanout").waitFor();
+  const fanout = await page.getByTestId("fanout").textContent();
+  assert.ok(fanout.includes("hook") && /succeeded|pending|leased/.test(fanout), fanout);
+  await page.getByTestId("payload").waitFor();
+  await shot(page, "event");
+  step("event log and one event's fan-out");
+
+  // ---- A tenant ----
+  await page.getByTestId("signout").click();
+  await signIn(page, env.T1_KEY);
+  await page.getByTestId("subscriptions").waitFor();
+  assert.match(await page.getByTestId("who").textContent(), /tenant API key/);
+  assert.equal(await page.getByTestId("nav-tenants").count(), 0, "no operator views for a tenant");
+  for (const view of ["#/subscriptions", "#/events", "#/tenants", "#/all-subscriptions", "#/quarantine", "#/dlq"]) {
+    await page.goto(`${env.BASE}/console${view}`);
+    await page.locator("main h1").first().waitFor();
+    const html = await page.content();
+    assert.ok(!html.includes(env.T2_NAME) && !html.includes(env.T2_EVENT), `t2's data shown to t1 at ${view}`);
+  }
+  await page.goto(`${env.BASE}/console#/events/${env.T2_EVENT}`);
+  assert.match(await noticeText(page), /not found|No such/i);
+  assert.ok(!(await page.content()).includes(env.T2_NAME));
+  step("tenant: own data only, another tenant's event is not found");
+
+  assert.deepEqual(errors, [], "no script errors");
+  console.log(JSON.stringify({ ok: true, steps }));
+} catch (e) {
+  console.error(`console test failed after ${JSON.stringify(steps)}: ${e.stack || e}`);
+  process.exitCode = 1;
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,38 @@
+//! `/console`: the web console, three files built into the binary (`crates/streaming-hub/console/`).
+//!
+//! The page holds no data of its own: it signs in with the admin token or a tenant API key (kept
+//! in the tab's session storage) and calls the same API as everyone else, so every rule of the
+//! API — a tenant key sees only its tenant — holds in the console too. It renders every value as
+//! text, never as markup, and is served with a policy that allows only its own script and style.
+
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+const INDEX: &str = include_str!("../../console/index.html");
+const SCRIPT: &str = include_str!("../../console/console.js");
+const STYLE: &str = include_str!("../../console/console.css");
+
+const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; \
+                      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut response = body.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
+    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+/// The console's routes (not part of the API document).
+pub fn routes<S: Clone + Send + Sync + 'static>() -> axum::Router<S> {
+    axum::Router::new()
+        .route("/console", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
+        .route("/console/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
+        .route("/console/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
+        .route("/console/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+}

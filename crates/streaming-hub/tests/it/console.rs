@@ -1,0 +1,105 @@
+//! The console, end to end in headless Chromium: a hub with two tenants' data, and the browser
+//! script `console/test/console.mjs` walking every view and action signed in both ways.
+//! Needs `scripts/services console` (Debian's Chromium and playwright-core); fails without it.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use hub_store::prelude::*;
+
+use crate::receiver::{Receiver, Script};
+use crate::support::{Backend, Event, TestHub};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+
+    // The page itself: its own script and style only.
+    let page = hub.client.get(hub.url("/console")).send().await.expect("console");
+    assert_eq!(page.status(), StatusCode::OK);
+    let policy = page.headers()["content-security-policy"].to_str().expect("policy").to_owned();
+    assert!(policy.contains("script-src 'self'") && policy.contains("frame-ancestors 'none'"), "{policy}");
+    assert!(page.text().await.expect("html").contains("/console/console.js"));
+
+    let receiver = Receiver::start(Script::Ok).await;
+    let (k1, k2) = (hub.tenant_key("t1").await, hub.tenant_key("t2").await);
+    let hook = hub
+        .subscribe(
+            &k1,
+            json!({"name": "hook", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}}),
+        )
+        .await;
+    receiver.trust(hook["signing_secret"].as_str().expect("secret"));
+    let hook_id = hook["id"].as_str().expect("id").to_owned();
+    hub.wait_until_active(&k1, &hook_id).await;
+    let t2_name = format!("t2-private-ledger-{}", uuid::Uuid::now_v7().simple());
+    hub.subscribe(&k2, json!({"name": t2_name, "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    let mut t1_event = None;
+    for _ in 0..3 {
+        let e = Event::new("t1");
+        assert_eq!(hub.post_event(&k1, &e).await.0, StatusCode::ACCEPTED);
+        t1_event = Some(e.id());
+    }
+    receiver.wait_for(3, Duration::from_secs(20)).await;
+    let t2_event = Event::new("t2");
+    assert_eq!(hub.post_event(&k2, &t2_event).await.0, StatusCode::ACCEPTED);
+    let (status, _) = hub.post_event(&k1, &Event::new("t1").set("ce-type", "not-a-type")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "one record in quarantine");
+
+    // A record of the DLQ plane (its Kafka intake is tested in kafka.rs).
+    let dlq = hub_store::NewDlqRecord {
+        topic: "lerian.streaming.lender.dlq".to_owned(),
+        partition: 0,
+        offset: 7,
+        source: "lender".to_owned(),
+        tenant_id: Some("t1".to_owned()),
+        ce_id: Some(uuid::Uuid::now_v7().to_string()),
+        ce_type: Some("studio.lerian.lender.loan_application.approved".to_owned()),
+        error_class: Some("timeout".to_owned()),
+        error_message: Some("the ledger did not answer".to_owned()),
+        headers: Default::default(),
+        body: b"{}".to_vec(),
+        body_bytes: 2,
+        payload_omitted: false,
+        record_timestamp: None,
+        received_at: chrono::Utc::now(),
+    };
+    assert_eq!(hub.store.write_dlq_records(&[dlq]).await.expect("dlq"), 1);
+
+    let playwright = crate::sdk::cache_dir().join("console/node_modules/playwright-core");
+    assert!(
+        playwright.join("package.json").exists() && Path::new("/usr/bin/chromium").exists(),
+        "the console test needs Chromium and playwright-core: run scripts/services console"
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("console/test/console.mjs");
+    let mut command = Command::new("node");
+    command
+        .arg(script)
+        .env("BASE", hub.url(""))
+        .env("ADMIN", &hub.admin)
+        .env("T1_KEY", &k1)
+        .env("T1_HOOK", &hook_id)
+        .env("T1_EVENT", t1_event.expect("an event").to_string())
+        .env("T2_EVENT", t2_event.id().to_string())
+        .env("T2_NAME", &t2_name)
+        .env("PLAYWRIGHT", &playwright);
+    if let Ok(dir) = std::env::var("STREAMING_HUB_CONSOLE_SCREENSHOTS") {
+        command.env("SCREENSHOTS", dir);
+    }
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the browser's thread")
+        .expect("node runs the browser script");
+    assert!(
+        out.status.success(),
+        "the console test failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["steps"].as_array().expect("steps").len(), 13, "{report}");
+}
