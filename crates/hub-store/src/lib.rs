@@ -379,6 +379,9 @@ pub trait Operations: Send + Sync {
     /// Revokes a key; false when no live key has that id.
     async fn revoke_api_key(&self, id: Uuid) -> StoreResult<bool>;
 
+    /// Admin keys not revoked.
+    async fn count_admin_keys(&self) -> StoreResult<i64>;
+
     /// The live (not revoked) key with this hash.
     async fn api_key_by_hash(&self, hash: &[u8]) -> StoreResult<Option<ApiKeyRecord>>;
 }

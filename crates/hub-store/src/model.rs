@@ -189,7 +189,8 @@ pub struct QuarantineEntry {
 #[derive(Debug, Clone)]
 pub struct NewApiKey {
     pub id: Uuid,
-    pub tenant_id: String,
+    /// The tenant the key belongs to; `None` for an operator's admin key.
+    pub tenant_id: Option<String>,
     pub name: String,
     pub key_hash: Vec<u8>,
     pub key_prefix: String,
@@ -200,7 +201,8 @@ pub struct NewApiKey {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ApiKeyRecord {
     pub id: Uuid,
-    pub tenant_id: String,
+    /// `None` for an operator's admin key.
+    pub tenant_id: Option<String>,
     pub name: String,
     pub key_prefix: String,
     pub created_at: DateTime<Utc>,

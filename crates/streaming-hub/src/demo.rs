@@ -91,7 +91,11 @@ pub async fn run() -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let hub = crate::start(config, shutdown.clone()).await?;
     let base = format!("http://{}", hub.addr);
-    let admin = hub.admin_token.expose().to_owned();
+    let admin = hub
+        .admin_token
+        .as_ref()
+        .map(|t| t.expose().to_owned())
+        .context("the demo runs in local mode, with an admin token")?;
 
     let shared: Shared = Arc::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -30,13 +30,14 @@ pub fn display_prefix(key: &str) -> String {
     key.chars().take(API_KEY_PREFIX.len() + 6).collect()
 }
 
-/// Generates a tenant key, stores its hash, and returns the record with the key (shown once).
-pub async fn issue(store: &dyn Store, tenant: &TenantId, name: &str) -> StoreResult<(ApiKeyRecord, String)> {
+/// Generates a key — a tenant's, or with `None` an operator's admin key — stores its hash, and
+/// returns the record with the key (shown once).
+pub async fn issue(store: &dyn Store, tenant: Option<&TenantId>, name: &str) -> StoreResult<(ApiKeyRecord, String)> {
     let key = generate(API_KEY_PREFIX);
     let record = store
         .create_api_key(&NewApiKey {
             id: uuid::Uuid::now_v7(),
-            tenant_id: tenant.to_string(),
+            tenant_id: tenant.map(ToString::to_string),
             name: name.to_owned(),
             key_hash: hash(&key),
             key_prefix: display_prefix(&key),

@@ -109,7 +109,8 @@ pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dy
 #[derive(Debug)]
 pub struct Hub {
     pub addr: SocketAddr,
-    pub admin_token: Secret,
+    /// `None` outside `local` when the operators use admin keys only.
+    pub admin_token: Option<Secret>,
     /// True when the admin token was generated at start (local mode without one configured).
     pub admin_token_generated: bool,
     pub store: Arc<dyn Store>,
@@ -156,8 +157,20 @@ pub async fn start_with_clock(
     let addr = listener.local_addr()?;
 
     let (admin_token, admin_token_generated) = match &config.admin_token {
-        Some(token) => (token.clone(), false),
-        None => (Secret::new(keys::generate(GENERATED_ADMIN_PREFIX)), true),
+        Some(token) => (Some(token.clone()), false),
+        None if config.env.is_local() => (Some(Secret::new(keys::generate(GENERATED_ADMIN_PREFIX))), true),
+        // Outside `local` the operators may use admin keys instead; without either, nobody could
+        // ever administer this hub.
+        None => match store.count_admin_keys().await? {
+            0 => anyhow::bail!(
+                "STREAMING_HUB_ADMIN_TOKEN: required outside STREAMING_HUB_ENV=local unless an admin key exists \
+                 (create one with `streaming-hub api-key create --admin --name <who>`)"
+            ),
+            n => {
+                tracing::info!(admin_keys = n, "no admin token: the admin routes take admin keys only");
+                (None, false)
+            }
+        },
     };
     let draining = Arc::new(AtomicBool::new(false));
     // SIGTERM (`shutdown`) first turns readiness off; work stops after the drain delay.

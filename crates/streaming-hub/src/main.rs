@@ -136,8 +136,11 @@ enum ApiKeyCommand {
     /// Create a key for a tenant and print it (shown once).
     Create {
         /// The tenant the key belongs to.
+        #[arg(long, required_unless_present = "admin", conflicts_with = "admin")]
+        tenant: Option<String>,
+        /// An operator's admin key instead (the admin routes, named and revocable).
         #[arg(long)]
-        tenant: String,
+        admin: bool,
         /// A label to tell keys apart.
         #[arg(long, default_value = "cli")]
         name: String,
@@ -236,12 +239,19 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             println!("database schema is up to date");
             Ok(())
         }
-        Command::ApiKey { command: ApiKeyCommand::Create { tenant, name } } => {
-            let tenant = TenantId::parse(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
+        Command::ApiKey { command: ApiKeyCommand::Create { tenant, admin, name } } => {
+            let tenant = match (tenant, admin) {
+                (Some(t), false) => Some(TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?),
+                (None, true) => None,
+                _ => anyhow::bail!("--tenant: give a tenant, or --admin for an operator's admin key"),
+            };
             api::admin::valid_name("--name", &name).map_err(|e| anyhow::anyhow!("{}", e.message))?;
             let store = streaming_hub::open_store(&config, false).await?;
-            let (record, key) = streaming_hub::keys::issue(store.as_ref(), &tenant, &name).await?;
-            eprintln!("created API key {} for tenant {} (shown once):", record.id, record.tenant_id);
+            let (record, key) = streaming_hub::keys::issue(store.as_ref(), tenant.as_ref(), &name).await?;
+            match &record.tenant_id {
+                Some(t) => eprintln!("created API key {} for tenant {t} (shown once):", record.id),
+                None => eprintln!("created admin key {} named {} (shown once):", record.id, record.name),
+            }
             println!("{key}");
             Ok(())
         }
@@ -253,7 +263,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let hub = streaming_hub::start(config, shutdown.clone()).await?;
     if hub.admin_token_generated {
         // Local mode only: the operator needs this token to call /admin.
-        println!("STREAMING_HUB_ADMIN_TOKEN not set; generated for this run: {}", hub.admin_token.expose());
+        if let Some(token) = &hub.admin_token {
+            println!("STREAMING_HUB_ADMIN_TOKEN not set; generated for this run: {}", token.expose());
+        }
     }
     println!("streaming hub listening on http://{}", hub.addr);
     tokio::spawn(async move {

@@ -685,7 +685,7 @@ fn attempt_from_row(row: &PgRow) -> StoreResult<AttemptRecord> {
 fn api_key_from_row(row: &PgRow) -> StoreResult<ApiKeyRecord> {
     Ok(ApiKeyRecord {
         id: row.try_get("id")?,
-        tenant_id: row.try_get("tenant_id")?,
+        tenant_id: if row.try_get::<bool, _>("admin")? { None } else { Some(row.try_get("tenant_id")?) },
         name: row.try_get("name")?,
         key_prefix: row.try_get("key_prefix")?,
         created_at: row.try_get("created_at")?,

@@ -23,10 +23,11 @@ impl Operations for PgStore {
         let subscriptions = sqlx::query_as("SELECT tenant_id, count(*) FROM subscriptions GROUP BY tenant_id")
             .fetch_all(&self.pool)
             .await?;
-        let keys =
-            sqlx::query_as("SELECT tenant_id, count(*) FROM api_keys WHERE revoked_at IS NULL GROUP BY tenant_id")
-                .fetch_all(&self.pool)
-                .await?;
+        let keys = sqlx::query_as(
+            "SELECT tenant_id, count(*) FROM api_keys WHERE revoked_at IS NULL AND NOT admin GROUP BY tenant_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         let jobs = sqlx::query_as(
             "SELECT tenant_id, state, count(*) FROM delivery_jobs
              WHERE state IN ('pending', 'leased', 'held', 'dead') GROUP BY tenant_id, state",
@@ -247,16 +248,17 @@ impl Operations for PgStore {
 
     async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<ApiKeyRecord> {
         let row = sqlx::query(
-            "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             RETURNING id, tenant_id, name, key_prefix, created_at, revoked_at",
+            "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at, admin)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             RETURNING id, tenant_id, name, key_prefix, created_at, revoked_at, admin",
         )
         .bind(key.id)
-        .bind(&key.tenant_id)
+        .bind(key.tenant_id.as_deref().unwrap_or(""))
         .bind(&key.name)
         .bind(&key.key_hash)
         .bind(&key.key_prefix)
         .bind(key.created_at)
+        .bind(key.tenant_id.is_none())
         .fetch_one(&self.pool)
         .await?;
         api_key_from_row(&row)
@@ -264,7 +266,7 @@ impl Operations for PgStore {
 
     async fn list_api_keys(&self, before: Option<Uuid>, limit: u32) -> StoreResult<Vec<ApiKeyRecord>> {
         sqlx::query(
-            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at FROM api_keys
+            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin FROM api_keys
              WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2",
         )
         .bind(before)
@@ -274,6 +276,12 @@ impl Operations for PgStore {
         .iter()
         .map(api_key_from_row)
         .collect()
+    }
+
+    async fn count_admin_keys(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM api_keys WHERE admin AND revoked_at IS NULL")
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     async fn revoke_api_key(&self, id: Uuid) -> StoreResult<bool> {
@@ -286,7 +294,7 @@ impl Operations for PgStore {
 
     async fn api_key_by_hash(&self, hash: &[u8]) -> StoreResult<Option<ApiKeyRecord>> {
         sqlx::query(
-            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at FROM api_keys
+            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin FROM api_keys
              WHERE key_hash = $1 AND revoked_at IS NULL",
         )
         .bind(hash)

@@ -541,7 +541,7 @@ fn api_key_from_row(row: &SqliteRow) -> StoreResult<ApiKeyRecord> {
     let revoked: Option<i64> = row.try_get("revoked_at")?;
     Ok(ApiKeyRecord {
         id: uuid_from_text(&id)?,
-        tenant_id: row.try_get("tenant_id")?,
+        tenant_id: if row.try_get::<bool, _>("admin")? { None } else { Some(row.try_get("tenant_id")?) },
         name: row.try_get("name")?,
         key_prefix: row.try_get("key_prefix")?,
         created_at: from_micros(row.try_get("created_at")?)?,

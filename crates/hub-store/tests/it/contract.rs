@@ -264,7 +264,7 @@ pub async fn quarantine_pagination_is_complete_and_disjoint(db: &TestDb) {
 pub async fn api_keys_are_stored_hashed_listed_and_revoked(db: &TestDb) {
     let new = |tenant: &str, hash: u8| NewApiKey {
         id: Uuid::now_v7(),
-        tenant_id: tenant.into(),
+        tenant_id: Some(tenant.into()),
         name: "ci".into(),
         key_hash: vec![hash; 32],
         key_prefix: "shk_abcd".into(),
@@ -272,7 +272,7 @@ pub async fn api_keys_are_stored_hashed_listed_and_revoked(db: &TestDb) {
     };
     let a = db.store.create_api_key(&new("t1", 1)).await.expect("create");
     let b = db.store.create_api_key(&new("t2", 2)).await.expect("create");
-    assert_eq!(a.tenant_id, "t1");
+    assert_eq!(a.tenant_id.as_deref(), Some("t1"));
     assert!(a.revoked_at.is_none());
 
     let found = db.store.api_key_by_hash(&[1; 32]).await.expect("find").expect("live key");
@@ -293,6 +293,17 @@ pub async fn api_keys_are_stored_hashed_listed_and_revoked(db: &TestDb) {
 
     // The same hash cannot be stored twice.
     assert!(db.store.create_api_key(&new("t3", 2)).await.is_err());
+
+    // An operator's admin key belongs to no tenant, and is counted apart.
+    assert_eq!(db.store.count_admin_keys().await.expect("count"), 0);
+    let admin = db.store.create_api_key(&NewApiKey { tenant_id: None, ..new("ignored", 3) }).await.expect("create");
+    assert_eq!(admin.tenant_id, None);
+    assert_eq!(db.store.api_key_by_hash(&[3; 32]).await.expect("find").expect("live").tenant_id, None);
+    assert_eq!(db.store.count_admin_keys().await.expect("count"), 1);
+    let tenants = db.store.tenants().await.expect("tenants");
+    assert!(tenants.iter().all(|t| !t.tenant_id.is_empty()), "an admin key is no tenant: {tenants:?}");
+    assert!(db.store.revoke_api_key(admin.id).await.expect("revoke"));
+    assert_eq!(db.store.count_admin_keys().await.expect("count"), 0);
 }
 
 pub async fn a_nul_in_a_quarantined_header_is_stored_safely(db: &TestDb) {

@@ -20,16 +20,23 @@ const MAX_NAME: usize = 200;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateApiKey {
-    tenant_id: String,
+    /// The tenant the key belongs to; leave it out with `admin: true`.
+    tenant_id: Option<String>,
     /// A label to tell keys apart; `default` when omitted.
     name: Option<String>,
+    /// An operator's admin key: the admin routes, like the admin token, but named and revocable.
+    #[serde(default)]
+    admin: bool,
 }
 
 /// An API key as listed: never the key itself.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ApiKeyView {
     pub id: Uuid,
-    pub tenant_id: String,
+    /// `null` for an admin key.
+    pub tenant_id: Option<String>,
+    /// An operator's admin key.
+    pub admin: bool,
     pub name: String,
     /// The first characters of the key, to tell keys apart.
     pub key_prefix: String,
@@ -41,6 +48,7 @@ impl From<ApiKeyRecord> for ApiKeyView {
     fn from(r: ApiKeyRecord) -> Self {
         Self {
             id: r.id,
+            admin: r.tenant_id.is_none(),
             tenant_id: r.tenant_id,
             name: r.name,
             key_prefix: r.key_prefix,
@@ -102,10 +110,22 @@ pub async fn create_api_key(
     _: Admin,
     Json(req): Json<CreateApiKey>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let tenant = TenantId::parse(&req.tenant_id).map_err(|e| ApiError::validation("tenant_id", e))?;
+    let tenant = match (req.tenant_id, req.admin) {
+        (Some(t), false) => Some(TenantId::parse(&t).map_err(|e| ApiError::validation("tenant_id", e))?),
+        (None, true) => None,
+        (Some(_), true) => {
+            return Err(ApiError::validation("admin", "an admin key belongs to no tenant: leave out tenant_id"));
+        }
+        (None, false) => {
+            return Err(ApiError::validation("tenant_id", "is required (or admin: true for an admin key)"));
+        }
+    };
     let name = req.name.unwrap_or_else(|| "default".to_owned());
     valid_name("name", &name)?;
-    let (record, key) = keys::issue(state.store.as_ref(), &tenant, &name).await?;
+    let (record, key) = keys::issue(state.store.as_ref(), tenant.as_ref(), &name).await?;
+    if tenant.is_none() {
+        tracing::info!(key = %record.id, name = %record.name, "admin key created");
+    }
     Ok((StatusCode::CREATED, axum::Json(CreatedApiKey { record: record.into(), key })))
 }
 

@@ -38,7 +38,8 @@ impl FromRequestParts<AppState> for Principal {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let token = bearer(parts)?;
-        if bool::from(token.as_bytes().ct_eq(state.admin_token.expose().as_bytes())) {
+        if state.admin_token.as_ref().is_some_and(|admin| bool::from(token.as_bytes().ct_eq(admin.expose().as_bytes())))
+        {
             return Ok(Principal::Admin);
         }
         if token.starts_with(keys::API_KEY_PREFIX) {
@@ -47,8 +48,13 @@ impl FromRequestParts<AppState> for Principal {
                 return Ok(known);
             }
             if let Some(key) = state.store.api_key_by_hash(&hash).await? {
-                let tenant = TenantId::parse(&key.tenant_id).map_err(ApiError::internal)?;
-                let principal = Principal::Tenant { tenant, key_id: key.id };
+                let principal = match &key.tenant_id {
+                    Some(tenant) => Principal::Tenant {
+                        tenant: TenantId::parse(tenant).map_err(ApiError::internal)?,
+                        key_id: key.id,
+                    },
+                    None => Principal::Admin,
+                };
                 state.key_cache.put(hash, principal.clone());
                 return Ok(principal);
             }

@@ -47,7 +47,8 @@ pub const MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
-    pub admin_token: Secret,
+    /// `None` outside `local` when the operators use admin keys only.
+    pub admin_token: Option<Secret>,
     pub policy: Arc<IngestPolicy>,
     /// Live API keys seen lately.
     pub key_cache: Arc<auth::KeyCache>,

@@ -333,7 +333,7 @@ impl BenchHub {
     /// An API key of a new tenant.
     pub async fn tenant(&self, tenant: &str) -> anyhow::Result<String> {
         let id = hub_core::TenantId::parse(tenant).map_err(anyhow::Error::msg)?;
-        Ok(crate::keys::issue(self.hub.store.as_ref(), &id, "bench").await?.1)
+        Ok(crate::keys::issue(self.hub.store.as_ref(), Some(&id), "bench").await?.1)
     }
 
     /// Creates a subscription to every event and waits until it is active; returns its id.

@@ -332,3 +332,31 @@ async fn the_operator_lists_tenants_and_subscriptions_and_acts_for_one(backend: 
         .await;
     assert_eq!(own["items"].as_array().expect("items").len(), 2);
 }
+
+#[tokio::test]
+async fn admin_keys_are_made_through_the_api_and_act_as_the_admin() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let create =
+        |body: serde_json::Value| hub.client.post(hub.url("/admin/api-keys")).bearer_auth(&hub.admin).json(&body);
+    for (body, field) in [
+        (json!({"tenant_id": "t1", "admin": true}), "admin"),
+        (json!({"name": "nobody"}), "tenant_id"),
+        (json!({"admin": "yes"}), "admin"),
+    ] {
+        let (status, answer) = hub.send(create(body.clone())).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {answer}");
+        assert!(answer["message"].as_str().expect("message").contains(field), "{body}: {answer}");
+    }
+    let (status, made) = hub.send(create(json!({"admin": true, "name": "ops-bob"}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    assert_eq!((made["admin"].clone(), made["tenant_id"].clone()), (json!(true), serde_json::Value::Null));
+    let key = made["key"].as_str().expect("key").to_owned();
+    let (status, _) = hub.get(&key, "/admin/tenants").await;
+    assert_eq!(status, StatusCode::OK, "an admin key opens the admin routes");
+    // Like the admin token, it reaches a tenant's routes only by naming the tenant.
+    let (status, _) = hub.get(&key, "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, tenants) = hub.admin_get("/admin/tenants").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(tenants["items"].as_array().expect("items").iter().all(|t| t["tenant_id"] != ""), "{tenants}");
+}

@@ -166,6 +166,82 @@ async fn local_mode_migrates_no_other_applications_database() {
 }
 
 #[tokio::test]
+async fn outside_local_admin_keys_can_stand_in_for_the_admin_token() {
+    // A migrated database with no admin key: no way to administer it, so no start.
+    let empty = temp_sqlite_path();
+    let out = hub_command().arg("migrate").env("STREAMING_HUB_SQLITE_PATH", &empty).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_ENV", "staging")
+        .env("STREAMING_HUB_SQLITE_PATH", &empty)
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", "127.0.0.1:0")
+        .env_remove("STREAMING_HUB_ADMIN_TOKEN")
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("STREAMING_HUB_ADMIN_TOKEN") && stderr.contains("--admin"), "{stderr}");
+
+    // The CLI refuses a key that is both, or neither.
+    let both = hub_command().args(["api-key", "create", "--admin", "--tenant", "t1"]).output().expect("run");
+    assert!(!both.status.success());
+    let neither = hub_command().args(["api-key", "create"]).output().expect("run");
+    assert!(!neither.status.success());
+    assert!(
+        String::from_utf8_lossy(&neither.stderr).contains("--tenant"),
+        "{}",
+        String::from_utf8_lossy(&neither.stderr)
+    );
+
+    // With an admin key it starts, and the key opens the admin routes.
+    let db = temp_sqlite_path();
+    let make = |args: &[&str]| {
+        let out = hub_command().args(args).env("STREAMING_HUB_SQLITE_PATH", &db).output().expect("run");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("utf-8").trim().to_owned()
+    };
+    let admin_key = make(&["api-key", "create", "--admin", "--name", "ops-alice"]);
+    let tenant_key = make(&["api-key", "create", "--tenant", "t1"]);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        l.local_addr().expect("addr").port()
+    };
+    let mut child = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_ENV", "staging")
+        .env("STREAMING_HUB_SQLITE_PATH", &db)
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env_remove("STREAMING_HUB_ADMIN_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let client = crate::support::http_client();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&client, &base, "the hub did not start with an admin key").await;
+    let get = |key: &str| client.get(format!("{base}/admin/api-keys")).bearer_auth(key.to_owned()).send();
+    let listed = get(&admin_key).await.expect("get");
+    assert_eq!(listed.status(), StatusCode::OK);
+    let listed: serde_json::Value = listed.json().await.expect("json");
+    let ops =
+        listed["items"].as_array().expect("items").iter().find(|k| k["name"] == "ops-alice").expect("listed").clone();
+    assert_eq!((ops["admin"].clone(), ops["tenant_id"].clone()), (serde_json::json!(true), serde_json::Value::Null));
+    assert_eq!(get(&tenant_key).await.expect("get").status(), StatusCode::FORBIDDEN);
+    // Revoked, it opens nothing.
+    let revoke = client
+        .delete(format!("{base}/admin/api-keys/{}", ops["id"].as_str().expect("id")))
+        .bearer_auth(&admin_key)
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(revoke.status(), StatusCode::NO_CONTENT);
+    assert_eq!(get(&admin_key).await.expect("get").status(), StatusCode::UNAUTHORIZED);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[tokio::test]
 async fn a_config_file_drives_serve_and_the_environment_overrides_it() {
     let db = temp_sqlite_path();
     let port = {

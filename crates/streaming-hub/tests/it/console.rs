@@ -9,8 +9,6 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::json;
 
-use hub_store::prelude::*;
-
 use crate::receiver::{Receiver, Script};
 use crate::support::{Backend, Event, TestHub};
 

@@ -100,7 +100,7 @@ impl TestHub {
         Self {
             vars,
             base: format!("http://{}", hub.addr),
-            admin: hub.admin_token.expose().to_owned(),
+            admin: hub.admin_token.as_ref().expect("test hubs have an admin token").expose().to_owned(),
             client: http_client(),
             store: Arc::clone(&hub.store),
             clock,
