@@ -1,6 +1,6 @@
 //! Traces: a hub process exporting over OTLP (`http/protobuf`) to a receiver in the test, which
 //! decodes what arrives. One event's spans form one trace: the producer's span → `ingest` →
-//! `write` → `job` → `attempt`.
+//! `write` → `job` → `attempt`, over HTTP on both backends and over Apache Kafka.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -179,4 +179,41 @@ async fn one_events_trace_goes_from_the_producer_to_the_webhook_attempt(backend:
     assert_eq!(ingest.parent, "", "a root span");
     let t = trace_of(&spans, &ingest.trace_id, &["ingest", "write", "job", "attempt"]).await;
     assert_eq!(t["job"].parent, t["write"].span_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_records_trace_continues_the_producers_header() {
+    use crate::kafka_support::{Broker, KafkaPeer, Record, produce};
+
+    let peer = KafkaPeer::start(Broker::Kafka).await;
+    peer.create_topic("lerian.streaming.lender", 1).await;
+    let admin = format!("admin-{}", uuid::Uuid::now_v7().simple());
+    let (otlp, spans) = otlp_receiver().await;
+    let vars: Vec<(&str, String)> = vec![
+        ("STREAMING_HUB_SQLITE_PATH", temp_sqlite_path().display().to_string()),
+        ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
+        ("STREAMING_HUB_DEV_KEK", "4b".repeat(32)),
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+        ("STREAMING_HUB_KAFKA_BROKERS", peer.brokers.clone()),
+        ("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "1s".to_owned()),
+        ("STREAMING_HUB_KAFKA_BATCH_WAIT", "20ms".to_owned()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+    ];
+    let receiver = Receiver::start(Script::Ok).await;
+    let hub = HubProcess::start(&vars).await;
+    hub.verified_webhook(&admin, &receiver).await;
+
+    let (producer_trace, producer_span) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let record =
+        Record::event("lender", 0, "t1").set("traceparent", &format!("00-{producer_trace}-{producer_span}-01"));
+    produce(&peer.producer(), std::slice::from_ref(&record)).await;
+    receiver.wait_for(1, Duration::from_secs(30)).await;
+
+    let t = trace_of(&spans, producer_trace, &["ingest", "write", "job", "attempt"]).await;
+    assert_eq!(t["ingest"].parent, producer_span);
+    assert_eq!(t["ingest"].attributes["origin"], "kafka");
+    assert_eq!(t["ingest"].attributes["ce_id"], record.id());
+    assert_eq!(t["job"].parent, t["write"].span_id);
+    assert_eq!(t["attempt"].parent, t["job"].span_id);
 }
