@@ -473,14 +473,34 @@ enum BrokerProcess {
     Kafka {
         child: std::process::Child,
         dir: PathBuf,
+        /// The Apache Kafka installation.
+        home: PathBuf,
     },
     Tansu(std::process::Child),
+}
+
+/// Starts the Apache Kafka broker configured in `dir` (its `server.properties`), logging there.
+fn spawn_kafka(dir: &Path, home: &Path, quick: bool) -> anyhow::Result<std::process::Child> {
+    let lib = home.join("lib");
+    let classpath = format!("{}/*", lib.display());
+    let log = |name: &str| std::fs::OpenOptions::new().create(true).append(true).open(dir.join(name));
+    let mut java = std::process::Command::new("java");
+    java.args(["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC"]);
+    if quick {
+        java.arg("-XX:TieredStopAtLevel=1");
+    }
+    java.args(["-cp", &classpath, "kafka.Kafka"])
+        .arg(dir.join("server.properties"))
+        .stdout(log("broker.log")?)
+        .stderr(log("broker.err")?)
+        .spawn()
+        .context("starting the Kafka broker")
 }
 
 impl Drop for Broker {
     fn drop(&mut self) {
         match &mut self.process {
-            Some(BrokerProcess::Kafka { child, dir }) => {
+            Some(BrokerProcess::Kafka { child, dir, .. }) => {
                 let _ = child.kill();
                 let _ = child.wait();
                 let _ = std::fs::remove_dir_all(dir);
@@ -601,25 +621,38 @@ impl Broker {
             "formatting the Kafka storage failed; see {}",
             dir.join("format.err").display()
         );
-        let mut java = std::process::Command::new("java");
-        java.args(["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC"]);
-        if quick {
-            java.arg("-XX:TieredStopAtLevel=1");
-        }
-        let child = java
-            .args(["-cp", &classpath, "kafka.Kafka"])
-            .arg(&properties)
-            .stdout(log("broker.log")?)
-            .stderr(log("broker.err")?)
-            .spawn()
-            .context("starting the Kafka broker")?;
+        let child = spawn_kafka(&dir, home, quick)?;
         let broker = Self {
             brokers: format!("127.0.0.1:{port}"),
-            process: Some(BrokerProcess::Kafka { child, dir: dir.clone() }),
+            process: Some(BrokerProcess::Kafka { child, dir: dir.clone(), home: home.to_owned() }),
         };
+        broker.ready(&dir).await?;
+        Ok(broker)
+    }
+
+    /// Kills an Apache Kafka broker (a crash: no clean shutdown), keeping its data and ports.
+    pub fn kill(&mut self) {
+        if let Some(BrokerProcess::Kafka { child, .. }) = &mut self.process {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a killed Apache Kafka broker again on its data and ports, and waits until it serves.
+    pub async fn start_again(&mut self, quick: bool) -> anyhow::Result<()> {
+        let Some(BrokerProcess::Kafka { child, dir, home }) = &mut self.process else {
+            anyhow::bail!("only an Apache Kafka broker started here can be started again");
+        };
+        *child = spawn_kafka(dir, home, quick)?;
+        let dir = dir.clone();
+        self.ready(&dir).await
+    }
+
+    /// Waits until the broker answers a metadata request.
+    async fn ready(&self, dir: &Path) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
-            let brokers = broker.brokers.clone();
+            let brokers = self.brokers.clone();
             let ready = tokio::task::spawn_blocking(move || {
                 let consumer: Result<BaseConsumer, _> = ClientConfig::new().set("bootstrap.servers", &brokers).create();
                 consumer.is_ok_and(|c| {
@@ -628,7 +661,7 @@ impl Broker {
             })
             .await?;
             if ready {
-                return Ok(broker);
+                return Ok(());
             }
             anyhow::ensure!(
                 Instant::now() < deadline,

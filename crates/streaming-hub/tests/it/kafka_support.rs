@@ -48,6 +48,11 @@ impl KafkaPeer {
         }
     }
 
+    /// A peer on a broker someone else runs (and stops).
+    pub fn on(brokers: String) -> Self {
+        Self { brokers, mock: None, _kafka: None }
+    }
+
     pub async fn create_topic(&self, name: &str, partitions: i32) {
         if let Some(mock) = &self.mock {
             // The mock cluster does not serve the admin API; it creates topics itself.

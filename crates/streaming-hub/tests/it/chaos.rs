@@ -1,0 +1,320 @@
+//! Chaos: a dependency goes away under load and comes back. Each scenario counts the events the
+//! producer was told were accepted, and of those the ones delivered, lost and delivered twice.
+//!
+//! The outage is made by a TCP proxy between the hub and the dependency, which drops every open
+//! connection and refuses new ones for the outage (what the hub sees of a PostgreSQL restart or a
+//! broker going down), so the suite's shared services stay up for the other tests.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use lapin::options::{BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{FieldTable, ShortString};
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::AbortHandle;
+
+use crate::receiver::{Receiver, Script};
+use crate::support::{Backend, Event, HubProcess, TestHub, fresh_schema, http_client, postgres_dsn};
+
+/// A TCP proxy to `upstream` that can be cut (open connections dropped, new ones refused) and
+/// restored.
+struct Proxy {
+    port: u16,
+    down: Arc<AtomicBool>,
+    open: Arc<std::sync::Mutex<Vec<AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: &'static str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let down = Arc::new(AtomicBool::new(false));
+        let open: Arc<std::sync::Mutex<Vec<AbortHandle>>> = Arc::default();
+        let (d, o) = (Arc::clone(&down), Arc::clone(&open));
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if d.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                o.lock().expect("lock").push(task.abort_handle());
+            }
+        });
+        Self { port, down, open }
+    }
+
+    fn cut(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        for task in self.open.lock().expect("lock").drain(..) {
+            task.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}
+
+/// What a scenario counted.
+#[derive(Debug)]
+struct Count {
+    accepted: usize,
+    refused: usize,
+    delivered: usize,
+    lost: usize,
+    duplicated: usize,
+}
+
+impl Count {
+    fn of(accepted: &[String], refused: usize, got: &[String]) -> Self {
+        let distinct: HashSet<&String> = got.iter().collect();
+        Count {
+            accepted: accepted.len(),
+            refused,
+            delivered: accepted.iter().filter(|id| distinct.contains(id)).count(),
+            lost: accepted.iter().filter(|id| !distinct.contains(id)).count(),
+            duplicated: got.len() - distinct.len(),
+        }
+    }
+}
+
+/// Posts `n` events at about `per_second`, cutting `proxy` for `outage` once a third were sent.
+/// Returns the ids accepted (202) and how many posts were refused or failed.
+async fn post_through_an_outage(
+    base: &str,
+    key: &str,
+    n: usize,
+    per_second: u64,
+    proxy: &Proxy,
+    outage: Duration,
+) -> (Vec<String>, usize) {
+    let client = http_client();
+    let (mut accepted, mut refused) = (Vec::new(), 0);
+    let mut restore_at = None;
+    for i in 0..n {
+        if i == n / 3 {
+            proxy.cut();
+            restore_at = Some(tokio::time::Instant::now() + outage);
+        }
+        if restore_at.is_some_and(|t| tokio::time::Instant::now() >= t) {
+            proxy.restore();
+            restore_at = None;
+        }
+        let event = Event::new("t1");
+        let mut request = client.post(format!("{base}/v1/events")).bearer_auth(key).timeout(Duration::from_secs(5));
+        for (k, v) in &event.headers {
+            request = request.header(k.as_str(), v.as_str());
+        }
+        match request.body(event.body.clone()).send().await {
+            Ok(r) if r.status() == StatusCode::ACCEPTED => accepted.push(event.id().to_string()),
+            _ => refused += 1,
+        }
+        tokio::time::sleep(Duration::from_millis(1000 / per_second)).await;
+    }
+    if let Some(t) = restore_at {
+        tokio::time::sleep_until(t).await;
+    }
+    proxy.restore();
+    (accepted, refused)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgresql_outage_mid_burst_loses_no_accepted_event() {
+    let proxy = Proxy::start("127.0.0.1:5432").await;
+    let mut dsn = url::Url::parse(&postgres_dsn()).expect("dsn");
+    dsn.set_port(Some(proxy.port)).expect("port");
+    let admin = format!("admin-{}", uuid::Uuid::now_v7().simple());
+    let vars: Vec<(&str, String)> = vec![
+        ("STREAMING_HUB_POSTGRES_DSN", dsn.to_string()),
+        ("STREAMING_HUB_POSTGRES_SCHEMA", fresh_schema().await),
+        ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
+        ("STREAMING_HUB_DEV_KEK", "4b".repeat(32)),
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+        ("STREAMING_HUB_DISPATCH_LEASE", "5s".to_owned()),
+        ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "50".to_owned()),
+    ];
+    let receiver = Receiver::start(Script::Ok).await;
+    let mut hub = HubProcess::start(&vars).await;
+    let (key, _, _) = hub.verified_webhook(&admin, &receiver).await;
+
+    let (accepted, refused) = post_through_an_outage(&hub.base, &key, 300, 60, &proxy, Duration::from_secs(3)).await;
+    assert!(refused > 0, "the outage must have been felt by producers (or it proved nothing)");
+    assert!(accepted.len() > 100, "{} accepted", accepted.len());
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let count = loop {
+        let got: Vec<String> = receiver.deliveries().iter().map(|d| d.header("x-lerian-event-id")).collect();
+        let count = Count::of(&accepted, refused, &got);
+        if count.lost == 0 || tokio::time::Instant::now() >= deadline {
+            break count;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("chaos: PostgreSQL outage of 3 s mid-burst: {count:?}");
+    assert_eq!(count.lost, 0, "{count:?}; hub log: {}", hub.log.display());
+    assert!(hub.child.try_wait().expect("status").is_none(), "the hub kept running; log: {}", hub.log.display());
+    let ready = http_client().get(format!("{}/readyz", hub.base)).send().await.expect("readyz");
+    assert_eq!(ready.status(), StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_outage_loses_no_accepted_event() {
+    let connection = Connection::connect("amqp://guest:guest@127.0.0.1:5672/%2f", ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ is required for this test");
+    let channel = connection.create_channel().await.expect("channel");
+    let tag = uuid::Uuid::now_v7().simple().to_string();
+    let (exchange, queue) = (format!("sh-chaos-{tag}"), format!("sh-chaos-{tag}"));
+    let opts = ExchangeDeclareOptions { auto_delete: true, ..Default::default() };
+    channel
+        .exchange_declare(ShortString::from(exchange.as_str()), ExchangeKind::Topic, opts, FieldTable::default())
+        .await
+        .expect("exchange");
+    let qopts = QueueDeclareOptions { auto_delete: true, ..Default::default() };
+    channel.queue_declare(ShortString::from(queue.as_str()), qopts, FieldTable::default()).await.expect("queue");
+    channel
+        .queue_bind(
+            ShortString::from(queue.as_str()),
+            ShortString::from(exchange.as_str()),
+            ShortString::from("#"),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("bind");
+
+    let proxy = Proxy::start("127.0.0.1:5672").await;
+    let hub = TestHub::start_with(
+        Backend::Postgres,
+        &[
+            ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20"),
+            ("STREAMING_HUB_RETRY_CURVE", "100ms,200ms,500ms,1s"),
+            ("STREAMING_HUB_BREAKER_COOLDOWN", "500ms"),
+        ],
+    )
+    .await;
+    let key = hub.tenant_key("t1").await;
+    let url = format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port);
+    let sub = hub
+        .subscribe(&key, json!({"name": "r", "event_types": ["*.*"], "sink": {"type": "rabbitmq", "url": url, "exchange": exchange}}))
+        .await;
+    hub.wait_until_active(&key, sub["id"].as_str().expect("id")).await;
+
+    let (accepted, refused) = post_through_an_outage(&hub.base, &key, 150, 50, &proxy, Duration::from_secs(3)).await;
+    assert_eq!(refused, 0, "ingest does not need RabbitMQ");
+
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let count = loop {
+        while let Some(m) =
+            channel.basic_get(ShortString::from(queue.as_str()), BasicGetOptions { no_ack: true }).await.expect("get")
+        {
+            let id = m.delivery.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default();
+            got.push(id);
+        }
+        let count = Count::of(&accepted, refused, &got);
+        if count.lost == 0 || tokio::time::Instant::now() >= deadline {
+            break count;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("chaos: RabbitMQ outage of 3 s under load: {count:?}");
+    assert_eq!(count.lost, 0, "{count:?}");
+    assert_eq!(count.accepted, 150);
+    // The outage was felt: some deliveries failed and were retried.
+    let (_, page) =
+        hub.get(&key, &format!("/v1/subscriptions/{}/deliveries?limit=1000", sub["id"].as_str().expect("id"))).await;
+    let retried = page["items"].as_array().expect("items").iter().filter(|d| d["attempts"].as_i64() > Some(1)).count();
+    assert!(retried > 0, "no delivery failed during the outage: it proved nothing");
+    eprintln!("chaos: RabbitMQ outage: {retried} deliveries needed more than one attempt");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_broker_crash_and_restart_loses_no_acknowledged_record() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::FutureRecord;
+
+    use crate::kafka_support::{KafkaPeer, Record};
+
+    let home = streaming_hub::bench::kafka_home();
+    let mut broker = streaming_hub::bench::Broker::apache(&home, true).await.expect("Apache Kafka is required");
+    let peer = KafkaPeer::on(broker.brokers.clone());
+    peer.create_topic("lerian.streaming.lender", 2).await;
+    let receiver = Receiver::start(Script::Ok).await;
+    let hub = TestHub::start_with(
+        Backend::Postgres,
+        &[
+            ("STREAMING_HUB_KAFKA_BROKERS", broker.brokers.as_str()),
+            ("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "1s"),
+            ("STREAMING_HUB_KAFKA_BATCH_WAIT", "20ms"),
+            ("STREAMING_HUB_KAFKA_SESSION_TIMEOUT", "6s"),
+            ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20"),
+        ],
+    )
+    .await;
+    let key = hub.tenant_key("t1").await;
+    let sub = hub
+        .subscribe(&key, json!({"name": "w", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}}))
+        .await;
+    receiver.trust(sub["signing_secret"].as_str().expect("secret"));
+    hub.wait_until_active(&key, sub["id"].as_str().expect("id")).await;
+
+    // 300 records at about 100/s; the broker is killed after the first 100 and started again 3 s
+    // later. The producer keeps them queued meanwhile (a 120 s delivery timeout).
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &broker.brokers)
+        .set("message.timeout.ms", "120000")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let mut pending = Vec::new();
+    for i in 0..300 {
+        if i == 100 {
+            broker.kill();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            broker.start_again(true).await.expect("the broker starts again");
+        }
+        let r = Record::event("lender", i % 2, "t1");
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in &r.headers {
+            headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+        }
+        let record = FutureRecord::<(), [u8]>::to(&r.topic).partition(r.partition).payload(&r.body).headers(headers);
+        let delivery = producer.send_result(record).map_err(|(e, _)| e).expect("enqueued");
+        pending.push((r.id(), delivery));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (mut accepted, mut refused) = (Vec::new(), 0);
+    for (id, delivery) in pending {
+        match delivery.await {
+            Ok(Ok(_)) => accepted.push(id),
+            _ => refused += 1,
+        }
+    }
+    assert!(accepted.len() >= 200, "{} acknowledged, {refused} not", accepted.len());
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    let count = loop {
+        let got: Vec<String> = receiver.deliveries().iter().map(|d| d.header("x-lerian-event-id")).collect();
+        let count = Count::of(&accepted, refused, &got);
+        if count.lost == 0 || tokio::time::Instant::now() >= deadline {
+            break count;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!("chaos: Kafka broker killed for 3 s and started again under load: {count:?}");
+    assert_eq!(count.lost, 0, "{count:?}");
+    assert_eq!(count.duplicated, 0, "the inbox keeps each ce-id once: {count:?}");
+    let (status, ready) = hub.send(hub.client.get(hub.url("/readyz"))).await;
+    assert_eq!(status, StatusCode::OK, "{ready}");
+}
