@@ -251,4 +251,29 @@ mod tests {
             assert_eq!(admission(&r, "t2", &k, "lender"), Admission::No, "{case}: another tenant");
         }
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        /// Any text is a pattern or a refusal; a pattern prints as it parses, and matching any
+        /// key never panics.
+        #[test]
+        fn any_text_is_a_pattern_or_refused(s in "\\PC{0,40}", k in "[a-z_]{1,8}\\.[a-z_]{1,8}") {
+            if let Ok(p) = EventPattern::parse(&s) {
+                proptest::prop_assert_eq!(EventPattern::parse(&p.to_string()).ok(), Some(p.clone()));
+                if let Ok(key) = EventKey::parse(&k) {
+                    let _ = p.matches(&key);
+                }
+            }
+        }
+
+        /// A key's own segments, or wildcards in their place, always match it.
+        #[test]
+        fn a_key_matches_its_own_pattern_and_wildcards(r in "[A-Za-z0-9][A-Za-z0-9_-]{0,11}", e in "[A-Za-z0-9][A-Za-z0-9_-]{0,11}") {
+            let key = EventKey::parse(&format!("{r}.{e}")).expect("key");
+            for p in [format!("{r}.{e}"), format!("*.{e}"), format!("{r}.*"), "*.*".to_owned()] {
+                proptest::prop_assert!(EventPattern::parse(&p).expect("pattern").matches(&key), "{p}");
+            }
+        }
+    }
 }

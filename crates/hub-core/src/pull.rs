@@ -69,4 +69,26 @@ mod tests {
         assert_eq!(next_cursor(99, 100, Some(42)), None);
         assert_eq!(next_cursor(0, 100, None), None);
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        /// The cursor never moves back, and never past the newest seq through `after`.
+        #[test]
+        fn the_cursor_only_moves_forward_and_only_over_what_exists(
+            cursor in 0i64..1_000_000,
+            after in proptest::option::of(proptest::prelude::any::<i64>()),
+            newest in 0i64..1_000_000,
+            returned in 0usize..200,
+        ) {
+            let after = clamp_after(after, newest);
+            proptest::prop_assert!(after.is_none_or(|a| a <= newest));
+            let from = read_after(cursor, after);
+            // A page holds seqs above `from`, up to `newest`.
+            let highest = (returned > 0 && from < newest).then(|| (from + returned as i64).min(newest));
+            let moved = advance(cursor, after, highest);
+            proptest::prop_assert!(moved >= cursor);
+            proptest::prop_assert!(moved <= cursor.max(newest));
+        }
+    }
 }

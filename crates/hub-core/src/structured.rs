@@ -121,4 +121,36 @@ mod tests {
         let (headers, body) = structured_to_binary(br#"{"systemevent":true}"#).expect("object");
         assert!(matches!(judge(headers, &body, None, &IngestPolicy::default()), Verdict::Discard(_)));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+
+        /// Any bytes posted as a structured-mode document get parts or a reason, never a panic,
+        /// and parts the judge then takes to one verdict.
+        #[test]
+        fn any_document_gets_parts_or_a_reason(doc in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            if let Ok((headers, body)) = structured_to_binary(&doc) {
+                let _ = judge(headers, &body, None, &IngestPolicy::default());
+            }
+        }
+
+        /// Documents that are JSON objects with arbitrary attribute names and values.
+        #[test]
+        fn any_json_object_gets_parts_or_a_reason(
+            fields in proptest::collection::btree_map("\\PC{0,12}", proptest::prelude::any::<String>(), 0..12),
+            data in proptest::option::of(proptest::prelude::any::<String>()),
+        ) {
+            let mut doc = serde_json::Map::new();
+            for (k, v) in fields {
+                doc.insert(k, serde_json::Value::String(v));
+            }
+            if let Some(d) = data {
+                doc.insert("data".into(), serde_json::Value::String(d));
+            }
+            let bytes = serde_json::to_vec(&doc).expect("json");
+            if let Ok((headers, body)) = structured_to_binary(&bytes) {
+                let _ = judge(headers, &body, None, &IngestPolicy::default());
+            }
+        }
+    }
 }
