@@ -167,8 +167,12 @@ async fn a_postgresql_outage_mid_burst_loses_no_accepted_event() {
     assert_eq!(ready.status(), StatusCode::OK);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rabbitmq_outage_loses_no_accepted_event() {
+crate::on_both_backends!(
+    a_rabbitmq_outage_loses_no_accepted_event,
+    a_kafka_broker_crash_and_restart_loses_no_acknowledged_record
+);
+
+async fn a_rabbitmq_outage_loses_no_accepted_event(backend: Backend) {
     let connection = Connection::connect("amqp://guest:guest@127.0.0.1:5672/%2f", ConnectionProperties::default())
         .await
         .expect("RabbitMQ is required for this test");
@@ -195,7 +199,7 @@ async fn a_rabbitmq_outage_loses_no_accepted_event() {
 
     let proxy = Proxy::start("127.0.0.1:5672").await;
     let hub = TestHub::start_with(
-        Backend::Postgres,
+        backend,
         &[
             ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20"),
             ("STREAMING_HUB_RETRY_CURVE", "100ms,200ms,500ms,1s"),
@@ -228,7 +232,7 @@ async fn a_rabbitmq_outage_loses_no_accepted_event() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    eprintln!("chaos: RabbitMQ outage of 3 s under load: {count:?}");
+    eprintln!("chaos: RabbitMQ outage of 3 s under load ({backend:?}): {count:?}");
     assert_eq!(count.lost, 0, "{count:?}");
     assert_eq!(count.accepted, 150);
     // The outage was felt: some deliveries failed and were retried.
@@ -239,8 +243,7 @@ async fn a_rabbitmq_outage_loses_no_accepted_event() {
     eprintln!("chaos: RabbitMQ outage: {retried} deliveries needed more than one attempt");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kafka_broker_crash_and_restart_loses_no_acknowledged_record() {
+async fn a_kafka_broker_crash_and_restart_loses_no_acknowledged_record(backend: Backend) {
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::FutureRecord;
 
@@ -252,7 +255,7 @@ async fn a_kafka_broker_crash_and_restart_loses_no_acknowledged_record() {
     peer.create_topic("lerian.streaming.lender", 2).await;
     let receiver = Receiver::start(Script::Ok).await;
     let hub = TestHub::start_with(
-        Backend::Postgres,
+        backend,
         &[
             ("STREAMING_HUB_KAFKA_BROKERS", broker.brokers.as_str()),
             ("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "1s"),
@@ -312,7 +315,7 @@ async fn a_kafka_broker_crash_and_restart_loses_no_acknowledged_record() {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    eprintln!("chaos: Kafka broker killed for 3 s and started again under load: {count:?}");
+    eprintln!("chaos: Kafka broker killed for 3 s and started again under load ({backend:?}): {count:?}");
     assert_eq!(count.lost, 0, "{count:?}");
     assert_eq!(count.duplicated, 0, "the inbox keeps each ce-id once: {count:?}");
     let (status, ready) = hub.send(hub.client.get(hub.url("/readyz"))).await;
