@@ -199,6 +199,7 @@ async function tenantsView() {
   );
 }
 
+// The columns every subscription listing shows: its state and health.
 function healthCells() {
   return [
     { title: "Verification", cell: (x) => h("span", { class: `state ${x.verification_state}` }, x.verification_state) },
@@ -231,7 +232,8 @@ function clearNotices() {
   for (const n of document.querySelectorAll(".notice")) n.remove();
 }
 
-async function act(fn, done) {
+// Runs an action, re-renders the view, and says how it went.
+async function act(fn) {
   clearNotices();
   try {
     const message = await fn();
@@ -241,7 +243,6 @@ async function act(fn, done) {
     await route();
     notice(e.message, "error");
   }
-  if (done) done();
 }
 
 function replayForm(sub) {
