@@ -50,9 +50,10 @@ pub fn check_host(url: &url::Url, allow_private: bool) -> Result<(), Refused> {
 /// Resolves `host` (a name or an address literal in any form the system resolver takes, such as
 /// `2130706433` or `127.1`) and refuses it unless every address it resolves to may be reached.
 /// For clients that resolve on their own (AMQP, the AWS SDK): checked right before they connect.
-pub async fn check_resolved(host: &str, port: u16, allow_private: bool) -> Result<(), Resolution> {
+/// Returns the addresses it checked (none when private sinks are allowed: nothing was resolved).
+pub async fn check_resolved(host: &str, port: u16, allow_private: bool) -> Result<Vec<SocketAddr>, Resolution> {
     if allow_private {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let name = bare.trim_end_matches('.').to_ascii_lowercase();
@@ -67,13 +68,35 @@ pub async fn check_resolved(host: &str, port: u16, allow_private: bool) -> Resul
     for addr in &addrs {
         check_ip(host, addr.ip(), false).map_err(Resolution::Refused)?;
     }
-    Ok(())
+    Ok(addrs)
 }
 
 /// [`check_resolved`] for the host of `url`, as a classified failure for the tenant: a refusal
 /// says only [`NOT_ALLOWED`] (the operator's log says why); a name that does not resolve is
 /// worth another attempt.
 pub async fn check_url(url: &str, allow_private: bool) -> Result<(), crate::Failure> {
+    checked_url(url, allow_private).await.map(|_| ())
+}
+
+/// [`check_url`], and the URL to dial: for plain `amqp` the host is replaced by an address that
+/// was checked, so the client connects where the guard looked (no second resolution a DNS answer
+/// could change in between). Other schemes keep their name: TLS must verify the certificate
+/// against it (`amqps` is then resolved again by the client, right after the check).
+pub async fn pinned_url(url: &str, allow_private: bool) -> Result<String, crate::Failure> {
+    let addrs = checked_url(url, allow_private).await?;
+    Ok(pin(url, &addrs))
+}
+
+/// `url` with its host replaced by the first of `addrs` when its scheme is `amqp`.
+fn pin(url: &str, addrs: &[SocketAddr]) -> String {
+    let (Ok(mut parsed), Some(first)) = (url::Url::parse(url), addrs.first()) else { return url.to_owned() };
+    if parsed.scheme() != "amqp" || parsed.set_ip_host(first.ip()).is_err() {
+        return url.to_owned();
+    }
+    parsed.to_string()
+}
+
+async fn checked_url(url: &str, allow_private: bool) -> Result<Vec<SocketAddr>, crate::Failure> {
     use crate::{Failure, FailureKind};
     let failure = |retryable, kind, reason: &str| Failure {
         retryable,
@@ -88,7 +111,7 @@ pub async fn check_url(url: &str, allow_private: bool) -> Result<(), crate::Fail
         parsed.host_str().ok_or_else(|| failure(true, FailureKind::Refused, "the destination URL names no host"))?;
     let port = parsed.port_or_known_default().unwrap_or(if parsed.scheme() == "amqps" { 5671 } else { 5672 });
     match check_resolved(host, port, allow_private).await {
-        Ok(()) => Ok(()),
+        Ok(addrs) => Ok(addrs),
         Err(Resolution::Refused(refused)) => {
             tracing::warn!(detail = %refused, "destination refused by the address guard");
             Err(failure(false, FailureKind::Forbidden, NOT_ALLOWED))
@@ -132,6 +155,20 @@ impl Resolve for GuardedResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn plain_amqp_dials_the_checked_address_and_keeps_the_rest() {
+        let v4: SocketAddr = "203.0.113.7:5672".parse().expect("addr");
+        let v6: SocketAddr = "[2001:db8::7]:5672".parse().expect("addr");
+        assert_eq!(
+            pin("amqp://hub:p%2Bss@rabbit.example.com:5673/%2fprod", &[v4]),
+            "amqp://hub:p%2Bss@203.0.113.7:5673/%2fprod"
+        );
+        assert_eq!(pin("amqp://rabbit.example.com/", &[v6]), "amqp://[2001:db8::7]/");
+        // TLS verifies the name: kept. Nothing checked (private sinks allowed): kept.
+        assert_eq!(pin("amqps://rabbit.example.com/", &[v4]), "amqps://rabbit.example.com/");
+        assert_eq!(pin("amqp://rabbit.example.com/", &[]), "amqp://rabbit.example.com/");
+    }
 
     #[tokio::test]
     async fn names_resolving_to_private_addresses_are_refused() {

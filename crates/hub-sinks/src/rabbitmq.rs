@@ -119,10 +119,11 @@ impl RabbitSink {
             }
             links.remove(&url);
         }
-        crate::guard::check_url(&target.url, target.allow_private).await?;
+        // Dial the address the guard checked (plain AMQP), not a name resolved again.
+        let dial = crate::guard::pinned_url(&url, target.allow_private).await?;
         let connect = async {
             let connection =
-                Connection::connect(&url, ConnectionProperties::default()).await.map_err(|e| classify(&e, true))?;
+                Connection::connect(&dial, ConnectionProperties::default()).await.map_err(|e| classify(&e, true))?;
             let channel = connection.create_channel().await.map_err(|e| classify(&e, true))?;
             channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| classify(&e, true))?;
             Ok::<_, Failure>(Link { _connection: std::sync::Arc::new(connection), channel })
