@@ -71,12 +71,14 @@ impl Subscriptions for SqliteStore {
         after: Option<Uuid>,
         limit: u32,
     ) -> StoreResult<Vec<SubscriptionRecord>> {
+        // One tenant's is the tenant listing (its own index); only every tenant's is a walk by id.
+        if let Some(tenant) = tenant {
+            return self.list_subscriptions(tenant, after, limit).await;
+        }
         let sql = format!(
-            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
-             WHERE (?1 IS NULL OR tenant_id = ?1) AND (?2 IS NULL OR id > ?2) ORDER BY id LIMIT ?3"
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE (?1 IS NULL OR id > ?1) ORDER BY id LIMIT ?2"
         );
         sqlx::query(&sql)
-            .bind(tenant)
             .bind(after.map(|u| u.hyphenated().to_string()))
             .bind(i64::from(limit))
             .fetch_all(&self.reader)

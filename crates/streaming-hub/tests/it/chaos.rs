@@ -69,8 +69,9 @@ impl Proxy {
 const RETRIES_OUTLIVING_THE_OUTAGE: &str =
     "100ms,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s";
 
-/// What a scenario counted.
+/// What a scenario counted (every field is reported through `Debug`).
 #[derive(Debug)]
+#[allow(dead_code)]
 struct Count {
     accepted: usize,
     refused: usize,
@@ -89,6 +90,19 @@ impl Count {
             lost: accepted.iter().filter(|id| !distinct.contains(id)).count(),
             duplicated: got.len() - distinct.len(),
         }
+    }
+}
+
+/// Waits (up to 90 s) until the webhook `receiver` has every accepted event, and counts.
+async fn delivered_to(receiver: &Receiver, accepted: &[String], refused: usize) -> Count {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let got: Vec<String> = receiver.deliveries().iter().map(|d| d.header("x-lerian-event-id")).collect();
+        let count = Count::of(accepted, refused, &got);
+        if count.lost == 0 || tokio::time::Instant::now() >= deadline {
+            return count;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -155,15 +169,7 @@ async fn a_postgresql_outage_mid_burst_loses_no_accepted_event() {
     assert!(refused > 0, "the outage must have been felt by producers (or it proved nothing)");
     assert!(accepted.len() > 100, "{} accepted", accepted.len());
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    let count = loop {
-        let got: Vec<String> = receiver.deliveries().iter().map(|d| d.header("x-lerian-event-id")).collect();
-        let count = Count::of(&accepted, refused, &got);
-        if count.lost == 0 || tokio::time::Instant::now() >= deadline {
-            break count;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let count = delivered_to(&receiver, &accepted, refused).await;
     eprintln!("chaos: PostgreSQL outage of 3 s mid-burst: {count:?}");
     assert_eq!(count.lost, 0, "{count:?}; hub log: {}", hub.log.display());
     assert!(hub.child.try_wait().expect("status").is_none(), "the hub kept running; log: {}", hub.log.display());
@@ -319,15 +325,7 @@ async fn a_kafka_broker_crash_and_restart_loses_no_acknowledged_record(backend: 
     }
     assert!(accepted.len() >= 200, "{} acknowledged, {refused} not", accepted.len());
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    let count = loop {
-        let got: Vec<String> = receiver.deliveries().iter().map(|d| d.header("x-lerian-event-id")).collect();
-        let count = Count::of(&accepted, refused, &got);
-        if count.lost == 0 || tokio::time::Instant::now() >= deadline {
-            break count;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let count = delivered_to(&receiver, &accepted, refused).await;
     eprintln!("chaos: Kafka broker killed for 3 s and started again under load ({backend:?}): {count:?}");
     assert_eq!(count.lost, 0, "{count:?}");
     assert_eq!(count.duplicated, 0, "the inbox keeps each ce-id once: {count:?}");

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 
-use crate::support::{Event, fresh_schema, hub_command, postgres_dsn, temp_sqlite_path};
+use crate::support::{Event, free_port, fresh_schema, hub_command, postgres_dsn, temp_sqlite_path};
 
 /// Waits until a hub started as a process answers `/readyz` with 200.
 async fn wait_ready(client: &reqwest::Client, base: &str, failure: &str) {
@@ -57,10 +57,7 @@ async fn a_key_made_by_the_cli_ingests_through_serve() {
     let key = String::from_utf8(out.stdout).expect("utf-8").trim().to_owned();
     assert!(key.starts_with("shk_"), "{key}");
 
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-        l.local_addr().expect("addr").port()
-    };
+    let port = free_port();
     let mut child = hub_command()
         .arg("serve")
         .env("STREAMING_HUB_SQLITE_PATH", &db)
@@ -100,10 +97,7 @@ async fn database_problems_are_said_once_naming_the_variable() {
     assert_eq!(stderr.matches("does not exist").count(), 1, "{stderr}");
 
     // Nothing listening: the hub waits and says so, naming the variable and where it looks.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-        l.local_addr().expect("addr").port()
-    };
+    let port = free_port();
     let mut child = hub_command()
         .arg("serve")
         .env("STREAMING_HUB_POSTGRES_DSN", format!("postgres://hub:secret-pass@127.0.0.1:{port}/hub"))
@@ -203,10 +197,7 @@ async fn outside_local_admin_keys_can_stand_in_for_the_admin_token() {
     };
     let admin_key = make(&["api-key", "create", "--admin", "--name", "ops-alice"]);
     let tenant_key = make(&["api-key", "create", "--tenant", "t1"]);
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-        l.local_addr().expect("addr").port()
-    };
+    let port = free_port();
     let mut child = hub_command()
         .arg("serve")
         .env("STREAMING_HUB_ENV", "staging")
@@ -244,10 +235,7 @@ async fn outside_local_admin_keys_can_stand_in_for_the_admin_token() {
 #[tokio::test]
 async fn a_config_file_drives_serve_and_the_environment_overrides_it() {
     let db = temp_sqlite_path();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
-        l.local_addr().expect("addr").port()
-    };
+    let port = free_port();
     let file = db.with_extension("toml");
     let toml = format!(
         "admin_token = \"token-from-the-file\"\nsqlite_path = {:?}\n\n[http]\nlisten_addr = \"127.0.0.1:1\"\n\n[dispatch]\nworkers = 2\n",
