@@ -49,10 +49,11 @@ pub struct AwsEndpoint {
 }
 
 impl AwsEndpoint {
-    /// The address guard for a tenant's own endpoint, before a client is built for it.
+    /// The address guard for a tenant's own endpoint, before a client is built for it (a refusal
+    /// classified for the tenant; the client's own resolver checks again at each connection).
     async fn guard(&self) -> Result<(), Failure> {
         match (&self.endpoint_url, self.check_endpoint) {
-            (Some(url), true) => crate::guard::check_url(url, false).await,
+            (Some(url), true) => crate::guard::dial_addrs(url, false).await.map(|_| ()),
             _ => Ok(()),
         }
     }
@@ -71,6 +72,18 @@ impl AwsEndpoint {
 #[derive(Debug)]
 struct Configs {
     allow_default_chain: bool,
+    /// The HTTP client of a tenant's own endpoint: it resolves through the address guard.
+    guarded: aws_smithy_runtime_api::client::http::SharedHttpClient,
+}
+
+impl Configs {
+    fn new(allow_default_chain: bool) -> Self {
+        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+        let guarded = aws_smithy_http_client::Builder::new()
+            .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
+            .build_with_resolver(crate::guard::GuardedDns);
+        Self { allow_default_chain, guarded }
+    }
 }
 
 impl Configs {
@@ -108,6 +121,9 @@ impl Configs {
         }
         if let Some(url) = &e.endpoint_url {
             loader = loader.endpoint_url(url);
+        }
+        if e.check_endpoint {
+            loader = loader.http_client(self.guarded.clone());
         }
         Ok(loader.load().await)
     }
@@ -219,7 +235,7 @@ pub struct SqsSink {
 impl SqsSink {
     pub fn new(allow_default_chain: bool) -> Self {
         crate::webhook::install_crypto_provider();
-        Self { configs: Configs { allow_default_chain }, clients: Mutex::new(BoundedCache::default()) }
+        Self { configs: Configs::new(allow_default_chain), clients: Mutex::new(BoundedCache::default()) }
     }
 
     async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_sqs::Client, Failure> {
@@ -343,7 +359,7 @@ pub fn structured(m: &Message<'_>) -> Value {
 impl EventBridgeSink {
     pub fn new(allow_default_chain: bool) -> Self {
         crate::webhook::install_crypto_provider();
-        Self { configs: Configs { allow_default_chain }, clients: Mutex::new(BoundedCache::default()) }
+        Self { configs: Configs::new(allow_default_chain), clients: Mutex::new(BoundedCache::default()) }
     }
 
     async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_eventbridge::Client, Failure> {

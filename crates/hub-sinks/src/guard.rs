@@ -1,9 +1,14 @@
 //! The SSRF guard: destinations must be public unless the operator allows private sinks.
 //!
-//! Host names are resolved once, by [`GuardedResolver`]; every address must be public, and the
-//! HTTP client connects to exactly the addresses that were checked (no second resolution, so a
-//! DNS answer cannot change between the check and the connection). Address literals never reach
-//! a resolver, so [`check_host`] checks them before any request.
+//! Every connection a sink opens goes through here: a host is resolved once, every address it
+//! resolves to must be public, and the client dials exactly the addresses that were checked (no
+//! second resolution, so a DNS answer cannot change between the check and the connection):
+//!
+//! - the webhook client resolves through [`GuardedResolver`]; address literals never reach a
+//!   resolver, so [`check_host`] checks them before any request;
+//! - the RabbitMQ sink dials the addresses of [`dial_addrs`] itself (TLS still verifies the
+//!   certificate against the URL's host name);
+//! - the AWS clients for a tenant's own endpoint resolve through [`GuardedDns`].
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -49,54 +54,35 @@ pub fn check_host(url: &url::Url, allow_private: bool) -> Result<(), Refused> {
 
 /// Resolves `host` (a name or an address literal in any form the system resolver takes, such as
 /// `2130706433` or `127.1`) and refuses it unless every address it resolves to may be reached.
-/// For clients that resolve on their own (AMQP, the AWS SDK): checked right before they connect.
-/// Returns the addresses it checked (none when private sinks are allowed: nothing was resolved).
+/// Returns the addresses it checked: a client dials only these (no second resolution, so a DNS
+/// answer that changes between the check and the connection cannot send it elsewhere).
 pub async fn check_resolved(host: &str, port: u16, allow_private: bool) -> Result<Vec<SocketAddr>, Resolution> {
-    if allow_private {
-        return Ok(Vec::new());
-    }
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let name = bare.trim_end_matches('.').to_ascii_lowercase();
-    if name == "localhost" || name.ends_with(".localhost") {
+    if !allow_private && (name == "localhost" || name.ends_with(".localhost")) {
         return Err(Resolution::Refused(Refused { host: name, why: "loopback" }));
     }
     let addrs: Vec<SocketAddr> =
         tokio::net::lookup_host((bare, port)).await.map_err(|_| Resolution::Unresolved)?.collect();
+    checked(host, addrs, allow_private)
+}
+
+/// Clears resolved addresses: all of them, or none (one private answer refuses the name: a mixed
+/// answer is how rebinding starts).
+fn checked(host: &str, addrs: Vec<SocketAddr>, allow_private: bool) -> Result<Vec<SocketAddr>, Resolution> {
     if addrs.is_empty() {
         return Err(Resolution::Unresolved);
     }
     for addr in &addrs {
-        check_ip(host, addr.ip(), false).map_err(Resolution::Refused)?;
+        check_ip(host, addr.ip(), allow_private).map_err(Resolution::Refused)?;
     }
     Ok(addrs)
 }
 
-/// [`check_resolved`] for the host of `url`, as a classified failure for the tenant: a refusal
-/// says only [`NOT_ALLOWED`] (the operator's log says why); a name that does not resolve is
-/// worth another attempt.
-pub async fn check_url(url: &str, allow_private: bool) -> Result<(), crate::Failure> {
-    checked_url(url, allow_private).await.map(|_| ())
-}
-
-/// [`check_url`], and the URL to dial: for plain `amqp` the host is replaced by an address that
-/// was checked, so the client connects where the guard looked (no second resolution a DNS answer
-/// could change in between). Other schemes keep their name: TLS must verify the certificate
-/// against it (`amqps` is then resolved again by the client, right after the check).
-pub async fn pinned_url(url: &str, allow_private: bool) -> Result<String, crate::Failure> {
-    let addrs = checked_url(url, allow_private).await?;
-    Ok(pin(url, &addrs))
-}
-
-/// `url` with its host replaced by the first of `addrs` when its scheme is `amqp`.
-fn pin(url: &str, addrs: &[SocketAddr]) -> String {
-    let (Ok(mut parsed), Some(first)) = (url::Url::parse(url), addrs.first()) else { return url.to_owned() };
-    if parsed.scheme() != "amqp" || parsed.set_ip_host(first.ip()).is_err() {
-        return url.to_owned();
-    }
-    parsed.to_string()
-}
-
-async fn checked_url(url: &str, allow_private: bool) -> Result<Vec<SocketAddr>, crate::Failure> {
+/// The addresses a client may dial for `url`, checked by [`check_resolved`], as a classified
+/// failure for the tenant: a refusal says only [`NOT_ALLOWED`] (the operator's log says why); a
+/// name that does not resolve is worth another attempt.
+pub async fn dial_addrs(url: &str, allow_private: bool) -> Result<Vec<SocketAddr>, crate::Failure> {
     use crate::{Failure, FailureKind};
     let failure = |retryable, kind, reason: &str| Failure {
         retryable,
@@ -110,16 +96,13 @@ async fn checked_url(url: &str, allow_private: bool) -> Result<Vec<SocketAddr>, 
     let host =
         parsed.host_str().ok_or_else(|| failure(true, FailureKind::Refused, "the destination URL names no host"))?;
     let port = parsed.port_or_known_default().unwrap_or(if parsed.scheme() == "amqps" { 5671 } else { 5672 });
-    match check_resolved(host, port, allow_private).await {
-        Ok(addrs) => Ok(addrs),
-        Err(Resolution::Refused(refused)) => {
+    check_resolved(host, port, allow_private).await.map_err(|e| match e {
+        Resolution::Refused(refused) => {
             tracing::warn!(detail = %refused, "destination refused by the address guard");
-            Err(failure(false, FailureKind::Forbidden, NOT_ALLOWED))
+            failure(false, FailureKind::Forbidden, NOT_ALLOWED)
         }
-        Err(Resolution::Unresolved) => {
-            Err(failure(true, FailureKind::Unreachable, "the destination's host does not resolve"))
-        }
-    }
+        Resolution::Unresolved => failure(true, FailureKind::Unreachable, "the destination's host does not resolve"),
+    })
 }
 
 /// Why [`check_resolved`] did not clear a host.
@@ -142,12 +125,33 @@ impl Resolve for GuardedResolver {
         Box::pin(async move {
             let host = name.as_str().to_owned();
             let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            for addr in &addrs {
-                // One private answer refuses the name: a mixed answer is how rebinding starts.
-                check_ip(&host, addr.ip(), allow_private)?;
-            }
+            let addrs = checked(&host, addrs, allow_private).map_err(|e| match e {
+                Resolution::Refused(refused) => Box::new(refused) as Box<dyn std::error::Error + Send + Sync>,
+                Resolution::Unresolved => format!("{host} resolves to no address").into(),
+            })?;
             let addrs: Addrs = Box::new(addrs.into_iter());
             Ok(addrs)
+        })
+    }
+}
+
+/// The resolver of the AWS clients made for a tenant's own endpoint: every connection the SDK
+/// makes resolves through it, so each address it dials was checked at connect time.
+#[derive(Debug, Clone, Copy)]
+pub struct GuardedDns;
+
+impl aws_smithy_runtime_api::client::dns::ResolveDns for GuardedDns {
+    fn resolve_dns<'a>(&'a self, name: &'a str) -> aws_smithy_runtime_api::client::dns::DnsFuture<'a> {
+        use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDnsError};
+        DnsFuture::new(async move {
+            match check_resolved(name, 0, false).await {
+                Ok(addrs) => Ok(addrs.into_iter().map(|a| a.ip()).collect()),
+                Err(Resolution::Refused(refused)) => {
+                    tracing::warn!(detail = %refused, "AWS endpoint refused by the address guard");
+                    Err(ResolveDnsError::new(refused))
+                }
+                Err(Resolution::Unresolved) => Err(ResolveDnsError::new(format!("{name} resolves to no address"))),
+            }
         })
     }
 }
@@ -157,17 +161,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn plain_amqp_dials_the_checked_address_and_keeps_the_rest() {
-        let v4: SocketAddr = "203.0.113.7:5672".parse().expect("addr");
-        let v6: SocketAddr = "[2001:db8::7]:5672".parse().expect("addr");
-        assert_eq!(
-            pin("amqp://hub:p%2Bss@rabbit.example.com:5673/%2fprod", &[v4]),
-            "amqp://hub:p%2Bss@203.0.113.7:5673/%2fprod"
+    fn a_mixed_answer_refuses_the_name() {
+        let public: SocketAddr = "8.8.8.8:443".parse().expect("addr");
+        let private: SocketAddr = "10.0.0.7:443".parse().expect("addr");
+        assert_eq!(checked("h", vec![public], false), Ok(vec![public]));
+        assert!(
+            matches!(checked("h", vec![public, private], false), Err(Resolution::Refused(r)) if r.why == "private")
         );
-        assert_eq!(pin("amqp://rabbit.example.com/", &[v6]), "amqp://[2001:db8::7]/");
-        // TLS verifies the name: kept. Nothing checked (private sinks allowed): kept.
-        assert_eq!(pin("amqps://rabbit.example.com/", &[v4]), "amqps://rabbit.example.com/");
-        assert_eq!(pin("amqp://rabbit.example.com/", &[]), "amqp://rabbit.example.com/");
+        assert_eq!(checked("h", vec![public, private], true), Ok(vec![public, private]));
+        assert_eq!(checked("h", Vec::new(), true), Err(Resolution::Unresolved));
     }
 
     #[tokio::test]
@@ -179,6 +181,16 @@ mod tests {
         let open = GuardedResolver { allow_private: true };
         let addrs: Vec<_> = open.resolve("localhost".parse().expect("name")).await.expect("resolves").collect();
         assert!(addrs.iter().all(|a| a.ip().is_loopback()));
+    }
+
+    #[tokio::test]
+    async fn the_aws_resolver_refuses_private_answers() {
+        use aws_smithy_runtime_api::client::dns::ResolveDns;
+        for name in ["localhost", "127.0.0.1", "2130706433", "127.1", "10.1.2.3", "::1"] {
+            assert!(GuardedDns.resolve_dns(name).await.is_err(), "{name}");
+        }
+        let public = GuardedDns.resolve_dns("8.8.8.8").await.expect("a public literal resolves to itself");
+        assert_eq!(public, vec!["8.8.8.8".parse::<IpAddr>().expect("ip")]);
     }
 
     #[test]

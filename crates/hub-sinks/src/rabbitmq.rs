@@ -5,13 +5,16 @@
 //! drops them, and the next attempt connects afresh (a connection is never kept half-open).
 
 use crate::cache::BoundedCache;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lapin::Confirmation;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::tcp::TLSConfig;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::uri::{AMQPScheme, AMQPUri};
+use lapin::{AsyncTcpStream, BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -28,7 +31,8 @@ pub struct RabbitTarget {
     pub routing_key: String,
     pub timeout: Duration,
     /// Private addresses may be reached; otherwise a new connection's host must pass the
-    /// address guard (checked where the connection is made, not per message).
+    /// address guard (checked where the connection is made, not per message), and the
+    /// connection dials only the addresses it checked.
     pub allow_private: bool,
 }
 
@@ -86,6 +90,30 @@ fn classify(e: &lapin::Error, connecting: bool) -> Failure {
     Failure { retryable: true, kind, reason: format!("RabbitMQ: {text}"), status: None, response: None }
 }
 
+/// Opens a connection that dials only `addrs` (what the address guard resolved and checked; the
+/// client never resolves the name again). Over `amqps` TLS verifies the certificate against the
+/// URL's host name, as it would have without the guard.
+async fn connect(url: &str, addrs: Vec<SocketAddr>) -> Result<Connection, Failure> {
+    let uri: AMQPUri = url.parse().map_err(|_| refused("the RabbitMQ URL is invalid"))?;
+    let runtime = lapin::runtime::default_runtime().map_err(|e| classify(&e, true))?;
+    let dial = async move |uri: AMQPUri, runtime| {
+        let mut last = None;
+        for addr in &addrs {
+            match AsyncTcpStream::connect(&runtime, *addr).await {
+                Ok(stream) => {
+                    return Ok(match uri.scheme {
+                        AMQPScheme::AMQP => stream,
+                        AMQPScheme::AMQPS => stream.into_tls(&uri.authority.host, TLSConfig::default()).await?,
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address")).into())
+    };
+    Connection::connector(uri, runtime, dial, ConnectionProperties::default()).await.map_err(|e| classify(&e, true))
+}
+
 #[derive(Clone)]
 struct Link {
     // Kept so the connection lives as long as its channel.
@@ -119,11 +147,9 @@ impl RabbitSink {
             }
             links.remove(&url);
         }
-        // Dial the address the guard checked (plain AMQP), not a name resolved again.
-        let dial = crate::guard::pinned_url(&url, target.allow_private).await?;
         let connect = async {
-            let connection =
-                Connection::connect(&dial, ConnectionProperties::default()).await.map_err(|e| classify(&e, true))?;
+            let addrs = crate::guard::dial_addrs(&url, target.allow_private).await?;
+            let connection = connect(&url, addrs).await?;
             let channel = connection.create_channel().await.map_err(|e| classify(&e, true))?;
             channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| classify(&e, true))?;
             Ok::<_, Failure>(Link { _connection: std::sync::Arc::new(connection), channel })

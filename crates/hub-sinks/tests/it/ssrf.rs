@@ -41,6 +41,11 @@ fn destinations(host: &str, port: u16) -> Vec<Destination> {
             exchange: "events".into(),
             routing_key: String::new(),
         }),
+        Destination::Rabbitmq(RabbitConfig {
+            url: format!("amqps://hub@{host}:{port}/vh"),
+            exchange: "events".into(),
+            routing_key: String::new(),
+        }),
         Destination::Sqs(SqsConfig {
             queue_url: "https://sqs.us-east-1.amazonaws.com/123456789012/q".into(),
             region: "us-east-1".into(),
@@ -89,7 +94,7 @@ async fn no_sink_connects_to_a_private_address_unless_allowed() {
             assert!(probe.is_err(), "{host} {destination:?}: a probe got through");
         }
     }
-    assert!(refused >= hosts.len() * 3, "most forms are refused by the guard itself ({refused})");
+    assert!(refused >= hosts.len() * 4, "most forms are refused by the guard itself ({refused})");
     assert_eq!(accepted.load(Ordering::SeqCst), 0, "the private listener saw a connection");
 
     // The same destinations, private sinks allowed: the sinks do connect.
@@ -98,5 +103,5 @@ async fn no_sink_connects_to_a_private_address_unless_allowed() {
         let _ =
             open.deliver(&destination, &secrets(), &message(b"{}", &ext, Uuid::now_v7()), Duration::from_secs(2)).await;
     }
-    assert!(accepted.load(Ordering::SeqCst) >= 4, "every sink connected with private sinks allowed");
+    assert!(accepted.load(Ordering::SeqCst) >= 5, "every sink connected with private sinks allowed");
 }

@@ -76,6 +76,38 @@ async fn a_request_whose_body_never_comes_is_cut_off_in_the_error_shape() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_hyper_refuses_before_the_router_is_answered_in_the_error_shape() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let many_headers: String = (0..150).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let huge_header = format!("x-big: {}\r\n", "a".repeat(600 * 1024));
+    let cases = [
+        ("GET /healthz HTTP/1.1\r\nhost: hub\r\nbad header line\r\n\r\n".to_owned(), 400, "bad_request"),
+        ("GE\x01T /healthz HTTP/1.1\r\nhost: hub\r\n\r\n".to_owned(), 400, "bad_request"),
+        (format!("GET /healthz HTTP/1.1\r\nhost: hub\r\n{many_headers}\r\n"), 431, "request_header_fields_too_large"),
+        (format!("GET /healthz HTTP/1.1\r\nhost: hub\r\n{huge_header}\r\n"), 431, "request_header_fields_too_large"),
+    ];
+    for (request, code, title) in cases {
+        let mut tcp = TcpStream::connect(addr(&hub)).await.expect("connect");
+        // The server may answer and close before the whole request is written.
+        let _ = tcp.write_all(request.as_bytes()).await;
+        let answer = read_all(&mut tcp, WAIT).await;
+        assert!(answer.starts_with(&format!("HTTP/1.1 {code} ")), "{answer:?}");
+        let body = json_body(&answer);
+        assert_eq!((body["code"].as_u64(), body["title"].as_str()), (Some(code), Some(title)), "{answer:?}");
+        assert!(answer.to_ascii_lowercase().contains("content-type: application/json"), "{answer:?}");
+    }
+    // A good request on a kept-alive connection after another is answered as usual.
+    let mut tcp = TcpStream::connect(addr(&hub)).await.expect("connect");
+    tcp.write_all(
+        b"GET /healthz HTTP/1.1\r\nhost: hub\r\n\r\nGET /healthz HTTP/1.1\r\nhost: hub\r\nconnection: close\r\n\r\n",
+    )
+    .await
+    .expect("write");
+    let answer = read_all(&mut tcp, WAIT).await;
+    assert_eq!(answer.matches("HTTP/1.1 200 OK").count(), 2, "{answer:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_redrive_body_is_refused_in_the_error_shape() {
     let hub = TestHub::start(Backend::Sqlite).await;
     let key = hub.tenant_key("t1").await;

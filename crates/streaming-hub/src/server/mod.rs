@@ -7,6 +7,8 @@
 //! - A request must be answered within `request_timeout` (body reading included), or it is
 //!   answered `408` in the error shape (see `api::router`).
 //! - Answers go out without a Nagle delay (`TCP_NODELAY`).
+//! - What hyper refuses before the router sees it (malformed HTTP: 400, 414, 431) is answered in
+//!   the error shape too ([`shaped`]).
 //!
 //! On `stop` it stops accepting and lets connections in flight finish their current request.
 
@@ -20,6 +22,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::HttpLimits;
+
+mod shaped;
+
+use shaped::Shaped;
 
 /// How long connections in flight may take to finish once the server stops.
 const GRACE: Duration = Duration::from_secs(10);
@@ -74,7 +80,7 @@ pub async fn serve(
             continue;
         };
         let service = hyper_util::service::TowerToHyperService::new(router.clone());
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(tcp), service));
+        let connection = graceful.watch(http.serve_connection(TokioIo::new(Shaped::new(tcp)), service));
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(peer = %peer, error = %e, "connection ended with an error");
