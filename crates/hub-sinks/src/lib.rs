@@ -4,24 +4,38 @@
 //! decides about backoff, breakers or dead letters (the dispatcher does, from `hub-core`'s
 //! decisions). This is the only crate that speaks to destinations. Every sink passes the one
 //! contract harness in `tests/it`.
+//!
+//! One folder per sink (`webhook/`, `sqs/`, `rabbitmq/`, `eventbridge/`) holds its configuration
+//! and validation (`config.rs`) and its [`TypedSink`]; [`Sinks`] (`registry.rs`) is the one
+//! registry, and the rest of the hub holds it as a `&dyn Sink`.
 #![forbid(unsafe_code)]
 
 pub mod aws;
 pub mod cache;
 pub mod destination;
+pub mod eventbridge;
 pub mod guard;
 pub mod rabbitmq;
+pub mod registry;
+pub mod sqs;
 pub mod webhook;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
 
-pub use aws::{AwsCredentials, AwsEndpoint, EventBridgeSink, EventBridgeTarget, SqsSink, SqsTarget};
-pub use destination::{Destination, Secrets, Sinks};
+pub use aws::{AwsCredentials, AwsEndpoint, AwsSettings};
+pub use destination::{Destination, Secrets};
+pub use eventbridge::{EventBridgeSink, EventBridgeTarget};
 pub use rabbitmq::{RabbitSink, RabbitTarget};
+pub use registry::Sinks;
+pub use sqs::{SqsSink, SqsTarget};
 pub use webhook::{WebhookSink, WebhookTarget};
+
+/// Timeout of one broker or AWS call.
+pub const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest part of a destination's response kept with an attempt.
 pub const RESPONSE_CAP: usize = 4096;
@@ -111,17 +125,85 @@ impl Outcome {
     }
 }
 
-/// A destination type.
+/// Delivers to destinations: what the dispatcher and verification hold (as `&dyn Sink`), and
+/// what [`Sinks`] is for every destination type at once.
 #[async_trait]
-pub trait Sink: Send + Sync {
-    /// Where and how to deliver: the subscription's destination with its secrets opened.
-    type Target: Send + Sync;
-
-    /// Makes exactly one delivery attempt.
-    async fn deliver(&self, target: &Self::Target, message: &Message<'_>) -> Outcome;
+pub trait Sink: Send + Sync + std::fmt::Debug {
+    /// Makes exactly one delivery attempt; `max_timeout` caps the destination's own timeout (an
+    /// attempt must end well inside its lease).
+    async fn deliver(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        message: &Message<'_>,
+        max_timeout: Duration,
+    ) -> Outcome;
 
     /// Verifies the destination (SPEC §2.2): `Ok` when it acknowledged a test message.
-    async fn probe(&self, target: &Self::Target, tenant: &str, subscription_id: Uuid) -> Result<(), Failure>;
+    async fn probe(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        tenant: &str,
+        subscription: Uuid,
+        max_timeout: Duration,
+    ) -> Result<(), Failure>;
+}
+
+/// One destination type's own side: how it reads its destination into a target, and one attempt
+/// or probe against a target. Every `TypedSink` is a [`Sink`].
+#[async_trait]
+pub trait TypedSink: Send + Sync + std::fmt::Debug {
+    /// Where and how to deliver: the destination with its secrets opened.
+    type Target: Send + Sync;
+
+    /// The target of `destination` (one of this sink's type), its timeouts capped at
+    /// `max_timeout`.
+    fn target(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        max_timeout: Duration,
+    ) -> Result<Self::Target, Failure>;
+
+    /// Makes exactly one delivery attempt.
+    async fn attempt(&self, target: &Self::Target, message: &Message<'_>) -> Outcome;
+
+    /// Verifies the destination: `Ok` when it acknowledged a test message.
+    async fn check(&self, target: &Self::Target, tenant: &str, subscription_id: Uuid) -> Result<(), Failure>;
+}
+
+#[async_trait]
+impl<T: TypedSink> Sink for T {
+    async fn deliver(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        message: &Message<'_>,
+        max_timeout: Duration,
+    ) -> Outcome {
+        match self.target(destination, secrets, max_timeout) {
+            Ok(target) => self.attempt(&target, message).await,
+            Err(failure) => Outcome::Failed(failure),
+        }
+    }
+
+    async fn probe(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        tenant: &str,
+        subscription: Uuid,
+        max_timeout: Duration,
+    ) -> Result<(), Failure> {
+        let target = self.target(destination, secrets, max_timeout)?;
+        self.check(&target, tenant, subscription).await
+    }
+}
+
+/// A destination the hub cannot use as stored: retried (an operator may fix the key or data).
+pub(crate) fn misconfigured(reason: &str) -> Failure {
+    Failure { retryable: true, kind: FailureKind::Refused, reason: reason.to_owned(), status: None, response: None }
 }
 
 /// Cuts text at a character boundary at most `max` bytes long.

@@ -187,12 +187,14 @@ pub async fn start_with_clock(
             stop.cancel();
         });
     }
-    let sinks = hub_sinks::Sinks::new(
-        config.allow_private_sinks,
-        config.aws_default_credentials,
-        config.aws_endpoint_url.clone(),
-    )
-    .map_err(anyhow::Error::msg)?;
+    let sinks: Arc<dyn hub_sinks::Sink> = Arc::new(
+        hub_sinks::Sinks::new(
+            config.allow_private_sinks,
+            config.aws_default_credentials,
+            config.aws_endpoint_url.clone(),
+        )
+        .map_err(anyhow::Error::msg)?,
+    );
     let sealer = Arc::new(secrets::Sealer::new(kek));
     let wake = Arc::new(tokio::sync::Notify::new());
     let (notices, notice_queue) = operational::Notices::channel();
@@ -202,7 +204,7 @@ pub async fn start_with_clock(
         let dispatcher = Arc::new(delivery::Dispatcher::new(
             Arc::clone(&store),
             Arc::clone(&sealer),
-            sinks.clone(),
+            Arc::clone(&sinks),
             Arc::clone(&clock),
             Arc::clone(&wake),
             delivery::settings(&config),

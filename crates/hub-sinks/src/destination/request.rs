@@ -5,11 +5,9 @@
 //! the credentials (sealed at rest, never shown). A RabbitMQ URL's password is a credential: the
 //! URL is shown without it.
 
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use hub_core::SinkKind;
-use hub_core::signature::Scheme;
 use serde_json::{Map, Value, json};
 use url::Url;
 
@@ -22,33 +20,13 @@ pub struct Invalid {
 }
 
 impl Invalid {
-    fn new(field: &str, problem: impl std::fmt::Display) -> Self {
+    pub(crate) fn new(field: &str, problem: impl std::fmt::Display) -> Self {
         Self { field: field.to_owned(), problem: problem.to_string() }
     }
 }
 
-const MAX_URL: usize = 2048;
-const MAX_HEADERS: usize = 20;
-const DEFAULT_TIMEOUT_MS: u64 = 10_000;
-/// Headers the hub sets itself, or that would carry credentials in clear configuration.
-const RESERVED_HEADERS: &[&str] = &[
-    "host",
-    "content-type",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "keep-alive",
-    "upgrade",
-    "te",
-    "trailer",
-    "user-agent",
-    "traceparent",
-    "tracestate",
-    "authorization",
-    "proxy-authorization",
-    "cookie",
-];
-
+/// The longest URL a destination may have.
+pub(crate) const MAX_URL: usize = 2048;
 /// What a request says about credentials.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Credentials {
@@ -73,7 +51,7 @@ pub struct Requested {
 impl Requested {
     /// Checks the validated JSON against the typed destination and keeps the typed form's JSON,
     /// so what is stored is exactly what the dispatcher will read back.
-    fn typed(public: Value, credentials: Credentials) -> Result<Self, Invalid> {
+    pub(crate) fn typed(public: Value, credentials: Credentials) -> Result<Self, Invalid> {
         let typed = super::Destination::from_stored(&public).map_err(|e| Invalid::new("sink", e))?;
         Ok(Self { kind: typed.kind(), public: typed.to_stored(), typed, credentials })
     }
@@ -88,23 +66,24 @@ pub fn same_connection(old: &Value, new: &Value) -> bool {
     }
 }
 
-struct Fields<'a> {
-    map: &'a Map<String, Value>,
+/// The fields of a `sink` object, read with errors that name them.
+pub(crate) struct Fields<'a> {
+    pub(crate) map: &'a Map<String, Value>,
 }
 
-fn field(name: &str) -> String {
+pub(crate) fn field(name: &str) -> String {
     format!("sink.{name}")
 }
 
 impl<'a> Fields<'a> {
-    fn only(&self, allowed: &[&str]) -> Result<(), Invalid> {
+    pub(crate) fn only(&self, allowed: &[&str]) -> Result<(), Invalid> {
         match self.map.keys().find(|k| k.as_str() != "type" && !allowed.contains(&k.as_str())) {
             Some(k) => Err(Invalid::new(&field(k), "is not a field of this sink type")),
             None => Ok(()),
         }
     }
 
-    fn string(&self, name: &str, max: usize) -> Result<Option<&'a str>, Invalid> {
+    pub(crate) fn string(&self, name: &str, max: usize) -> Result<Option<&'a str>, Invalid> {
         match self.map.get(name) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) if s.len() > max => {
@@ -118,7 +97,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn required(&self, name: &str, max: usize) -> Result<&'a str, Invalid> {
+    pub(crate) fn required(&self, name: &str, max: usize) -> Result<&'a str, Invalid> {
         match self.string(name, max)? {
             Some(s) if !s.trim().is_empty() => Ok(s),
             _ => Err(Invalid::new(&field(name), "is required")),
@@ -129,7 +108,7 @@ impl<'a> Fields<'a> {
 /// Parses a URL and applies the destination rules: allowed schemes, a host, no credentials in
 /// clear (unless `allow_userinfo`), and no private address literal unless private sinks are
 /// allowed. Host names are checked again when they are resolved, at delivery.
-fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_private: bool) -> Result<Url, Invalid> {
+pub(crate) fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_private: bool) -> Result<Url, Invalid> {
     let f = field(name);
     let url = Url::parse(raw).map_err(|_| Invalid::new(&f, "must be an absolute URL"))?;
     if !schemes.contains(&url.scheme()) {
@@ -158,166 +137,6 @@ fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_private: bool)
     Ok(url)
 }
 
-fn region(fields: &Fields<'_>) -> Result<String, Invalid> {
-    let r = fields.required("region", 32)?;
-    if !r.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
-        return Err(Invalid::new("sink.region", "must be an AWS region such as us-east-1"));
-    }
-    Ok(r.to_owned())
-}
-
-fn aws_credentials(fields: &Fields<'_>) -> Result<Credentials, Invalid> {
-    match fields.map.get("credentials") {
-        None => Ok(Credentials::Unchanged),
-        Some(Value::Null) => Ok(Credentials::Cleared),
-        Some(Value::Object(c)) => {
-            let inner = Fields { map: c };
-            let prefixed = |e: Invalid| Invalid { field: e.field.replacen("sink.", "sink.credentials.", 1), ..e };
-            inner.only(&["access_key_id", "secret_access_key", "session_token"]).map_err(prefixed)?;
-            let id = inner.required("access_key_id", 128).map_err(prefixed)?;
-            if id.len() < 16 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
-                return Err(Invalid::new("sink.credentials.access_key_id", "must be an AWS access key id"));
-            }
-            let secret = inner.required("secret_access_key", 256).map_err(prefixed)?;
-            let token = inner.string("session_token", 4096).map_err(prefixed)?;
-            let mut value = json!({"access_key_id": id, "secret_access_key": secret});
-            if let Some(token) = token {
-                value["session_token"] = json!(token);
-            }
-            Ok(Credentials::Set(value))
-        }
-        Some(_) => Err(Invalid::new("sink.credentials", "must be an object or null")),
-    }
-}
-
-fn endpoint(fields: &Fields<'_>, allow_private: bool, public: &mut Value) -> Result<(), Invalid> {
-    if let Some(raw) = fields.string("endpoint_url", MAX_URL)? {
-        let url = destination_url("endpoint_url", raw, &["https", "http"], allow_private)?;
-        if url.scheme() == "http" && !allow_private {
-            return Err(Invalid::new("sink.endpoint_url", "must use https"));
-        }
-        public["endpoint_url"] = json!(url.as_str());
-    }
-    Ok(())
-}
-
-fn webhook(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
-    fields.only(&["url", "headers", "timeout_ms", "signature"])?;
-    let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
-    let url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(Invalid::new("sink.url", "must not carry credentials; requests are signed instead"));
-    }
-    let mut headers = BTreeMap::new();
-    match fields.map.get("headers") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(h)) => {
-            if h.len() > MAX_HEADERS {
-                return Err(Invalid::new("sink.headers", format!("must have at most {MAX_HEADERS} entries")));
-            }
-            for (name, value) in h {
-                let f = format!("sink.headers.{name}");
-                let lower = name.to_ascii_lowercase();
-                if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                    return Err(Invalid::new(&f, "is not a valid header name"));
-                }
-                if RESERVED_HEADERS.contains(&lower.as_str())
-                    || lower.starts_with("x-webhook-")
-                    || lower.starts_with("webhook-")
-                    || lower.starts_with("x-lerian-")
-                {
-                    return Err(Invalid::new(&f, "is set by the hub or carries credentials; it cannot be configured"));
-                }
-                let Value::String(v) = value else {
-                    return Err(Invalid::new(&f, "must be a string"));
-                };
-                if v.len() > 1024 || reqwest::header::HeaderValue::from_str(v).is_err() {
-                    return Err(Invalid::new(&f, "must be a valid header value of at most 1024 bytes"));
-                }
-                headers.insert(name.clone(), v.clone());
-            }
-        }
-        Some(_) => return Err(Invalid::new("sink.headers", "must be an object of strings")),
-    }
-    let timeout_ms = match fields.map.get("timeout_ms") {
-        None | Some(Value::Null) => DEFAULT_TIMEOUT_MS,
-        Some(v) => match v.as_u64() {
-            Some(ms) if (100..=60_000).contains(&ms) => ms,
-            _ => return Err(Invalid::new("sink.timeout_ms", "must be a whole number from 100 to 60000")),
-        },
-    };
-    let signature = match fields.string("signature", 32)? {
-        None => Scheme::default(),
-        Some(raw) => Scheme::parse(raw).ok_or_else(|| {
-            let names: Vec<&str> = Scheme::ALL.iter().map(|s| s.as_str()).collect();
-            Invalid::new("sink.signature", format!("must be one of {}", names.join(", ")))
-        })?,
-    };
-    Requested::typed(
-        json!({"type": "webhook", "url": url.as_str(), "headers": headers, "timeout_ms": timeout_ms, "signature": signature}),
-        Credentials::Unchanged,
-    )
-}
-
-fn sqs(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
-    fields.only(&["queue_url", "region", "credentials", "endpoint_url"])?;
-    let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
-    let queue = destination_url("queue_url", fields.required("queue_url", MAX_URL)?, schemes, allow_private)?;
-    let mut public = json!({"type": "sqs", "queue_url": queue.as_str(), "region": region(fields)?});
-    endpoint(fields, allow_private, &mut public)?;
-    Requested::typed(public, aws_credentials(fields)?)
-}
-
-fn eventbridge(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
-    fields.only(&["event_bus", "region", "credentials", "endpoint_url"])?;
-    let bus = fields.required("event_bus", 1600)?;
-    if !bus.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b)) {
-        return Err(Invalid::new("sink.event_bus", "must be an event bus name or ARN"));
-    }
-    let mut public = json!({"type": "eventbridge", "event_bus": bus, "region": region(fields)?});
-    endpoint(fields, allow_private, &mut public)?;
-    Requested::typed(public, aws_credentials(fields)?)
-}
-
-/// The routing-key placeholders a RabbitMQ sink may use.
-pub const ROUTING_PLACEHOLDERS: [&str; 3] = ["{resource}", "{event}", "{source}"];
-
-fn rabbitmq(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
-    fields.only(&["url", "exchange", "routing_key"])?;
-    let schemes: &[&str] = if allow_private { &["amqps", "amqp"] } else { &["amqps"] };
-    let mut url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
-    let credentials = match url.password() {
-        Some(p) => {
-            let password = urlencoding_decode(p);
-            Credentials::Set(json!({"password": password}))
-        }
-        None => Credentials::Unchanged,
-    };
-    let _ = url.set_password(None);
-    let exchange = fields.string("exchange", 255)?.ok_or_else(|| Invalid::new("sink.exchange", "is required"))?;
-    if !exchange.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b)) {
-        return Err(Invalid::new("sink.exchange", "may contain letters, digits, '_', '.', ':' and '-'"));
-    }
-    let routing_key = fields.string("routing_key", 255)?.unwrap_or_default();
-    let mut rest = routing_key.to_owned();
-    for p in ROUTING_PLACEHOLDERS {
-        rest = rest.replace(p, "");
-    }
-    if rest.contains('{') || rest.contains('}') {
-        return Err(Invalid::new("sink.routing_key", "may only use the placeholders {resource}, {event} and {source}"));
-    }
-    Requested::typed(
-        json!({"type": "rabbitmq", "url": url.as_str(), "exchange": exchange, "routing_key": routing_key}),
-        credentials,
-    )
-}
-
-/// A URL's userinfo part as its owner meant it: percent-decoded (`%2B` is `+`, and `+` stays
-/// `+`, unlike form decoding, which would make it a space).
-fn urlencoding_decode(s: &str) -> String {
-    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
-}
-
 /// Stored credentials were given for one destination: they never follow a change of scheme, host
 /// or port to another one. Such a change must carry the credentials again.
 pub fn credentials_follow(stored: &Value, new: &Requested) -> Result<(), Invalid> {
@@ -342,10 +161,10 @@ pub fn parse(value: &Value, allow_private: bool) -> Result<Requested, Invalid> {
         _ => return Err(Invalid::new("sink.type", "is required")),
     };
     match kind {
-        SinkKind::Webhook => webhook(&fields, allow_private),
-        SinkKind::Sqs => sqs(&fields, allow_private),
-        SinkKind::Eventbridge => eventbridge(&fields, allow_private),
-        SinkKind::Rabbitmq => rabbitmq(&fields, allow_private),
+        SinkKind::Webhook => crate::webhook::config::validate(&fields, allow_private),
+        SinkKind::Sqs => crate::sqs::config::validate(&fields, allow_private),
+        SinkKind::Eventbridge => crate::eventbridge::config::validate(&fields, allow_private),
+        SinkKind::Rabbitmq => crate::rabbitmq::config::validate(&fields, allow_private),
         SinkKind::Pull => {
             fields.only(&[])?;
             Requested::typed(json!({"type": "pull"}), Credentials::Unchanged)

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region};
-use hub_sinks::{AwsCredentials, AwsEndpoint, EventBridgeSink, EventBridgeTarget, Outcome, Sink, SqsSink, SqsTarget};
+use hub_sinks::{
+    AwsCredentials, AwsEndpoint, AwsSettings, EventBridgeSink, EventBridgeTarget, Outcome, SqsSink, SqsTarget,
+    TypedSink,
+};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -172,22 +175,25 @@ impl Fixture for SqsFixture {
 
 #[tokio::test]
 async fn the_sqs_sink_passes_the_contract() {
-    let fixture =
-        SqsFixture { sink: SqsSink::new(false), queue: Queue::create(false).await, dead: dead_endpoints().await };
+    let fixture = SqsFixture {
+        sink: SqsSink::new(AwsSettings::default()),
+        queue: Queue::create(false).await,
+        dead: dead_endpoints().await,
+    };
     contract::run(&fixture).await;
 }
 
 #[tokio::test]
 async fn sqs_messages_carry_attributes_and_fifo_ids() {
     let queue = Queue::create(true).await;
-    let sink = SqsSink::new(false);
+    let sink = SqsSink::new(AwsSettings::default());
     let ext = BTreeMap::from([("partner".to_owned(), "acme".to_owned())]);
     let id = Uuid::now_v7();
     let target = SqsTarget {
         queue_url: queue.url.clone(),
         endpoint: endpoint(&aws_endpoint(), Some(credentials()), Duration::from_secs(5)),
     };
-    let outcome = sink.deliver(&target, &message(br#"{"a":1}"#, &ext, id)).await;
+    let outcome = sink.attempt(&target, &message(br#"{"a":1}"#, &ext, id)).await;
     assert!(outcome.is_delivered(), "{outcome:?}");
     let got = queue.receive(1).await;
     let m = &got[0];
@@ -242,7 +248,7 @@ impl BusFixture {
         let target =
             aws_sdk_eventbridge::types::Target::builder().id("queue").arn(queue.arn().await).build().expect("target");
         events.put_targets().rule(&rule).event_bus_name(&bus).targets(target).send().await.expect("targets");
-        Self { sink: EventBridgeSink::new(false), bus, queue, dead: dead_endpoints().await }
+        Self { sink: EventBridgeSink::new(AwsSettings::default()), bus, queue, dead: dead_endpoints().await }
     }
 }
 
@@ -302,7 +308,7 @@ async fn eventbridge_entries_are_structured_cloudevents() {
     let id = Uuid::now_v7();
     let target = fixture.target(Case::Healthy).await;
     assert!(matches!(
-        fixture.sink.deliver(&target, &message(br#"{"a":1}"#, &ext, id)).await,
+        fixture.sink.attempt(&target, &message(br#"{"a":1}"#, &ext, id)).await,
         Outcome::Delivered { .. }
     ));
     let got = fixture.queue.receive(1).await;

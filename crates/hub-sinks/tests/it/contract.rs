@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use hub_sinks::{FailureKind, Message, Outcome, Sink};
+use hub_sinks::{FailureKind, Message, Outcome, TypedSink};
 use uuid::Uuid;
 
 /// The situations a sink is checked in.
@@ -19,10 +19,10 @@ pub enum Case {
 
 /// What a sink's test fixture provides.
 pub trait Fixture {
-    type S: Sink;
+    type S: TypedSink;
     fn sink(&self) -> &Self::S;
     /// A target for the case (a slow one with a short timeout).
-    async fn target(&self, case: Case) -> <Self::S as Sink>::Target;
+    async fn target(&self, case: Case) -> <Self::S as TypedSink>::Target;
     /// The bodies the healthy destination received, by event id, once `expected` arrived.
     async fn received(&self, expected: usize) -> Vec<(Uuid, Vec<u8>)>;
     /// Strings that must never appear in an outcome (credentials, secrets).
@@ -72,7 +72,7 @@ pub async fn run<F: Fixture>(fixture: &F) {
     let id = Uuid::now_v7();
     let body = br#"{"amount": 10, "exact": "bytes"}"#;
     let target = fixture.target(Case::Healthy).await;
-    let outcome = fixture.sink().deliver(&target, &message(body, &ext, id)).await;
+    let outcome = fixture.sink().attempt(&target, &message(body, &ext, id)).await;
     assert!(outcome.is_delivered(), "healthy: {outcome:?}");
     let got = fixture.received(1).await;
     assert_eq!(got.len(), 1, "the destination got the event once");
@@ -92,7 +92,7 @@ pub async fn run<F: Fixture>(fixture: &F) {
     ] {
         let target = fixture.target(case).await;
         let started = std::time::Instant::now();
-        let outcome = fixture.sink().deliver(&target, &message(body, &ext, Uuid::now_v7())).await;
+        let outcome = fixture.sink().attempt(&target, &message(body, &ext, Uuid::now_v7())).await;
         match &outcome {
             Outcome::Failed(f) => {
                 assert_eq!(f.kind, kind, "{case:?}: {f:?}");
@@ -107,8 +107,8 @@ pub async fn run<F: Fixture>(fixture: &F) {
 
     // A probe of the healthy destination succeeds; of a refusing one fails, classified.
     let healthy = fixture.target(Case::Healthy).await;
-    fixture.sink().probe(&healthy, "tenant-a", Uuid::now_v7()).await.expect("the probe of a healthy destination");
+    fixture.sink().check(&healthy, "tenant-a", Uuid::now_v7()).await.expect("the probe of a healthy destination");
     let refusing = fixture.target(Case::Refusing).await;
-    let err = fixture.sink().probe(&refusing, "tenant-a", Uuid::now_v7()).await.expect_err("refused");
+    let err = fixture.sink().check(&refusing, "tenant-a", Uuid::now_v7()).await.expect_err("refused");
     assert_eq!(err.kind, FailureKind::Refused);
 }

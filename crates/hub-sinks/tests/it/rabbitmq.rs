@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use hub_sinks::{RabbitSink, RabbitTarget, Sink};
+use hub_sinks::{RabbitSink, RabbitTarget, TypedSink};
 use lapin::options::{BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
@@ -159,7 +159,7 @@ impl Fixture for RabbitFixture {
 #[tokio::test]
 async fn the_rabbitmq_sink_passes_the_contract() {
     let fixture = RabbitFixture {
-        sink: RabbitSink::new(),
+        sink: RabbitSink::new(true),
         topology: Topology::new().await,
         missing: format!("sh-test-missing-{}", Uuid::now_v7().simple()),
         silent: silent_server().await,
@@ -170,12 +170,12 @@ async fn the_rabbitmq_sink_passes_the_contract() {
 #[tokio::test]
 async fn an_unroutable_message_is_a_failure() {
     let topology = Topology::new().await;
-    let sink = RabbitSink::new();
+    let sink = RabbitSink::new(true);
     let ext = std::collections::BTreeMap::new();
     let mut t = target("amqp://guest@127.0.0.1:5672/%2f", Some("guest"), &topology.exchange, Duration::from_secs(5));
     // No queue is bound for this key: with `mandatory`, the broker returns the message.
     t.routing_key = "nobody.listens".to_owned();
-    match sink.deliver(&t, &message(b"{}", &ext, Uuid::now_v7())).await {
+    match sink.attempt(&t, &message(b"{}", &ext, Uuid::now_v7())).await {
         hub_sinks::Outcome::Failed(f) => {
             assert_eq!(f.kind, hub_sinks::FailureKind::Refused);
             assert!(f.reason.contains("unroutable"), "{f:?}");
@@ -188,11 +188,11 @@ async fn an_unroutable_message_is_a_failure() {
 #[tokio::test]
 async fn messages_carry_the_cloudevents_headers_persistently() {
     let topology = Topology::new().await;
-    let sink = RabbitSink::new();
+    let sink = RabbitSink::new(true);
     let ext = std::collections::BTreeMap::from([("partner".to_owned(), "acme".to_owned())]);
     let id = Uuid::now_v7();
     let t = target("amqp://guest@127.0.0.1:5672/%2f", Some("guest"), &topology.exchange, Duration::from_secs(5));
-    assert!(sink.deliver(&t, &message(br#"{"a":1}"#, &ext, id)).await.is_delivered());
+    assert!(sink.attempt(&t, &message(br#"{"a":1}"#, &ext, id)).await.is_delivered());
     let mut got = topology.drain(1).await;
     assert_eq!(got.len(), 1);
     let (headers, message_id, body) = got.remove(0);
@@ -211,5 +211,5 @@ async fn messages_carry_the_cloudevents_headers_persistently() {
     }
     // The routing key came from the placeholders: the queue is bound to loan_application.#.
     // A broken connection is replaced on the next attempt: closing it here does not stick.
-    assert!(sink.deliver(&t, &message(b"{}", &ext, Uuid::now_v7())).await.is_delivered());
+    assert!(sink.attempt(&t, &message(b"{}", &ext, Uuid::now_v7())).await.is_delivered());
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use hub_sinks::destination::{EventBridgeConfig, RabbitConfig, SqsConfig, WebhookConfig};
-use hub_sinks::{Destination, FailureKind, Outcome, Secrets, Sinks};
+use hub_sinks::{Destination, FailureKind, Outcome, Secrets, Sink, Sinks};
 use uuid::Uuid;
 
 use crate::contract::message;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hub_core::signature::Scheme;
-use hub_sinks::{FailureKind, Outcome, Sink, WebhookSink, WebhookTarget};
+use hub_sinks::{FailureKind, Outcome, TypedSink, WebhookSink, WebhookTarget};
 use uuid::Uuid;
 
 use crate::contract::{self, Case, Fixture, message};
@@ -90,7 +90,7 @@ async fn every_header_of_the_spec_is_sent() {
     let id = Uuid::now_v7();
     let body = br#"{"id":"123"}"#;
     let msg = message(body, &ext, id);
-    assert!(sink.deliver(&target(&receiver.url, &[SECRET]), &msg).await.is_delivered());
+    assert!(sink.attempt(&target(&receiver.url, &[SECRET]), &msg).await.is_delivered());
     let got = receiver.wait_for(1).await.remove(0);
     let h = |name: &str| got.headers.get(name).map(|v| v.to_str().expect("ascii").to_owned());
     assert_eq!(got.body, body, "the exact body");
@@ -120,7 +120,7 @@ async fn during_a_rotation_two_signature_headers_verify_with_their_secrets() {
     let sink = WebhookSink::new(true).expect("sink");
     let ext = BTreeMap::new();
     let body = br#"{"n":1}"#;
-    sink.deliver(&target(&receiver.url, &[new, old]), &message(body, &ext, Uuid::now_v7())).await;
+    sink.attempt(&target(&receiver.url, &[new, old]), &message(body, &ext, Uuid::now_v7())).await;
     let got = receiver.wait_for(1).await.remove(0);
     let ts: i64 = got.headers["x-webhook-timestamp"].to_str().expect("ts").parse().expect("ts");
     let sigs: Vec<&str> = got.headers.get_all("x-webhook-signature").iter().map(|v| v.to_str().expect("sig")).collect();
@@ -138,7 +138,7 @@ async fn standard_webhooks_mode_sends_its_headers_and_signs_with_every_secret() 
     let body = br#"{"n":1}"#;
     let id = Uuid::now_v7();
     let target = WebhookTarget { scheme: Scheme::StandardWebhooks, ..target(&receiver.url, &[new, old]) };
-    assert!(sink.deliver(&target, &message(body, &ext, id)).await.is_delivered());
+    assert!(sink.attempt(&target, &message(body, &ext, id)).await.is_delivered());
     let got = receiver.wait_for(1).await.remove(0);
     let h = |name: &str| got.headers.get(name).map(|v| v.to_str().expect("ascii").to_owned());
     assert_eq!(h("webhook-id"), Some(id.to_string()), "the event id: stable across redeliveries");
@@ -158,7 +158,7 @@ async fn redirects_are_not_followed() {
     let redirecting = Receiver::start(Behaviour::Redirect(other.url.clone())).await;
     let sink = WebhookSink::new(true).expect("sink");
     let ext = BTreeMap::new();
-    let outcome = sink.deliver(&target(&redirecting.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
+    let outcome = sink.attempt(&target(&redirecting.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
     assert!(
         matches!(&outcome, Outcome::Failed(f) if f.status == Some(302) && f.kind == FailureKind::Refused),
         "{outcome:?}"
@@ -173,7 +173,7 @@ async fn the_response_kept_with_an_attempt_is_capped() {
     let receiver = Receiver::start(Behaviour::Large(1024 * 1024)).await;
     let sink = WebhookSink::new(true).expect("sink");
     let ext = BTreeMap::new();
-    match sink.deliver(&target(&receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await {
+    match sink.attempt(&target(&receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await {
         Outcome::Delivered { status, response } => {
             assert_eq!(status, Some(200));
             assert_eq!(response.expect("response").len(), hub_sinks::RESPONSE_CAP);
@@ -199,7 +199,7 @@ async fn the_ssrf_guard_refuses_private_destinations_unless_allowed() {
         "http://[fe80::1]/hook".to_owned(),
         "http://224.0.0.1/hook".to_owned(),
     ] {
-        let outcome = guarded.deliver(&target(&url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
+        let outcome = guarded.attempt(&target(&url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
         assert!(
             matches!(&outcome, Outcome::Failed(f) if f.kind == FailureKind::Forbidden && !f.retryable),
             "{url}: {outcome:?}"
@@ -214,7 +214,7 @@ async fn the_ssrf_guard_refuses_private_destinations_unless_allowed() {
     // With private sinks allowed, the same receiver is reached.
     let open = WebhookSink::new(true).expect("sink");
     assert!(
-        open.deliver(&target(&receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await.is_delivered()
+        open.attempt(&target(&receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await.is_delivered()
     );
 }
 
@@ -224,7 +224,7 @@ async fn verification_needs_the_challenge_echoed() {
     let silent = Receiver::start(Behaviour::Status(204)).await;
     let sink = WebhookSink::new(true).expect("sink");
     let sub = Uuid::now_v7();
-    sink.probe(&target(&echo.url, &[SECRET]), "tenant-a", sub).await.expect("an echoing receiver verifies");
+    sink.check(&target(&echo.url, &[SECRET]), "tenant-a", sub).await.expect("an echoing receiver verifies");
     let probe = echo.wait_for(1).await.remove(0);
     assert_eq!(probe.headers["x-lerian-event-type"], "streaming_hub.verification");
     assert_eq!(probe.headers["x-lerian-subscription-id"], sub.to_string().as_str());
@@ -235,6 +235,6 @@ async fn verification_needs_the_challenge_echoed() {
     let sig = probe.headers["x-webhook-signature"].to_str().expect("sig");
     assert!(hub_core::signature::verify(SECRET, ts, &probe.body, sig), "the probe is signed");
 
-    let err = sink.probe(&target(&silent.url, &[SECRET]), "tenant-a", sub).await.expect_err("no challenge");
+    let err = sink.check(&target(&silent.url, &[SECRET]), "tenant-a", sub).await.expect_err("no challenge");
     assert!(err.reason.contains("challenge"), "{err:?}");
 }

@@ -76,7 +76,7 @@ pub async fn verify(
     let (sub, failure) = crate::delivery::verify::verify(
         sub,
         state.store.as_ref(),
-        &state.sinks,
+        state.sinks.as_ref(),
         &state.sealer,
         state.clock.as_ref(),
         true,

@@ -60,7 +60,7 @@ pub struct AppState {
     /// HTTP ingest per tenant (`STREAMING_HUB_INGEST_RATE`).
     pub ingest_limiter: Arc<limiter::TenantLimiter>,
     pub quotas: crate::config::Quotas,
-    pub sinks: hub_sinks::Sinks,
+    pub sinks: Arc<dyn hub_sinks::Sink>,
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Wakes the dispatcher: new jobs, a verified destination, a redrive.
     pub wake: Arc<tokio::sync::Notify>,

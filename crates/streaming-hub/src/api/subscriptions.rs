@@ -217,7 +217,7 @@ fn spawn_probe(state: &AppState, sub: SubscriptionRecord) {
         let verified = crate::delivery::verify::verify(
             sub,
             state.store.as_ref(),
-            &state.sinks,
+            state.sinks.as_ref(),
             &state.sealer,
             state.clock.as_ref(),
             false,

@@ -24,7 +24,7 @@ use hub_core::delivery::{
     AttemptFacts, AutoDisable, Breaker, BreakerConfig, JobTransition, OutcomeClass, Permit, RetryPolicy, Transition,
     settle,
 };
-use hub_sinks::{Failure, FailureKind, Message, Outcome, Sinks};
+use hub_sinks::{Failure, FailureKind, Message, Outcome, Sink};
 use hub_store::{
     AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, Store, StoredEvent, SubscriptionRecord,
 };
@@ -75,7 +75,7 @@ struct Destinations {
 pub struct Dispatcher {
     store: Arc<dyn Store>,
     sealer: Arc<Sealer>,
-    sinks: Sinks,
+    sinks: Arc<dyn Sink>,
     clock: Arc<dyn Clock>,
     wake: Arc<Notify>,
     settings: Settings,
@@ -160,7 +160,7 @@ impl Dispatcher {
     pub fn new(
         store: Arc<dyn Store>,
         sealer: Arc<Sealer>,
-        sinks: Sinks,
+        sinks: Arc<dyn Sink>,
         clock: Arc<dyn Clock>,
         wake: Arc<Notify>,
         settings: Settings,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hub_store::{Store, StoreError, SubscriptionRecord, VerificationResult};
 
-use hub_sinks::Sinks;
+use hub_sinks::Sink;
 
 use super::targets;
 use crate::clock::Clock;
@@ -16,7 +16,12 @@ use crate::secrets::Sealer;
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Probes the subscription's destination; `Err` carries the reason shown to the tenant.
-pub async fn probe(sub: &SubscriptionRecord, sinks: &Sinks, sealer: &Sealer, clock: &dyn Clock) -> Result<(), String> {
+pub async fn probe(
+    sub: &SubscriptionRecord,
+    sinks: &dyn Sink,
+    sealer: &Sealer,
+    clock: &dyn Clock,
+) -> Result<(), String> {
     let destination = targets::destination(sub)?;
     let secrets = targets::secrets(sub, sealer, clock.now())?;
     sinks.probe(&destination, &secrets, &sub.tenant_id, sub.id, PROBE_TIMEOUT).await.map_err(|f| f.reason)
@@ -28,7 +33,7 @@ pub async fn probe(sub: &SubscriptionRecord, sinks: &Sinks, sealer: &Sealer, clo
 pub async fn verify(
     probed: SubscriptionRecord,
     store: &dyn Store,
-    sinks: &Sinks,
+    sinks: &dyn Sink,
     sealer: &Sealer,
     clock: &dyn Clock,
     reenable: bool,

@@ -14,8 +14,11 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGE
 use url::Url;
 use uuid::Uuid;
 
+use crate::destination::{Destination, Secrets};
 use crate::guard::{GuardedResolver, check_host};
-use crate::{Failure, FailureKind, Message, Outcome, RESPONSE_CAP, Sink, cap_text};
+use crate::{Failure, FailureKind, Message, Outcome, RESPONSE_CAP, TypedSink, cap_text};
+
+pub mod config;
 
 const VERIFICATION_KEY: &str = "streaming_hub.verification";
 const USER_AGENT_VALUE: &str = concat!("streaming-hub/", env!("CARGO_PKG_VERSION"));
@@ -199,10 +202,31 @@ fn classify(e: &reqwest::Error, timeout: Duration) -> Failure {
 }
 
 #[async_trait]
-impl Sink for WebhookSink {
+impl TypedSink for WebhookSink {
     type Target = WebhookTarget;
 
-    async fn deliver(&self, target: &WebhookTarget, message: &Message<'_>) -> Outcome {
+    fn target(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        max_timeout: Duration,
+    ) -> Result<WebhookTarget, Failure> {
+        let Destination::Webhook(c) = destination else {
+            return Err(crate::misconfigured("not a webhook destination"));
+        };
+        if secrets.signing.is_empty() {
+            return Err(crate::misconfigured("the subscription has no signing secret"));
+        }
+        Ok(WebhookTarget {
+            url: c.url.parse().map_err(|_| crate::misconfigured("the webhook url is not valid"))?,
+            headers: c.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            timeout: Duration::from_millis(c.timeout_ms).min(max_timeout),
+            scheme: c.signature,
+            secrets: secrets.signing.clone(),
+        })
+    }
+
+    async fn attempt(&self, target: &WebhookTarget, message: &Message<'_>) -> Outcome {
         let timestamp = chrono::Utc::now().timestamp();
         let headers = self.headers(target, message, timestamp);
         match self.send(target, headers, message.payload.to_vec(), RESPONSE_CAP).await {
@@ -220,7 +244,7 @@ impl Sink for WebhookSink {
         }
     }
 
-    async fn probe(&self, target: &WebhookTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &WebhookTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
         let mut nonce = [0u8; 16];
         rand::rng().fill_bytes(&mut nonce);
         let challenge: String = nonce.iter().map(|b| format!("{b:02x}")).collect();

@@ -18,7 +18,10 @@ use lapin::{AsyncTcpStream, BasicProperties, Channel, Connection, ConnectionProp
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use crate::{Failure, FailureKind, Message, Outcome, Sink};
+use crate::destination::{Destination, Secrets};
+use crate::{Failure, FailureKind, Message, Outcome, TypedSink};
+
+pub mod config;
 
 /// A RabbitMQ destination with its password opened.
 #[derive(Clone)]
@@ -125,6 +128,8 @@ struct Link {
 #[derive(Default)]
 pub struct RabbitSink {
     links: Mutex<BoundedCache<String, Link>>,
+    /// Whether connections may go to private addresses.
+    allow_private: bool,
 }
 
 impl std::fmt::Debug for RabbitSink {
@@ -134,8 +139,8 @@ impl std::fmt::Debug for RabbitSink {
 }
 
 impl RabbitSink {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(allow_private: bool) -> Self {
+        Self { links: Mutex::default(), allow_private }
     }
 
     async fn channel(&self, target: &RabbitTarget) -> Result<Channel, Failure> {
@@ -265,10 +270,29 @@ fn headers(message: &Message<'_>) -> FieldTable {
 }
 
 #[async_trait]
-impl Sink for RabbitSink {
+impl TypedSink for RabbitSink {
     type Target = RabbitTarget;
 
-    async fn deliver(&self, target: &RabbitTarget, message: &Message<'_>) -> Outcome {
+    fn target(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        max_timeout: Duration,
+    ) -> Result<RabbitTarget, Failure> {
+        let Destination::Rabbitmq(c) = destination else {
+            return Err(crate::misconfigured("not a RabbitMQ destination"));
+        };
+        Ok(RabbitTarget {
+            url: c.url.clone(),
+            password: secrets.credentials.as_ref().and_then(|v| v["password"].as_str().map(str::to_owned)),
+            exchange: c.exchange.clone(),
+            routing_key: c.routing_key.clone(),
+            timeout: crate::BROKER_TIMEOUT.min(max_timeout),
+            allow_private: self.allow_private,
+        })
+    }
+
+    async fn attempt(&self, target: &RabbitTarget, message: &Message<'_>) -> Outcome {
         let properties = BasicProperties::default()
             .with_delivery_mode(2)
             .with_message_id(ShortString::from(message.ce_id.to_string()))
@@ -282,7 +306,7 @@ impl Sink for RabbitSink {
         }
     }
 
-    async fn probe(&self, target: &RabbitTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &RabbitTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
         // The exchange must exist (passive declare), and the broker must confirm a test message.
         let channel = self.channel(target).await?;
         let passive = ExchangeDeclareOptions { passive: true, ..ExchangeDeclareOptions::default() };

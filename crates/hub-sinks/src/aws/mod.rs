@@ -1,0 +1,237 @@
+//! What the SQS and EventBridge sinks share (SPEC §3.7): the official AWS SDK's clients, their
+//! endpoint and credentials, error classification and the CloudEvents attributes.
+//!
+//! Clients are built per (region, endpoint, credentials) and reused. Each makes exactly one
+//! request per attempt: the SDK's own retries are off, the dispatcher's curve decides. Credentials
+//! come from the subscription; the default provider chain (instance role, environment) is used
+//! only when the operator allows it.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::time::Duration;
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use serde_json::Value;
+
+use crate::{Failure, FailureKind, Message};
+
+pub mod config;
+
+/// Static AWS credentials from a subscription.
+#[derive(Clone)]
+pub struct AwsCredentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl std::fmt::Debug for AwsCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsCredentials").field("access_key_id", &self.access_key_id).finish_non_exhaustive()
+    }
+}
+
+/// Where an AWS client connects.
+#[derive(Debug, Clone)]
+pub struct AwsEndpoint {
+    pub region: String,
+    pub endpoint_url: Option<String>,
+    pub credentials: Option<AwsCredentials>,
+    pub timeout: Duration,
+    /// `endpoint_url` is the tenant's own: its host must pass the address guard before a client
+    /// is built for it (the operator's endpoint and AWS's own are trusted).
+    pub check_endpoint: bool,
+}
+
+impl AwsEndpoint {
+    /// The address guard for a tenant's own endpoint, before a client is built for it (a refusal
+    /// classified for the tenant; the client's own resolver checks again at each connection).
+    pub(crate) async fn guard(&self) -> Result<(), Failure> {
+        match (&self.endpoint_url, self.check_endpoint) {
+            (Some(url), true) => crate::guard::dial_addrs(url, false).await.map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn cache_key(&self) -> u64 {
+        let mut h = DefaultHasher::new();
+        (&self.region, &self.endpoint_url, self.timeout).hash(&mut h);
+        if let Some(c) = &self.credentials {
+            (&c.access_key_id, &c.secret_access_key, &c.session_token).hash(&mut h);
+        }
+        h.finish()
+    }
+}
+
+/// How a process's AWS sinks build their clients.
+#[derive(Debug, Clone, Default)]
+pub struct AwsSettings {
+    /// The default credential chain (instance role, environment) may serve destinations that
+    /// carry no credentials.
+    pub default_chain: bool,
+    /// The operator's endpoint, for destinations that name none.
+    pub endpoint_url: Option<String>,
+    /// Whether sinks may connect to private addresses.
+    pub allow_private: bool,
+}
+
+impl AwsSettings {
+    /// Where a destination's client connects, with its opened credentials.
+    pub(crate) fn endpoint(
+        &self,
+        region: &str,
+        endpoint: Option<&str>,
+        secrets: &crate::Secrets,
+        timeout: Duration,
+    ) -> AwsEndpoint {
+        let text = |c: &Value, name: &str| c[name].as_str().unwrap_or_default().to_owned();
+        AwsEndpoint {
+            region: region.to_owned(),
+            check_endpoint: endpoint.is_some() && !self.allow_private,
+            endpoint_url: endpoint.map(str::to_owned).or_else(|| self.endpoint_url.clone()),
+            credentials: secrets.credentials.as_ref().map(|c| AwsCredentials {
+                access_key_id: text(c, "access_key_id"),
+                secret_access_key: text(c, "secret_access_key"),
+                session_token: c["session_token"].as_str().map(str::to_owned),
+            }),
+            timeout,
+        }
+    }
+}
+
+/// Builds SDK configurations, refusing the default chain unless allowed.
+#[derive(Debug)]
+pub(crate) struct Configs {
+    allow_default_chain: bool,
+    /// The HTTP client of a tenant's own endpoint: it resolves through the address guard.
+    guarded: aws_smithy_runtime_api::client::http::SharedHttpClient,
+}
+
+impl Configs {
+    pub(crate) fn new(allow_default_chain: bool) -> Self {
+        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+        let guarded = aws_smithy_http_client::Builder::new()
+            .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
+            .build_with_resolver(crate::guard::GuardedDns);
+        Self { allow_default_chain, guarded }
+    }
+}
+
+impl Configs {
+    pub(crate) async fn load(&self, e: &AwsEndpoint) -> Result<SdkConfig, Failure> {
+        let timeouts = TimeoutConfig::builder()
+            .operation_timeout(e.timeout)
+            .connect_timeout(e.timeout.min(Duration::from_secs(10)))
+            .build();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new(e.region.clone()))
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(timeouts);
+        match &e.credentials {
+            Some(c) => {
+                loader = loader.credentials_provider(aws_credential_types::Credentials::new(
+                    c.access_key_id.clone(),
+                    c.secret_access_key.clone(),
+                    c.session_token.clone(),
+                    None,
+                    "streaming-hub",
+                ));
+            }
+            None if !self.allow_default_chain => {
+                return Err(Failure {
+                    retryable: true,
+                    kind: FailureKind::Unauthorized,
+                    reason: "no credentials are configured for this destination, and the default AWS credential \
+                             chain is not allowed (STREAMING_HUB_AWS_DEFAULT_CREDENTIALS)"
+                        .to_owned(),
+                    status: None,
+                    response: None,
+                });
+            }
+            None => {}
+        }
+        if let Some(url) = &e.endpoint_url {
+            loader = loader.endpoint_url(url);
+        }
+        if e.check_endpoint {
+            loader = loader.http_client(self.guarded.clone());
+        }
+        Ok(loader.load().await)
+    }
+}
+
+/// Classifies an SDK error by its class and service error code; never includes credentials.
+pub(crate) fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+    e: &SdkError<E, R>,
+    timeout: Duration,
+    service: &str,
+) -> Failure {
+    let failure = |kind, reason: String| Failure { retryable: true, kind, reason, status: None, response: None };
+    match e {
+        SdkError::TimeoutError(_) => {
+            failure(FailureKind::Timeout, format!("{service} did not answer within {} ms", timeout.as_millis()))
+        }
+        SdkError::DispatchFailure(d) if d.is_timeout() => {
+            failure(FailureKind::Timeout, format!("{service} did not answer within {} ms", timeout.as_millis()))
+        }
+        SdkError::DispatchFailure(_) => failure(FailureKind::Unreachable, format!("{service} could not be reached")),
+        SdkError::ServiceError(s) => {
+            let code = s.err().code().unwrap_or("Unknown").to_owned();
+            let message = s.err().message().unwrap_or_default().to_owned();
+            let auth = [
+                "InvalidClientTokenId",
+                "UnrecognizedClientException",
+                "SignatureDoesNotMatch",
+                "AccessDenied",
+                "AccessDeniedException",
+                "InvalidSecurity",
+                "ExpiredToken",
+            ];
+            let kind =
+                if auth.iter().any(|a| code.contains(a)) { FailureKind::Unauthorized } else { FailureKind::Refused };
+            failure(kind, format!("{service} refused: {code}: {message}"))
+        }
+        SdkError::ResponseError(_) => failure(FailureKind::Refused, format!("{service} sent an unreadable answer")),
+        _ => failure(FailureKind::Refused, format!("{service} request could not be built")),
+    }
+}
+
+pub(crate) fn b64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The CloudEvents attributes of a message as `(header, value)` pairs.
+pub(crate) fn attributes(m: &Message<'_>) -> Vec<(String, String)> {
+    let mut a = vec![
+        ("ce-specversion".to_owned(), "1.0".to_owned()),
+        ("ce-id".to_owned(), m.ce_id.to_string()),
+        ("ce-source".to_owned(), m.source.to_owned()),
+        ("ce-type".to_owned(), m.ce_type.to_owned()),
+        ("ce-time".to_owned(), m.time.to_owned()),
+        ("ce-tenantid".to_owned(), m.tenant.to_owned()),
+        ("ce-schemaversion".to_owned(), m.schema_version.to_owned()),
+        ("ce-resourcetype".to_owned(), m.resource_type.to_owned()),
+        ("ce-eventtype".to_owned(), m.event_type.to_owned()),
+        ("ce-datacontenttype".to_owned(), m.content_type.to_owned()),
+        ("x-lerian-delivery-id".to_owned(), m.delivery_id.to_string()),
+        ("x-lerian-attempt".to_owned(), m.attempt.to_string()),
+    ];
+    let optional = [
+        ("ce-subject", m.subject),
+        ("ce-dataschema", m.data_schema),
+        ("traceparent", m.traceparent),
+        ("tracestate", m.tracestate),
+    ];
+    for (k, v) in optional {
+        if let Some(v) = v {
+            a.push((k.to_owned(), v.to_owned()));
+        }
+    }
+    for (name, value) in m.extensions {
+        a.push((format!("ce-{name}"), value.clone()));
+    }
+    a
+}

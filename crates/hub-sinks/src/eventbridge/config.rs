@@ -1,0 +1,43 @@
+//! An EventBridge destination: its configuration, identity and validation.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::aws::config::{aws_credentials, endpoint, region};
+use crate::destination::request::{Fields, Invalid, Requested};
+use crate::destination::{Origin, SinkConfig, origin};
+
+/// An EventBridge bus.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventBridgeConfig {
+    pub event_bus: String,
+    pub region: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_url: Option<String>,
+}
+
+impl SinkConfig for EventBridgeConfig {
+    fn key(&self) -> String {
+        format!("eventbridge {} {}", self.region, self.event_bus)
+    }
+
+    fn same_connection(&self, other: &Self) -> bool {
+        (&self.event_bus, &self.region, &self.endpoint_url) == (&other.event_bus, &other.region, &other.endpoint_url)
+    }
+
+    fn credential_origins(&self) -> Vec<Origin> {
+        vec![origin(self.endpoint_url.as_deref())]
+    }
+}
+
+/// Validates an EventBridge `sink` object.
+pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+    fields.only(&["event_bus", "region", "credentials", "endpoint_url"])?;
+    let bus = fields.required("event_bus", 1600)?;
+    if !bus.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b)) {
+        return Err(Invalid::new("sink.event_bus", "must be an event bus name or ARN"));
+    }
+    let mut public = json!({"type": "eventbridge", "event_bus": bus, "region": region(fields)?});
+    endpoint(fields, allow_private, &mut public)?;
+    Requested::typed(public, aws_credentials(fields)?)
+}

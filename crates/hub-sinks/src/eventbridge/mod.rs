@@ -1,0 +1,143 @@
+//! The EventBridge sink (SPEC §3.7): one `PutEvents` entry per attempt, the CloudEvent in
+//! structured JSON form as its detail.
+
+pub mod config;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use crate::aws::{AwsEndpoint, AwsSettings, Configs, attributes, b64, classify};
+use crate::cache::BoundedCache;
+use crate::destination::{Destination, Secrets};
+use crate::{Failure, FailureKind, Message, Outcome, TypedSink};
+
+/// An EventBridge bus.
+#[derive(Debug, Clone)]
+pub struct EventBridgeTarget {
+    /// A bus name or ARN.
+    pub event_bus: String,
+    pub endpoint: AwsEndpoint,
+}
+
+/// The EventBridge sink.
+#[derive(Debug)]
+pub struct EventBridgeSink {
+    configs: Configs,
+    settings: AwsSettings,
+    clients: Mutex<BoundedCache<u64, aws_sdk_eventbridge::Client>>,
+}
+
+/// The CloudEvent in structured JSON form: attributes plus `data` (or `data_base64`).
+pub fn structured(m: &Message<'_>) -> Value {
+    let mut doc = Map::new();
+    for (k, v) in attributes(m) {
+        if let Some(name) = k.strip_prefix("ce-") {
+            doc.insert(name.to_owned(), Value::String(v));
+        } else if k == "traceparent" || k == "tracestate" {
+            doc.insert(k, Value::String(v));
+        }
+    }
+    let json_data = hub_core::envelope::is_json_media_type(m.content_type)
+        .then(|| serde_json::from_slice::<Value>(m.payload).ok())
+        .flatten();
+    match (json_data, std::str::from_utf8(m.payload)) {
+        (Some(data), _) => doc.insert("data".to_owned(), data),
+        (None, Ok(text)) => doc.insert("data".to_owned(), Value::String(text.to_owned())),
+        (None, Err(_)) => doc.insert("data_base64".to_owned(), Value::String(b64(m.payload))),
+    };
+    Value::Object(doc)
+}
+
+impl EventBridgeSink {
+    pub fn new(settings: AwsSettings) -> Self {
+        crate::webhook::install_crypto_provider();
+        Self { configs: Configs::new(settings.default_chain), settings, clients: Mutex::new(BoundedCache::default()) }
+    }
+
+    async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_eventbridge::Client, Failure> {
+        let key = e.cache_key();
+        if let Some(c) = self.clients.lock().await.get(&key, std::time::Instant::now()) {
+            return Ok(c);
+        }
+        e.guard().await?;
+        let client = aws_sdk_eventbridge::Client::new(&self.configs.load(e).await?);
+        self.clients.lock().await.insert(key, client.clone(), std::time::Instant::now());
+        Ok(client)
+    }
+
+    async fn put(
+        &self,
+        target: &EventBridgeTarget,
+        source: &str,
+        detail_type: &str,
+        time: Option<i64>,
+        detail: String,
+    ) -> Result<(), Failure> {
+        use aws_sdk_eventbridge::types::PutEventsRequestEntry;
+        let client = self.client(&target.endpoint).await?;
+        let mut entry = PutEventsRequestEntry::builder()
+            .source(source)
+            .detail_type(detail_type)
+            .detail(detail)
+            .event_bus_name(&target.event_bus);
+        if let Some(secs) = time {
+            entry = entry.time(aws_sdk_eventbridge::primitives::DateTime::from_secs(secs));
+        }
+        let out = client
+            .put_events()
+            .entries(entry.build())
+            .send()
+            .await
+            .map_err(|e| classify(&e, target.endpoint.timeout, "EventBridge"))?;
+        if out.failed_entry_count() > 0 {
+            let entry = out.entries().first();
+            let code = entry.and_then(|e| e.error_code()).unwrap_or("Unknown");
+            let message = entry.and_then(|e| e.error_message()).unwrap_or_default();
+            return Err(Failure {
+                retryable: true,
+                kind: FailureKind::Refused,
+                reason: format!("EventBridge refused the entry: {code}: {message}"),
+                status: None,
+                response: None,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TypedSink for EventBridgeSink {
+    type Target = EventBridgeTarget;
+
+    fn target(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        max_timeout: Duration,
+    ) -> Result<EventBridgeTarget, Failure> {
+        let Destination::Eventbridge(c) = destination else {
+            return Err(crate::misconfigured("not an EventBridge destination"));
+        };
+        let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
+        let endpoint = self.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
+        Ok(EventBridgeTarget { event_bus: c.event_bus.clone(), endpoint })
+    }
+
+    async fn attempt(&self, target: &EventBridgeTarget, m: &Message<'_>) -> Outcome {
+        let time = chrono::DateTime::parse_from_rfc3339(m.time).ok().map(|t| t.timestamp());
+        match self.put(target, m.source, m.ce_type, time, structured(m).to_string()).await {
+            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Err(f) => Outcome::Failed(f),
+        }
+    }
+
+    async fn check(&self, target: &EventBridgeTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+        let detail =
+            json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription_id});
+        self.put(target, "streaming-hub", "streaming_hub.verification", None, detail.to_string()).await
+    }
+}

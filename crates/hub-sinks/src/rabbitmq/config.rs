@@ -1,0 +1,69 @@
+//! A RabbitMQ destination: its configuration, identity and validation.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::destination::request::{Credentials, Fields, Invalid, MAX_URL, Requested, destination_url};
+use crate::destination::{Origin, SinkConfig, origin};
+
+/// A RabbitMQ exchange; the URL never holds the password (a credential, kept sealed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RabbitConfig {
+    pub url: String,
+    pub exchange: String,
+    #[serde(default)]
+    pub routing_key: String,
+}
+
+impl SinkConfig for RabbitConfig {
+    fn key(&self) -> String {
+        format!("rabbitmq {} {}", self.url, self.exchange)
+    }
+
+    fn same_connection(&self, other: &Self) -> bool {
+        (&self.url, &self.exchange, &self.routing_key) == (&other.url, &other.exchange, &other.routing_key)
+    }
+
+    fn credential_origins(&self) -> Vec<Origin> {
+        vec![origin(Some(&self.url))]
+    }
+}
+
+/// The routing-key placeholders a RabbitMQ sink may use.
+pub const ROUTING_PLACEHOLDERS: [&str; 3] = ["{resource}", "{event}", "{source}"];
+
+pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+    fields.only(&["url", "exchange", "routing_key"])?;
+    let schemes: &[&str] = if allow_private { &["amqps", "amqp"] } else { &["amqps"] };
+    let mut url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
+    let credentials = match url.password() {
+        Some(p) => {
+            let password = urlencoding_decode(p);
+            Credentials::Set(json!({"password": password}))
+        }
+        None => Credentials::Unchanged,
+    };
+    let _ = url.set_password(None);
+    let exchange = fields.string("exchange", 255)?.ok_or_else(|| Invalid::new("sink.exchange", "is required"))?;
+    if !exchange.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b)) {
+        return Err(Invalid::new("sink.exchange", "may contain letters, digits, '_', '.', ':' and '-'"));
+    }
+    let routing_key = fields.string("routing_key", 255)?.unwrap_or_default();
+    let mut rest = routing_key.to_owned();
+    for p in ROUTING_PLACEHOLDERS {
+        rest = rest.replace(p, "");
+    }
+    if rest.contains('{') || rest.contains('}') {
+        return Err(Invalid::new("sink.routing_key", "may only use the placeholders {resource}, {event} and {source}"));
+    }
+    Requested::typed(
+        json!({"type": "rabbitmq", "url": url.as_str(), "exchange": exchange, "routing_key": routing_key}),
+        credentials,
+    )
+}
+
+/// A URL's userinfo part as its owner meant it: percent-decoded (`%2B` is `+`, and `+` stays
+/// `+`, unlike form decoding, which would make it a space).
+fn urlencoding_decode(s: &str) -> String {
+    percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned()
+}

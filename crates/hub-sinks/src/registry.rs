@@ -1,0 +1,77 @@
+//! The one registry of sinks: every destination type with the sink that serves it.
+//!
+//! Adding a sink registers it here, once; the dispatcher and verification hold the registry as a
+//! `&dyn Sink` and never switch on the type.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hub_core::SinkKind;
+use uuid::Uuid;
+
+use crate::{
+    AwsSettings, Destination, EventBridgeSink, Failure, Message, Outcome, RabbitSink, Secrets, Sink, SqsSink,
+    WebhookSink,
+};
+
+/// Every sink of a process (each pools its connections), by the destination type it serves.
+#[derive(Debug, Clone)]
+pub struct Sinks {
+    registry: Vec<(SinkKind, Arc<dyn Sink>)>,
+}
+
+impl Sinks {
+    /// The sinks of a process. `allow_private`: sinks may connect to private addresses; `aws`:
+    /// how SQS and EventBridge clients get their credentials and endpoint.
+    pub fn new(
+        allow_private: bool,
+        aws_default_credentials: bool,
+        aws_endpoint_url: Option<String>,
+    ) -> Result<Self, String> {
+        let aws = AwsSettings { default_chain: aws_default_credentials, endpoint_url: aws_endpoint_url, allow_private };
+        let registry: Vec<(SinkKind, Arc<dyn Sink>)> = vec![
+            (SinkKind::Webhook, Arc::new(WebhookSink::new(allow_private)?)),
+            (SinkKind::Sqs, Arc::new(SqsSink::new(aws.clone()))),
+            (SinkKind::Eventbridge, Arc::new(EventBridgeSink::new(aws))),
+            (SinkKind::Rabbitmq, Arc::new(RabbitSink::new(allow_private))),
+        ];
+        Ok(Self { registry })
+    }
+
+    /// The sink of a destination type; `None` for one that is not pushed (pull).
+    pub fn sink(&self, kind: SinkKind) -> Option<&dyn Sink> {
+        self.registry.iter().find(|(k, _)| *k == kind).map(|(_, sink)| sink.as_ref())
+    }
+}
+
+#[async_trait]
+impl Sink for Sinks {
+    async fn deliver(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        message: &Message<'_>,
+        max_timeout: Duration,
+    ) -> Outcome {
+        match self.sink(destination.kind()) {
+            Some(sink) => sink.deliver(destination, secrets, message, max_timeout).await,
+            None => Outcome::Failed(crate::misconfigured("a pull subscription has no push destination")),
+        }
+    }
+
+    /// A pull destination has nothing to verify.
+    async fn probe(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        tenant: &str,
+        subscription: Uuid,
+        max_timeout: Duration,
+    ) -> Result<(), Failure> {
+        match self.sink(destination.kind()) {
+            Some(sink) => sink.probe(destination, secrets, tenant, subscription, max_timeout).await,
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! An SQS destination: its configuration, identity and validation.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::aws::config::{aws_credentials, endpoint, region};
+use crate::destination::request::{Fields, Invalid, MAX_URL, Requested, destination_url};
+use crate::destination::{Origin, SinkConfig, origin};
+
+/// An SQS queue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SqsConfig {
+    pub queue_url: String,
+    pub region: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_url: Option<String>,
+}
+
+impl SinkConfig for SqsConfig {
+    fn key(&self) -> String {
+        format!("sqs {}", self.queue_url)
+    }
+
+    fn same_connection(&self, other: &Self) -> bool {
+        (&self.queue_url, &self.region, &self.endpoint_url) == (&other.queue_url, &other.region, &other.endpoint_url)
+    }
+
+    fn credential_origins(&self) -> Vec<Origin> {
+        vec![origin(Some(&self.queue_url)), origin(self.endpoint_url.as_deref())]
+    }
+}
+
+/// Validates an SQS `sink` object.
+pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+    fields.only(&["queue_url", "region", "credentials", "endpoint_url"])?;
+    let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
+    let queue = destination_url("queue_url", fields.required("queue_url", MAX_URL)?, schemes, allow_private)?;
+    let mut public = json!({"type": "sqs", "queue_url": queue.as_str(), "region": region(fields)?});
+    endpoint(fields, allow_private, &mut public)?;
+    Requested::typed(public, aws_credentials(fields)?)
+}

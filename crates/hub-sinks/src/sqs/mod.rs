@@ -1,0 +1,146 @@
+//! The SQS sink (SPEC §3.7): one `SendMessage` per attempt, with the official AWS SDK.
+
+pub mod config;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use tokio::sync::Mutex;
+use uuid::Uuid;
+
+use crate::aws::{AwsEndpoint, AwsSettings, Configs, attributes, b64, classify};
+use crate::cache::BoundedCache;
+use crate::destination::{Destination, Secrets};
+use crate::{Failure, Message, Outcome, TypedSink};
+
+/// The attributes SQS carries natively (it allows 10); the rest travel packed as JSON.
+const SQS_NATIVE: [&str; 9] = [
+    "ce-id",
+    "ce-source",
+    "ce-type",
+    "ce-time",
+    "ce-tenantid",
+    "ce-schemaversion",
+    "ce-resourcetype",
+    "ce-eventtype",
+    "traceparent",
+];
+/// The tenth attribute: every other header, as a JSON object.
+pub const SQS_EXTRA_HEADERS: &str = "x-lerian-extra-headers";
+
+/// An SQS queue.
+#[derive(Debug, Clone)]
+pub struct SqsTarget {
+    pub queue_url: String,
+    pub endpoint: AwsEndpoint,
+}
+
+/// The SQS sink.
+#[derive(Debug)]
+pub struct SqsSink {
+    configs: Configs,
+    settings: AwsSettings,
+    clients: Mutex<BoundedCache<u64, aws_sdk_sqs::Client>>,
+}
+
+impl SqsSink {
+    pub fn new(settings: AwsSettings) -> Self {
+        crate::webhook::install_crypto_provider();
+        Self { configs: Configs::new(settings.default_chain), settings, clients: Mutex::new(BoundedCache::default()) }
+    }
+
+    async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_sqs::Client, Failure> {
+        let key = e.cache_key();
+        if let Some(c) = self.clients.lock().await.get(&key, std::time::Instant::now()) {
+            return Ok(c);
+        }
+        e.guard().await?;
+        let client = aws_sdk_sqs::Client::new(&self.configs.load(e).await?);
+        self.clients.lock().await.insert(key, client.clone(), std::time::Instant::now());
+        Ok(client)
+    }
+
+    async fn send(
+        &self,
+        target: &SqsTarget,
+        body: String,
+        attrs: Vec<(String, String)>,
+        group: &str,
+        dedup: &str,
+    ) -> Result<(), Failure> {
+        use aws_sdk_sqs::types::MessageAttributeValue;
+        let client = self.client(&target.endpoint).await?;
+        let mut native = HashMap::new();
+        let mut extra = Map::new();
+        for (k, v) in attrs {
+            if SQS_NATIVE.contains(&k.as_str()) && !v.is_empty() {
+                let value = MessageAttributeValue::builder().data_type("String").string_value(v).build();
+                if let Ok(value) = value {
+                    native.insert(k, value);
+                }
+            } else {
+                extra.insert(k, Value::String(v));
+            }
+        }
+        if !extra.is_empty() {
+            let packed = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(Value::Object(extra).to_string())
+                .build();
+            if let Ok(packed) = packed {
+                native.insert(SQS_EXTRA_HEADERS.to_owned(), packed);
+            }
+        }
+        let mut request =
+            client.send_message().queue_url(&target.queue_url).message_body(body).set_message_attributes(Some(native));
+        if target.queue_url.ends_with(".fifo") {
+            request = request.message_group_id(group).message_deduplication_id(dedup);
+        }
+        request.send().await.map(|_| ()).map_err(|e| classify(&e, target.endpoint.timeout, "SQS"))
+    }
+}
+
+#[async_trait]
+impl TypedSink for SqsSink {
+    type Target = SqsTarget;
+
+    fn target(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        max_timeout: Duration,
+    ) -> Result<SqsTarget, Failure> {
+        let Destination::Sqs(c) = destination else { return Err(crate::misconfigured("not an SQS destination")) };
+        let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
+        let endpoint = self.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
+        Ok(SqsTarget { queue_url: c.queue_url.clone(), endpoint })
+    }
+
+    async fn attempt(&self, target: &SqsTarget, m: &Message<'_>) -> Outcome {
+        let mut attrs = attributes(m);
+        let body = match std::str::from_utf8(m.payload) {
+            Ok(text) => text.to_owned(),
+            Err(_) => {
+                attrs.push(("x-lerian-body-encoding".to_owned(), "base64".to_owned()));
+                b64(m.payload)
+            }
+        };
+        match self.send(target, body, attrs, m.tenant, &m.ce_id.to_string()).await {
+            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Err(f) => Outcome::Failed(f),
+        }
+    }
+
+    async fn check(&self, target: &SqsTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+        let id = Uuid::now_v7().to_string();
+        let body = json!({"type": "streaming_hub.verification", "subscription_id": subscription_id}).to_string();
+        let attrs = vec![
+            ("ce-id".to_owned(), id.clone()),
+            ("ce-type".to_owned(), "streaming_hub.verification".to_owned()),
+            ("ce-tenantid".to_owned(), tenant.to_owned()),
+        ];
+        self.send(target, body, attrs, tenant, &id).await
+    }
+}
