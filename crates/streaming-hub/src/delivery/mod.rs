@@ -15,6 +15,9 @@ pub mod replay;
 pub mod targets;
 pub mod verify;
 
+#[cfg(test)]
+mod tests;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -1,0 +1,364 @@
+//! The dispatcher's scheduling rules against a fake sink: the per-destination worker cap with
+//! parking, the breaker, and the drain at shutdown. The store is the embedded one (a fresh file
+//! per test); the sink is in-process and holds attempts until the test lets them go, so every
+//! rule is proved by what the sink saw and what the store holds, without sleeps or HTTP.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use hub_core::delivery::{BreakerConfig, JobState, RetryPolicy};
+use hub_core::{IngestPolicy, SinkKind, Verdict, VerificationState, judge};
+use hub_sinks::{Destination, Failure, FailureKind, Message, Outcome, Secrets, Sink};
+use hub_store::prelude::*;
+use hub_store::{AcceptedEvent, ClaimRequest, IngestRecord, Origin, SqliteStore, SubscriptionRecord};
+use tokio::sync::{Notify, Semaphore};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::{BreakerBoard, Dispatcher, Settings};
+use crate::clock::SystemClock;
+use crate::operational::Notices;
+use crate::secrets::Sealer;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A sink that counts what it is given, per destination URL: attempts, how many run at once, and
+/// the most that ever ran at once. Attempts to a held URL wait for the test to let them go.
+#[derive(Debug, Default)]
+struct FakeSink {
+    state: Mutex<Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    attempts: HashMap<String, usize>,
+    running: HashMap<String, usize>,
+    most: HashMap<String, usize>,
+    failing: HashSet<String>,
+    gates: HashMap<String, Arc<Semaphore>>,
+}
+
+impl FakeSink {
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Attempts to `url` wait until the returned gate gives them a permit.
+    fn hold(&self, url: &str) -> Arc<Semaphore> {
+        let gate = Arc::new(Semaphore::new(0));
+        self.seen().gates.insert(url.to_owned(), Arc::clone(&gate));
+        gate
+    }
+
+    fn fail(&self, url: &str) {
+        self.seen().failing.insert(url.to_owned());
+    }
+
+    fn attempts(&self, url: &str) -> usize {
+        self.seen().attempts.get(url).copied().unwrap_or(0)
+    }
+
+    fn running(&self, url: &str) -> usize {
+        self.seen().running.get(url).copied().unwrap_or(0)
+    }
+
+    fn most(&self, url: &str) -> usize {
+        self.seen().most.get(url).copied().unwrap_or(0)
+    }
+}
+
+fn url_of(destination: &Destination) -> String {
+    match destination {
+        Destination::Webhook(c) => c.url.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[async_trait]
+impl Sink for FakeSink {
+    async fn deliver(&self, destination: &Destination, _: &Secrets, _: &Message<'_>, _: Duration) -> Outcome {
+        let url = url_of(destination);
+        let gate = {
+            let mut seen = self.seen();
+            *seen.attempts.entry(url.clone()).or_default() += 1;
+            let running = seen.running.entry(url.clone()).or_default();
+            *running += 1;
+            let now = *running;
+            let most = seen.most.entry(url.clone()).or_default();
+            *most = (*most).max(now);
+            seen.gates.get(&url).cloned()
+        };
+        if let Some(gate) = gate
+            && let Ok(permit) = gate.acquire().await
+        {
+            permit.forget();
+        }
+        let mut seen = self.seen();
+        *seen.running.entry(url.clone()).or_default() -= 1;
+        if seen.failing.contains(&url) {
+            Outcome::Failed(Failure {
+                retryable: true,
+                kind: FailureKind::Refused,
+                reason: "HTTP 503".to_owned(),
+                status: Some(503),
+                response: None,
+            })
+        } else {
+            Outcome::Delivered { status: Some(204), response: None }
+        }
+    }
+
+    async fn probe(&self, _: &Destination, _: &Secrets, _: &str, _: Uuid, _: Duration) -> Result<(), Failure> {
+        Ok(())
+    }
+}
+
+/// A dispatcher over a fresh embedded store and a fake sink.
+struct Rig {
+    store: Arc<dyn Store>,
+    sink: Arc<FakeSink>,
+    board: BreakerBoard,
+    wake: Arc<Notify>,
+    shutdown: CancellationToken,
+    run: Option<JoinHandle<()>>,
+    path: std::path::PathBuf,
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.path.display()));
+        }
+    }
+}
+
+fn settings(workers: u32) -> Settings {
+    Settings {
+        workers,
+        claim_batch: 8,
+        idle_interval: Duration::from_millis(100),
+        lease: Duration::from_secs(30),
+        poison_threshold: 3,
+        retry: RetryPolicy { curve: vec![Duration::from_secs(60); 8], deadline: Duration::from_secs(86_400) },
+        breaker: BreakerConfig::default(),
+        auto_disable: None,
+    }
+}
+
+impl Rig {
+    async fn start(workers: u32, sink: FakeSink, drain: Duration) -> Self {
+        let dir = std::env::temp_dir().join("streaming-hub-tests");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(format!("dispatcher-{}.db", Uuid::now_v7()));
+        let sqlite = SqliteStore::open(&path).await.expect("open sqlite");
+        sqlite.migrate().await.expect("migrate");
+        let store: Arc<dyn Store> = Arc::new(sqlite);
+        let sink = Arc::new(sink);
+        let board = BreakerBoard::default();
+        let wake = Arc::new(Notify::new());
+        let (notices, mut queue) = Notices::channel();
+        tokio::spawn(async move { while queue.recv().await.is_some() {} });
+        let dispatcher = Arc::new(Dispatcher::new(
+            Arc::clone(&store),
+            Arc::new(Sealer::new(None)),
+            Arc::clone(&sink) as Arc<dyn Sink>,
+            Arc::new(SystemClock),
+            Arc::clone(&wake),
+            settings(workers),
+            notices,
+            board.clone(),
+        ));
+        let shutdown = CancellationToken::new();
+        let run = Some(tokio::spawn(dispatcher.run(shutdown.clone(), drain)));
+        Self { store, sink, board, wake, shutdown, run, path }
+    }
+
+    /// A webhook subscription of tenant `t1` to `url`, for events of type `loan.<event>`.
+    async fn subscribe(&self, url: &str, event: &str) -> SubscriptionRecord {
+        let now = Utc::now();
+        let sub = SubscriptionRecord {
+            id: Uuid::now_v7(),
+            tenant_id: "t1".to_owned(),
+            name: url.to_owned(),
+            event_types: vec![format!("loan.{event}")],
+            origin: None,
+            sink: SinkKind::Webhook,
+            sink_config: serde_json::json!({"type": "webhook", "url": url}),
+            signing_secret: None,
+            previous_secret: None,
+            previous_secret_expires_at: None,
+            credentials: None,
+            enabled: true,
+            verification: VerificationState::Active,
+            verification_error: None,
+            disabled_reason: None,
+            disabled_at: None,
+            failing_since: None,
+            last_failure_at: None,
+            pull_cursor: 0,
+            created_at: now,
+            updated_at: now,
+        };
+        self.store.create_subscription(&sub).await.expect("create subscription");
+        sub
+    }
+
+    /// Ingests `n` events of type `loan.<event>` for tenant `t1`.
+    async fn ingest(&self, event: &str, n: usize) {
+        let batch: Vec<IngestRecord> = (0..n)
+            .map(|_| {
+                let headers = hub_testkit::event_headers("t1", Uuid::now_v7(), "loan", event);
+                match judge(headers, b"{}", None, &IngestPolicy::default()) {
+                    Verdict::Accept(envelope) => IngestRecord::Accepted(AcceptedEvent {
+                        envelope: *envelope,
+                        payload: b"{}".to_vec(),
+                        origin: Origin::Http,
+                        received_at: Utc::now(),
+                        trace: None,
+                    }),
+                    other => panic!("not accepted: {other:?}"),
+                }
+            })
+            .collect();
+        self.store.write_batch(&batch).await.expect("write");
+        self.wake.notify_one();
+    }
+
+    async fn jobs(&self, sub: &SubscriptionRecord) -> Vec<hub_store::DeliveryJob> {
+        self.store.list_jobs("t1", sub.id, None, None, 1000).await.expect("jobs")
+    }
+
+    async fn count(&self, sub: &SubscriptionRecord, state: JobState) -> usize {
+        self.jobs(sub).await.iter().filter(|j| j.state == state).count()
+    }
+
+    /// Stops the dispatcher and waits for its drain to end.
+    async fn stop(&mut self) {
+        self.shutdown.cancel();
+        let run = self.run.take().expect("running");
+        tokio::time::timeout(WAIT, run).await.expect("the dispatcher stops").expect("no panic");
+    }
+}
+
+/// Polls `check` until it holds, or fails the test with `what` after [`WAIT`].
+async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+const A: &str = "https://a.example/hook";
+const B: &str = "https://b.example/hook";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destination_never_holds_more_than_its_share_of_workers_and_others_go_past_it() {
+    let sink = FakeSink::default();
+    let gate = sink.hold(A);
+    // Four workers: at most two per destination.
+    let mut rig = Rig::start(4, sink, Duration::from_secs(5)).await;
+    let slow = rig.subscribe(A, "approved").await;
+    let fast = rig.subscribe(B, "declined").await;
+    rig.ingest("approved", 6).await;
+    rig.ingest("declined", 1).await;
+
+    // B is delivered while A's attempts hold their share; the rest of A's jobs wait (parked).
+    until("B is delivered and A holds two workers", || async {
+        rig.sink.running(A) == 2 && rig.count(&fast, JobState::Succeeded).await == 1
+    })
+    .await;
+    assert_eq!(rig.sink.attempts(A), 2, "no third attempt to A while two are running");
+
+    gate.add_permits(100);
+    until("every job of A succeeded", || async { rig.count(&slow, JobState::Succeeded).await == 6 }).await;
+    assert_eq!(rig.sink.most(A), 2, "A never had more than its share");
+    assert_eq!(rig.sink.attempts(A), 6, "each job of A attempted exactly once");
+    assert_eq!(rig.sink.attempts(B), 1);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_breaker_puts_jobs_back_without_spending_their_attempts() {
+    let sink = FakeSink::default();
+    sink.fail(A);
+    let mut rig = Rig::start(4, sink, Duration::from_secs(5)).await;
+    let broken = rig.subscribe(A, "approved").await;
+    rig.ingest("approved", 12).await;
+
+    until("the breaker opens", || async { rig.board.state(broken.id) == "open" }).await;
+    let opened = Utc::now();
+    // Every job goes back to pending: the attempted ones for their retry, the others to wait
+    // out the breaker's cool-down.
+    until("no job of A is leased", || async {
+        rig.count(&broken, JobState::Pending).await == 12 && rig.sink.running(A) == 0
+    })
+    .await;
+    let jobs = rig.jobs(&broken).await;
+    let attempted: i32 = jobs.iter().map(|j| j.attempts).sum();
+    let threshold = BreakerConfig::default().failure_threshold as usize;
+    // The failure that opened it, plus at most the one attempt already running beside it.
+    assert!((threshold..=threshold + 1).contains(&rig.sink.attempts(A)), "{} attempts", rig.sink.attempts(A));
+    assert_eq!(attempted as usize, rig.sink.attempts(A), "the store counts exactly the attempts made");
+    for job in jobs.iter().filter(|j| j.attempts == 0) {
+        assert!(
+            job.due_at >= opened + chrono::Duration::seconds(20),
+            "a job put back by the open breaker waits out its cool-down: due {} opened {opened}",
+            job.due_at
+        );
+    }
+    assert!(jobs.iter().filter(|j| j.attempts == 0).count() >= 12 - threshold - 1);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_an_attempt_in_flight_finish_and_records_it() {
+    let sink = FakeSink::default();
+    let gate = sink.hold(A);
+    let mut rig = Rig::start(2, sink, Duration::from_secs(10)).await;
+    let sub = rig.subscribe(A, "approved").await;
+    rig.ingest("approved", 1).await;
+    until("the attempt is in flight", || async { rig.sink.running(A) == 1 }).await;
+
+    rig.shutdown.cancel();
+    // The attempt ends only after the shutdown began.
+    gate.add_permits(1);
+    rig.stop().await;
+    let jobs = rig.jobs(&sub).await;
+    assert_eq!(jobs.len(), 1);
+    assert_eq!((jobs[0].state, jobs[0].attempts), (JobState::Succeeded, 1), "the outcome was recorded in the drain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attempt_that_outlives_the_drain_gives_its_job_back_at_once() {
+    let sink = FakeSink::default();
+    let _gate = sink.hold(A);
+    let mut rig = Rig::start(2, sink, Duration::from_millis(300)).await;
+    let sub = rig.subscribe(A, "approved").await;
+    rig.ingest("approved", 1).await;
+    until("the attempt is in flight", || async { rig.sink.running(A) == 1 }).await;
+
+    rig.stop().await;
+    let jobs = rig.jobs(&sub).await;
+    assert_eq!((jobs[0].state, jobs[0].attempts), (JobState::Pending, 0), "released, not left leased");
+    // Another replica takes it now, not when the 30 s lease would have expired.
+    let now = Utc::now();
+    let claim = rig
+        .store
+        .claim_jobs(&ClaimRequest {
+            now,
+            lease_until: now + chrono::Duration::seconds(30),
+            token: Uuid::now_v7(),
+            limit: 10,
+            after_tenant: None,
+            exclude_subscriptions: Vec::new(),
+        })
+        .await
+        .expect("claim");
+    assert_eq!(claim.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![jobs[0].id]);
+}
