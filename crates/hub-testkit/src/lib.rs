@@ -1,7 +1,10 @@
-//! Test support shared by the test suites of every crate (a dev-dependency only; nothing here
-//! ships in the binary): the PostgreSQL the tests use and a fresh schema per test, and the check a
-//! webhook receiver makes of a delivery's signatures.
+//! Test support shared by the test suites of every crate and by the benches (a dev-dependency of
+//! the product; nothing here ships in its binary): the PostgreSQL the tests use and a fresh schema
+//! per test, the check a webhook receiver makes of a delivery's signatures, and Apache Kafka
+//! ([`kafka`]).
 #![forbid(unsafe_code)]
+
+pub mod kafka;
 
 use axum::http::HeaderMap;
 use hub_store::PgStore;

@@ -4,7 +4,6 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod delivery;

@@ -27,108 +27,11 @@ enum Command {
     Migrate,
     /// Show the whole product on a throwaway embedded hub, with a local receiver.
     Demo,
-    /// Run a benchmark scenario and print its figures.
-    Bench {
-        #[command(subcommand)]
-        scenario: BenchScenario,
-    },
     /// Manage tenant API keys.
     ApiKey {
         #[command(subcommand)]
         command: ApiKeyCommand,
     },
-}
-
-/// Benchmark scenarios (see docs/BENCHMARKS.md). Each prints a table and writes JSON (`--json`,
-/// default `bench-results/<scenario>.json`). The hub runs on SQLite, or on PostgreSQL when
-/// `STREAMING_HUB_POSTGRES_DSN` is set.
-#[derive(Subcommand)]
-enum BenchScenario {
-    /// Kafka into the inbox, against a plain batched INSERT of the same rows.
-    Ingest {
-        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
-        events: usize,
-        #[arg(long, default_value_t = 8, value_parser = at_least_one)]
-        tenants: usize,
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=64))]
-        partitions: i32,
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
-    /// A burst of events (HTTP or Kafka) delivered to webhook receivers answering 204.
-    PushBurst {
-        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
-        events: usize,
-        /// Concurrent HTTP producers.
-        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
-        producers: usize,
-        /// Tenants, each with a webhook subscription to its own receiver URL.
-        #[arg(long, default_value_t = 4, value_parser = at_least_one)]
-        tenants: usize,
-        #[arg(long, value_enum, default_value = "http")]
-        via: streaming_hub::bench::scenarios::Via,
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
-    /// A steady rate of events: end-to-end latency.
-    Steady {
-        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        rate: u32,
-        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
-        seconds: u64,
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
-    /// One tenant floods while another sends a trickle: the trickle's latency against alone.
-    Fairness {
-        #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
-        flood: usize,
-        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        rate: u32,
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
-    /// A fast subscription's throughput alone and beside one whose receiver takes 2 s.
-    SlowDestination {
-        #[arg(long, default_value_t = 5_000, value_parser = at_least_one)]
-        events: usize,
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
-    /// A new subscription replays the inbox while one tenant sends live events: their latency
-    /// against alone.
-    Replay {
-        /// Events in the inbox before the replay.
-        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
-        history: usize,
-        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-        rate: u32,
-        /// The replay's own rate (its request's `rate`); the hub's default when left out.
-        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-        replay_rate: Option<u32>,
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
-    /// A pull consumer paging with next_cursor.
-    Pull {
-        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
-        events: usize,
-        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1000))]
-        page: u32,
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
-}
-
-fn at_least_one(raw: &str) -> Result<usize, String> {
-    match raw.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!("must be a whole number of at least 1 (got {raw:?})")),
-    }
-}
-
-fn json_path(json: Option<std::path::PathBuf>, scenario: &str) -> std::path::PathBuf {
-    json.unwrap_or_else(|| std::path::PathBuf::from(format!("bench-results/{scenario}.json")))
 }
 
 #[derive(Subcommand)]
@@ -163,7 +66,7 @@ fn main() -> ExitCode {
         }
     };
     // The demo prints a report; its logs stay quiet unless asked for.
-    let default_filter = if matches!(cli.command, Command::Demo | Command::Bench { .. }) { "warn" } else { "info" };
+    let default_filter = if matches!(cli.command, Command::Demo) { "warn" } else { "info" };
     // Only the service exports traces.
     let traces = match cli.command {
         Command::Serve => trace::wanted(&std::env::vars().collect()),
@@ -206,31 +109,6 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => serve(config).await,
         Command::Demo => streaming_hub::demo::run().await,
-        Command::Bench { scenario } => {
-            use streaming_hub::bench::scenarios as b;
-            match scenario {
-                BenchScenario::Ingest { events, tenants, partitions, json } => {
-                    b::ingest(events, tenants, partitions, &json_path(json, "ingest")).await
-                }
-                BenchScenario::PushBurst { events, producers, tenants, via, json } => {
-                    let name = if via == b::Via::Kafka { "push-burst-kafka" } else { "push-burst" };
-                    b::push_burst(events, producers, tenants, via, &json_path(json, name)).await
-                }
-                BenchScenario::Steady { rate, seconds, json } => {
-                    b::steady(rate, seconds, &json_path(json, "steady")).await
-                }
-                BenchScenario::Fairness { flood, rate, json } => {
-                    b::fairness(flood, rate, &json_path(json, "fairness")).await
-                }
-                BenchScenario::SlowDestination { events, json } => {
-                    b::slow_destination(events, &json_path(json, "slow-destination")).await
-                }
-                BenchScenario::Pull { events, page, json } => b::pull(events, page, &json_path(json, "pull")).await,
-                BenchScenario::Replay { history, rate, replay_rate, json } => {
-                    b::replay(history, rate, replay_rate, &json_path(json, "replay")).await
-                }
-            }
-        }
         Command::Migrate => {
             // Opening with `migrate` applies what is pending and logs which migrations those were.
             let store = streaming_hub::open_store(&config, true).await?;

@@ -268,8 +268,8 @@ async fn a_kafka_broker_crash_and_restart_loses_no_acknowledged_record(backend: 
 
     use crate::kafka_support::{KafkaPeer, Record};
 
-    let home = streaming_hub::bench::kafka_home();
-    let mut broker = streaming_hub::bench::Broker::apache(&home, true).await.expect("Apache Kafka is required");
+    let home = hub_testkit::kafka::kafka_home();
+    let mut broker = hub_testkit::kafka::Broker::apache(&home, true).await.expect("Apache Kafka is required");
     let peer = KafkaPeer::on(broker.brokers.clone());
     peer.create_topic("lerian.streaming.lender", 2).await;
     let receiver = Receiver::start(Script::Ok).await;

@@ -25,7 +25,7 @@ pub struct KafkaPeer {
     pub brokers: String,
     mock: Option<MockCluster<'static, rdkafka::producer::DefaultProducerContext>>,
     /// Keeps the broker process running while the peer lives.
-    _kafka: Option<streaming_hub::bench::Broker>,
+    _kafka: Option<hub_testkit::kafka::Broker>,
 }
 
 impl KafkaPeer {
@@ -36,13 +36,13 @@ impl KafkaPeer {
                 Self { brokers: mock.bootstrap_servers(), mock: Some(mock), _kafka: None }
             }
             Broker::Kafka => {
-                let home = streaming_hub::bench::kafka_home();
+                let home = hub_testkit::kafka::kafka_home();
                 assert!(
                     home.join("lib").is_dir(),
                     "Apache Kafka is required for these tests ({}); scripts/test installs it",
                     home.display()
                 );
-                let kafka = streaming_hub::bench::Broker::apache(&home, true).await.expect("start Apache Kafka");
+                let kafka = hub_testkit::kafka::Broker::apache(&home, true).await.expect("start Apache Kafka");
                 Self { brokers: kafka.brokers.clone(), mock: None, _kafka: Some(kafka) }
             }
         }

@@ -18,7 +18,7 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-pub use streaming_hub::bench::cache_dir;
+pub use hub_testkit::kafka::cache_dir;
 
 fn captured(d: &Delivery, body: &[u8]) -> Value {
     let mut headers = serde_json::Map::new();

@@ -1,15 +1,11 @@
-//! `streaming-hub bench`: measured figures, never test assertions.
+//! What every scenario uses: the hub under measurement, started as a process of its own (on the
+//! embedded SQLite store, or on PostgreSQL when `STREAMING_HUB_POSTGRES_DSN` is set, in a fresh
+//! schema dropped afterwards); a Kafka broker where Kafka is measured; a local webhook receiver
+//! that counts deliveries by `X-Lerian-Event-Id` and measures latency from the send timestamp
+//! (`sent_at_us`) in each payload; and the report (a table and JSON).
 //!
-//! Each scenario starts what it needs — the hub in this process (on the embedded SQLite store, or
-//! on PostgreSQL when `STREAMING_HUB_POSTGRES_DSN` is set, in a fresh schema it drops afterwards),
-//! a Kafka-protocol broker where Kafka is measured, and a local webhook receiver that counts
-//! deliveries by `X-Lerian-Event-Id` and measures latency from the send timestamp (`sent_at_us`)
-//! in each payload — then prints a table and writes JSON. The scenarios are in [`scenarios`].
-//!
-//! The load generator and the receiver run in the hub's process, so its CPU seconds and peak RSS
-//! include them: they bound the hub's own figures from above.
-
-pub mod scenarios;
+//! The load generator and the receiver run in this process, the hub in another, so the hub's CPU
+//! and memory, PostgreSQL's CPU and the load's CPU are measured apart (from /proc).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -27,9 +23,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+use streaming_hub::config::Config;
 
-use crate::config::Config;
+pub use hub_testkit::kafka::Broker;
 
 /// The source (and so the topic) of every benchmark event.
 pub const SOURCE: &str = "bench";
@@ -226,9 +222,9 @@ impl Latency {
 // ---------------------------------------------------------------------------------------------
 // The hub under measurement
 
-/// CPU seconds (user + system) and peak RSS in MiB of this process, from /proc.
-pub fn process_usage() -> (f64, f64) {
-    let cpu = std::fs::read_to_string("/proc/self/stat")
+/// What a process used, from /proc: CPU seconds (user + system) and peak RSS in MiB.
+fn usage_of(pid: &str) -> (f64, f64) {
+    let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {
             let after = s.rsplit_once(')')?.1;
@@ -236,11 +232,55 @@ pub fn process_usage() -> (f64, f64) {
             Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
         })
         .unwrap_or(0.0);
-    let rss = std::fs::read_to_string("/proc/self/status")
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0);
     (cpu, rss)
+}
+
+/// CPU seconds of every PostgreSQL process on this machine (the server and its backends).
+fn postgres_cpu() -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "postgres"))
+        .map(|e| usage_of(&e.file_name().to_string_lossy()).0)
+        .sum()
+}
+
+/// CPU and memory of the hub's process, of PostgreSQL, and of the bench's own process (the load
+/// and the receiver), at one moment; differences between two are what a phase cost.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    pub hub_cpu_s: f64,
+    pub hub_peak_rss_mib: f64,
+    pub postgres_cpu_s: f64,
+    pub bench_cpu_s: f64,
+}
+
+impl Usage {
+    /// What was used since `before` (the peak RSS is the peak so far).
+    pub fn since(&self, before: &Usage) -> Usage {
+        Usage {
+            hub_cpu_s: self.hub_cpu_s - before.hub_cpu_s,
+            hub_peak_rss_mib: self.hub_peak_rss_mib,
+            postgres_cpu_s: self.postgres_cpu_s - before.postgres_cpu_s,
+            bench_cpu_s: self.bench_cpu_s - before.bench_cpu_s,
+        }
+    }
+
+    /// Milliseconds of hub and of PostgreSQL CPU per event, for `events` events.
+    pub fn per_event_ms(&self, events: usize) -> (f64, f64) {
+        let n = events.max(1) as f64;
+        (self.hub_cpu_s * 1000.0 / n, self.postgres_cpu_s * 1000.0 / n)
+    }
+
+    pub fn json(&self) -> Value {
+        json!({"hub_cpu_s": self.hub_cpu_s, "hub_peak_rss_mib": self.hub_peak_rss_mib,
+            "postgres_cpu_s": self.postgres_cpu_s, "bench_cpu_s": self.bench_cpu_s})
+    }
 }
 
 /// The database a bench runs on.
@@ -250,20 +290,41 @@ pub enum Db {
     Postgres { pool: sqlx::PgPool, schema: String },
 }
 
-/// A hub started for one scenario.
+/// The `streaming-hub` binary the benches start: `STREAMING_HUB_BENCH_HUB`, or the one beside
+/// this binary.
+fn hub_binary() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("STREAMING_HUB_BENCH_HUB") {
+        return Ok(PathBuf::from(path));
+    }
+    let me = std::env::current_exe().context("locating hub-bench")?;
+    let bin = me.with_file_name("streaming-hub");
+    anyhow::ensure!(
+        bin.is_file(),
+        "no streaming-hub binary beside {} (build it: cargo build --release -p streaming-hub; or set \
+         STREAMING_HUB_BENCH_HUB)",
+        me.display()
+    );
+    Ok(bin)
+}
+
+/// A hub started for one scenario: `streaming-hub serve` in a process of its own, so its CPU
+/// and memory are measured apart from the load and the receiver, which run in this process.
 #[derive(Debug)]
 pub struct BenchHub {
-    pub hub: crate::Hub,
+    child: std::process::Child,
     pub base: String,
     pub http: reqwest::Client,
     pub db: Db,
     pub workers: u32,
-    shutdown: CancellationToken,
+    /// The hub's configuration, for what a scenario does beside it on the same database.
+    pub config: Config,
+    admin: String,
     dir: PathBuf,
 }
 
 impl BenchHub {
-    /// Starts a hub on a fresh database; `kafka` subscribes it to that broker.
+    /// Starts a hub on a fresh database; `kafka` subscribes it to that broker. Every
+    /// `STREAMING_HUB_*` variable of this process (but the bench's own) is passed on.
     pub async fn start(kafka: Option<&Broker>) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("streaming-hub-bench-{}", uuid::Uuid::now_v7().simple()));
         std::fs::create_dir_all(&dir)?;
@@ -271,12 +332,16 @@ impl BenchHub {
             .filter(|(k, _)| k.starts_with("STREAMING_HUB_") && !k.starts_with("STREAMING_HUB_BENCH_"))
             .collect();
         let sqlite = dir.join("bench.db");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let admin = streaming_hub::keys::generate("bench-admin-");
         for (k, v) in [
             ("STREAMING_HUB_ENV", "local".to_owned()),
             ("STREAMING_HUB_SQLITE_PATH", sqlite.display().to_string()),
-            ("STREAMING_HUB_HTTP_LISTEN_ADDR", "127.0.0.1:0".to_owned()),
+            ("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}")),
             ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
-            ("STREAMING_HUB_DEV_KEK", crate::keys::generate("")),
+            ("STREAMING_HUB_DEV_KEK", streaming_hub::keys::generate("")),
+            ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
+            ("STREAMING_HUB_LOG", "warn".to_owned()),
             // A bench measures the hub, not the per-tenant ingest quota (set them to measure it).
             ("STREAMING_HUB_INGEST_RATE", "10000000".to_owned()),
             ("STREAMING_HUB_INGEST_BURST", "10000000".to_owned()),
@@ -302,14 +367,36 @@ impl BenchHub {
             vars.insert("STREAMING_HUB_KAFKA_GROUP_ID".to_owned(), format!("bench-{}", uuid::Uuid::now_v7().simple()));
             vars.entry("STREAMING_HUB_KAFKA_TOPIC_REFRESH".to_owned()).or_insert_with(|| "1s".to_owned());
         }
-        let config = Config::from_vars(vars).map_err(|e| anyhow::anyhow!("{e}"))?;
+        // Checked here first, so a bad variable is reported by name before anything starts.
+        let config = Config::from_vars(vars.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
         let workers = config.dispatch_workers;
-        let shutdown = CancellationToken::new();
-        let hub = crate::start(config, shutdown.clone()).await?;
-        let base = format!("http://{}", hub.addr);
+        let log = dir.join("hub.log");
+        let mut cmd = std::process::Command::new(hub_binary()?);
+        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("STREAMING_HUB_")) {
+            cmd.env_remove(key);
+        }
+        cmd.arg("serve")
+            .envs(&vars)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log)?);
+        let mut child = cmd.spawn().context("starting the hub")?;
+        let base = format!("http://127.0.0.1:{port}");
         hub_sinks::webhook::install_crypto_provider();
         let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
-        Ok(Self { hub, base, http, db, workers, shutdown, dir })
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                let tail = std::fs::read_to_string(&log).unwrap_or_default();
+                anyhow::bail!("the hub exited ({status}) before it was ready:\n{tail}");
+            }
+            if http.get(format!("{base}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the hub was not ready within 60 s (log: {})", log.display());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Self { child, base, http, db, workers, config, admin, dir })
     }
 
     pub fn store_name(&self) -> &'static str {
@@ -319,21 +406,46 @@ impl BenchHub {
         }
     }
 
-    /// Stops the hub and removes its database.
-    pub async fn finish(self) -> anyhow::Result<()> {
-        self.shutdown.cancel();
-        self.hub.wait().await?;
+    /// CPU and memory used so far by the hub, PostgreSQL and this process.
+    pub fn usage(&self) -> Usage {
+        let (hub_cpu_s, hub_peak_rss_mib) = usage_of(&self.child.id().to_string());
+        let postgres_cpu_s = if matches!(self.db, Db::Postgres { .. }) { postgres_cpu() } else { 0.0 };
+        Usage { hub_cpu_s, hub_peak_rss_mib, postgres_cpu_s, bench_cpu_s: usage_of("self").0 }
+    }
+
+    /// Stops the hub (SIGTERM, its graceful shutdown) and removes its database; returns what the
+    /// hub used over its life.
+    pub async fn finish(mut self) -> anyhow::Result<Usage> {
+        let usage = self.usage();
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let _ = self.child.wait();
         if let Db::Postgres { pool, schema } = &self.db {
             sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pool).await?;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-        Ok(())
+        Ok(usage)
     }
 
-    /// An API key of a new tenant.
+    /// An API key of a new tenant, made through the admin API.
     pub async fn tenant(&self, tenant: &str) -> anyhow::Result<String> {
-        let id = hub_core::TenantId::parse(tenant).map_err(anyhow::Error::msg)?;
-        Ok(crate::keys::issue(self.hub.store.as_ref(), Some(&id), "bench").await?.1)
+        let response = self
+            .http
+            .post(format!("{}/admin/api-keys", self.base))
+            .bearer_auth(&self.admin)
+            .json(&json!({"tenant_id": tenant, "name": "bench"}))
+            .send()
+            .await?;
+        anyhow::ensure!(response.status().is_success(), "creating a key: {}", response.text().await?);
+        let key: Value = response.json().await?;
+        Ok(key["key"].as_str().context("no key in the answer")?.to_owned())
     }
 
     /// Creates a subscription to every event and waits until it is active; returns its id.
@@ -366,11 +478,6 @@ impl BenchHub {
         }
     }
 
-    /// Posts one event of `tenant` over HTTP.
-    pub async fn post(&self, key: &str, tenant: &str) -> anyhow::Result<()> {
-        self.clone_client().post(key, tenant).await
-    }
-
     /// Posts `n` events of each `(key, tenant)` in turn, from `producers` concurrent producers;
     /// returns how long it took.
     pub async fn post_many(&self, who: &[(String, String)], n: usize, producers: usize) -> anyhow::Result<Duration> {
@@ -398,7 +505,7 @@ impl BenchHub {
         Ok(started.elapsed())
     }
 
-    fn clone_client(&self) -> Poster {
+    pub(crate) fn clone_client(&self) -> Poster {
         Poster { base: self.base.clone(), http: self.http.clone() }
     }
 
@@ -408,7 +515,11 @@ impl BenchHub {
             Db::Postgres { pool, schema } => {
                 sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.events")).fetch_one(pool).await?
             }
-            Db::Sqlite { .. } => self.hub.store.inbox_size().await?,
+            Db::Sqlite { path } => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path).read_only(true);
+                let mut conn = sqlx::ConnectOptions::connect(&options).await?;
+                sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(&mut conn).await?
+            }
         })
     }
 
@@ -433,13 +544,13 @@ impl BenchHub {
 
 /// The HTTP side of a bench hub, shareable with producer tasks.
 #[derive(Debug, Clone)]
-struct Poster {
+pub(crate) struct Poster {
     base: String,
     http: reqwest::Client,
 }
 
 impl Poster {
-    async fn post(&self, key: &str, tenant: &str) -> anyhow::Result<()> {
+    pub(crate) async fn post(&self, key: &str, tenant: &str) -> anyhow::Result<()> {
         let mut request = self
             .http
             .post(format!("{}/v1/events", self.base))
@@ -455,251 +566,21 @@ impl Poster {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The broker
+// The broker's benchmark topic
 
-/// A Kafka broker: `STREAMING_HUB_BENCH_KAFKA_BROKERS` when set; otherwise an Apache Kafka
-/// broker started here from the jars `scripts/services kafka` installs
-/// (`STREAMING_HUB_KAFKA_HOME`, default `~/.cache/streaming-hub/kafka/<version>`); only when those
-/// are missing, and said so, the `tansu` broker (`STREAMING_HUB_BENCH_TANSU`).
-#[derive(Debug)]
-pub struct Broker {
-    pub brokers: String,
-    process: Option<BrokerProcess>,
-}
-
-#[derive(Debug)]
-enum BrokerProcess {
-    /// A single-node KRaft broker and controller, with its configuration and data in `dir`.
-    Kafka {
-        child: std::process::Child,
-        dir: PathBuf,
-        /// The Apache Kafka installation.
-        home: PathBuf,
-    },
-    Tansu(std::process::Child),
-}
-
-/// Starts the Apache Kafka broker configured in `dir` (its `server.properties`), logging there.
-fn spawn_kafka(dir: &Path, home: &Path, quick: bool) -> anyhow::Result<std::process::Child> {
-    let lib = home.join("lib");
-    let classpath = format!("{}/*", lib.display());
-    let log = |name: &str| std::fs::OpenOptions::new().create(true).append(true).open(dir.join(name));
-    let mut java = std::process::Command::new("java");
-    java.args(["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC"]);
-    if quick {
-        java.arg("-XX:TieredStopAtLevel=1");
-    }
-    java.args(["-cp", &classpath, "kafka.Kafka"])
-        .arg(dir.join("server.properties"))
-        .stdout(log("broker.log")?)
-        .stderr(log("broker.err")?)
-        .spawn()
-        .context("starting the Kafka broker")
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        match &mut self.process {
-            Some(BrokerProcess::Kafka { child, dir, .. }) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                let _ = std::fs::remove_dir_all(dir);
-            }
-            Some(BrokerProcess::Tansu(child)) => {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            None => {}
-        }
-    }
-}
-
-/// The Apache Kafka version `scripts/services kafka` installs.
-pub const KAFKA_VERSION: &str = "4.1.1";
-
-/// Where `scripts/services` installs tools: `STREAMING_HUB_CACHE`, or `~/.cache/streaming-hub`.
-pub fn cache_dir() -> PathBuf {
-    std::env::var_os("STREAMING_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache/streaming-hub")
-    })
-}
-
-/// Where `scripts/services kafka` puts the Apache Kafka jars (`<home>/lib`).
-pub fn kafka_home() -> PathBuf {
-    if let Ok(home) = std::env::var("STREAMING_HUB_KAFKA_HOME") {
-        return PathBuf::from(home);
-    }
-    cache_dir().join("kafka").join(KAFKA_VERSION)
-}
-
-/// A local port nothing listens on now.
-fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-impl Broker {
-    pub async fn start() -> anyhow::Result<Self> {
-        if let Ok(brokers) = std::env::var("STREAMING_HUB_BENCH_KAFKA_BROKERS") {
-            return Ok(Self { brokers, process: None });
-        }
-        let home = kafka_home();
-        if home.join("lib").is_dir() {
-            return Self::apache(&home, false).await;
-        }
-        let bin = std::env::var("STREAMING_HUB_BENCH_TANSU")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| cache_dir().join("tansu/bin/tansu"));
-        anyhow::ensure!(
-            bin.is_file(),
-            "no Apache Kafka at {} (`scripts/services kafka` installs it; STREAMING_HUB_KAFKA_HOME names \
-             another), no tansu broker at {}, and STREAMING_HUB_BENCH_KAFKA_BROKERS is unset",
-            home.display(),
-            bin.display()
-        );
-        eprintln!(
-            "bench: Apache Kafka is not installed at {}; falling back to the tansu broker, whose figures \
-             are not comparable",
-            home.display()
-        );
-        Self::tansu(&bin).await
-    }
-
-    /// Starts a single-node Apache Kafka (KRaft, broker and controller in one process) from the
-    /// jars under `home/lib`, on free local ports, with its data in a fresh temporary folder, and
-    /// waits until it serves metadata. `quick` trades peak speed for a faster JVM start (tests).
-    /// The process is stopped and its folder removed when the broker is dropped.
-    pub async fn apache(home: &Path, quick: bool) -> anyhow::Result<Self> {
-        let lib = home.join("lib");
-        anyhow::ensure!(lib.is_dir(), "no Apache Kafka jars under {} (`scripts/services kafka`)", lib.display());
-        let (port, controller) = (free_port()?, free_port()?);
-        let dir = std::env::temp_dir().join(format!("streaming-hub-kafka-{}", uuid::Uuid::now_v7().simple()));
-        std::fs::create_dir_all(dir.join("data"))?;
-        let properties = dir.join("server.properties");
-        std::fs::write(
-            &properties,
-            format!(
-                "process.roles=broker,controller\n\
-                 node.id=1\n\
-                 controller.quorum.voters=1@127.0.0.1:{controller}\n\
-                 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
-                 advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
-                 controller.listener.names=CONTROLLER\n\
-                 inter.broker.listener.name=PLAINTEXT\n\
-                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n\
-                 log.dirs={data}\n\
-                 offsets.topic.replication.factor=1\n\
-                 offsets.topic.num.partitions=4\n\
-                 transaction.state.log.replication.factor=1\n\
-                 transaction.state.log.min.isr=1\n\
-                 share.coordinator.state.topic.replication.factor=1\n\
-                 share.coordinator.state.topic.min.isr=1\n\
-                 group.initial.rebalance.delay.ms=0\n\
-                 auto.create.topics.enable=false\n\
-                 num.network.threads=2\n\
-                 num.io.threads=2\n",
-                data = dir.join("data").display()
-            ),
-        )?;
-        let classpath = format!("{}/*", lib.display());
-        let log = |name: &str| std::fs::File::create(dir.join(name));
-        // A cluster id is a UUID in unpadded URL-safe base64.
-        let cluster = {
-            use base64::Engine;
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::now_v7().as_bytes())
-        };
-        let format = std::process::Command::new("java")
-            .args(["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", &classpath, "kafka.tools.StorageTool", "format"])
-            .args(["-t", &cluster, "-c"])
-            .arg(&properties)
-            .stdout(log("format.log")?)
-            .stderr(log("format.err")?)
-            .spawn()
-            .context("starting java (Apache Kafka needs a Java runtime)")?;
-        let formatted = tokio::task::spawn_blocking(move || format.wait_with_output()).await??;
-        anyhow::ensure!(
-            formatted.status.success(),
-            "formatting the Kafka storage failed; see {}",
-            dir.join("format.err").display()
-        );
-        let child = spawn_kafka(&dir, home, quick)?;
-        let broker = Self {
-            brokers: format!("127.0.0.1:{port}"),
-            process: Some(BrokerProcess::Kafka { child, dir: dir.clone(), home: home.to_owned() }),
-        };
-        broker.ready(&dir).await?;
-        Ok(broker)
-    }
-
-    /// Kills an Apache Kafka broker (a crash: no clean shutdown), keeping its data and ports.
-    pub fn kill(&mut self) {
-        if let Some(BrokerProcess::Kafka { child, .. }) = &mut self.process {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts a killed Apache Kafka broker again on its data and ports, and waits until it serves.
-    pub async fn start_again(&mut self, quick: bool) -> anyhow::Result<()> {
-        let Some(BrokerProcess::Kafka { child, dir, home }) = &mut self.process else {
-            anyhow::bail!("only an Apache Kafka broker started here can be started again");
-        };
-        *child = spawn_kafka(dir, home, quick)?;
-        let dir = dir.clone();
-        self.ready(&dir).await
-    }
-
-    /// Waits until the broker answers a metadata request.
-    async fn ready(&self, dir: &Path) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let brokers = self.brokers.clone();
-            let ready = tokio::task::spawn_blocking(move || {
-                let consumer: Result<BaseConsumer, _> = ClientConfig::new().set("bootstrap.servers", &brokers).create();
-                consumer.is_ok_and(|c| {
-                    c.fetch_metadata(None, Duration::from_secs(2)).is_ok_and(|m| !m.brokers().is_empty())
-                })
-            })
-            .await?;
-            if ready {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "the Kafka broker did not start within 90 s; see {}",
-                dir.join("broker.err").display()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// Whether this is the tansu fallback, which needs one record per produce batch.
-    pub fn is_tansu(&self) -> bool {
-        matches!(self.process, Some(BrokerProcess::Tansu(_)))
-    }
-
-    /// Starts the tansu broker `bin` on a free local port, with in-memory storage, and waits until
-    /// it accepts connections. The process is stopped when the broker is dropped.
-    pub async fn tansu(bin: &Path) -> anyhow::Result<Self> {
-        let port = free_port()?;
-        let url = format!("tcp://127.0.0.1:{port}");
-        let child = std::process::Command::new(bin)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
-            .args(["--storage-engine", "memory://tansu/"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let broker = Self { brokers: format!("127.0.0.1:{port}"), process: Some(BrokerProcess::Tansu(child)) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            anyhow::ensure!(Instant::now() < deadline, "tansu did not start");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(broker)
-    }
-
+/// The benchmark topic on a broker: created, read back by a plain consumer, produced to.
+pub trait BenchTopic {
     /// Creates the benchmark topic and waits until every partition is served.
-    pub async fn create_topic(&self, partitions: i32) -> anyhow::Result<()> {
+    async fn create_topic(&self, partitions: i32) -> anyhow::Result<()>;
+    /// Reads `n` records of the topic with a plain consumer; returns how long it took.
+    async fn read_all(&self, n: usize) -> anyhow::Result<Duration>;
+    /// Produces `n` benchmark events of `tenants` in turn over `partitions`; returns how long it took.
+    async fn produce(&self, tenants: &[String], partitions: i32, n: usize) -> anyhow::Result<Duration>;
+}
+
+impl BenchTopic for Broker {
+    /// Creates the benchmark topic and waits until every partition is served.
+    async fn create_topic(&self, partitions: i32) -> anyhow::Result<()> {
         let admin: AdminClient<DefaultClientContext> =
             ClientConfig::new().set("bootstrap.servers", &self.brokers).create()?;
         let topic = NewTopic::new(TOPIC, partitions, TopicReplication::Fixed(1));
@@ -726,7 +607,7 @@ impl Broker {
     /// Reads the benchmark topic from the start with a plain consumer until it has `n` records;
     /// returns how long it took: the rate at which this broker serves the topic, a ceiling for
     /// any consumer of it.
-    pub async fn read_all(&self, n: usize) -> anyhow::Result<Duration> {
+    async fn read_all(&self, n: usize) -> anyhow::Result<Duration> {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
             .set("group.id", format!("bench-reader-{}", uuid::Uuid::now_v7().simple()))
@@ -755,7 +636,7 @@ impl Broker {
     }
 
     /// Produces `n` events, tenants and partitions taken round-robin; returns how long it took.
-    pub async fn produce(&self, tenants: &[String], partitions: i32, n: usize) -> anyhow::Result<Duration> {
+    async fn produce(&self, tenants: &[String], partitions: i32, n: usize) -> anyhow::Result<Duration> {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", &self.brokers)
@@ -801,18 +682,25 @@ impl Broker {
 // ---------------------------------------------------------------------------------------------
 // Reporting
 
-/// Prints a scenario's table and writes its JSON (`figures`, plus the store and process usage).
-pub fn report(title: &str, rows: &[(&str, String)], mut figures: Value, json_out: &Path) -> anyhow::Result<()> {
-    let (cpu, rss) = process_usage();
-    figures["process_cpu_s"] = json!(cpu);
-    figures["process_peak_rss_mib"] = json!(rss);
+/// Prints a scenario's table and writes its JSON (`figures`, plus what the hub, PostgreSQL and
+/// the bench's own process used over the hub's life).
+pub fn report(
+    title: &str,
+    rows: &[(&str, String)],
+    mut figures: Value,
+    usage: &Usage,
+    json_out: &Path,
+) -> anyhow::Result<()> {
+    figures["usage"] = usage.json();
     figures["cores"] = json!(std::thread::available_parallelism().map_or(0, |n| n.get()));
     println!("{title}");
     for (name, value) in rows {
-        println!("  {name:<34} {value:>12}");
+        println!("  {name:<38} {value:>12}");
     }
-    println!("  {:<34} {:>12}", "process CPU s (hub+load+receiver)", format!("{cpu:.1}"));
-    println!("  {:<34} {:>12}", "process peak RSS MiB", format!("{rss:.1}"));
+    println!("  {:<38} {:>12}", "hub process CPU s (whole run)", f1(usage.hub_cpu_s));
+    println!("  {:<38} {:>12}", "hub process peak RSS MiB", f1(usage.hub_peak_rss_mib));
+    println!("  {:<38} {:>12}", "PostgreSQL CPU s (whole run)", f1(usage.postgres_cpu_s));
+    println!("  {:<38} {:>12}", "bench process CPU s (load + receiver)", f1(usage.bench_cpu_s));
     if let Some(parent) = json_out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{BenchHub, Broker, Db, Receiver, f0, f1, report};
+use crate::harness::{self, BenchHub, BenchTopic, Broker, Db, Receiver, Usage, f0, f1, report};
 
 /// How long any wait for deliveries may take before the scenario gives up.
 const PATIENCE: Duration = Duration::from_secs(900);
@@ -40,8 +40,8 @@ async fn webhook_tenants(
 }
 
 /// Merges what several labels received.
-fn merged(receiver: &Receiver, labels: &[String], take: bool) -> super::Received {
-    let mut all = super::Received::default();
+fn merged(receiver: &Receiver, labels: &[String], take: bool) -> harness::Received {
+    let mut all = harness::Received::default();
     for label in labels {
         let r = if take { receiver.take(label) } else { receiver.received(label) };
         all.per_event.extend(r.per_event);
@@ -86,12 +86,12 @@ pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &P
     let store = hub.store_name();
     let figures = json!({
         "scenario": "ingest", "store": store, "events": events, "tenants": tenants, "partitions": partitions,
-        "payload_bytes": super::body(0).len(), "produce_s": produce.as_secs_f64(),
+        "payload_bytes": harness::body(0).len(), "produce_s": produce.as_secs_f64(),
         "hub_events_per_s": hub_rate, "plain_insert_rows_per_s": reference, "ratio": ratio,
         "reference_batch": batch, "broker_read_per_s": broker_rate,
         "write_path_events_per_s": write_path, "write_path_ratio": write_path / reference,
     });
-    hub.finish().await?;
+    let usage = hub.finish().await?;
     report(
         &format!("ingest ({store}, {events} events of ~1 KiB, {tenants} tenants, {partitions} partitions, Kafka)"),
         &[
@@ -103,6 +103,7 @@ pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &P
             ("write path / plain INSERT", format!("{:.0} %", write_path / reference * 100.0)),
         ],
         figures,
+        &usage,
         json_out,
     )
 }
@@ -117,12 +118,13 @@ async fn write_path(
     n: usize,
     batch: usize,
 ) -> anyhow::Result<f64> {
-    use crate::ingest::kafka::BatchWriter;
     use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
-    let writer = crate::ingest::KafkaEvents {
-        store: Arc::clone(&hub.hub.store),
+    use streaming_hub::ingest::kafka::BatchWriter;
+    // The write path runs here, on the hub's database, while the hub process is idle.
+    let writer = streaming_hub::ingest::KafkaEvents {
+        store: streaming_hub::open_store(&hub.config, false).await?,
         policy: Arc::new(hub_core::IngestPolicy::default()),
-        clock: Arc::new(crate::clock::SystemClock),
+        clock: Arc::new(streaming_hub::clock::SystemClock),
         wake: Arc::new(tokio::sync::Notify::new()),
     };
     let mut per_partition: Vec<Vec<OwnedMessage>> = vec![Vec::new(); partitions.max(1) as usize];
@@ -130,13 +132,13 @@ async fn write_path(
     for i in 0..n {
         let partition = i % count;
         let mut headers = OwnedHeaders::new();
-        for (k, v) in &super::ce_headers(&tenants[i % tenants.len()]) {
+        for (k, v) in &harness::ce_headers(&tenants[i % tenants.len()]) {
             headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
         }
         per_partition[partition].push(OwnedMessage::new(
-            Some(super::body(super::now_us()).into_bytes()),
+            Some(harness::body(harness::now_us()).into_bytes()),
             None,
-            super::TOPIC.to_owned(),
+            harness::TOPIC.to_owned(),
             Timestamp::NotAvailable,
             partition as i32,
             (i / count) as i64,
@@ -176,7 +178,7 @@ async fn reference_insert(db: &Db, tenants: &[String], partitions: i32, n: usize
                 tenants[t].clone(),
                 seqs[t],
                 uuid::Uuid::now_v7(),
-                super::body(super::now_us()).into_bytes(),
+                harness::body(harness::now_us()).into_bytes(),
                 partition,
                 i as i64,
             )
@@ -206,7 +208,7 @@ async fn reference_insert(db: &Db, tenants: &[String], partitions: i32, n: usize
                     .bind(chunk.iter().map(|r| r.1).collect::<Vec<_>>())
                     .bind(chunk.iter().map(|r| r.2).collect::<Vec<_>>())
                     .bind(&time)
-                    .bind(super::TOPIC)
+                    .bind(harness::TOPIC)
                     .bind(now)
                     .bind(chunk.iter().map(|r| r.3.clone()).collect::<Vec<_>>())
                     .bind(chunk.iter().map(|r| r.4).collect::<Vec<_>>())
@@ -252,7 +254,7 @@ async fn reference_insert(db: &Db, tenants: &[String], partitions: i32, n: usize
                     .bind(r.2.to_string())
                     .bind(&time)
                     .bind(&r.3)
-                    .bind(super::TOPIC)
+                    .bind(harness::TOPIC)
                     .bind(r.4)
                     .bind(r.5)
                     .bind(received)
@@ -302,6 +304,7 @@ pub async fn push_burst(
     merged(&receiver, &names, true);
     let warm = hub.inbox_count().await?;
 
+    let before = hub.usage();
     let started = Instant::now();
     let accepted_s = match &broker {
         Some(b) => {
@@ -312,6 +315,7 @@ pub async fn push_burst(
         None => hub.post_many(&who, events, producers).await?.as_secs_f64(),
     };
     wait_all(&receiver, &names, events).await?;
+    let spent = hub.usage().since(&before);
     // Let stragglers (duplicates, if any) arrive before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let got = merged(&receiver, &names, false);
@@ -325,8 +329,10 @@ pub async fn push_burst(
         "producers": producers, "workers": workers, "accepted_per_s": events as f64 / accepted_s,
         "delivered_per_s": got.distinct() as f64 / delivered_s, "delivered": got.distinct(),
         "duplicates": got.duplicates(), "latency_ms": latency.json(),
+        "measured": spent.json(), "cpu_ms_per_event": cpu_json(&spent, got.distinct()),
     });
-    hub.finish().await?;
+    let usage = hub.finish().await?;
+    let [hub_cpu, pg_cpu, both_cpu] = cpu_rows(&spent, got.distinct());
     report(
         &format!(
             "push-burst ({store}, via {via_name}, {events} events of ~1 KiB, {tenants} tenants, {workers} workers)"
@@ -339,10 +345,29 @@ pub async fn push_burst(
             ("latency p50 ms", f1(latency.p50)),
             ("latency p99 ms", f1(latency.p99)),
             ("latency max ms", f1(latency.max)),
+            hub_cpu,
+            pg_cpu,
+            both_cpu,
         ],
         figures,
+        &usage,
         json_out,
     )
+}
+
+/// CPU per delivered event over the measured phase, as report rows: the hub, PostgreSQL, both.
+fn cpu_rows(spent: &Usage, delivered: usize) -> [(&'static str, String); 3] {
+    let (hub, pg) = spent.per_event_ms(delivered);
+    [
+        ("hub CPU ms per event", format!("{hub:.3}")),
+        ("PostgreSQL CPU ms per event", format!("{pg:.3}")),
+        ("hub + PostgreSQL CPU ms per event", format!("{:.3}", hub + pg)),
+    ]
+}
+
+fn cpu_json(spent: &Usage, delivered: usize) -> Value {
+    let (hub, pg) = spent.per_event_ms(delivered);
+    json!({"hub": hub, "postgres": pg, "total": hub + pg})
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -399,16 +424,20 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
     hub.post_many(&who, 10, 1).await?;
     wait_all(&receiver, &names, 10).await?;
     receiver.take("steady");
+    let before = hub.usage();
     let sent = paced_for(&hub, &who[0].0, "steady", rate, Duration::from_secs(seconds)).await?;
     wait_all(&receiver, &names, sent).await?;
+    let spent = hub.usage().since(&before);
     let got = receiver.take("steady");
     let latency = got.latency();
     let store = hub.store_name();
     let figures = json!({
         "scenario": "steady", "store": store, "rate_per_s": rate, "seconds": seconds, "sent": sent,
         "delivered": got.distinct(), "duplicates": got.duplicates(), "latency_ms": latency.json(),
+        "measured": spent.json(), "cpu_ms_per_event": cpu_json(&spent, got.distinct()),
     });
-    hub.finish().await?;
+    let usage = hub.finish().await?;
+    let [hub_cpu, pg_cpu, both_cpu] = cpu_rows(&spent, got.distinct());
     report(
         &format!("steady ({store}, {rate} events/s for {seconds} s, one tenant)"),
         &[
@@ -417,8 +446,12 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
             ("latency p50 ms", f1(latency.p50)),
             ("latency p99 ms", f1(latency.p99)),
             ("latency max ms", f1(latency.max)),
+            hub_cpu,
+            pg_cpu,
+            both_cpu,
         ],
         figures,
+        &usage,
         json_out,
     )
 }
@@ -445,10 +478,10 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
     // Beside the flood, until the flood is delivered.
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
-    let posting_from = super::now_us();
+    let posting_from = harness::now_us();
     let flood_run = async {
         let flood_s = hub.post_many(&flood_who, flood, 32).await;
-        let posted_at = super::now_us();
+        let posted_at = harness::now_us();
         let ok = receiver.wait_for("flood", flood, PATIENCE).await;
         stop.store(true, Ordering::SeqCst);
         (flood_s, posted_at, ok)
@@ -478,7 +511,7 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
         "flood_accepted_per_s": flood as f64 / flood_s.as_secs_f64(), "flood_delivered_per_s": flood_rate,
         "flood_duplicates": flood_got.duplicates(),
     });
-    hub.finish().await?;
+    let usage = hub.finish().await?;
     report(
         &format!("fairness ({store}, one tenant floods {flood} events, another sends {rate}/s)"),
         &[
@@ -495,6 +528,7 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
             ("flood delivered/s", f0(flood_rate)),
         ],
         figures,
+        &usage,
         json_out,
     )
 }
@@ -581,7 +615,7 @@ pub async fn replay(history: usize, rate: u32, replay_rate: Option<u32>, json_ou
         "live_sent": live_sent, "live_delivered": beside.distinct(), "live_duplicates": beside.duplicates(),
         "replay": done, "replay_delivered_per_s": replayed_per_s,
     });
-    hub.finish().await?;
+    let usage = hub.finish().await?;
     report(
         &format!("replay ({store}, {history} events replayed while one tenant sends {rate}/s)"),
         &[
@@ -596,6 +630,7 @@ pub async fn replay(history: usize, rate: u32, replay_rate: Option<u32>, json_ou
             ("replay delivered/s", f0(replayed_per_s)),
         ],
         figures,
+        &usage,
         json_out,
     )
 }
@@ -630,10 +665,10 @@ pub async fn slow_destination(events: usize, json_out: &Path) -> anyhow::Result<
     let workers = hub.workers;
     let figures = json!({
         "scenario": "slow-destination", "store": store, "events": events, "workers": workers,
-        "slow_answer_s": super::SLOW_ANSWER.as_secs_f64(), "fast_solo_per_s": solo,
+        "slow_answer_s": harness::SLOW_ANSWER.as_secs_f64(), "fast_solo_per_s": solo,
         "fast_beside_slow_per_s": beside, "ratio": ratio, "slow_delivered_meanwhile": slow_done,
     });
-    hub.finish().await?;
+    let usage = hub.finish().await?;
     report(
         &format!("slow-destination ({store}, {events} events, a receiver taking 2 s beside a fast one)"),
         &[
@@ -643,6 +678,7 @@ pub async fn slow_destination(events: usize, json_out: &Path) -> anyhow::Result<
             ("slow deliveries meanwhile", slow_done.to_string()),
         ],
         figures,
+        &usage,
         json_out,
     )
 }
@@ -686,7 +722,7 @@ pub async fn pull(events: usize, page: u32, json_out: &Path) -> anyhow::Result<(
         "scenario": "pull", "store": store, "events": events, "page": page, "read": read, "pages": pages,
         "rate_limited": limited, "events_per_s": read as f64 / secs, "pages_per_s": pages as f64 / secs,
     });
-    hub.finish().await?;
+    let usage = hub.finish().await?;
     report(
         &format!("pull ({store}, {events} events, pages of {page})"),
         &[
@@ -696,6 +732,7 @@ pub async fn pull(events: usize, page: u32, json_out: &Path) -> anyhow::Result<(
             ("rate-limited answers", limited.to_string()),
         ],
         figures,
+        &usage,
         json_out,
     )
 }

@@ -1,0 +1,140 @@
+//! `hub-bench`: the benchmark scenarios of Streaming Hub (docs/BENCHMARKS.md). Each starts the
+//! `streaming-hub` binary as a process of its own and drives it from this one.
+#![forbid(unsafe_code)]
+
+mod harness;
+mod scenarios;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+/// Benchmark scenarios (see docs/BENCHMARKS.md). Each prints a table and writes JSON (`--json`,
+/// default `bench-results/<scenario>.json`). The hub runs as a process of its own, on SQLite, or on
+/// PostgreSQL when `STREAMING_HUB_POSTGRES_DSN` is set.
+#[derive(Parser)]
+#[command(name = "hub-bench", version, about = "Streaming Hub benchmarks: measured figures, never test assertions")]
+enum BenchScenario {
+    /// Kafka into the inbox, against a plain batched INSERT of the same rows.
+    Ingest {
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 8, value_parser = at_least_one)]
+        tenants: usize,
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=64))]
+        partitions: i32,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// A burst of events (HTTP or Kafka) delivered to webhook receivers answering 204.
+    PushBurst {
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
+        events: usize,
+        /// Concurrent HTTP producers.
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        /// Tenants, each with a webhook subscription to its own receiver URL.
+        #[arg(long, default_value_t = 4, value_parser = at_least_one)]
+        tenants: usize,
+        #[arg(long, value_enum, default_value = "http")]
+        via: scenarios::Via,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// A steady rate of events: end-to-end latency.
+    Steady {
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        rate: u32,
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        seconds: u64,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// One tenant floods while another sends a trickle: the trickle's latency against alone.
+    Fairness {
+        #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
+        flood: usize,
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        rate: u32,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// A fast subscription's throughput alone and beside one whose receiver takes 2 s.
+    SlowDestination {
+        #[arg(long, default_value_t = 5_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// A new subscription replays the inbox while one tenant sends live events: their latency
+    /// against alone.
+    Replay {
+        /// Events in the inbox before the replay.
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
+        history: usize,
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        rate: u32,
+        /// The replay's own rate (its request's `rate`); the hub's default when left out.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        replay_rate: Option<u32>,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// A pull consumer paging with next_cursor.
+    Pull {
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        page: u32,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+}
+
+fn at_least_one(raw: &str) -> Result<usize, String> {
+    match raw.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("must be a whole number of at least 1 (got {raw:?})")),
+    }
+}
+
+fn json_path(json: Option<std::path::PathBuf>, scenario: &str) -> std::path::PathBuf {
+    json.unwrap_or_else(|| std::path::PathBuf::from(format!("bench-results/{scenario}.json")))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let scenario = BenchScenario::parse();
+    match run(scenario).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
+    match scenario {
+        BenchScenario::Ingest { events, tenants, partitions, json } => {
+            scenarios::ingest(events, tenants, partitions, &json_path(json, "ingest")).await
+        }
+        BenchScenario::PushBurst { events, producers, tenants, via, json } => {
+            let name = if via == scenarios::Via::Kafka { "push-burst-kafka" } else { "push-burst" };
+            scenarios::push_burst(events, producers, tenants, via, &json_path(json, name)).await
+        }
+        BenchScenario::Steady { rate, seconds, json } => {
+            scenarios::steady(rate, seconds, &json_path(json, "steady")).await
+        }
+        BenchScenario::Fairness { flood, rate, json } => {
+            scenarios::fairness(flood, rate, &json_path(json, "fairness")).await
+        }
+        BenchScenario::SlowDestination { events, json } => {
+            scenarios::slow_destination(events, &json_path(json, "slow-destination")).await
+        }
+        BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
+        BenchScenario::Replay { history, rate, replay_rate, json } => {
+            scenarios::replay(history, rate, replay_rate, &json_path(json, "replay")).await
+        }
+    }
+}

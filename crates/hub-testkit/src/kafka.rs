@@ -1,0 +1,251 @@
+//! Apache Kafka for the tests and the benches: a single-node KRaft broker started from the jars
+//! `scripts/services kafka` installs, which a test can kill and start again.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+/// A Kafka broker for the tests and the benches: `STREAMING_HUB_BENCH_KAFKA_BROKERS` when set; otherwise an Apache Kafka
+/// broker started here from the jars `scripts/services kafka` installs
+/// (`STREAMING_HUB_KAFKA_HOME`, default `~/.cache/streaming-hub/kafka/<version>`); only when those
+/// are missing, and said so, the `tansu` broker (`STREAMING_HUB_BENCH_TANSU`).
+#[derive(Debug)]
+pub struct Broker {
+    pub brokers: String,
+    process: Option<BrokerProcess>,
+}
+
+#[derive(Debug)]
+enum BrokerProcess {
+    /// A single-node KRaft broker and controller, with its configuration and data in `dir`.
+    Kafka {
+        child: std::process::Child,
+        dir: PathBuf,
+        /// The Apache Kafka installation.
+        home: PathBuf,
+    },
+    Tansu(std::process::Child),
+}
+
+/// Starts the Apache Kafka broker configured in `dir` (its `server.properties`), logging there.
+fn spawn_kafka(dir: &Path, home: &Path, quick: bool) -> anyhow::Result<std::process::Child> {
+    let lib = home.join("lib");
+    let classpath = format!("{}/*", lib.display());
+    let log = |name: &str| std::fs::OpenOptions::new().create(true).append(true).open(dir.join(name));
+    let mut java = std::process::Command::new("java");
+    java.args(["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC"]);
+    if quick {
+        java.arg("-XX:TieredStopAtLevel=1");
+    }
+    java.args(["-cp", &classpath, "kafka.Kafka"])
+        .arg(dir.join("server.properties"))
+        .stdout(log("broker.log")?)
+        .stderr(log("broker.err")?)
+        .spawn()
+        .context("starting the Kafka broker")
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        match &mut self.process {
+            Some(BrokerProcess::Kafka { child, dir, .. }) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Some(BrokerProcess::Tansu(child)) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            None => {}
+        }
+    }
+}
+
+/// The Apache Kafka version `scripts/services kafka` installs.
+pub const KAFKA_VERSION: &str = "4.1.1";
+
+/// Where `scripts/services` installs tools: `STREAMING_HUB_CACHE`, or `~/.cache/streaming-hub`.
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("STREAMING_HUB_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into())).join(".cache/streaming-hub")
+    })
+}
+
+/// Where `scripts/services kafka` puts the Apache Kafka jars (`<home>/lib`).
+pub fn kafka_home() -> PathBuf {
+    if let Ok(home) = std::env::var("STREAMING_HUB_KAFKA_HOME") {
+        return PathBuf::from(home);
+    }
+    cache_dir().join("kafka").join(KAFKA_VERSION)
+}
+
+/// A local port nothing listens on now.
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl Broker {
+    pub async fn start() -> anyhow::Result<Self> {
+        if let Ok(brokers) = std::env::var("STREAMING_HUB_BENCH_KAFKA_BROKERS") {
+            return Ok(Self { brokers, process: None });
+        }
+        let home = kafka_home();
+        if home.join("lib").is_dir() {
+            return Self::apache(&home, false).await;
+        }
+        let bin = std::env::var("STREAMING_HUB_BENCH_TANSU")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| cache_dir().join("tansu/bin/tansu"));
+        anyhow::ensure!(
+            bin.is_file(),
+            "no Apache Kafka at {} (`scripts/services kafka` installs it; STREAMING_HUB_KAFKA_HOME names \
+             another), no tansu broker at {}, and STREAMING_HUB_BENCH_KAFKA_BROKERS is unset",
+            home.display(),
+            bin.display()
+        );
+        eprintln!(
+            "bench: Apache Kafka is not installed at {}; falling back to the tansu broker, whose figures \
+             are not comparable",
+            home.display()
+        );
+        Self::tansu(&bin).await
+    }
+
+    /// Starts a single-node Apache Kafka (KRaft, broker and controller in one process) from the
+    /// jars under `home/lib`, on free local ports, with its data in a fresh temporary folder, and
+    /// waits until it serves metadata. `quick` trades peak speed for a faster JVM start (tests).
+    /// The process is stopped and its folder removed when the broker is dropped.
+    pub async fn apache(home: &Path, quick: bool) -> anyhow::Result<Self> {
+        let lib = home.join("lib");
+        anyhow::ensure!(lib.is_dir(), "no Apache Kafka jars under {} (`scripts/services kafka`)", lib.display());
+        let (port, controller) = (free_port()?, free_port()?);
+        let dir = std::env::temp_dir().join(format!("streaming-hub-kafka-{}", uuid::Uuid::now_v7().simple()));
+        std::fs::create_dir_all(dir.join("data"))?;
+        let properties = dir.join("server.properties");
+        std::fs::write(
+            &properties,
+            format!(
+                "process.roles=broker,controller\n\
+                 node.id=1\n\
+                 controller.quorum.voters=1@127.0.0.1:{controller}\n\
+                 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
+                 advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+                 controller.listener.names=CONTROLLER\n\
+                 inter.broker.listener.name=PLAINTEXT\n\
+                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n\
+                 log.dirs={data}\n\
+                 offsets.topic.replication.factor=1\n\
+                 offsets.topic.num.partitions=4\n\
+                 transaction.state.log.replication.factor=1\n\
+                 transaction.state.log.min.isr=1\n\
+                 share.coordinator.state.topic.replication.factor=1\n\
+                 share.coordinator.state.topic.min.isr=1\n\
+                 group.initial.rebalance.delay.ms=0\n\
+                 auto.create.topics.enable=false\n\
+                 num.network.threads=2\n\
+                 num.io.threads=2\n",
+                data = dir.join("data").display()
+            ),
+        )?;
+        let classpath = format!("{}/*", lib.display());
+        let log = |name: &str| std::fs::File::create(dir.join(name));
+        // A cluster id is a UUID in unpadded URL-safe base64.
+        let cluster = {
+            use base64::Engine;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::now_v7().as_bytes())
+        };
+        let format = std::process::Command::new("java")
+            .args(["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", &classpath, "kafka.tools.StorageTool", "format"])
+            .args(["-t", &cluster, "-c"])
+            .arg(&properties)
+            .stdout(log("format.log")?)
+            .stderr(log("format.err")?)
+            .spawn()
+            .context("starting java (Apache Kafka needs a Java runtime)")?;
+        let formatted = tokio::task::spawn_blocking(move || format.wait_with_output()).await??;
+        anyhow::ensure!(
+            formatted.status.success(),
+            "formatting the Kafka storage failed; see {}",
+            dir.join("format.err").display()
+        );
+        let child = spawn_kafka(&dir, home, quick)?;
+        let broker = Self {
+            brokers: format!("127.0.0.1:{port}"),
+            process: Some(BrokerProcess::Kafka { child, dir: dir.clone(), home: home.to_owned() }),
+        };
+        broker.ready(&dir).await?;
+        Ok(broker)
+    }
+
+    /// Kills an Apache Kafka broker (a crash: no clean shutdown), keeping its data and ports.
+    pub fn kill(&mut self) {
+        if let Some(BrokerProcess::Kafka { child, .. }) = &mut self.process {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts a killed Apache Kafka broker again on its data and ports, and waits until it serves.
+    pub async fn start_again(&mut self, quick: bool) -> anyhow::Result<()> {
+        let Some(BrokerProcess::Kafka { child, dir, home }) = &mut self.process else {
+            anyhow::bail!("only an Apache Kafka broker started here can be started again");
+        };
+        *child = spawn_kafka(dir, home, quick)?;
+        let dir = dir.clone();
+        self.ready(&dir).await
+    }
+
+    /// Waits until the broker answers a metadata request.
+    async fn ready(&self, dir: &Path) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let brokers = self.brokers.clone();
+            let ready = tokio::task::spawn_blocking(move || {
+                let consumer: Result<BaseConsumer, _> = ClientConfig::new().set("bootstrap.servers", &brokers).create();
+                consumer.is_ok_and(|c| {
+                    c.fetch_metadata(None, Duration::from_secs(2)).is_ok_and(|m| !m.brokers().is_empty())
+                })
+            })
+            .await?;
+            if ready {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the Kafka broker did not start within 90 s; see {}",
+                dir.join("broker.err").display()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Whether this is the tansu fallback, which needs one record per produce batch.
+    pub fn is_tansu(&self) -> bool {
+        matches!(self.process, Some(BrokerProcess::Tansu(_)))
+    }
+
+    /// Starts the tansu broker `bin` on a free local port, with in-memory storage, and waits until
+    /// it accepts connections. The process is stopped when the broker is dropped.
+    pub async fn tansu(bin: &Path) -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = std::process::Command::new(bin)
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let broker = Self { brokers: format!("127.0.0.1:{port}"), process: Some(BrokerProcess::Tansu(child)) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            anyhow::ensure!(Instant::now() < deadline, "tansu did not start");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(broker)
+    }
+}
