@@ -126,6 +126,7 @@ async fn write_path(
         policy: Arc::new(hub_core::IngestPolicy::default()),
         clock: Arc::new(streaming_hub::clock::SystemClock),
         wake: Arc::new(tokio::sync::Notify::new()),
+        fast: None,
     };
     let mut per_partition: Vec<Vec<OwnedMessage>> = vec![Vec::new(); partitions.max(1) as usize];
     let count = per_partition.len();

@@ -130,6 +130,14 @@ pub trait Inbox: Send + Sync {
     /// same order, what was written.
     async fn write_batch(&self, batch: &[IngestRecord]) -> StoreResult<Vec<WriteOutcome>>;
 
+    /// [`Inbox::write_batch`], with the jobs it creates for deliverable subscriptions inserted
+    /// already leased under `lease` (up to its limit), in the same transaction; returns them too.
+    async fn write_batch_leased(
+        &self,
+        batch: &[IngestRecord],
+        lease: &IngestLease,
+    ) -> StoreResult<(Vec<WriteOutcome>, LeasedAtIngest)>;
+
     /// One stored event of a tenant, by its CloudEvents id.
     async fn event_by_ce_id(&self, tenant: &str, ce_id: Uuid) -> StoreResult<Option<StoredEvent>>;
 

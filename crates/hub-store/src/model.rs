@@ -150,6 +150,109 @@ impl StoredEvent {
     pub fn event_key(&self) -> String {
         format!("{}.{}", self.resource_type, self.event_type)
     }
+
+    /// The event as the store holds it once `accepted` was written with `seq`: what a read of it
+    /// would give, without the read.
+    pub fn from_accepted(seq: i64, accepted: &AcceptedEvent) -> Self {
+        use chrono::SubsecRound;
+        let env = &accepted.envelope;
+        Self {
+            tenant_id: env.tenant().as_str().to_owned(),
+            seq,
+            ce_id: env.id().as_uuid(),
+            source: env.source().to_string(),
+            ce_type: env.ce_type().to_owned(),
+            resource_type: env.key().resource().to_owned(),
+            event_type: env.key().event().to_owned(),
+            event_time: env.time().to_owned(),
+            schema_version: env.schema_version().to_owned(),
+            subject: env.subject().map(str::to_owned),
+            data_content_type: env.data_content_type().map(str::to_owned),
+            data_schema: env.data_schema().map(str::to_owned),
+            traceparent: env.traceparent().map(str::to_owned),
+            tracestate: env.tracestate().map(str::to_owned),
+            extensions: env.extensions().clone(),
+            payload: accepted.payload.clone(),
+            origin: accepted.origin.clone(),
+            // The stores keep microseconds.
+            received_at: accepted.received_at.trunc_subsecs(6),
+            trace: accepted.trace.clone(),
+        }
+    }
+}
+
+/// Jobs a replica's own ingest leases to its own workers as it writes them (the fast path): the
+/// jobs a write creates for deliverable subscriptions are inserted already leased, up to `limit`,
+/// and handed over in memory, with no claim and no read.
+#[derive(Debug, Clone)]
+pub struct IngestLease {
+    pub token: Uuid,
+    pub until: DateTime<Utc>,
+    /// At most this many jobs are leased.
+    pub limit: usize,
+    /// Subscriptions whose jobs are not leased (their destination has all it can take here);
+    /// theirs are written `pending`, for claims.
+    pub exclude_subscriptions: Vec<Uuid>,
+}
+
+/// What a write under an [`IngestLease`] leased, and what it left for claims.
+#[derive(Debug, Default)]
+pub struct LeasedAtIngest {
+    /// The jobs leased, as a claim would have returned them.
+    pub jobs: Vec<ClaimedJob>,
+    /// Deliverable jobs the write left `pending` (no room, or an excluded subscription).
+    pub pending: usize,
+}
+
+/// A new job as it is written: its id and, when the fast path takes it, its lease.
+#[derive(Debug)]
+pub(crate) struct JobToWrite {
+    pub id: Uuid,
+    pub job: NewJob,
+    pub leased: Option<(Uuid, DateTime<Utc>)>,
+}
+
+impl JobToWrite {
+    pub fn state(&self) -> JobState {
+        if self.leased.is_some() { JobState::Leased } else { self.job.state }
+    }
+}
+
+/// Gives a batch's new jobs of `tenant` their ids and leases the deliverable ones (`pending`, of
+/// subscriptions not excluded) while `room` lasts, noting them in `leased`; returns the jobs to
+/// write.
+pub(crate) fn lease_new_jobs(
+    tenant: &str,
+    jobs: Vec<NewJob>,
+    lease: Option<&IngestLease>,
+    room: &mut usize,
+    leased: &mut LeasedAtIngest,
+) -> Vec<JobToWrite> {
+    jobs.into_iter()
+        .map(|job| {
+            let id = Uuid::now_v7();
+            let take = lease.filter(|l| {
+                *room > 0 && job.state == JobState::Pending && !l.exclude_subscriptions.contains(&job.subscription)
+            });
+            let Some(lease) = take else {
+                leased.pending += usize::from(job.state == JobState::Pending);
+                return JobToWrite { id, job, leased: None };
+            };
+            *room -= 1;
+            leased.jobs.push(ClaimedJob {
+                id,
+                tenant_id: tenant.to_owned(),
+                subscription_id: job.subscription,
+                event_seq: job.seq,
+                attempts: 0,
+                recoveries: 0,
+                window_start: job.received_at,
+                event_received_at: job.received_at,
+                token: lease.token,
+            });
+            JobToWrite { id, job, leased: Some((lease.token, lease.until)) }
+        })
+        .collect()
 }
 
 /// Filters of the quarantine listing; every present field must match.

@@ -198,6 +198,9 @@ pub async fn start_with_clock(
     let wake = Arc::new(tokio::sync::Notify::new());
     let (notices, notice_queue) = operational::Notices::channel();
     let breakers = delivery::BreakerBoard::default();
+    // This process's dispatcher, when it delivers: its own ingest leases jobs to it as it writes
+    // them (the fast path).
+    let mut local_dispatcher = None;
     let dispatcher = if config.role.delivers() {
         store.listen_for_jobs(Arc::clone(&wake)).await.context("cannot listen for job notifications")?;
         let dispatcher = Arc::new(delivery::Dispatcher::new(
@@ -210,6 +213,7 @@ pub async fn start_with_clock(
             notices.clone(),
             breakers.clone(),
         ));
+        local_dispatcher = Some(Arc::clone(&dispatcher));
         Some(supervisor.spawn("dispatcher", dispatcher.run(stop.clone(), config.shutdown_timeout)))
     } else {
         None
@@ -243,6 +247,7 @@ pub async fn start_with_clock(
             policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
             clock: Arc::clone(&clock),
             wake: Arc::clone(&wake),
+            fast: local_dispatcher.clone(),
         };
         tasks.push(
             supervisor
@@ -295,6 +300,7 @@ pub async fn start_with_clock(
                 Database::Sqlite { .. } => 1,
                 Database::Postgres { pool, .. } => (pool.max_connections as usize / 4).clamp(1, 8),
             },
+            local_dispatcher.clone(),
         ),
         sealer,
         allow_private_sinks: config.allow_private_sinks,

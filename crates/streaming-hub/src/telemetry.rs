@@ -23,6 +23,8 @@ pub mod metric {
     pub const ATTEMPT_SECONDS: &str = "streaming_hub_delivery_attempt_duration_seconds";
     /// `{sink}`: jobs dead-lettered after their last attempt.
     pub const JOBS_DEAD: &str = "streaming_hub_delivery_dead_letters_total";
+    /// Jobs leased to this process's workers as its ingest wrote them (the fast path, no claim).
+    pub const JOBS_LEASED_AT_INGEST: &str = "streaming_hub_delivery_jobs_leased_at_ingest_total";
     /// Jobs taken back after their lease expired without an outcome.
     pub const LEASES_RECOVERED: &str = "streaming_hub_delivery_leases_recovered_total";
     /// Jobs dead-lettered as poison.
@@ -156,6 +158,10 @@ fn describe() {
     metrics::describe_histogram!(metric::ATTEMPT_SECONDS, metrics::Unit::Seconds, "Delivery attempt latency, by sink");
     metrics::describe_counter!(metric::JOBS_DEAD, "Jobs dead-lettered, by sink");
     metrics::describe_counter!(metric::LEASES_RECOVERED, "Jobs recovered after their lease expired");
+    metrics::describe_counter!(
+        metric::JOBS_LEASED_AT_INGEST,
+        "Jobs leased to this process's workers as its ingest wrote them (no claim)"
+    );
     metrics::describe_counter!(metric::JOBS_POISONED, "Jobs dead-lettered as poison");
     metrics::describe_counter!(metric::BREAKER_TRANSITIONS, "Circuit breaker transitions, by new state");
     metrics::describe_counter!(metric::AUTO_DISABLED, "Subscriptions disabled automatically");

@@ -5,16 +5,15 @@ use super::*;
 #[async_trait]
 impl Inbox for PgStore {
     async fn write_batch(&self, batch: &[IngestRecord]) -> StoreResult<Vec<WriteOutcome>> {
-        let mut tx = self.pool.begin().await?;
-        let mut outcomes = Self::insert_accepted(&mut tx, batch, &self.channel).await?;
-        for (i, record) in batch.iter().enumerate() {
-            if let IngestRecord::Quarantined(q) = record {
-                let id = Self::insert_quarantine(&mut tx, q).await?;
-                outcomes.push((i, WriteOutcome::Quarantined { id }));
-            }
-        }
-        tx.commit().await?;
-        ordered(batch.len(), outcomes)
+        Ok(self.write(batch, None).await?.0)
+    }
+
+    async fn write_batch_leased(
+        &self,
+        batch: &[IngestRecord],
+        lease: &IngestLease,
+    ) -> StoreResult<(Vec<WriteOutcome>, LeasedAtIngest)> {
+        self.write(batch, Some(lease)).await
     }
 
     async fn event_by_ce_id(&self, tenant: &str, ce_id: Uuid) -> StoreResult<Option<StoredEvent>> {

@@ -16,14 +16,15 @@ use uuid::Uuid;
 
 use crate::PruneKind;
 use crate::model::{
-    MatchRow, MatchTarget, NewJob, accepted_by_tenant, assign_seqs, match_events, ordered, split_poison,
+    JobToWrite, MatchRow, MatchTarget, accepted_by_tenant, assign_seqs, lease_new_jobs, match_events, ordered,
+    split_poison,
 };
 use crate::prelude::*;
 use crate::{
     AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
-    DlqEntry, DlqFilter, HealthChange, IngestRecord, JobState, JobTransition, NewApiKey, NewDlqRecord, Origin,
-    QuarantineEntry, QuarantineFilter, QuarantinedRecord, Recovery, StoreError, StoreResult, StoredEvent,
-    SubscriptionRecord, WriteOutcome,
+    DlqEntry, DlqFilter, HealthChange, IngestLease, IngestRecord, JobState, JobTransition, LeasedAtIngest, NewApiKey,
+    NewDlqRecord, Origin, QuarantineEntry, QuarantineFilter, QuarantinedRecord, Recovery, StoreError, StoreResult,
+    StoredEvent, SubscriptionRecord, WriteOutcome,
 };
 use crate::{
     EventQuery, NewReplay, PulledEvent, ReplayLimits, ReplayRecord, ReplayStart, ReplayState, ReplayStep, StreamEntry,
@@ -102,14 +103,36 @@ impl PgStore {
     /// find the ids already stored, read the tenants' deliverable subscriptions, then insert the
     /// events, pull entries and jobs and move the sequences in one statement. Returns the
     /// outcomes by batch index and whether jobs were created.
+    /// One ingest batch in one transaction: the accepted events (with their jobs, leased under
+    /// `lease` when given) and the quarantined records.
+    async fn write(
+        &self,
+        batch: &[IngestRecord],
+        lease: Option<&IngestLease>,
+    ) -> StoreResult<(Vec<WriteOutcome>, LeasedAtIngest)> {
+        let mut tx = self.pool.begin().await?;
+        let (mut outcomes, leased) = Self::insert_accepted(&mut tx, batch, &self.channel, lease).await?;
+        for (i, record) in batch.iter().enumerate() {
+            if let IngestRecord::Quarantined(q) = record {
+                let id = Self::insert_quarantine(&mut tx, q).await?;
+                outcomes.push((i, WriteOutcome::Quarantined { id }));
+            }
+        }
+        tx.commit().await?;
+        Ok((ordered(batch.len(), outcomes)?, leased))
+    }
+
+    /// Inserts a batch's accepted events with the jobs and pull entries they create; with a
+    /// `lease`, the deliverable jobs (up to its limit) are inserted leased and returned.
     async fn insert_accepted(
         tx: &mut Transaction<'_, Postgres>,
         batch: &[IngestRecord],
         channel: &str,
-    ) -> StoreResult<Vec<(usize, WriteOutcome)>> {
+        lease: Option<&IngestLease>,
+    ) -> StoreResult<(Vec<(usize, WriteOutcome)>, LeasedAtIngest)> {
         let groups = accepted_by_tenant(batch);
         if groups.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), LeasedAtIngest::default()));
         }
         let tenants: Vec<&str> = groups.keys().copied().collect();
         // Each tenant's writers take turns on its sequence row until commit.
@@ -170,6 +193,8 @@ impl PgStore {
         let mut cols = EventColumns::default();
         let (mut pull_subs, mut pull_seqs, mut pull_tenants) = (Vec::new(), Vec::new(), Vec::new());
         let mut jobs = JobColumns::default();
+        let mut leased = LeasedAtIngest::default();
+        let mut room = lease.map_or(0, |l| l.limit);
         let (mut seq_tenants, mut seq_last) = (Vec::new(), Vec::new());
         let none = HashMap::new();
         for (tenant, events) in &groups {
@@ -192,14 +217,14 @@ impl PgStore {
                 pull_seqs.push(seq);
                 pull_tenants.push(*tenant);
             }
-            for job in work.jobs {
+            for job in lease_new_jobs(tenant, work.jobs, lease, &mut room, &mut leased) {
                 jobs.push(tenant, job);
             }
             seq_tenants.push(*tenant);
             seq_last.push(new_last);
         }
         if cols.seq.is_empty() {
-            return Ok(outcomes);
+            return Ok((outcomes, leased));
         }
         let notify = jobs.state.iter().any(|s| *s == JobState::Pending.as_str());
         sqlx::query(
@@ -225,10 +250,12 @@ impl PgStore {
                 SELECT * FROM UNNEST($22::uuid[], $23::bigint[], $24::text[])
              ), new_jobs AS (
                 INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
-                    event_received_at, window_start, created_at, updated_at)
-                SELECT t.id, t.tenant_id, t.sub, t.seq, t.state, t.received, t.received, t.received, now(), now()
-                FROM UNNEST($25::uuid[], $26::text[], $27::uuid[], $28::bigint[], $29::timestamptz[], $34::text[])
-                AS t(id, tenant_id, sub, seq, received, state)
+                    event_received_at, window_start, created_at, updated_at, lease_token, lease_expires_at)
+                SELECT t.id, t.tenant_id, t.sub, t.seq, t.state, t.received, t.received, t.received, now(), now(),
+                    t.token, t.until
+                FROM UNNEST($25::uuid[], $26::text[], $27::uuid[], $28::bigint[], $29::timestamptz[], $34::text[],
+                    $36::uuid[], $37::timestamptz[])
+                AS t(id, tenant_id, sub, seq, received, state, token, until)
              ), sequences AS (
                 UPDATE tenant_sequences s SET last_seq = u.last_seq
                 FROM UNNEST($30::text[], $31::bigint[]) AS u(tenant_id, last_seq)
@@ -272,9 +299,11 @@ impl PgStore {
         .bind(notify)
         .bind(jobs.state)
         .bind(cols.hub_traceparent)
+        .bind(jobs.token)
+        .bind(jobs.until)
         .execute(&mut **tx)
         .await?;
-        Ok(outcomes)
+        Ok((outcomes, leased))
     }
 
     /// A subscription's health after one attempt; true when this attempt disabled it.
@@ -438,16 +467,20 @@ struct JobColumns {
     seq: Vec<i64>,
     received: Vec<DateTime<Utc>>,
     state: Vec<&'static str>,
+    token: Vec<Option<Uuid>>,
+    until: Vec<Option<DateTime<Utc>>>,
 }
 
 impl JobColumns {
-    fn push(&mut self, tenant: &str, job: NewJob) {
-        self.id.push(Uuid::now_v7());
+    fn push(&mut self, tenant: &str, job: JobToWrite) {
+        self.state.push(job.state().as_str());
+        self.id.push(job.id);
         self.tenant_id.push(tenant.to_owned());
-        self.sub.push(job.subscription);
-        self.seq.push(job.seq);
-        self.received.push(job.received_at);
-        self.state.push(job.state.as_str());
+        self.sub.push(job.job.subscription);
+        self.seq.push(job.job.seq);
+        self.received.push(job.job.received_at);
+        self.token.push(job.leased.map(|(token, _)| token));
+        self.until.push(job.leased.map(|(_, until)| until));
     }
 }
 

@@ -16,13 +16,15 @@ use sqlx::{Row, Sqlite, SqlitePool, Transaction};
 use uuid::Uuid;
 
 use crate::PruneKind;
-use crate::model::{MatchRow, MatchTarget, accepted_by_tenant, assign_seqs, match_events, ordered, split_poison};
+use crate::model::{
+    MatchRow, MatchTarget, accepted_by_tenant, assign_seqs, lease_new_jobs, match_events, ordered, split_poison,
+};
 use crate::prelude::*;
 use crate::{
     AcceptedEvent, ApiKeyRecord, AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, DeliveryJob,
-    DlqEntry, DlqFilter, HealthChange, IngestRecord, JobState, JobTransition, NewApiKey, NewDlqRecord, Origin,
-    QuarantineEntry, QuarantineFilter, QuarantinedRecord, Recovery, StoreError, StoreResult, StoredEvent,
-    SubscriptionRecord, WriteOutcome,
+    DlqEntry, DlqFilter, HealthChange, IngestLease, IngestRecord, JobState, JobTransition, LeasedAtIngest, NewApiKey,
+    NewDlqRecord, Origin, QuarantineEntry, QuarantineFilter, QuarantinedRecord, Recovery, StoreError, StoreResult,
+    StoredEvent, SubscriptionRecord, WriteOutcome,
 };
 use crate::{
     EventQuery, NewReplay, PulledEvent, ReplayLimits, ReplayRecord, ReplayStart, ReplayState, ReplayStep, StreamEntry,
@@ -161,10 +163,37 @@ impl SqliteStore {
         Ok(Completed { job_updated: job.rows_affected() == 1, disabled })
     }
 
+    /// One ingest batch in one transaction: the accepted events (with their jobs, leased under
+    /// `lease` when given) and the quarantined records.
+    async fn write(
+        &self,
+        batch: &[IngestRecord],
+        lease: Option<&IngestLease>,
+    ) -> StoreResult<(Vec<WriteOutcome>, LeasedAtIngest)> {
+        let mut tx = self.begin_write().await?;
+        let mut outcomes = Vec::with_capacity(batch.len());
+        let mut leased = LeasedAtIngest::default();
+        let mut room = lease.map_or(0, |l| l.limit);
+        for (tenant, events) in accepted_by_tenant(batch) {
+            outcomes.extend(Self::insert_tenant_events(&mut tx, tenant, &events, lease, &mut room, &mut leased).await?);
+        }
+        for (i, record) in batch.iter().enumerate() {
+            if let IngestRecord::Quarantined(q) = record {
+                let id = Self::insert_quarantine(&mut tx, q).await?;
+                outcomes.push((i, WriteOutcome::Quarantined { id }));
+            }
+        }
+        tx.commit().await?;
+        Ok((ordered(batch.len(), outcomes)?, leased))
+    }
+
     async fn insert_tenant_events(
         tx: &mut Transaction<'_, Sqlite>,
         tenant: &str,
         events: &[(usize, &AcceptedEvent)],
+        lease: Option<&IngestLease>,
+        room: &mut usize,
+        leased: &mut LeasedAtIngest,
     ) -> StoreResult<Vec<(usize, WriteOutcome)>> {
         let last_seq: i64 = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = ?1")
             .bind(tenant)
@@ -222,7 +251,7 @@ impl SqliteStore {
             .execute(&mut **tx)
             .await?;
         }
-        Self::insert_matched_work(tx, tenant, &inserts).await?;
+        Self::insert_matched_work(tx, tenant, &inserts, lease, room, leased).await?;
         if new_last != last_seq {
             sqlx::query(
                 "INSERT INTO tenant_sequences (tenant_id, last_seq) VALUES (?1, ?2)
@@ -237,11 +266,15 @@ impl SqliteStore {
     }
 
     /// Matches newly inserted events against the tenant's deliverable subscriptions (one indexed
-    /// read per tenant and batch) and writes the jobs and pull entries they create.
+    /// read per tenant and batch) and writes the jobs and pull entries they create; returns the
+    /// jobs leased under `lease` while `room` lasted.
     async fn insert_matched_work(
         tx: &mut Transaction<'_, Sqlite>,
         tenant: &str,
         inserts: &[(i64, &AcceptedEvent)],
+        lease: Option<&IngestLease>,
+        room: &mut usize,
+        leased: &mut LeasedAtIngest,
     ) -> StoreResult<()> {
         // Every subscription that may take new events (see `hub_core::admission`), with its state.
         let rows: Vec<(String, String, String, Option<String>, bool, String, bool)> = sqlx::query_as(
@@ -269,19 +302,21 @@ impl SqliteStore {
                 .await?;
         }
         let now = micros(Utc::now());
-        for job in work.jobs {
+        for job in lease_new_jobs(tenant, work.jobs, lease, room, leased) {
             sqlx::query(
                 "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
-                    event_received_at, window_start, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?7, ?6, ?6, ?6, ?5, ?5)",
+                    event_received_at, window_start, created_at, updated_at, lease_token, lease_expires_at)
+                 VALUES (?1, ?2, ?3, ?4, ?7, ?6, ?6, ?6, ?5, ?5, ?8, ?9)",
             )
-            .bind(Uuid::now_v7().hyphenated().to_string())
+            .bind(job.id.hyphenated().to_string())
             .bind(tenant)
-            .bind(job.subscription.hyphenated().to_string())
-            .bind(job.seq)
+            .bind(job.job.subscription.hyphenated().to_string())
+            .bind(job.job.seq)
             .bind(now)
-            .bind(micros(job.received_at))
-            .bind(job.state.as_str())
+            .bind(micros(job.job.received_at))
+            .bind(job.state().as_str())
+            .bind(job.leased.map(|(token, _)| token.hyphenated().to_string()))
+            .bind(job.leased.map(|(_, until)| micros(until)))
             .execute(&mut **tx)
             .await?;
         }

@@ -559,3 +559,61 @@ pub async fn the_oldest_due_job_is_known(db: &TestDb) {
     assert_eq!(db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs.len(), 3);
     assert_eq!(db.store.oldest_due_pending(Utc::now() + Duration::seconds(1)).await.expect("oldest"), None);
 }
+
+/// The fast path: a write under an ingest lease inserts up to its limit of the deliverable jobs
+/// already leased (not those of excluded subscriptions, not held ones) and returns them as a
+/// claim would; the rest stay for claims; a leased job takes its outcome under the lease's token,
+/// and one whose holder died is recovered like a claimed one.
+pub async fn jobs_leased_at_ingest_are_written_leased_and_the_rest_are_claimed(db: &TestDb) {
+    let a = push_subscription(db, "t1").await;
+    let b = push_subscription(db, "t1").await;
+    let now = Utc::now();
+    let lease = hub_store::IngestLease {
+        token: Uuid::now_v7(),
+        until: now + Duration::seconds(30),
+        limit: 2,
+        exclude_subscriptions: vec![b.id],
+    };
+    let batch: Vec<_> = (0..3).map(|_| accepted("t1", Uuid::now_v7())).collect();
+    let (outcomes, leased) = db.store.write_batch_leased(&batch, &lease).await.expect("write");
+    assert_eq!(outcomes.len(), 3);
+    assert_eq!(leased.jobs.len(), 2, "up to the limit");
+    assert!(leased.jobs.iter().all(|j| j.subscription_id == a.id && j.token == lease.token && j.attempts == 0));
+    assert_eq!(leased.pending, 4, "a's third job and b's three are left for claims");
+    let seqs: Vec<i64> = outcomes
+        .iter()
+        .map(|o| match o {
+            hub_store::WriteOutcome::Inserted { seq } => *seq,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(leased.jobs.iter().all(|j| seqs.contains(&j.event_seq)));
+    for job in &leased.jobs {
+        assert_eq!(job_state(&db.store, job).await.state, JobState::Leased);
+    }
+
+    // Claims see only what the fast path left.
+    let claimed = db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs;
+    assert_eq!(claimed.len(), 4);
+    assert!(claimed.iter().all(|c| leased.jobs.iter().all(|l| l.id != c.id)));
+
+    // The lease's holder records the outcome with its token.
+    let done = db
+        .store
+        .complete_attempt(&result(&leased.jobs[0], "delivered", JobTransition::Succeeded, HealthChange::Success))
+        .await
+        .expect("complete");
+    assert!(done.job_updated);
+    assert_eq!(job_state(&db.store, &leased.jobs[0]).await.state, JobState::Succeeded);
+
+    // A holder that died: its lease expires and the job is recovered for claims.
+    let recovered = db.store.recover_expired_leases(now + Duration::seconds(60), 3).await.expect("recover");
+    assert!(recovered.recovered >= 1, "{recovered:?}");
+    assert_eq!(job_state(&db.store, &leased.jobs[1]).await.state, JobState::Pending);
+
+    // Without room nothing is leased.
+    let none = hub_store::IngestLease { limit: 0, ..lease.clone() };
+    let (_, leased) = db.store.write_batch_leased(&[accepted("t1", Uuid::now_v7())], &none).await.expect("write");
+    assert!(leased.jobs.is_empty());
+    assert_eq!(leased.pending, 2);
+}

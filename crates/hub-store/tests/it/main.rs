@@ -70,6 +70,7 @@ contract_suite!(
     failures_open_a_period_that_a_success_clears_and_disable_stops_claims,
     dead_jobs_are_redriven_with_a_fresh_window,
     a_batch_of_outcomes_is_written_in_order_per_job,
+    jobs_leased_at_ingest_are_written_leased_and_the_rest_are_claimed,
     claimed_jobs_load_their_events_and_subscriptions_in_one_go,
     dlq_records_are_stored_once_filtered_and_pruned,
     retention_prunes_in_bounded_batches_and_keeps_what_is_needed,

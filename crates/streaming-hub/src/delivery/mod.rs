@@ -29,7 +29,8 @@ use hub_core::delivery::{
 };
 use hub_sinks::{Failure, FailureKind, Message, Outcome, Sink};
 use hub_store::{
-    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, Store, StoredEvent, SubscriptionRecord,
+    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, IngestLease, Store, StoredEvent,
+    SubscriptionRecord,
 };
 use rand::Rng;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
@@ -92,6 +93,24 @@ pub struct Dispatcher {
     /// The dead-letter notice of an attempt waiting for its record: emitted only once the store
     /// took the job's death (the lease may have been lost meanwhile).
     dead_letters: Mutex<HashMap<Uuid, Notice>>,
+    /// Where jobs leased at ingest come in while the dispatcher runs (see [`Dispatcher::reserve`]).
+    intake: Mutex<Option<Intake>>,
+}
+
+/// The ready queue of a running dispatcher and its slots.
+#[derive(Debug, Clone)]
+struct Intake {
+    ready: mpsc::Sender<(Work, OwnedSemaphorePermit)>,
+    slots: Arc<Semaphore>,
+}
+
+/// Room in the ready queue that this process's ingest reserved for the jobs it is writing:
+/// `lease` is what the store leases them with (see [`hub_store::IngestLease`]).
+#[derive(Debug)]
+pub struct Reservation {
+    pub lease: IngestLease,
+    room: OwnedSemaphorePermit,
+    ready: mpsc::Sender<(Work, OwnedSemaphorePermit)>,
 }
 
 /// The breakers of this process that are not closed, by the subscription whose job last moved
@@ -183,6 +202,76 @@ impl Dispatcher {
             in_flight: Mutex::new(HashMap::new()),
             notices,
             dead_letters: Mutex::new(HashMap::new()),
+            intake: Mutex::new(None),
+        }
+    }
+
+    /// The fast path at steady load: room for up to `max` jobs that this process's ingest leases
+    /// to these workers as it writes them, so a lone event costs no claim and no read. There is
+    /// room only while the dispatcher runs and its ready queue has free slots now; a claimer
+    /// waiting for slots is served first. Destinations that have all the workers they may take,
+    /// and a full set of jobs waiting, are left out (their jobs stay `pending`, for claims).
+    pub fn reserve(&self, max: usize) -> Option<Reservation> {
+        let intake = lock(&self.intake).clone()?;
+        let n = intake.slots.available_permits().min(max);
+        if n == 0 {
+            return None;
+        }
+        let room = Arc::clone(&intake.slots).try_acquire_many_owned(u32::try_from(n).ok()?).ok()?;
+        let now = self.clock.now();
+        let lease = IngestLease {
+            token: Uuid::now_v7(),
+            until: now + chrono::Duration::from_std(self.settings.lease).unwrap_or(chrono::Duration::MAX),
+            limit: n,
+            exclude_subscriptions: self.saturated_subscriptions(),
+        };
+        Some(Reservation { lease, room, ready: intake.ready })
+    }
+
+    /// Hands the jobs the store leased under `reservation` to the workers, with their events as
+    /// written (`events`, by tenant and seq). Their subscriptions are read in one query; a job
+    /// that cannot be handed over is released at once, so nothing waits for a lease to expire.
+    pub async fn hand_over(
+        &self,
+        reservation: Reservation,
+        jobs: Vec<ClaimedJob>,
+        events: HashMap<(String, i64), Arc<StoredEvent>>,
+    ) {
+        let Reservation { mut room, ready, .. } = reservation;
+        if jobs.is_empty() {
+            return;
+        }
+        metrics::counter!(metric::JOBS_LEASED_AT_INGEST).increment(jobs.len() as u64);
+        lock(&self.in_flight).extend(jobs.iter().map(|j| (j.id, j.token)));
+        let mut ids: Vec<Uuid> = jobs.iter().map(|j| j.subscription_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let subs = match self.store.subscriptions_by_ids(&ids).await {
+            Ok(subs) => subs,
+            Err(e) => {
+                tracing::warn!(error = %e, jobs = jobs.len(), "loading subscriptions for jobs leased at ingest failed; releasing them");
+                for job in &jobs {
+                    self.release(job, self.clock.now()).await;
+                    lock(&self.in_flight).remove(&job.id);
+                }
+                return;
+            }
+        };
+        let subs: HashMap<Uuid, Arc<Subscribed>> =
+            subs.into_iter().map(|s| (s.id, Arc::new(Subscribed::new(s)))).collect();
+        let claimed_at = Instant::now();
+        for job in jobs {
+            let sub = subs.get(&job.subscription_id).filter(|s| s.record.tenant_id == job.tenant_id).cloned();
+            let event = events.get(&(job.tenant_id.clone(), job.event_seq)).cloned();
+            let work = Work { job, sub, event, claimed_at };
+            let sent = match room.split(1) {
+                Some(slot) => ready.send((work, slot)).await.map_err(|e| e.0.0),
+                None => Err(work),
+            };
+            if let Err(work) = sent {
+                self.release(&work.job, self.clock.now()).await;
+                lock(&self.in_flight).remove(&work.job.id);
+            }
         }
     }
 
@@ -201,6 +290,7 @@ impl Dispatcher {
         // refill it while workers attempt, so no worker waits for a claim's round trip.
         let slots = Arc::new(Semaphore::new(CLAIMERS * batch));
         let (ready, mut queue) = mpsc::channel::<(Work, OwnedSemaphorePermit)>(CLAIMERS * batch);
+        *lock(&self.intake) = Some(Intake { ready: ready.clone(), slots: Arc::clone(&slots) });
         let claimers: Vec<_> = (0..CLAIMERS)
             .map(|i| tokio::spawn(Arc::clone(&self).claim_loop(i, ready.clone(), Arc::clone(&slots), shutdown.clone())))
             .collect();
@@ -268,6 +358,9 @@ impl Dispatcher {
                 }
             }
         }
+        // No more jobs from ingest: the ready queue closes once the claimers and any handover
+        // under way are done.
+        lock(&self.intake).take();
         for work in parked.into_values().flatten() {
             self.release(&work.job, self.clock.now()).await;
             lock(&self.in_flight).remove(&work.job.id);

@@ -126,6 +126,7 @@ struct Rig {
     shutdown: CancellationToken,
     run: Option<JoinHandle<()>>,
     path: std::path::PathBuf,
+    dispatcher: Arc<Dispatcher>,
 }
 
 impl Drop for Rig {
@@ -137,11 +138,11 @@ impl Drop for Rig {
     }
 }
 
-fn settings(workers: u32) -> Settings {
+fn settings(workers: u32, idle_interval: Duration) -> Settings {
     Settings {
         workers,
         claim_batch: 8,
-        idle_interval: Duration::from_millis(100),
+        idle_interval,
         lease: Duration::from_secs(30),
         poison_threshold: 3,
         retry: RetryPolicy { curve: vec![Duration::from_secs(60); 8], deadline: Duration::from_secs(86_400) },
@@ -152,6 +153,11 @@ fn settings(workers: u32) -> Settings {
 
 impl Rig {
     async fn start(workers: u32, sink: FakeSink, drain: Duration) -> Self {
+        Self::with_idle(workers, sink, drain, Duration::from_millis(100)).await
+    }
+
+    /// A rig whose claimers look for work only every `idle` unless woken.
+    async fn with_idle(workers: u32, sink: FakeSink, drain: Duration, idle: Duration) -> Self {
         let dir = std::env::temp_dir().join("streaming-hub-tests");
         std::fs::create_dir_all(&dir).expect("temp dir");
         let path = dir.join(format!("dispatcher-{}.db", Uuid::now_v7()));
@@ -169,13 +175,13 @@ impl Rig {
             Arc::clone(&sink) as Arc<dyn Sink>,
             Arc::new(SystemClock),
             Arc::clone(&wake),
-            settings(workers),
+            settings(workers, idle),
             notices,
             board.clone(),
         ));
         let shutdown = CancellationToken::new();
-        let run = Some(tokio::spawn(dispatcher.run(shutdown.clone(), drain)));
-        Self { store, sink, board, wake, shutdown, run, path }
+        let run = Some(tokio::spawn(Arc::clone(&dispatcher).run(shutdown.clone(), drain)));
+        Self { store, sink, board, wake, shutdown, run, path, dispatcher }
     }
 
     /// A webhook subscription of tenant `t1` to `url`, for events of type `loan.<event>`.
@@ -210,21 +216,7 @@ impl Rig {
 
     /// Ingests `n` events of type `loan.<event>` for tenant `t1`.
     async fn ingest(&self, event: &str, n: usize) {
-        let batch: Vec<IngestRecord> = (0..n)
-            .map(|_| {
-                let headers = hub_testkit::event_headers("t1", Uuid::now_v7(), "loan", event);
-                match judge(headers, b"{}", None, &IngestPolicy::default()) {
-                    Verdict::Accept(envelope) => IngestRecord::Accepted(AcceptedEvent {
-                        envelope: *envelope,
-                        payload: b"{}".to_vec(),
-                        origin: Origin::Http,
-                        received_at: Utc::now(),
-                        trace: None,
-                    }),
-                    other => panic!("not accepted: {other:?}"),
-                }
-            })
-            .collect();
+        let batch = events(event, n);
         self.store.write_batch(&batch).await.expect("write");
         self.wake.notify_one();
     }
@@ -243,6 +235,25 @@ impl Rig {
         let run = self.run.take().expect("running");
         tokio::time::timeout(WAIT, run).await.expect("the dispatcher stops").expect("no panic");
     }
+}
+
+/// `n` accepted events of type `loan.<event>` for tenant `t1`.
+fn events(event: &str, n: usize) -> Vec<IngestRecord> {
+    (0..n)
+        .map(|_| {
+            let headers = hub_testkit::event_headers("t1", Uuid::now_v7(), "loan", event);
+            match judge(headers, b"{}", None, &IngestPolicy::default()) {
+                Verdict::Accept(envelope) => IngestRecord::Accepted(AcceptedEvent {
+                    envelope: *envelope,
+                    payload: b"{}".to_vec(),
+                    origin: Origin::Http,
+                    received_at: Utc::now(),
+                    trace: None,
+                }),
+                other => panic!("not accepted: {other:?}"),
+            }
+        })
+        .collect()
 }
 
 /// Polls `check` until it holds, or fails the test with `what` after [`WAIT`].
@@ -361,4 +372,26 @@ async fn an_attempt_that_outlives_the_drain_gives_its_job_back_at_once() {
         .await
         .expect("claim");
     assert_eq!(claim.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), vec![jobs[0].id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_leased_at_ingest_are_attempted_without_a_claim() {
+    // Claimers that would look for work only once an hour, and are never woken: only the
+    // handover can bring the jobs to the workers.
+    let mut rig = Rig::with_idle(4, FakeSink::default(), Duration::from_secs(5), Duration::from_secs(3600)).await;
+    let sub = rig.subscribe(A, "approved").await;
+    // The claimers' first look happens at start; wait until it found nothing.
+    until("the dispatcher takes ingest", || async { rig.dispatcher.reserve(1).is_some() }).await;
+    let batch = events("approved", 3);
+    let reservation = rig.dispatcher.reserve(batch.len()).expect("room");
+    let (outcomes, leased) = rig.store.write_batch_leased(&batch, &reservation.lease).await.expect("write");
+    assert_eq!((leased.jobs.len(), leased.pending), (3, 0));
+    let events = crate::ingest::leased_events(&batch, &outcomes, &leased.jobs);
+    assert_eq!(events.len(), 3, "every leased job has its event from the write");
+    rig.dispatcher.hand_over(reservation, leased.jobs, events).await;
+    until("the three jobs succeeded", || async { rig.count(&sub, JobState::Succeeded).await == 3 }).await;
+    assert_eq!(rig.sink.attempts(A), 3);
+
+    rig.stop().await;
+    assert!(rig.dispatcher.reserve(1).is_none(), "a stopped dispatcher takes nothing from ingest");
 }

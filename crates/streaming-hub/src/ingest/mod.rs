@@ -155,6 +155,9 @@ pub struct KafkaEvents {
     pub clock: std::sync::Arc<dyn crate::clock::Clock>,
     /// Woken when the batch created work.
     pub wake: std::sync::Arc<tokio::sync::Notify>,
+    /// This process's dispatcher, which takes the batch's jobs as they are written while it has
+    /// room (see [`GroupWriter::start`]).
+    pub fast: Option<std::sync::Arc<crate::delivery::Dispatcher>>,
 }
 
 impl kafka::BatchWriter for KafkaEvents {
@@ -181,7 +184,18 @@ impl kafka::BatchWriter for KafkaEvents {
             })
             .collect();
         let batch: Vec<IngestRecord> = judged.iter().filter_map(|j| j.record.clone()).collect();
-        let written = self.store.write_batch(&batch).await.map_err(|e| e.to_string())?;
+        let reservation = self.fast.as_ref().and_then(|d| d.reserve(batch.len()));
+        let (written, leased) = match &reservation {
+            Some(r) => self.store.write_batch_leased(&batch, &r.lease).await,
+            None => self.store.write_batch(&batch).await.map(|w| (w, hub_store::LeasedAtIngest::default())),
+        }
+        .map_err(|e| e.to_string())?;
+        let pending = reservation.is_none() || leased.pending > 0;
+        if let (Some(dispatcher), Some(reservation)) = (&self.fast, reservation) {
+            let events = leased_events(&batch, &written, &leased.jobs);
+            let dispatcher = std::sync::Arc::clone(dispatcher);
+            tokio::spawn(async move { dispatcher.hand_over(reservation, leased.jobs, events).await });
+        }
         let mut written = written.into_iter();
         let mut inserted = false;
         for j in judged {
@@ -192,7 +206,8 @@ impl kafka::BatchWriter for KafkaEvents {
                 spans.finish(&said);
             }
         }
-        if inserted {
+        // Claimers are woken only for what the fast path did not take.
+        if inserted && pending {
             self.wake.notify_one();
         }
         Ok(())
@@ -222,24 +237,38 @@ pub struct GroupWriter {
 }
 
 impl GroupWriter {
-    /// Starts `writers` writers (at least one).
+    /// Starts `writers` writers (at least one). With `fast`, this process's dispatcher, each
+    /// group's jobs are leased to its workers as they are written while it has room for them
+    /// (the fast path: no claim and no read for a lone event); the rest are claimed.
     pub fn start(
         store: std::sync::Arc<dyn hub_store::Store>,
         wake: std::sync::Arc<tokio::sync::Notify>,
         writers: usize,
+        fast: Option<std::sync::Arc<crate::delivery::Dispatcher>>,
     ) -> Self {
         let mut shards = Vec::new();
         for _ in 0..writers.max(1) {
             let (queue, mut rx) = tokio::sync::mpsc::channel::<Pending>(GROUP_QUEUE);
-            let (store, wake) = (std::sync::Arc::clone(&store), std::sync::Arc::clone(&wake));
+            let (store, wake, fast) = (std::sync::Arc::clone(&store), std::sync::Arc::clone(&wake), fast.clone());
             tokio::spawn(async move {
                 let mut group: Vec<Pending> = Vec::with_capacity(GROUP_BATCH);
                 // Ends when every sender is gone and the queue is empty.
                 while rx.recv_many(&mut group, GROUP_BATCH).await > 0 {
                     let (records, replies): (Vec<IngestRecord>, Vec<_>) =
                         group.drain(..).map(|p| (p.record, p.reply)).unzip();
-                    if write_group(store.as_ref(), &records, replies).await {
+                    let reservation = fast.as_ref().and_then(|d| d.reserve(records.len()));
+                    let written =
+                        write_group(store.as_ref(), &records, replies, reservation.as_ref().map(|r| &r.lease)).await;
+                    // Claimers are woken only for what the fast path did not take.
+                    if written.inserted && (reservation.is_none() || written.leased.pending > 0) {
                         wake.notify_one();
+                    }
+                    if let (Some(dispatcher), Some(reservation)) = (&fast, reservation) {
+                        let events = leased_events(&records, &written.outcomes, &written.leased.jobs);
+                        let dispatcher = std::sync::Arc::clone(dispatcher);
+                        tokio::spawn(async move {
+                            dispatcher.hand_over(reservation, written.leased.jobs, events).await;
+                        });
                     }
                 }
             });
@@ -268,19 +297,37 @@ fn shard_of(tenant: &str, shards: usize) -> usize {
     (hash % shards.max(1) as u64) as usize
 }
 
-/// Writes a group and answers each record; true when an event was inserted.
+/// What a group write did.
+#[derive(Default)]
+struct Written {
+    /// An event was inserted.
+    inserted: bool,
+    /// Each record's outcome, when the group was written at once.
+    outcomes: Vec<WriteOutcome>,
+    /// The jobs leased to this process's workers (with a lease only).
+    leased: hub_store::LeasedAtIngest,
+}
+
+/// Writes a group (its jobs leased under `lease` when given) and answers each record.
 async fn write_group(
     store: &dyn hub_store::Store,
     records: &[IngestRecord],
     replies: Vec<tokio::sync::oneshot::Sender<hub_store::StoreResult<WriteOutcome>>>,
-) -> bool {
-    let mut inserted = false;
-    match store.write_batch(records).await {
-        Ok(outcomes) if outcomes.len() == records.len() => {
-            for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                inserted |= matches!(outcome, WriteOutcome::Inserted { .. });
-                let _ = reply.send(Ok(outcome));
+    lease: Option<&hub_store::IngestLease>,
+) -> Written {
+    let mut written = Written::default();
+    let result = match lease {
+        Some(lease) => store.write_batch_leased(records, lease).await,
+        None => store.write_batch(records).await.map(|o| (o, hub_store::LeasedAtIngest::default())),
+    };
+    match result {
+        Ok((outcomes, leased)) if outcomes.len() == records.len() => {
+            for (reply, outcome) in replies.into_iter().zip(&outcomes) {
+                written.inserted |= matches!(outcome, WriteOutcome::Inserted { .. });
+                let _ = reply.send(Ok(outcome.clone()));
             }
+            written.outcomes = outcomes;
+            written.leased = leased;
         }
         Ok(_) => {
             for reply in replies {
@@ -295,13 +342,37 @@ async fn write_group(
         Err(e) => {
             tracing::warn!(error = %e, records = records.len(), "a grouped ingest write failed; writing its records one by one");
             for (record, reply) in records.iter().zip(replies) {
-                let written = store.write_batch(std::slice::from_ref(record)).await.and_then(|mut w| {
+                let one = store.write_batch(std::slice::from_ref(record)).await.and_then(|mut w| {
                     w.pop().ok_or_else(|| hub_store::StoreError::Corrupt("a write reported no outcome".to_owned()))
                 });
-                inserted |= matches!(written, Ok(WriteOutcome::Inserted { .. }));
-                let _ = reply.send(written);
+                written.inserted |= matches!(one, Ok(WriteOutcome::Inserted { .. }));
+                let _ = reply.send(one);
             }
         }
     }
-    inserted
+    written
+}
+
+/// The events of jobs leased at ingest, as stored, by tenant and seq: built from the records
+/// just written (`outcomes` in the same order), so the workers need no read.
+pub(crate) fn leased_events(
+    records: &[IngestRecord],
+    outcomes: &[WriteOutcome],
+    jobs: &[hub_store::ClaimedJob],
+) -> std::collections::HashMap<(String, i64), std::sync::Arc<hub_store::StoredEvent>> {
+    let wanted: std::collections::HashSet<(&str, i64)> =
+        jobs.iter().map(|j| (j.tenant_id.as_str(), j.event_seq)).collect();
+    records
+        .iter()
+        .zip(outcomes)
+        .filter_map(|(record, outcome)| match (record, outcome) {
+            (IngestRecord::Accepted(e), WriteOutcome::Inserted { seq })
+                if wanted.contains(&(e.envelope.tenant().as_str(), *seq)) =>
+            {
+                let event = hub_store::StoredEvent::from_accepted(*seq, e);
+                Some(((event.tenant_id.clone(), *seq), std::sync::Arc::new(event)))
+            }
+            _ => None,
+        })
+        .collect()
 }

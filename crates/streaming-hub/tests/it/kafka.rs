@@ -345,6 +345,7 @@ async fn a_store_failure_holds_back_only_its_partition() {
             policy: Arc::new(hub_core::IngestPolicy::default()),
             clock: Arc::new(streaming_hub::clock::SystemClock),
             wake: Arc::new(tokio::sync::Notify::new()),
+            fast: None,
         },
         partition: 1,
         failing: Arc::clone(&failing),
