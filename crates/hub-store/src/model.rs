@@ -202,6 +202,8 @@ pub struct LeasedAtIngest {
     pub jobs: Vec<ClaimedJob>,
     /// Deliverable jobs the write left `pending` (no room, or an excluded subscription).
     pub pending: usize,
+    /// The subscriptions of the leased jobs, as the write read them.
+    pub subscriptions: Vec<SubscriptionRecord>,
 }
 
 /// A new job as it is written: its id and, when the fast path takes it, its lease.

@@ -171,21 +171,30 @@ impl PgStore {
                 existing.entry(*t).or_default().insert(*id, *seq);
             }
         }
-        // Every subscription that may take new events (see `hub_core::admission`), with its state.
-        let subs: Vec<(String, Uuid, String, String, Option<String>, bool, String, bool)> = sqlx::query_as(
-            "SELECT tenant_id, id, sink_type, event_types::text, origin, enabled, verification_state,
-                verified_at IS NOT NULL
-             FROM subscriptions
-             WHERE tenant_id = ANY($1) AND enabled AND verification_state IN ('active', 'pending')",
-        )
-        .bind(&tenants)
-        .fetch_all(&mut **tx)
-        .await?;
+        // Every subscription that may take new events (see `hub_core::admission`), whole: the
+        // jobs leased at ingest are handed over with theirs.
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS}, verified_at IS NOT NULL AS verified_before FROM subscriptions
+             WHERE tenant_id = ANY($1) AND enabled AND verification_state IN ('active', 'pending')"
+        );
+        let rows = sqlx::query(&sql).bind(&tenants).fetch_all(&mut **tx).await?;
         let mut targets: HashMap<&str, Vec<MatchTarget>> = HashMap::new();
-        for (tenant, id, sink, event_types, origin, enabled, verification, verified_before) in subs {
+        let mut sub_rows: HashMap<Uuid, &PgRow> = HashMap::new();
+        for row in &rows {
+            let tenant: String = row.try_get("tenant_id")?;
+            let id: Uuid = row.try_get("id")?;
             if let Some(t) = tenants.iter().find(|t| **t == tenant.as_str()) {
-                let row = MatchRow { id, sink, event_types, origin, enabled, verification, verified_before };
-                targets.entry(*t).or_default().push(MatchTarget::new(row)?);
+                let match_row = MatchRow {
+                    id,
+                    sink: row.try_get("sink_type")?,
+                    event_types: row.try_get("event_types")?,
+                    origin: row.try_get("origin")?,
+                    enabled: row.try_get("enabled")?,
+                    verification: row.try_get("verification_state")?,
+                    verified_before: row.try_get("verified_before")?,
+                };
+                targets.entry(*t).or_default().push(MatchTarget::new(match_row)?);
+                sub_rows.insert(id, row);
             }
         }
 
@@ -223,6 +232,14 @@ impl PgStore {
             seq_tenants.push(*tenant);
             seq_last.push(new_last);
         }
+        let mut leased_subs: Vec<Uuid> = leased.jobs.iter().map(|j| j.subscription_id).collect();
+        leased_subs.sort_unstable();
+        leased_subs.dedup();
+        leased.subscriptions = leased_subs
+            .iter()
+            .filter_map(|id| sub_rows.get(id))
+            .map(|row| subscription_from_row(row))
+            .collect::<StoreResult<_>>()?;
         if cols.seq.is_empty() {
             return Ok((outcomes, leased));
         }

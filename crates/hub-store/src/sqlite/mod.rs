@@ -276,22 +276,28 @@ impl SqliteStore {
         room: &mut usize,
         leased: &mut LeasedAtIngest,
     ) -> StoreResult<()> {
-        // Every subscription that may take new events (see `hub_core::admission`), with its state.
-        let rows: Vec<(String, String, String, Option<String>, bool, String, bool)> = sqlx::query_as(
-            "SELECT id, sink_type, event_types, origin, enabled, verification_state, verified_at IS NOT NULL
-             FROM subscriptions
-             WHERE tenant_id = ?1 AND enabled = 1 AND verification_state IN ('active', 'pending')",
-        )
-        .bind(tenant)
-        .fetch_all(&mut **tx)
-        .await?;
-        let targets = rows
-            .into_iter()
-            .map(|(id, sink, event_types, origin, enabled, verification, verified_before)| {
-                let id = uuid_from_text(&id)?;
-                MatchTarget::new(MatchRow { id, sink, event_types, origin, enabled, verification, verified_before })
-            })
-            .collect::<StoreResult<Vec<_>>>()?;
+        // Every subscription that may take new events (see `hub_core::admission`), whole: the
+        // jobs leased at ingest are handed over with theirs.
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS}, verified_at IS NOT NULL AS verified_before FROM subscriptions
+             WHERE tenant_id = ?1 AND enabled = 1 AND verification_state IN ('active', 'pending')"
+        );
+        let rows = sqlx::query(&sql).bind(tenant).fetch_all(&mut **tx).await?;
+        let mut sub_rows: HashMap<Uuid, &SqliteRow> = HashMap::new();
+        let mut targets = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id = uuid_from_text(&row.try_get::<String, _>("id")?)?;
+            targets.push(MatchTarget::new(MatchRow {
+                id,
+                sink: row.try_get("sink_type")?,
+                event_types: row.try_get("event_types")?,
+                origin: row.try_get("origin")?,
+                enabled: row.try_get("enabled")?,
+                verification: row.try_get("verification_state")?,
+                verified_before: row.try_get("verified_before")?,
+            })?);
+            sub_rows.insert(id, row);
+        }
         let work = match_events(tenant, &targets, inserts);
         for (sub, seq) in work.pulls {
             sqlx::query("INSERT INTO pull_entries (subscription_id, seq, tenant_id) VALUES (?1, ?2, ?3)")
@@ -302,7 +308,17 @@ impl SqliteStore {
                 .await?;
         }
         let now = micros(Utc::now());
-        for job in lease_new_jobs(tenant, work.jobs, lease, room, leased) {
+        let before = leased.jobs.len();
+        let jobs = lease_new_jobs(tenant, work.jobs, lease, room, leased);
+        let mut taken: Vec<Uuid> = leased.jobs[before..].iter().map(|j| j.subscription_id).collect();
+        taken.sort_unstable();
+        taken.dedup();
+        for id in taken {
+            if let Some(row) = sub_rows.get(&id) {
+                leased.subscriptions.push(subscription_from_row(row)?);
+            }
+        }
+        for job in jobs {
             sqlx::query(
                 "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
                     event_received_at, window_start, created_at, updated_at, lease_token, lease_expires_at)

@@ -580,6 +580,8 @@ pub async fn jobs_leased_at_ingest_are_written_leased_and_the_rest_are_claimed(d
     assert_eq!(leased.jobs.len(), 2, "up to the limit");
     assert!(leased.jobs.iter().all(|j| j.subscription_id == a.id && j.token == lease.token && j.attempts == 0));
     assert_eq!(leased.pending, 4, "a's third job and b's three are left for claims");
+    let stored = db.store.subscription("t1", a.id).await.expect("read").expect("exists");
+    assert_eq!(leased.subscriptions, vec![stored], "the leased jobs' subscription, as the write read it");
     let seqs: Vec<i64> = outcomes
         .iter()
         .map(|o| match o {

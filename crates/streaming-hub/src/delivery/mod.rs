@@ -228,35 +228,23 @@ impl Dispatcher {
         Some(Reservation { lease, room, ready: intake.ready })
     }
 
-    /// Hands the jobs the store leased under `reservation` to the workers, with their events as
-    /// written (`events`, by tenant and seq). Their subscriptions are read in one query; a job
-    /// that cannot be handed over is released at once, so nothing waits for a lease to expire.
+    /// Hands the jobs the store leased under `reservation` to the workers, with the
+    /// subscriptions the write read and their events as written (`events`, by tenant and seq),
+    /// so nothing is read again. A job that cannot be handed over is released at once, so nothing
+    /// waits for a lease to expire.
     pub async fn hand_over(
         &self,
         reservation: Reservation,
-        jobs: Vec<ClaimedJob>,
+        leased: hub_store::LeasedAtIngest,
         events: HashMap<(String, i64), Arc<StoredEvent>>,
     ) {
         let Reservation { mut room, ready, .. } = reservation;
+        let hub_store::LeasedAtIngest { jobs, subscriptions: subs, .. } = leased;
         if jobs.is_empty() {
             return;
         }
         metrics::counter!(metric::JOBS_LEASED_AT_INGEST).increment(jobs.len() as u64);
         lock(&self.in_flight).extend(jobs.iter().map(|j| (j.id, j.token)));
-        let mut ids: Vec<Uuid> = jobs.iter().map(|j| j.subscription_id).collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let subs = match self.store.subscriptions_by_ids(&ids).await {
-            Ok(subs) => subs,
-            Err(e) => {
-                tracing::warn!(error = %e, jobs = jobs.len(), "loading subscriptions for jobs leased at ingest failed; releasing them");
-                for job in &jobs {
-                    self.release(job, self.clock.now()).await;
-                    lock(&self.in_flight).remove(&job.id);
-                }
-                return;
-            }
-        };
         let subs: HashMap<Uuid, Arc<Subscribed>> =
             subs.into_iter().map(|s| (s.id, Arc::new(Subscribed::new(s)))).collect();
         let claimed_at = Instant::now();

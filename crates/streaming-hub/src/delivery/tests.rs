@@ -386,9 +386,10 @@ async fn jobs_leased_at_ingest_are_attempted_without_a_claim() {
     let reservation = rig.dispatcher.reserve(batch.len()).expect("room");
     let (outcomes, leased) = rig.store.write_batch_leased(&batch, &reservation.lease).await.expect("write");
     assert_eq!((leased.jobs.len(), leased.pending), (3, 0));
+    assert_eq!(leased.subscriptions.iter().map(|s| s.id).collect::<Vec<_>>(), vec![sub.id], "read by the write");
     let events = crate::ingest::leased_events(&batch, &outcomes, &leased.jobs);
     assert_eq!(events.len(), 3, "every leased job has its event from the write");
-    rig.dispatcher.hand_over(reservation, leased.jobs, events).await;
+    rig.dispatcher.hand_over(reservation, leased, events).await;
     until("the three jobs succeeded", || async { rig.count(&sub, JobState::Succeeded).await == 3 }).await;
     assert_eq!(rig.sink.attempts(A), 3);
 

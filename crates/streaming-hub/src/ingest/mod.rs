@@ -194,7 +194,7 @@ impl kafka::BatchWriter for KafkaEvents {
         if let (Some(dispatcher), Some(reservation)) = (&self.fast, reservation) {
             let events = leased_events(&batch, &written, &leased.jobs);
             let dispatcher = std::sync::Arc::clone(dispatcher);
-            tokio::spawn(async move { dispatcher.hand_over(reservation, leased.jobs, events).await });
+            tokio::spawn(async move { dispatcher.hand_over(reservation, leased, events).await });
         }
         let mut written = written.into_iter();
         let mut inserted = false;
@@ -267,7 +267,7 @@ impl GroupWriter {
                         let events = leased_events(&records, &written.outcomes, &written.leased.jobs);
                         let dispatcher = std::sync::Arc::clone(dispatcher);
                         tokio::spawn(async move {
-                            dispatcher.hand_over(reservation, written.leased.jobs, events).await;
+                            dispatcher.hand_over(reservation, written.leased, events).await;
                         });
                     }
                 }
