@@ -72,3 +72,50 @@ pub fn signature_verifies(headers: &HeaderMap, body: &[u8], secrets: &[String]) 
         .filter_map(|v| v.to_str().ok())
         .any(|sig| secrets.iter().any(|s| hub_core::signature::verify(s, ts, body, sig)))
 }
+
+/// An accepted event of these headers and body, as ingest hands it to the store.
+pub fn accepted_with(headers: Vec<(String, String)>, payload: &[u8]) -> hub_store::IngestRecord {
+    match hub_core::judge(headers, payload, None, &hub_core::IngestPolicy::default()) {
+        hub_core::Verdict::Accept(envelope) => hub_store::IngestRecord::Accepted(hub_store::AcceptedEvent {
+            envelope: *envelope,
+            payload: payload.to_vec(),
+            origin: hub_store::Origin::Http,
+            received_at: chrono::Utc::now(),
+            trace: None,
+        }),
+        other => panic!("test event not accepted: {other:?}"),
+    }
+}
+
+/// An active, enabled subscription of `tenant` to `types`, with no secret.
+pub fn subscription(
+    tenant: &str,
+    sink: hub_core::SinkKind,
+    types: &[&str],
+    origin: Option<&str>,
+) -> hub_store::SubscriptionRecord {
+    let now = chrono::Utc::now();
+    hub_store::SubscriptionRecord {
+        id: Uuid::now_v7(),
+        tenant_id: tenant.to_owned(),
+        name: "test".to_owned(),
+        event_types: types.iter().map(|t| (*t).to_owned()).collect(),
+        origin: origin.map(str::to_owned),
+        sink,
+        sink_config: serde_json::json!({"type": sink.as_str()}),
+        signing_secret: None,
+        previous_secret: None,
+        previous_secret_expires_at: None,
+        credentials: None,
+        enabled: true,
+        verification: hub_core::VerificationState::Active,
+        verification_error: None,
+        disabled_reason: None,
+        disabled_at: None,
+        failing_since: None,
+        last_failure_at: None,
+        pull_cursor: 0,
+        created_at: now,
+        updated_at: now,
+    }
+}

@@ -48,14 +48,14 @@ pub struct AwsEndpoint {
 impl AwsEndpoint {
     /// The address guard for a tenant's own endpoint, before a client is built for it (a refusal
     /// classified for the tenant; the client's own resolver checks again at each connection).
-    pub(crate) async fn guard(&self) -> Result<(), Failure> {
+    async fn guard(&self) -> Result<(), Failure> {
         match (&self.endpoint_url, self.check_endpoint) {
             (Some(url), true) => crate::guard::dial_addrs(url, false).await.map(|_| ()),
             _ => Ok(()),
         }
     }
 
-    pub(crate) fn cache_key(&self) -> u64 {
+    fn cache_key(&self) -> u64 {
         let mut h = DefaultHasher::new();
         (&self.region, &self.endpoint_url, self.timeout).hash(&mut h);
         if let Some(c) = &self.credentials {
@@ -101,16 +101,45 @@ impl AwsSettings {
     }
 }
 
+/// One service's SDK clients, built per (region, endpoint, credentials) and reused, with the
+/// settings their endpoints come from.
+#[derive(Debug)]
+pub(crate) struct Clients<C> {
+    configs: Configs,
+    pub settings: AwsSettings,
+    cache: tokio::sync::Mutex<crate::cache::BoundedCache<u64, C>>,
+}
+
+impl<C: Clone> Clients<C> {
+    pub(crate) fn new(settings: AwsSettings) -> Self {
+        crate::webhook::install_crypto_provider();
+        Self { configs: Configs::new(settings.default_chain), settings, cache: Default::default() }
+    }
+
+    /// The client of `e`: the cached one, or one `make` builds once the address guard cleared
+    /// a tenant's own endpoint.
+    pub(crate) async fn get(&self, e: &AwsEndpoint, make: impl FnOnce(&SdkConfig) -> C) -> Result<C, Failure> {
+        let key = e.cache_key();
+        if let Some(c) = self.cache.lock().await.get(&key, std::time::Instant::now()) {
+            return Ok(c);
+        }
+        e.guard().await?;
+        let client = make(&self.configs.load(e).await?);
+        self.cache.lock().await.insert(key, client.clone(), std::time::Instant::now());
+        Ok(client)
+    }
+}
+
 /// Builds SDK configurations, refusing the default chain unless allowed.
 #[derive(Debug)]
-pub(crate) struct Configs {
+struct Configs {
     allow_default_chain: bool,
     /// The HTTP client of a tenant's own endpoint: it resolves through the address guard.
     guarded: aws_smithy_runtime_api::client::http::SharedHttpClient,
 }
 
 impl Configs {
-    pub(crate) fn new(allow_default_chain: bool) -> Self {
+    fn new(allow_default_chain: bool) -> Self {
         use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
         let guarded = aws_smithy_http_client::Builder::new()
             .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
@@ -120,7 +149,7 @@ impl Configs {
 }
 
 impl Configs {
-    pub(crate) async fn load(&self, e: &AwsEndpoint) -> Result<SdkConfig, Failure> {
+    async fn load(&self, e: &AwsEndpoint) -> Result<SdkConfig, Failure> {
         let timeouts = TimeoutConfig::builder()
             .operation_timeout(e.timeout)
             .connect_timeout(e.timeout.min(Duration::from_secs(10)))

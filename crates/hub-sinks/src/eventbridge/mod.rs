@@ -7,11 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Configs, attributes, b64, classify};
-use crate::cache::BoundedCache;
+use crate::aws::{AwsEndpoint, AwsSettings, Clients, attributes, b64, classify};
 use crate::destination::{Destination, Secrets};
 use crate::{Failure, FailureKind, Message, Outcome, TypedSink};
 
@@ -26,9 +24,7 @@ pub struct EventBridgeTarget {
 /// The EventBridge sink.
 #[derive(Debug)]
 pub struct EventBridgeSink {
-    configs: Configs,
-    settings: AwsSettings,
-    clients: Mutex<BoundedCache<u64, aws_sdk_eventbridge::Client>>,
+    clients: Clients<aws_sdk_eventbridge::Client>,
 }
 
 /// The CloudEvent in structured JSON form: attributes plus `data` (or `data_base64`).
@@ -54,19 +50,11 @@ pub fn structured(m: &Message<'_>) -> Value {
 
 impl EventBridgeSink {
     pub fn new(settings: AwsSettings) -> Self {
-        crate::webhook::install_crypto_provider();
-        Self { configs: Configs::new(settings.default_chain), settings, clients: Mutex::new(BoundedCache::default()) }
+        Self { clients: Clients::new(settings) }
     }
 
     async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_eventbridge::Client, Failure> {
-        let key = e.cache_key();
-        if let Some(c) = self.clients.lock().await.get(&key, std::time::Instant::now()) {
-            return Ok(c);
-        }
-        e.guard().await?;
-        let client = aws_sdk_eventbridge::Client::new(&self.configs.load(e).await?);
-        self.clients.lock().await.insert(key, client.clone(), std::time::Instant::now());
-        Ok(client)
+        self.clients.get(e, aws_sdk_eventbridge::Client::new).await
     }
 
     async fn put(
@@ -123,7 +111,7 @@ impl TypedSink for EventBridgeSink {
             return Err(crate::misconfigured("not an EventBridge destination"));
         };
         let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
+        let endpoint = self.clients.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
         Ok(EventBridgeTarget { event_bus: c.event_bus.clone(), endpoint })
     }
 

@@ -7,11 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
-use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Configs, attributes, b64, classify};
-use crate::cache::BoundedCache;
+use crate::aws::{AwsEndpoint, AwsSettings, Clients, attributes, b64, classify};
 use crate::destination::{Destination, Secrets};
 use crate::{Failure, Message, Outcome, TypedSink};
 
@@ -40,26 +38,16 @@ pub struct SqsTarget {
 /// The SQS sink.
 #[derive(Debug)]
 pub struct SqsSink {
-    configs: Configs,
-    settings: AwsSettings,
-    clients: Mutex<BoundedCache<u64, aws_sdk_sqs::Client>>,
+    clients: Clients<aws_sdk_sqs::Client>,
 }
 
 impl SqsSink {
     pub fn new(settings: AwsSettings) -> Self {
-        crate::webhook::install_crypto_provider();
-        Self { configs: Configs::new(settings.default_chain), settings, clients: Mutex::new(BoundedCache::default()) }
+        Self { clients: Clients::new(settings) }
     }
 
     async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_sqs::Client, Failure> {
-        let key = e.cache_key();
-        if let Some(c) = self.clients.lock().await.get(&key, std::time::Instant::now()) {
-            return Ok(c);
-        }
-        e.guard().await?;
-        let client = aws_sdk_sqs::Client::new(&self.configs.load(e).await?);
-        self.clients.lock().await.insert(key, client.clone(), std::time::Instant::now());
-        Ok(client)
+        self.clients.get(e, aws_sdk_sqs::Client::new).await
     }
 
     async fn send(
@@ -114,7 +102,7 @@ impl TypedSink for SqsSink {
     ) -> Result<SqsTarget, Failure> {
         let Destination::Sqs(c) = destination else { return Err(crate::misconfigured("not an SQS destination")) };
         let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
+        let endpoint = self.clients.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
         Ok(SqsTarget { queue_url: c.queue_url.clone(), endpoint })
     }
 

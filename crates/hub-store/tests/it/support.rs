@@ -5,7 +5,7 @@ use std::sync::Arc;
 use chrono::Utc;
 use hub_core::{IngestPolicy, Verdict, judge};
 use hub_store::prelude::*;
-use hub_store::{AcceptedEvent, IngestRecord, Origin, PgStore, QuarantinedRecord, SqliteStore, Store};
+use hub_store::{IngestRecord, Origin, PgStore, QuarantinedRecord, SqliteStore, Store};
 use uuid::Uuid;
 
 pub use hub_testkit::postgres_dsn;
@@ -66,18 +66,7 @@ pub fn headers(tenant: &str, id: Uuid, resource: &str, event: &str) -> Vec<(Stri
     hub_testkit::event_headers(tenant, id, resource, event)
 }
 
-pub fn accepted_with(headers: Vec<(String, String)>, payload: &[u8]) -> IngestRecord {
-    match judge(headers, payload, None, &IngestPolicy::default()) {
-        Verdict::Accept(envelope) => IngestRecord::Accepted(AcceptedEvent {
-            envelope: *envelope,
-            payload: payload.to_vec(),
-            origin: Origin::Http,
-            received_at: Utc::now(),
-            trace: None,
-        }),
-        other => panic!("test event not accepted: {other:?}"),
-    }
-}
+pub use hub_testkit::{accepted_with, subscription};
 
 pub fn accepted(tenant: &str, id: Uuid) -> IngestRecord {
     accepted_with(headers(tenant, id, "loan_application", "approved"), br#"{"amount":1}"#)
@@ -89,37 +78,5 @@ pub fn quarantined(headers: Vec<(String, String)>, body: &[u8], origin: Origin) 
             IngestRecord::Quarantined(QuarantinedRecord::capture(headers, body, reason, origin, Utc::now()))
         }
         other => panic!("test record not quarantined: {other:?}"),
-    }
-}
-
-pub fn subscription(
-    tenant: &str,
-    sink: hub_core::SinkKind,
-    types: &[&str],
-    origin: Option<&str>,
-) -> hub_store::SubscriptionRecord {
-    let now = Utc::now();
-    hub_store::SubscriptionRecord {
-        id: Uuid::now_v7(),
-        tenant_id: tenant.to_owned(),
-        name: "test".to_owned(),
-        event_types: types.iter().map(|t| (*t).to_owned()).collect(),
-        origin: origin.map(str::to_owned),
-        sink,
-        sink_config: serde_json::json!({"type": sink.as_str()}),
-        signing_secret: None,
-        previous_secret: None,
-        previous_secret_expires_at: None,
-        credentials: None,
-        enabled: true,
-        verification: hub_core::VerificationState::Active,
-        verification_error: None,
-        disabled_reason: None,
-        disabled_at: None,
-        failing_since: None,
-        last_failure_at: None,
-        pull_cursor: 0,
-        created_at: now,
-        updated_at: now,
     }
 }

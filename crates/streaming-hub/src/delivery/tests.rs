@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::Utc;
+use hub_core::SinkKind;
 use hub_core::delivery::{BreakerConfig, JobState, RetryPolicy};
-use hub_core::{IngestPolicy, SinkKind, Verdict, VerificationState, judge};
 use hub_sinks::{Destination, Failure, FailureKind, Message, Outcome, Secrets, Sink};
 use hub_store::prelude::*;
-use hub_store::{AcceptedEvent, ClaimRequest, IngestRecord, Origin, SqliteStore, SubscriptionRecord};
+use hub_store::{ClaimRequest, IngestRecord, SqliteStore, SubscriptionRecord};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -186,30 +186,9 @@ impl Rig {
 
     /// A webhook subscription of tenant `t1` to `url`, for events of type `loan.<event>`.
     async fn subscribe(&self, url: &str, event: &str) -> SubscriptionRecord {
-        let now = Utc::now();
-        let sub = SubscriptionRecord {
-            id: Uuid::now_v7(),
-            tenant_id: "t1".to_owned(),
-            name: url.to_owned(),
-            event_types: vec![format!("loan.{event}")],
-            origin: None,
-            sink: SinkKind::Webhook,
-            sink_config: serde_json::json!({"type": "webhook", "url": url}),
-            signing_secret: None,
-            previous_secret: None,
-            previous_secret_expires_at: None,
-            credentials: None,
-            enabled: true,
-            verification: VerificationState::Active,
-            verification_error: None,
-            disabled_reason: None,
-            disabled_at: None,
-            failing_since: None,
-            last_failure_at: None,
-            pull_cursor: 0,
-            created_at: now,
-            updated_at: now,
-        };
+        let mut sub = hub_testkit::subscription("t1", SinkKind::Webhook, &[&format!("loan.{event}")], None);
+        sub.name = url.to_owned();
+        sub.sink_config = serde_json::json!({"type": "webhook", "url": url});
         self.store.create_subscription(&sub).await.expect("create subscription");
         sub
     }
@@ -240,19 +219,7 @@ impl Rig {
 /// `n` accepted events of type `loan.<event>` for tenant `t1`.
 fn events(event: &str, n: usize) -> Vec<IngestRecord> {
     (0..n)
-        .map(|_| {
-            let headers = hub_testkit::event_headers("t1", Uuid::now_v7(), "loan", event);
-            match judge(headers, b"{}", None, &IngestPolicy::default()) {
-                Verdict::Accept(envelope) => IngestRecord::Accepted(AcceptedEvent {
-                    envelope: *envelope,
-                    payload: b"{}".to_vec(),
-                    origin: Origin::Http,
-                    received_at: Utc::now(),
-                    trace: None,
-                }),
-                other => panic!("not accepted: {other:?}"),
-            }
-        })
+        .map(|_| hub_testkit::accepted_with(hub_testkit::event_headers("t1", Uuid::now_v7(), "loan", event), b"{}"))
         .collect()
 }
 

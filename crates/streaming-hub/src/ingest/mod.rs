@@ -184,30 +184,17 @@ impl kafka::BatchWriter for KafkaEvents {
             })
             .collect();
         let batch: Vec<IngestRecord> = judged.iter().filter_map(|j| j.record.clone()).collect();
-        let reservation = self.fast.as_ref().and_then(|d| d.reserve(batch.len()));
-        let (written, leased) = match &reservation {
-            Some(r) => self.store.write_batch_leased(&batch, &r.lease).await,
-            None => self.store.write_batch(&batch).await.map(|w| (w, hub_store::LeasedAtIngest::default())),
-        }
-        .map_err(|e| e.to_string())?;
-        let pending = reservation.is_none() || leased.pending > 0;
-        if let (Some(dispatcher), Some(reservation)) = (&self.fast, reservation) {
-            let events = leased_events(&batch, &written, &leased.jobs);
-            let dispatcher = std::sync::Arc::clone(dispatcher);
-            tokio::spawn(async move { dispatcher.hand_over(reservation, leased, events).await });
-        }
+        let (written, wake) =
+            write_leasing(self.store.as_ref(), self.fast.as_ref(), &batch).await.map_err(|e| e.to_string())?;
         let mut written = written.into_iter();
-        let mut inserted = false;
         for j in judged {
             let w = if j.record.is_some() { written.next() } else { None };
-            inserted |= matches!(w, Some(WriteOutcome::Inserted { .. }));
             let said = outcome(j.reason, w);
             if let Some(spans) = j.spans {
                 spans.finish(&said);
             }
         }
-        // Claimers are woken only for what the fast path did not take.
-        if inserted && pending {
+        if wake {
             self.wake.notify_one();
         }
         Ok(())
@@ -256,19 +243,8 @@ impl GroupWriter {
                 while rx.recv_many(&mut group, GROUP_BATCH).await > 0 {
                     let (records, replies): (Vec<IngestRecord>, Vec<_>) =
                         group.drain(..).map(|p| (p.record, p.reply)).unzip();
-                    let reservation = fast.as_ref().and_then(|d| d.reserve(records.len()));
-                    let written =
-                        write_group(store.as_ref(), &records, replies, reservation.as_ref().map(|r| &r.lease)).await;
-                    // Claimers are woken only for what the fast path did not take.
-                    if written.inserted && (reservation.is_none() || written.leased.pending > 0) {
+                    if write_group(store.as_ref(), fast.as_ref(), &records, replies).await {
                         wake.notify_one();
-                    }
-                    if let (Some(dispatcher), Some(reservation)) = (&fast, reservation) {
-                        let events = leased_events(&records, &written.outcomes, &written.leased.jobs);
-                        let dispatcher = std::sync::Arc::clone(dispatcher);
-                        tokio::spawn(async move {
-                            dispatcher.hand_over(reservation, written.leased, events).await;
-                        });
                     }
                 }
             });
@@ -297,37 +273,43 @@ fn shard_of(tenant: &str, shards: usize) -> usize {
     (hash % shards.max(1) as u64) as usize
 }
 
-/// What a group write did.
-#[derive(Default)]
-struct Written {
-    /// An event was inserted.
-    inserted: bool,
-    /// Each record's outcome, when the group was written at once.
-    outcomes: Vec<WriteOutcome>,
-    /// The jobs leased to this process's workers (with a lease only).
-    leased: hub_store::LeasedAtIngest,
+/// Writes `records` in one transaction, their jobs leased to this process's dispatcher (`fast`)
+/// while it has room and handed over in the background; returns the outcomes and whether the
+/// claimers must be woken: an event was inserted and a deliverable job was left `pending`.
+async fn write_leasing(
+    store: &dyn hub_store::Store,
+    fast: Option<&std::sync::Arc<crate::delivery::Dispatcher>>,
+    records: &[IngestRecord],
+) -> hub_store::StoreResult<(Vec<WriteOutcome>, bool)> {
+    let reservation = fast.and_then(|d| d.reserve(records.len()));
+    let (outcomes, leased) = match &reservation {
+        Some(r) => store.write_batch_leased(records, &r.lease).await?,
+        None => (store.write_batch(records).await?, hub_store::LeasedAtIngest::default()),
+    };
+    let inserted = outcomes.iter().any(|o| matches!(o, WriteOutcome::Inserted { .. }));
+    let wake = inserted && (reservation.is_none() || leased.pending > 0);
+    if let (Some(dispatcher), Some(reservation)) = (fast, reservation) {
+        let events = leased_events(records, &outcomes, &leased.jobs);
+        let dispatcher = std::sync::Arc::clone(dispatcher);
+        tokio::spawn(async move { dispatcher.hand_over(reservation, leased, events).await });
+    }
+    Ok((outcomes, wake))
 }
 
-/// Writes a group (its jobs leased under `lease` when given) and answers each record.
+/// Writes a group (see [`write_leasing`]) and answers each record; true when the claimers must
+/// be woken.
 async fn write_group(
     store: &dyn hub_store::Store,
+    fast: Option<&std::sync::Arc<crate::delivery::Dispatcher>>,
     records: &[IngestRecord],
     replies: Vec<tokio::sync::oneshot::Sender<hub_store::StoreResult<WriteOutcome>>>,
-    lease: Option<&hub_store::IngestLease>,
-) -> Written {
-    let mut written = Written::default();
-    let result = match lease {
-        Some(lease) => store.write_batch_leased(records, lease).await,
-        None => store.write_batch(records).await.map(|o| (o, hub_store::LeasedAtIngest::default())),
-    };
-    match result {
-        Ok((outcomes, leased)) if outcomes.len() == records.len() => {
-            for (reply, outcome) in replies.into_iter().zip(&outcomes) {
-                written.inserted |= matches!(outcome, WriteOutcome::Inserted { .. });
-                let _ = reply.send(Ok(outcome.clone()));
+) -> bool {
+    match write_leasing(store, fast, records).await {
+        Ok((outcomes, wake)) if outcomes.len() == records.len() => {
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                let _ = reply.send(Ok(outcome));
             }
-            written.outcomes = outcomes;
-            written.leased = leased;
+            wake
         }
         Ok(_) => {
             for reply in replies {
@@ -335,22 +317,25 @@ async fn write_group(
                     "a write reported the wrong number of outcomes".to_owned(),
                 )));
             }
+            false
         }
         Err(e) if records.len() == 1 => {
             let _ = replies.into_iter().next().map(|reply| reply.send(Err(e)));
+            false
         }
         Err(e) => {
             tracing::warn!(error = %e, records = records.len(), "a grouped ingest write failed; writing its records one by one");
+            let mut inserted = false;
             for (record, reply) in records.iter().zip(replies) {
                 let one = store.write_batch(std::slice::from_ref(record)).await.and_then(|mut w| {
                     w.pop().ok_or_else(|| hub_store::StoreError::Corrupt("a write reported no outcome".to_owned()))
                 });
-                written.inserted |= matches!(one, Ok(WriteOutcome::Inserted { .. }));
+                inserted |= matches!(one, Ok(WriteOutcome::Inserted { .. }));
                 let _ = reply.send(one);
             }
+            inserted
         }
     }
-    written
 }
 
 /// The events of jobs leased at ingest, as stored, by tenant and seq: built from the records
