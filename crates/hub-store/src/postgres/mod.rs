@@ -31,6 +31,7 @@ use crate::{
 };
 
 mod inbox;
+mod ingest;
 mod jobs;
 mod operations;
 mod replays;
@@ -49,6 +50,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// The subscriptions ingest matches against, by tenant (see `ingest.rs`).
+    subs: std::sync::Arc<ingest::SubscriptionMemory>,
     /// `NOTIFY` channel for new jobs; per schema, so hubs sharing a server do not wake each other.
     channel: String,
 }
@@ -90,7 +93,7 @@ impl PgStore {
             Some(schema) => format!("streaming_hub_jobs_{schema}"),
             None => "streaming_hub_jobs".to_owned(),
         };
-        Ok(Self { pool, channel })
+        Ok(Self { pool, subs: std::sync::Arc::default(), channel })
     }
 
     /// The pool, for the service's own PostgreSQL-only needs (notifications, advisory locks).
@@ -98,14 +101,26 @@ impl PgStore {
         &self.pool
     }
 
-    /// Writes a batch's accepted events in a fixed number of statements whatever its tenants:
-    /// lock the tenants' sequence rows (in tenant order, so concurrent batches never deadlock),
-    /// find the ids already stored, read the tenants' deliverable subscriptions, then insert the
-    /// events, pull entries and jobs and move the sequences in one statement. Returns the
-    /// outcomes by batch index and whether jobs were created.
-    /// One ingest batch in one transaction: the accepted events (with their jobs, leased under
-    /// `lease` when given) and the quarantined records.
+    /// One ingest batch, all of it or none: the accepted events (with their jobs, leased under
+    /// `lease` when given) and the quarantined records. A batch of accepted events only is one
+    /// statement (`ingest.rs`); one holding quarantine records, one transaction.
     async fn write(
+        &self,
+        batch: &[IngestRecord],
+        lease: Option<&IngestLease>,
+    ) -> StoreResult<(Vec<WriteOutcome>, LeasedAtIngest)> {
+        let accepted_only = batch.iter().all(|r| matches!(r, IngestRecord::Accepted(_)));
+        if accepted_only && !batch.is_empty() {
+            return self.write_one_statement(batch, lease).await;
+        }
+        self.write_in_transaction(batch, lease).await
+    }
+
+    /// One ingest batch in one transaction of several statements: lock the tenants' sequence
+    /// rows (in tenant order, so concurrent batches never deadlock), find the ids already
+    /// stored, read the tenants' deliverable subscriptions, then insert the events, pull entries
+    /// and jobs and move the sequences in one statement, then the quarantine records.
+    async fn write_in_transaction(
         &self,
         batch: &[IngestRecord],
         lease: Option<&IngestLease>,

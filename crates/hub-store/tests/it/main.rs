@@ -59,6 +59,7 @@ contract_suite!(
     subscriptions_list_in_creation_order_with_a_cursor,
     accepted_events_create_work_only_for_admitting_subscriptions,
     only_events_after_creation_match,
+    a_write_sees_subscription_changes_made_by_another_replica,
     deleting_a_subscription_cancels_its_work,
     pull_cursors_only_move_forward_even_under_concurrency,
     claims_interleave_tenants,

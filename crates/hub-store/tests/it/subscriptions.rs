@@ -121,6 +121,67 @@ pub async fn accepted_events_create_work_only_for_admitting_subscriptions(db: &T
     assert!(db.store.pull_events("t2", other_tenant.id, 0, 100).await.expect("pull").is_empty());
 }
 
+/// Ingest matches every batch against the subscriptions as they are when it is written, even
+/// when another replica changed them since this one last wrote for the tenant: created, paused,
+/// resumed, re-pointed at a new pattern, deleted.
+pub async fn a_write_sees_subscription_changes_made_by_another_replica(db: &TestDb) {
+    let other = db.replica().await;
+    let write = |seq: i64| async move {
+        let written = db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
+        assert_eq!(written, vec![hub_store::WriteOutcome::Inserted { seq }]);
+    };
+    let job_states = |sub: Uuid| async move {
+        db.store
+            .list_jobs("t1", sub, None, None, 100)
+            .await
+            .expect("jobs")
+            .into_iter()
+            .map(|j| j.state)
+            .collect::<Vec<_>>()
+    };
+    write(1).await;
+    let push = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    other.create_subscription(&push).await.expect("create");
+    write(2).await;
+    assert_eq!(job_states(push.id).await, vec![hub_store::JobState::Pending], "created elsewhere, matched here");
+
+    let pause = hub_store::SubscriptionPatch {
+        enabled: Some(false),
+        disabled_reason: Some("paused".to_owned()),
+        now: Utc::now(),
+        ..Default::default()
+    };
+    other.patch_subscription("t1", push.id, &pause).await.expect("pause").expect("exists");
+    write(3).await;
+    assert_eq!(job_states(push.id).await, vec![hub_store::JobState::Held], "paused: no new job, the waiting one held");
+
+    let narrow = hub_store::SubscriptionPatch {
+        enabled: Some(true),
+        event_types: Some(vec!["account.*".to_owned()]),
+        now: Utc::now(),
+        ..Default::default()
+    };
+    other.patch_subscription("t1", push.id, &narrow).await.expect("narrow").expect("exists");
+    write(4).await;
+    assert_eq!(
+        job_states(push.id).await,
+        vec![hub_store::JobState::Pending],
+        "resumed; the new pattern does not match"
+    );
+
+    let pull = subscription("t1", SinkKind::Pull, &["*.*"], None);
+    other.create_subscription(&pull).await.expect("create pull");
+    other.delete_subscription("t1", push.id).await.expect("delete");
+    write(5).await;
+    let pulled: Vec<i64> =
+        db.store.pull_events("t1", pull.id, 0, 100).await.expect("pull").iter().map(|e| e.position).collect();
+    assert_eq!(pulled, vec![5]);
+    assert!(
+        db.store.list_jobs("t1", push.id, None, None, 100).await.expect("jobs").iter().all(|j| j.event_seq != 5),
+        "a deleted subscription takes nothing"
+    );
+}
+
 pub async fn only_events_after_creation_match(db: &TestDb) {
     db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
     let pull = subscription("t1", SinkKind::Pull, &["loan_application.*"], None);

@@ -18,7 +18,7 @@ pub struct TestDb {
 
 enum Backend {
     Sqlite(SqliteStore, std::path::PathBuf),
-    Postgres(PgStore),
+    Postgres(PgStore, String),
 }
 
 impl TestDb {
@@ -36,7 +36,18 @@ impl TestDb {
         let schema = hub_testkit::fresh_schema().await;
         let store = PgStore::connect(&dsn, Some(&schema), 8).await.expect("connect to schema");
         store.migrate().await.expect("migrate postgres");
-        Self { store: Arc::new(store.clone()), backend: Backend::Postgres(store) }
+        Self { store: Arc::new(store.clone()), backend: Backend::Postgres(store, schema) }
+    }
+
+    /// A second store on the same database, as another replica of the hub opens it (on SQLite,
+    /// another handle on the same file): what one remembers, the other does not share.
+    pub async fn replica(&self) -> Arc<dyn Store> {
+        match &self.backend {
+            Backend::Sqlite(_, path) => Arc::new(SqliteStore::open(path).await.expect("open sqlite again")),
+            Backend::Postgres(_, schema) => {
+                Arc::new(PgStore::connect(&postgres_dsn(), Some(schema), 4).await.expect("connect again"))
+            }
+        }
     }
 
     /// Runs raw SQL against the test database (to inject failures or read raw rows).
@@ -45,7 +56,7 @@ impl TestDb {
             Backend::Sqlite(s, _) => {
                 sqlx::query(sql).execute(s.writer_pool()).await.expect("raw sql");
             }
-            Backend::Postgres(s) => {
+            Backend::Postgres(s, _) => {
                 sqlx::query(sql).execute(s.pool()).await.expect("raw sql");
             }
         }

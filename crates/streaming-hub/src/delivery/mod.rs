@@ -145,6 +145,8 @@ const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 const RECORDER_QUEUE: usize = 1024;
 /// Outcomes written in one transaction, at most.
 const RECORD_BATCH: usize = 256;
+/// How long the recorder waits for more outcomes to write with the first one waiting.
+const RECORD_LINGER: Duration = Duration::from_millis(3);
 
 /// A leased job with what its attempt needs, loaded at claim time.
 struct Work {
@@ -897,6 +899,17 @@ impl Dispatcher {
     async fn record_loop(self: Arc<Self>, mut outcomes: mpsc::Receiver<AttemptResult>) {
         let mut batch: Vec<AttemptResult> = Vec::with_capacity(RECORD_BATCH);
         while outcomes.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+            // Outcomes that end within RECORD_LINGER of each other share a statement: each
+            // statement costs the database a commit, and a receiver already has its event, so a
+            // moment's wait costs no latency anyone sees (the lease is held meanwhile).
+            let until = tokio::time::Instant::now() + RECORD_LINGER;
+            while batch.len() < RECORD_BATCH {
+                let room = RECORD_BATCH - batch.len();
+                match tokio::time::timeout_at(until, outcomes.recv_many(&mut batch, room)).await {
+                    Ok(n) if n > 0 => {}
+                    _ => break,
+                }
+            }
             match self.store.complete_attempts(&batch).await {
                 Ok(done) => {
                     for (recorded, done) in batch.iter().zip(done) {
