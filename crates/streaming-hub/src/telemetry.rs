@@ -21,6 +21,9 @@ pub mod metric {
     pub const DELIVERY_ATTEMPTS: &str = "streaming_hub_delivery_attempts_total";
     /// `{sink}`: how long attempts take.
     pub const ATTEMPT_SECONDS: &str = "streaming_hub_delivery_attempt_duration_seconds";
+    /// How long one ingest write takes, from its start to its commit (a group of HTTP posts, or a
+    /// Kafka partition's batch).
+    pub const INGEST_WRITE_SECONDS: &str = "streaming_hub_ingest_write_duration_seconds";
     /// `{sink}`: jobs dead-lettered after their last attempt.
     pub const JOBS_DEAD: &str = "streaming_hub_delivery_dead_letters_total";
     /// Jobs leased to this process's workers as its ingest wrote them (the fast path, no claim).
@@ -137,9 +140,11 @@ pub fn init_logs(json: bool, filter: Option<&str>, default: &str) {
 pub fn prometheus() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
-        let buckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+        let buckets =
+            [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
         let builder = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Full(metric::ATTEMPT_SECONDS.to_owned()), &buckets)
+            .and_then(|b| b.set_buckets_for_metric(Matcher::Full(metric::INGEST_WRITE_SECONDS.to_owned()), &buckets))
             .unwrap_or_else(|_| PrometheusBuilder::new());
         let recorder = builder.build_recorder();
         let handle = recorder.handle();
@@ -157,6 +162,11 @@ fn describe() {
     metrics::describe_counter!(metric::DELIVERY_ATTEMPTS, "Delivery attempts, by sink and outcome");
     metrics::describe_histogram!(metric::ATTEMPT_SECONDS, metrics::Unit::Seconds, "Delivery attempt latency, by sink");
     metrics::describe_counter!(metric::JOBS_DEAD, "Jobs dead-lettered, by sink");
+    metrics::describe_histogram!(
+        metric::INGEST_WRITE_SECONDS,
+        metrics::Unit::Seconds,
+        "Ingest writes (a group of HTTP posts or a Kafka partition's batch), start to commit"
+    );
     metrics::describe_counter!(metric::LEASES_RECOVERED, "Jobs recovered after their lease expired");
     metrics::describe_counter!(
         metric::JOBS_LEASED_AT_INGEST,

@@ -282,10 +282,12 @@ async fn write_leasing(
     records: &[IngestRecord],
 ) -> hub_store::StoreResult<(Vec<WriteOutcome>, bool)> {
     let reservation = fast.and_then(|d| d.reserve(records.len()));
+    let started = std::time::Instant::now();
     let (outcomes, leased) = match &reservation {
         Some(r) => store.write_batch_leased(records, &r.lease).await?,
         None => (store.write_batch(records).await?, hub_store::LeasedAtIngest::default()),
     };
+    metrics::histogram!(metric::INGEST_WRITE_SECONDS).record(started.elapsed().as_secs_f64());
     let inserted = outcomes.iter().any(|o| matches!(o, WriteOutcome::Inserted { .. }));
     let wake = inserted && (reservation.is_none() || leased.pending > 0);
     if let (Some(dispatcher), Some(reservation)) = (fast, reservation) {
