@@ -137,6 +137,8 @@ impl BreakerBoard {
 
 /// Claims in flight at once: while one waits for the database, the other's jobs are attempted.
 const CLAIMERS: usize = 2;
+/// The ready queue holds this many rounds of claims (see `Dispatcher::ready_slots`).
+const READY_ROUNDS: usize = 4;
 /// How many windows of tenants one claim looks through when those it visits give nothing.
 const EMPTY_WINDOWS: usize = 4;
 /// How often stranded waiting jobs are put in the state their subscription asks for.
@@ -275,11 +277,11 @@ impl Dispatcher {
         let workers = Arc::new(Semaphore::new(self.settings.workers as usize));
         let (recorder, outcomes) = mpsc::channel(RECORDER_QUEUE);
         let recording = tokio::spawn(Arc::clone(&self).record_loop(outcomes));
-        let batch = self.settings.claim_batch.max(1) as usize;
         // Claimed jobs wait here for a worker, each holding a slot of the ready queue; claimers
         // refill it while workers attempt, so no worker waits for a claim's round trip.
-        let slots = Arc::new(Semaphore::new(CLAIMERS * batch));
-        let (ready, mut queue) = mpsc::channel::<(Work, OwnedSemaphorePermit)>(CLAIMERS * batch);
+        let ready_slots = self.ready_slots();
+        let slots = Arc::new(Semaphore::new(ready_slots));
+        let (ready, mut queue) = mpsc::channel::<(Work, OwnedSemaphorePermit)>(ready_slots);
         *lock(&self.intake) = Some(Intake { ready: ready.clone(), slots: Arc::clone(&slots) });
         let claimers: Vec<_> = (0..CLAIMERS)
             .map(|i| tokio::spawn(Arc::clone(&self).claim_loop(i, ready.clone(), Arc::clone(&slots), shutdown.clone())))
@@ -288,7 +290,11 @@ impl Dispatcher {
         // Jobs whose destination has its share of workers wait here (leased) for one of its
         // attempts to end, instead of taking a worker or going back to the store.
         let mut parked: HashMap<String, VecDeque<Work>> = HashMap::new();
-        let park_limit = self.park_limit();
+        // A destination counts as saturated (no more claims or ingest leases for it) from
+        // `park_limit` parked jobs on; what was already in the ready queue then may still
+        // arrive and is parked too, so a claim's jobs are not sent back one statement each. Past
+        // both (which claims and leases never reach) a job goes back to the store.
+        let park_limit = self.park_limit() + ready_slots;
         let (finished_tx, mut finished) = mpsc::unbounded_channel::<String>();
         loop {
             let work = tokio::select! {
@@ -536,6 +542,13 @@ impl Dispatcher {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "recovering expired leases failed"),
         }
+    }
+
+    /// The ready queue's slots: what every claimer claims at once, and as much again four times
+    /// over for the jobs this process's ingest leases as it writes them (under a burst most of
+    /// them, which then need no claim: one row version and one statement fewer each).
+    fn ready_slots(&self) -> usize {
+        READY_ROUNDS * CLAIMERS * self.settings.claim_batch.max(1) as usize
     }
 
     /// How many claimed jobs may wait in the process for one destination: what every claimer
