@@ -478,6 +478,13 @@ impl BenchHub {
         }
     }
 
+    /// Deletes a subscription (its waiting jobs are cancelled).
+    pub async fn unsubscribe(&self, key: &str, id: &str) -> anyhow::Result<()> {
+        let response = self.http.delete(format!("{}/v1/subscriptions/{id}", self.base)).bearer_auth(key).send().await?;
+        anyhow::ensure!(response.status().is_success(), "deleting subscription {id}: {}", response.status());
+        Ok(())
+    }
+
     /// Posts `n` events of each `(key, tenant)` in turn, from `producers` concurrent producers;
     /// returns how long it took.
     pub async fn post_many(&self, who: &[(String, String)], n: usize, producers: usize) -> anyhow::Result<Duration> {

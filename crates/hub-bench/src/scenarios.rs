@@ -638,7 +638,8 @@ pub async fn replay(history: usize, rate: u32, replay_rate: Option<u32>, json_ou
 
 // ---------------------------------------------------------------------------------------------
 
-/// `slow-destination`: a fast subscription's throughput alone, then beside a subscription whose
+/// `slow-destination`: a fast subscription's throughput alone, beside a second fast one (the
+/// same ingest and job work per event as the next phase), then beside a subscription whose
 /// receiver takes 2 s per request.
 pub async fn slow_destination(events: usize, json_out: &Path) -> anyhow::Result<()> {
     let hub = BenchHub::start(None).await?;
@@ -655,6 +656,15 @@ pub async fn slow_destination(events: usize, json_out: &Path) -> anyhow::Result<
     anyhow::ensure!(receiver.wait_for("fast", events, PATIENCE).await, "the solo run was not delivered");
     let solo = receiver.take("fast").rate_since(started);
 
+    // Every event now makes two jobs, both for fast receivers.
+    let twin = hub.subscribe(&key, json!({"type": "webhook", "url": receiver.url("twin", false)})).await?;
+    let started = Instant::now();
+    hub.post_many(&who, events, 16).await?;
+    anyhow::ensure!(receiver.wait_for("fast", events, PATIENCE).await, "the run beside a twin was not delivered");
+    anyhow::ensure!(receiver.wait_for("twin", events, PATIENCE).await, "the twin's run was not delivered");
+    let with_twin = receiver.take("fast").rate_since(started);
+    hub.unsubscribe(&key, &twin).await?;
+
     hub.subscribe(&key, json!({"type": "webhook", "url": receiver.url("slow", true)})).await?;
     let started = Instant::now();
     hub.post_many(&who, events, 16).await?;
@@ -662,20 +672,24 @@ pub async fn slow_destination(events: usize, json_out: &Path) -> anyhow::Result<
     let beside = receiver.take("fast").rate_since(started);
     let slow_done = receiver.delivered("slow");
     let ratio = beside / solo.max(1e-9);
+    let ratio_twin = beside / with_twin.max(1e-9);
     let store = hub.store_name();
     let workers = hub.workers;
     let figures = json!({
         "scenario": "slow-destination", "store": store, "events": events, "workers": workers,
         "slow_answer_s": harness::SLOW_ANSWER.as_secs_f64(), "fast_solo_per_s": solo,
-        "fast_beside_slow_per_s": beside, "ratio": ratio, "slow_delivered_meanwhile": slow_done,
+        "fast_beside_twin_per_s": with_twin, "fast_beside_slow_per_s": beside, "ratio": ratio,
+        "ratio_to_twin": ratio_twin, "slow_delivered_meanwhile": slow_done,
     });
     let usage = hub.finish().await?;
     report(
         &format!("slow-destination ({store}, {events} events, a receiver taking 2 s beside a fast one)"),
         &[
             ("fast alone deliveries/s", f0(solo)),
+            ("fast beside a fast twin deliveries/s", f0(with_twin)),
             ("fast beside slow deliveries/s", f0(beside)),
-            ("ratio", format!("{:.0} %", ratio * 100.0)),
+            ("beside slow / alone", format!("{:.0} %", ratio * 100.0)),
+            ("beside slow / beside a fast twin", format!("{:.0} %", ratio_twin * 100.0)),
             ("slow deliveries meanwhile", slow_done.to_string()),
         ],
         figures,

@@ -200,7 +200,9 @@ pub struct IngestLease {
 pub struct LeasedAtIngest {
     /// The jobs leased, as a claim would have returned them.
     pub jobs: Vec<ClaimedJob>,
-    /// Deliverable jobs the write left `pending` (no room, or an excluded subscription).
+    /// Deliverable jobs the write left `pending` for want of room: what this process's claimers
+    /// are to be woken for. Those of excluded subscriptions are not counted (its claimers skip
+    /// them too, until their destination has room again).
     pub pending: usize,
     /// The subscriptions of the leased jobs, as the write read them.
     pub subscriptions: Vec<SubscriptionRecord>,
@@ -233,11 +235,10 @@ pub(crate) fn lease_new_jobs(
     jobs.into_iter()
         .map(|job| {
             let id = Uuid::now_v7();
-            let take = lease.filter(|l| {
-                *room > 0 && job.state == JobState::Pending && !l.exclude_subscriptions.contains(&job.subscription)
-            });
+            let excluded = lease.is_some_and(|l| l.exclude_subscriptions.contains(&job.subscription));
+            let take = lease.filter(|_| *room > 0 && job.state == JobState::Pending && !excluded);
             let Some(lease) = take else {
-                leased.pending += usize::from(job.state == JobState::Pending);
+                leased.pending += usize::from(job.state == JobState::Pending && !excluded);
                 return JobToWrite { id, job, leased: None };
             };
             *room -= 1;

@@ -246,7 +246,8 @@ struct Planned {
     wake: bool,
     /// The leased jobs by candidate, with their tenant.
     leased: Vec<(usize, ClaimedJob)>,
-    /// Deliverable jobs left `pending`, by candidate.
+    /// Deliverable jobs left `pending` for want of room, by candidate (see
+    /// `LeasedAtIngest::pending`).
     pending: Vec<usize>,
 }
 
@@ -296,7 +297,9 @@ fn plan(
             planned.jobs.until.push(lease_of.map(|(_, until)| until));
             if job.state() == JobState::Pending {
                 planned.wake = true;
-                planned.pending.push(n);
+                if !lease.is_some_and(|l| l.exclude_subscriptions.contains(subscription)) {
+                    planned.pending.push(n);
+                }
             }
         }
         planned.leased.extend(leased.jobs.into_iter().map(|j| (j.event_seq as usize, j)));

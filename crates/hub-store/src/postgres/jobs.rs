@@ -42,12 +42,17 @@ impl JobQueue for PgStore {
                 "UPDATE delivery_jobs j SET state = 'leased', lease_expires_at = $3, lease_token = $4, updated_at = $2
                  FROM (SELECT c.row, t.want FROM {wants}
                        CROSS JOIN LATERAL (
-                           SELECT d.ctid AS row FROM delivery_jobs d JOIN subscriptions s ON s.id = d.subscription_id
-                           WHERE d.tenant_id = t.tenant_id AND d.state = 'pending' AND d.due_at <= $2
-                             AND s.enabled AND s.verification_state = 'active'
-                             AND NOT (d.subscription_id = ANY($5))
-                           ORDER BY d.due_at LIMIT t.want
-                           FOR UPDATE OF d SKIP LOCKED) c
+                           -- Per deliverable subscription its oldest due jobs, so an excluded
+                           -- subscription's backlog is never walked; then the tenant's oldest.
+                           SELECT d.row FROM subscriptions s
+                           CROSS JOIN LATERAL (
+                               SELECT j.ctid AS row, j.due_at FROM delivery_jobs j
+                               WHERE j.subscription_id = s.id AND j.state = 'pending' AND j.due_at <= $2
+                               ORDER BY j.due_at LIMIT t.want
+                               FOR UPDATE SKIP LOCKED) d
+                           WHERE s.tenant_id = t.tenant_id AND s.enabled AND s.verification_state = 'active'
+                             AND NOT (s.id = ANY($5))
+                           ORDER BY d.due_at LIMIT t.want) c
                        WHERE t.want > 0) x
                  WHERE j.ctid = x.row
                  RETURNING {CLAIMED_COLUMNS}, x.want"
