@@ -9,9 +9,9 @@
 //! DLQ plane; what a batch becomes is the [`BatchWriter`]'s business.
 //!
 //! **Invariants:** an offset is committed only for records whose transaction committed; a
-//! partition's records are written in offset order, each exactly once per successful batch; at
-//! most `batch_size` records (plus what librdkafka prefetches, bounded by its queue settings) are
-//! held per partition.
+//! partition's records are written in offset order, one batch at a time, each exactly once per
+//! successful batch; partitions write concurrently; at most `MAX_HELD_BATCHES` batches' worth of
+//! records (plus what librdkafka prefetches, bounded by its queue settings) are held.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -167,9 +167,15 @@ struct Partition {
     first_at: Instant,
     failures: u32,
     retry_at: Option<Instant>,
+    /// A batch of this partition is being written: the next waits for it.
+    writing: bool,
 }
 
 impl Partition {
+    fn new() -> Self {
+        Self { records: Vec::new(), first_at: Instant::now(), failures: 0, retry_at: None, writing: false }
+    }
+
     fn due(&self, batching: Batching) -> Instant {
         self.retry_at.unwrap_or(self.first_at + batching.wait)
     }
@@ -186,6 +192,12 @@ fn tpl_of(topic: &str, partition: i32) -> TopicPartitionList {
 }
 
 /// Consumes until `shutdown`, then writes and commits what it still holds (once, best effort).
+///
+/// Partitions are written concurrently, each at most one batch at a time and in offset order:
+/// while a partition's batch is being written the consumer goes on reading, that partition's
+/// records wait for the next batch, and other partitions write theirs. Reading stops while
+/// [`MAX_HELD_BATCHES`] batches' worth of records wait, so memory stays bounded whatever the
+/// broker serves.
 pub async fn run<W: BatchWriter>(
     name: &'static str,
     consumer: StreamConsumer<RebalanceLog>,
@@ -193,45 +205,58 @@ pub async fn run<W: BatchWriter>(
     batching: Batching,
     shutdown: CancellationToken,
 ) {
+    let writer = std::sync::Arc::new(writer);
     let mut partitions: HashMap<(String, i32), Partition> = HashMap::new();
-    // The offset after the last durably written record of each partition.
-    let mut written: HashMap<(String, i32), i64> = HashMap::new();
+    // Each partition's ownership: a revoke starts a new one, and a write begun under an earlier
+    // one neither commits nor keeps its records when it ends.
+    let mut owned: HashMap<(String, i32), u64> = HashMap::new();
+    let mut generation: u64 = 0;
+    let mut writing: tokio::task::JoinSet<Written> = tokio::task::JoinSet::new();
     loop {
         let (revoked, lost_all) = consumer.context().take();
         if lost_all {
             partitions.clear();
-            written.clear();
+            owned.clear();
+            generation += 1;
         }
         for key in revoked {
-            written.remove(&key);
-            if partitions.remove(&key).is_some() {
+            generation += 1;
+            owned.remove(&key);
+            if partitions.remove(&key).is_some_and(|p| !p.records.is_empty()) {
                 tracing::info!(consumer = name, topic = %key.0, partition = key.1, "unwritten batch abandoned on revoke");
             }
         }
-        let next = partitions.values().map(|p| p.due(batching)).min();
+        let next = partitions.values().filter(|p| !p.writing).map(|p| p.due(batching)).min();
+        let held: usize = partitions.values().map(|p| p.records.len()).sum();
         tokio::select! {
             biased;
             () = shutdown.cancelled() => break,
-            () = sleep_until(next) => {
-                let now = Instant::now();
-                let due: Vec<(String, i32)> =
-                    partitions.iter().filter(|(_, p)| p.due(batching) <= now).map(|(k, _)| k.clone()).collect();
-                for key in due {
-                    flush(name, &consumer, &writer, &mut partitions, &mut written, &key).await;
+            Some(done) = writing.join_next(), if !writing.is_empty() => {
+                if let Ok(done) = done {
+                    settle(name, &consumer, &mut partitions, &owned, done);
                 }
             }
-            received = consumer.recv() => match received {
+            () = sleep_until(next) => {
+                let now = Instant::now();
+                let due: Vec<(String, i32)> = partitions
+                    .iter()
+                    .filter(|(_, p)| !p.writing && p.due(batching) <= now)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for key in due {
+                    begin(&writer, &mut partitions, &mut owned, generation, &key, &mut writing);
+                }
+            }
+            received = consumer.recv(), if held < MAX_HELD_BATCHES * batching.size => match received {
                 Ok(message) => {
                     let key = (message.topic().to_owned(), message.partition());
-                    let partition = partitions.entry(key.clone()).or_insert_with(|| Partition {
-                        records: Vec::new(),
-                        first_at: Instant::now(),
-                        failures: 0,
-                        retry_at: None,
-                    });
+                    let partition = partitions.entry(key.clone()).or_insert_with(Partition::new);
+                    if partition.records.is_empty() {
+                        partition.first_at = Instant::now();
+                    }
                     partition.records.push(message.detach());
-                    if partition.records.len() >= batching.size && partition.retry_at.is_none() {
-                        flush(name, &consumer, &writer, &mut partitions, &mut written, &key).await;
+                    if partition.records.len() >= batching.size && partition.retry_at.is_none() && !partition.writing {
+                        begin(&writer, &mut partitions, &mut owned, generation, &key, &mut writing);
                     }
                 }
                 Err(e) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition) => {
@@ -244,10 +269,21 @@ pub async fn run<W: BatchWriter>(
             },
         }
     }
-    // Shutting down: write and commit what is held, so the next owner starts after it.
+    // Shutting down: the writes under way end and commit, then what is held is written and
+    // committed, so the next owner starts after it.
+    while let Some(done) = writing.join_next().await {
+        if let Ok(done) = done {
+            settle(name, &consumer, &mut partitions, &owned, done);
+        }
+    }
     let keys: Vec<(String, i32)> = partitions.keys().cloned().collect();
     for key in keys {
-        flush(name, &consumer, &writer, &mut partitions, &mut written, &key).await;
+        begin(&writer, &mut partitions, &mut owned, generation, &key, &mut writing);
+        while let Some(done) = writing.join_next().await {
+            if let Ok(done) = done {
+                settle(name, &consumer, &mut partitions, &owned, done);
+            }
+        }
     }
     // librdkafka's close (run when the consumer is dropped) waits to leave the group, and with
     // the broker gone it can wait for ever: it runs on a thread of its own, waited for a bounded
@@ -266,6 +302,10 @@ pub async fn run<W: BatchWriter>(
     tracing::info!(consumer = name, "Kafka consumer stopped");
 }
 
+/// How many batches' worth of records the consumer holds at most, over all its partitions,
+/// before it stops reading until a write ends.
+const MAX_HELD_BATCHES: usize = 8;
+
 /// How long a stopping consumer waits to leave its group.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -276,26 +316,64 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// Writes one partition's batch; commits its offset only after the write committed.
-async fn flush<W: BatchWriter>(
-    name: &'static str,
-    consumer: &StreamConsumer<RebalanceLog>,
-    writer: &W,
+/// A partition batch's write as it ended.
+struct Written {
+    key: (String, i32),
+    /// The ownership it was begun under.
+    generation: u64,
+    records: Vec<OwnedMessage>,
+    result: Result<(), String>,
+}
+
+/// Starts writing the records `key` holds, unless it holds none.
+fn begin<W: BatchWriter>(
+    writer: &std::sync::Arc<W>,
     partitions: &mut HashMap<(String, i32), Partition>,
-    written: &mut HashMap<(String, i32), i64>,
+    owned: &mut HashMap<(String, i32), u64>,
+    generation: u64,
     key: &(String, i32),
+    writing: &mut tokio::task::JoinSet<Written>,
 ) {
     let Some(partition) = partitions.get_mut(key) else { return };
     if partition.records.is_empty() {
         partitions.remove(key);
         return;
     }
-    match writer.write(&partition.records).await {
+    partition.writing = true;
+    let records = std::mem::take(&mut partition.records);
+    let generation = *owned.entry(key.clone()).or_insert(generation);
+    let (writer, key) = (std::sync::Arc::clone(writer), key.clone());
+    writing.spawn(async move {
+        let result = writer.write(&records).await;
+        Written { key, generation, records, result }
+    });
+}
+
+/// Ends a partition batch's write: on success its offset is committed (and a paused partition
+/// resumed); on failure its records go back before those read meanwhile and the partition is
+/// paused and retried with a backoff. A write begun before the partition was revoked does
+/// neither.
+fn settle(
+    name: &'static str,
+    consumer: &StreamConsumer<RebalanceLog>,
+    partitions: &mut HashMap<(String, i32), Partition>,
+    owned: &HashMap<(String, i32), u64>,
+    done: Written,
+) {
+    let Written { key, generation, mut records, result } = done;
+    if owned.get(&key) != Some(&generation) {
+        return;
+    }
+    let partition = partitions.entry(key.clone()).or_insert_with(Partition::new);
+    partition.writing = false;
+    match result {
         Ok(()) => {
-            let last = partition.records.last().map(|m| m.offset()).unwrap_or_default();
-            let was_paused = partition.retry_at.is_some();
-            partitions.remove(key);
-            written.insert(key.clone(), last + 1);
+            let last = records.last().map(|m| m.offset()).unwrap_or_default();
+            let was_paused = partition.retry_at.take().is_some();
+            partition.failures = 0;
+            if partition.records.is_empty() {
+                partitions.remove(&key);
+            }
             let mut tpl = TopicPartitionList::new();
             if tpl.add_partition_offset(&key.0, key.1, Offset::Offset(last + 1)).is_ok() {
                 // Asynchronous: a lost commit only means these records are read (and deduplicated) again.
@@ -309,6 +387,8 @@ async fn flush<W: BatchWriter>(
             }
         }
         Err(e) => {
+            records.append(&mut partition.records);
+            partition.records = records;
             partition.failures += 1;
             let wait = backoff(partition.failures);
             partition.retry_at = Some(Instant::now() + wait);
