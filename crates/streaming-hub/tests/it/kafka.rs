@@ -381,6 +381,86 @@ async fn a_store_failure_holds_back_only_its_partition() {
     task.await.expect("consumer stops");
 }
 
+/// Holds every write of one partition until the gate opens.
+struct GatedWriter {
+    inner: streaming_hub::ingest::KafkaEvents,
+    partition: i32,
+    gate: Arc<tokio::sync::Semaphore>,
+    held: Arc<AtomicUsize>,
+}
+
+impl BatchWriter for GatedWriter {
+    async fn write(&self, records: &[rdkafka::message::OwnedMessage]) -> Result<(), String> {
+        if records.iter().any(|r| r.partition() == self.partition) {
+            self.held.fetch_add(1, Ordering::SeqCst);
+            let _open = self.gate.acquire().await.map_err(|e| e.to_string())?;
+        }
+        self.inner.write(records).await
+    }
+}
+
+/// Partitions are written concurrently: a partition whose write takes long holds back neither
+/// the other partitions' writes nor their commits, and its own records still go in offset
+/// order, one batch at a time, and are committed once written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_partition_write_holds_back_no_other_partition() {
+    let peer = KafkaPeer::start(Broker::Mock).await;
+    let topic = "lerian.streaming.lender";
+    peer.create_topic(topic, 3).await;
+    let db = crate::support::temp_sqlite_path();
+    let store = hub_store::SqliteStore::open(&db).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let vars: std::collections::HashMap<String, String> =
+        kafka_vars(&peer).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    let config = streaming_hub::config::Config::from_vars(vars).expect("config");
+    let kafka_config = config.kafka.expect("kafka");
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let held = Arc::new(AtomicUsize::new(0));
+    let writer = GatedWriter {
+        inner: streaming_hub::ingest::KafkaEvents {
+            store: Arc::clone(&store),
+            policy: Arc::new(hub_core::IngestPolicy::default()),
+            clock: Arc::new(streaming_hub::clock::SystemClock),
+            wake: Arc::new(tokio::sync::Notify::new()),
+            fast: None,
+        },
+        partition: 1,
+        gate: Arc::clone(&gate),
+        held: Arc::clone(&held),
+    };
+    let records: Vec<Record> = (0..30).map(|i| Record::event("lender", i % 3, "t1")).collect();
+    produce(&peer.producer(), &records).await;
+
+    let consumer = kafka::subscribe(&kafka_config, "ingest", GROUP, kafka::INGEST_PATTERN).expect("consumer");
+    let shutdown = CancellationToken::new();
+    let batching = kafka::Batching { size: 5, wait: Duration::from_millis(20) };
+    let task = tokio::spawn(kafka::run("ingest", consumer, writer, batching, shutdown.clone()));
+
+    until("partitions 0 and 2 committed while partition 1's write is held", async || {
+        let c = peer.committed(GROUP, topic, 3);
+        (c[0] == Some(10) && c[2] == Some(10) && held.load(Ordering::SeqCst) >= 1).then_some(())
+    })
+    .await;
+    assert_eq!(held.load(Ordering::SeqCst), 1, "one batch of a partition is written at a time");
+    assert_eq!(peer.committed(GROUP, topic, 3)[1], None, "nothing of the held partition is committed");
+
+    gate.add_permits(1_000);
+    peer.wait_committed(GROUP, topic, &[10, 10, 10], WAIT).await;
+    let stored = store.events_after("t1", 0, 100).await.expect("read");
+    assert_eq!(stored.len(), 30);
+    let offsets: Vec<i64> = stored
+        .iter()
+        .filter_map(|e| match e.origin {
+            hub_store::Origin::Kafka { partition: 1, offset, .. } => Some(offset),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<i64>>(), "partition 1 in offset order, each once");
+    shutdown.cancel();
+    task.await.expect("consumer stops");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_follows_the_brokers() {
     let peer = KafkaPeer::start(Broker::Kafka).await;
