@@ -307,6 +307,28 @@ async fn a_topic_created_after_start_is_consumed() {
 }
 
 /// Writes like the hub, but fails every batch of one partition while `failing` is set.
+/// A fresh SQLite store, the Kafka configuration of `peer`, and the ingest consumer's writer on
+/// that store, for tests that drive `kafka::run` with a writer of their own around it.
+async fn partition_writer(
+    peer: &KafkaPeer,
+) -> (Arc<dyn Store>, streaming_hub::config::KafkaConfig, streaming_hub::ingest::KafkaEvents) {
+    let db = crate::support::temp_sqlite_path();
+    let store = hub_store::SqliteStore::open(&db).await.expect("open");
+    store.migrate().await.expect("migrate");
+    let store: Arc<dyn Store> = Arc::new(store);
+    let vars: std::collections::HashMap<String, String> =
+        kafka_vars(peer).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+    let config = streaming_hub::config::Config::from_vars(vars).expect("config");
+    let events = streaming_hub::ingest::KafkaEvents {
+        store: Arc::clone(&store),
+        policy: Arc::new(hub_core::IngestPolicy::default()),
+        clock: Arc::new(streaming_hub::clock::SystemClock),
+        wake: Arc::new(tokio::sync::Notify::new()),
+        fast: None,
+    };
+    (store, config.kafka.expect("kafka"), events)
+}
+
 struct FlakyWriter {
     inner: streaming_hub::ingest::KafkaEvents,
     partition: i32,
@@ -329,28 +351,11 @@ async fn a_store_failure_holds_back_only_its_partition() {
     let peer = KafkaPeer::start(Broker::Mock).await;
     let topic = "lerian.streaming.lender";
     peer.create_topic(topic, 3).await;
-    let db = crate::support::temp_sqlite_path();
-    let store = hub_store::SqliteStore::open(&db).await.expect("open");
-    store.migrate().await.expect("migrate");
-    let store: Arc<dyn Store> = Arc::new(store);
-    let vars: std::collections::HashMap<String, String> =
-        kafka_vars(&peer).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-    let config = streaming_hub::config::Config::from_vars(vars).expect("config");
-    let kafka_config = config.kafka.expect("kafka");
+    let (store, kafka_config, events) = partition_writer(&peer).await;
     let failing = Arc::new(AtomicBool::new(true));
     let refused = Arc::new(AtomicUsize::new(0));
-    let writer = FlakyWriter {
-        inner: streaming_hub::ingest::KafkaEvents {
-            store: Arc::clone(&store),
-            policy: Arc::new(hub_core::IngestPolicy::default()),
-            clock: Arc::new(streaming_hub::clock::SystemClock),
-            wake: Arc::new(tokio::sync::Notify::new()),
-            fast: None,
-        },
-        partition: 1,
-        failing: Arc::clone(&failing),
-        refused: Arc::clone(&refused),
-    };
+    let writer =
+        FlakyWriter { inner: events, partition: 1, failing: Arc::clone(&failing), refused: Arc::clone(&refused) };
     let records: Vec<Record> = (0..30).map(|i| Record::event("lender", i % 3, "t1")).collect();
     produce(&peer.producer(), &records).await;
 
@@ -407,28 +412,10 @@ async fn a_slow_partition_write_holds_back_no_other_partition() {
     let peer = KafkaPeer::start(Broker::Mock).await;
     let topic = "lerian.streaming.lender";
     peer.create_topic(topic, 3).await;
-    let db = crate::support::temp_sqlite_path();
-    let store = hub_store::SqliteStore::open(&db).await.expect("open");
-    store.migrate().await.expect("migrate");
-    let store: Arc<dyn Store> = Arc::new(store);
-    let vars: std::collections::HashMap<String, String> =
-        kafka_vars(&peer).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
-    let config = streaming_hub::config::Config::from_vars(vars).expect("config");
-    let kafka_config = config.kafka.expect("kafka");
+    let (store, kafka_config, events) = partition_writer(&peer).await;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let held = Arc::new(AtomicUsize::new(0));
-    let writer = GatedWriter {
-        inner: streaming_hub::ingest::KafkaEvents {
-            store: Arc::clone(&store),
-            policy: Arc::new(hub_core::IngestPolicy::default()),
-            clock: Arc::new(streaming_hub::clock::SystemClock),
-            wake: Arc::new(tokio::sync::Notify::new()),
-            fast: None,
-        },
-        partition: 1,
-        gate: Arc::clone(&gate),
-        held: Arc::clone(&held),
-    };
+    let writer = GatedWriter { inner: events, partition: 1, gate: Arc::clone(&gate), held: Arc::clone(&held) };
     let records: Vec<Record> = (0..30).map(|i| Record::event("lender", i % 3, "t1")).collect();
     produce(&peer.producer(), &records).await;
 
