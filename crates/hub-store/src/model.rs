@@ -214,6 +214,8 @@ pub(crate) struct JobToWrite {
     pub id: Uuid,
     pub job: NewJob,
     pub leased: Option<(Uuid, DateTime<Utc>)>,
+    /// Deliverable but left `pending` for want of room: counted in `LeasedAtIngest::pending`.
+    pub waits_for_room: bool,
 }
 
 impl JobToWrite {
@@ -238,8 +240,9 @@ pub(crate) fn lease_new_jobs(
             let excluded = lease.is_some_and(|l| l.exclude_subscriptions.contains(&job.subscription));
             let take = lease.filter(|_| *room > 0 && job.state == JobState::Pending && !excluded);
             let Some(lease) = take else {
-                leased.pending += usize::from(job.state == JobState::Pending && !excluded);
-                return JobToWrite { id, job, leased: None };
+                let waits_for_room = job.state == JobState::Pending && !excluded;
+                leased.pending += usize::from(waits_for_room);
+                return JobToWrite { id, job, leased: None, waits_for_room };
             };
             *room -= 1;
             leased.jobs.push(ClaimedJob {
@@ -253,7 +256,7 @@ pub(crate) fn lease_new_jobs(
                 event_received_at: job.received_at,
                 token: lease.token,
             });
-            JobToWrite { id, job, leased: Some((lease.token, lease.until)) }
+            JobToWrite { id, job, leased: Some((lease.token, lease.until)), waits_for_room: false }
         })
         .collect()
 }

@@ -70,23 +70,28 @@ impl PgStore {
         lease: Option<&IngestLease>,
     ) -> StoreResult<(Vec<WriteOutcome>, LeasedAtIngest)> {
         let groups = accepted_by_tenant(batch);
-        // Distinct ids per tenant; a later copy in the batch is a duplicate of the first.
+        // Distinct ids per tenant; a later copy in the batch is a duplicate of the first. Each
+        // tenant's candidates, numbered in batch order, stand for the seqs the store will give.
         let mut candidates: Vec<Candidate<'_>> = Vec::new();
+        let mut of_tenant: Vec<Vec<(i64, &AcceptedEvent)>> = Vec::with_capacity(groups.len());
         let mut of_record: Vec<(usize, usize)> = Vec::with_capacity(batch.len());
         for (tenant, events) in &groups {
             let mut first: HashMap<Uuid, usize> = HashMap::new();
+            let mut mine = Vec::new();
             for (index, event) in events {
                 let n = *first.entry(event.envelope.id().as_uuid()).or_insert_with(|| {
                     candidates.push(Candidate { tenant, event });
+                    mine.push((candidates.len() as i64 - 1, *event));
                     candidates.len() - 1
                 });
                 of_record.push((*index, n));
             }
+            of_tenant.push(mine);
         }
         let tenants: Vec<&str> = groups.keys().copied().collect();
         for _ in 0..TRIES {
             let subs = self.tenant_subscriptions(&tenants).await?;
-            let planned = plan(&candidates, &tenants, &subs, lease);
+            let planned = plan(&tenants, &of_tenant, &subs, lease);
             let rows: Vec<(Option<i32>, i64, bool)> = self.call_ingest(&candidates, &tenants, &subs, &planned).await?;
             if rows.iter().any(|(ord, _, _)| ord.is_none()) {
                 for (_, index, _) in rows.iter().filter(|(ord, _, _)| ord.is_none()) {
@@ -244,7 +249,7 @@ struct Planned {
     pull_sub: Vec<Uuid>,
     /// A deliverable job is left `pending`: other replicas' claimers are woken.
     wake: bool,
-    /// The leased jobs by candidate, with their tenant.
+    /// The leased jobs, each with the number of its candidate.
     leased: Vec<(usize, ClaimedJob)>,
     /// Deliverable jobs left `pending` for want of room, by candidate (see
     /// `LeasedAtIngest::pending`).
@@ -263,23 +268,19 @@ struct PlannedJobs {
 }
 
 /// Matches every candidate against its tenant's subscriptions (the core's rule, as the
-/// transaction path does) and leases deliverable jobs while the lease has room. Each candidate
-/// stands in with its number for the seq the store will give it.
+/// transaction path does) and leases deliverable jobs while the lease has room. `of_tenant`
+/// holds each tenant's candidates (in `tenants` order) with their numbers, which stand in for
+/// the seqs the store will give them; `subs` is each tenant's subscriptions, in the same order.
 fn plan(
-    candidates: &[Candidate<'_>],
     tenants: &[&str],
+    of_tenant: &[Vec<(i64, &AcceptedEvent)>],
     subs: &[Arc<TenantSubscriptions>],
     lease: Option<&IngestLease>,
 ) -> Planned {
     let mut planned = Planned::default();
     let mut room = lease.map_or(0, |l| l.limit);
-    let mut by_tenant: BTreeMap<&str, Vec<(i64, &AcceptedEvent)>> = BTreeMap::new();
-    for (n, c) in candidates.iter().enumerate() {
-        by_tenant.entry(c.tenant).or_default().push((n as i64, c.event));
-    }
-    for (tenant, events) in &by_tenant {
-        let Some(i) = tenants.iter().position(|t| t == tenant) else { continue };
-        let work = match_events(tenant, &subs[i].targets, events);
+    for ((tenant, events), subs) in tenants.iter().zip(of_tenant).zip(subs) {
+        let work = match_events(tenant, &subs.targets, events);
         for (sub, n) in work.pulls {
             planned.pull_ord.push(n as i32);
             planned.pull_sub.push(sub);
@@ -287,7 +288,8 @@ fn plan(
         let mut leased = LeasedAtIngest::default();
         for job in lease_new_jobs(tenant, work.jobs, lease, &mut room, &mut leased) {
             let n = job.job.seq as usize;
-            let JobToWrite { id, job: NewJob { subscription, received_at, .. }, leased: lease_of } = &job;
+            let JobToWrite { id, job: NewJob { subscription, received_at, .. }, leased: lease_of, waits_for_room } =
+                &job;
             planned.jobs.ord.push(n as i32);
             planned.jobs.id.push(*id);
             planned.jobs.sub.push(*subscription);
@@ -295,11 +297,9 @@ fn plan(
             planned.jobs.received.push(*received_at);
             planned.jobs.token.push(lease_of.map(|(token, _)| token));
             planned.jobs.until.push(lease_of.map(|(_, until)| until));
-            if job.state() == JobState::Pending {
-                planned.wake = true;
-                if !lease.is_some_and(|l| l.exclude_subscriptions.contains(subscription)) {
-                    planned.pending.push(n);
-                }
+            planned.wake |= job.state() == JobState::Pending;
+            if *waits_for_room {
+                planned.pending.push(n);
             }
         }
         planned.leased.extend(leased.jobs.into_iter().map(|j| (j.event_seq as usize, j)));

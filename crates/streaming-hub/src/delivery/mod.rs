@@ -544,9 +544,10 @@ impl Dispatcher {
         }
     }
 
-    /// The ready queue's slots: what every claimer claims at once, and as much again four times
-    /// over for the jobs this process's ingest leases as it writes them (under a burst most of
-    /// them, which then need no claim: one row version and one statement fewer each).
+    /// The ready queue's slots: [`READY_ROUNDS`] times what every claimer claims at once, the
+    /// room beyond one round going to the jobs this process's ingest leases as it writes them
+    /// (under a burst most of them, which then need no claim: one row version and one statement
+    /// fewer each).
     fn ready_slots(&self) -> usize {
         READY_ROUNDS * CLAIMERS * self.settings.claim_batch.max(1) as usize
     }

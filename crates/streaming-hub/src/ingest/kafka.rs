@@ -232,9 +232,7 @@ pub async fn run<W: BatchWriter>(
             biased;
             () = shutdown.cancelled() => break,
             Some(done) = writing.join_next(), if !writing.is_empty() => {
-                if let Ok(done) = done {
-                    settle(name, &consumer, &mut partitions, &owned, done);
-                }
+                settle(name, &consumer, &mut partitions, &owned, done);
             }
             () = sleep_until(next) => {
                 let now = Instant::now();
@@ -271,20 +269,12 @@ pub async fn run<W: BatchWriter>(
     }
     // Shutting down: the writes under way end and commit, then what is held is written and
     // committed, so the next owner starts after it.
-    while let Some(done) = writing.join_next().await {
-        if let Ok(done) = done {
-            settle(name, &consumer, &mut partitions, &owned, done);
-        }
-    }
+    settle_all(name, &consumer, &mut partitions, &owned, &mut writing).await;
     let keys: Vec<(String, i32)> = partitions.keys().cloned().collect();
     for key in keys {
         begin(&writer, &mut partitions, &mut owned, generation, &key, &mut writing);
-        while let Some(done) = writing.join_next().await {
-            if let Ok(done) = done {
-                settle(name, &consumer, &mut partitions, &owned, done);
-            }
-        }
     }
+    settle_all(name, &consumer, &mut partitions, &owned, &mut writing).await;
     // librdkafka's close (run when the consumer is dropped) waits to leave the group, and with
     // the broker gone it can wait for ever: it runs on a thread of its own, waited for a bounded
     // time, so neither a runtime worker nor the process's exit is held by it.
@@ -349,18 +339,39 @@ fn begin<W: BatchWriter>(
     });
 }
 
+/// Waits for every partition write under way and settles each.
+async fn settle_all(
+    name: &'static str,
+    consumer: &StreamConsumer<RebalanceLog>,
+    partitions: &mut HashMap<(String, i32), Partition>,
+    owned: &HashMap<(String, i32), u64>,
+    writing: &mut tokio::task::JoinSet<Written>,
+) {
+    while let Some(done) = writing.join_next().await {
+        settle(name, consumer, partitions, owned, done);
+    }
+}
+
 /// Ends a partition batch's write: on success its offset is committed (and a paused partition
 /// resumed); on failure its records go back before those read meanwhile and the partition is
 /// paused and retried with a backoff. A write begun before the partition was revoked does
-/// neither.
+/// neither. A writer that panicked ends the consumer with its panic, as it did when writes ran
+/// in the consumer's own task (the supervisor then stops the hub), rather than leaving its
+/// partition stalled.
 fn settle(
     name: &'static str,
     consumer: &StreamConsumer<RebalanceLog>,
     partitions: &mut HashMap<(String, i32), Partition>,
     owned: &HashMap<(String, i32), u64>,
-    done: Written,
+    done: Result<Written, tokio::task::JoinError>,
 ) {
-    let Written { key, generation, mut records, result } = done;
+    let Written { key, generation, mut records, result } = match done {
+        Ok(written) => written,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Writes are never aborted; a cancelled one (the runtime shutting down) wrote nothing
+        // that this consumer will commit.
+        Err(_) => return,
+    };
     if owned.get(&key) != Some(&generation) {
         return;
     }
