@@ -171,85 +171,26 @@ impl JobQueue for PgStore {
         if results.is_empty() {
             return Ok(Vec::new());
         }
-        let mut cols = AttemptColumns::default();
-        for r in results {
-            cols.push(r);
-        }
         // The usual case, every attempt delivered: one statement (so one transaction) records
-        // them, moves their jobs and clears their subscriptions' failure marks. Otherwise the
-        // subscriptions' health changes follow, in order, in the same transaction.
-        let all_delivered = results.iter().all(|r| matches!(r.health, HealthChange::Success));
-        let healthy = if all_delivered {
-            ", healthy AS (
-                UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
-                WHERE id = ANY($4) AND failing_since IS NOT NULL)"
-        } else {
-            ""
-        };
-        // Each job changes only while its lease is held: the held jobs are found and locked by
-        // primary key, one probe each, and updated by their row address, so the plan does not
-        // depend on how fresh the fast-changing job table's statistics are.
-        let sql = format!(
-            "WITH held AS MATERIALIZED (
-                SELECT u.*, l.row FROM UNNEST($2::uuid[], $12::uuid[], $13::text[], $14::timestamptz[],
-                    $15::text[], $16::timestamptz[], $17::timestamptz[])
-                    AS u(id, token, state, due_at, error, finished_at, now)
-                CROSS JOIN LATERAL (SELECT ctid AS row FROM delivery_jobs
-                                    WHERE id = u.id AND lease_token = u.token AND state = 'leased'
-                                    LIMIT 1 FOR UPDATE) l
-             ), done AS (
-                UPDATE delivery_jobs j SET state = h.state, attempts = j.attempts + 1,
-                    due_at = COALESCE(h.due_at, j.due_at), last_error = h.error, finished_at = h.finished_at,
-                    lease_expires_at = NULL, lease_token = NULL, updated_at = h.now
-                FROM held h WHERE j.ctid = h.row
-                RETURNING j.id
-             ), recorded AS (
-                INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
-                    latency_ms, outcome, status_code, error, response_body)
-                SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::int[],
-                    $6::timestamptz[], $7::bigint[], $8::text[], $9::int[], $10::text[], $11::text[])
-             ){healthy}
-             SELECT id FROM done"
-        );
-        let query = sqlx::query_scalar::<_, Uuid>(&sql)
-            .bind(&cols.id)
-            .bind(&cols.job_id)
-            .bind(&cols.tenant_id)
-            .bind(&cols.subscription_id)
-            .bind(&cols.attempt)
-            .bind(&cols.started_at)
-            .bind(&cols.latency_ms)
-            .bind(&cols.outcome)
-            .bind(&cols.status_code)
-            .bind(&cols.error)
-            .bind(&cols.response_body)
-            .bind(&cols.token)
-            .bind(&cols.state)
-            .bind(&cols.due_at)
-            .bind(&cols.job_error)
-            .bind(&cols.finished_at)
-            .bind(&cols.now);
+        // them, moves their jobs and clears their subscriptions' failure marks.
+        if delivered_only(results) {
+            let cols = AttemptColumns::of(results);
+            let moved = record_query(&cols, true).fetch_all(&self.pool).await?;
+            return Ok(completions(results, &moved, None));
+        }
+        // Otherwise the subscriptions' health changes follow, in order, in the same transaction.
+        let cols = AttemptColumns::of(results);
+        let mut tx = self.pool.begin().await?;
+        let moved = record_query(&cols, false).fetch_all(&mut *tx).await?;
         let mut disabled = vec![false; results.len()];
-        let updated: std::collections::HashSet<Uuid> = if all_delivered {
-            query.fetch_all(&self.pool).await?.into_iter().collect()
-        } else {
-            let mut tx = self.pool.begin().await?;
-            let updated = query.fetch_all(&mut *tx).await?.into_iter().collect();
-            // Failures and successes of one subscription apply in order.
-            for (i, r) in results.iter().enumerate() {
-                disabled[i] = Self::apply_health(&mut tx, r.record.subscription_id, &r.health).await?;
-                if disabled[i] {
-                    Self::sync_waiting_jobs(&mut tx, r.record.subscription_id).await?;
-                }
+        for (i, r) in results.iter().enumerate() {
+            disabled[i] = Self::apply_health(&mut tx, r.record.subscription_id, &r.health).await?;
+            if disabled[i] {
+                Self::sync_waiting_jobs(&mut tx, r.record.subscription_id).await?;
             }
-            tx.commit().await?;
-            updated
-        };
-        Ok(results
-            .iter()
-            .zip(disabled)
-            .map(|(r, disabled)| Completed { job_updated: updated.contains(&r.record.job_id), disabled })
-            .collect())
+        }
+        tx.commit().await?;
+        Ok(completions(results, &moved, Some(&disabled)))
     }
 
     async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery> {

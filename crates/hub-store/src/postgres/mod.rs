@@ -516,6 +516,55 @@ impl JobColumns {
     }
 }
 
+/// Whether every attempt delivered (so each clears its subscription's failure mark, and none
+/// changes its health otherwise).
+fn delivered_only(results: &[AttemptResult]) -> bool {
+    results.iter().all(|r| matches!(r.health, HealthChange::Success))
+}
+
+/// The `hub_record` call for a set of attempts (migration 0012): the jobs it moved.
+fn record_query(
+    cols: &AttemptColumns,
+    clear_health: bool,
+) -> sqlx::query::QueryScalar<'_, Postgres, Uuid, sqlx::postgres::PgArguments> {
+    sqlx::query_scalar(
+        "SELECT moved FROM hub_record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+            $18)",
+    )
+    .bind(&cols.id)
+    .bind(&cols.job_id)
+    .bind(&cols.tenant_id)
+    .bind(&cols.subscription_id)
+    .bind(&cols.attempt)
+    .bind(&cols.started_at)
+    .bind(&cols.latency_ms)
+    .bind(&cols.outcome)
+    .bind(&cols.status_code)
+    .bind(&cols.error)
+    .bind(&cols.response_body)
+    .bind(&cols.token)
+    .bind(&cols.state)
+    .bind(&cols.due_at)
+    .bind(&cols.job_error)
+    .bind(&cols.finished_at)
+    .bind(&cols.now)
+    .bind(clear_health)
+}
+
+/// What recording each attempt changed: its job when the store moved it (`moved`), and whether
+/// it disabled its subscription.
+fn completions(results: &[AttemptResult], moved: &[Uuid], disabled: Option<&[bool]>) -> Vec<Completed> {
+    let moved: std::collections::HashSet<&Uuid> = moved.iter().collect();
+    results
+        .iter()
+        .enumerate()
+        .map(|(i, r)| Completed {
+            job_updated: moved.contains(&r.record.job_id),
+            disabled: disabled.is_some_and(|d| d[i]),
+        })
+        .collect()
+}
+
 /// Column arrays for recording a batch of attempts with `UNNEST`.
 #[derive(Default)]
 struct AttemptColumns {
@@ -539,6 +588,14 @@ struct AttemptColumns {
 }
 
 impl AttemptColumns {
+    fn of(results: &[AttemptResult]) -> Self {
+        let mut cols = Self::default();
+        for r in results {
+            cols.push(r);
+        }
+        cols
+    }
+
     fn push(&mut self, r: &AttemptResult) {
         let a = &r.record;
         self.id.push(a.id);
