@@ -56,6 +56,9 @@ pub struct PgStore {
     channel: String,
 }
 
+/// How long a pooled connection may sit idle before it is checked again when next handed out.
+const CHECK_IDLE_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl PgStore {
     /// Connects a pool of at most `max_connections`; with `schema`, every connection works
     /// inside that schema.
@@ -82,11 +85,24 @@ impl PgStore {
             }
         }
         let max_connections = pool.max_connections.max(1);
+        // A connection is checked (one round trip) before it is handed out only when it sat idle
+        // long enough to have been dropped by the server or the network meanwhile; checking every
+        // one would add a round trip to every statement. One that broke while in use fails its
+        // statement, whose caller retries or reports it, and is not given out again.
         let pool = PgPoolOptions::new()
             .min_connections(pool.min_connections.min(max_connections))
             .max_lifetime(pool.max_lifetime)
             .max_connections(max_connections)
             .acquire_timeout(std::time::Duration::from_secs(10))
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= CHECK_IDLE_AFTER {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(options)
             .await?;
         let channel = match schema {
