@@ -44,6 +44,23 @@ pub enum StoreError {
     Unreachable(String),
 }
 
+impl StoreError {
+    /// The statement failed for want of a live connection: the server ended it (an operator, a
+    /// restart, a failover) or the network dropped it. Nothing of the statement was done unless it
+    /// was lost on its way back.
+    pub fn is_connection_lost(&self) -> bool {
+        match self {
+            Self::Database(sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_)) => true,
+            // Class 08, connection exception; 57P01 to 57P03, the server shutting down or
+            // starting.
+            Self::Database(sqlx::Error::Database(e)) => {
+                e.code().is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03"))
+            }
+            _ => false,
+        }
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         Self::Database(e)

@@ -5,7 +5,7 @@ use super::*;
 #[async_trait]
 impl Inbox for PgStore {
     async fn write_batch(&self, batch: &[IngestRecord]) -> StoreResult<Vec<WriteOutcome>> {
-        Ok(self.write(batch, None).await?.0)
+        Ok(self.on_live_connection(|| self.write(batch, None)).await?.0)
     }
 
     async fn write_batch_leased(
@@ -13,7 +13,7 @@ impl Inbox for PgStore {
         batch: &[IngestRecord],
         lease: &IngestLease,
     ) -> StoreResult<(Vec<WriteOutcome>, LeasedAtIngest)> {
-        self.write(batch, Some(lease)).await
+        self.on_live_connection(|| self.write(batch, Some(lease))).await
     }
 
     async fn event_by_ce_id(&self, tenant: &str, ce_id: Uuid) -> StoreResult<Option<StoredEvent>> {

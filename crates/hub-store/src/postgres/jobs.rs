@@ -168,29 +168,7 @@ impl JobQueue for PgStore {
     }
 
     async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>> {
-        if results.is_empty() {
-            return Ok(Vec::new());
-        }
-        // The usual case, every attempt delivered: one statement (so one transaction) records
-        // them, moves their jobs and clears their subscriptions' failure marks.
-        if delivered_only(results) {
-            let cols = AttemptColumns::of(results);
-            let moved = record_query(&cols, true).fetch_all(&self.pool).await?;
-            return Ok(completions(results, &moved, None));
-        }
-        // Otherwise the subscriptions' health changes follow, in order, in the same transaction.
-        let cols = AttemptColumns::of(results);
-        let mut tx = self.pool.begin().await?;
-        let moved = record_query(&cols, false).fetch_all(&mut *tx).await?;
-        let mut disabled = vec![false; results.len()];
-        for (i, r) in results.iter().enumerate() {
-            disabled[i] = Self::apply_health(&mut tx, r.record.subscription_id, &r.health).await?;
-            if disabled[i] {
-                Self::sync_waiting_jobs(&mut tx, r.record.subscription_id).await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(completions(results, &moved, Some(&disabled)))
+        self.on_live_connection(|| self.record(results)).await
     }
 
     async fn recover_expired_leases(&self, now: DateTime<Utc>, poison_threshold: u32) -> StoreResult<Recovery> {
@@ -333,5 +311,34 @@ impl JobQueue for PgStore {
             .bind(now)
             .fetch_one(&self.pool)
             .await?)
+    }
+}
+
+impl PgStore {
+    /// Records attempts (see [`JobQueue::complete_attempts`]).
+    async fn record(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>> {
+        if results.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The usual case, every attempt delivered: one statement (so one transaction) records
+        // them, moves their jobs and clears their subscriptions' failure marks.
+        if delivered_only(results) {
+            let cols = AttemptColumns::of(results);
+            let moved = record_query(&cols, true).fetch_all(&self.pool).await?;
+            return Ok(completions(results, &moved, None));
+        }
+        // Otherwise the subscriptions' health changes follow, in order, in the same transaction.
+        let cols = AttemptColumns::of(results);
+        let mut tx = self.pool.begin().await?;
+        let moved = record_query(&cols, false).fetch_all(&mut *tx).await?;
+        let mut disabled = vec![false; results.len()];
+        for (i, r) in results.iter().enumerate() {
+            disabled[i] = Self::apply_health(&mut tx, r.record.subscription_id, &r.health).await?;
+            if disabled[i] {
+                Self::sync_waiting_jobs(&mut tx, r.record.subscription_id).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(completions(results, &moved, Some(&disabled)))
     }
 }

@@ -112,6 +112,24 @@ impl PgStore {
         Ok(Self { pool, subs: std::sync::Arc::default(), channel })
     }
 
+    /// Runs `op` again while it fails for want of a live connection. Pooled connections are
+    /// checked only after a second idle (see `connect_with`), so after the server ended them
+    /// (a restart, a failover) each fails the first statement it is given, at once, and is then
+    /// dropped by the pool: one try per pooled connection, and one more, reaches a live one.
+    pub(crate) async fn on_live_connection<T, F, Fut>(&self, mut op: F) -> StoreResult<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = StoreResult<T>>,
+    {
+        let mut tries = self.pool.options().get_max_connections() + 1;
+        loop {
+            match op().await {
+                Err(e) if e.is_connection_lost() && tries > 1 => tries -= 1,
+                done => return done,
+            }
+        }
+    }
+
     /// The pool, for the service's own PostgreSQL-only needs (notifications, advisory locks).
     pub fn pool(&self) -> &PgPool {
         &self.pool

@@ -1,6 +1,7 @@
 //! The store contract: the same tests against SQLite and PostgreSQL, a fresh database (SQLite
 //! file or PostgreSQL schema) per test. PostgreSQL is required: without it these tests fail.
 
+mod connections;
 mod contract;
 mod dlq;
 mod jobs;

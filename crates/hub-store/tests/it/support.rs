@@ -50,6 +50,14 @@ impl TestDb {
         }
     }
 
+    /// The PostgreSQL store itself, for what only that backend has.
+    pub fn postgres_store(&self) -> Option<&PgStore> {
+        match &self.backend {
+            Backend::Postgres(s, _) => Some(s),
+            Backend::Sqlite(..) => None,
+        }
+    }
+
     /// Runs raw SQL against the test database (to inject failures or read raw rows).
     pub async fn execute(&self, sql: &str) {
         match &self.backend {

@@ -1,0 +1,95 @@
+//! PostgreSQL only: connections the server ends while they sit in the pool (a restart, a
+//! failover, an operator) cost no write. Pooled connections are checked only after a second
+//! idle, so the store tries again on another connection when one turns out to be gone.
+
+use chrono::{Duration, Utc};
+use hub_core::SinkKind;
+use hub_store::{AttemptRecord, AttemptResult, ClaimRequest, HealthChange, JobTransition, PgStore, WriteOutcome};
+use uuid::Uuid;
+
+use crate::support::{TestDb, accepted, postgres_dsn, subscription};
+
+/// Ends, from another session, every connection the store's pool holds, and waits until the
+/// server has let them all go.
+async fn end_every_pooled_connection(store: &PgStore) {
+    let pool = store.pool();
+    let mut held = Vec::new();
+    while held.len() < pool.options().get_max_connections() as usize {
+        held.push(pool.acquire().await.expect("acquire"));
+    }
+    let mut pids: Vec<i32> = Vec::new();
+    for conn in &mut held {
+        pids.push(sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut **conn).await.expect("pid"));
+    }
+    drop(held);
+    let admin = PgStore::connect(&postgres_dsn(), None, 1).await.expect("admin connection");
+    let ended: Vec<bool> = sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM UNNEST($1::int[]) AS p(pid)")
+        .bind(&pids)
+        .fetch_all(admin.pool())
+        .await
+        .expect("terminate");
+    assert!(ended.iter().all(|e| *e), "every pooled connection is ended: {ended:?}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)")
+            .bind(&pids)
+            .fetch_one(admin.pool())
+            .await
+            .expect("activity");
+        if left == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{left} ended connections still listed after 10 s");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    admin.pool().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_server_ended_while_pooled_cost_no_write() {
+    let db = TestDb::postgres().await;
+    let pg = db.postgres_store().expect("a PostgreSQL store");
+    let sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    db.store.create_subscription(&sub).await.expect("create");
+
+    // An ingest write right after every pooled connection was ended is written.
+    end_every_pooled_connection(pg).await;
+    let written = db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write after the end");
+    assert!(matches!(written[..], [WriteOutcome::Inserted { seq: 1 }]), "{written:?}");
+
+    // So is an outcome.
+    let now = Utc::now() + Duration::seconds(1);
+    let request = ClaimRequest {
+        now,
+        lease_until: now + Duration::seconds(60),
+        token: Uuid::now_v7(),
+        limit: 1,
+        after_tenant: None,
+        exclude_subscriptions: Vec::new(),
+    };
+    let job = db.store.claim_jobs(&request).await.expect("claim").jobs.remove(0);
+    end_every_pooled_connection(pg).await;
+    let result = AttemptResult {
+        token: job.token,
+        record: AttemptRecord {
+            id: Uuid::now_v7(),
+            job_id: job.id,
+            tenant_id: job.tenant_id.clone(),
+            subscription_id: job.subscription_id,
+            attempt: 1,
+            started_at: Utc::now(),
+            latency_ms: 3,
+            outcome: "delivered".to_owned(),
+            status_code: Some(204),
+            error: None,
+            response_body: None,
+        },
+        transition: JobTransition::Succeeded,
+        health: HealthChange::Success,
+        now: Utc::now(),
+    };
+    let done = db.store.complete_attempts(std::slice::from_ref(&result)).await.expect("record after the end");
+    assert!(done[0].job_updated, "the job moved: {done:?}");
+    let stored = db.store.list_jobs("t1", sub.id, None, None, 10).await.expect("jobs");
+    assert_eq!(stored.iter().map(|j| j.state.as_str()).collect::<Vec<_>>(), ["succeeded"]);
+}
