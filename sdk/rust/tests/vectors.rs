@@ -7,8 +7,13 @@ use serde_json::Value;
 use streaming_hub_receiver::{DEFAULT_TOLERANCE, Headers, parse_headers, sign, verify};
 
 fn vectors() -> Value {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../vectors/webhooks.json");
-    serde_json::from_str(&std::fs::read_to_string(path).expect("the shared vectors")).expect("JSON")
+    // Where `cargo test` runs this package now (a build cached from another checkout keeps the
+    // directory it was compiled in).
+    let dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let path = dir.join("../vectors/webhooks.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).expect("the shared vectors")).expect("JSON")
 }
 
 fn pairs(headers: &Value) -> Vec<(String, String)> {
