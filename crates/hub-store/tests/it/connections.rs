@@ -2,11 +2,11 @@
 //! failover, an operator) cost no write. Pooled connections are checked only after a second
 //! idle, so the store tries again on another connection when one turns out to be gone.
 
-use chrono::{Duration, Utc};
 use hub_core::SinkKind;
-use hub_store::{AttemptRecord, AttemptResult, ClaimRequest, HealthChange, JobTransition, PgStore, WriteOutcome};
+use hub_store::{HealthChange, JobTransition, PgStore, WriteOutcome};
 use uuid::Uuid;
 
+use crate::jobs::{claim, result};
 use crate::support::{TestDb, accepted, postgres_dsn, subscription};
 
 /// Ends, from another session, every connection the store's pool holds, and waits until the
@@ -58,36 +58,9 @@ async fn connections_the_server_ended_while_pooled_cost_no_write() {
     assert!(matches!(written[..], [WriteOutcome::Inserted { seq: 1 }]), "{written:?}");
 
     // So is an outcome.
-    let now = Utc::now() + Duration::seconds(1);
-    let request = ClaimRequest {
-        now,
-        lease_until: now + Duration::seconds(60),
-        token: Uuid::now_v7(),
-        limit: 1,
-        after_tenant: None,
-        exclude_subscriptions: Vec::new(),
-    };
-    let job = db.store.claim_jobs(&request).await.expect("claim").jobs.remove(0);
+    let job = db.store.claim_jobs(&claim(1, None)).await.expect("claim").jobs.remove(0);
     end_every_pooled_connection(pg).await;
-    let result = AttemptResult {
-        token: job.token,
-        record: AttemptRecord {
-            id: Uuid::now_v7(),
-            job_id: job.id,
-            tenant_id: job.tenant_id.clone(),
-            subscription_id: job.subscription_id,
-            attempt: 1,
-            started_at: Utc::now(),
-            latency_ms: 3,
-            outcome: "delivered".to_owned(),
-            status_code: Some(204),
-            error: None,
-            response_body: None,
-        },
-        transition: JobTransition::Succeeded,
-        health: HealthChange::Success,
-        now: Utc::now(),
-    };
+    let result = result(&job, "delivered", JobTransition::Succeeded, HealthChange::Success);
     let done = db.store.complete_attempts(std::slice::from_ref(&result)).await.expect("record after the end");
     assert!(done[0].job_updated, "the job moved: {done:?}");
     let stored = db.store.list_jobs("t1", sub.id, None, None, 10).await.expect("jobs");

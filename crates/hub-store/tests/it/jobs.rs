@@ -27,7 +27,7 @@ async fn events(db: &TestDb, tenant: &str, n: usize) {
     }
 }
 
-fn claim(limit: u32, after: Option<&str>) -> ClaimRequest {
+pub(crate) fn claim(limit: u32, after: Option<&str>) -> ClaimRequest {
     let now = Utc::now() + Duration::seconds(1);
     ClaimRequest {
         now,
@@ -39,7 +39,12 @@ fn claim(limit: u32, after: Option<&str>) -> ClaimRequest {
     }
 }
 
-fn result(job: &ClaimedJob, outcome: &str, transition: JobTransition, health: HealthChange) -> AttemptResult {
+pub(crate) fn result(
+    job: &ClaimedJob,
+    outcome: &str,
+    transition: JobTransition,
+    health: HealthChange,
+) -> AttemptResult {
     let now = Utc::now();
     AttemptResult {
         token: job.token,
