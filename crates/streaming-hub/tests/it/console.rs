@@ -73,7 +73,7 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         playwright.join("package.json").exists() && Path::new("/usr/bin/chromium").exists(),
         "the console test needs Chromium and playwright-core: run scripts/services console"
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("console/test/console.mjs");
+    let script = crate::sdk::repo().join("crates/streaming-hub/console/test/console.mjs");
     let mut command = Command::new("node");
     command
         .arg(script)

@@ -10,7 +10,7 @@ const SIG: &str = "v1,sha256=49d0851d6baa34655d12dfba153c748db08b84830d4cb01780d
 const BODY: &[u8] = br#"{"id":"123"}"#;
 
 fn docs() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/receivers")
+    crate::sdk::repo().join("docs/receivers")
 }
 
 #[test]

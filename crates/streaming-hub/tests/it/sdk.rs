@@ -3,7 +3,7 @@
 //! subscription; a Standard Webhooks subscription's deliveries verify with the specification's
 //! reference libraries from PyPI and npm, and fail with a tampered body.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
@@ -14,8 +14,13 @@ use serde_json::{Value, json};
 use crate::receiver::{Delivery, Receiver, Script};
 use crate::support::{Backend, Event, TestHub};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+/// The repository's root: from where `cargo test` runs this package now (a build cached from
+/// another checkout keeps the directory it was compiled in).
+pub(crate) fn repo() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("../..")
 }
 
 pub use hub_testkit::kafka::cache_dir;
