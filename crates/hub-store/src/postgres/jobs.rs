@@ -320,15 +320,14 @@ impl PgStore {
         if results.is_empty() {
             return Ok(Vec::new());
         }
+        let cols = AttemptColumns::of(results);
         // The usual case, every attempt delivered: one statement (so one transaction) records
         // them, moves their jobs and clears their subscriptions' failure marks.
         if delivered_only(results) {
-            let cols = AttemptColumns::of(results);
             let moved = record_query(&cols, true).fetch_all(&self.pool).await?;
             return Ok(completions(results, &moved, None));
         }
         // Otherwise the subscriptions' health changes follow, in order, in the same transaction.
-        let cols = AttemptColumns::of(results);
         let mut tx = self.pool.begin().await?;
         let moved = record_query(&cols, false).fetch_all(&mut *tx).await?;
         let mut disabled = vec![false; results.len()];

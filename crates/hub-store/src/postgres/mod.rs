@@ -87,8 +87,8 @@ impl PgStore {
         let max_connections = pool.max_connections.max(1);
         // A connection is checked (one round trip) before it is handed out only when it sat idle
         // long enough to have been dropped by the server or the network meanwhile; checking every
-        // one would add a round trip to every statement. One that broke while in use fails its
-        // statement, whose caller retries or reports it, and is not given out again.
+        // one would add a round trip to every statement. One found broken by its statement is not
+        // given out again, and writes try again on another (`on_live_connection`).
         let pool = PgPoolOptions::new()
             .min_connections(pool.min_connections.min(max_connections))
             .max_lifetime(pool.max_lifetime)

@@ -306,7 +306,48 @@ async fn a_topic_created_after_start_is_consumed() {
     until("the late topic's event", async || hub.store.event_by_ce_id("t1", id).await.expect("read")).await;
 }
 
-/// Writes like the hub, but fails every batch of one partition while `failing` is set.
+/// Thirty events of tenant `t1`, ten on each partition of a fresh three-partition topic, read by
+/// `kafka::run` (batches of 5) and written through `wrap` around the ingest consumer's writer on
+/// a fresh SQLite store: for tests that hold back one partition's writes.
+struct PartitionRun {
+    peer: KafkaPeer,
+    store: Arc<dyn Store>,
+    records: Vec<Record>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+const PARTITION_TOPIC: &str = "lerian.streaming.lender";
+
+impl PartitionRun {
+    async fn start<W: BatchWriter + 'static>(wrap: impl FnOnce(streaming_hub::ingest::KafkaEvents) -> W) -> Self {
+        let peer = KafkaPeer::start(Broker::Mock).await;
+        peer.create_topic(PARTITION_TOPIC, 3).await;
+        let (store, kafka_config, events) = partition_writer(&peer).await;
+        let records: Vec<Record> = (0..30).map(|i| Record::event("lender", i % 3, "t1")).collect();
+        produce(&peer.producer(), &records).await;
+        let consumer = kafka::subscribe(&kafka_config, "ingest", GROUP, kafka::INGEST_PATTERN).expect("consumer");
+        let shutdown = CancellationToken::new();
+        let batching = kafka::Batching { size: 5, wait: Duration::from_millis(20) };
+        let task = tokio::spawn(kafka::run("ingest", consumer, wrap(events), batching, shutdown.clone()));
+        Self { peer, store, records, shutdown, task }
+    }
+
+    /// Each partition's committed offset.
+    fn committed(&self) -> Vec<Option<i64>> {
+        self.peer.committed(GROUP, PARTITION_TOPIC, 3)
+    }
+
+    async fn wait_all_committed(&self) {
+        self.peer.wait_committed(GROUP, PARTITION_TOPIC, &[10, 10, 10], WAIT).await;
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.task.await.expect("consumer stops");
+    }
+}
+
 /// A fresh SQLite store, the Kafka configuration of `peer`, and the ingest consumer's writer on
 /// that store, for tests that drive `kafka::run` with a writer of their own around it.
 async fn partition_writer(
@@ -329,6 +370,7 @@ async fn partition_writer(
     (store, config.kafka.expect("kafka"), events)
 }
 
+/// Writes like the hub, but fails every batch of one partition while `failing` is set.
 struct FlakyWriter {
     inner: streaming_hub::ingest::KafkaEvents,
     partition: i32,
@@ -348,42 +390,36 @@ impl BatchWriter for FlakyWriter {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_failure_holds_back_only_its_partition() {
-    let peer = KafkaPeer::start(Broker::Mock).await;
-    let topic = "lerian.streaming.lender";
-    peer.create_topic(topic, 3).await;
-    let (store, kafka_config, events) = partition_writer(&peer).await;
     let failing = Arc::new(AtomicBool::new(true));
     let refused = Arc::new(AtomicUsize::new(0));
-    let writer =
-        FlakyWriter { inner: events, partition: 1, failing: Arc::clone(&failing), refused: Arc::clone(&refused) };
-    let records: Vec<Record> = (0..30).map(|i| Record::event("lender", i % 3, "t1")).collect();
-    produce(&peer.producer(), &records).await;
-
-    let consumer = kafka::subscribe(&kafka_config, "ingest", GROUP, kafka::INGEST_PATTERN).expect("consumer");
-    let shutdown = CancellationToken::new();
-    let batching = kafka::Batching { size: 5, wait: Duration::from_millis(20) };
-    let task = tokio::spawn(kafka::run("ingest", consumer, writer, batching, shutdown.clone()));
+    let run = PartitionRun::start(|events| FlakyWriter {
+        inner: events,
+        partition: 1,
+        failing: Arc::clone(&failing),
+        refused: Arc::clone(&refused),
+    })
+    .await;
+    let (store, records) = (&run.store, &run.records);
 
     // Partitions 0 and 2 are written and committed while partition 1 keeps failing.
     until("partitions 0 and 2 committed", async || {
-        let c = peer.committed(GROUP, topic, 3);
+        let c = run.committed();
         (c[0] == Some(10) && c[2] == Some(10) && refused.load(Ordering::SeqCst) >= 2).then_some(())
     })
     .await;
-    assert_eq!(peer.committed(GROUP, topic, 3)[1], None, "the failing partition's offset is not committed");
+    assert_eq!(run.committed()[1], None, "the failing partition's offset is not committed");
     let stored = store.events_after("t1", 0, 100).await.expect("read");
     assert_eq!(stored.len(), 20);
     assert!(stored.iter().all(|e| !matches!(e.origin, hub_store::Origin::Kafka { partition: 1, .. })));
 
     // The store recovers: the held records are written, once, and committed.
     failing.store(false, Ordering::SeqCst);
-    peer.wait_committed(GROUP, topic, &[10, 10, 10], WAIT).await;
+    run.wait_all_committed().await;
     let stored = store.events_after("t1", 0, 100).await.expect("read");
     let ids: HashSet<String> = stored.iter().map(|e| e.ce_id.to_string()).collect();
     assert_eq!(stored.len(), 30);
     assert_eq!(ids, records.iter().map(Record::id).collect::<HashSet<_>>());
-    shutdown.cancel();
-    task.await.expect("consumer stops");
+    run.stop().await;
 }
 
 /// Holds every write of one partition until the gate opens.
@@ -409,32 +445,27 @@ impl BatchWriter for GatedWriter {
 /// order, one batch at a time, and are committed once written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_partition_write_holds_back_no_other_partition() {
-    let peer = KafkaPeer::start(Broker::Mock).await;
-    let topic = "lerian.streaming.lender";
-    peer.create_topic(topic, 3).await;
-    let (store, kafka_config, events) = partition_writer(&peer).await;
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let held = Arc::new(AtomicUsize::new(0));
-    let writer = GatedWriter { inner: events, partition: 1, gate: Arc::clone(&gate), held: Arc::clone(&held) };
-    let records: Vec<Record> = (0..30).map(|i| Record::event("lender", i % 3, "t1")).collect();
-    produce(&peer.producer(), &records).await;
-
-    let consumer = kafka::subscribe(&kafka_config, "ingest", GROUP, kafka::INGEST_PATTERN).expect("consumer");
-    let shutdown = CancellationToken::new();
-    let batching = kafka::Batching { size: 5, wait: Duration::from_millis(20) };
-    let task = tokio::spawn(kafka::run("ingest", consumer, writer, batching, shutdown.clone()));
+    let run = PartitionRun::start(|events| GatedWriter {
+        inner: events,
+        partition: 1,
+        gate: Arc::clone(&gate),
+        held: Arc::clone(&held),
+    })
+    .await;
 
     until("partitions 0 and 2 committed while partition 1's write is held", async || {
-        let c = peer.committed(GROUP, topic, 3);
+        let c = run.committed();
         (c[0] == Some(10) && c[2] == Some(10) && held.load(Ordering::SeqCst) >= 1).then_some(())
     })
     .await;
     assert_eq!(held.load(Ordering::SeqCst), 1, "one batch of a partition is written at a time");
-    assert_eq!(peer.committed(GROUP, topic, 3)[1], None, "nothing of the held partition is committed");
+    assert_eq!(run.committed()[1], None, "nothing of the held partition is committed");
 
     gate.add_permits(1_000);
-    peer.wait_committed(GROUP, topic, &[10, 10, 10], WAIT).await;
-    let stored = store.events_after("t1", 0, 100).await.expect("read");
+    run.wait_all_committed().await;
+    let stored = run.store.events_after("t1", 0, 100).await.expect("read");
     assert_eq!(stored.len(), 30);
     let offsets: Vec<i64> = stored
         .iter()
@@ -444,8 +475,7 @@ async fn a_slow_partition_write_holds_back_no_other_partition() {
         })
         .collect();
     assert_eq!(offsets, (0..10).collect::<Vec<i64>>(), "partition 1 in offset order, each once");
-    shutdown.cancel();
-    task.await.expect("consumer stops");
+    run.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
