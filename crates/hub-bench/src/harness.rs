@@ -110,6 +110,21 @@ impl Received {
             .collect();
         (Latency::of(&samples), samples.len())
     }
+    /// The `n` seconds of sending whose slowest delivery was slowest: each as (seconds since the
+    /// first send, events sent in it, that second's latency), worst first. Where a p99 comes from
+    /// a stall rather than a spread shows here.
+    pub fn worst_seconds(&self, n: usize) -> Vec<(u64, usize, Latency)> {
+        let Some(&start) = self.sent_us.iter().min() else { return Vec::new() };
+        let mut by_second: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (l, s) in self.latencies_us.iter().zip(&self.sent_us) {
+            by_second.entry((s - start) / 1_000_000).or_default().push(*l);
+        }
+        let mut seconds: Vec<(u64, usize, Latency)> =
+            by_second.into_iter().map(|(second, l)| (second, l.len(), Latency::of(&l))).collect();
+        seconds.sort_by(|a, b| b.2.max.total_cmp(&a.2.max));
+        seconds.truncate(n);
+        seconds
+    }
 }
 
 type Tally = Arc<Mutex<HashMap<String, Received>>>;
@@ -429,6 +444,7 @@ impl BenchHub {
         let _ = self.child.wait();
         if let Db::Postgres { pool, schema } = &self.db {
             sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pool).await?;
+            pool.close().await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         Ok(usage)

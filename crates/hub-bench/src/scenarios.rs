@@ -435,6 +435,9 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
     let figures = json!({
         "scenario": "steady", "store": store, "rate_per_s": rate, "seconds": seconds, "sent": sent,
         "delivered": got.distinct(), "duplicates": got.duplicates(), "latency_ms": latency.json(),
+        "worst_seconds": got.worst_seconds(3).iter().map(|(second, sent, l)| json!({
+            "second": second, "sent": sent, "latency_ms": l.json(),
+        })).collect::<Vec<_>>(),
         "measured": spent.json(), "cpu_ms_per_event": cpu_json(&spent, got.distinct()),
     });
     let usage = hub.finish().await?;
@@ -447,6 +450,9 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
             ("latency p50 ms", f1(latency.p50)),
             ("latency p99 ms", f1(latency.p99)),
             ("latency max ms", f1(latency.max)),
+            ("slowest second: at s, p99 ms", got.worst_seconds(1).first().map_or_else(String::new, |(second, _, l)| {
+                format!("{second}, {}", f1(l.p99))
+            })),
             hub_cpu,
             pg_cpu,
             both_cpu,

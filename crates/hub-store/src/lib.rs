@@ -381,6 +381,11 @@ pub trait Operations: Send + Sync {
     /// Checks that the database answers.
     async fn ping(&self) -> StoreResult<()>;
 
+    /// Closes the store's connections once the statements in progress end (the hub stopping):
+    /// PostgreSQL sees each session end cleanly instead of a dropped socket, and SQLite's last
+    /// connection checkpoints its write-ahead log. Statements started later fail.
+    async fn close(&self);
+
     /// Stores DLQ-plane records; one already stored (same topic, partition, offset) is skipped.
     /// Returns how many were new.
     async fn write_dlq_records(&self, records: &[NewDlqRecord]) -> StoreResult<u64>;

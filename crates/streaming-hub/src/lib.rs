@@ -120,12 +120,13 @@ pub struct Hub {
 
 impl Hub {
     /// Waits until the hub has stopped (after its shutdown token was cancelled, or a background
-    /// task failed); an error when a task failed.
+    /// task failed), then closes the store; an error when a task failed.
     pub async fn wait(self) -> anyhow::Result<()> {
         let http = self.http.await.context("HTTP server task failed")?;
         for task in self.tasks {
             task.await.context("background task failed")?;
         }
+        self.store.close().await;
         if let Some(name) = self.supervisor.failed() {
             anyhow::bail!("background task {name} stopped while the hub was running");
         }

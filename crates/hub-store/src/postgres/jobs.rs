@@ -276,6 +276,8 @@ impl JobQueue for PgStore {
             loop {
                 match listener.recv().await {
                     Ok(_) => notify.notify_one(),
+                    // The store is closing: the listener's connection goes back to be closed.
+                    Err(sqlx::Error::PoolClosed) => return,
                     // The listener reconnects by itself on the next recv; wake the dispatcher so it
                     // polls meanwhile.
                     Err(_) => {

@@ -52,6 +52,10 @@ impl Operations for PgStore {
         Ok(())
     }
 
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
     async fn write_dlq_records(&self, records: &[NewDlqRecord]) -> StoreResult<u64> {
         let mut tx = self.pool.begin().await?;
         let mut new = 0;

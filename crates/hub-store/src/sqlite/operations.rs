@@ -51,6 +51,11 @@ impl Operations for SqliteStore {
         Ok(())
     }
 
+    async fn close(&self) {
+        self.reader.close().await;
+        self.writer.close().await;
+    }
+
     async fn write_dlq_records(&self, records: &[NewDlqRecord]) -> StoreResult<u64> {
         let mut tx = self.begin_write().await?;
         let mut new = 0;
