@@ -398,7 +398,10 @@ impl BenchHub {
         let mut child = cmd.spawn().context("starting the hub")?;
         let base = format!("http://127.0.0.1:{port}");
         hub_sinks::webhook::install_crypto_provider();
-        let http = reqwest::Client::builder().pool_max_idle_per_host(256).build()?;
+        // Idle connections are let go before the hub's header timeout closes them (10 s), so no
+        // post goes out on a connection being closed.
+        let http =
+            reqwest::Client::builder().pool_max_idle_per_host(256).pool_idle_timeout(Duration::from_secs(5)).build()?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(status) = child.try_wait()? {

@@ -80,6 +80,17 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// The disk under the store: how long each commit-sized write and `fdatasync` takes, as fast
+    /// as they go (PostgreSQL's WAL flush at every commit). No hub runs.
+    Disk {
+        /// A folder on the store's disk (for PostgreSQL, one on its data directory's file system).
+        #[arg(long, default_value_os_t = std::env::temp_dir())]
+        dir: std::path::PathBuf,
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        seconds: u64,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -132,6 +143,7 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         BenchScenario::SlowDestination { events, json } => {
             scenarios::slow_destination(events, &json_path(json, "slow-destination")).await
         }
+        BenchScenario::Disk { dir, seconds, json } => scenarios::disk(&dir, seconds, &json_path(json, "disk")),
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {
             scenarios::replay(history, rate, replay_rate, &json_path(json, "replay")).await

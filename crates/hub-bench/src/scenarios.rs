@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{self, BenchHub, BenchTopic, Broker, Db, Receiver, Usage, f0, f1, report};
+use anyhow::Context as _;
+
+use crate::harness::{self, BenchHub, BenchTopic, Broker, Db, Latency, Receiver, Usage, f0, f1, report};
 
 /// How long any wait for deliveries may take before the scenario gives up.
 const PATIENCE: Duration = Duration::from_secs(900);
@@ -450,9 +452,12 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
             ("latency p50 ms", f1(latency.p50)),
             ("latency p99 ms", f1(latency.p99)),
             ("latency max ms", f1(latency.max)),
-            ("slowest second: at s, p99 ms", got.worst_seconds(1).first().map_or_else(String::new, |(second, _, l)| {
-                format!("{second}, {}", f1(l.p99))
-            })),
+            (
+                "slowest second: at s, p99 ms",
+                got.worst_seconds(1)
+                    .first()
+                    .map_or_else(String::new, |(second, _, l)| format!("{second}, {}", f1(l.p99))),
+            ),
             hub_cpu,
             pg_cpu,
             both_cpu,
@@ -756,4 +761,65 @@ pub async fn pull(events: usize, page: u32, json_out: &Path) -> anyhow::Result<(
         &usage,
         json_out,
     )
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// `disk`: 8 KiB written at the next offset of a 16 MiB file and flushed with `fdatasync`, again
+/// and again for `seconds`, as PostgreSQL flushes its WAL at each commit. Every end-to-end figure
+/// waits for one such flush, so a stall here is a stall there.
+pub fn disk(dir: &Path, seconds: u64, json_out: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileExt;
+    const BLOCK: usize = 8192;
+    const SPAN: u64 = 16 << 20;
+    let path = dir.join(format!("hub-bench-disk-{}", uuid::Uuid::now_v7().simple()));
+    let file = std::fs::OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("--dir {}: cannot create a file there", dir.display()))?;
+    let block = vec![0x5a_u8; BLOCK];
+    let (mut flushes_us, mut offset) = (Vec::new(), 0_u64);
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let measured = (|| -> std::io::Result<()> {
+        while Instant::now() < until {
+            file.write_all_at(&block, offset)?;
+            offset = (offset + BLOCK as u64) % SPAN;
+            let started = Instant::now();
+            file.sync_data()?;
+            flushes_us.push(started.elapsed().as_micros() as u64);
+        }
+        Ok(())
+    })();
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    measured.with_context(|| format!("--dir {}: writing or flushing failed", dir.display()))?;
+    let latency = Latency::of(&flushes_us);
+    let mut sorted = flushes_us.clone();
+    sorted.sort_unstable();
+    let p999 = sorted[((sorted.len() as f64 - 1.0) * 0.999).round() as usize] as f64 / 1000.0;
+    let stalls = flushes_us.iter().filter(|us| **us > 50_000).count();
+    let rate = flushes_us.len() as f64 / seconds as f64;
+    let figures = json!({
+        "scenario": "disk", "dir": dir.display().to_string(), "seconds": seconds, "flushes": flushes_us.len(),
+        "flushes_per_s": rate, "flush_ms": {"p50": latency.p50, "p99": latency.p99, "p999": p999, "max": latency.max},
+        "flushes_over_50ms": stalls,
+    });
+    println!("disk ({}, {seconds} s of 8 KiB writes, each flushed)", dir.display());
+    for (name, value) in [
+        ("flushes/s", f0(rate)),
+        ("flush p50 ms", format!("{:.3}", latency.p50)),
+        ("flush p99 ms", format!("{:.3}", latency.p99)),
+        ("flush p99.9 ms", format!("{p999:.3}")),
+        ("flush max ms", f1(latency.max)),
+        ("flushes over 50 ms", stalls.to_string()),
+    ] {
+        println!("  {name:<38} {value:>12}");
+    }
+    if let Some(parent) = json_out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(json_out, serde_json::to_string_pretty(&figures)?)?;
+    println!("  written to {}", json_out.display());
+    Ok(())
 }

@@ -81,6 +81,19 @@ fn the_other_bench_scenarios_run_and_report() {
     assert_eq!(steady["sent"], steady["delivered"]);
     assert!(steady["sent"].as_u64().expect("sent") >= 30, "{steady}");
     assert_eq!(steady["duplicates"], 0);
+    let worst = &steady["worst_seconds"][0];
+    assert!(worst["sent"].as_u64().expect("the slowest second's events") >= 1, "{steady}");
+    assert!(
+        worst["latency_ms"]["max"].as_f64() >= steady["latency_ms"]["p99"].as_f64(),
+        "the slowest second holds the slowest delivery: {steady}"
+    );
+
+    let disk = run_bench(&["disk", "--seconds", "1", "--dir", &std::env::temp_dir().display().to_string()], &[]);
+    assert!(disk["flushes"].as_u64().expect("flushes") >= 1, "{disk}");
+    assert!(disk["flush_ms"]["max"].as_f64() >= disk["flush_ms"]["p50"].as_f64(), "{disk}");
+    let refused = bench_command().args(["disk", "--dir", "/nonexistent/hub-bench"]).output().expect("run");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--dir /nonexistent/hub-bench"), "names the argument");
 
     let slow = run_bench(&["slow-destination", "--events", "30"], &[]);
     assert!(slow["fast_solo_per_s"].as_f64().expect("solo") > 0.0);
