@@ -221,17 +221,23 @@ impl Latency {
     pub fn of(samples_us: &[u64]) -> Self {
         let mut sorted = samples_us.to_vec();
         sorted.sort_unstable();
-        let at = |p: f64| {
-            if sorted.is_empty() {
-                return 0.0;
-            }
-            sorted[((sorted.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0
-        };
-        Self { p50: at(0.5), p99: at(0.99), max: at(1.0) }
+        Self::of_sorted(&sorted)
+    }
+    /// The same of samples already in ascending order.
+    pub fn of_sorted(sorted_us: &[u64]) -> Self {
+        Self { p50: quantile_ms(sorted_us, 0.5), p99: quantile_ms(sorted_us, 0.99), max: quantile_ms(sorted_us, 1.0) }
     }
     pub fn json(&self) -> Value {
         json!({"p50": self.p50, "p99": self.p99, "max": self.max})
     }
+}
+
+/// The `p` quantile, in milliseconds, of microsecond samples in ascending order (0 for none).
+pub fn quantile_ms(sorted_us: &[u64], p: f64) -> f64 {
+    if sorted_us.is_empty() {
+        return 0.0;
+    }
+    sorted_us[((sorted_us.len() as f64 - 1.0) * p).round() as usize] as f64 / 1000.0
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -727,10 +733,15 @@ pub fn report(
     println!("  {:<38} {:>12}", "hub process peak RSS MiB", f1(usage.hub_peak_rss_mib));
     println!("  {:<38} {:>12}", "PostgreSQL CPU s (whole run)", f1(usage.postgres_cpu_s));
     println!("  {:<38} {:>12}", "bench process CPU s (load + receiver)", f1(usage.bench_cpu_s));
+    write_json(&figures, json_out)
+}
+
+/// Writes a scenario's figures to `json_out` (its folder made if need be) and says where.
+pub fn write_json(figures: &Value, json_out: &Path) -> anyhow::Result<()> {
     if let Some(parent) = json_out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::write(json_out, serde_json::to_string_pretty(&figures)?)?;
+    std::fs::write(json_out, serde_json::to_string_pretty(figures)?)?;
     println!("  written to {}", json_out.display());
     Ok(())
 }

@@ -433,11 +433,12 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
     let spent = hub.usage().since(&before);
     let got = receiver.take("steady");
     let latency = got.latency();
+    let worst = got.worst_seconds(3);
     let store = hub.store_name();
     let figures = json!({
         "scenario": "steady", "store": store, "rate_per_s": rate, "seconds": seconds, "sent": sent,
         "delivered": got.distinct(), "duplicates": got.duplicates(), "latency_ms": latency.json(),
-        "worst_seconds": got.worst_seconds(3).iter().map(|(second, sent, l)| json!({
+        "worst_seconds": worst.iter().map(|(second, sent, l)| json!({
             "second": second, "sent": sent, "latency_ms": l.json(),
         })).collect::<Vec<_>>(),
         "measured": spent.json(), "cpu_ms_per_event": cpu_json(&spent, got.distinct()),
@@ -454,9 +455,7 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
             ("latency max ms", f1(latency.max)),
             (
                 "slowest second: at s, p99 ms",
-                got.worst_seconds(1)
-                    .first()
-                    .map_or_else(String::new, |(second, _, l)| format!("{second}, {}", f1(l.p99))),
+                worst.first().map_or_else(String::new, |(second, _, l)| format!("{second}, {}", f1(l.p99))),
             ),
             hub_cpu,
             pg_cpu,
@@ -794,11 +793,9 @@ pub fn disk(dir: &Path, seconds: u64, json_out: &Path) -> anyhow::Result<()> {
     drop(file);
     let _ = std::fs::remove_file(&path);
     measured.with_context(|| format!("--dir {}: writing or flushing failed", dir.display()))?;
-    let latency = Latency::of(&flushes_us);
-    let mut sorted = flushes_us.clone();
-    sorted.sort_unstable();
-    let p999 = sorted[((sorted.len() as f64 - 1.0) * 0.999).round() as usize] as f64 / 1000.0;
     let stalls = flushes_us.iter().filter(|us| **us > 50_000).count();
+    flushes_us.sort_unstable();
+    let (latency, p999) = (Latency::of_sorted(&flushes_us), harness::quantile_ms(&flushes_us, 0.999));
     let rate = flushes_us.len() as f64 / seconds as f64;
     let figures = json!({
         "scenario": "disk", "dir": dir.display().to_string(), "seconds": seconds, "flushes": flushes_us.len(),
@@ -816,10 +813,5 @@ pub fn disk(dir: &Path, seconds: u64, json_out: &Path) -> anyhow::Result<()> {
     ] {
         println!("  {name:<38} {value:>12}");
     }
-    if let Some(parent) = json_out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(json_out, serde_json::to_string_pretty(&figures)?)?;
-    println!("  written to {}", json_out.display());
-    Ok(())
+    harness::write_json(&figures, json_out)
 }
