@@ -321,3 +321,82 @@ pub async fn the_inbox_size_is_known(db: &TestDb) {
     let n = db.store.inbox_size().await.expect("size");
     assert!((0..=2).contains(&n), "{n}");
 }
+
+/// A large batch of several tenants' events, interleaved, some already stored and some repeated
+/// within the batch, written with part of its jobs leased: each record is told its event's seq
+/// (the tenant's next ones, in batch order, or the one stored), and each new event gets exactly
+/// one job and one pull entry, at its own seq.
+pub async fn a_large_mixed_batch_gives_each_event_its_seq_and_work(db: &TestDb) {
+    use hub_core::SinkKind;
+    let tenants = ["ta", "tb", "tc"];
+    let mut push = Vec::new();
+    let mut pull = Vec::new();
+    for t in tenants {
+        let p = crate::support::subscription(t, SinkKind::Webhook, &["*.*"], None);
+        db.store.create_subscription(&p).await.expect("create");
+        push.push(p.id);
+        let q = crate::support::subscription(t, SinkKind::Pull, &["*.*"], None);
+        db.store.create_subscription(&q).await.expect("create");
+        pull.push(q.id);
+    }
+    let stored: Vec<Vec<Uuid>> = tenants.iter().map(|_| vec![Uuid::now_v7(), Uuid::now_v7()]).collect();
+    for (t, ids) in tenants.iter().zip(&stored) {
+        let out =
+            db.store.write_batch(&ids.iter().map(|id| accepted(t, *id)).collect::<Vec<_>>()).await.expect("write");
+        assert_eq!(out, vec![WriteOutcome::Inserted { seq: 1 }, WriteOutcome::Inserted { seq: 2 }]);
+    }
+
+    // 600 records, the tenants in turn; every 10th an id stored before, every 25th one earlier
+    // in this batch.
+    let mut batch = Vec::new();
+    let mut expected = Vec::new();
+    let mut next = [3_i64; 3];
+    let mut sent: Vec<(usize, Uuid, i64)> = Vec::new();
+    for i in 0..600_usize {
+        let t = i % 3;
+        let (id, outcome) = if i % 10 == 9 {
+            (stored[t][i % 2], WriteOutcome::Duplicate { seq: (i % 2) as i64 + 1 })
+        } else if i % 25 == 24 {
+            let (_, id, seq) = *sent.iter().rev().find(|(of, _, _)| *of == t).expect("an earlier one");
+            (id, WriteOutcome::Duplicate { seq })
+        } else {
+            let id = Uuid::now_v7();
+            let seq = next[t];
+            next[t] += 1;
+            sent.push((t, id, seq));
+            (id, WriteOutcome::Inserted { seq })
+        };
+        batch.push(accepted(tenants[t], id));
+        expected.push(outcome);
+    }
+    let lease = hub_store::IngestLease {
+        token: Uuid::now_v7(),
+        until: Utc::now() + Duration::seconds(60),
+        limit: 100,
+        exclude_subscriptions: Vec::new(),
+    };
+    let (out, leased) = db.store.write_batch_leased(&batch, &lease).await.expect("write");
+    assert_eq!(out, expected);
+    // Room planned for an id that proves to be stored already goes unused.
+    assert!((90..=100).contains(&leased.jobs.len()), "the lease's room is used: {}", leased.jobs.len());
+
+    for (t, tenant) in tenants.iter().enumerate() {
+        // The two events written first have theirs too.
+        let all: BTreeSet<i64> = (1..next[t]).collect();
+        let events: BTreeSet<i64> =
+            db.store.events_after(tenant, 0, 1000).await.expect("read").iter().map(|e| e.seq).collect();
+        assert_eq!(events, all, "{tenant}: every seq once, no gap");
+        let jobs = db.store.list_jobs(tenant, push[t], None, None, 1000).await.expect("jobs");
+        let job_seqs: Vec<i64> = jobs.iter().map(|j| j.event_seq).collect();
+        assert_eq!(job_seqs.len(), all.len(), "{tenant}: one job per event");
+        assert_eq!(job_seqs.iter().copied().collect::<BTreeSet<_>>(), all, "{tenant}: each job at its event's seq");
+        let pulled = db.store.pull_events(tenant, pull[t], 0, 1000).await.expect("pull");
+        let positions: Vec<i64> = pulled.iter().map(|p| p.position).collect();
+        assert_eq!(positions, all.iter().copied().collect::<Vec<_>>(), "{tenant}: one pull entry per event");
+        assert!(pulled.iter().all(|p| p.event.seq == p.position && p.event.tenant_id == *tenant));
+    }
+    for job in &leased.jobs {
+        let t = tenants.iter().position(|t| *t == job.tenant_id).expect("a batch tenant");
+        assert!((3..next[t]).contains(&job.event_seq), "a leased job names a new event's seq");
+    }
+}

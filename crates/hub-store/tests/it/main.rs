@@ -46,6 +46,7 @@ macro_rules! contract_suite {
 
 contract_suite!(
     accepted_events_round_trip_with_every_attribute,
+    a_large_mixed_batch_gives_each_event_its_seq_and_work,
     a_duplicate_writes_nothing_and_reports_the_stored_seq,
     duplicates_within_one_batch_are_reported,
     seq_is_per_tenant,
