@@ -103,6 +103,15 @@ impl PgStore {
                     Ok(true)
                 })
             })
+            // A large batch grows the connection's buffers to its size; they are let go when the
+            // connection goes back to the pool (a no-op for a connection whose buffers did not
+            // grow), so what a pool holds is not the largest batch times its connections.
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    conn.shrink_buffers();
+                    Ok(true)
+                })
+            })
             .connect_with(options)
             .await?;
         let channel = match schema {

@@ -112,8 +112,16 @@ pub fn client_config(k: &KafkaConfig, group: &str) -> ClientConfig {
         .set("auto.offset.reset", "earliest")
         .set("session.timeout.ms", k.session_timeout.as_millis().to_string())
         .set("topic.metadata.refresh.interval.ms", k.topic_refresh.as_millis().max(1000).to_string())
-        // Bounds what librdkafka prefetches per partition.
-        .set("queued.max.messages.kbytes", "16384")
+        // What librdkafka prefetches: at most 1 MiB queued for the whole consumer, fetched 256 KiB
+        // a partition and 1 MiB a request at a time (a larger record is still fetched whole), and
+        // fetched again 10 ms after the queue was full rather than librdkafka's 1 s, which would
+        // starve the writers behind so small a queue. The fetch responses stay in memory until
+        // their last record is read, so these bound the consumer's memory; its speed is the
+        // writes' (docs/DECISIONS.md).
+        .set("queued.max.messages.kbytes", "1024")
+        .set("fetch.queue.backoff.ms", "10")
+        .set("fetch.max.bytes", "1048576")
+        .set("max.partition.fetch.bytes", "262144")
         .set("enable.partition.eof", "false")
         .set("statistics.interval.ms", k.stats_interval.as_millis().max(100).to_string());
     let protocol = match (k.tls, k.scram.is_some()) {
@@ -242,7 +250,7 @@ pub async fn run<W: BatchWriter>(
                     .map(|(k, _)| k.clone())
                     .collect();
                 for key in due {
-                    begin(&writer, &mut partitions, &mut owned, generation, &key, &mut writing);
+                    begin(&writer, &mut partitions, &mut owned, generation, batching, &key, &mut writing);
                 }
             }
             received = consumer.recv(), if held < MAX_HELD_BATCHES * batching.size => match received {
@@ -254,7 +262,7 @@ pub async fn run<W: BatchWriter>(
                     }
                     partition.records.push(message.detach());
                     if partition.records.len() >= batching.size && partition.retry_at.is_none() && !partition.writing {
-                        begin(&writer, &mut partitions, &mut owned, generation, &key, &mut writing);
+                        begin(&writer, &mut partitions, &mut owned, generation, batching, &key, &mut writing);
                     }
                 }
                 Err(e) if e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition) => {
@@ -270,11 +278,27 @@ pub async fn run<W: BatchWriter>(
     // Shutting down: the writes under way end and commit, then what is held is written and
     // committed, so the next owner starts after it.
     settle_all(name, &consumer, &mut partitions, &owned, &mut writing).await;
-    let keys: Vec<(String, i32)> = partitions.keys().cloned().collect();
-    for key in keys {
-        begin(&writer, &mut partitions, &mut owned, generation, &key, &mut writing);
+    // A batch at a time per partition, until each has written all it holds or failed once.
+    let mut failed: std::collections::HashSet<(String, i32)> = std::collections::HashSet::new();
+    loop {
+        let tried: Vec<((String, i32), u32)> = partitions
+            .iter()
+            .filter(|(k, p)| !p.records.is_empty() && !failed.contains(*k))
+            .map(|(k, p)| (k.clone(), p.failures))
+            .collect();
+        if tried.is_empty() {
+            break;
+        }
+        for (key, _) in &tried {
+            begin(&writer, &mut partitions, &mut owned, generation, batching, key, &mut writing);
+        }
+        settle_all(name, &consumer, &mut partitions, &owned, &mut writing).await;
+        for (key, failures) in tried {
+            if partitions.get(&key).is_some_and(|p| p.failures > failures) {
+                failed.insert(key);
+            }
+        }
     }
-    settle_all(name, &consumer, &mut partitions, &owned, &mut writing).await;
     // librdkafka's close (run when the consumer is dropped) waits to leave the group, and with
     // the broker gone it can wait for ever: it runs on a thread of its own, waited for a bounded
     // time, so neither a runtime worker nor the process's exit is held by it.
@@ -293,8 +317,9 @@ pub async fn run<W: BatchWriter>(
 }
 
 /// How many batches' worth of records the consumer holds at most, over all its partitions,
-/// before it stops reading until a write ends.
-const MAX_HELD_BATCHES: usize = 8;
+/// before it stops reading until a write ends: the next batch of each of four partitions being
+/// written (8 held 8 MiB more at the same speed, 2 lowered it; docs/DECISIONS.md).
+const MAX_HELD_BATCHES: usize = 4;
 
 /// How long a stopping consumer waits to leave its group.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -315,12 +340,15 @@ struct Written {
     result: Result<(), String>,
 }
 
-/// Starts writing the records `key` holds, unless it holds none.
+/// Starts writing the oldest records `key` holds, at most a batch of them, unless it holds none.
+/// What a partition read while its last batch was written waits for the next: a write is never
+/// larger than a batch, so neither is what it holds in memory.
 fn begin<W: BatchWriter>(
     writer: &std::sync::Arc<W>,
     partitions: &mut HashMap<(String, i32), Partition>,
     owned: &mut HashMap<(String, i32), u64>,
     generation: u64,
+    batching: Batching,
     key: &(String, i32),
     writing: &mut tokio::task::JoinSet<Written>,
 ) {
@@ -330,7 +358,8 @@ fn begin<W: BatchWriter>(
         return;
     }
     partition.writing = true;
-    let records = std::mem::take(&mut partition.records);
+    let rest = partition.records.split_off(partition.records.len().min(batching.size.max(1)));
+    let records = std::mem::replace(&mut partition.records, rest);
     let generation = *owned.entry(key.clone()).or_insert(generation);
     let (writer, key) = (std::sync::Arc::clone(writer), key.clone());
     writing.spawn(async move {

@@ -183,14 +183,24 @@ impl kafka::BatchWriter for KafkaEvents {
                 }
             })
             .collect();
-        let batch: Vec<IngestRecord> = judged.iter().filter_map(|j| j.record.clone()).collect();
+        // The records move into the batch (not copied: a batch's payloads are its bulk); what is
+        // told of each once written stays behind, in the same order.
+        let mut batch: Vec<IngestRecord> = Vec::with_capacity(judged.len());
+        let told: Vec<(bool, Option<QuarantineReason>, Option<Spans>)> = judged
+            .into_iter()
+            .map(|j| {
+                let stored = j.record.map(|r| batch.push(r)).is_some();
+                (stored, j.reason, j.spans)
+            })
+            .collect();
         let (written, wake) =
             write_leasing(self.store.as_ref(), self.fast.as_ref(), &batch).await.map_err(|e| e.to_string())?;
+        drop(batch);
         let mut written = written.into_iter();
-        for j in judged {
-            let w = if j.record.is_some() { written.next() } else { None };
-            let said = outcome(j.reason, w);
-            if let Some(spans) = j.spans {
+        for (stored, reason, spans) in told {
+            let w = if stored { written.next() } else { None };
+            let said = outcome(reason, w);
+            if let Some(spans) = spans {
                 spans.finish(&said);
             }
         }

@@ -306,31 +306,43 @@ async fn a_topic_created_after_start_is_consumed() {
     until("the late topic's event", async || hub.store.event_by_ce_id("t1", id).await.expect("read")).await;
 }
 
-/// Thirty events of tenant `t1`, ten on each partition of a fresh three-partition topic, read by
-/// `kafka::run` (batches of 5) and written through `wrap` around the ingest consumer's writer on
-/// a fresh SQLite store: for tests that hold back one partition's writes.
+/// Events of tenant `t1`, `per_partition` (ten unless said) on each partition of a fresh
+/// three-partition topic, read by `kafka::run` (batches of 5) and written through `wrap` around
+/// the ingest consumer's writer on a fresh SQLite store: for tests that hold back one partition's
+/// writes.
 struct PartitionRun {
     peer: KafkaPeer,
     store: Arc<dyn Store>,
     records: Vec<Record>,
+    per_partition: i64,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
 }
 
 const PARTITION_TOPIC: &str = "lerian.streaming.lender";
+/// The records of a partition batch, at most, in a `PartitionRun`.
+const PARTITION_BATCH: usize = 5;
 
 impl PartitionRun {
     async fn start<W: BatchWriter + 'static>(wrap: impl FnOnce(streaming_hub::ingest::KafkaEvents) -> W) -> Self {
+        Self::start_with(10, wrap).await
+    }
+
+    async fn start_with<W: BatchWriter + 'static>(
+        per_partition: i64,
+        wrap: impl FnOnce(streaming_hub::ingest::KafkaEvents) -> W,
+    ) -> Self {
         let peer = KafkaPeer::start(Broker::Mock).await;
         peer.create_topic(PARTITION_TOPIC, 3).await;
         let (store, kafka_config, events) = partition_writer(&peer).await;
-        let records: Vec<Record> = (0..30).map(|i| Record::event("lender", i % 3, "t1")).collect();
+        let records: Vec<Record> =
+            (0..per_partition * 3).map(|i| Record::event("lender", (i % 3) as i32, "t1")).collect();
         produce(&peer.producer(), &records).await;
         let consumer = kafka::subscribe(&kafka_config, "ingest", GROUP, kafka::INGEST_PATTERN).expect("consumer");
         let shutdown = CancellationToken::new();
-        let batching = kafka::Batching { size: 5, wait: Duration::from_millis(20) };
+        let batching = kafka::Batching { size: PARTITION_BATCH, wait: Duration::from_millis(20) };
         let task = tokio::spawn(kafka::run("ingest", consumer, wrap(events), batching, shutdown.clone()));
-        Self { peer, store, records, shutdown, task }
+        Self { peer, store, records, per_partition, shutdown, task }
     }
 
     /// Each partition's committed offset.
@@ -339,7 +351,21 @@ impl PartitionRun {
     }
 
     async fn wait_all_committed(&self) {
-        self.peer.wait_committed(GROUP, PARTITION_TOPIC, &[10, 10, 10], WAIT).await;
+        let n = self.per_partition;
+        self.peer.wait_committed(GROUP, PARTITION_TOPIC, &[n, n, n], WAIT).await;
+    }
+
+    /// The offsets of partition 1's stored events, in seq order.
+    async fn partition_1_offsets(&self) -> Vec<i64> {
+        let stored = self.store.events_after("t1", 0, 1000).await.expect("read");
+        assert_eq!(stored.len() as i64, self.per_partition * 3);
+        stored
+            .iter()
+            .filter_map(|e| match e.origin {
+                hub_store::Origin::Kafka { partition: 1, offset, .. } => Some(offset),
+                _ => None,
+            })
+            .collect()
     }
 
     async fn stop(self) {
@@ -422,16 +448,42 @@ async fn a_store_failure_holds_back_only_its_partition() {
     run.stop().await;
 }
 
-/// Holds every write of one partition until the gate opens.
+/// Holds every write of one partition until the gate opens, and counts the records of the
+/// largest write it was given.
 struct GatedWriter {
     inner: streaming_hub::ingest::KafkaEvents,
     partition: i32,
     gate: Arc<tokio::sync::Semaphore>,
     held: Arc<AtomicUsize>,
+    largest: Arc<AtomicUsize>,
+}
+
+impl GatedWriter {
+    fn on_partition_1(events: streaming_hub::ingest::KafkaEvents) -> (Self, Gate) {
+        let gate =
+            Gate { gate: Arc::new(tokio::sync::Semaphore::new(0)), held: Arc::default(), largest: Arc::default() };
+        let writer = Self {
+            inner: events,
+            partition: 1,
+            gate: Arc::clone(&gate.gate),
+            held: Arc::clone(&gate.held),
+            largest: Arc::clone(&gate.largest),
+        };
+        (writer, gate)
+    }
+}
+
+/// What a test sees of a `GatedWriter`.
+#[derive(Clone)]
+struct Gate {
+    gate: Arc<tokio::sync::Semaphore>,
+    held: Arc<AtomicUsize>,
+    largest: Arc<AtomicUsize>,
 }
 
 impl BatchWriter for GatedWriter {
     async fn write(&self, records: &[rdkafka::message::OwnedMessage]) -> Result<(), String> {
+        self.largest.fetch_max(records.len(), Ordering::SeqCst);
         if records.iter().any(|r| r.partition() == self.partition) {
             self.held.fetch_add(1, Ordering::SeqCst);
             let _open = self.gate.acquire().await.map_err(|e| e.to_string())?;
@@ -445,36 +497,62 @@ impl BatchWriter for GatedWriter {
 /// order, one batch at a time, and are committed once written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_partition_write_holds_back_no_other_partition() {
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
-    let held = Arc::new(AtomicUsize::new(0));
-    let run = PartitionRun::start(|events| GatedWriter {
-        inner: events,
-        partition: 1,
-        gate: Arc::clone(&gate),
-        held: Arc::clone(&held),
+    let mut seen = None;
+    let run = PartitionRun::start(|events| {
+        let (writer, gate) = GatedWriter::on_partition_1(events);
+        seen = Some(gate);
+        writer
     })
     .await;
+    let gate = seen.expect("the writer was made");
 
     until("partitions 0 and 2 committed while partition 1's write is held", async || {
         let c = run.committed();
-        (c[0] == Some(10) && c[2] == Some(10) && held.load(Ordering::SeqCst) >= 1).then_some(())
+        (c[0] == Some(10) && c[2] == Some(10) && gate.held.load(Ordering::SeqCst) >= 1).then_some(())
     })
     .await;
-    assert_eq!(held.load(Ordering::SeqCst), 1, "one batch of a partition is written at a time");
+    assert_eq!(gate.held.load(Ordering::SeqCst), 1, "one batch of a partition is written at a time");
     assert_eq!(run.committed()[1], None, "nothing of the held partition is committed");
 
-    gate.add_permits(1_000);
+    gate.gate.add_permits(1_000);
     run.wait_all_committed().await;
-    let stored = run.store.events_after("t1", 0, 100).await.expect("read");
-    assert_eq!(stored.len(), 30);
-    let offsets: Vec<i64> = stored
-        .iter()
-        .filter_map(|e| match e.origin {
-            hub_store::Origin::Kafka { partition: 1, offset, .. } => Some(offset),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(offsets, (0..10).collect::<Vec<i64>>(), "partition 1 in offset order, each once");
+    assert_eq!(
+        run.partition_1_offsets().await,
+        (0..10).collect::<Vec<i64>>(),
+        "partition 1 in offset order, each once"
+    );
+    run.stop().await;
+}
+
+/// What a partition reads while its write is held waits for later writes of at most a batch
+/// each, so a slow write never makes the next one (and what it holds in memory) larger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_never_writes_more_than_a_batch_at_once() {
+    let mut seen = None;
+    let run = PartitionRun::start_with(20, |events| {
+        let (writer, gate) = GatedWriter::on_partition_1(events);
+        seen = Some(gate);
+        writer
+    })
+    .await;
+    let gate = seen.expect("the writer was made");
+
+    // Partition 1's first write is held until the other partitions are written: by then the
+    // consumer holds the rest of partition 1's records, three batches' worth.
+    until("partitions 0 and 2 committed while partition 1's write is held", async || {
+        let c = run.committed();
+        (c[0] == Some(20) && c[2] == Some(20) && gate.held.load(Ordering::SeqCst) >= 1).then_some(())
+    })
+    .await;
+    gate.gate.add_permits(1_000);
+    run.wait_all_committed().await;
+    assert!(gate.held.load(Ordering::SeqCst) >= 4, "partition 1 took at least four writes");
+    assert!(gate.largest.load(Ordering::SeqCst) <= PARTITION_BATCH, "no write holds more than a batch");
+    assert_eq!(
+        run.partition_1_offsets().await,
+        (0..20).collect::<Vec<i64>>(),
+        "partition 1 in offset order, each once"
+    );
     run.stop().await;
 }
 
