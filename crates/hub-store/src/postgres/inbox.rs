@@ -111,7 +111,11 @@ impl Inbox for PgStore {
                                  ORDER BY tenant_id, seq LIMIT 1) e
              WHERE e.tenant_id = k.tenant_id AND e.seq = k.seq"
         );
-        sqlx::query(&sql).bind(tenants).bind(seqs).fetch_all(&self.pool).await?.iter().map(event_from_row).collect()
+        // A claim's load: on a kept connection, like the claim.
+        let mut taken = self.kept.take(&self.pool).await?;
+        let rows = sqlx::query(&sql).bind(tenants).bind(seqs).fetch_all(&mut *taken.conn).await?;
+        self.kept.give_back(taken);
+        rows.iter().map(event_from_row).collect()
     }
 
     async fn pull_events(

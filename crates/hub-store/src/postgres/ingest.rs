@@ -20,6 +20,8 @@ use crate::model::NewJob;
 const REMEMBERED_TENANTS: usize = 4096;
 /// Writes tried against moving subscriptions before the batch takes the transaction path.
 const TRIES: usize = 3;
+/// Payload bytes past which a write lets its connection's grown buffers go.
+const LARGE_STATEMENT: usize = 64 * 1024;
 
 /// One tenant's subscriptions that may take new events, as of `version`.
 #[derive(Debug)]
@@ -196,6 +198,7 @@ impl PgStore {
         }
         let versions: Vec<i64> = subs.iter().map(|s| s.version).collect();
         let j = &planned.jobs;
+        let mut taken = self.kept.take(&self.pool).await?;
         let rows = sqlx::query_as(
             "SELECT * FROM hub_ingest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
                 $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)",
@@ -235,8 +238,13 @@ impl PgStore {
         .bind(&planned.pull_sub)
         .bind(planned.wake)
         .bind(&self.channel)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *taken.conn)
         .await?;
+        // A large batch grew the connection's buffers to its size: they go before it is kept.
+        if cols.payload.iter().map(Vec::len).sum::<usize>() > LARGE_STATEMENT {
+            taken.conn.shrink_buffers();
+        }
+        self.kept.give_back(taken);
         Ok(rows)
     }
 }

@@ -102,6 +102,7 @@ impl JobQueue for PgStore {
              LEFT JOIN leased l ON true",
             lease("wants t")
         );
+        let mut taken = self.kept.take(&self.pool).await?;
         let rows = sqlx::query(&first)
             .bind(req.after_tenant.clone().unwrap_or_default())
             .bind(req.now)
@@ -109,7 +110,7 @@ impl JobQueue for PgStore {
             .bind(req.token)
             .bind(&req.exclude_subscriptions)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *taken.conn)
             .await?;
         // What a tenant could not use goes round again to those that filled their share, so one
         // claim is both fair and full.
@@ -144,12 +145,13 @@ impl JobQueue for PgStore {
                 .bind(req.token)
                 .bind(&req.exclude_subscriptions)
                 .bind(&wants)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *taken.conn)
                 .await?;
             if rows.is_empty() {
                 break;
             }
         }
+        self.kept.give_back(taken);
         Ok(Claim { jobs: claimed, visited })
     }
 
@@ -326,7 +328,9 @@ impl PgStore {
         // The usual case, every attempt delivered: one statement (so one transaction) records
         // them, moves their jobs and clears their subscriptions' failure marks.
         if delivered_only(results) {
-            let moved = record_query(&cols, true).fetch_all(&self.pool).await?;
+            let mut taken = self.kept.take(&self.pool).await?;
+            let moved = record_query(&cols, true).fetch_all(&mut *taken.conn).await?;
+            self.kept.give_back(taken);
             return Ok(completions(results, &moved, None));
         }
         // Otherwise the subscriptions' health changes follow, in order, in the same transaction.

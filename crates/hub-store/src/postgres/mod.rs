@@ -33,6 +33,7 @@ use crate::{
 mod inbox;
 mod ingest;
 mod jobs;
+mod kept;
 mod operations;
 mod replays;
 mod subscriptions;
@@ -54,6 +55,8 @@ pub struct PgStore {
     subs: std::sync::Arc<ingest::SubscriptionMemory>,
     /// `NOTIFY` channel for new jobs; per schema, so hubs sharing a server do not wake each other.
     channel: String,
+    /// Connections kept between the hot statements (see `kept.rs`).
+    kept: std::sync::Arc<kept::Kept>,
 }
 
 /// How long a pooled connection may sit idle before it is checked again when next handed out.
@@ -69,9 +72,11 @@ impl PgStore {
 
     /// Connects a pool shaped by `pool`; with `schema`, every connection works inside that schema.
     pub async fn connect_with(dsn: &str, schema: Option<&str>, pool: &crate::PoolSettings) -> StoreResult<Self> {
+        // The sessions say whose they are in `pg_stat_activity`: `streaming-hub`, or with a
+        // schema `streaming-hub/<schema>`, so the hubs sharing a server are told apart.
         let mut options = PgConnectOptions::from_str(dsn)?.application_name("streaming-hub");
         if let Some(schema) = schema {
-            options = options.options([("search_path", schema)]);
+            options = options.options([("search_path", schema)]).application_name(&format!("streaming-hub/{schema}"));
         }
         // One connection of its own first: a server that is not there is told apart from one
         // that answers and refuses, and the pool does not hide the cause behind its timeout.
@@ -97,18 +102,12 @@ impl PgStore {
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
+                    // A large statement or result grew the connection's buffers to its size; they
+                    // are let go before it is used again (a no-op when they did not grow).
+                    conn.shrink_buffers();
                     if meta.idle_for >= CHECK_IDLE_AFTER {
                         conn.ping().await?;
                     }
-                    Ok(true)
-                })
-            })
-            // A large batch grows the connection's buffers to its size; they are let go when the
-            // connection goes back to the pool (a no-op for a connection whose buffers did not
-            // grow), so what a pool holds is not the largest batch times its connections.
-            .after_release(|conn, _| {
-                Box::pin(async move {
-                    conn.shrink_buffers();
                     Ok(true)
                 })
             })
@@ -118,7 +117,8 @@ impl PgStore {
             Some(schema) => format!("streaming_hub_jobs_{schema}"),
             None => "streaming_hub_jobs".to_owned(),
         };
-        Ok(Self { pool, subs: std::sync::Arc::default(), channel })
+        let kept = std::sync::Arc::new(kept::Kept::new(max_connections as usize));
+        Ok(Self { pool, subs: std::sync::Arc::default(), channel, kept })
     }
 
     /// Runs `op` again while it fails for want of a live connection. Pooled connections are

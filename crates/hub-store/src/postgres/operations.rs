@@ -53,6 +53,7 @@ impl Operations for PgStore {
     }
 
     async fn close(&self) {
+        self.kept.close().await;
         self.pool.close().await;
     }
 

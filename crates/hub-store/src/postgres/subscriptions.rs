@@ -218,6 +218,10 @@ impl Subscriptions for PgStore {
 
     async fn subscriptions_by_ids(&self, ids: &[Uuid]) -> StoreResult<Vec<SubscriptionRecord>> {
         let sql = format!("SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions WHERE id = ANY($1)");
-        sqlx::query(&sql).bind(ids).fetch_all(&self.pool).await?.iter().map(subscription_from_row).collect()
+        // A claim's load: on a kept connection, like the claim.
+        let mut taken = self.kept.take(&self.pool).await?;
+        let rows = sqlx::query(&sql).bind(ids).fetch_all(&mut *taken.conn).await?;
+        self.kept.give_back(taken);
+        rows.iter().map(subscription_from_row).collect()
     }
 }

@@ -1,7 +1,7 @@
-//! PostgreSQL only: connections the server ends while they sit in the pool (a restart, a
-//! failover, an operator) cost no write. Pooled connections are checked only after a second
-//! idle, so the store tries again on another connection when one turns out to be gone. And a
-//! store closed when the hub stops ends its sessions itself.
+//! PostgreSQL only: connections the server ends while they sit in the pool or are kept between
+//! hot statements (a restart, a failover, an operator) cost no write. Pooled connections are
+//! checked only after a second idle, so the store tries again on another connection when one
+//! turns out to be gone. And a store closed when the hub stops ends its sessions itself.
 
 use hub_core::SinkKind;
 use hub_store::{HealthChange, JobTransition, PgStore, WriteOutcome};
@@ -40,52 +40,72 @@ async fn until_gone(admin: &PgStore, pids: &[i32], what: &str) {
     }
 }
 
-/// Ends, from another session, every connection the store's pool holds, and waits until the
-/// server has let them all go.
-async fn end_every_pooled_connection(store: &PgStore) {
-    let pool = store.pool();
-    let pids = backend_pids(pool, pool.options().get_max_connections() as usize).await;
+/// Ends, from another session, every session of the store on `schema` (those in its pool and
+/// those it keeps between hot statements, found by their application name), and waits until the
+/// server has let them all go. Returns how many there were.
+async fn end_every_session(schema: &str) -> usize {
     let admin = PgStore::connect(&postgres_dsn(), None, 1).await.expect("admin connection");
+    let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
+        .bind(format!("streaming-hub/{schema}"))
+        .fetch_all(admin.pool())
+        .await
+        .expect("sessions");
     let ended: Vec<bool> = sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM UNNEST($1::int[]) AS p(pid)")
         .bind(&pids)
         .fetch_all(admin.pool())
         .await
         .expect("terminate");
-    assert!(ended.iter().all(|e| *e), "every pooled connection is ended: {ended:?}");
+    assert!(ended.iter().all(|e| *e), "every session is ended: {ended:?}");
     until_gone(&admin, &pids, "ended connections").await;
     admin.pool().close().await;
+    pids.len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_the_server_ended_while_pooled_cost_no_write() {
     let db = TestDb::postgres().await;
-    let pg = db.postgres_store().expect("a PostgreSQL store");
+    let schema = db.schema().expect("a PostgreSQL store");
     let sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
     db.store.create_subscription(&sub).await.expect("create");
+    // Every connection of the pool opened, and some kept between hot statements.
+    let pool = db.postgres_store().expect("a PostgreSQL store").pool();
+    backend_pids(pool, pool.options().get_max_connections() as usize / 2).await;
+    db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
 
-    // An ingest write right after every pooled connection was ended is written.
-    end_every_pooled_connection(pg).await;
+    // An ingest write right after every session was ended is written.
+    assert!(end_every_session(schema).await >= 2, "the store had sessions to end");
     let written = db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write after the end");
-    assert!(matches!(written[..], [WriteOutcome::Inserted { seq: 1 }]), "{written:?}");
+    assert!(matches!(written[..], [WriteOutcome::Inserted { seq: 2 }]), "{written:?}");
 
-    // So is an outcome.
-    let job = db.store.claim_jobs(&claim(1, None)).await.expect("claim").jobs.remove(0);
-    end_every_pooled_connection(pg).await;
-    let result = result(&job, "delivered", JobTransition::Succeeded, HealthChange::Success);
-    let done = db.store.complete_attempts(std::slice::from_ref(&result)).await.expect("record after the end");
-    assert!(done[0].job_updated, "the job moved: {done:?}");
+    // So are outcomes.
+    let jobs = db.store.claim_jobs(&claim(2, None)).await.expect("claim").jobs;
+    assert_eq!(jobs.len(), 2);
+    end_every_session(schema).await;
+    let results: Vec<_> =
+        jobs.iter().map(|job| result(job, "delivered", JobTransition::Succeeded, HealthChange::Success)).collect();
+    let done = db.store.complete_attempts(&results).await.expect("record after the end");
+    assert!(done.iter().all(|d| d.job_updated), "the jobs moved: {done:?}");
     let stored = db.store.list_jobs("t1", sub.id, None, None, 10).await.expect("jobs");
-    assert_eq!(stored.iter().map(|j| j.state.as_str()).collect::<Vec<_>>(), ["succeeded"]);
+    assert_eq!(stored.iter().map(|j| j.state.as_str()).collect::<Vec<_>>(), ["succeeded", "succeeded"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_the_store_ends_its_sessions() {
     let db = TestDb::postgres().await;
-    let pids = backend_pids(db.postgres_store().expect("a PostgreSQL store").pool(), 3).await;
+    let schema = db.schema().expect("a PostgreSQL store");
+    backend_pids(db.postgres_store().expect("a PostgreSQL store").pool(), 3).await;
+    // And one kept between hot statements.
+    db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
+    let admin = PgStore::connect(&postgres_dsn(), None, 1).await.expect("admin connection");
+    let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
+        .bind(format!("streaming-hub/{schema}"))
+        .fetch_all(admin.pool())
+        .await
+        .expect("sessions");
+    assert!(pids.len() >= 3, "the store's sessions are named after it: {pids:?}");
 
     db.store.close().await;
     assert!(db.store.ping().await.is_err(), "a closed store takes no statement");
-    let admin = PgStore::connect(&postgres_dsn(), None, 1).await.expect("admin connection");
     until_gone(&admin, &pids, "sessions of the closed store").await;
     admin.pool().close().await;
 }

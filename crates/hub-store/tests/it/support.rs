@@ -50,6 +50,14 @@ impl TestDb {
         }
     }
 
+    /// The PostgreSQL schema of the test, for what only that backend has.
+    pub fn schema(&self) -> Option<&str> {
+        match &self.backend {
+            Backend::Postgres(_, schema) => Some(schema),
+            Backend::Sqlite(..) => None,
+        }
+    }
+
     /// The PostgreSQL store itself, for what only that backend has.
     pub fn postgres_store(&self) -> Option<&PgStore> {
         match &self.backend {
