@@ -91,6 +91,16 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// PostgreSQL's own floor: one ~1 KiB row inserted and committed a statement, paced at
+    /// `--rate`, then back to back. No hub runs; needs STREAMING_HUB_POSTGRES_DSN.
+    Commit {
+        #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        rate: u32,
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        seconds: u64,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -144,6 +154,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
             scenarios::slow_destination(events, &json_path(json, "slow-destination")).await
         }
         BenchScenario::Disk { dir, seconds, json } => scenarios::disk(&dir, seconds, &json_path(json, "disk")),
+        BenchScenario::Commit { rate, seconds, json } => {
+            scenarios::commit(rate, seconds, &json_path(json, "commit")).await
+        }
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {
             scenarios::replay(history, rate, replay_rate, &json_path(json, "replay")).await

@@ -815,3 +815,76 @@ pub fn disk(dir: &Path, seconds: u64, json_out: &Path) -> anyhow::Result<()> {
     }
     harness::write_json(&figures, json_out)
 }
+
+// ---------------------------------------------------------------------------------------------
+
+/// `commit`: no hub. The database's own floor under the hub's writes, from this process: one row
+/// of an event's size inserted and committed per statement on one connection, first paced at
+/// `rate` a second for `seconds` (as the steady scenario's writes come), then back to back for as
+/// long. Each is the least any durable write costs at that pace; every end-to-end latency of the
+/// hub holds at least one.
+pub async fn commit(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<()> {
+    let dsn = std::env::var("STREAMING_HUB_POSTGRES_DSN")
+        .map_err(|_| anyhow::anyhow!("STREAMING_HUB_POSTGRES_DSN: the commit scenario measures PostgreSQL; set it"))?;
+    use sqlx::Connection as _;
+    // One connection of its own, not a pool's: nothing but the statement goes to the server.
+    let mut conn = sqlx::PgConnection::connect(&dsn).await.context("STREAMING_HUB_POSTGRES_DSN: cannot connect")?;
+    let schema = format!("shbench_{}", uuid::Uuid::now_v7().simple());
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&mut conn).await?;
+    let table = format!("{schema}.floor");
+    let measured = async {
+        sqlx::query(&format!("CREATE TABLE {table} (id BIGINT PRIMARY KEY, body BYTEA NOT NULL)"))
+            .execute(&mut conn)
+            .await?;
+        let insert = format!("INSERT INTO {table} (id, body) VALUES ($1, $2)");
+        let body = harness::body(0);
+        let mut id = 0_i64;
+        let mut one = async |id: i64| -> anyhow::Result<u64> {
+            let started = Instant::now();
+            sqlx::query(&insert).bind(id).bind(body.as_bytes()).execute(&mut conn).await?;
+            Ok(started.elapsed().as_micros() as u64)
+        };
+        let mut paced = Vec::new();
+        let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / f64::from(rate)));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let until = Instant::now() + Duration::from_secs(seconds);
+        while Instant::now() < until {
+            tick.tick().await;
+            id += 1;
+            paced.push(one(id).await?);
+        }
+        let mut back_to_back = Vec::new();
+        let until = Instant::now() + Duration::from_secs(seconds);
+        while Instant::now() < until {
+            id += 1;
+            back_to_back.push(one(id).await?);
+        }
+        anyhow::Ok((paced, back_to_back))
+    }
+    .await;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&mut conn).await?;
+    conn.close().await?;
+    let (mut paced, mut back_to_back) = measured?;
+    let mean = |v: &[u64]| v.iter().sum::<u64>() as f64 / v.len().max(1) as f64 / 1000.0;
+    let (paced_mean, b2b_mean) = (mean(&paced), mean(&back_to_back));
+    paced.sort_unstable();
+    back_to_back.sort_unstable();
+    let (p, b) = (Latency::of_sorted(&paced), Latency::of_sorted(&back_to_back));
+    let figures = json!({
+        "scenario": "commit", "store": "postgres", "rate": rate, "seconds": seconds,
+        "payload_bytes": harness::body(0).len(),
+        "paced_ms": {"statements": paced.len(), "mean": paced_mean, "p50": p.p50, "p99": p.p99, "max": p.max},
+        "back_to_back_ms": {"statements": back_to_back.len(), "mean": b2b_mean, "p50": b.p50, "p99": b.p99, "max": b.max},
+    });
+    println!("commit (postgres, one ~1 KiB row inserted and committed a statement, one connection, no hub)");
+    for (name, value) in [
+        (format!("paced at {rate}/s: mean ms"), format!("{paced_mean:.3}")),
+        (format!("paced at {rate}/s: p50 / p99 ms"), format!("{:.3} / {:.3}", p.p50, p.p99)),
+        ("back to back: statements/s".to_owned(), f0(back_to_back.len() as f64 / seconds as f64)),
+        ("back to back: mean ms".to_owned(), format!("{b2b_mean:.3}")),
+        ("back to back: p50 / p99 ms".to_owned(), format!("{:.3} / {:.3}", b.p50, b.p99)),
+    ] {
+        println!("  {name:<38} {value:>12}");
+    }
+    harness::write_json(&figures, json_out)
+}

@@ -126,6 +126,15 @@ fn the_ingest_and_kafka_burst_scenarios_run_on_postgres() {
     for figure in ["hub_events_per_s", "plain_insert_rows_per_s", "broker_read_per_s", "write_path_events_per_s"] {
         assert!(ingest[figure].as_f64().expect(figure) > 0.0, "{figure}: {ingest}");
     }
+    // The database's floor: every statement measured, paced and back to back; it names the
+    // variable it needs when that is missing.
+    let commit = run_bench(&["commit", "--rate", "200", "--seconds", "1"], &envs[1..]);
+    assert!(commit["paced_ms"]["statements"].as_u64().expect("paced") >= 100, "{commit}");
+    assert!(commit["back_to_back_ms"]["statements"].as_u64().expect("back to back") >= 1, "{commit}");
+    assert!(commit["paced_ms"]["max"].as_f64() >= commit["paced_ms"]["p50"].as_f64(), "{commit}");
+    let refused = bench_command().args(["commit", "--seconds", "1"]).output().expect("run");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("STREAMING_HUB_POSTGRES_DSN"), "names the variable");
     let burst = run_bench(&["push-burst", "--via", "kafka", "--events", "100", "--tenants", "2"], &envs);
     assert_eq!((burst["delivered"].as_u64(), burst["duplicates"].as_u64()), (Some(100), Some(0)), "{burst}");
 }
