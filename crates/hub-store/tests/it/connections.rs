@@ -40,16 +40,21 @@ async fn until_gone(admin: &PgStore, pids: &[i32], what: &str) {
     }
 }
 
+/// The server pids of the sessions of the store on `schema`, by their application name.
+async fn sessions_of(admin: &PgStore, schema: &str) -> Vec<i32> {
+    sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
+        .bind(format!("streaming-hub/{schema}"))
+        .fetch_all(admin.pool())
+        .await
+        .expect("sessions")
+}
+
 /// Ends, from another session, every session of the store on `schema` (those in its pool and
 /// those it keeps between hot statements, found by their application name), and waits until the
 /// server has let them all go. Returns how many there were.
 async fn end_every_session(schema: &str) -> usize {
     let admin = PgStore::connect(&postgres_dsn(), None, 1).await.expect("admin connection");
-    let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
-        .bind(format!("streaming-hub/{schema}"))
-        .fetch_all(admin.pool())
-        .await
-        .expect("sessions");
+    let pids = sessions_of(&admin, schema).await;
     let ended: Vec<bool> = sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM UNNEST($1::int[]) AS p(pid)")
         .bind(&pids)
         .fetch_all(admin.pool())
@@ -97,11 +102,7 @@ async fn closing_the_store_ends_its_sessions() {
     // And one kept between hot statements.
     db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
     let admin = PgStore::connect(&postgres_dsn(), None, 1).await.expect("admin connection");
-    let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
-        .bind(format!("streaming-hub/{schema}"))
-        .fetch_all(admin.pool())
-        .await
-        .expect("sessions");
+    let pids = sessions_of(&admin, schema).await;
     assert!(pids.len() >= 3, "the store's sessions are named after it: {pids:?}");
 
     db.store.close().await;

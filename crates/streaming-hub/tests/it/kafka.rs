@@ -492,25 +492,33 @@ impl BatchWriter for GatedWriter {
     }
 }
 
-/// Partitions are written concurrently: a partition whose write takes long holds back neither
-/// the other partitions' writes nor their commits, and its own records still go in offset
-/// order, one batch at a time, and are committed once written.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slow_partition_write_holds_back_no_other_partition() {
+/// A `PartitionRun` of `per_partition` records a partition with partition 1's writes held
+/// (`GatedWriter`), once partitions 0 and 2 are written and committed and partition 1's first
+/// write is waiting.
+async fn held_partition_1(per_partition: i64) -> (PartitionRun, Gate) {
     let mut seen = None;
-    let run = PartitionRun::start(|events| {
+    let run = PartitionRun::start_with(per_partition, |events| {
         let (writer, gate) = GatedWriter::on_partition_1(events);
         seen = Some(gate);
         writer
     })
     .await;
     let gate = seen.expect("the writer was made");
-
     until("partitions 0 and 2 committed while partition 1's write is held", async || {
         let c = run.committed();
-        (c[0] == Some(10) && c[2] == Some(10) && gate.held.load(Ordering::SeqCst) >= 1).then_some(())
+        (c[0] == Some(per_partition) && c[2] == Some(per_partition) && gate.held.load(Ordering::SeqCst) >= 1)
+            .then_some(())
     })
     .await;
+    (run, gate)
+}
+
+/// Partitions are written concurrently: a partition whose write takes long holds back neither
+/// the other partitions' writes nor their commits, and its own records still go in offset
+/// order, one batch at a time, and are committed once written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_partition_write_holds_back_no_other_partition() {
+    let (run, gate) = held_partition_1(10).await;
     assert_eq!(gate.held.load(Ordering::SeqCst), 1, "one batch of a partition is written at a time");
     assert_eq!(run.committed()[1], None, "nothing of the held partition is committed");
 
@@ -528,22 +536,9 @@ async fn a_slow_partition_write_holds_back_no_other_partition() {
 /// each, so a slow write never makes the next one (and what it holds in memory) larger.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_never_writes_more_than_a_batch_at_once() {
-    let mut seen = None;
-    let run = PartitionRun::start_with(20, |events| {
-        let (writer, gate) = GatedWriter::on_partition_1(events);
-        seen = Some(gate);
-        writer
-    })
-    .await;
-    let gate = seen.expect("the writer was made");
-
-    // Partition 1's first write is held until the other partitions are written: by then the
-    // consumer holds the rest of partition 1's records, three batches' worth.
-    until("partitions 0 and 2 committed while partition 1's write is held", async || {
-        let c = run.committed();
-        (c[0] == Some(20) && c[2] == Some(20) && gate.held.load(Ordering::SeqCst) >= 1).then_some(())
-    })
-    .await;
+    // By the time the other partitions are written, the consumer holds the rest of partition 1's
+    // records, three batches' worth.
+    let (run, gate) = held_partition_1(20).await;
     gate.gate.add_permits(1_000);
     run.wait_all_committed().await;
     assert!(gate.held.load(Ordering::SeqCst) >= 4, "partition 1 took at least four writes");
