@@ -824,9 +824,9 @@ pub fn disk(dir: &Path, seconds: u64, json_out: &Path) -> anyhow::Result<()> {
 /// long. Each is the least any durable write costs at that pace; every end-to-end latency of the
 /// hub holds at least one.
 pub async fn commit(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<()> {
+    use sqlx::Connection as _;
     let dsn = std::env::var("STREAMING_HUB_POSTGRES_DSN")
         .map_err(|_| anyhow::anyhow!("STREAMING_HUB_POSTGRES_DSN: the commit scenario measures PostgreSQL; set it"))?;
-    use sqlx::Connection as _;
     // One connection of its own, not a pool's: nothing but the statement goes to the server.
     let mut conn = sqlx::PgConnection::connect(&dsn).await.context("STREAMING_HUB_POSTGRES_DSN: cannot connect")?;
     let schema = format!("shbench_{}", uuid::Uuid::now_v7().simple());

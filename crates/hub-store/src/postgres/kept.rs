@@ -7,10 +7,11 @@
 //! instead and give it back here when the statement succeeded; what failed, or was cancelled,
 //! goes back to the pool as usual, checked there.
 //!
-//! **Invariants:** at most [`KEPT`] connections, and half the pool, are kept; none stays kept once idle for
-//! [`super::CHECK_IDLE_AFTER`] (it goes back to the pool, which checks it when next handed out),
-//! nor for longer than [`ROUND`] in all, so the pool's own rules (its lifetime, its closing) reach
-//! every connection; closing the store closes every kept connection first.
+//! **Invariants:** at most [`KEPT`] connections, and half the pool, are kept; none stays kept
+//! once idle for [`super::CHECK_IDLE_AFTER`] (it goes back to the pool, which checks it when next
+//! handed out), nor for longer than [`ROUND`] in all, so the pool's own rules (its lifetime, its
+//! closing) reach every connection; closing the store closes every kept connection first. A
+//! connection is given back only after its statement succeeded.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -318,7 +318,7 @@ pub async fn run<W: BatchWriter>(
 
 /// How many batches' worth of records the consumer holds at most, over all its partitions,
 /// before it stops reading until a write ends: the next batch of each of four partitions being
-/// written (8 held 8 MiB more at the same speed, 2 lowered it; docs/DECISIONS.md).
+/// written (8 held 4–7 MiB more at the same speed, 2 lowered it; docs/DECISIONS.md).
 const MAX_HELD_BATCHES: usize = 4;
 
 /// How long a stopping consumer waits to leave its group.
