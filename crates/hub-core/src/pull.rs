@@ -2,19 +2,19 @@
 //!
 //! Reading is the acknowledgement: a page moves the durable cursor to the highest seq returned.
 //! `after` greater than the cursor moves it past everything up to `after` (skipped events are
-//! never redelivered); `after` smaller reads an older page without rewinding. The cursor only
-//! ever moves forward.
+//! never redelivered); `after` smaller reads an older page without rewinding; `after` beyond the
+//! newest seq is refused. The cursor only ever moves forward.
 
 /// The seq a read starts after: `after` when given, else the cursor.
 pub fn read_after(cursor: i64, after: Option<i64>) -> i64 {
     after.unwrap_or(cursor)
 }
 
-/// `after` as a read may use it: never beyond `newest`, the tenant's newest seq, so a cursor can
-/// only ever skip events that exist (an `after` far ahead would otherwise skip every event to
-/// come up to it).
-pub fn clamp_after(after: Option<i64>, newest: i64) -> Option<i64> {
-    after.map(|a| a.min(newest.max(0)))
+/// Whether a read may start after `after`: only up to `newest`, the tenant's newest seq. An
+/// `after` beyond it (a typo, a timestamp passed by mistake) would acknowledge every event to
+/// come up to it, so it is refused and nothing moves; a cursor only ever skips events that exist.
+pub fn after_is_known(after: i64, newest: i64) -> bool {
+    (0..=newest.max(0)).contains(&after)
 }
 
 /// The cursor once a page whose highest seq is `highest` (none when empty) has been returned.
@@ -50,16 +50,19 @@ mod tests {
     }
 
     #[test]
-    fn after_is_clamped_to_the_newest_seq() {
+    fn an_after_beyond_the_newest_seq_is_refused() {
         let cases = [
-            ("none stays none", None, 10, None),
-            ("below the newest", Some(3), 10, Some(3)),
-            ("at the newest", Some(10), 10, Some(10)),
-            ("far beyond", Some(i64::MAX), 10, Some(10)),
-            ("an empty inbox", Some(5), 0, Some(0)),
+            ("below the newest", 3, 10, true),
+            ("at the newest", 10, 10, true),
+            ("zero", 0, 10, true),
+            ("one beyond", 11, 10, false),
+            ("far beyond", i64::MAX, 10, false),
+            ("a millisecond timestamp", 1_764_700_000_000, 10, false),
+            ("an empty inbox", 5, 0, false),
+            ("negative", -1, 10, false),
         ];
-        for (case, after, newest, expected) in cases {
-            assert_eq!(clamp_after(after, newest), expected, "{case}");
+        for (case, after, newest, known) in cases {
+            assert_eq!(after_is_known(after, newest), known, "{case}");
         }
     }
 
@@ -81,7 +84,7 @@ mod tests {
             newest in 0i64..1_000_000,
             returned in 0usize..200,
         ) {
-            let after = clamp_after(after, newest);
+            let after = after.filter(|a| after_is_known(*a, newest));
             proptest::prop_assert!(after.is_none_or(|a| a <= newest));
             let from = read_after(cursor, after);
             // A page holds seqs above `from`, up to `newest`.

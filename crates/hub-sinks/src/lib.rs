@@ -85,6 +85,31 @@ pub struct Failure {
     pub response: Option<String>,
 }
 
+/// What a tenant is told of a destination that could not be reached or is not allowed,
+/// whatever the cause: "does not resolve", "resolves to a private address" and "refused the
+/// connection" would let a tenant map the operator's internal network by trying names. The
+/// cause goes to the operator's log and metrics.
+pub const NOT_REACHED: &str = "the destination could not be reached, or is not allowed";
+
+impl Failure {
+    /// The failure's kind as a tenant sees it: unreachable and refused by the guard are one.
+    pub fn tenant_kind(&self) -> &'static str {
+        match self.kind {
+            FailureKind::Unreachable | FailureKind::Forbidden => FailureKind::Unreachable.as_str(),
+            other => other.as_str(),
+        }
+    }
+
+    /// The reason as a tenant sees it (verification results, attempts, dead letters):
+    /// [`NOT_REACHED`] for every destination that could not be reached or is not allowed.
+    pub fn tenant_reason(&self) -> &str {
+        match self.kind {
+            FailureKind::Unreachable | FailureKind::Forbidden => NOT_REACHED,
+            _ => &self.reason,
+        }
+    }
+}
+
 /// The class of a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureKind {

@@ -185,6 +185,18 @@ pub trait Inbox: Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<PulledEvent>>;
 
+    /// One pull read, serialized per subscription across replicas: the page after `after` (else
+    /// after the cursor) and the cursor's move past it (SPEC §4, `hub_core::pull`), in one
+    /// transaction that holds the subscription's row, so two readers never get the same event.
+    /// An `after` beyond the tenant's newest seq reads and moves nothing.
+    async fn read_pull_page(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        after: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<PullRead>;
+
     /// The tenant's newest seq (0 when its inbox was never written to).
     async fn newest_seq(&self, tenant: &str) -> StoreResult<i64>;
 
@@ -203,6 +215,11 @@ pub trait Inbox: Send + Sync {
 pub trait Subscriptions: Send + Sync {
     /// Stores a new subscription.
     async fn create_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<()>;
+
+    /// Stores a new subscription unless its tenant already has `max` of them; false when it
+    /// has. The count and the insert are atomic: concurrent creates for one tenant take turns,
+    /// so no number of them can pass the quota.
+    async fn create_subscription_within(&self, sub: &SubscriptionRecord, max: u32) -> StoreResult<bool>;
 
     /// One of a tenant's subscriptions; `None` for an unknown id or another tenant's.
     async fn subscription(&self, tenant: &str, id: Uuid) -> StoreResult<Option<SubscriptionRecord>>;

@@ -304,6 +304,8 @@ pub struct NewApiKey {
     pub key_hash: Vec<u8>,
     pub key_prefix: String,
     pub created_at: DateTime<Utc>,
+    /// When the key stops working; `None` never.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// A stored API key.
@@ -316,6 +318,15 @@ pub struct ApiKeyRecord {
     pub key_prefix: String,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When the key stops working; `None` never.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl ApiKeyRecord {
+    /// Whether the key has expired at `now` (a revoked key is never returned as live at all).
+    pub fn expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
 }
 
 /// The accepted events of a batch grouped by tenant, in tenant order (so that concurrent batches
@@ -792,6 +803,17 @@ pub struct EventQuery {
 pub struct PulledEvent {
     pub position: i64,
     pub event: StoredEvent,
+}
+
+/// What one pull read gave ([`crate::Inbox::read_pull_page`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PullRead {
+    /// The tenant has no such subscription.
+    NoSubscription,
+    /// `after` lies beyond the tenant's newest seq: nothing was read and the cursor did not move.
+    AfterBeyondNewest { newest: i64 },
+    /// A page, in position order, and the cursor after it.
+    Page { events: Vec<PulledEvent>, cursor: i64 },
 }
 
 /// A pull stream entry of one event.

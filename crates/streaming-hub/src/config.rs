@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use hub_core::TenantId;
 
+pub mod dsn;
 pub mod file;
 
 /// A secret value: never printed by `Debug` or `Display`.
@@ -307,6 +308,68 @@ pub const ALIASES: [(&str, &str); 4] = [
     ("STREAMING_HUB_DLQ_GROUP", "STREAMING_HUB_KAFKA_DLQ_GROUP_ID"),
 ];
 
+/// How long a value may be, in bytes: every setting is short, but for a CA certificate bundle.
+/// A longer one is refused (and never echoed), so a stray value cannot fill the log or memory.
+fn max_value_len(name: &str) -> usize {
+    match name {
+        "STREAMING_HUB_KAFKA_CA_CERT" => 256 * 1024,
+        _ => 4096,
+    }
+}
+
+/// Settings whose absence chooses a mode of its own (`local`, the embedded store, no Kafka, no
+/// key): set to an empty value they are refused, never taken for unset, since an empty value
+/// usually means a deployment lost what it meant to put there.
+const NOT_EMPTY: &[&str] = &[
+    "STREAMING_HUB_ENV",
+    "STREAMING_HUB_POSTGRES_DSN",
+    "STREAMING_HUB_KAFKA_BROKERS",
+    "STREAMING_HUB_ADMIN_TOKEN",
+    "STREAMING_HUB_KEK_REF",
+    "STREAMING_HUB_DEV_KEK",
+];
+
+/// The admin token's length, in bytes.
+const ADMIN_TOKEN_LEN: std::ops::RangeInclusive<usize> = 16..=1024;
+
+/// How a value (or a name) is shown in a problem: at most a short prefix, with its length when
+/// cut, so a problem is one short line whatever was set.
+pub fn quoted(raw: &str) -> String {
+    const SHOWN: usize = 40;
+    let mut chars = raw.chars();
+    let prefix: String = chars.by_ref().take(SHOWN).collect();
+    if chars.next().is_none() { format!("{prefix:?}") } else { format!("{prefix:?}… ({} bytes)", raw.len()) }
+}
+
+/// Refuses what no setting may be (too long, or empty where empty means something else) before
+/// anything is read; the variable is removed, so nothing further reads or echoes its value.
+fn bounded(vars: &mut HashMap<String, String>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    let named: Vec<String> = vars
+        .keys()
+        .filter(|k| KNOWN.contains(&k.as_str()) || ALIASES.iter().any(|(alias, _)| alias == k))
+        .cloned()
+        .collect();
+    for name in named {
+        let Some(value) = vars.get(&name) else { continue };
+        let max = max_value_len(&name);
+        if value.len() > max {
+            problems.push(Problem {
+                variable: name.clone(),
+                message: format!("is {} bytes long; at most {max} are accepted", value.len()),
+            });
+            vars.remove(&name);
+        } else if value.trim().is_empty() && NOT_EMPTY.contains(&name.as_str()) {
+            problems.push(Problem {
+                variable: name.clone(),
+                message: "is set but empty: give it a value, or unset it for the default".to_owned(),
+            });
+            vars.remove(&name);
+        }
+    }
+    problems
+}
+
 /// Reads typed values and collects every problem.
 struct Reader<'a> {
     vars: &'a HashMap<String, String>,
@@ -338,7 +401,7 @@ impl Reader<'_> {
     fn number(&mut self, name: &str, default: u32, min: u32, max: u32) -> u32 {
         self.parse(name, default, |raw| match raw.parse::<u32>() {
             Ok(n) if (min..=max).contains(&n) => Ok(n),
-            _ => Err(format!("must be a whole number from {min} to {max} (got {raw:?})")),
+            _ => Err(format!("must be a whole number from {min} to {max} (got {})", quoted(raw))),
         })
     }
 
@@ -346,7 +409,7 @@ impl Reader<'_> {
         self.parse(name, default, |raw| match raw.to_ascii_lowercase().as_str() {
             "true" | "1" | "yes" => Ok(true),
             "false" | "0" | "no" => Ok(false),
-            _ => Err(format!("must be true or false (got {raw:?})")),
+            _ => Err(format!("must be true or false (got {})", quoted(raw))),
         })
     }
 
@@ -362,7 +425,8 @@ impl Reader<'_> {
 
 /// `250ms`, `30s`, `5m`, `2h`, `7d`, or combinations such as `1h30m`.
 pub fn parse_duration(raw: &str) -> Result<Duration, String> {
-    humantime::parse_duration(raw).map_err(|_| format!("must be a duration such as 30s, 5m or 2h (got {raw:?})"))
+    humantime::parse_duration(raw)
+        .map_err(|_| format!("must be a duration such as 30s, 5m or 2h (got {})", quoted(raw)))
 }
 
 impl Config {
@@ -395,26 +459,28 @@ impl Config {
                 }
             }
         }
+        alias_problems.extend(bounded(&mut vars));
         let mut r = Reader { vars: &vars, problems: alias_problems };
 
         let env = r.parse("STREAMING_HUB_ENV", Environment("local".into()), |raw| {
             // Anything else is refused, never taken for `local` (which generates secrets).
             match raw.to_ascii_lowercase().as_str() {
                 e @ ("local" | "staging" | "production") => Ok(Environment(e.to_owned())),
-                _ => Err(format!("must be local, staging or production (got {raw:?})")),
+                _ => Err(format!("must be local, staging or production (got {})", quoted(raw))),
             }
         });
         let role = r.parse("STREAMING_HUB_ROLE", Role::All, |raw| match raw {
             "all" => Ok(Role::All),
             "ingest" => Ok(Role::Ingest),
             "delivery" => Ok(Role::Delivery),
-            _ => Err(format!("must be all, ingest or delivery (got {raw:?})")),
+            _ => Err(format!("must be all, ingest or delivery (got {})", quoted(raw))),
         });
         let http_listen_addr =
             r.parse("STREAMING_HUB_HTTP_LISTEN_ADDR", SocketAddr::from(([127, 0, 0, 1], 8080)), |raw| {
                 // `:8080`, as the original deployment writes it, listens on every interface.
                 let full = if raw.starts_with(':') { format!("0.0.0.0{raw}") } else { raw.to_owned() };
-                full.parse().map_err(|_| format!("must be an address such as 127.0.0.1:8080 or :8080 (got {raw:?})"))
+                full.parse()
+                    .map_err(|_| format!("must be an address such as 127.0.0.1:8080 or :8080 (got {})", quoted(raw)))
             });
 
         let pool = hub_store::PoolSettings {
@@ -431,14 +497,20 @@ impl Config {
                 && raw.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
             if valid { Ok(Some(raw.to_owned())) } else { Err("must be a lowercase SQL identifier".to_owned()) }
         });
+        let pg_root_cert = std::env::var("PGSSLROOTCERT").ok();
         let database = match r.text("STREAMING_HUB_POSTGRES_DSN") {
-            Some(dsn) if dsn.starts_with("postgres://") || dsn.starts_with("postgresql://") => {
-                Database::Postgres { dsn: Secret(dsn), schema, pool }
-            }
-            Some(_) => {
-                r.problem("STREAMING_HUB_POSTGRES_DSN", "must be a postgres:// or postgresql:// URL");
-                Database::Sqlite { path: PathBuf::new() }
-            }
+            Some(raw) => match dsn::parse(&raw, pg_root_cert.as_deref()) {
+                Ok(parsed) => {
+                    if let Some(problem) = dsn::root_cert_problem(&parsed) {
+                        r.problem("STREAMING_HUB_POSTGRES_DSN", problem);
+                    }
+                    Database::Postgres { dsn: Secret(raw), schema, pool }
+                }
+                Err(problem) => {
+                    r.problem("STREAMING_HUB_POSTGRES_DSN", problem);
+                    Database::Sqlite { path: PathBuf::new() }
+                }
+            },
             None => Database::Sqlite {
                 path: r
                     .text("STREAMING_HUB_SQLITE_PATH")
@@ -450,8 +522,11 @@ impl Config {
         // Outside `local` an admin token is optional when admin keys exist (checked at start,
         // where the database is known: `crate::start`).
         let admin_token = r.text("STREAMING_HUB_ADMIN_TOKEN").map(Secret);
-        if admin_token.as_ref().is_some_and(|token| token.0.len() < 16) {
-            r.problem("STREAMING_HUB_ADMIN_TOKEN", "must be at least 16 characters");
+        if admin_token.as_ref().is_some_and(|token| !ADMIN_TOKEN_LEN.contains(&token.0.len())) {
+            r.problem(
+                "STREAMING_HUB_ADMIN_TOKEN",
+                format!("must be {} to {} bytes long", ADMIN_TOKEN_LEN.start(), ADMIN_TOKEN_LEN.end()),
+            );
         }
 
         let only_tenant = r.parse("STREAMING_HUB_TENANT_ID", None, |raw| {
@@ -520,7 +595,7 @@ impl Config {
             aws_default_credentials: r.flag("STREAMING_HUB_AWS_DEFAULT_CREDENTIALS", false),
             aws_endpoint_url: r.parse("STREAMING_HUB_AWS_ENDPOINT_URL", None, |raw| match url::Url::parse(raw) {
                 Ok(u) if u.scheme() == "http" || u.scheme() == "https" => Ok(Some(raw.to_owned())),
-                _ => Err(format!("must be an http(s) URL (got {raw:?})")),
+                _ => Err(format!("must be an http(s) URL (got {})", quoted(raw))),
             }),
             kek_ref: r.text("STREAMING_HUB_KEK_REF"),
             dev_kek: r.text("STREAMING_HUB_DEV_KEK").map(Secret),
@@ -539,7 +614,7 @@ impl Config {
                         && !KNOWN.contains(&k.as_str())
                         && !ALIASES.iter().any(|(alias, _)| alias == k)
                 })
-                .cloned()
+                .map(|k| if k.len() > 128 { quoted(k) } else { k.clone() })
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .collect(),
@@ -580,10 +655,8 @@ fn production_refusals(r: &mut Reader<'_>, c: &Config) {
         }
     }
     if let Database::Postgres { dsn, .. } = &c.database {
-        let tls = url::Url::parse(dsn.expose()).ok().is_some_and(|u| {
-            u.query_pairs()
-                .any(|(k, v)| k == "sslmode" && matches!(v.as_ref(), "require" | "verify-ca" | "verify-full"))
-        });
+        // The mode the driver will use, from its own reading of the DSN (and `PGSSLMODE`).
+        let tls = dsn::parse(dsn.expose(), None).is_ok_and(|d| d.tls_required());
         if !tls {
             r.problem(
                 "STREAMING_HUB_POSTGRES_DSN",
@@ -606,7 +679,7 @@ fn kafka_config(r: &mut Reader<'_>, env: &Environment) -> Option<KafkaConfig> {
     let mechanism = r.parse("STREAMING_HUB_KAFKA_SCRAM_MECHANISM", "SCRAM-SHA-512".to_owned(), |raw| {
         match raw.to_ascii_uppercase().as_str() {
             m @ ("SCRAM-SHA-512" | "SCRAM-SHA-256") => Ok(m.to_owned()),
-            _ => Err(format!("must be SCRAM-SHA-512 or SCRAM-SHA-256 (got {raw:?})")),
+            _ => Err(format!("must be SCRAM-SHA-512 or SCRAM-SHA-256 (got {})", quoted(raw))),
         }
     });
     let scram = match (username, password) {
@@ -673,268 +746,4 @@ pub fn default_retry_curve() -> Vec<Duration> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
-    }
-
-    #[test]
-    fn defaults_are_the_spec_defaults() {
-        let c = Config::from_vars(HashMap::new()).expect("defaults are valid");
-        assert!(c.env.is_local());
-        assert_eq!(c.role, Role::All);
-        assert_eq!(c.http_listen_addr.to_string(), "127.0.0.1:8080");
-        assert!(matches!(&c.database, Database::Sqlite { path } if path == &PathBuf::from("./streaming-hub.db")));
-        assert_eq!(c.dispatch_workers, 8);
-        assert_eq!(c.dispatch_claim_batch, 16);
-        assert_eq!(c.dispatch_idle_interval, Duration::from_millis(250));
-        assert_eq!(c.poison_threshold, 5);
-        assert_eq!(c.retry_curve, default_retry_curve());
-        assert_eq!(c.retry_deadline, Duration::from_secs(24 * 3600));
-        assert_eq!((c.pull_rate, c.pull_burst), (100, 200));
-        assert_eq!(c.replay_rate, 250);
-        assert!(c.autodisable_enabled);
-        assert_eq!(c.autodisable_failure_window, Duration::from_secs(120 * 3600));
-        assert_eq!(c.autodisable_failure_spread, Duration::from_secs(12 * 3600));
-        assert_eq!(c.dlq_retention, Duration::from_secs(168 * 3600));
-        assert!(!c.allow_private_sinks);
-        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
-        assert!(c.only_tenant.is_none());
-    }
-
-    #[test]
-    fn every_invalid_variable_is_named() {
-        let err = Config::from_vars(vars(&[
-            ("STREAMING_HUB_ROLE", "everything"),
-            ("STREAMING_HUB_DISPATCH_WORKERS", "0"),
-            ("STREAMING_HUB_RETRY_CURVE", "1s,soon"),
-            ("STREAMING_HUB_HTTP_LISTEN_ADDR", "localhost"),
-            ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "maybe"),
-            ("STREAMING_HUB_AWS_DEFAULT_CREDENTIALS", "perhaps"),
-            ("STREAMING_HUB_AWS_ENDPOINT_URL", "ftp://emulator"),
-            ("STREAMING_HUB_POSTGRES_DSN", "mysql://x"),
-            ("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30"),
-            ("STREAMING_HUB_DRAIN_DELAY", "soon"),
-        ]))
-        .expect_err("invalid");
-        let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
-        for v in [
-            "STREAMING_HUB_ROLE",
-            "STREAMING_HUB_DISPATCH_WORKERS",
-            "STREAMING_HUB_RETRY_CURVE",
-            "STREAMING_HUB_HTTP_LISTEN_ADDR",
-            "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
-            "STREAMING_HUB_AWS_DEFAULT_CREDENTIALS",
-            "STREAMING_HUB_AWS_ENDPOINT_URL",
-            "STREAMING_HUB_POSTGRES_DSN",
-            "STREAMING_HUB_SHUTDOWN_TIMEOUT",
-            "STREAMING_HUB_DRAIN_DELAY",
-        ] {
-            assert!(named.contains(&v), "{v} not named in {err}");
-        }
-        assert!(!err.to_string().contains("mysql://x"), "a DSN is never echoed");
-    }
-
-    #[test]
-    fn an_admin_token_is_checked_when_given() {
-        let err = Config::from_vars(vars(&[("STREAMING_HUB_ENV", "staging"), ("STREAMING_HUB_ADMIN_TOKEN", "short")]))
-            .expect_err("too short");
-        assert_eq!(err.0[0].variable, "STREAMING_HUB_ADMIN_TOKEN");
-        // Without one, the start checks for admin keys (tests/it/cli.rs).
-        let c = Config::from_vars(vars(&[("STREAMING_HUB_ENV", "staging")])).expect("valid");
-        assert!(c.admin_token.is_none());
-    }
-
-    #[test]
-    fn retry_curve_and_durations_parse() {
-        let c = Config::from_vars(vars(&[
-            ("STREAMING_HUB_RETRY_CURVE", "0s, 100ms,1s"),
-            ("STREAMING_HUB_RETRY_DEADLINE", "1h30m"),
-        ]))
-        .expect("valid");
-        assert_eq!(c.retry_curve, vec![Duration::ZERO, Duration::from_millis(100), Duration::from_secs(1)]);
-        assert_eq!(c.retry_deadline, Duration::from_secs(5400));
-    }
-
-    #[test]
-    fn postgres_and_single_tenant_mode() {
-        let c = Config::from_vars(vars(&[
-            ("STREAMING_HUB_POSTGRES_DSN", "postgres://u:pw@db/hub"),
-            ("STREAMING_HUB_TENANT_ID", "acme"),
-        ]))
-        .expect("valid");
-        assert!(matches!(c.database, Database::Postgres { .. }));
-        assert_eq!(c.only_tenant.map(|t| t.to_string()), Some("acme".to_owned()));
-        assert!(!format!("{:?}", c.database).contains("pw"), "the DSN is a secret");
-        let c = Config::from_vars(vars(&[("STREAMING_HUB_TENANT_ID", "default")])).expect("valid");
-        assert!(c.only_tenant.is_none());
-    }
-
-    #[test]
-    fn production_refuses_each_unsafe_setting_by_name() {
-        let err = Config::from_vars(vars(&[
-            ("STREAMING_HUB_ENV", "production"),
-            ("STREAMING_HUB_KAFKA_BROKERS", "k:9092"),
-            ("STREAMING_HUB_POSTGRES_DSN", "postgres://hub@db/hub?sslmode=disable"),
-            ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true"),
-        ]))
-        .expect_err("unsafe");
-        let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
-        for v in [
-            "STREAMING_HUB_KAFKA_TLS_ENABLED",
-            "STREAMING_HUB_POSTGRES_DSN",
-            "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
-            "STREAMING_HUB_KEK_REF",
-        ] {
-            assert!(named.contains(&v), "{v} not named in {err}");
-        }
-        let safe = Config::from_vars(vars(&[
-            ("STREAMING_HUB_ENV", "production"),
-            ("STREAMING_HUB_KAFKA_BROKERS", "k:9093"),
-            ("STREAMING_HUB_KAFKA_TLS_ENABLED", "true"),
-            ("STREAMING_HUB_POSTGRES_DSN", "postgres://hub@db/hub?sslmode=verify-full"),
-            ("STREAMING_HUB_ADMIN_TOKEN", "a-long-enough-admin-token"),
-            ("STREAMING_HUB_KEK_REF", "HUB_KEK"),
-        ]));
-        assert!(safe.is_ok(), "{safe:?}");
-    }
-
-    #[test]
-    fn kafka_settings() {
-        let c = Config::from_vars(vars(&[
-            ("STREAMING_HUB_KAFKA_BROKERS", "k1:9092,k2:9092"),
-            ("STREAMING_HUB_ENV", "local"),
-        ]))
-        .expect("valid");
-        let k = c.kafka.expect("kafka");
-        assert_eq!(k.group_id, "streaming-hub.local");
-        assert_eq!(k.dlq_group_id, "streaming-hub-dlq.local");
-        assert!(k.scram.is_none() && !k.tls);
-        assert!(Config::from_vars(HashMap::new()).expect("valid").kafka.is_none(), "no brokers, no consumer");
-
-        let err = Config::from_vars(vars(&[
-            ("STREAMING_HUB_KAFKA_BROKERS", "k1:9092"),
-            ("STREAMING_HUB_KAFKA_SCRAM_USERNAME", "hub"),
-            ("STREAMING_HUB_KAFKA_SCRAM_MECHANISM", "PLAIN"),
-            ("STREAMING_HUB_KAFKA_CA_CERT", "/nonexistent/ca.pem"),
-        ]))
-        .expect_err("invalid");
-        let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
-        for v in
-            ["STREAMING_HUB_KAFKA_SCRAM_PASSWORD", "STREAMING_HUB_KAFKA_SCRAM_MECHANISM", "STREAMING_HUB_KAFKA_CA_CERT"]
-        {
-            assert!(named.contains(&v), "{v} not named in {err}");
-        }
-        let c = Config::from_vars(vars(&[
-            ("STREAMING_HUB_KAFKA_BROKERS", "k1:9093"),
-            ("STREAMING_HUB_KAFKA_SCRAM_USERNAME", "hub"),
-            ("STREAMING_HUB_KAFKA_SCRAM_PASSWORD", "s3cret-pass"),
-            ("STREAMING_HUB_KAFKA_TLS_ENABLED", "true"),
-        ]))
-        .expect("valid");
-        assert!(!format!("{c:?}").contains("s3cret-pass"), "the SCRAM password is a secret");
-    }
-
-    #[test]
-    fn the_configuration_reference_lists_every_variable() {
-        let reference = include_str!("../../../docs/CONFIGURATION.md");
-        for variable in KNOWN {
-            assert!(
-                reference.contains(&format!("| `{variable}` |")),
-                "{variable} is missing from docs/CONFIGURATION.md"
-            );
-        }
-    }
-
-    #[test]
-    fn the_original_deployments_names_are_accepted() {
-        let c = Config::from_vars(vars(&[
-            ("STREAMING_HUB_ENV", "Staging"),
-            ("STREAMING_HUB_ADMIN_TOKEN", "a-token-of-sixteen-plus"),
-            ("STREAMING_HUB_HTTP_LISTEN_ADDR", ":8080"),
-            ("STREAMING_HUB_POSTGRES_DSN", "postgres://u@db/hub"),
-            ("STREAMING_HUB_POSTGRES_MAX_OPEN_CONNS", "40"),
-            ("STREAMING_HUB_POSTGRES_MAX_IDLE_CONNS", "5"),
-            ("STREAMING_HUB_POSTGRES_CONN_MAX_LIFETIME", "10m"),
-            ("STREAMING_HUB_PRE_STOP_DRAIN_TIMEOUT", "7s"),
-            ("STREAMING_HUB_LOG_LEVEL", "debug"),
-        ]))
-        .expect("valid");
-        assert_eq!(c.env.as_str(), "staging");
-        assert_eq!(c.http_listen_addr.to_string(), "0.0.0.0:8080");
-        let Database::Postgres { pool, .. } = c.database else { panic!("postgres") };
-        assert_eq!((pool.max_connections, pool.min_connections), (40, 5));
-        assert_eq!(pool.max_lifetime, Some(Duration::from_secs(600)));
-        assert_eq!(c.drain_delay, Duration::from_secs(7));
-        assert!(c.ignored.is_empty(), "no alias is reported as ignored: {:?}", c.ignored);
-
-        let both = Config::from_vars(vars(&[
-            ("STREAMING_HUB_POSTGRES_MAX_CONNECTIONS", "10"),
-            ("STREAMING_HUB_POSTGRES_MAX_OPEN_CONNS", "40"),
-        ]))
-        .expect_err("conflict");
-        assert!(both.to_string().contains("STREAMING_HUB_POSTGRES_MAX_OPEN_CONNS"), "{both}");
-    }
-
-    #[test]
-    fn migrate_needs_only_the_database() {
-        let outside_local = [
-            ("STREAMING_HUB_ENV", "staging"),
-            ("STREAMING_HUB_POSTGRES_DSN", "postgres://u@db/hub"),
-            ("STREAMING_HUB_KAFKA_BROKERS", "k:9092"),
-            ("STREAMING_HUB_KAFKA_CA_CERT", "/nonexistent/ca.pem"),
-        ];
-        assert!(Config::from_vars(vars(&outside_local)).is_err(), "serve needs the admin token and a readable CA");
-        let c = Config::for_migrate(vars(&outside_local)).expect("migrate needs neither");
-        assert!(matches!(c.database, Database::Postgres { .. }));
-        assert!(c.kafka.is_none());
-        let bad_dsn = [("STREAMING_HUB_ENV", "staging"), ("STREAMING_HUB_POSTGRES_DSN", "mysql://x")];
-        let err = Config::for_migrate(vars(&bad_dsn)).expect_err("the database still counts");
-        assert!(err.to_string().contains("STREAMING_HUB_POSTGRES_DSN"), "{err}");
-    }
-
-    #[test]
-    fn an_unknown_environment_is_refused_not_taken_for_local() {
-        for env in ["prod", "dev", "test", "Production2"] {
-            let err = Config::from_vars(vars(&[("STREAMING_HUB_ENV", env)])).expect_err(env);
-            assert!(err.to_string().contains("STREAMING_HUB_ENV"), "{err}");
-        }
-    }
-
-    #[test]
-    fn a_kafka_ca_may_be_a_base64_pem() {
-        use base64::Engine;
-        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-        let encoded = base64::engine::general_purpose::STANDARD.encode(pem);
-        let c = Config::from_vars(vars(&[
-            ("STREAMING_HUB_KAFKA_BROKERS", "k:9092"),
-            ("STREAMING_HUB_KAFKA_TLS_ENABLED", "true"),
-            ("STREAMING_HUB_KAFKA_CA_CERT", &encoded),
-        ]))
-        .expect("valid");
-        assert!(matches!(c.kafka.expect("kafka").ca_cert, Some(CaCert::Pem(p)) if p == pem));
-        let err = Config::from_vars(vars(&[
-            ("STREAMING_HUB_KAFKA_BROKERS", "k:9092"),
-            ("STREAMING_HUB_KAFKA_TLS_ENABLED", "true"),
-            ("STREAMING_HUB_KAFKA_CA_CERT", "bm90IGEgY2VydA=="),
-        ]))
-        .expect_err("not a PEM");
-        assert!(err.to_string().contains("STREAMING_HUB_KAFKA_CA_CERT"), "{err}");
-    }
-
-    #[test]
-    fn a_log_filter_is_checked_at_start() {
-        let problems = Config::from_vars(vars(&[("STREAMING_HUB_LOG", "info,hub_store=loud")])).expect_err("refused");
-        assert!(problems.0.iter().any(|p| p.variable == "STREAMING_HUB_LOG"), "{problems}");
-        let c = Config::from_vars(vars(&[("STREAMING_HUB_LOG_LEVEL", "debug")])).expect("valid");
-        assert_eq!(c.log.as_deref(), Some("debug"), "the original's name is read too");
-    }
-
-    #[test]
-    fn unknown_variables_are_reported_as_ignored() {
-        let c = Config::from_vars(vars(&[("STREAMING_HUB_OTEL_ENDPOINT", "x"), ("OTHER", "y")])).expect("valid");
-        assert_eq!(c.ignored, vec!["STREAMING_HUB_OTEL_ENDPOINT".to_owned()]);
-    }
-}
+mod tests;

@@ -30,9 +30,15 @@ pub fn display_prefix(key: &str) -> String {
     key.chars().take(API_KEY_PREFIX.len() + 6).collect()
 }
 
-/// Generates a key — a tenant's, or with `None` an operator's admin key — stores its hash, and
-/// returns the record with the key (shown once).
-pub async fn issue(store: &dyn Store, tenant: Option<&TenantId>, name: &str) -> StoreResult<(ApiKeyRecord, String)> {
+/// Generates a key — a tenant's, or with `None` an operator's admin key — that works until
+/// `expires_at` (for ever with `None`), stores its hash, and returns the record with the key
+/// (shown once).
+pub async fn issue(
+    store: &dyn Store,
+    tenant: Option<&TenantId>,
+    name: &str,
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
+) -> StoreResult<(ApiKeyRecord, String)> {
     let key = generate(API_KEY_PREFIX);
     let record = store
         .create_api_key(&NewApiKey {
@@ -42,6 +48,7 @@ pub async fn issue(store: &dyn Store, tenant: Option<&TenantId>, name: &str) -> 
             key_hash: hash(&key),
             key_prefix: display_prefix(&key),
             created_at: chrono::Utc::now(),
+            expires_at,
         })
         .await?;
     Ok((record, key))

@@ -47,6 +47,10 @@ enum ApiKeyCommand {
         /// A label to tell keys apart.
         #[arg(long, default_value = "cli")]
         name: String,
+        /// The key stops working after this long (such as 90d or 12h); it never expires when
+        /// omitted.
+        #[arg(long, value_name = "DURATION")]
+        expires_in: Option<String>,
     },
 }
 
@@ -117,15 +121,19 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             println!("database schema is up to date");
             Ok(())
         }
-        Command::ApiKey { command: ApiKeyCommand::Create { tenant, admin, name } } => {
+        Command::ApiKey { command: ApiKeyCommand::Create { tenant, admin, name, expires_in } } => {
             let tenant = match (tenant, admin) {
                 (Some(t), false) => Some(TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?),
                 (None, true) => None,
                 _ => anyhow::bail!("--tenant: give a tenant, or --admin for an operator's admin key"),
             };
             api::admin::valid_name("--name", &name).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+            let expires_at = match expires_in.as_deref() {
+                None => None,
+                Some(raw) => Some(expiry(raw).map_err(|e| anyhow::anyhow!("--expires-in: {e}"))?),
+            };
             let store = streaming_hub::open_store(&config, false).await?;
-            let (record, key) = streaming_hub::keys::issue(store.as_ref(), tenant.as_ref(), &name).await?;
+            let (record, key) = streaming_hub::keys::issue(store.as_ref(), tenant.as_ref(), &name, expires_at).await?;
             match &record.tenant_id {
                 Some(t) => eprintln!("created API key {} for tenant {t} (shown once):", record.id),
                 None => eprintln!("created admin key {} named {} (shown once):", record.id, record.name),
@@ -134,6 +142,17 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `--expires-in`: a duration from now, at least a minute and at most ten years.
+fn expiry(raw: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    let shown = streaming_hub::config::quoted(raw);
+    let d = streaming_hub::config::parse_duration(raw.trim())
+        .map_err(|_| format!("must be a duration such as 90d or 12h (got {shown})"))?;
+    if d < std::time::Duration::from_secs(60) || d > std::time::Duration::from_secs(10 * 366 * 86_400) {
+        return Err(format!("must be from 1 minute to 10 years (got {shown})"));
+    }
+    chrono::Duration::from_std(d).map(|d| chrono::Utc::now() + d).map_err(|_| format!("is too long (got {shown})"))
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

@@ -51,6 +51,9 @@ pub mod metric {
     /// `{sink,kind}`: failed attempts by what failed (timeout, connect, 4xx, 5xx, refused,
     /// unauthorized, forbidden).
     pub const DELIVERY_FAILURES: &str = "streaming_hub_delivery_failures_total";
+    /// `{sink,kind}`: failed verification probes by what failed (the same kinds as
+    /// `DELIVERY_FAILURES`); the tenant is told only that the destination was not reached.
+    pub const VERIFICATION_FAILURES: &str = "streaming_hub_verification_failures_total";
     /// How long the oldest due job has waited for an attempt (0 when none waits).
     pub const OLDEST_PENDING_AGE: &str = "streaming_hub_oldest_pending_job_age_seconds";
     /// `{state}`: circuit breakers of this process that are open or half-open.
@@ -185,6 +188,7 @@ fn describe() {
     metrics::describe_counter!(metric::PRUNED, "Records deleted by retention, by kind");
     metrics::describe_gauge!(metric::CONSUMER_LAG, "Kafka consumer lag per partition, in records");
     metrics::describe_counter!(metric::DELIVERY_FAILURES, "Failed delivery attempts, by sink and failure kind");
+    metrics::describe_counter!(metric::VERIFICATION_FAILURES, "Failed verification probes, by sink and failure kind");
     metrics::describe_gauge!(metric::OLDEST_PENDING_AGE, metrics::Unit::Seconds, "Age of the oldest due job");
     metrics::describe_gauge!(metric::BREAKERS, "Circuit breakers open or half-open in this process");
     metrics::describe_gauge!(metric::BUILD_INFO, "The build, by version");

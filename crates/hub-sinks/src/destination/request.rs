@@ -116,12 +116,7 @@ pub(crate) fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_pri
     }
     let host = url.host().ok_or_else(|| Invalid::new(&f, "must name a host"))?;
     if !allow_private {
-        let ip: Option<IpAddr> = match host {
-            url::Host::Ipv4(ip) => Some(ip.into()),
-            url::Host::Ipv6(ip) => Some(ip.into()),
-            url::Host::Domain(_) => None,
-        };
-        if let Some(why) = ip.and_then(hub_core::netpolicy::restriction) {
+        if let Some(why) = literal_ip(&host).and_then(hub_core::netpolicy::restriction) {
             return Err(Invalid::new(
                 &f,
                 format!("points to a {} address; private destinations are not allowed", why.as_str()),
@@ -135,6 +130,22 @@ pub(crate) fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_pri
         }
     }
     Ok(url)
+}
+
+/// The address a host names literally, however it is written. For `http(s)` the URL parser has
+/// already read `2130706433` or `0x7f.1` as an IPv4 address; for other schemes (`amqp`, `kafka`
+/// brokers) the host is opaque text, which the system resolver would still read as an address,
+/// so it is read here the way an `http` host is.
+pub(crate) fn literal_ip(host: &url::Host<&str>) -> Option<IpAddr> {
+    match host {
+        url::Host::Ipv4(ip) => Some((*ip).into()),
+        url::Host::Ipv6(ip) => Some((*ip).into()),
+        url::Host::Domain(d) => match Url::parse(&format!("http://{d}/")).ok()?.host()? {
+            url::Host::Ipv4(ip) => Some(ip.into()),
+            url::Host::Ipv6(ip) => Some(ip.into()),
+            url::Host::Domain(_) => None,
+        },
+    }
 }
 
 /// Stored credentials were given for one destination: they never follow a change of scheme, host
@@ -232,6 +243,49 @@ mod tests {
             err(json!({"type": "webhook", "url": "https://e.com", "headers": {"Webhook-Id": "x"}}), false)
                 .starts_with("sink.headers.Webhook-Id")
         );
+    }
+
+    /// Every way of writing a private address literally is refused at create, for every sink
+    /// that takes a URL, not only the schemes whose hosts the URL parser reads as addresses.
+    #[test]
+    fn private_literals_are_refused_at_create_for_every_sink() {
+        let hosts = [
+            "127.0.0.1",
+            "2130706433",
+            "0x7f.1",
+            "0177.0.0.1",
+            "127.1",
+            "169.254.169.254",
+            "0.0.0.0",
+            "user@127.0.0.1",
+            "[::1]",
+            "[::ffff:127.0.0.1]",
+            "10.0.0.1",
+            "LOCALHOST",
+            "mq.localhost",
+        ];
+        for host in hosts {
+            let sinks = [
+                json!({"type": "webhook", "url": format!("https://{host}/h")}),
+                json!({"type": "rabbitmq", "url": format!("amqps://{host}:5671/vh"), "exchange": "e"}),
+                json!({"type": "rabbitmq", "url": format!("amqps://hub:pw@{host}/vh"), "exchange": "e"}),
+                json!({"type": "sqs", "queue_url": format!("https://{host}/123/q"), "region": "us-east-1"}),
+                json!({"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/q", "region": "us-east-1",
+                       "endpoint_url": format!("https://{host}/")}),
+                json!({"type": "eventbridge", "event_bus": "b", "region": "us-east-1",
+                       "endpoint_url": format!("https://{host}/")}),
+            ];
+            for sink in sinks {
+                let refused = err(sink.clone(), false);
+                assert!(refused.starts_with("sink."), "{host} in {sink}: {refused}");
+                assert!(parse(&sink, true).is_ok() || host.contains('@'), "allowed when private sinks are: {sink}");
+            }
+        }
+        // A public name or address is still accepted.
+        for host in ["mq.example.com", "93.184.216.34"] {
+            parse(&json!({"type": "rabbitmq", "url": format!("amqps://{host}/vh"), "exchange": "e"}), false)
+                .expect(host);
+        }
     }
 
     #[test]

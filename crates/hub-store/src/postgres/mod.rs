@@ -855,5 +855,6 @@ fn api_key_from_row(row: &PgRow) -> StoreResult<ApiKeyRecord> {
         key_prefix: row.try_get("key_prefix")?,
         created_at: row.try_get("created_at")?,
         revoked_at: row.try_get("revoked_at")?,
+        expires_at: row.try_get("expires_at")?,
     })
 }

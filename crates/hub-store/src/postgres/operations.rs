@@ -253,9 +253,9 @@ impl Operations for PgStore {
 
     async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<ApiKeyRecord> {
         let row = sqlx::query(
-            "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at, admin)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
-             RETURNING id, tenant_id, name, key_prefix, created_at, revoked_at, admin",
+            "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at, admin, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             RETURNING id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at",
         )
         .bind(key.id)
         .bind(key.tenant_id.as_deref().unwrap_or(""))
@@ -264,6 +264,7 @@ impl Operations for PgStore {
         .bind(&key.key_prefix)
         .bind(key.created_at)
         .bind(key.tenant_id.is_none())
+        .bind(key.expires_at)
         .fetch_one(&self.pool)
         .await?;
         api_key_from_row(&row)
@@ -271,7 +272,7 @@ impl Operations for PgStore {
 
     async fn list_api_keys(&self, before: Option<Uuid>, limit: u32) -> StoreResult<Vec<ApiKeyRecord>> {
         sqlx::query(
-            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin FROM api_keys
+            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at FROM api_keys
              WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2",
         )
         .bind(before)
@@ -284,7 +285,7 @@ impl Operations for PgStore {
     }
 
     async fn count_admin_keys(&self) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM api_keys WHERE admin AND revoked_at IS NULL")
+        Ok(sqlx::query_scalar("SELECT count(*) FROM api_keys WHERE admin AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())")
             .fetch_one(&self.pool)
             .await?)
     }
@@ -299,7 +300,7 @@ impl Operations for PgStore {
 
     async fn api_key_by_hash(&self, hash: &[u8]) -> StoreResult<Option<ApiKeyRecord>> {
         sqlx::query(
-            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin FROM api_keys
+            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at FROM api_keys
              WHERE key_hash = $1 AND revoked_at IS NULL",
         )
         .bind(hash)

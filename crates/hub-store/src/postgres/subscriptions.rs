@@ -7,6 +7,24 @@ use crate::{SecretRotation, SubscriptionPatch, VerificationResult};
 #[async_trait]
 impl Subscriptions for PgStore {
     async fn create_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<()> {
+        self.create_subscription_within(sub, u32::MAX).await.map(|_| ())
+    }
+
+    async fn create_subscription_within(&self, sub: &SubscriptionRecord, max: u32) -> StoreResult<bool> {
+        let mut tx = self.pool.begin().await?;
+        // Creates for one tenant take turns on a lock of their own (the tenant's row may not
+        // exist yet), so the count below is the one the insert lands on.
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('streaming-hub subscriptions ' || $1))")
+            .bind(&sub.tenant_id)
+            .execute(&mut *tx)
+            .await?;
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM subscriptions WHERE tenant_id = $1")
+            .bind(&sub.tenant_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        if count >= i64::from(max) {
+            return Ok(false);
+        }
         let insert = sqlx::query(
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
@@ -18,9 +36,10 @@ impl Subscriptions for PgStore {
             .bind(sub.pull_cursor)
             .bind(sub.created_at)
             .bind(sub.disabled_at)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
-        Ok(())
+        tx.commit().await?;
+        Ok(true)
     }
 
     async fn subscription(&self, tenant: &str, id: Uuid) -> StoreResult<Option<SubscriptionRecord>> {

@@ -1,6 +1,7 @@
 //! The inbox: batch writes (events, pull entries and jobs in one transaction), event reads and pull streams.
 
 use super::*;
+use crate::PullRead;
 
 #[async_trait]
 impl Inbox for SqliteStore {
@@ -129,6 +130,65 @@ impl Inbox for SqliteStore {
             .iter()
             .map(|row| Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? }))
             .collect()
+    }
+
+    async fn read_pull_page(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        after: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<PullRead> {
+        // The write transaction is the database's one writer: readers take turns.
+        let mut tx = self.begin_write().await?;
+        let id = subscription.hyphenated().to_string();
+        let cursor: Option<i64> =
+            sqlx::query_scalar("SELECT pull_cursor FROM subscriptions WHERE tenant_id = ?1 AND id = ?2")
+                .bind(tenant)
+                .bind(&id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some(cursor) = cursor else { return Ok(PullRead::NoSubscription) };
+        if let Some(after) = after {
+            let newest: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = ?1")
+                .bind(tenant)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let newest = newest.unwrap_or(0);
+            if !hub_core::pull::after_is_known(after, newest) {
+                return Ok(PullRead::AfterBeyondNewest { newest });
+            }
+        }
+        let from = hub_core::pull::read_after(cursor, after);
+        let columns: String =
+            EVENT_COLUMNS.split(',').map(|c| format!("e.{}", c.trim())).collect::<Vec<_>>().join(", ");
+        let sql = format!(
+            "SELECT p.seq AS position, {columns} FROM pull_entries p
+             JOIN events e ON e.tenant_id = p.tenant_id AND e.seq = COALESCE(p.event_seq, p.seq)
+             WHERE p.subscription_id = ?1 AND p.tenant_id = ?2 AND p.seq > ?3
+             ORDER BY p.seq LIMIT ?4"
+        );
+        let events = sqlx::query(&sql)
+            .bind(&id)
+            .bind(tenant)
+            .bind(from)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|row| Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? }))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let moved = hub_core::pull::advance(cursor, after, events.last().map(|e| e.position));
+        if moved > cursor {
+            sqlx::query("UPDATE subscriptions SET pull_cursor = ?3 WHERE tenant_id = ?1 AND id = ?2")
+                .bind(tenant)
+                .bind(&id)
+                .bind(moved)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(PullRead::Page { events, cursor: moved })
     }
 
     async fn newest_seq(&self, tenant: &str) -> StoreResult<i64> {

@@ -590,6 +590,7 @@ fn text(id: Uuid) -> String {
 fn api_key_from_row(row: &SqliteRow) -> StoreResult<ApiKeyRecord> {
     let id: String = row.try_get("id")?;
     let revoked: Option<i64> = row.try_get("revoked_at")?;
+    let expires: Option<i64> = row.try_get("expires_at")?;
     Ok(ApiKeyRecord {
         id: uuid_from_text(&id)?,
         tenant_id: if row.try_get::<bool, _>("admin")? { None } else { Some(row.try_get("tenant_id")?) },
@@ -597,5 +598,6 @@ fn api_key_from_row(row: &SqliteRow) -> StoreResult<ApiKeyRecord> {
         key_prefix: row.try_get("key_prefix")?,
         created_at: from_micros(row.try_get("created_at")?)?,
         revoked_at: revoked.map(from_micros).transpose()?,
+        expires_at: expires.map(from_micros).transpose()?,
     })
 }

@@ -7,7 +7,20 @@ use crate::{SecretRotation, SubscriptionPatch, VerificationResult};
 #[async_trait]
 impl Subscriptions for SqliteStore {
     async fn create_subscription(&self, sub: &SubscriptionRecord) -> StoreResult<()> {
+        self.create_subscription_within(sub, u32::MAX).await.map(|_| ())
+    }
+
+    async fn create_subscription_within(&self, sub: &SubscriptionRecord, max: u32) -> StoreResult<bool> {
+        // The write transaction is the database's one writer: the count is the one the insert
+        // lands on.
         let mut tx = self.begin_write().await?;
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM subscriptions WHERE tenant_id = ?1")
+            .bind(&sub.tenant_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        if count >= i64::from(max) {
+            return Ok(false);
+        }
         let insert = sqlx::query(
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
@@ -22,7 +35,7 @@ impl Subscriptions for SqliteStore {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(())
+        Ok(true)
     }
 
     async fn subscription(&self, tenant: &str, id: Uuid) -> StoreResult<Option<SubscriptionRecord>> {

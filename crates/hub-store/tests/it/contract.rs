@@ -269,6 +269,7 @@ pub async fn api_keys_are_stored_hashed_listed_and_revoked(db: &TestDb) {
         key_hash: vec![hash; 32],
         key_prefix: "shk_abcd".into(),
         created_at: Utc::now(),
+        expires_at: None,
     };
     let a = db.store.create_api_key(&new("t1", 1)).await.expect("create");
     let b = db.store.create_api_key(&new("t2", 2)).await.expect("create");
@@ -304,6 +305,27 @@ pub async fn api_keys_are_stored_hashed_listed_and_revoked(db: &TestDb) {
     assert!(tenants.iter().all(|t| !t.tenant_id.is_empty()), "an admin key is no tenant: {tenants:?}");
     assert!(db.store.revoke_api_key(admin.id).await.expect("revoke"));
     assert_eq!(db.store.count_admin_keys().await.expect("count"), 0);
+
+    // Expiry is stored and listed; an expired admin key no longer counts.
+    let at = Utc::now() + chrono::Duration::days(90);
+    let expiring = db.store.create_api_key(&NewApiKey { expires_at: Some(at), ..new("t4", 4) }).await.expect("create");
+    let found = db.store.api_key_by_hash(&[4; 32]).await.expect("find").expect("live");
+    assert_eq!(found.expires_at.map(|t| t.timestamp_micros()), Some(at.timestamp_micros()));
+    assert!(!found.expired(Utc::now()) && found.expired(at));
+    assert!(
+        db.store
+            .list_api_keys(None, 10)
+            .await
+            .expect("list")
+            .iter()
+            .any(|k| k.id == expiring.id && k.expires_at.is_some())
+    );
+    let past = Utc::now() - chrono::Duration::seconds(1);
+    db.store
+        .create_api_key(&NewApiKey { tenant_id: None, expires_at: Some(past), ..new("ignored", 5) })
+        .await
+        .expect("create");
+    assert_eq!(db.store.count_admin_keys().await.expect("count"), 0, "an expired admin key is not counted");
 }
 
 pub async fn a_nul_in_a_quarantined_header_is_stored_safely(db: &TestDb) {

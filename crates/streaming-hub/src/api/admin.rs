@@ -27,6 +27,9 @@ pub struct CreateApiKey {
     /// An operator's admin key: the admin routes, like the admin token, but named and revocable.
     #[serde(default)]
     admin: bool,
+    /// When the key stops working (RFC 3339, in the future); it never expires when omitted.
+    /// An expired key is refused like a revoked one (401).
+    expires_at: Option<DateTime<Utc>>,
 }
 
 /// An API key as listed: never the key itself.
@@ -42,6 +45,8 @@ pub struct ApiKeyView {
     pub key_prefix: String,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
+    /// When the key stops working; `null` never.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl From<ApiKeyRecord> for ApiKeyView {
@@ -54,6 +59,7 @@ impl From<ApiKeyRecord> for ApiKeyView {
             key_prefix: r.key_prefix,
             created_at: r.created_at,
             revoked_at: r.revoked_at,
+            expires_at: r.expires_at,
         }
     }
 }
@@ -122,7 +128,10 @@ pub async fn create_api_key(
     };
     let name = req.name.unwrap_or_else(|| "default".to_owned());
     valid_name("name", &name)?;
-    let (record, key) = keys::issue(state.store.as_ref(), tenant.as_ref(), &name).await?;
+    if req.expires_at.is_some_and(|at| at <= state.clock.now()) {
+        return Err(ApiError::validation("expires_at", "must be in the future"));
+    }
+    let (record, key) = keys::issue(state.store.as_ref(), tenant.as_ref(), &name, req.expires_at).await?;
     if tenant.is_none() {
         tracing::info!(key = %record.id, name = %record.name, "admin key created");
     }

@@ -44,10 +44,12 @@ impl FromRequestParts<AppState> for Principal {
         }
         if token.starts_with(keys::API_KEY_PREFIX) {
             let hash = keys::hash(token);
-            if let Some(known) = state.key_cache.get(&hash) {
+            let now = state.clock.now();
+            if let Some(known) = state.key_cache.get(&hash, now) {
                 return Ok(known);
             }
-            if let Some(key) = state.store.api_key_by_hash(&hash).await? {
+            // An expired key is refused like a revoked one, with the same answer.
+            if let Some(key) = state.store.api_key_by_hash(&hash).await?.filter(|k| !k.expired(now)) {
                 let principal = match &key.tenant_id {
                     Some(tenant) => Principal::Tenant {
                         tenant: TenantId::parse(tenant).map_err(ApiError::internal)?,
@@ -55,7 +57,7 @@ impl FromRequestParts<AppState> for Principal {
                     },
                     None => Principal::Admin,
                 };
-                state.key_cache.put(hash, principal.clone());
+                state.key_cache.put(hash, principal.clone(), key.expires_at);
                 return Ok(principal);
             }
         }
@@ -68,7 +70,7 @@ impl FromRequestParts<AppState> for Principal {
 /// process stops working at once (the cache is cleared), through another replica within the TTL.
 #[derive(Debug, Default)]
 pub struct KeyCache {
-    entries: std::sync::Mutex<std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>>,
+    entries: std::sync::Mutex<std::collections::HashMap<Vec<u8>, CachedKey>>,
 }
 
 impl KeyCache {
@@ -76,30 +78,38 @@ impl KeyCache {
     /// Entries kept at most; a full cache starts over.
     const CAPACITY: usize = 10_000;
 
-    fn entries(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<Vec<u8>, (Principal, std::time::Instant)>> {
+    fn entries(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Vec<u8>, CachedKey>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn get(&self, hash: &[u8]) -> Option<Principal> {
+    /// The key's principal while it is cached and not expired at `now`.
+    fn get(&self, hash: &[u8], now: chrono::DateTime<chrono::Utc>) -> Option<Principal> {
         let entries = self.entries();
-        let (principal, at) = entries.get(hash)?;
-        (at.elapsed() < Self::TTL).then(|| principal.clone())
+        let cached = entries.get(hash)?;
+        let live = cached.at.elapsed() < Self::TTL && cached.expires_at.is_none_or(|at| at > now);
+        live.then(|| cached.principal.clone())
     }
 
-    fn put(&self, hash: Vec<u8>, principal: Principal) {
+    fn put(&self, hash: Vec<u8>, principal: Principal, expires_at: Option<chrono::DateTime<chrono::Utc>>) {
         let mut entries = self.entries();
         if entries.len() >= Self::CAPACITY {
             entries.clear();
         }
-        entries.insert(hash, (principal, std::time::Instant::now()));
+        entries.insert(hash, CachedKey { principal, at: std::time::Instant::now(), expires_at });
     }
 
     /// Forgets every key (after a revocation).
     pub fn clear(&self) {
         self.entries().clear();
     }
+}
+
+/// A key found live: who it is, when it was looked up, and when it expires.
+#[derive(Debug)]
+struct CachedKey {
+    principal: Principal,
+    at: std::time::Instant,
+    expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// A caller holding the admin token.

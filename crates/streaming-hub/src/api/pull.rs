@@ -11,7 +11,7 @@ use base64::Engine;
 use hub_core::SinkKind;
 use hub_core::envelope::is_json_media_type;
 use hub_core::pull;
-use hub_store::PulledEvent;
+use hub_store::{PullRead, PulledEvent};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
@@ -25,7 +25,8 @@ use crate::telemetry::metric;
 #[serde(deny_unknown_fields)]
 pub struct PullParams {
     /// Read events with a seq above this one (default: the subscription's cursor). Greater than
-    /// the cursor skips everything up to it for good; smaller reads an older page without rewinding.
+    /// the cursor skips everything up to it for good; smaller reads an older page without
+    /// rewinding; beyond the tenant's newest seq it is refused (400) and nothing moves.
     after: Option<i64>,
     /// 1 to 1000, default 100.
     limit: Option<u32>,
@@ -105,7 +106,7 @@ pub(crate) fn render_payload(content_type: &str, payload: Vec<u8>) -> (Box<RawVa
     params(("id" = String, Path, description = "Subscription id"), PullParams),
     responses(
         (status = 200, description = "A page in ascending seq; returning it acknowledges it", body = PullPage),
-        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 400, description = "Invalid query parameter, or `after` beyond the newest event (nothing moves)", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
         (status = 409, description = "Not a pull subscription", body = ErrorBody),
@@ -138,20 +139,21 @@ pub async fn read(
         ));
     }
     let tenant = caller.tenant.as_str();
-    let after = match params.after {
-        Some(_) => pull::clamp_after(params.after, state.store.newest_seq(tenant).await?),
-        None => None,
+    // One transaction per read, holding the subscription's row: concurrent readers (on any
+    // replica) each get their own page.
+    let events = match state.store.read_pull_page(tenant, sub.id, params.after, limit).await? {
+        PullRead::Page { events, .. } => events,
+        PullRead::NoSubscription => return Err(super::subscriptions::not_found()),
+        PullRead::AfterBeyondNewest { newest } => {
+            return Err(ApiError::query(
+                "after",
+                format!("is beyond the newest event ({newest}); nothing was read and the cursor did not move"),
+            ));
+        }
     };
-    let from = pull::read_after(sub.pull_cursor, after);
-    let events = state.store.pull_events(tenant, sub.id, from, limit).await?;
     let highest = events.last().map(|e| e.position);
     let returned = events.len();
-    // The page is rendered (which cannot fail) before the cursor moves past it.
     let items: Vec<PullItem> = events.into_iter().map(item).collect();
-    let moved_to = pull::advance(sub.pull_cursor, after, highest);
-    if moved_to > sub.pull_cursor {
-        state.store.advance_pull_cursor(tenant, sub.id, moved_to).await?;
-    }
     let next_cursor = pull::next_cursor(returned, limit, highest);
     metrics::counter!(metric::PULL_READS, "outcome" => "served").increment(1);
     metrics::counter!(metric::PULL_EVENTS).increment(returned as u64);

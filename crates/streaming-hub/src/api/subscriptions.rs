@@ -269,12 +269,16 @@ pub async fn create(
     valid_origin(req.origin.as_deref())?;
     let dest = destination::parse(&req.sink, state.allow_private_sinks)?;
     let limit = state.quotas.subscriptions_per_tenant;
-    if state.store.count_subscriptions(caller.tenant.as_str()).await? >= i64::from(limit) {
-        return Err(ApiError::new(
+    let quota_exceeded = || {
+        ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "quota_exceeded",
             format!("a tenant may have at most {limit} subscriptions (STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT)"),
-        ));
+        )
+    };
+    // A cheap early answer; the store's atomic check below is the one that holds.
+    if state.store.count_subscriptions(caller.tenant.as_str()).await? >= i64::from(limit) {
+        return Err(quota_exceeded());
     }
 
     let id = Uuid::now_v7();
@@ -313,7 +317,9 @@ pub async fn create(
         created_at: now,
         updated_at: now,
     };
-    state.store.create_subscription(&record).await?;
+    if !state.store.create_subscription_within(&record, limit).await? {
+        return Err(quota_exceeded());
+    }
     tracing::info!(tenant = %caller.tenant, subscription = %id, sink = %dest.kind, "subscription created");
     if record.sink.is_push() {
         spawn_probe(&state, record.clone());

@@ -22,13 +22,20 @@ use std::path::Path;
 use super::{ALIASES, ConfigError, KNOWN, Problem};
 
 const PREFIX: &str = "STREAMING_HUB_";
+/// The largest settings file read, in bytes.
+const MAX_FILE_LEN: u64 = 1024 * 1024;
 
 /// Reads `path` and returns the variables it sets.
 pub fn read(path: &Path) -> Result<HashMap<String, String>, ConfigError> {
+    // A path is short (the system's limit), and naming it whole is what an operator needs.
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError(vec![Problem { variable: "--config".to_owned(), message: format!("cannot read {shown}: {e}") }])
-    })?;
+    let problem = |message: String| ConfigError(vec![Problem { variable: "--config".to_owned(), message }]);
+    // A settings file is a few kilobytes; a larger one is refused before it is read.
+    let size = std::fs::metadata(path).map_err(|e| problem(format!("cannot read {shown}: {e}")))?.len();
+    if size > MAX_FILE_LEN {
+        return Err(problem(format!("{shown} is {size} bytes long; at most {MAX_FILE_LEN} are accepted")));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| problem(format!("cannot read {shown}: {e}")))?;
     parse(&text, &shown)
 }
 
@@ -70,7 +77,8 @@ impl Found<'_> {
         let joined = at.join("_").to_ascii_uppercase();
         let variable = if joined.starts_with(PREFIX) { joined } else { format!("{PREFIX}{joined}") };
         if !KNOWN.contains(&variable.as_str()) && !ALIASES.iter().any(|(alias, _)| *alias == variable) {
-            self.problem(&key, format!("is not a setting of this hub (read as {variable}); see docs/CONFIGURATION.md"));
+            let read_as = if variable.len() > 128 { super::quoted(&variable) } else { variable };
+            self.problem(&key, format!("is not a setting of this hub (read as {read_as}); see docs/CONFIGURATION.md"));
             return;
         }
         let text = match value {
@@ -102,6 +110,7 @@ impl Found<'_> {
     }
 
     fn problem(&mut self, key: &str, message: String) {
+        let key = if key.len() > 128 { super::quoted(key) } else { key.to_owned() };
         self.problems.push(Problem { variable: format!("--config {}: {key}", self.origin), message });
     }
 }

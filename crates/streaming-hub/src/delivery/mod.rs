@@ -875,12 +875,14 @@ impl Dispatcher {
                 let kind = crate::telemetry::failure_kind(f.kind, f.status);
                 metrics::counter!(metric::DELIVERY_FAILURES, "sink" => sink, "kind" => kind).increment(1);
                 tracing::warn!(delivery = %delivery_id, kind = f.kind.as_str(), status = ?f.status, reason = %f.reason, retryable = f.retryable, "delivery attempt failed");
+                // What the tenant reads (attempts, dead letters) never tells unreachable from
+                // refused by the guard; the log line above and the metric keep the cause.
                 let class = if f.retryable {
-                    OutcomeClass::Retryable { reason: &f.reason }
+                    OutcomeClass::Retryable { reason: f.tenant_reason() }
                 } else {
-                    OutcomeClass::Permanent { reason: &f.reason }
+                    OutcomeClass::Permanent { reason: f.tenant_reason() }
                 };
-                (class, f.status, Some(format!("{}: {}", f.kind.as_str(), f.reason)), f.response.clone())
+                (class, f.status, Some(format!("{}: {}", f.tenant_kind(), f.tenant_reason())), f.response.clone())
             }
         };
         let settlement = settle(&facts, class, &self.settings.retry, auto_disable, rand::rng().random());

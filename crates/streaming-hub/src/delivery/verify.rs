@@ -15,7 +15,9 @@ use crate::secrets::Sealer;
 /// How long a probe may take.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Probes the subscription's destination; `Err` carries the reason shown to the tenant.
+/// Probes the subscription's destination; `Err` carries the reason shown to the tenant, which
+/// never tells a destination that does not resolve, refuses connections or is not allowed from
+/// another (the cause is logged, and counted in `streaming_hub_verification_failures_total`).
 pub async fn probe(
     sub: &SubscriptionRecord,
     sinks: &dyn Sink,
@@ -24,7 +26,16 @@ pub async fn probe(
 ) -> Result<(), String> {
     let destination = targets::destination(sub)?;
     let secrets = targets::secrets(sub, sealer, clock.now())?;
-    sinks.probe(&destination, &secrets, &sub.tenant_id, sub.id, PROBE_TIMEOUT).await.map_err(|f| f.reason)
+    sinks.probe(&destination, &secrets, &sub.tenant_id, sub.id, PROBE_TIMEOUT).await.map_err(|f| {
+        let kind = crate::telemetry::failure_kind(f.kind, f.status);
+        metrics::counter!(crate::telemetry::metric::VERIFICATION_FAILURES, "sink" => sub.sink.as_str(), "kind" => kind)
+            .increment(1);
+        tracing::warn!(
+            tenant = %sub.tenant_id, subscription = %sub.id, kind, status = ?f.status, cause = %f.reason,
+            "destination probe failed"
+        );
+        f.tenant_reason().to_owned()
+    })
 }
 
 /// Probes and stores the result; returns the subscription as stored after it and the failure,

@@ -43,6 +43,55 @@ async fn api_keys_are_created_listed_paged_and_revoked() {
     assert_eq!(hub.send(unknown).await.0, StatusCode::NOT_FOUND);
 }
 
+/// A key with an expiry works until then, and after it is refused like a revoked key on every
+/// route it could reach (remembered by the process or not); an expiry in the past is refused.
+#[tokio::test]
+async fn expired_keys_are_refused_on_every_route() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let create =
+        |body: serde_json::Value| hub.client.post(hub.url("/admin/api-keys")).bearer_auth(&hub.admin).json(&body);
+    let in_an_hour = (chrono::Utc::now() + chrono::Duration::hours(1)).to_rfc3339();
+    let (status, tenant) = hub.send(create(json!({"tenant_id": "t1", "expires_at": in_an_hour}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{tenant}");
+    assert!(tenant["expires_at"].is_string(), "{tenant}");
+    let (status, admin) = hub.send(create(json!({"admin": true, "name": "ops", "expires_at": in_an_hour}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{admin}");
+    let (_, listed) = hub.admin_get("/admin/api-keys").await;
+    assert!(listed["items"].as_array().expect("items").iter().all(|k| k.get("expires_at").is_some()), "{listed}");
+    let tenant_key = tenant["key"].as_str().expect("key").to_owned();
+    let admin_key = admin["key"].as_str().expect("key").to_owned();
+
+    let pull = hub.subscribe(&tenant_key, json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    let pull_path = format!("/v1/subscriptions/{}/events", pull["id"].as_str().expect("id"));
+    let tenant_routes = ["/v1/subscriptions", "/v1/events", pull_path.as_str()];
+    for path in tenant_routes {
+        assert_eq!(hub.send(hub.client.get(hub.url(path)).bearer_auth(&tenant_key)).await.0, StatusCode::OK, "{path}");
+    }
+    assert_eq!(hub.post_event(&tenant_key, &Event::new("t1")).await.0, StatusCode::ACCEPTED);
+    assert_eq!(hub.send(hub.client.get(hub.url("/admin/api-keys")).bearer_auth(&admin_key)).await.0, StatusCode::OK);
+
+    hub.clock.advance(std::time::Duration::from_secs(2 * 3600));
+    for path in tenant_routes {
+        let (status, body) = hub.send(hub.client.get(hub.url(path)).bearer_auth(&tenant_key)).await;
+        assert_eq!(
+            (status, body["title"].as_str()),
+            (StatusCode::UNAUTHORIZED, Some("unauthorized")),
+            "{path}: {body}"
+        );
+    }
+    assert_eq!(hub.post_event(&tenant_key, &Event::new("t1")).await.0, StatusCode::UNAUTHORIZED);
+    for path in ["/admin/api-keys", "/admin/tenants"] {
+        assert_eq!(hub.send(hub.client.get(hub.url(path)).bearer_auth(&admin_key)).await.0, StatusCode::UNAUTHORIZED);
+    }
+
+    let past = (chrono::Utc::now() - chrono::Duration::minutes(1)).to_rfc3339();
+    let (status, body) = hub.send(create(json!({"tenant_id": "t1", "expires_at": past}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().expect("message").starts_with("expires_at"), "{body}");
+    let (status, body) = hub.send(create(json!({"tenant_id": "t1", "expires_at": "next week"}))).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+}
+
 #[tokio::test]
 async fn api_key_validation_names_the_field() {
     let hub = TestHub::start(Backend::Sqlite).await;

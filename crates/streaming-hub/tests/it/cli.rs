@@ -35,6 +35,51 @@ fn invalid_configuration_fails_at_start_naming_each_variable() {
 }
 
 #[test]
+fn unsafe_or_oversized_settings_stop_the_start_briefly() {
+    // An empty environment is not `local`.
+    let out = hub_command().arg("serve").env("STREAMING_HUB_ENV", "").output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("STREAMING_HUB_ENV") && stderr.contains("empty"), "{stderr}");
+
+    // A repeated sslmode in production, through the environment and through --config.
+    let weak = "postgres://hub:pw@127.0.0.1:1/hub?sslmode=require&sslmode=disable";
+    let production = |cmd: &mut std::process::Command| {
+        cmd.env("STREAMING_HUB_ENV", "production")
+            .env("STREAMING_HUB_ADMIN_TOKEN", "a-long-enough-admin-token")
+            .env("STREAMING_HUB_KEK_REF", "HUB_KEK")
+            .env("HUB_KEK", "k".repeat(32));
+    };
+    let mut cmd = hub_command();
+    production(&mut cmd);
+    let out = cmd.arg("serve").env("STREAMING_HUB_POSTGRES_DSN", weak).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("STREAMING_HUB_POSTGRES_DSN") && !stderr.contains("pw@"), "{stderr}");
+
+    let dir = std::env::temp_dir().join(format!("sh-cli-config-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("hub.toml");
+    std::fs::write(&file, format!("postgres_dsn = {weak:?}\n")).expect("write");
+    let mut cmd = hub_command();
+    production(&mut cmd);
+    let out = cmd.arg("--config").arg(&file).arg("serve").output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("STREAMING_HUB_POSTGRES_DSN"));
+
+    // A 5 MB value and a 5 MB key name in a file: a short refusal, not the value again.
+    std::fs::write(&file, format!("role = \"{}\"\n", "r".repeat(5_000_000))).expect("write");
+    let out = hub_command().arg("--config").arg(&file).arg("serve").output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stderr.len() < 1000, "{} bytes of error", out.stderr.len());
+    std::fs::write(&file, format!("{} = 1\n", "k".repeat(900_000))).expect("write");
+    let out = hub_command().arg("--config").arg(&file).arg("serve").output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stderr.len() < 1000, "{} bytes of error", out.stderr.len());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
 fn api_key_create_checks_its_arguments() {
     let out = hub_command()
         .args(["api-key", "create", "--tenant", ""])
@@ -43,6 +88,24 @@ fn api_key_create_checks_its_arguments() {
         .expect("run");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--tenant"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let db = temp_sqlite_path();
+    for bad in ["soon", "10s", "20y"] {
+        let out = hub_command()
+            .args(["api-key", "create", "--tenant", "t1", "--expires-in", bad])
+            .env("STREAMING_HUB_SQLITE_PATH", &db)
+            .output()
+            .expect("run");
+        assert!(!out.status.success(), "{bad}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("--expires-in"), "{bad}: {stderr}");
+    }
+    let out = hub_command()
+        .args(["api-key", "create", "--tenant", "t1", "--expires-in", "90d"])
+        .env("STREAMING_HUB_SQLITE_PATH", &db)
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[tokio::test]

@@ -323,10 +323,45 @@ async fn a_failed_verification_answers_422_and_marks_the_subscription_failed() {
     let (status, answer) = hub.post_json(&key, &format!("{path}/verify"), &json!({})).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
     assert_eq!(answer["title"], "verification_failed");
-    assert!(answer["message"].as_str().expect("message").contains("connection failed"), "{answer}");
+    assert_eq!(answer["message"], hub_sinks::NOT_REACHED, "{answer}");
     let (_, read) = hub.get(&key, &path).await;
     assert_eq!(read["verification_state"], "failed");
     assert!(read["verification_error"].is_string());
+}
+
+/// A tenant cannot map the internal network through verification: a name that does not
+/// resolve, one that resolves to a private address and a port that refuses connections all
+/// answer the same message (the cause is in the operator's log and metrics).
+#[tokio::test]
+async fn verification_tells_a_tenant_no_cause_of_an_unreached_destination() {
+    let hub = TestHub::start_with(Backend::Sqlite, &[("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "false")]).await;
+    let key = hub.tenant_key("t1").await;
+    let create = |url: &str| json!({"name": "w", "event_types": ["*.*"], "sink": {"type": "webhook", "url": url}});
+    let unresolved = hub.subscribe(&key, create("https://no-such-host.invalid/h")).await;
+    let private = hub.subscribe(&key, create("https://private-name.invalid/h")).await;
+    // The name now resolves to loopback, as an internal name would (or DNS changed under it).
+    hub.execute_raw(
+        "",
+        "UPDATE subscriptions SET sink_config = replace(sink_config, 'private-name.invalid', 'localhost') WHERE id = CAST(?1 AS TEXT)",
+        private["id"].as_str().expect("id").as_bytes(),
+    )
+    .await;
+    let mut messages = Vec::new();
+    for sub in [&unresolved, &private] {
+        let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+        let (status, answer) = hub.post_json(&key, &format!("{path}/verify"), &json!({})).await;
+        assert_eq!((status, answer["title"].as_str()), (StatusCode::UNPROCESSABLE_ENTITY, Some("verification_failed")));
+        messages.push(answer["message"].clone());
+        let (_, read) = hub.get(&key, &path).await;
+        messages.push(read["verification_error"].clone());
+    }
+    assert!(messages.iter().all(|m| m == hub_sinks::NOT_REACHED), "{messages:?}");
+    let text = hub.client.get(hub.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("streaming_hub_verification_failures_total") && l.contains("kind=\"forbidden\"")),
+        "the operator sees the cause"
+    );
 }
 
 #[tokio::test]

@@ -14,7 +14,8 @@ on_both_backends!(
     a_backward_read_never_rewinds,
     concurrent_readers_never_move_the_cursor_backwards,
     a_stored_body_that_is_not_what_it_says_never_costs_the_page,
-    an_after_beyond_the_newest_seq_is_clamped,
+    an_after_beyond_the_newest_seq_is_refused_and_moves_nothing,
+    two_readers_of_one_subscription_never_get_the_same_event,
 );
 
 /// A JSON body with invalid UTF-8 inside a string is quarantined at ingest; a stored body that is
@@ -45,19 +46,61 @@ async fn a_stored_body_that_is_not_what_it_says_never_costs_the_page(backend: Ba
     assert!(seqs(&again).is_empty(), "the page was acknowledged: {again}");
 }
 
-/// `after` far beyond the newest seq skips what exists, never the events still to come.
-async fn an_after_beyond_the_newest_seq_is_clamped(backend: Backend) {
+/// `after` beyond the newest seq (a typo, a millisecond timestamp) is refused and moves nothing:
+/// the unread events are all still there.
+async fn an_after_beyond_the_newest_seq_is_refused_and_moves_nothing(backend: Backend) {
     let (hub, key, path) = pull_setup(backend).await;
-    post_events(&hub, &key, 3).await;
-    let (status, page) = hub.get(&key, &format!("{path}?after=9000000000")).await;
+    let ids = post_events(&hub, &key, 6).await;
+    for after in ["9223372036854775807", "1764700000000", "7"] {
+        let (status, body) = hub.get(&key, &format!("{path}?after={after}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{after}: {body}");
+        assert_eq!(body["title"], "invalid_query");
+        assert!(body["message"].as_str().expect("message").starts_with("after:"), "{body}");
+    }
+    // At the newest seq: an empty page that skips what exists, as before.
+    let (status, page) = hub.get(&key, &format!("{path}?after=2")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(seqs(&page), vec![3, 4, 5, 6]);
+    let got: Vec<&str> =
+        page["items"].as_array().expect("items").iter().map(|i| i["ceId"].as_str().expect("id")).collect();
+    assert_eq!(got, ids[2..].iter().map(String::as_str).collect::<Vec<_>>());
+    let (status, page) = hub.get(&key, &format!("{path}?after=6")).await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(seqs(&page).is_empty());
-    let later = post_events(&hub, &key, 2).await;
-    let (_, page) = hub.get(&key, &path).await;
-    assert_eq!(seqs(&page), vec![4, 5], "the events after the jump are delivered");
-    let ids: Vec<&str> =
-        page["items"].as_array().expect("items").iter().map(|i| i["ceId"].as_str().expect("id")).collect();
-    assert_eq!(ids, later.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+/// Reading is the acknowledgement, so two loops reading one subscription at once (here, on two
+/// connections in parallel) must each get events of their own: every event once, none twice.
+async fn two_readers_of_one_subscription_never_get_the_same_event(backend: Backend) {
+    let (hub, key, path) = pull_setup(backend).await;
+    let total = 600;
+    post_events(&hub, &key, total).await;
+    let hub = Arc::new(hub);
+    let mut readers = Vec::new();
+    for _ in 0..3 {
+        let (hub, key, path) = (Arc::clone(&hub), key.clone(), path.clone());
+        readers.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let (status, page) = hub.get(&key, &format!("{path}?limit=7")).await;
+                assert_eq!(status, StatusCode::OK, "{page}");
+                let s = seqs(&page);
+                if s.is_empty() {
+                    return got;
+                }
+                got.extend(s);
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for r in readers {
+        all.extend(r.await.expect("reader"));
+    }
+    let read = all.len();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(read, all.len(), "{} events were served to two readers", read - all.len());
+    assert_eq!(all, (1..=total as i64).collect::<Vec<_>>(), "every event once");
 }
 
 async fn pull_setup(backend: Backend) -> (TestHub, String, String) {
@@ -146,9 +189,9 @@ async fn a_forward_jump_skips_for_good(backend: Backend) {
     // The cursor moved past 6: seqs 1..=6 are never delivered.
     let (_, page) = hub.get(&key, &path).await;
     assert!(seqs(&page).is_empty(), "{page}");
-    // A jump past the end moves the cursor to the newest seq, and no further (SPEC §8).
-    let (_, page) = hub.get(&key, &format!("{path}?after=50")).await;
-    assert!(seqs(&page).is_empty());
+    // A jump past the end is refused and moves nothing (SPEC §8).
+    let (status, _) = hub.get(&key, &format!("{path}?after=50")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
     post_events(&hub, &key, 2).await;
     let (_, page) = hub.get(&key, &path).await;
     assert_eq!(seqs(&page), vec![11, 12], "{page}");

@@ -11,7 +11,39 @@ on_both_backends!(
     secrets_and_credentials_are_never_stored_or_returned_in_clear,
     another_tenant_gets_404_on_every_v1_route,
     deleting_a_subscription_cancels_its_pending_deliveries,
+    concurrent_creates_never_pass_the_quota,
 );
+
+/// The subscription quota holds under concurrent creates: 40 at once against a quota of 5 leave
+/// exactly 5, and the rest are answered `quota_exceeded`.
+async fn concurrent_creates_never_pass_the_quota(backend: Backend) {
+    let hub =
+        std::sync::Arc::new(TestHub::start_with(backend, &[("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", "5")]).await);
+    let key = hub.tenant_key("t1").await;
+    let mut creates = Vec::new();
+    for i in 0..40 {
+        let (hub, key) = (std::sync::Arc::clone(&hub), key.clone());
+        creates.push(tokio::spawn(async move {
+            let body = json!({"name": format!("p{i}"), "event_types": ["*.*"], "sink": {"type": "pull"}});
+            let (status, answer) = hub.post_json(&key, "/v1/subscriptions", &body).await;
+            if status != StatusCode::CREATED {
+                assert_eq!(
+                    (status, answer["title"].as_str()),
+                    (StatusCode::UNPROCESSABLE_ENTITY, Some("quota_exceeded")),
+                    "{answer}"
+                );
+            }
+            status == StatusCode::CREATED
+        }));
+    }
+    let mut created = 0;
+    for c in creates {
+        created += usize::from(c.await.expect("create"));
+    }
+    assert_eq!(created, 5);
+    let (_, listed) = hub.get(&key, "/v1/subscriptions?limit=100").await;
+    assert_eq!(listed["items"].as_array().expect("items").len(), 5, "{listed}");
+}
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
