@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,5 +126,32 @@ func TestRetryAfterForms(t *testing.T) {
 	date := time.Now().Add(3 * time.Second).UTC().Format(http.TimeFormat)
 	if got := retryAfter(date, 0); got < time.Second || got > 3*time.Second {
 		t.Fatal(got)
+	}
+}
+
+func TestAnItemTooDeepForGoNeverCostsItsPage(t *testing.T) {
+	deep := strings.Repeat("[", 10001) + strings.Repeat("]", 10001)
+	body := `{"items": [{"seq": 1, "ceId": "a", "payload": {"s": "[{\"x"}}, {"seq": 2, "ceId": "b", "payload": ` + deep +
+		`}, {"seq": 3, "ceId": "c", "payload": [1, {"k": "]"}]}], "next_cursor": 3}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("after") != "" {
+			io.WriteString(w, `{"items": [], "next_cursor": null}`)
+			return
+		}
+		io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	var order []string
+	c := &Consumer{BaseURL: srv.URL, APIKey: "k", SubscriptionID: "s",
+		OnUnreadable: func(raw []byte, err error) { order = append(order, "bad:"+string(raw[:9])) }}
+	n, err := c.Drain(context.Background(), func(e Event) error {
+		order = append(order, e.CeID)
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("read %d, %v", n, err)
+	}
+	if got := strings.Join(order, ","); got != `a,bad:{"seq": 2,c` {
+		t.Fatalf("order %s", got)
 	}
 }

@@ -458,14 +458,57 @@ fn check_body(env: Envelope, body: &[u8]) -> Result<Envelope, QuarantineReason> 
     // over values (`IgnoredAny`) does not look inside strings.
     let valid_json =
         || std::str::from_utf8(body).is_ok_and(|text| serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok());
-    if is_json_media_type(env.content_type()) && !valid_json() {
-        return Err(QuarantineReason::new(
-            ReasonCode::InvalidBody,
-            "body",
-            format!("must be valid JSON for content type {}", env.content_type()),
-        ));
+    if is_json_media_type(env.content_type()) {
+        if !valid_json() {
+            return Err(QuarantineReason::new(
+                ReasonCode::InvalidBody,
+                "body",
+                format!("must be valid JSON for content type {}", env.content_type()),
+            ));
+        }
+        if nests_deeper_than(body, MAX_JSON_DEPTH) {
+            return Err(QuarantineReason::new(
+                ReasonCode::InvalidBody,
+                "body",
+                format!("must nest arrays and objects at most {MAX_JSON_DEPTH} levels deep"),
+            ));
+        }
     }
     Ok(env)
+}
+
+/// How deep a JSON body may nest arrays and objects. Every receiver must be able to parse what
+/// it is given, and a pull page wraps the body in three more levels: Ruby's parser stops at 100,
+/// serde_json at 128, Python's at about 1 000 (a `RecursionError`), Go's at 10 000.
+pub const MAX_JSON_DEPTH: usize = 64;
+
+/// Whether valid JSON `text` nests arrays and objects more than `max` levels deep. A scan, not
+/// a parse: no recursion, whatever the input.
+pub fn nests_deeper_than(text: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// `version-traceid-parentid-flags`, lowercase hex, as W3C Trace Context defines it.

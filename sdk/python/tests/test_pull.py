@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 
 from streaming_hub_receiver import ApiError, PullConsumer
-from streaming_hub_receiver.pull import retry_after_seconds
+from streaming_hub_receiver.pull import parse_page, retry_after_seconds
 
 
 class Hub:
@@ -99,3 +99,42 @@ def test_retry_after_forms():
     assert retry_after_seconds("nonsense") == 1.0
     assert retry_after_seconds(None) == 1.0
     assert 0.1 <= retry_after_seconds("Wed, 21 Oct 2015 07:28:00 GMT") <= 0.1
+
+
+def test_an_item_no_parser_here_can_read_never_costs_its_page():
+    deep = "[" * 5000 + "]" * 5000
+    items = [json.dumps({"seq": 1, "ceId": "a", "payload": {"s": "[{\\\"x"}})]
+    items.append('{"seq": 2, "ceId": "b", "payload": ' + deep + "}")
+    items += [json.dumps({"seq": s, "ceId": f"id-{s}", "payload": [1, {"k": "]"}]}) for s in range(3, 9)]
+    raw = ('{"items": [' + ", ".join(items) + '], "next_cursor": null}').encode()
+    page = parse_page(raw)
+    assert [i["seq"] for i in page["items"]] == [1, 3, 4, 5, 6, 7, 8]
+    assert page["items"][0]["payload"] == {"s": '[{\\"x'}
+    assert page["next_cursor"] is None
+    [bad] = page["unreadable"]
+    assert bad["index"] == 1 and bad["raw"].startswith('{"seq": 2') and "RecursionError" in bad["error"]
+
+
+def test_drain_hands_an_unreadable_item_to_its_callback_in_place(hub):
+    server = hub(0)
+    deep = "[" * 5000 + "]" * 5000
+
+    class Deep(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            items = ['{"seq": 1, "ceId": "a", "payload": {}}', '{"seq": 2, "ceId": "b", "payload": ' + deep + "}",
+                     '{"seq": 3, "ceId": "c", "payload": {}}']
+            raw = ('{"items": [' + ",".join(items) + '], "next_cursor": null}').encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+    server.server.RequestHandlerClass = Deep
+    consumer = PullConsumer(server.url, "key-1", "sub-1")
+    order = []
+    n = consumer.drain(lambda e: order.append(e["seq"]), lambda raw, err: order.append(("bad", raw[:9], err.split(":")[0])))
+    assert n == 3
+    assert order == [1, ("bad", '{"seq": 2', "RecursionError"), 3]

@@ -39,6 +39,127 @@ pub struct Event {
 pub struct Page {
     pub items: Vec<Event>,
     pub next_cursor: Option<i64>,
+    /// Items that could not be parsed (one nested deeper than serde_json allows, say): reading
+    /// acknowledged them, so they are handed on rather than lost with the page.
+    #[serde(skip)]
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A pulled item that could not be parsed: its raw JSON text, why, and its place among the
+/// page's items.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub index: usize,
+    pub raw: String,
+    pub error: String,
+}
+
+impl Page {
+    /// Reads a page; when it does not parse whole, each item is parsed on its own and those
+    /// that cannot be are kept in `unreadable`.
+    pub fn parse(body: &[u8]) -> Result<Self, Error> {
+        if let Ok(page) = serde_json::from_slice::<Page>(body) {
+            return Ok(page);
+        }
+        let text = String::from_utf8_lossy(body);
+        let (items, cursor) = split_page(&text).map_err(Error::Unreadable)?;
+        let next_cursor = match cursor {
+            Some(raw) => serde_json::from_str::<Option<i64>>(raw).map_err(|e| Error::Unreadable(e.to_string()))?,
+            None => None,
+        };
+        let mut page = Page { items: Vec::new(), next_cursor, unreadable: Vec::new() };
+        for (index, raw) in items.into_iter().enumerate() {
+            match serde_json::from_str::<Event>(raw) {
+                Ok(event) => page.items.push(event),
+                Err(e) => page.unreadable.push(Unreadable { index, raw: raw.to_owned(), error: e.to_string() }),
+            }
+        }
+        Ok(page)
+    }
+}
+
+fn skip(b: &[u8], mut i: usize, also: u8) -> usize {
+    while i < b.len() && (b" \t\r\n".contains(&b[i]) || b[i] == also) {
+        i += 1;
+    }
+    i
+}
+
+/// The index just past the JSON value that starts at `b[i]`: a scan, never a recursion.
+fn value_end(b: &[u8], mut i: usize) -> Result<usize, String> {
+    if i < b.len() && !b"[{\"".contains(&b[i]) {
+        while i < b.len() && !b",]} \t\r\n".contains(&b[i]) {
+            i += 1;
+        }
+        return Ok(i);
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    while i < b.len() {
+        let c = b[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_string = false;
+                if depth == 0 {
+                    return Ok(i + 1);
+                }
+            }
+        } else if c == b'"' {
+            in_string = true;
+        } else if c == b'[' || c == b'{' {
+            depth += 1;
+        } else if c == b']' || c == b'}' {
+            depth = depth.saturating_sub(1);
+            if depth == 0 {
+                return Ok(i + 1);
+            }
+        }
+        i += 1;
+    }
+    Err("the page ends inside a value".to_owned())
+}
+
+/// A page's items as raw JSON texts, and its `next_cursor`, found without parsing the items.
+pub fn split_page(text: &str) -> Result<(Vec<&str>, Option<&str>), String> {
+    let b = text.as_bytes();
+    let (mut items, mut cursor) = (Vec::new(), None);
+    let mut i = skip(b, 0, 0);
+    if b.get(i) != Some(&b'{') {
+        return Err("a page is a JSON object".to_owned());
+    }
+    i += 1;
+    loop {
+        i = skip(b, i, b',');
+        if i >= b.len() || b[i] == b'}' {
+            return Ok((items, cursor));
+        }
+        let end = value_end(b, i)?;
+        let key: String = serde_json::from_str(text.get(i..end).unwrap_or_default()).map_err(|e| e.to_string())?;
+        i = skip(b, end, 0);
+        if b.get(i) != Some(&b':') {
+            return Err("a page member has no value".to_owned());
+        }
+        i = skip(b, i + 1, 0);
+        let end = value_end(b, i)?;
+        if key == "items" && b.get(i) == Some(&b'[') {
+            let mut j = i + 1;
+            loop {
+                j = skip(b, j, b',');
+                if j + 1 >= end {
+                    break;
+                }
+                let item_end = value_end(b, j)?;
+                items.push(text.get(j..item_end).unwrap_or_default());
+                j = item_end;
+            }
+        } else if key == "next_cursor" {
+            cursor = text.get(i..end);
+        }
+        i = end;
+    }
 }
 
 /// Why a read failed.
@@ -160,22 +281,50 @@ impl PullConsumer {
                     },
                 });
             }
-            let page: Page = serde_json::from_slice(&body).map_err(|e| Error::Unreadable(e.to_string()))?;
+            let page = Page::parse(&body)?;
             self.next = page.next_cursor;
             return Ok(page);
         }
     }
 
     /// Reads pages until a short one (caught up), handing each event to `handle` in seq order;
-    /// returns how many were read.
-    pub async fn drain(&mut self, mut handle: impl FnMut(Event)) -> Result<usize, Error> {
+    /// returns how many were read. An item that cannot be parsed is written to standard error
+    /// and passed over: see [`PullConsumer::drain_all`] to receive it instead.
+    pub async fn drain(&mut self, handle: impl FnMut(Event)) -> Result<usize, Error> {
+        self.drain_all(handle, |u| {
+            eprintln!(
+                "streaming hub: a pulled item could not be parsed ({}); its raw text is {} bytes",
+                u.error,
+                u.raw.len()
+            )
+        })
+        .await
+    }
+
+    /// [`PullConsumer::drain`], with each item that cannot be parsed handed, in its place, to
+    /// `unreadable`: the page was acknowledged when read, so none of it is ever dropped.
+    pub async fn drain_all(
+        &mut self,
+        mut handle: impl FnMut(Event),
+        mut unreadable: impl FnMut(Unreadable),
+    ) -> Result<usize, Error> {
         let mut read = 0;
         loop {
             let page = self.next_page().await?;
             let done = page.next_cursor.is_none();
-            for event in page.items {
+            let total = page.items.len() + page.unreadable.len();
+            let mut bad = page.unreadable.into_iter().peekable();
+            let mut good = page.items.into_iter();
+            for index in 0..total {
                 read += 1;
-                handle(event);
+                match bad.next_if(|u| u.index == index) {
+                    Some(u) => unreadable(u),
+                    None => {
+                        if let Some(event) = good.next() {
+                            handle(event);
+                        }
+                    }
+                }
             }
             if done {
                 return Ok(read);

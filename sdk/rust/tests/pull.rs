@@ -110,3 +110,46 @@ fn retry_after_forms() {
 fn httpdate_in(secs: u64) -> String {
     httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(secs))
 }
+
+/// An item that cannot be read is handed on in its place; the items around it are read, and the
+/// page's cursor is kept. (Deep nesting is no such item here: serde_json reads a raw payload
+/// without recursing.)
+#[test]
+fn an_item_that_cannot_be_parsed_never_costs_its_page() {
+    let deep = "tru";
+    let body = format!(
+        r#"{{"items": [{{"seq": 1, "ceId": "a", "type": "x.y", "payload": {{"s": "[{{\"x"}}}},
+                       {{"seq": 2, "ceId": "b", "type": "x.y", "payload": {deep}}},
+                       {{"seq": 3, "ceId": "c", "type": "x.y", "payload": [1, {{"k": "]"}}]}}], "next_cursor": 3}}"#
+    );
+    let page = streaming_hub_receiver::pull::Page::parse(body.as_bytes()).expect("a page");
+    assert_eq!(page.items.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 3]);
+    assert_eq!(page.next_cursor, Some(3));
+    assert_eq!(page.unreadable.len(), 1);
+    assert_eq!(page.unreadable[0].index, 1);
+    assert!(page.unreadable[0].raw.starts_with(r#"{"seq": 2"#), "{}", page.unreadable[0].raw);
+    assert!(!page.unreadable[0].error.is_empty());
+}
+
+#[tokio::test]
+async fn drain_all_hands_an_unreadable_item_on_in_its_place() {
+    let deep = "tru";
+    let body = format!(
+        r#"{{"items": [{{"seq": 1, "ceId": "a", "type": "x.y", "payload": {{}}}}, {{"seq": 2, "ceId": "b", "type": "x.y", "payload": {deep}}}, {{"seq": 3, "ceId": "c", "type": "x.y", "payload": {{}}}}], "next_cursor": null}}"#
+    );
+    let app = axum::Router::new().fallback(move || {
+        let body = body.clone();
+        async move { body }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut consumer = PullConsumer::new(&format!("http://{addr}"), "k", "s");
+    let order = std::cell::RefCell::new(Vec::new());
+    let n = consumer
+        .drain_all(|e| order.borrow_mut().push(e.ce_id), |u| order.borrow_mut().push(format!("bad {}", u.index)))
+        .await
+        .expect("drain");
+    assert_eq!(n, 3);
+    assert_eq!(order.into_inner(), vec!["a".to_owned(), "bad 1".to_owned(), "c".to_owned()]);
+}

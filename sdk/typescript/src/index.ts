@@ -7,5 +7,5 @@ export {
   verify,
 } from "./webhook";
 export type { Delivery, ErrorKind, HeadersLike, VerifyOptions } from "./webhook";
-export { ApiError, PullConsumer, retryAfterMs } from "./pull";
-export type { Page, PullOptions, PulledEvent } from "./pull";
+export { ApiError, PullConsumer, parsePage, retryAfterMs, splitPage } from "./pull";
+export type { Page, PullOptions, PulledEvent, UnreadableItem } from "./pull";

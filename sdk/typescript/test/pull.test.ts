@@ -83,3 +83,32 @@ test("Retry-After forms", () => {
   assert.equal(retryAfterMs(null), 1000);
   assert.equal(retryAfterMs("Wed, 21 Oct 2015 07:28:00 GMT"), 100);
 });
+
+test("an item that cannot be parsed is handed on in its place, never lost with its page", async () => {
+  const body =
+    '{"items": [{"seq": 1, "ceId": "a", "payload": {"s": "[{\\"x"}}, {"seq": 2, "ceId": "b", "payload": tru},' +
+    ' {"seq": 3, "ceId": "c", "payload": [1, {"k": "]"}]}], "next_cursor": null}';
+  const server = createServer((_req, res) => {
+    res.writeHead(200, { "Content-Type": "application/json" });
+    res.end(body);
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  try {
+    const order: string[] = [];
+    const consumer = new PullConsumer({
+      baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      apiKey: "k",
+      subscriptionId: "s",
+      onUnreadable: (raw) => {
+        order.push(`bad:${raw.slice(0, 9)}`);
+      },
+    });
+    const n = await consumer.drain((e) => {
+      order.push(e.ceId);
+    });
+    assert.equal(n, 3);
+    assert.deepEqual(order, ["a", 'bad:{"seq": 2', "c"]);
+  } finally {
+    server.close();
+  }
+});

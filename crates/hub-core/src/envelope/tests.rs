@@ -324,6 +324,37 @@ fn invalid_utf8_inside_a_json_string_is_quarantined() {
 }
 
 #[test]
+fn bodies_nested_beyond_the_limit_are_quarantined() {
+    let nested = |depth: usize, open: &str, close: &str| format!("{}{}", open.repeat(depth), close.repeat(depth));
+    for (depth, accepted) in
+        [(1, true), (MAX_JSON_DEPTH, true), (MAX_JSON_DEPTH + 1, false), (1_001, false), (100_000, false)]
+    {
+        for (open, close) in [("[", "]"), ("{\"a\":", "}")] {
+            let body = if open == "[" {
+                nested(depth, open, close)
+            } else {
+                format!("{}1{}", open.repeat(depth), close.repeat(depth))
+            };
+            match run(valid(), body.as_bytes()) {
+                Verdict::Accept(_) => assert!(accepted, "depth {depth} {open}"),
+                Verdict::Quarantine(q) => {
+                    assert!(!accepted, "depth {depth} {open}");
+                    assert_eq!(q.field, "body");
+                    assert!(q.message.contains("levels deep"), "{}", q.message);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+    // Brackets inside strings (escaped quotes included) are text, not nesting.
+    let strings = format!("[\"{}\", \"\\\"[[[\"]", "[".repeat(500));
+    assert!(matches!(run(valid(), strings.as_bytes()), Verdict::Accept(_)), "{strings}");
+    // A body that is not JSON by its content type is not scanned.
+    let h = with(valid(), "ce-datacontenttype", b"text/plain");
+    assert!(matches!(run(h, "[".repeat(5000).as_bytes()), Verdict::Accept(_)));
+}
+
+#[test]
 fn a_multi_byte_content_type_is_judged_not_panicked_on() {
     for content_type in ["x€json", "application/€json", "€", "application/vnd.x+json€"] {
         let h = with(valid(), "ce-datacontenttype", content_type.as_bytes());
@@ -336,6 +367,15 @@ fn a_multi_byte_content_type_is_judged_not_panicked_on() {
 }
 
 proptest! {
+    /// The depth scan agrees with a real parser's count on any valid JSON value.
+    #[test]
+    fn the_depth_scan_agrees_with_a_parser(value in json_value()) {
+        let text = serde_json::to_string(&value).expect("serializes");
+        let depth = json_depth(&value);
+        prop_assert!(!nests_deeper_than(text.as_bytes(), depth));
+        prop_assert_eq!(nests_deeper_than(text.as_bytes(), depth.saturating_sub(1)), depth > 0);
+    }
+
     /// Any text at all is a media type that is JSON or not, never a panic.
     #[test]
     fn any_media_type_is_judged(content_type in any::<String>()) {
@@ -376,5 +416,30 @@ proptest! {
         h.extend(noise.into_iter().map(|(k, v)| (k, v.into_bytes())));
         let accepted = matches!(run(h, b"{}"), Verdict::Accept(_));
         prop_assert!(accepted);
+    }
+}
+
+fn json_value() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        "[\\[\\]{}\"\\\\a-z ]{0,8}".prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(12, 64, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            proptest::collection::btree_map("[a-z\\[{\"]{0,3}", inner, 0..4)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// How deep a value nests arrays and objects (a scalar: 0).
+fn json_depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Array(items) => 1 + items.iter().map(json_depth).max().unwrap_or(0),
+        serde_json::Value::Object(map) => 1 + map.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
     }
 }

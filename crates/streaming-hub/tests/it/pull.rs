@@ -27,6 +27,11 @@ async fn a_stored_body_that_is_not_what_it_says_never_costs_the_page(backend: Ba
     let (status, body) = hub.post_event(&key, &bad).await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     assert_eq!(body["title"], "quarantined");
+    // So is a body nested deeper than receivers can parse (SPEC §9: at most 64 levels).
+    let deep = Event::new("t1").body(format!("{}{}", "[".repeat(1001), "]".repeat(1001)).into_bytes());
+    let (status, body) = hub.post_event(&key, &deep).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().expect("message").contains("levels deep"), "{body}");
 
     post_events(&hub, &key, 10).await;
     // Plant an invalid body in the fifth event, as an older version of the hub could have stored.
