@@ -59,6 +59,12 @@ impl StoreError {
             _ => false,
         }
     }
+
+    /// The database is briefly out of reach (a lost connection, none free in time, nothing
+    /// answering): the same statement may well succeed a moment later, unlike a refusal.
+    pub fn is_transient(&self) -> bool {
+        self.is_connection_lost() || matches!(self, Self::Unreachable(_) | Self::Database(sqlx::Error::PoolTimedOut))
+    }
 }
 
 impl From<sqlx::Error> for StoreError {

@@ -4,6 +4,7 @@
 //! ([`kafka`]).
 #![forbid(unsafe_code)]
 
+pub mod forwarder;
 pub mod kafka;
 
 use axum::http::HeaderMap;

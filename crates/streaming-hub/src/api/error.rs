@@ -65,18 +65,18 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "internal error")
     }
 
+    /// A dependency is out of reach for now: 503 with `Retry-After: 1`.
     pub fn unavailable(cause: impl std::fmt::Display) -> Self {
         tracing::warn!(error = %cause, "dependency unavailable");
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the service is temporarily unavailable")
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "the service is temporarily unavailable");
+        e.retry_after = Some(1);
+        e
     }
 }
 
 impl From<hub_store::StoreError> for ApiError {
     fn from(e: hub_store::StoreError) -> Self {
-        match &e {
-            hub_store::StoreError::Database(sqlx::Error::PoolTimedOut | sqlx::Error::Io(_)) => Self::unavailable(e),
-            _ => Self::internal(e),
-        }
+        if e.is_transient() { Self::unavailable(e) } else { Self::internal(e) }
     }
 }
 
@@ -231,4 +231,28 @@ pub const RFC3339_EXPECTED: &str = "must be an RFC 3339 time, such as 2026-01-31
 /// A time given in a request (RFC 3339, any offset), in UTC.
 pub fn rfc3339(raw: &str) -> Option<chrono::DateTime<chrono::Utc>> {
     chrono::DateTime::parse_from_rfc3339(raw).ok().map(|t| t.with_timezone(&chrono::Utc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database out of reach is a 503 a client may retry after a second; anything else it
+    /// says is an opaque 500.
+    #[test]
+    fn store_errors_answer_as_their_kind() {
+        let transient = [
+            hub_store::StoreError::Unreachable("connection refused".into()),
+            hub_store::StoreError::Database(sqlx::Error::PoolTimedOut),
+            hub_store::StoreError::Database(sqlx::Error::Io(std::io::Error::other("reset"))),
+        ];
+        for e in transient {
+            let response = ApiError::from(e).into_response();
+            assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert_eq!(response.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()), Some("1"));
+        }
+        let response = ApiError::from(hub_store::StoreError::Corrupt("bad row".into())).into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
+    }
 }

@@ -330,6 +330,33 @@ async fn write_leasing(
     Ok((outcomes, wake))
 }
 
+/// How long a group writer keeps trying a write while the database is out of reach (a
+/// restart, a failover), before its posts are answered 503 with `Retry-After`: a restart of a
+/// few seconds costs producers some latency, never an error.
+const TRANSIENT_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`write_leasing`], tried again with a growing pause (50 ms to 1 s) while it fails for a
+/// transient reason, for at most [`TRANSIENT_RETRY`]. A write whose commit was lost on its way
+/// back is found again by dedup: its posts are then answered `duplicate`, with the stored seq.
+async fn write_leasing_patiently(
+    store: &dyn hub_store::Store,
+    fast: Option<&std::sync::Arc<crate::delivery::Dispatcher>>,
+    records: &[IngestRecord],
+) -> hub_store::StoreResult<(Vec<WriteOutcome>, bool)> {
+    let deadline = std::time::Instant::now() + TRANSIENT_RETRY;
+    let mut pause = std::time::Duration::from_millis(50);
+    loop {
+        match write_leasing(store, fast, records).await {
+            Err(e) if e.is_transient() && std::time::Instant::now() + pause < deadline => {
+                tracing::debug!(error = %e, retry_in = ?pause, "ingest write failed for want of the database; trying again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(1));
+            }
+            done => return done,
+        }
+    }
+}
+
 /// Writes a group (see [`write_leasing`]) and answers each record; true when the claimers must
 /// be woken.
 async fn write_group(
@@ -338,7 +365,7 @@ async fn write_group(
     records: &[IngestRecord],
     replies: Vec<tokio::sync::oneshot::Sender<hub_store::StoreResult<WriteOutcome>>>,
 ) -> bool {
-    match write_leasing(store, fast, records).await {
+    match write_leasing_patiently(store, fast, records).await {
         Ok((outcomes, wake)) if outcomes.len() == records.len() => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(Ok(outcome));
@@ -353,8 +380,15 @@ async fn write_group(
             }
             false
         }
-        Err(e) if records.len() == 1 => {
-            let _ = replies.into_iter().next().map(|reply| reply.send(Err(e)));
+        Err(e) if records.len() == 1 || e.is_transient() => {
+            // One record, or a database still out of reach: each post gets the error (a 503
+            // with Retry-After for the transient one), not a write of its own.
+            if records.len() > 1 {
+                tracing::warn!(error = %e, records = records.len(), "the database stayed out of reach; answering 503");
+            }
+            for reply in replies {
+                let _ = reply.send(Err(clone_error(&e)));
+            }
             false
         }
         Err(e) => {
@@ -369,6 +403,16 @@ async fn write_group(
             }
             inserted
         }
+    }
+}
+
+/// The same error again, for each post of a group: the transient kinds keep their kind (so each
+/// is answered 503), anything else becomes the message it carried.
+fn clone_error(e: &hub_store::StoreError) -> hub_store::StoreError {
+    if e.is_transient() {
+        hub_store::StoreError::Unreachable(e.to_string())
+    } else {
+        hub_store::StoreError::Corrupt(e.to_string())
     }
 }
 
