@@ -108,6 +108,9 @@ pub struct KafkaConfig {
     pub dlq_enabled: bool,
     /// How often librdkafka reports statistics (consumer lag).
     pub stats_interval: Duration,
+    /// While the brokers are out of reach, how often the log says so again (the start and the
+    /// end of an outage are said once each).
+    pub outage_log_interval: Duration,
 }
 
 /// What one tenant may use.
@@ -258,6 +261,7 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_KAFKA_BATCH_SIZE",
     "STREAMING_HUB_KAFKA_BATCH_WAIT",
     "STREAMING_HUB_KAFKA_TOPIC_REFRESH",
+    "STREAMING_HUB_KAFKA_OUTAGE_LOG_INTERVAL",
     "STREAMING_HUB_DLQ_ENABLED",
     "STREAMING_HUB_DISPATCH_WORKERS",
     "STREAMING_HUB_DISPATCH_CLAIM_BATCH",
@@ -737,6 +741,7 @@ fn kafka_config(r: &mut Reader<'_>, env: &Environment) -> Option<KafkaConfig> {
         topic_refresh: r.duration("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "30s"),
         dlq_enabled: r.flag("STREAMING_HUB_DLQ_ENABLED", true),
         stats_interval: r.duration("STREAMING_HUB_METRICS_INTERVAL", "15s"),
+        outage_log_interval: r.duration("STREAMING_HUB_KAFKA_OUTAGE_LOG_INTERVAL", "60s"),
     })
 }
 

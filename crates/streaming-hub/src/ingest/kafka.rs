@@ -22,6 +22,8 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::message::{Headers, Message, OwnedMessage};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use super::outage::OutageLog;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -37,16 +39,32 @@ pub trait BatchWriter: Send + Sync + 'static {
     fn write(&self, records: &[OwnedMessage]) -> impl Future<Output = Result<(), String>> + Send;
 }
 
-/// Remembers revoked partitions for the consumer loop (the callback runs inside `recv`).
-#[derive(Debug, Default)]
+/// Remembers revoked partitions for the consumer loop (the callback runs inside `recv`), and
+/// tells the log of the brokers' outages once, not once per failed connection.
+#[derive(Debug)]
 pub struct RebalanceLog {
-    /// `ingest` or `dlq`: the metrics label.
+    /// `ingest`, `dlq` or `readiness`: the metrics label.
     name: &'static str,
     revoked: Mutex<Vec<(String, i32)>>,
     lost_all: Mutex<bool>,
+    outage: OutageLog,
 }
 
 impl RebalanceLog {
+    fn new(name: &'static str, k: &KafkaConfig) -> Self {
+        let what = match name {
+            "ingest" => "Kafka (ingest consumer)",
+            "dlq" => "Kafka (DLQ consumer)",
+            _ => "Kafka (readiness check)",
+        };
+        Self {
+            name,
+            revoked: Mutex::default(),
+            lost_all: Mutex::default(),
+            outage: OutageLog::new(what, k.outage_log_interval),
+        }
+    }
+
     fn take(&self) -> (Vec<(String, i32)>, bool) {
         let revoked = std::mem::take(&mut *self.revoked.lock().unwrap_or_else(|p| p.into_inner()));
         let lost = std::mem::take(&mut *self.lost_all.lock().unwrap_or_else(|p| p.into_inner()));
@@ -56,6 +74,10 @@ impl RebalanceLog {
 
 impl ClientContext for RebalanceLog {
     fn stats(&self, statistics: rdkafka::Statistics) {
+        // A broker of the cluster (not a bootstrap address) is up: any outage is over.
+        if statistics.brokers.values().any(|b| b.nodeid >= 0 && b.state == "UP") {
+            self.outage.succeeded();
+        }
         for (topic, t) in &statistics.topics {
             for (partition, p) in &t.partitions {
                 // -1 while unknown; the internal "unassigned" partition is -1 as well.
@@ -77,7 +99,26 @@ impl ClientContext for RebalanceLog {
         if error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition) {
             tracing::debug!(reason, "no topic matches the subscription yet");
         } else {
-            tracing::error!(error = %error, reason, "Kafka client error");
+            self.outage.failed(&format_args!("{error}: {reason}"));
+        }
+    }
+
+    /// librdkafka's own log: its connection failures are the outage (told once, then
+    /// summarized); anything else it warns of is logged as it comes.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        match level {
+            L::Emerg | L::Alert | L::Critical | L::Error | L::Warning
+                if matches!(fac, "FAIL" | "ERROR" | "BROKERFAIL" | "CONNECT") =>
+            {
+                self.outage.failed(&format_args!("{fac}: {log_message}"));
+            }
+            L::Emerg | L::Alert | L::Critical | L::Error => {
+                tracing::error!(facility = fac, "librdkafka: {log_message}")
+            }
+            L::Warning => tracing::warn!(facility = fac, "librdkafka: {log_message}"),
+            L::Notice | L::Info => tracing::info!(facility = fac, "librdkafka: {log_message}"),
+            L::Debug => tracing::debug!(facility = fac, "librdkafka: {log_message}"),
         }
     }
 }
@@ -156,7 +197,7 @@ pub fn subscribe(
     pattern: &str,
 ) -> Result<StreamConsumer<RebalanceLog>, String> {
     let consumer: StreamConsumer<RebalanceLog> = client_config(k, group)
-        .create_with_context(RebalanceLog { name, ..RebalanceLog::default() })
+        .create_with_context(RebalanceLog::new(name, k))
         .map_err(|e| format!("cannot create the Kafka consumer: {e}"))?;
     consumer.subscribe(&[pattern]).map_err(|e| format!("cannot subscribe to {pattern}: {e}"))?;
     Ok(consumer)
@@ -255,6 +296,7 @@ pub async fn run<W: BatchWriter>(
             }
             received = consumer.recv(), if held < MAX_HELD_BATCHES * batching.size => match received {
                 Ok(message) => {
+                    consumer.context().outage.succeeded();
                     let key = (message.topic().to_owned(), message.partition());
                     let partition = partitions.entry(key.clone()).or_insert_with(Partition::new);
                     if partition.records.is_empty() {
@@ -269,7 +311,7 @@ pub async fn run<W: BatchWriter>(
                     tracing::debug!(consumer = name, "no topic matches the subscription yet");
                 }
                 Err(e) => {
-                    tracing::warn!(consumer = name, error = %e, "Kafka consumer error");
+                    consumer.context().outage.failed(&e);
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             },
@@ -492,6 +534,7 @@ mod tests {
             topic_refresh: Duration::from_secs(30),
             dlq_enabled: true,
             stats_interval: Duration::from_secs(15),
+            outage_log_interval: Duration::from_secs(60),
         };
         assert_eq!(client_config(&base, "g").get("security.protocol"), Some("plaintext"));
         let scram = KafkaConfig {
@@ -514,7 +557,7 @@ mod tests {
 
 /// Checks that the brokers answer, for readiness.
 pub struct KafkaProbe {
-    client: std::sync::Arc<rdkafka::consumer::BaseConsumer>,
+    client: std::sync::Arc<rdkafka::consumer::BaseConsumer<RebalanceLog>>,
 }
 
 impl std::fmt::Debug for KafkaProbe {
@@ -527,15 +570,25 @@ impl KafkaProbe {
     pub fn new(k: &KafkaConfig) -> Result<Self, String> {
         let mut config = client_config(k, &k.group_id);
         config.set("statistics.interval.ms", "0");
-        let client = config.create().map_err(|e| format!("cannot create the Kafka readiness client: {e}"))?;
+        let client = config
+            .create_with_context(RebalanceLog::new("readiness", k))
+            .map_err(|e| format!("cannot create the Kafka readiness client: {e}"))?;
         Ok(Self { client: std::sync::Arc::new(client) })
     }
 
     /// `Ok` when a broker answered a metadata request within `timeout`.
     pub async fn check(&self, timeout: Duration) -> Result<(), String> {
         let client = std::sync::Arc::clone(&self.client);
-        tokio::task::spawn_blocking(move || client.fetch_metadata(None, timeout).map(|_| ()).map_err(|e| e.to_string()))
-            .await
-            .map_err(|e| e.to_string())?
+        let checked = tokio::task::spawn_blocking(move || {
+            let answer = client.fetch_metadata(None, timeout).map(|_| ()).map_err(|e| e.to_string());
+            match &answer {
+                Ok(()) => client.context().outage.succeeded(),
+                Err(e) => client.context().outage.failed(e),
+            }
+            answer
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        checked
     }
 }

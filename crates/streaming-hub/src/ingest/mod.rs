@@ -9,6 +9,7 @@ use crate::telemetry::metric;
 
 pub mod dlq;
 pub mod kafka;
+pub mod outage;
 
 /// What happened to one record, as the producer is told.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -198,6 +198,62 @@ async fn database_problems_are_said_once_naming_the_variable() {
     }
 }
 
+/// While Kafka is out of reach the log says so once per consumer, then a summary at the
+/// configured interval, not a line per failed connection (SPEC §6.3: the metrics and `/readyz`
+/// carry the state).
+#[tokio::test]
+async fn a_kafka_outage_is_logged_once_then_summarized() {
+    let (kafka_port, http_port) = (free_port(), free_port());
+    let mut child = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_SQLITE_PATH", temp_sqlite_path())
+        .env("STREAMING_HUB_KAFKA_BROKERS", format!("127.0.0.1:{kafka_port}"))
+        .env("STREAMING_HUB_KAFKA_OUTAGE_LOG_INTERVAL", "4s")
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{http_port}"))
+        .env("STREAMING_HUB_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Readiness is asked often meanwhile, as a load balancer would.
+    let base = format!("http://127.0.0.1:{http_port}");
+    let asking = tokio::spawn(async move {
+        let client = reqwest::Client::new();
+        for _ in 0..40 {
+            let _ = client.get(format!("{base}/readyz")).send().await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    // Until the first summary (the proof that the interval passed), count what was logged.
+    let mut lines = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).expect("the hub never summarized the outage");
+        if line.contains("still unreachable") {
+            break;
+        }
+        lines.push(line);
+    }
+    asking.abort();
+    let _ = child.kill();
+    let _ = child.wait();
+    let loud: Vec<&String> = lines.iter().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    let started = loud.iter().filter(|l| l.contains("is unreachable")).count();
+    assert!(started >= 1, "the outage was said: {loud:#?}");
+    assert!(loud.len() <= 4, "{} lines before the first summary: {loud:#?}", loud.len());
+}
+
 #[tokio::test]
 async fn local_mode_migrates_no_other_applications_database() {
     let schema = fresh_schema().await;
