@@ -77,7 +77,8 @@ async function api(path, { method = "GET", body, token = state.token, asTenant =
   const headers = { Authorization: `Bearer ${token}` };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (asTenant && state.role === "admin" && state.tenant && path.startsWith("/v1/")) {
-    headers["X-Streaming-Hub-Tenant"] = state.tenant;
+    // Any tenant id, whatever its characters: a header carries ASCII only (RFC 8187's form).
+    headers["X-Streaming-Hub-Tenant"] = "utf-8''" + encodeURIComponent(state.tenant);
   }
   const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await res.text();

@@ -3,7 +3,8 @@
 // checks that a tenant never sees another tenant's data. Prints one JSON line; exits non-zero on
 // the first failure. With SCREENSHOTS set, saves a picture of each view there.
 //
-// Input (environment): BASE, ADMIN, T1_KEY, T1_HOOK, T1_EVENT, T2_EVENT, T2_NAME, PLAYWRIGHT
+// Input (environment): BASE, ADMIN, T1_KEY, T1_HOOK, T1_EVENT, T2_EVENT, T2_NAME, WIDE_TENANT,
+// PLAYWRIGHT
 // (the playwright-core module), SCREENSHOTS (optional).
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -81,6 +82,14 @@ try {
   assert.match(await page.getByTestId("dlq").textContent(), /the ledger did not answer/);
   await shot(page, "dlq");
   step("admin: DLQ records");
+
+  // Acting for a tenant whose id is outside Latin-1 (a header cannot carry it as it is).
+  await page.getByTestId("nav-tenants").click();
+  await page.getByTestId(`tenant-${env.WIDE_TENANT}`).click();
+  await page.getByTestId("subscriptions").waitFor();
+  assert.match(await page.getByTestId("subscriptions").textContent(), /wide-tenant-pull/);
+  assert.ok((await page.getByTestId("who").textContent()).includes(env.WIDE_TENANT));
+  step("admin acting for a tenant whose id is outside Latin-1");
 
   // Acting for t1: its subscriptions, with health and actions.
   await page.getByTestId("nav-tenants").click();

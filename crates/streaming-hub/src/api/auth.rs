@@ -130,6 +130,21 @@ impl FromRequestParts<AppState> for Admin {
 /// The header with which the admin token acts for one tenant on the `/v1` tenant routes.
 pub const ACT_FOR: axum::http::HeaderName = axum::http::HeaderName::from_static("x-streaming-hub-tenant");
 
+/// The tenant an [`ACT_FOR`] value names. A header carries visible ASCII only, and a tenant id
+/// may be any text: the value is the id itself, or `utf-8''` and the id's UTF-8 bytes
+/// percent-encoded (RFC 8187's form, what the console always sends), so every valid tenant id
+/// can be named. An id that itself starts with `utf-8''` is sent encoded.
+pub fn act_for_tenant(value: &axum::http::HeaderValue) -> Option<TenantId> {
+    let raw = value.to_str().ok()?;
+    let id = match raw.get(..7) {
+        Some(prefix) if prefix.eq_ignore_ascii_case("utf-8''") => {
+            percent_encoding::percent_decode_str(&raw[7..]).decode_utf8().ok()?.into_owned()
+        }
+        _ => raw.to_owned(),
+    };
+    TenantId::parse(&id).ok()
+}
+
 /// A caller holding a tenant API key, or the admin token acting for a tenant: the `/v1` tenant
 /// routes.
 #[derive(Debug)]
@@ -147,11 +162,12 @@ impl FromRequestParts<AppState> for TenantCaller {
             // that tenant a key, so this adds no power, and it is logged.
             Principal::Admin => match parts.headers.get(ACT_FOR) {
                 Some(value) => {
-                    let tenant = value
-                        .to_str()
-                        .ok()
-                        .and_then(|t| TenantId::parse(t).ok())
-                        .ok_or_else(|| ApiError::validation(ACT_FOR.as_str(), "must be a tenant id"))?;
+                    let tenant = act_for_tenant(value).ok_or_else(|| {
+                        ApiError::validation(
+                            ACT_FOR.as_str(),
+                            "must be a tenant id, or utf-8'' and the id percent-encoded",
+                        )
+                    })?;
                     tracing::info!(tenant = %tenant, method = %parts.method, path = %parts.uri.path(), "admin acting for a tenant");
                     Ok(TenantCaller { tenant })
                 }

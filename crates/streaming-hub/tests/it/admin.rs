@@ -43,6 +43,39 @@ async fn api_keys_are_created_listed_paged_and_revoked() {
     assert_eq!(hub.send(unknown).await.0, StatusCode::NOT_FOUND);
 }
 
+/// The admin token acts for any tenant id, whatever its characters: the header carries it
+/// percent-encoded after `utf-8''`, or as it is when it is plain ASCII.
+#[tokio::test]
+async fn the_admin_acts_for_a_tenant_of_any_characters() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let wide = "租户-ü-₿ %41";
+    let key = hub.tenant_key(wide).await;
+    let encoded: String = url::form_urlencoded::byte_serialize(wide.as_bytes()).collect::<String>().replace('+', "%20");
+    let create = hub
+        .client
+        .post(hub.url("/v1/subscriptions"))
+        .bearer_auth(&hub.admin)
+        .header("X-Streaming-Hub-Tenant", format!("utf-8''{encoded}"))
+        .json(&json!({"name": "made-by-the-operator", "event_types": ["*.*"], "sink": {"type": "pull"}}));
+    let (status, created) = hub.send(create).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let (_, own) = hub.get(&key, "/v1/subscriptions").await;
+    assert_eq!(own["items"][0]["name"], "made-by-the-operator", "the tenant's own key sees it: {own}");
+    // A plain ASCII id as it is, as before.
+    let plain =
+        hub.client.get(hub.url("/v1/subscriptions")).bearer_auth(&hub.admin).header("X-Streaming-Hub-Tenant", "t1");
+    assert_eq!(hub.send(plain).await.0, StatusCode::OK);
+    // A broken encoding is a 422 naming the header.
+    let broken = hub
+        .client
+        .get(hub.url("/v1/subscriptions"))
+        .bearer_auth(&hub.admin)
+        .header("X-Streaming-Hub-Tenant", "utf-8''%ff%fe");
+    let (status, body) = hub.send(broken).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().expect("message").starts_with("x-streaming-hub-tenant"), "{body}");
+}
+
 /// A key with an expiry works until then, and after it is refused like a revoked key on every
 /// route it could reach (remembered by the process or not); an expiry in the past is refused.
 #[tokio::test]

@@ -36,6 +36,10 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     hub.wait_until_active(&k1, &hook_id).await;
     let t2_name = format!("t2-private-ledger-{}", uuid::Uuid::now_v7().simple());
     hub.subscribe(&k2, json!({"name": t2_name, "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    // A tenant whose id a header cannot carry as it is (outside Latin-1).
+    let wide = "租户-ü-₿";
+    let k3 = hub.tenant_key(wide).await;
+    hub.subscribe(&k3, json!({"name": "wide-tenant-pull", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
     let mut t1_event = None;
     for _ in 0..3 {
         let e = Event::new("t1");
@@ -84,6 +88,7 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         .env("T1_EVENT", t1_event.expect("an event").to_string())
         .env("T2_EVENT", t2_event.id().to_string())
         .env("T2_NAME", &t2_name)
+        .env("WIDE_TENANT", wide)
         .env("PLAYWRIGHT", &playwright);
     if let Ok(dir) = std::env::var("STREAMING_HUB_CONSOLE_SCREENSHOTS") {
         command.env("SCREENSHOTS", dir);
@@ -99,5 +104,5 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    assert_eq!(report["steps"].as_array().expect("steps").len(), 13, "{report}");
+    assert_eq!(report["steps"].as_array().expect("steps").len(), 14, "{report}");
 }
