@@ -404,6 +404,9 @@ pub trait Operations: Send + Sync {
     /// Checks that the database answers.
     async fn ping(&self) -> StoreResult<()>;
 
+    /// The store's connections now: open, idle among them, and the most it may open.
+    fn connections(&self) -> Connections;
+
     /// Closes the store's connections once the statements in progress end (the hub stopping):
     /// PostgreSQL sees each session end cleanly instead of a dropped socket, and SQLite's last
     /// connection checkpoints its write-ahead log. Statements started later fail.

@@ -805,6 +805,14 @@ pub struct PulledEvent {
     pub event: StoredEvent,
 }
 
+/// A store's connection pool at a moment ([`crate::Operations::connections`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Connections {
+    pub open: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
 /// What one pull read gave ([`crate::Inbox::read_pull_page`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PullRead {

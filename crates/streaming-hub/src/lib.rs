@@ -18,6 +18,17 @@ pub mod supervisor;
 pub mod telemetry;
 pub mod trace;
 
+/// What `streaming-hub --version` prints: the version, the git revision and the build date (the
+/// image's OCI labels carry the same).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (revision ",
+    env!("STREAMING_HUB_BUILD_REVISION"),
+    ", built ",
+    env!("STREAMING_HUB_BUILD_DATE"),
+    ")"
+);
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

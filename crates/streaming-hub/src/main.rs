@@ -9,7 +9,11 @@ use streaming_hub::{api, telemetry, trace};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
-#[command(name = "streaming-hub", version, about = "Event delivery hub: CloudEvents in, webhooks and queues out")]
+#[command(
+    name = "streaming-hub",
+    version = streaming_hub::VERSION,
+    about = "Event delivery hub: CloudEvents in, webhooks and queues out"
+)]
 struct Cli {
     /// A TOML file of settings (the STREAMING_HUB_* names, see docs/CONFIGURATION.md); the
     /// environment overrides it.

@@ -60,7 +60,13 @@ pub mod metric {
     pub const BREAKERS: &str = "streaming_hub_breakers";
     /// `{kind,outcome}`: operational events queued, dropped (queue full) or lost (not written).
     pub const OPERATIONAL_EVENTS: &str = "streaming_hub_operational_events_total";
-    /// `{version}`: 1, naming the build.
+    /// `{state}`: the store's pooled connections, `open` and `idle` among them.
+    pub const STORE_CONNECTIONS: &str = "streaming_hub_store_connections";
+    /// The most connections the store's pool may open.
+    pub const STORE_CONNECTIONS_MAX: &str = "streaming_hub_store_connections_max";
+    /// 1 when the last refresh of the job gauges reached the store, else 0.
+    pub const STORE_UP: &str = "streaming_hub_store_up";
+    /// `{version,revision,build_date}`: 1, naming the build.
     pub const BUILD_INFO: &str = "streaming_hub_build_info";
 }
 
@@ -192,9 +198,18 @@ fn describe() {
     metrics::describe_gauge!(metric::OLDEST_PENDING_AGE, metrics::Unit::Seconds, "Age of the oldest due job");
     metrics::describe_gauge!(metric::BREAKERS, "Circuit breakers open or half-open in this process");
     metrics::describe_gauge!(metric::BUILD_INFO, "The build, by version");
+    metrics::describe_gauge!(metric::STORE_CONNECTIONS, "The store's pooled connections, open and idle");
+    metrics::describe_gauge!(metric::STORE_CONNECTIONS_MAX, "The most connections the store's pool may open");
+    metrics::describe_gauge!(metric::STORE_UP, "1 when the last metrics refresh reached the store");
     metrics::describe_counter!(metric::HTTP_REFUSED_CONNECTIONS, "Connections refused over the connection cap");
     // Every series an alert reads exists from start, at zero.
-    metrics::gauge!(metric::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    metrics::gauge!(
+        metric::BUILD_INFO,
+        "version" => env!("CARGO_PKG_VERSION"),
+        "revision" => env!("STREAMING_HUB_BUILD_REVISION"),
+        "build_date" => env!("STREAMING_HUB_BUILD_DATE")
+    )
+    .set(1.0);
     metrics::gauge!(metric::OLDEST_PENDING_AGE).set(0.0);
     for state in ["open", "half_open"] {
         metrics::gauge!(metric::BREAKERS, "state" => state).set(0.0);
@@ -232,7 +247,13 @@ pub async fn job_gauges(
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     loop {
-        match store.job_counts().await {
+        let connections = store.connections();
+        metrics::gauge!(metric::STORE_CONNECTIONS, "state" => "open").set(f64::from(connections.open));
+        metrics::gauge!(metric::STORE_CONNECTIONS, "state" => "idle").set(f64::from(connections.idle));
+        metrics::gauge!(metric::STORE_CONNECTIONS_MAX).set(f64::from(connections.max));
+        let counted = store.job_counts().await;
+        metrics::gauge!(metric::STORE_UP).set(if counted.is_ok() { 1.0 } else { 0.0 });
+        match counted {
             Ok(counts) => {
                 for state in hub_store::JobState::ALL {
                     let n = counts.iter().find(|(s, _)| *s == state).map_or(0, |(_, n)| *n);

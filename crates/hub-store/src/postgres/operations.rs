@@ -1,6 +1,7 @@
 //! Schema, health, quarantine, the DLQ plane, retention and API keys.
 
 use super::*;
+use crate::Connections;
 
 #[async_trait]
 impl Operations for PgStore {
@@ -50,6 +51,14 @@ impl Operations for PgStore {
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
+    }
+
+    fn connections(&self) -> Connections {
+        Connections {
+            open: self.pool.size(),
+            idle: u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX),
+            max: self.pool.options().get_max_connections(),
+        }
     }
 
     async fn close(&self) {

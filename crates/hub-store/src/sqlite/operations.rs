@@ -1,6 +1,7 @@
 //! Schema, health, quarantine, the DLQ plane, retention and API keys.
 
 use super::*;
+use crate::Connections;
 
 #[async_trait]
 impl Operations for SqliteStore {
@@ -49,6 +50,15 @@ impl Operations for SqliteStore {
     async fn ping(&self) -> StoreResult<()> {
         sqlx::query("SELECT 1").execute(&self.reader).await?;
         Ok(())
+    }
+
+    fn connections(&self) -> Connections {
+        let (r, w) = (&self.reader, &self.writer);
+        Connections {
+            open: r.size() + w.size(),
+            idle: u32::try_from(r.num_idle() + w.num_idle()).unwrap_or(u32::MAX),
+            max: r.options().get_max_connections() + w.options().get_max_connections(),
+        }
     }
 
     async fn close(&self) {

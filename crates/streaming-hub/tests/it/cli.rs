@@ -80,6 +80,18 @@ fn unsafe_or_oversized_settings_stop_the_start_briefly() {
 }
 
 #[test]
+fn version_names_the_revision_and_the_build_date() {
+    let out = hub_command().arg("--version").output().expect("run");
+    assert!(out.status.success());
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    let (prefix, rest) = line.split_once(" (revision ").unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(prefix, format!("streaming-hub {}", env!("CARGO_PKG_VERSION")));
+    let (revision, date) = rest.trim_end_matches(')').split_once(", built ").unwrap_or_else(|| panic!("{line}"));
+    assert!(!revision.is_empty(), "{line}");
+    assert!(chrono::NaiveDate::parse_from_str(date, "%Y-%m-%d").is_ok(), "{line}");
+}
+
+#[test]
 fn api_key_create_checks_its_arguments() {
     let out = hub_command()
         .args(["api-key", "create", "--tenant", ""])

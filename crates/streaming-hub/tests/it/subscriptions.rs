@@ -244,8 +244,10 @@ async fn creation_validates_every_field_by_name() {
 
 #[tokio::test]
 async fn without_a_key_encryption_key_webhooks_are_refused() {
-    let hub =
-        TestHub::start_with(Backend::Sqlite, &[("STREAMING_HUB_ENV", "staging"), ("STREAMING_HUB_DEV_KEK", "")]).await;
+    let mut vars = crate::support::base_vars(Backend::Sqlite).await;
+    vars.remove("STREAMING_HUB_DEV_KEK");
+    vars.insert("STREAMING_HUB_ENV".into(), "staging".into());
+    let hub = TestHub::start_vars(vars).await;
     let key = hub.tenant_key("t1").await;
     let body =
         json!({"name": "w", "event_types": ["*.*"], "sink": {"type": "webhook", "url": "https://example.com/h"}});
@@ -259,7 +261,9 @@ async fn without_a_key_encryption_key_webhooks_are_refused() {
 
 #[tokio::test]
 async fn in_local_mode_a_key_is_generated_once_and_kept() {
-    let hub = TestHub::start_with(Backend::Sqlite, &[("STREAMING_HUB_DEV_KEK", "")]).await;
+    let mut vars = crate::support::base_vars(Backend::Sqlite).await;
+    vars.remove("STREAMING_HUB_DEV_KEK");
+    let hub = TestHub::start_vars(vars).await;
     let key = hub.tenant_key("t1").await;
     hub.subscribe(
         &key,
