@@ -31,6 +31,9 @@ enum Command {
     Migrate,
     /// Show the whole product on a throwaway embedded hub, with a local receiver.
     Demo,
+    /// Check the configuration (the environment and --config) without starting: every problem
+    /// and every STREAMING_HUB_* variable this hub does not read is named; exits 2 on any.
+    CheckConfig,
     /// Manage tenant API keys.
     ApiKey {
         #[command(subcommand)]
@@ -73,6 +76,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if matches!(cli.command, Command::CheckConfig) {
+        if config.ignored.is_empty() {
+            println!("configuration is valid ({} environment, {} role)", config.env.as_str(), config.summary()["role"]);
+            return ExitCode::SUCCESS;
+        }
+        for variable in &config.ignored {
+            eprintln!("error: {variable}: is not a setting of this hub (see docs/CONFIGURATION.md)");
+        }
+        return ExitCode::from(2);
+    }
     // The demo prints a report; its logs stay quiet unless asked for.
     let default_filter = if matches!(cli.command, Command::Demo) { "warn" } else { "info" };
     // Only the service exports traces.
@@ -117,6 +130,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => serve(config).await,
         Command::Demo => streaming_hub::demo::run().await,
+        Command::CheckConfig => Ok(()),
         Command::Migrate => {
             // Opening with `migrate` applies what is pending and logs which migrations those were.
             let store = streaming_hub::open_store(&config, true).await?;

@@ -92,6 +92,19 @@ fn version_names_the_revision_and_the_build_date() {
 }
 
 #[test]
+fn check_config_names_problems_and_unknown_variables() {
+    let ok = hub_command().arg("check-config").env("STREAMING_HUB_ROLE", "delivery").output().expect("run");
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("configuration is valid"));
+    let unknown = hub_command().arg("check-config").env("STREAMING_HUB_DISPATCH_WROKERS", "4").output().expect("run");
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("STREAMING_HUB_DISPATCH_WROKERS"));
+    let bad = hub_command().arg("check-config").env("STREAMING_HUB_ROLE", "both").output().expect("run");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("STREAMING_HUB_ROLE"));
+}
+
+#[test]
 fn api_key_create_checks_its_arguments() {
     let out = hub_command()
         .args(["api-key", "create", "--tenant", ""])

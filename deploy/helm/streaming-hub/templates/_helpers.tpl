@@ -39,6 +39,9 @@ existing Secrets), the secrets' references, and what the chart itself decides (t
 {{- define "hub.env" -}}
 {{- $secretKeys := list "STREAMING_HUB_POSTGRES_DSN" "STREAMING_HUB_ADMIN_TOKEN" "STREAMING_HUB_DEV_KEK" "STREAMING_HUB_KAFKA_SCRAM_PASSWORD" -}}
 {{- $kekVar := default "STREAMING_HUB_KEK" (index .Values.env "STREAMING_HUB_KEK_REF") -}}
+{{- if and (eq (lower (toString (index .Values.env "STREAMING_HUB_ENV" | default "local"))) "production") (not .Values.secrets.kek.name) -}}
+{{- fail "secrets.kek.name is required in production: the key-encryption key comes from an existing Secret" -}}
+{{- end -}}
 {{- range $name, $value := .Values.env }}
 {{- if has $name $secretKeys }}{{ fail (printf "env.%s holds a secret: give it through secrets.* from an existing Secret" $name) }}{{ end }}
 {{- if eq $name $kekVar }}{{ fail (printf "env.%s holds the key-encryption key: give it through secrets.kek" $name) }}{{ end }}
@@ -47,8 +50,10 @@ existing Secrets), the secrets' references, and what the chart itself decides (t
   value: {{ $value | toString | quote }}
 {{- end }}
 {{- end }}
+{{- /* The drain delay: the original's name or ours when `env` sets one, else drain.delaySeconds. */}}
+{{- $drain := index .Values.env "STREAMING_HUB_DRAIN_DELAY" | default (index .Values.env "STREAMING_HUB_PRE_STOP_DRAIN_TIMEOUT") | default (printf "%ds" (int .Values.drain.delaySeconds)) }}
 - name: STREAMING_HUB_DRAIN_DELAY
-  value: {{ printf "%ds" (int .Values.drain.delaySeconds) | quote }}
+  value: {{ $drain | toString | quote }}
 {{- with .Values.secrets.dsn }}{{ if .name }}
 - name: STREAMING_HUB_POSTGRES_DSN
   valueFrom: {secretKeyRef: {name: {{ .name | quote }}, key: {{ .key | quote }}}}
