@@ -126,14 +126,7 @@ impl Inbox for PgStore {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<PulledEvent>> {
-        // A live entry's event has the entry's seq; a replayed one names its event.
-        let sql = format!(
-            "SELECT p.seq AS position, e.* FROM pull_entries p
-             CROSS JOIN LATERAL (SELECT {EVENT_COLUMNS} FROM events
-                                 WHERE tenant_id = p.tenant_id AND seq = COALESCE(p.event_seq, p.seq)) e
-             WHERE p.subscription_id = $1 AND p.tenant_id = $2 AND p.seq > $3
-             ORDER BY p.seq LIMIT $4"
-        );
+        let sql = pull_page_sql();
         sqlx::query(&sql)
             .bind(subscription)
             .bind(tenant)
@@ -142,7 +135,7 @@ impl Inbox for PgStore {
             .fetch_all(&self.pool)
             .await?
             .iter()
-            .map(|row| Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? }))
+            .map(pulled)
             .collect()
     }
 
@@ -175,13 +168,7 @@ impl Inbox for PgStore {
             }
         }
         let from = hub_core::pull::read_after(cursor, after);
-        let sql = format!(
-            "SELECT p.seq AS position, e.* FROM pull_entries p
-             CROSS JOIN LATERAL (SELECT {EVENT_COLUMNS} FROM events
-                                 WHERE tenant_id = p.tenant_id AND seq = COALESCE(p.event_seq, p.seq)) e
-             WHERE p.subscription_id = $1 AND p.tenant_id = $2 AND p.seq > $3
-             ORDER BY p.seq LIMIT $4"
-        );
+        let sql = pull_page_sql();
         let events = sqlx::query(&sql)
             .bind(subscription)
             .bind(tenant)
@@ -190,7 +177,7 @@ impl Inbox for PgStore {
             .fetch_all(&mut *tx)
             .await?
             .iter()
-            .map(|row| Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? }))
+            .map(pulled)
             .collect::<StoreResult<Vec<_>>>()?;
         let moved = hub_core::pull::advance(cursor, after, events.last().map(|e| e.position));
         if moved > cursor {
@@ -235,4 +222,20 @@ impl Inbox for PgStore {
                 .flatten();
         Ok(estimate.map_or(0, |n| n.max(0.0) as i64))
     }
+}
+
+/// A pull stream's page after `$3`, at most `$4` entries, of subscription `$1` of tenant `$2`. A
+/// live entry's event has the entry's seq; a replayed one names its event.
+fn pull_page_sql() -> String {
+    format!(
+        "SELECT p.seq AS position, e.* FROM pull_entries p
+         CROSS JOIN LATERAL (SELECT {EVENT_COLUMNS} FROM events
+                             WHERE tenant_id = p.tenant_id AND seq = COALESCE(p.event_seq, p.seq)) e
+         WHERE p.subscription_id = $1 AND p.tenant_id = $2 AND p.seq > $3
+         ORDER BY p.seq LIMIT $4"
+    )
+}
+
+fn pulled(row: &PgRow) -> StoreResult<PulledEvent> {
+    Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? })
 }

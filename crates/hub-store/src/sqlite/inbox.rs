@@ -111,15 +111,7 @@ impl Inbox for SqliteStore {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<PulledEvent>> {
-        // A live entry's event has the entry's seq; a replayed one names its event.
-        let columns: String =
-            EVENT_COLUMNS.split(',').map(|c| format!("e.{}", c.trim())).collect::<Vec<_>>().join(", ");
-        let sql = format!(
-            "SELECT p.seq AS position, {columns} FROM pull_entries p
-             JOIN events e ON e.tenant_id = p.tenant_id AND e.seq = COALESCE(p.event_seq, p.seq)
-             WHERE p.subscription_id = ?1 AND p.tenant_id = ?2 AND p.seq > ?3
-             ORDER BY p.seq LIMIT ?4"
-        );
+        let sql = pull_page_sql();
         sqlx::query(&sql)
             .bind(subscription.hyphenated().to_string())
             .bind(tenant)
@@ -128,7 +120,7 @@ impl Inbox for SqliteStore {
             .fetch_all(&self.reader)
             .await?
             .iter()
-            .map(|row| Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? }))
+            .map(pulled)
             .collect()
     }
 
@@ -160,14 +152,7 @@ impl Inbox for SqliteStore {
             }
         }
         let from = hub_core::pull::read_after(cursor, after);
-        let columns: String =
-            EVENT_COLUMNS.split(',').map(|c| format!("e.{}", c.trim())).collect::<Vec<_>>().join(", ");
-        let sql = format!(
-            "SELECT p.seq AS position, {columns} FROM pull_entries p
-             JOIN events e ON e.tenant_id = p.tenant_id AND e.seq = COALESCE(p.event_seq, p.seq)
-             WHERE p.subscription_id = ?1 AND p.tenant_id = ?2 AND p.seq > ?3
-             ORDER BY p.seq LIMIT ?4"
-        );
+        let sql = pull_page_sql();
         let events = sqlx::query(&sql)
             .bind(&id)
             .bind(tenant)
@@ -176,7 +161,7 @@ impl Inbox for SqliteStore {
             .fetch_all(&mut *tx)
             .await?
             .iter()
-            .map(|row| Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? }))
+            .map(pulled)
             .collect::<StoreResult<Vec<_>>>()?;
         let moved = hub_core::pull::advance(cursor, after, events.last().map(|e| e.position));
         if moved > cursor {
@@ -217,4 +202,20 @@ impl Inbox for SqliteStore {
     async fn inbox_size(&self) -> StoreResult<i64> {
         Ok(sqlx::query_scalar("SELECT count(*) FROM events").fetch_one(&self.reader).await?)
     }
+}
+
+/// A pull stream's page after `?3`, at most `?4` entries, of subscription `?1` of tenant `?2`. A
+/// live entry's event has the entry's seq; a replayed one names its event.
+fn pull_page_sql() -> String {
+    let columns: String = EVENT_COLUMNS.split(',').map(|c| format!("e.{}", c.trim())).collect::<Vec<_>>().join(", ");
+    format!(
+        "SELECT p.seq AS position, {columns} FROM pull_entries p
+         JOIN events e ON e.tenant_id = p.tenant_id AND e.seq = COALESCE(p.event_seq, p.seq)
+         WHERE p.subscription_id = ?1 AND p.tenant_id = ?2 AND p.seq > ?3
+         ORDER BY p.seq LIMIT ?4"
+    )
+}
+
+fn pulled(row: &SqliteRow) -> StoreResult<PulledEvent> {
+    Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? })
 }

@@ -7,6 +7,21 @@ use reqwest::StatusCode;
 
 use crate::support::{Event, free_port, fresh_schema, hub_command, postgres_dsn, temp_sqlite_path};
 
+/// The lines a child process writes to its piped standard error, as they come.
+fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 /// Waits until a hub started as a process answers `/readyz` with 200.
 async fn wait_ready(client: &reqwest::Client, base: &str, failure: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -195,16 +210,7 @@ async fn database_problems_are_said_once_naming_the_variable() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = stderr_lines(&mut child);
     let mut waiting = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while waiting.len() < 2 {
@@ -240,16 +246,7 @@ async fn a_kafka_outage_is_logged_once_then_summarized() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = stderr_lines(&mut child);
     // Readiness is asked often meanwhile, as a load balancer would.
     let base = format!("http://127.0.0.1:{http_port}");
     let asking = tokio::spawn(async move {
