@@ -27,7 +27,8 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     STREAMING_HUB_REVISION="${REVISION}" SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH}" \
     cargo build --release --locked -p streaming-hub --bin streaming-hub \
- && cp target/release/streaming-hub /usr/local/bin/streaming-hub
+ && cp target/release/streaming-hub /usr/local/bin/streaming-hub \
+ && strip --strip-debug /usr/local/bin/streaming-hub
 
 # The runtime's root filesystem, assembled from the base image: the binary and exactly what it
 # links (from `ldd`), CA certificates, and the nonroot user.

@@ -617,6 +617,8 @@ impl Config {
                     k.starts_with("STREAMING_HUB_")
                         && !KNOWN.contains(&k.as_str())
                         && !ALIASES.iter().any(|(alias, _)| alias == k)
+                        // The variable STREAMING_HUB_KEK_REF names holds the key: read, not ignored.
+                        && vars.get("STREAMING_HUB_KEK_REF").is_none_or(|kek| kek.trim() != k.as_str())
                 })
                 .map(|k| if k.len() > 128 { quoted(k) } else { k.clone() })
                 .collect::<std::collections::BTreeSet<_>>()

@@ -346,3 +346,14 @@ fn production_judges_the_tls_mode_the_driver_will_use() {
     .expect_err("missing root certificate");
     assert!(err.to_string().contains("STREAMING_HUB_POSTGRES_DSN"), "{err}");
 }
+
+#[test]
+fn the_variable_the_kek_reference_names_is_not_ignored() {
+    let c = Config::from_vars(vars(&[
+        ("STREAMING_HUB_KEK_REF", "STREAMING_HUB_KEK"),
+        ("STREAMING_HUB_KEK", "k"),
+        ("STREAMING_HUB_UNKNOWN", "1"),
+    ]))
+    .expect("valid");
+    assert_eq!(c.ignored, vec!["STREAMING_HUB_UNKNOWN".to_owned()]);
+}

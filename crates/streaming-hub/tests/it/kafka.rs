@@ -80,6 +80,55 @@ async fn poison_records_are_quarantined_and_ingest_goes_on() {
     assert_eq!(status, reqwest::StatusCode::OK, "{ready}");
 }
 
+/// Every metric the shipped Grafana dashboard and Prometheus alert rules read is one a hub
+/// exports once it has done the work they watch: Kafka ingest (consumer lag, write latency), a
+/// delivery (attempt latency), a failed verification, the store's pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_and_the_alerts_read_only_exported_metrics() {
+    let peer = KafkaPeer::start(Broker::Kafka).await;
+    let topic = "lerian.streaming.lender";
+    peer.create_topic(topic, 1).await;
+    let hub = hub_on(&peer, Backend::Postgres, &[]).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = crate::receiver::Receiver::start(crate::receiver::Script::Ok).await;
+    let hook = hub
+        .subscribe(&key, json!({"name": "m", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}}))
+        .await;
+    receiver.trust(hook["signing_secret"].as_str().expect("secret"));
+    hub.wait_until_active(&key, hook["id"].as_str().expect("id")).await;
+    produce(&peer.producer(), &[Record::event("lender", 0, "t1")]).await;
+    receiver.wait_for(1, WAIT).await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("http://{}/hook", l.local_addr().expect("addr"))
+    };
+    let nowhere = hub
+        .subscribe(&key, json!({"name": "n", "event_types": ["*.*"], "sink": {"type": "webhook", "url": closed}}))
+        .await;
+    let path = format!("/v1/subscriptions/{}/verify", nowhere["id"].as_str().expect("id"));
+    assert_eq!(hub.post_json(&key, &path, &json!({})).await.0, reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+
+    let root = crate::sdk::repo();
+    let mut used = std::collections::BTreeSet::new();
+    for file in ["deploy/grafana/streaming-hub.json", "deploy/prometheus/streaming-hub-rules.yaml"] {
+        let text = std::fs::read_to_string(root.join(file)).expect("deploy file");
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("streaming_hub_") {
+            let name: String = rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            rest = &rest[at + name.len()..];
+            used.insert(name);
+        }
+    }
+    assert!(used.len() > 10, "{used:?}");
+    let missing = until("every metric the dashboard and the alerts read", async || {
+        let text = hub.client.get(hub.url("/metrics")).send().await.ok()?.text().await.ok()?;
+        let missing: Vec<&String> = used.iter().filter(|name| !text.contains(&format!("\n{name}"))).collect();
+        missing.is_empty().then_some(missing)
+    })
+    .await;
+    assert!(missing.is_empty());
+}
+
 on_both_brokers!(
     records_get_their_verdicts_and_offsets_are_committed,
     the_dlq_plane_stores_dead_letters_and_never_delivers_them
