@@ -25,7 +25,7 @@ COPY . .
 # changed, not every dependency again.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    STREAMING_HUB_REVISION="${REVISION}" SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH}" \
+    STREAMING_HUB_REVISION="${REVISION}" STREAMING_HUB_BUILD_EPOCH="${SOURCE_DATE_EPOCH}" \
     cargo build --release --locked -p streaming-hub --bin streaming-hub \
  && cp target/release/streaming-hub /usr/local/bin/streaming-hub \
  && strip --strip-debug /usr/local/bin/streaming-hub

@@ -1,11 +1,13 @@
 //! The build's identity for `streaming-hub --version`, the `streaming_hub_build_info` metric and
 //! the image labels: the git revision and the build date. An image build has no `.git`, so both
-//! can be given (`STREAMING_HUB_REVISION`, and `SOURCE_DATE_EPOCH` for a reproducible date).
+//! can be given (`STREAMING_HUB_REVISION`, and `STREAMING_HUB_BUILD_EPOCH` or `SOURCE_DATE_EPOCH`
+//! for a reproducible date).
 
 use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=STREAMING_HUB_REVISION");
+    println!("cargo:rerun-if-env-changed=STREAMING_HUB_BUILD_EPOCH");
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     println!("cargo:rerun-if-changed=../../.git/HEAD");
     println!("cargo:rerun-if-changed=../../.git/refs/heads");
@@ -18,7 +20,9 @@ fn main() {
         })
         .unwrap_or_else(|| "unknown".to_owned());
     let epoch =
-        std::env::var("SOURCE_DATE_EPOCH").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or_else(|| {
+        // The image build names the date in a variable of ours: `SOURCE_DATE_EPOCH` in the build's
+        // environment is also read by dependencies' build scripts, which would then rebuild.
+        std::env::var("STREAMING_HUB_BUILD_EPOCH").or_else(|_| std::env::var("SOURCE_DATE_EPOCH")).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
         });
     println!("cargo:rustc-env=STREAMING_HUB_BUILD_REVISION={}", revision.trim());
