@@ -16,6 +16,7 @@ pub mod operational;
 pub mod pull;
 pub mod ratelimit;
 pub mod replay;
+pub mod routing;
 pub mod seal;
 pub mod signature;
 pub mod structured;

@@ -1,8 +1,11 @@
 //! The records the store reads and writes.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock, Mutex};
 
 use chrono::{DateTime, Utc};
+use hub_core::routing::{Accepted, Context, EventView, Filters};
 use hub_core::{Envelope, QuarantineReason};
 use serde::Serialize;
 use uuid::Uuid;
@@ -145,7 +148,38 @@ pub struct StoredEvent {
     pub trace: Option<String>,
 }
 
+impl Accepted for StoredEvent {
+    fn context(&self, attribute: Context) -> Option<Cow<'_, str>> {
+        let borrowed = match attribute {
+            Context::SpecVersion => Some("1.0"),
+            Context::Id => return Some(Cow::Owned(self.ce_id.hyphenated().to_string())),
+            Context::Source => Some(self.source.as_str()),
+            Context::Type => Some(self.ce_type.as_str()),
+            Context::Time => Some(self.event_time.as_str()),
+            Context::Subject => self.subject.as_deref(),
+            Context::DataContentType => self.data_content_type.as_deref(),
+            Context::DataSchema => self.data_schema.as_deref(),
+            Context::SchemaVersion => Some(self.schema_version.as_str()),
+            Context::ResourceType => Some(self.resource_type.as_str()),
+            Context::EventType => Some(self.event_type.as_str()),
+            Context::TenantId => Some(self.tenant_id.as_str()),
+            Context::TraceParent => self.traceparent.as_deref(),
+            Context::TraceState => self.tracestate.as_deref(),
+        };
+        borrowed.map(Cow::Borrowed)
+    }
+
+    fn extension(&self, name: &str) -> Option<&str> {
+        self.extensions.get(name).map(String::as_str)
+    }
+}
+
 impl StoredEvent {
+    /// Whether these filters let the event through.
+    pub fn passes(&self, filters: &Filters) -> bool {
+        filters.is_empty() || filters.matches(&EventView::new(self, &self.payload))
+    }
+
     /// The event key `<resourcetype>.<eventtype>`.
     pub fn event_key(&self) -> String {
         format!("{}.{}", self.resource_type, self.event_type)
@@ -390,6 +424,9 @@ pub struct SubscriptionRecord {
     pub name: String,
     pub event_types: Vec<String>,
     pub origin: Option<String>,
+    /// The content filters as written (a JSON array, `[]` for none), compiled by
+    /// `hub_core::routing::Filters::compile` when matching reads them.
+    pub filters: serde_json::Value,
     pub sink: hub_core::SinkKind,
     /// The destination without secrets, as the API shows it.
     pub sink_config: serde_json::Value,
@@ -418,6 +455,8 @@ pub struct SubscriptionPatch {
     pub event_types: Option<Vec<String>>,
     /// `Some(None)` removes the origin.
     pub origin: Option<Option<String>>,
+    /// New content filters (already compiled once by the caller to be known valid).
+    pub filters: Option<serde_json::Value>,
     pub destination: Option<DestinationChange>,
     /// `Some(false)` disables with `disabled_reason` (when enabled); `Some(true)` enables and
     /// clears the reason.
@@ -471,6 +510,7 @@ fn job_state_str<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok, 
 /// A patch's values in the form both backends bind them.
 pub(crate) struct PatchColumns {
     pub event_types: Option<String>,
+    pub filters: Option<String>,
     pub sink_config: Option<String>,
     pub credentials_set: bool,
     pub credentials: Option<Vec<u8>>,
@@ -488,6 +528,7 @@ impl PatchColumns {
         let destination = patch.destination.as_ref();
         Ok(Self {
             event_types,
+            filters: patch.filters.as_ref().map(serde_json::Value::to_string),
             sink_config: destination.map(|d| d.sink_config.to_string()),
             credentials_set: destination.is_some_and(|d| d.credentials.is_some()),
             credentials: destination.and_then(|d| d.credentials.clone().flatten()),
@@ -606,6 +647,8 @@ pub(crate) struct MatchTarget {
     pub sink: hub_core::SinkKind,
     pub patterns: Vec<hub_core::EventPattern>,
     pub origin: Option<String>,
+    /// Its content filters, compiled (shared by every target with the same text).
+    pub filters: Arc<Filters>,
     pub enabled: bool,
     pub verification: hub_core::VerificationState,
     pub verified_before: bool,
@@ -617,6 +660,8 @@ pub(crate) struct MatchRow {
     pub sink: String,
     pub event_types: String,
     pub origin: Option<String>,
+    /// The filters as stored JSON text.
+    pub filters: String,
     pub enabled: bool,
     pub verification: String,
     pub verified_before: bool,
@@ -635,16 +680,41 @@ impl MatchTarget {
             .map_err(|_| corrupt("event_types"))?;
         let verification =
             hub_core::VerificationState::parse(&row.verification).ok_or_else(|| corrupt("verification_state"))?;
+        let filters = compiled_filters(&row.filters).map_err(|e| corrupt(&format!("filters: {e}")))?;
         Ok(Self {
             id,
             sink,
             patterns,
             origin: row.origin,
+            filters,
             enabled: row.enabled,
             verification,
             verified_before: row.verified_before,
         })
     }
+}
+
+/// The filters compiled from their stored text, from a bounded cache keyed by the text: matching
+/// reads subscriptions per batch (or once per change, when remembered), and a filter is compiled
+/// once per distinct text, never per event.
+pub(crate) fn compiled_filters(text: &str) -> Result<Arc<Filters>, String> {
+    static EMPTY: LazyLock<Arc<Filters>> = LazyLock::new(|| Arc::new(Filters::default()));
+    static CACHE: LazyLock<Mutex<HashMap<String, Arc<Filters>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+    const MAX_CACHED: usize = 4096;
+    if text == "[]" {
+        return Ok(Arc::clone(&EMPTY));
+    }
+    if let Some(f) = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(text) {
+        return Ok(Arc::clone(f));
+    }
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let filters = Arc::new(Filters::compile(&value).map_err(|e| e.to_string())?);
+    let mut cache = CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if cache.len() >= MAX_CACHED {
+        cache.clear();
+    }
+    cache.insert(text.to_owned(), Arc::clone(&filters));
+    Ok(filters)
 }
 
 /// A push job matching creates: for this subscription and seq, received then, in this state.
@@ -684,6 +754,9 @@ pub(crate) fn split_poison<Id: Clone>(expired: &[(Id, i32)], threshold: u32) -> 
 /// to deliver or `held` while its destination is verified again.
 pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {
     let mut work = MatchedWork::default();
+    // Each event is viewed once for every target; a body is parsed only if a filter reads it.
+    let views: Vec<EventView<'_, hub_core::Envelope>> =
+        inserts.iter().map(|(_, e)| EventView::new(&e.envelope, &e.payload)).collect();
     for target in targets {
         let rule = hub_core::MatchRule {
             tenant,
@@ -693,7 +766,7 @@ pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i6
             verification: target.verification,
             verified_before: target.verified_before,
         };
-        for (seq, event) in inserts {
+        for ((seq, event), view) in inserts.iter().zip(&views) {
             let env = &event.envelope;
             if hub_core::operational::excluded(env.key(), env.extensions(), target.id) {
                 continue;
@@ -703,6 +776,9 @@ pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i6
                 hub_core::Admission::Deliver => JobState::Pending,
                 hub_core::Admission::Hold => JobState::Held,
             };
+            if !target.filters.is_empty() && !target.filters.matches(view) {
+                continue;
+            }
             if target.sink.is_push() {
                 work.jobs.push(NewJob { subscription: target.id, seq: *seq, received_at: event.received_at, state });
             } else if state == JobState::Pending {
@@ -914,10 +990,26 @@ pub(crate) struct WalkedEvent {
     pub event_type: String,
     pub source: String,
     pub received_at: DateTime<Utc>,
+    /// The whole event, read only when the subscription has content filters.
+    pub event: Option<StoredEvent>,
+}
+
+impl WalkedEvent {
+    /// A walked event read whole.
+    pub(crate) fn whole(event: StoredEvent) -> Self {
+        Self {
+            seq: event.seq,
+            resource_type: event.resource_type.clone(),
+            event_type: event.event_type.clone(),
+            source: event.source.clone(),
+            received_at: event.received_at,
+            event: Some(event),
+        }
+    }
 }
 
 /// The seqs of the walked events that lie in the replay's time window and that the subscription's
-/// filter wants (`hub_core::wants`).
+/// filter wants (`hub_core::wants`, then its content filters on the whole event).
 pub(crate) fn wanted(target: &MatchTarget, window: &TimeWindow, walked: &[WalkedEvent]) -> Vec<i64> {
     walked
         .iter()
@@ -926,6 +1018,7 @@ pub(crate) fn wanted(target: &MatchTarget, window: &TimeWindow, walked: &[Walked
             hub_core::EventKey::new(&e.resource_type, &e.event_type)
                 .is_ok_and(|key| hub_core::wants(&target.patterns, target.origin.as_deref(), &key, &e.source))
         })
+        .filter(|e| target.filters.is_empty() || e.event.as_ref().is_some_and(|ev| ev.passes(&target.filters)))
         .map(|e| e.seq)
         .collect()
 }

@@ -102,6 +102,7 @@ pub fn subscription(
         name: "test".to_owned(),
         event_types: types.iter().map(|t| (*t).to_owned()).collect(),
         origin: origin.map(str::to_owned),
+        filters: serde_json::json!([]),
         sink,
         sink_config: serde_json::json!({"type": sink.as_str()}),
         signing_secret: None,

@@ -161,6 +161,7 @@ impl PgStore {
                     sink: record.sink.as_str().to_owned(),
                     event_types: row.try_get("event_types")?,
                     origin: record.origin.clone(),
+                    filters: row.try_get("filters")?,
                     enabled: record.enabled,
                     verification: record.verification.as_str().to_owned(),
                     verified_before: row.try_get("verified_before")?,

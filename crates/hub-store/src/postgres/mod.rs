@@ -247,6 +247,7 @@ impl PgStore {
                     sink: row.try_get("sink_type")?,
                     event_types: row.try_get("event_types")?,
                     origin: row.try_get("origin")?,
+                    filters: row.try_get("filters")?,
                     enabled: row.try_get("enabled")?,
                     verification: row.try_get("verification_state")?,
                     verified_before: row.try_get("verified_before")?,
@@ -751,7 +752,7 @@ fn bind_subscription<'q>(q: PgQuery<'q>, sub: &SubscriptionRecord) -> StoreResul
 }
 
 const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types::text AS event_types, origin,
-    sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
+    filters::text AS filters, sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
     previous_secret_expires_at, credentials, enabled, verification_state, verification_error,
     disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
 
@@ -759,6 +760,7 @@ fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
     let id: Uuid = row.try_get("id")?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("subscription {id}: {what}"));
     let event_types: String = row.try_get("event_types")?;
+    let filters: String = row.try_get("filters")?;
     let sink_config: String = row.try_get("sink_config")?;
     let sink: String = row.try_get("sink_type")?;
     let verification: String = row.try_get("verification_state")?;
@@ -768,6 +770,7 @@ fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
         name: row.try_get("name")?,
         event_types: serde_json::from_str(&event_types).map_err(|_| corrupt("event_types"))?,
         origin: row.try_get("origin")?,
+        filters: serde_json::from_str(&filters).map_err(|_| corrupt("filters"))?,
         sink: hub_core::SinkKind::parse(&sink).ok_or_else(|| corrupt("sink_type"))?,
         sink_config: serde_json::from_str(&sink_config).map_err(|_| corrupt("sink_config"))?,
         signing_secret: row.try_get("signing_secret")?,

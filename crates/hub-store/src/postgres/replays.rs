@@ -138,16 +138,17 @@ impl Replays for PgStore {
             return Ok(ReplayStep::Idle);
         }
         let tenant = replay.tenant_id.as_str();
-        let sub: Option<(Uuid, String, String, Option<String>, bool, String, bool, i64)> = sqlx::query_as(
+        let sub: Option<(Uuid, String, String, Option<String>, bool, String, bool, i64, String)> = sqlx::query_as(
             "SELECT id, sink_type, event_types::text, origin, enabled, verification_state,
-                verified_at IS NOT NULL, pull_cursor
+                verified_at IS NOT NULL, pull_cursor, filters::text
              FROM subscriptions WHERE tenant_id = $1 AND id = $2",
         )
         .bind(tenant)
         .bind(replay.subscription_id)
         .fetch_optional(&mut *tx)
         .await?;
-        let Some((sub_id, sink, event_types, origin, enabled, verification, verified_before, cursor)) = sub else {
+        let Some((sub_id, sink, event_types, origin, enabled, verification, verified_before, cursor, filters)) = sub
+        else {
             let sql = format!(
                 "UPDATE replays SET state = 'cancelled', finished_at = $2, updated_at = $2 WHERE id = $1
                  RETURNING {REPLAY_COLUMNS}"
@@ -161,6 +162,7 @@ impl Replays for PgStore {
             sink,
             event_types,
             origin,
+            filters,
             enabled,
             verification,
             verified_before,
@@ -185,26 +187,46 @@ impl Replays for PgStore {
         let Some(allowance) = next_step(waiting, limits.pace, limits.batch, replay.rate, elapsed) else {
             return Ok(ReplayStep::Paced);
         };
-        let walked: Vec<(i64, String, String, String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT seq, resource_type, event_type, source, received_at FROM events
-             WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
-        )
-        .bind(tenant)
-        .bind(replay.walked_to)
-        .bind(replay.to_seq)
-        .bind(i64::from(limits.batch.max(1)))
-        .fetch_all(&mut *tx)
-        .await?;
-        let walked: Vec<WalkedEvent> = walked
-            .into_iter()
-            .map(|(seq, resource_type, event_type, source, received_at)| WalkedEvent {
-                seq,
-                resource_type,
-                event_type,
-                source,
-                received_at,
-            })
-            .collect();
+        // With content filters a replay reads whole events (the filters look at attributes and
+        // body); without, the columns the event-key filter needs.
+        let walked: Vec<WalkedEvent> = if target.filters.is_empty() {
+            let walked: Vec<(i64, String, String, String, DateTime<Utc>)> = sqlx::query_as(
+                "SELECT seq, resource_type, event_type, source, received_at FROM events
+                 WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
+            )
+            .bind(tenant)
+            .bind(replay.walked_to)
+            .bind(replay.to_seq)
+            .bind(i64::from(limits.batch.max(1)))
+            .fetch_all(&mut *tx)
+            .await?;
+            walked
+                .into_iter()
+                .map(|(seq, resource_type, event_type, source, received_at)| WalkedEvent {
+                    seq,
+                    resource_type,
+                    event_type,
+                    source,
+                    received_at,
+                    event: None,
+                })
+                .collect()
+        } else {
+            let sql = format!(
+                "SELECT {EVENT_COLUMNS} FROM events
+                 WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4"
+            );
+            sqlx::query(&sql)
+                .bind(tenant)
+                .bind(replay.walked_to)
+                .bind(replay.to_seq)
+                .bind(i64::from(limits.batch.max(1)))
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|row| event_from_row(row).map(WalkedEvent::whole))
+                .collect::<StoreResult<_>>()?
+        };
         // What the subscription already has of the events it wants.
         let mut wanted = wanted(&target, &replay.window, &walked);
         let seqs: Vec<i64> = walked.iter().map(|e| e.seq).collect();

@@ -29,13 +29,14 @@ impl Subscriptions for PgStore {
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
                 verification_state, verification_error, disabled_reason, updated_at, failing_since,
-                last_failure_at, pull_cursor, created_at, disabled_at)
-             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
+                last_failure_at, pull_cursor, created_at, disabled_at, filters)
+             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22::jsonb)",
         );
         bind_subscription(insert, sub)?
             .bind(sub.pull_cursor)
             .bind(sub.created_at)
             .bind(sub.disabled_at)
+            .bind(sub.filters.to_string())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -117,6 +118,7 @@ impl Subscriptions for PgStore {
             "UPDATE subscriptions SET
                 name = COALESCE($3, name),
                 event_types = COALESCE($4::jsonb, event_types),
+                filters = COALESCE($14::jsonb, filters),
                 origin = CASE WHEN $5 THEN $6 ELSE origin END,
                 sink_config = COALESCE($7::jsonb, sink_config),
                 credentials = CASE WHEN $8 THEN $9 ELSE credentials END,
@@ -147,6 +149,7 @@ impl Subscriptions for PgStore {
             .bind(patch.enabled)
             .bind(patch.disabled_reason.as_deref())
             .bind(patch.now)
+            .bind(p.filters)
             .fetch_optional(&mut *tx)
             .await?;
         Self::changed(tx, row, id).await

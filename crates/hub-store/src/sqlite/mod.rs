@@ -292,6 +292,7 @@ impl SqliteStore {
                 sink: row.try_get("sink_type")?,
                 event_types: row.try_get("event_types")?,
                 origin: row.try_get("origin")?,
+                filters: row.try_get("filters")?,
                 enabled: row.try_get("enabled")?,
                 verification: row.try_get("verification_state")?,
                 verified_before: row.try_get("verified_before")?,
@@ -483,7 +484,7 @@ fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreR
         .bind(sub.last_failure_at.map(micros)))
 }
 
-const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types, origin, sink_type, sink_config,
+const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types, origin, filters, sink_type, sink_config,
     signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled, verification_state,
     verification_error, disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at,
     updated_at";
@@ -492,6 +493,7 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
     let id = uuid_from_text(&row.try_get::<String, _>("id")?)?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("subscription {id}: {what}"));
     let event_types: String = row.try_get("event_types")?;
+    let filters: String = row.try_get("filters")?;
     let sink_config: String = row.try_get("sink_config")?;
     let sink: String = row.try_get("sink_type")?;
     let verification: String = row.try_get("verification_state")?;
@@ -504,6 +506,7 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
         name: row.try_get("name")?,
         event_types: serde_json::from_str(&event_types).map_err(|_| corrupt("event_types"))?,
         origin: row.try_get("origin")?,
+        filters: serde_json::from_str(&filters).map_err(|_| corrupt("filters"))?,
         sink: hub_core::SinkKind::parse(&sink).ok_or_else(|| corrupt("sink_type"))?,
         sink_config: serde_json::from_str(&sink_config).map_err(|_| corrupt("sink_config"))?,
         signing_secret: row.try_get("signing_secret")?,

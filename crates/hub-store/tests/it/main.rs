@@ -4,6 +4,7 @@
 mod connections;
 mod contract;
 mod dlq;
+mod filters;
 mod jobs;
 mod replays;
 mod retention;
@@ -14,6 +15,7 @@ mod support;
 mod suite {
     pub use crate::contract::*;
     pub use crate::dlq::*;
+    pub use crate::filters::*;
     pub use crate::jobs::*;
     pub use crate::replays::*;
     pub use crate::retention::*;
@@ -45,6 +47,9 @@ macro_rules! contract_suite {
 }
 
 contract_suite!(
+    filters_choose_what_ingest_matches,
+    changed_filters_apply_to_later_events,
+    replays_honour_filters,
     accepted_events_round_trip_with_every_attribute,
     a_large_mixed_batch_gives_each_event_its_seq_and_work,
     a_duplicate_writes_nothing_and_reports_the_stored_seq,

@@ -224,7 +224,7 @@ pub async fn read(
             .filter(|e| e.subscription_id == sub.id)
             .map(|e| StreamEntryView { position: e.position, read: e.read })
             .collect();
-        let wanted = key.as_ref().is_some_and(|k| wants(&sub, k, &event.source));
+        let wanted = key.as_ref().is_some_and(|k| wants(&sub, k, &event));
         if deliveries.is_empty() && stream.is_empty() && !wanted {
             continue;
         }
@@ -246,9 +246,11 @@ pub async fn read(
     Ok(AxumJson(EventDetail { event: EventView::of(event), subscriptions }))
 }
 
-fn wants(sub: &SubscriptionRecord, key: &EventKey, source: &str) -> bool {
+/// Whether the subscription's event types, origin and content filters want the event.
+fn wants(sub: &SubscriptionRecord, key: &EventKey, event: &hub_store::StoredEvent) -> bool {
     let patterns: Vec<EventPattern> = sub.event_types.iter().filter_map(|p| EventPattern::parse(p).ok()).collect();
-    hub_core::wants(&patterns, sub.origin.as_deref(), key, source)
+    hub_core::wants(&patterns, sub.origin.as_deref(), key, &event.source)
+        && hub_core::routing::Filters::compile(&sub.filters).is_ok_and(|f| event.passes(&f))
 }
 
 /// Every subscription of a tenant (bounded by its quota), page by page.

@@ -12,6 +12,7 @@ pub mod destination;
 pub mod error;
 pub mod event_log;
 pub mod events;
+pub mod filters;
 pub mod health;
 pub mod limiter;
 pub mod overview;
@@ -123,6 +124,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(event_log::read))
         .routes(routes!(subscriptions::create, subscriptions::list))
         .routes(routes!(subscriptions::read, subscriptions::update, subscriptions::delete))
+        .routes(routes!(filters::test))
         .routes(routes!(pull::read))
         .routes(routes!(delivery::verify))
         .routes(routes!(delivery::rotate_secret))

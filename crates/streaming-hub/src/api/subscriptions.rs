@@ -19,6 +19,7 @@ use super::AppState;
 use super::auth::TenantCaller;
 use super::destination::{self, Credentials};
 use super::error::{ApiError, ErrorBody, Json, Query, cursor, next_cursor, page_limit};
+use super::filters::valid_filters;
 use crate::secrets::{Purpose, SealerError, new_signing_secret};
 
 /// Why a subscription disabled through the API is disabled.
@@ -31,6 +32,9 @@ pub struct SubscriptionView {
     pub name: String,
     pub event_types: Vec<String>,
     pub origin: Option<String>,
+    /// Content filters; every one must match (empty: none).
+    #[schema(value_type = Vec<super::filters::schema::Filter>)]
+    pub filters: Value,
     /// The destination without secrets or credentials.
     #[schema(value_type = super::destination::schema::Sink)]
     pub sink: Value,
@@ -121,6 +125,7 @@ impl SubscriptionView {
             name: sub.name.clone(),
             event_types: sub.event_types.clone(),
             origin: sub.origin.clone(),
+            filters: sub.filters.clone(),
             sink: sub.sink_config.clone(),
             enabled: sub.enabled,
             verification_state: sub.verification.as_str().to_owned(),
@@ -150,6 +155,10 @@ pub struct CreateSubscription {
     event_types: Vec<String>,
     /// Only events of this `ce-source` match.
     origin: Option<String>,
+    /// Content filters (CloudEvents Subscriptions API dialects, CESQL, content patterns); every
+    /// one must match. Default none.
+    #[schema(value_type = Option<Vec<super::filters::schema::Filter>>)]
+    filters: Option<Value>,
     /// Where events go: one of the sink types, told apart by `type`.
     #[schema(value_type = super::destination::schema::Sink)]
     sink: Value,
@@ -267,6 +276,7 @@ pub async fn create(
     super::admin::valid_name("name", &req.name)?;
     valid_event_types(&req.event_types, state.quotas.patterns_per_subscription)?;
     valid_origin(req.origin.as_deref())?;
+    let filters = valid_filters(req.filters)?;
     let dest = destination::parse(&req.sink, state.allow_private_sinks)?;
     let limit = state.quotas.subscriptions_per_tenant;
     let quota_exceeded = || {
@@ -300,6 +310,7 @@ pub async fn create(
         name: req.name,
         event_types: req.event_types,
         origin: req.origin,
+        filters,
         sink: dest.kind,
         sink_config: dest.public,
         signing_secret,
@@ -386,6 +397,9 @@ pub struct UpdateSubscription {
     event_types: Option<Vec<String>>,
     #[schema(value_type = Option<String>)]
     origin: Option<Value>,
+    /// New content filters (applied to events ingested after the change); `[]` or `null` removes them.
+    #[schema(value_type = Option<Vec<super::filters::schema::Filter>>)]
+    filters: Option<Value>,
     /// A new destination of the same type; omitted `credentials` are kept.
     #[schema(value_type = Option<super::destination::schema::Sink>)]
     sink: Option<Value>,
@@ -412,7 +426,8 @@ pub async fn update(
     Json(body): Json<serde_json::Map<String, Value>>,
 ) -> Result<impl IntoResponse, ApiError> {
     let sub = load(&state, &caller, &id).await?;
-    if let Some(key) = body.keys().find(|k| !["name", "event_types", "origin", "sink", "enabled"].contains(&k.as_str()))
+    if let Some(key) =
+        body.keys().find(|k| !["name", "event_types", "origin", "filters", "sink", "enabled"].contains(&k.as_str()))
     {
         return Err(ApiError::validation(key, "is not a field that can be changed"));
     }
@@ -425,6 +440,9 @@ pub async fn update(
     if let Some(types) = req.event_types {
         valid_event_types(&types, state.quotas.patterns_per_subscription)?;
         patch.event_types = Some(types);
+    }
+    if body.contains_key("filters") {
+        patch.filters = Some(valid_filters(req.filters)?);
     }
     if body.contains_key("origin") {
         patch.origin = Some(match req.origin {

@@ -18,6 +18,7 @@ mod pull;
 mod receiver;
 mod receivers;
 mod replay;
+mod routing;
 mod sdk;
 mod sinks;
 mod subscriptions;
