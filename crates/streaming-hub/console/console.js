@@ -307,6 +307,25 @@ function secretShownOnce(s, r) {
   document.getElementById("main").prepend(box);
 }
 
+function filterCount(s) {
+  const n = (s.filters || []).length;
+  return n === 0 ? "none" : `${n} filter${n === 1 ? "" : "s"}`;
+}
+
+/** A subscription's content filters as written (every one must match). */
+function filtersBlock(sub) {
+  const filters = sub.filters || [];
+  if (filters.length === 0) {
+    return h("p", { testid: "filters" }, "No content filters: every event of its types is delivered.");
+  }
+  return h(
+    "section",
+    { "aria-label": "Content filters" },
+    h("h2", {}, "Filters (every one must match)"),
+    h("pre", { testid: "filters" }, JSON.stringify(filters, null, 2)),
+  );
+}
+
 async function subscriptionsView() {
   const page = await api("/v1/subscriptions?limit=500");
   show(
@@ -316,6 +335,7 @@ async function subscriptionsView() {
       [
         { title: "Name", cell: (s) => s.name },
         { title: "Event types", cell: (s) => s.event_types.join(", ") },
+        { title: "Filters", cell: (s) => filterCount(s) },
         { title: "Sink", cell: (s) => s.sink.type },
         ...healthCells(),
         { title: "", cell: actions },
@@ -349,6 +369,7 @@ async function subscriptionView(id) {
     h("h1", {}, `Subscription ${sub.name}`),
     h("p", {}, `${sub.sink.type} · ${sub.verification_state} · ${sub.enabled ? "enabled" : "disabled"}`),
     h("p", {}, redrive, " ", actions(sub)),
+    filtersBlock(sub),
     replayForm(sub),
     h("h2", {}, "Deliveries"),
     table(

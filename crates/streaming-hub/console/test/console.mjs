@@ -99,6 +99,7 @@ try {
   const row = page.getByTestId(`sub-${env.T1_HOOK}`);
   assert.match(await row.textContent(), /active/);
   assert.match(await row.textContent(), /closed/);
+  assert.match(await row.textContent(), /1 filter/);
   await shot(page, "subscriptions");
   step("admin acting for t1: subscriptions");
 
@@ -126,6 +127,7 @@ try {
   await page.getByTestId(`deliveries-${env.T1_HOOK}`).click();
   await page.getByTestId("deliveries").waitFor();
   assert.match(await page.getByTestId("deliveries").textContent(), /succeeded/);
+  assert.match(await page.getByTestId("filters").textContent(), /"prefix"[\s\S]*studio\.lerian\./);
   await shot(page, "deliveries");
   await page.getByTestId("redrive").click();
   assert.match(await noticeText(page), /dead-lettered deliveries are pending again/);

@@ -28,7 +28,8 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     let hook = hub
         .subscribe(
             &k1,
-            json!({"name": "hook", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}}),
+            json!({"name": "hook", "event_types": ["*.*"], "filters": [{"prefix": {"type": "studio.lerian."}}],
+                   "sink": {"type": "webhook", "url": receiver.url}}),
         )
         .await;
     receiver.trust(hook["signing_secret"].as_str().expect("secret"));
