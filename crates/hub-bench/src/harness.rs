@@ -475,13 +475,14 @@ impl BenchHub {
 
     /// Creates a subscription to every event and waits until it is active; returns its id.
     pub async fn subscribe(&self, key: &str, sink: Value) -> anyhow::Result<String> {
-        let response = self
-            .http
-            .post(format!("{}/v1/subscriptions", self.base))
-            .bearer_auth(key)
-            .json(&json!({"name": "bench", "event_types": ["*.*"], "sink": sink}))
-            .send()
-            .await?;
+        self.subscribe_with(key, json!({"name": "bench", "event_types": ["*.*"], "sink": sink})).await
+    }
+
+    /// Creates a subscription from a whole request body (filters, ordering) and waits until it is
+    /// active; returns its id.
+    pub async fn subscribe_with(&self, key: &str, request: Value) -> anyhow::Result<String> {
+        let response =
+            self.http.post(format!("{}/v1/subscriptions", self.base)).bearer_auth(key).json(&request).send().await?;
         anyhow::ensure!(response.status().is_success(), "creating a subscription: {}", response.text().await?);
         let sub: Value = response.json().await?;
         let id = sub["id"].as_str().context("no subscription id")?.to_owned();
@@ -513,6 +514,18 @@ impl BenchHub {
     /// Posts `n` events of each `(key, tenant)` in turn, from `producers` concurrent producers;
     /// returns how long it took.
     pub async fn post_many(&self, who: &[(String, String)], n: usize, producers: usize) -> anyhow::Result<Duration> {
+        self.post_many_keyed(who, n, producers, 0).await
+    }
+
+    /// As [`Self::post_many`], the `i`-th event with `ce-partitionkey: key-<i % keys>` (none
+    /// when `keys` is 0).
+    pub async fn post_many_keyed(
+        &self,
+        who: &[(String, String)],
+        n: usize,
+        producers: usize,
+        keys: usize,
+    ) -> anyhow::Result<Duration> {
         let started = Instant::now();
         let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let this = Arc::new(self.clone_client());
@@ -527,7 +540,8 @@ impl BenchHub {
                         return Ok::<_, anyhow::Error>(());
                     }
                     let (key, tenant) = &who[i % who.len()];
-                    this.post(key, tenant).await?;
+                    let partition = (keys > 0).then(|| format!("key-{}", i % keys));
+                    this.post_keyed(key, tenant, partition.as_deref()).await?;
                 }
             }));
         }
@@ -583,6 +597,10 @@ pub(crate) struct Poster {
 
 impl Poster {
     pub(crate) async fn post(&self, key: &str, tenant: &str) -> anyhow::Result<()> {
+        self.post_keyed(key, tenant, None).await
+    }
+
+    pub(crate) async fn post_keyed(&self, key: &str, tenant: &str, partition: Option<&str>) -> anyhow::Result<()> {
         let mut request = self
             .http
             .post(format!("{}/v1/events", self.base))
@@ -590,6 +608,9 @@ impl Poster {
             .header("content-type", "application/json");
         for (k, v) in ce_headers(tenant) {
             request = request.header(k, v);
+        }
+        if let Some(p) = partition {
+            request = request.header("ce-partitionkey", p).header("ce-subject", format!("payment-{p}"));
         }
         let response = request.body(body(now_us())).send().await?;
         anyhow::ensure!(response.status().as_u16() == 202, "an event was not accepted: {}", response.status());

@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod harness;
+mod routing;
 mod scenarios;
 
 use std::process::ExitCode;
@@ -101,6 +102,30 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// Ingest with subscriptions that carry content filters (a CESQL expression and a content
+    /// pattern each, which every event passes), against the same subscriptions without filters.
+    Routing {
+        #[arg(long, default_value_t = 5_000, value_parser = at_least_one)]
+        events: usize,
+        /// Pull subscriptions of the one tenant.
+        #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+        subscriptions: usize,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// A burst to one webhook over many ordering keys, unordered and then ordered by key.
+    Ordered {
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 1_000, value_parser = at_least_one)]
+        keys: usize,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -156,6 +181,12 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         BenchScenario::Disk { dir, seconds, json } => scenarios::disk(&dir, seconds, &json_path(json, "disk")),
         BenchScenario::Commit { rate, seconds, json } => {
             scenarios::commit(rate, seconds, &json_path(json, "commit")).await
+        }
+        BenchScenario::Routing { events, subscriptions, producers, json } => {
+            routing::routing(events, subscriptions, producers, &json_path(json, "routing")).await
+        }
+        BenchScenario::Ordered { events, keys, producers, json } => {
+            routing::ordered(events, keys, producers, &json_path(json, "ordered")).await
         }
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {

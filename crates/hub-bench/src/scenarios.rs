@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use crate::harness::{self, BenchHub, BenchTopic, Broker, Db, Latency, Receiver, Usage, f0, f1, report};
 
 /// How long any wait for deliveries may take before the scenario gives up.
-const PATIENCE: Duration = Duration::from_secs(900);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(900);
 
 /// Where push-burst events enter the hub.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -58,7 +58,7 @@ fn merged(receiver: &Receiver, labels: &[String], take: bool) -> harness::Receiv
     all
 }
 
-async fn wait_all(receiver: &Receiver, labels: &[String], total: usize) -> anyhow::Result<()> {
+pub(crate) async fn wait_all(receiver: &Receiver, labels: &[String], total: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + PATIENCE;
     while labels.iter().map(|l| receiver.delivered(l)).sum::<usize>() < total {
         anyhow::ensure!(Instant::now() < deadline, "not every event was delivered within {PATIENCE:?}");
@@ -359,7 +359,7 @@ pub async fn push_burst(
 }
 
 /// CPU per delivered event over the measured phase, as report rows: the hub, PostgreSQL, both.
-fn cpu_rows(spent: &Usage, delivered: usize) -> [(&'static str, String); 3] {
+pub(crate) fn cpu_rows(spent: &Usage, delivered: usize) -> [(&'static str, String); 3] {
     let (hub, pg) = spent.per_event_ms(delivered);
     [
         ("hub CPU ms per event", format!("{hub:.3}")),
@@ -368,7 +368,7 @@ fn cpu_rows(spent: &Usage, delivered: usize) -> [(&'static str, String); 3] {
     ]
 }
 
-fn cpu_json(spent: &Usage, delivered: usize) -> Value {
+pub(crate) fn cpu_json(spent: &Usage, delivered: usize) -> Value {
     let (hub, pg) = spent.per_event_ms(delivered);
     json!({"hub": hub, "postgres": pg, "total": hub + pg})
 }

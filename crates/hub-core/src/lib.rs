@@ -29,4 +29,4 @@ pub use envelope::{
 };
 pub use filter::{Admission, EventPattern, MatchRule, admission, admits, wants};
 pub use ids::{CeId, EventKey, IdError, Source, TenantId, topic_source};
-pub use subscription::{SinkKind, VerificationState};
+pub use subscription::{Ordering, SinkKind, VerificationState};

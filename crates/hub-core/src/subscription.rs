@@ -73,3 +73,35 @@ impl fmt::Display for VerificationState {
         f.write_str(self.as_str())
     }
 }
+
+/// How a push subscription's deliveries are ordered.
+///
+/// `key`: events with the same ordering key ([`crate::routing::ordering_key`]) are delivered one at
+/// a time in `seq` order — a job is leased only when no earlier job of its key for that
+/// subscription is waiting, leased or held, so the next waits until the previous is delivered or
+/// dead-lettered; events without a key, and other keys, are not held back. `none`: any order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Ordering {
+    #[default]
+    None,
+    Key,
+}
+
+impl Ordering {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Key => "key",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::None, Self::Key].into_iter().find(|o| o.as_str() == s)
+    }
+}
+
+impl fmt::Display for Ordering {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

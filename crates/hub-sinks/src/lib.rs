@@ -59,6 +59,8 @@ pub struct Message<'a> {
     pub traceparent: Option<&'a str>,
     pub tracestate: Option<&'a str>,
     pub extensions: &'a BTreeMap<String, String>,
+    /// The event's ordering key when its subscription orders by key (SQS FIFO queues group by it).
+    pub ordering_key: Option<&'a str>,
     /// The body exactly as received.
     pub payload: &'a [u8],
     /// 1-based.

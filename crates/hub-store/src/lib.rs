@@ -361,6 +361,13 @@ pub trait JobQueue: Send + Sync {
 
     /// When the oldest `pending` job that is due at `now` became due; `None` when none is.
     async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>>;
+
+    /// A subscription's blocked ordering keys (`hub_core::Ordering::Key`): keys with jobs waiting
+    /// behind an earlier unsettled one, the key whose head is oldest first.
+    async fn blocked_keys(&self, tenant: &str, subscription: Uuid, limit: u32) -> StoreResult<Vec<BlockedKey>>;
+
+    /// How many ordering keys are blocked, over every subscription.
+    async fn count_blocked_keys(&self) -> StoreResult<i64>;
 }
 
 /// Replays: a subscription given a window of its tenant's inbox again (see `hub_core::replay`).

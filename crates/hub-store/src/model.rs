@@ -272,7 +272,10 @@ pub(crate) fn lease_new_jobs(
         .map(|job| {
             let id = Uuid::now_v7();
             let excluded = lease.is_some_and(|l| l.exclude_subscriptions.contains(&job.subscription));
-            let take = lease.filter(|_| *room > 0 && job.state == JobState::Pending && !excluded);
+            // An ordered job is never leased at ingest: a claim leases it once no earlier job of
+            // its key is waiting (`hub_core::Ordering`).
+            let take = lease
+                .filter(|_| *room > 0 && job.state == JobState::Pending && !excluded && job.ordering_key.is_none());
             let Some(lease) = take else {
                 let waits_for_room = job.state == JobState::Pending && !excluded;
                 leased.pending += usize::from(waits_for_room);
@@ -427,6 +430,8 @@ pub struct SubscriptionRecord {
     /// The content filters as written (a JSON array, `[]` for none), compiled by
     /// `hub_core::routing::Filters::compile` when matching reads them.
     pub filters: serde_json::Value,
+    /// `key`: per ordering key one delivery at a time, in seq order (push sinks only).
+    pub ordering: hub_core::Ordering,
     pub sink: hub_core::SinkKind,
     /// The destination without secrets, as the API shows it.
     pub sink_config: serde_json::Value,
@@ -457,6 +462,8 @@ pub struct SubscriptionPatch {
     pub origin: Option<Option<String>>,
     /// New content filters (already compiled once by the caller to be known valid).
     pub filters: Option<serde_json::Value>,
+    /// A new ordering, for jobs created after the change.
+    pub ordering: Option<hub_core::Ordering>,
     pub destination: Option<DestinationChange>,
     /// `Some(false)` disables with `disabled_reason` (when enabled); `Some(true)` enables and
     /// clears the reason.
@@ -511,6 +518,7 @@ fn job_state_str<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok, 
 pub(crate) struct PatchColumns {
     pub event_types: Option<String>,
     pub filters: Option<String>,
+    pub ordering: Option<&'static str>,
     pub sink_config: Option<String>,
     pub credentials_set: bool,
     pub credentials: Option<Vec<u8>>,
@@ -529,6 +537,7 @@ impl PatchColumns {
         Ok(Self {
             event_types,
             filters: patch.filters.as_ref().map(serde_json::Value::to_string),
+            ordering: patch.ordering.map(hub_core::Ordering::as_str),
             sink_config: destination.map(|d| d.sink_config.to_string()),
             credentials_set: destination.is_some_and(|d| d.credentials.is_some()),
             credentials: destination.and_then(|d| d.credentials.clone().flatten()),
@@ -555,6 +564,15 @@ pub struct DeliveryJob {
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// An ordering key with jobs waiting behind its head (the earliest job not yet settled).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BlockedKey {
+    pub key: String,
+    /// Jobs waiting behind the head.
+    pub waiting: i64,
+    pub head: DeliveryJob,
 }
 
 /// A request for due jobs.
@@ -649,6 +667,7 @@ pub(crate) struct MatchTarget {
     pub origin: Option<String>,
     /// Its content filters, compiled (shared by every target with the same text).
     pub filters: Arc<Filters>,
+    pub ordering: hub_core::Ordering,
     pub enabled: bool,
     pub verification: hub_core::VerificationState,
     pub verified_before: bool,
@@ -662,6 +681,7 @@ pub(crate) struct MatchRow {
     pub origin: Option<String>,
     /// The filters as stored JSON text.
     pub filters: String,
+    pub ordering: String,
     pub enabled: bool,
     pub verification: String,
     pub verified_before: bool,
@@ -681,12 +701,14 @@ impl MatchTarget {
         let verification =
             hub_core::VerificationState::parse(&row.verification).ok_or_else(|| corrupt("verification_state"))?;
         let filters = compiled_filters(&row.filters).map_err(|e| corrupt(&format!("filters: {e}")))?;
+        let ordering = hub_core::Ordering::parse(&row.ordering).ok_or_else(|| corrupt("ordering"))?;
         Ok(Self {
             id,
             sink,
             patterns,
             origin: row.origin,
             filters,
+            ordering,
             enabled: row.enabled,
             verification,
             verified_before: row.verified_before,
@@ -724,6 +746,8 @@ pub(crate) struct NewJob {
     pub seq: i64,
     pub received_at: DateTime<Utc>,
     pub state: JobState,
+    /// The event's ordering key when the subscription orders by key (and the event has one).
+    pub ordering_key: Option<String>,
 }
 
 /// The work matching creates for one tenant's newly inserted events: pull entries
@@ -780,7 +804,17 @@ pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i6
                 continue;
             }
             if target.sink.is_push() {
-                work.jobs.push(NewJob { subscription: target.id, seq: *seq, received_at: event.received_at, state });
+                let ordering_key = match target.ordering {
+                    hub_core::Ordering::Key => hub_core::routing::ordering_key(env),
+                    hub_core::Ordering::None => None,
+                };
+                work.jobs.push(NewJob {
+                    subscription: target.id,
+                    seq: *seq,
+                    received_at: event.received_at,
+                    state,
+                    ordering_key,
+                });
             } else if state == JobState::Pending {
                 work.pulls.push((target.id, *seq));
             }

@@ -103,6 +103,7 @@ pub fn subscription(
         event_types: types.iter().map(|t| (*t).to_owned()).collect(),
         origin: origin.map(str::to_owned),
         filters: serde_json::json!([]),
+        ordering: hub_core::Ordering::None,
         sink,
         sink_config: serde_json::json!({"type": sink.as_str()}),
         signing_secret: None,

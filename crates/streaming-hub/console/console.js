@@ -326,6 +326,32 @@ function filtersBlock(sub) {
   );
 }
 
+/** For a subscription ordered by key: the keys waiting behind an earlier delivery, oldest first. */
+function blockedKeysBlock(sub, ordering) {
+  if (sub.ordering !== "key") {
+    return h("p", { testid: "ordering" }, "Ordering: none (deliveries in any order).");
+  }
+  return h(
+    "section",
+    { "aria-label": "Blocked ordering keys" },
+    h("h2", {}, "Ordering by key: blocked keys"),
+    h("p", { testid: "ordering" }, "Each key's deliveries go one at a time, in order; a key waits while its head is retried."),
+    table(
+      "blocked-keys",
+      [
+        { title: "Key", cell: (b) => b.key },
+        { title: "Waiting", cell: (b) => b.waiting },
+        { title: "Head", cell: (b) => (b.head.ce_id ? link(`#/events/${b.head.ce_id}`, b.head.ce_id) : `seq ${b.head.event_seq}`) },
+        { title: "Head state", cell: (b) => h("span", { class: `state ${b.head.state}` }, b.head.state) },
+        { title: "Attempts", cell: (b) => b.head.attempts },
+        { title: "Next attempt", cell: (b) => time(b.head.next_attempt_at) },
+        { title: "Last error", cell: (b) => b.head.last_error || "" },
+      ],
+      ordering.blocked_keys,
+    ),
+  );
+}
+
 async function subscriptionsView() {
   const page = await api("/v1/subscriptions?limit=500");
   show(
@@ -357,9 +383,10 @@ function attemptsList(d) {
 }
 
 async function subscriptionView(id) {
-  const [sub, page] = await Promise.all([
+  const [sub, page, ordering] = await Promise.all([
     api(`/v1/subscriptions/${id}`),
     api(`/v1/subscriptions/${id}/deliveries?limit=200`),
+    api(`/v1/subscriptions/${id}/ordering?limit=100`),
   ]);
   const redrive = h("button", { type: "button", testid: "redrive", onclick: () => act(async () => {
     const r = await api(`/v1/subscriptions/${id}/redrive`, { method: "POST", body: {} });
@@ -370,6 +397,7 @@ async function subscriptionView(id) {
     h("p", {}, `${sub.sink.type} · ${sub.verification_state} · ${sub.enabled ? "enabled" : "disabled"}`),
     h("p", {}, redrive, " ", actions(sub)),
     filtersBlock(sub),
+    blockedKeysBlock(sub, ordering),
     replayForm(sub),
     h("h2", {}, "Deliveries"),
     table(

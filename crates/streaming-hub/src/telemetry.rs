@@ -38,6 +38,7 @@ pub mod metric {
     pub const DLQ_RECORDS: &str = "streaming_hub_dlq_records_total";
     /// `{state}`: delivery jobs by state (fixed name).
     pub const DELIVERY_JOBS: &str = "streaming_hub_delivery_jobs";
+    pub const ORDERING_BLOCKED_KEYS: &str = "streaming_hub_ordering_blocked_keys";
     /// Events in the inbox (an estimate on PostgreSQL).
     pub const INBOX_EVENTS: &str = "streaming_hub_inbox_events";
     /// `{consumer,topic,partition}`: records behind the partition's end, as librdkafka reports it.
@@ -190,6 +191,10 @@ fn describe() {
     );
     metrics::describe_counter!(metric::DLQ_RECORDS, "Records stored by the DLQ plane");
     metrics::describe_gauge!(metric::DELIVERY_JOBS, "Delivery jobs by state");
+    metrics::describe_gauge!(
+        metric::ORDERING_BLOCKED_KEYS,
+        "Ordering keys with deliveries waiting behind an earlier one (subscriptions ordered by key)"
+    );
     metrics::describe_gauge!(metric::INBOX_EVENTS, "Events in the inbox (an estimate on PostgreSQL)");
     metrics::describe_counter!(metric::PRUNED, "Records deleted by retention, by kind");
     metrics::describe_gauge!(metric::CONSUMER_LAG, "Kafka consumer lag per partition, in records");
@@ -211,6 +216,7 @@ fn describe() {
     )
     .set(1.0);
     metrics::gauge!(metric::OLDEST_PENDING_AGE).set(0.0);
+    metrics::gauge!(metric::ORDERING_BLOCKED_KEYS).set(0.0);
     for state in ["open", "half_open"] {
         metrics::gauge!(metric::BREAKERS, "state" => state).set(0.0);
     }
@@ -268,6 +274,10 @@ pub async fn job_gauges(
                 metrics::gauge!(metric::OLDEST_PENDING_AGE).set(age);
             }
             Err(e) => tracing::warn!(error = %e, "reading the oldest due job for metrics failed"),
+        }
+        match store.count_blocked_keys().await {
+            Ok(n) => metrics::gauge!(metric::ORDERING_BLOCKED_KEYS).set(n as f64),
+            Err(e) => tracing::warn!(error = %e, "counting blocked ordering keys for metrics failed"),
         }
         match store.inbox_size().await {
             Ok(n) => metrics::gauge!(metric::INBOX_EVENTS).set(n as f64),

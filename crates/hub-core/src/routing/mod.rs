@@ -100,6 +100,20 @@ impl Accepted for Envelope {
     }
 }
 
+/// The most characters of an ordering key kept; a longer key is cut (ordering by a prefix of the
+/// key only ever orders more, never less, than asked). The store's SQL cuts the same way.
+pub const MAX_ORDERING_KEY: usize = 256;
+
+/// An event's ordering key: the CloudEvents Partitioning extension's `partitionkey`, else its
+/// `subject`, else none (the event is not ordered). An empty value is no key.
+pub fn ordering_key<E: Accepted + ?Sized>(event: &E) -> Option<String> {
+    let key = event.extension("partitionkey").map(Cow::Borrowed).or_else(|| event.context(Context::Subject))?;
+    if key.is_empty() {
+        return None;
+    }
+    Some(key.chars().take(MAX_ORDERING_KEY).collect())
+}
+
 /// An accepted event as filters read it: its attributes, and its body parsed as JSON once, when
 /// a `data` filter first asks.
 #[derive(Debug)]

@@ -115,7 +115,9 @@ impl TypedSink for SqsSink {
                 b64(m.payload)
             }
         };
-        match self.send(target, body, attrs, m.tenant, &m.ce_id.to_string()).await {
+        // A FIFO queue keeps order per message group: the ordering key's, else the tenant's.
+        let group = m.ordering_key.unwrap_or(m.tenant);
+        match self.send(target, body, attrs, group, &m.ce_id.to_string()).await {
             Ok(()) => Outcome::Delivered { status: None, response: None },
             Err(f) => Outcome::Failed(f),
         }

@@ -267,6 +267,7 @@ impl TypedSink for WebhookSink {
             traceparent: None,
             tracestate: None,
             extensions: &extensions,
+            ordering_key: None,
             payload: &body,
             attempt: 1,
             delivery_id: id,

@@ -162,6 +162,7 @@ impl PgStore {
                     event_types: row.try_get("event_types")?,
                     origin: record.origin.clone(),
                     filters: row.try_get("filters")?,
+                    ordering: record.ordering.as_str().to_owned(),
                     enabled: record.enabled,
                     verification: record.verification.as_str().to_owned(),
                     verified_before: row.try_get("verified_before")?,
@@ -202,7 +203,7 @@ impl PgStore {
         let mut taken = self.kept.take(&self.pool).await?;
         let rows = sqlx::query_as(
             "SELECT * FROM hub_ingest($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-                $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35)",
+                $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34, $35, $36)",
         )
         .bind(tenants)
         .bind(&versions)
@@ -235,6 +236,7 @@ impl PgStore {
         .bind(&j.received)
         .bind(&j.token)
         .bind(&j.until)
+        .bind(&j.key)
         .bind(&planned.pull_ord)
         .bind(&planned.pull_sub)
         .bind(planned.wake)
@@ -274,6 +276,7 @@ struct PlannedJobs {
     received: Vec<DateTime<Utc>>,
     token: Vec<Option<Uuid>>,
     until: Vec<Option<DateTime<Utc>>>,
+    key: Vec<Option<String>>,
 }
 
 /// Matches every candidate against its tenant's subscriptions (the core's rule, as the
@@ -297,8 +300,12 @@ fn plan(
         let mut leased = LeasedAtIngest::default();
         for job in lease_new_jobs(tenant, work.jobs, lease, &mut room, &mut leased) {
             let n = job.job.seq as usize;
-            let JobToWrite { id, job: NewJob { subscription, received_at, .. }, leased: lease_of, waits_for_room } =
-                &job;
+            let JobToWrite {
+                id,
+                job: NewJob { subscription, received_at, ordering_key, .. },
+                leased: lease_of,
+                waits_for_room,
+            } = &job;
             planned.jobs.ord.push(n as i32);
             planned.jobs.id.push(*id);
             planned.jobs.sub.push(*subscription);
@@ -306,6 +313,7 @@ fn plan(
             planned.jobs.received.push(*received_at);
             planned.jobs.token.push(lease_of.map(|(token, _)| token));
             planned.jobs.until.push(lease_of.map(|(_, until)| until));
+            planned.jobs.key.push(ordering_key.clone());
             planned.wake |= job.state() == JobState::Pending;
             if *waits_for_room {
                 planned.pending.push(n);

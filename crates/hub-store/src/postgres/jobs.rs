@@ -1,7 +1,16 @@
 //! The delivery job queue: claims with a lease, releases, recorded attempts, lease recovery and redrive.
 
 use super::*;
-use crate::Claim;
+use crate::{BlockedKey, Claim};
+
+/// A claim's condition on job `j` for `hub_core::Ordering::Key`: an ordered job is leased only when
+/// no earlier job of its subscription and key is pending, leased or held (the partial index
+/// `delivery_jobs_unsettled_keys` holds exactly those, so this is one probe). Unordered jobs have
+/// no key and pass at once.
+const UNBLOCKED: &str = "j.ordering_key IS NULL OR NOT EXISTS (
+    SELECT 1 FROM delivery_jobs e
+    WHERE e.subscription_id = j.subscription_id AND e.ordering_key = j.ordering_key AND e.event_seq < j.event_seq
+      AND e.state IN ('pending', 'leased', 'held'))";
 
 #[async_trait]
 impl JobQueue for PgStore {
@@ -48,6 +57,7 @@ impl JobQueue for PgStore {
                            CROSS JOIN LATERAL (
                                SELECT j.ctid AS row, j.due_at FROM delivery_jobs j
                                WHERE j.subscription_id = s.id AND j.state = 'pending' AND j.due_at <= $2
+                                 AND ({UNBLOCKED})
                                ORDER BY j.due_at LIMIT t.want
                                FOR UPDATE SKIP LOCKED) d
                            WHERE s.tenant_id = t.tenant_id AND s.enabled AND s.verification_state = 'active'
@@ -308,6 +318,48 @@ impl JobQueue for PgStore {
         .fetch_all(&self.pool)
         .await?;
         counts.into_iter().map(|(sub, state, n)| Ok((sub, job_state(state)?, n))).collect()
+    }
+
+    async fn blocked_keys(&self, tenant: &str, subscription: Uuid, limit: u32) -> StoreResult<Vec<BlockedKey>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS}, k.ordering_key AS blocked_key, k.waiting FROM (
+                 SELECT ordering_key, count(*) - 1 AS waiting FROM delivery_jobs
+                 WHERE tenant_id = $1 AND subscription_id = $2 AND ordering_key IS NOT NULL
+                   AND state IN ('pending', 'leased', 'held')
+                 GROUP BY ordering_key HAVING count(*) > 1
+             ) k
+             JOIN delivery_jobs j ON j.id = (
+                 SELECT h.id FROM delivery_jobs h
+                 WHERE h.subscription_id = $2 AND h.ordering_key = k.ordering_key
+                   AND h.state IN ('pending', 'leased', 'held')
+                 ORDER BY h.event_seq, h.id LIMIT 1)
+             ORDER BY j.event_seq LIMIT $3"
+        );
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(subscription)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(BlockedKey {
+                    key: row.try_get("blocked_key")?,
+                    waiting: row.try_get("waiting")?,
+                    head: job_from_row(row)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn count_blocked_keys(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM delivery_jobs
+                 WHERE ordering_key IS NOT NULL AND state IN ('pending', 'leased', 'held')
+                 GROUP BY subscription_id, ordering_key HAVING count(*) > 1) b",
+        )
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {

@@ -248,6 +248,7 @@ impl PgStore {
                     event_types: row.try_get("event_types")?,
                     origin: row.try_get("origin")?,
                     filters: row.try_get("filters")?,
+                    ordering: row.try_get("ordering")?,
                     enabled: row.try_get("enabled")?,
                     verification: row.try_get("verification_state")?,
                     verified_before: row.try_get("verified_before")?,
@@ -326,12 +327,13 @@ impl PgStore {
                 SELECT * FROM UNNEST($22::uuid[], $23::bigint[], $24::text[])
              ), new_jobs AS (
                 INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
-                    event_received_at, window_start, created_at, updated_at, lease_token, lease_expires_at)
+                    event_received_at, window_start, created_at, updated_at, lease_token, lease_expires_at,
+                    ordering_key)
                 SELECT t.id, t.tenant_id, t.sub, t.seq, t.state, t.received, t.received, t.received, now(), now(),
-                    t.token, t.until
+                    t.token, t.until, t.key
                 FROM UNNEST($25::uuid[], $26::text[], $27::uuid[], $28::bigint[], $29::timestamptz[], $34::text[],
-                    $36::uuid[], $37::timestamptz[])
-                AS t(id, tenant_id, sub, seq, received, state, token, until)
+                    $36::uuid[], $37::timestamptz[], $38::text[])
+                AS t(id, tenant_id, sub, seq, received, state, token, until, key)
              ), sequences AS (
                 UPDATE tenant_sequences s SET last_seq = u.last_seq
                 FROM UNNEST($30::text[], $31::bigint[]) AS u(tenant_id, last_seq)
@@ -377,6 +379,7 @@ impl PgStore {
         .bind(cols.hub_traceparent)
         .bind(jobs.token)
         .bind(jobs.until)
+        .bind(jobs.key)
         .execute(&mut **tx)
         .await?;
         Ok((outcomes, leased))
@@ -545,6 +548,7 @@ struct JobColumns {
     state: Vec<&'static str>,
     token: Vec<Option<Uuid>>,
     until: Vec<Option<DateTime<Utc>>>,
+    key: Vec<Option<String>>,
 }
 
 impl JobColumns {
@@ -557,6 +561,7 @@ impl JobColumns {
         self.received.push(job.job.received_at);
         self.token.push(job.leased.map(|(token, _)| token));
         self.until.push(job.leased.map(|(_, until)| until));
+        self.key.push(job.job.ordering_key);
     }
 }
 
@@ -752,7 +757,7 @@ fn bind_subscription<'q>(q: PgQuery<'q>, sub: &SubscriptionRecord) -> StoreResul
 }
 
 const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types::text AS event_types, origin,
-    filters::text AS filters, sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
+    filters::text AS filters, ordering, sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
     previous_secret_expires_at, credentials, enabled, verification_state, verification_error,
     disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
 
@@ -771,6 +776,8 @@ fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
         event_types: serde_json::from_str(&event_types).map_err(|_| corrupt("event_types"))?,
         origin: row.try_get("origin")?,
         filters: serde_json::from_str(&filters).map_err(|_| corrupt("filters"))?,
+        ordering: hub_core::Ordering::parse(&row.try_get::<String, _>("ordering")?)
+            .ok_or_else(|| corrupt("ordering"))?,
         sink: hub_core::SinkKind::parse(&sink).ok_or_else(|| corrupt("sink_type"))?,
         sink_config: serde_json::from_str(&sink_config).map_err(|_| corrupt("sink_config"))?,
         signing_secret: row.try_get("signing_secret")?,

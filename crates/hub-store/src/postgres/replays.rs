@@ -138,16 +138,28 @@ impl Replays for PgStore {
             return Ok(ReplayStep::Idle);
         }
         let tenant = replay.tenant_id.as_str();
-        let sub: Option<(Uuid, String, String, Option<String>, bool, String, bool, i64, String)> = sqlx::query_as(
-            "SELECT id, sink_type, event_types::text, origin, enabled, verification_state,
-                verified_at IS NOT NULL, pull_cursor, filters::text
+        let sub: Option<(Uuid, String, String, Option<String>, bool, String, bool, i64, String, String)> =
+            sqlx::query_as(
+                "SELECT id, sink_type, event_types::text, origin, enabled, verification_state,
+                verified_at IS NOT NULL, pull_cursor, filters::text, ordering
              FROM subscriptions WHERE tenant_id = $1 AND id = $2",
-        )
-        .bind(tenant)
-        .bind(replay.subscription_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((sub_id, sink, event_types, origin, enabled, verification, verified_before, cursor, filters)) = sub
+            )
+            .bind(tenant)
+            .bind(replay.subscription_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some((
+            sub_id,
+            sink,
+            event_types,
+            origin,
+            enabled,
+            verification,
+            verified_before,
+            cursor,
+            filters,
+            ordering,
+        )) = sub
         else {
             let sql = format!(
                 "UPDATE replays SET state = 'cancelled', finished_at = $2, updated_at = $2 WHERE id = $1
@@ -163,6 +175,7 @@ impl Replays for PgStore {
             event_types,
             origin,
             filters,
+            ordering,
             enabled,
             verification,
             verified_before,
@@ -275,8 +288,12 @@ impl Replays for PgStore {
                 sqlx::query(
                     "WITH new_jobs AS (
                         INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
-                            event_received_at, window_start, created_at, updated_at)
-                        SELECT t.id, $2, $3, t.seq, $4, $5, t.received, $5, $5, $5
+                            event_received_at, window_start, created_at, updated_at, ordering_key)
+                        SELECT t.id, $2, $3, t.seq, $4, $5, t.received, $5, $5, $5,
+                            -- hub_core::routing::ordering_key, in SQL
+                            CASE WHEN $9 THEN (
+                                SELECT LEFT(COALESCE(NULLIF(e.extensions->>'partitionkey', ''), NULLIF(e.subject, '')), 256)
+                                FROM events e WHERE e.tenant_id = $2 AND e.seq = t.seq) END
                         FROM UNNEST($1::uuid[], $6::bigint[], $7::timestamptz[]) AS t(id, seq, received)
                      )
                      SELECT pg_notify($8, '') WHERE $4 = 'pending'",
@@ -289,6 +306,7 @@ impl Replays for PgStore {
                 .bind(&create)
                 .bind(&times)
                 .bind(&self.channel)
+                .bind(target.ordering == hub_core::Ordering::Key)
                 .execute(&mut *tx)
                 .await?;
             } else {

@@ -29,14 +29,15 @@ impl Subscriptions for PgStore {
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
                 verification_state, verification_error, disabled_reason, updated_at, failing_since,
-                last_failure_at, pull_cursor, created_at, disabled_at, filters)
-             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22::jsonb)",
+                last_failure_at, pull_cursor, created_at, disabled_at, filters, ordering)
+             VALUES ($1, $2, $3, $4::jsonb, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22::jsonb, $23)",
         );
         bind_subscription(insert, sub)?
             .bind(sub.pull_cursor)
             .bind(sub.created_at)
             .bind(sub.disabled_at)
             .bind(sub.filters.to_string())
+            .bind(sub.ordering.as_str())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -119,6 +120,7 @@ impl Subscriptions for PgStore {
                 name = COALESCE($3, name),
                 event_types = COALESCE($4::jsonb, event_types),
                 filters = COALESCE($14::jsonb, filters),
+                ordering = COALESCE($15, ordering),
                 origin = CASE WHEN $5 THEN $6 ELSE origin END,
                 sink_config = COALESCE($7::jsonb, sink_config),
                 credentials = CASE WHEN $8 THEN $9 ELSE credentials END,
@@ -150,6 +152,7 @@ impl Subscriptions for PgStore {
             .bind(patch.disabled_reason.as_deref())
             .bind(patch.now)
             .bind(p.filters)
+            .bind(p.ordering)
             .fetch_optional(&mut *tx)
             .await?;
         Self::changed(tx, row, id).await

@@ -1,7 +1,7 @@
 //! The delivery job queue: claims with a lease, releases, recorded attempts, lease recovery and redrive.
 
 use super::*;
-use crate::Claim;
+use crate::{BlockedKey, Claim};
 
 #[async_trait]
 impl JobQueue for SqliteStore {
@@ -73,6 +73,11 @@ impl JobQueue for SqliteStore {
                 WHERE d.tenant_id = ?1 AND d.state = 'pending' AND d.due_at <= ?2
                   AND s.enabled = 1 AND s.verification_state = 'active'
                   AND d.subscription_id NOT IN (SELECT value FROM json_each(?5))
+                  -- hub_core::Ordering::Key: not while an earlier job of its key waits
+                  AND (d.ordering_key IS NULL OR NOT EXISTS (
+                      SELECT 1 FROM delivery_jobs e
+                      WHERE e.subscription_id = d.subscription_id AND e.ordering_key = d.ordering_key
+                        AND e.event_seq < d.event_seq AND e.state IN ('pending', 'leased', 'held')))
                 ORDER BY d.due_at LIMIT ?6)
              RETURNING {CLAIMED_COLUMNS}"
         );
@@ -256,6 +261,48 @@ impl JobQueue for SqliteStore {
         .fetch_all(&self.reader)
         .await?;
         counts.into_iter().map(|(sub, state, n)| Ok((uuid_from_text(&sub)?, job_state(state)?, n))).collect()
+    }
+
+    async fn blocked_keys(&self, tenant: &str, subscription: Uuid, limit: u32) -> StoreResult<Vec<BlockedKey>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS}, k.ordering_key AS blocked_key, k.waiting FROM (
+                 SELECT ordering_key, count(*) - 1 AS waiting FROM delivery_jobs
+                 WHERE tenant_id = ?1 AND subscription_id = ?2 AND ordering_key IS NOT NULL
+                   AND state IN ('pending', 'leased', 'held')
+                 GROUP BY ordering_key HAVING count(*) > 1
+             ) k
+             JOIN delivery_jobs j ON j.id = (
+                 SELECT h.id FROM delivery_jobs h
+                 WHERE h.subscription_id = ?2 AND h.ordering_key = k.ordering_key
+                   AND h.state IN ('pending', 'leased', 'held')
+                 ORDER BY h.event_seq, h.id LIMIT 1)
+             ORDER BY j.event_seq LIMIT ?3"
+        );
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(text(subscription))
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(|row| {
+                Ok(BlockedKey {
+                    key: row.try_get("blocked_key")?,
+                    waiting: row.try_get("waiting")?,
+                    head: job_from_row(row)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn count_blocked_keys(&self) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT 1 FROM delivery_jobs
+                 WHERE ordering_key IS NOT NULL AND state IN ('pending', 'leased', 'held')
+                 GROUP BY subscription_id, ordering_key HAVING count(*) > 1) b",
+        )
+        .fetch_one(&self.reader)
+        .await?)
     }
 
     async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {

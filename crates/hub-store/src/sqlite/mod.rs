@@ -293,6 +293,7 @@ impl SqliteStore {
                 event_types: row.try_get("event_types")?,
                 origin: row.try_get("origin")?,
                 filters: row.try_get("filters")?,
+                ordering: row.try_get("ordering")?,
                 enabled: row.try_get("enabled")?,
                 verification: row.try_get("verification_state")?,
                 verified_before: row.try_get("verified_before")?,
@@ -322,8 +323,9 @@ impl SqliteStore {
         for job in jobs {
             sqlx::query(
                 "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
-                    event_received_at, window_start, created_at, updated_at, lease_token, lease_expires_at)
-                 VALUES (?1, ?2, ?3, ?4, ?7, ?6, ?6, ?6, ?5, ?5, ?8, ?9)",
+                    event_received_at, window_start, created_at, updated_at, lease_token, lease_expires_at,
+                    ordering_key)
+                 VALUES (?1, ?2, ?3, ?4, ?7, ?6, ?6, ?6, ?5, ?5, ?8, ?9, ?10)",
             )
             .bind(job.id.hyphenated().to_string())
             .bind(tenant)
@@ -334,6 +336,7 @@ impl SqliteStore {
             .bind(job.state().as_str())
             .bind(job.leased.map(|(token, _)| token.hyphenated().to_string()))
             .bind(job.leased.map(|(_, until)| micros(until)))
+            .bind(job.job.ordering_key.clone())
             .execute(&mut **tx)
             .await?;
         }
@@ -484,7 +487,8 @@ fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreR
         .bind(sub.last_failure_at.map(micros)))
 }
 
-const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types, origin, filters, sink_type, sink_config,
+const SUBSCRIPTION_COLUMNS: &str =
+    "id, tenant_id, name, event_types, origin, filters, ordering, sink_type, sink_config,
     signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled, verification_state,
     verification_error, disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at,
     updated_at";
@@ -507,6 +511,8 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
         event_types: serde_json::from_str(&event_types).map_err(|_| corrupt("event_types"))?,
         origin: row.try_get("origin")?,
         filters: serde_json::from_str(&filters).map_err(|_| corrupt("filters"))?,
+        ordering: hub_core::Ordering::parse(&row.try_get::<String, _>("ordering")?)
+            .ok_or_else(|| corrupt("ordering"))?,
         sink: hub_core::SinkKind::parse(&sink).ok_or_else(|| corrupt("sink_type"))?,
         sink_config: serde_json::from_str(&sink_config).map_err(|_| corrupt("sink_config"))?,
         signing_secret: row.try_get("signing_secret")?,

@@ -142,16 +142,28 @@ impl Replays for SqliteStore {
             return Ok(ReplayStep::Idle);
         }
         let tenant = replay.tenant_id.as_str();
-        let sub: Option<(String, String, String, Option<String>, bool, String, bool, i64, String)> = sqlx::query_as(
-            "SELECT id, sink_type, event_types, origin, enabled, verification_state,
-                verified_at IS NOT NULL, pull_cursor, filters
+        let sub: Option<(String, String, String, Option<String>, bool, String, bool, i64, String, String)> =
+            sqlx::query_as(
+                "SELECT id, sink_type, event_types, origin, enabled, verification_state,
+                verified_at IS NOT NULL, pull_cursor, filters, ordering
              FROM subscriptions WHERE tenant_id = ?1 AND id = ?2",
-        )
-        .bind(tenant)
-        .bind(text(replay.subscription_id))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((sub_id, sink, event_types, origin, enabled, verification, verified_before, cursor, filters)) = sub
+            )
+            .bind(tenant)
+            .bind(text(replay.subscription_id))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some((
+            sub_id,
+            sink,
+            event_types,
+            origin,
+            enabled,
+            verification,
+            verified_before,
+            cursor,
+            filters,
+            ordering,
+        )) = sub
         else {
             let sql = format!(
                 "UPDATE replays SET state = 'cancelled', finished_at = ?2, updated_at = ?2 WHERE id = ?1
@@ -167,6 +179,7 @@ impl Replays for SqliteStore {
             event_types,
             origin,
             filters,
+            ordering,
             enabled,
             verification,
             verified_before,
@@ -280,8 +293,13 @@ impl Replays for SqliteStore {
                     // A replayed job's retry window starts now, not at its event's arrival.
                     sqlx::query(
                         "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, due_at,
-                            event_received_at, window_start, created_at, updated_at)
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6, ?6, ?6)",
+                            event_received_at, window_start, created_at, updated_at, ordering_key)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6, ?6, ?6,
+                            -- hub_core::routing::ordering_key, in SQL
+                            CASE WHEN ?8 THEN (
+                                SELECT substr(COALESCE(NULLIF(json_extract(e.extensions, '$.partitionkey'), ''),
+                                                       NULLIF(e.subject, '')), 1, 256)
+                                FROM events e WHERE e.tenant_id = ?2 AND e.seq = ?4) END)",
                     )
                     .bind(text(Uuid::now_v7()))
                     .bind(tenant)
@@ -290,6 +308,7 @@ impl Replays for SqliteStore {
                     .bind(state.as_str())
                     .bind(micros(limits.now))
                     .bind(micros(received.get(seq).copied().unwrap_or(limits.now)))
+                    .bind(target.ordering == hub_core::Ordering::Key)
                     .execute(&mut *tx)
                     .await?;
                 }

@@ -25,14 +25,15 @@ impl Subscriptions for SqliteStore {
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
                 verification_state, verification_error, disabled_reason, updated_at, failing_since,
-                last_failure_at, pull_cursor, created_at, disabled_at, filters)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+                last_failure_at, pull_cursor, created_at, disabled_at, filters, ordering)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
         );
         bind_subscription(insert, sub)?
             .bind(sub.pull_cursor)
             .bind(micros(sub.created_at))
             .bind(sub.disabled_at.map(micros))
             .bind(sub.filters.to_string())
+            .bind(sub.ordering.as_str())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -115,6 +116,7 @@ impl Subscriptions for SqliteStore {
                 name = COALESCE(?3, name),
                 event_types = COALESCE(?4, event_types),
                 filters = COALESCE(?14, filters),
+                ordering = COALESCE(?15, ordering),
                 origin = CASE WHEN ?5 THEN ?6 ELSE origin END,
                 sink_config = COALESCE(?7, sink_config),
                 credentials = CASE WHEN ?8 THEN ?9 ELSE credentials END,
@@ -146,6 +148,7 @@ impl Subscriptions for SqliteStore {
             .bind(patch.disabled_reason.as_deref())
             .bind(micros(patch.now))
             .bind(p.filters)
+            .bind(p.ordering)
             .fetch_optional(&mut *tx)
             .await?;
         Self::changed(tx, row, id).await

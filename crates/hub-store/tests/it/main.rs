@@ -6,6 +6,7 @@ mod contract;
 mod dlq;
 mod filters;
 mod jobs;
+mod ordering;
 mod replays;
 mod retention;
 mod subscriptions;
@@ -17,6 +18,7 @@ mod suite {
     pub use crate::dlq::*;
     pub use crate::filters::*;
     pub use crate::jobs::*;
+    pub use crate::ordering::*;
     pub use crate::replays::*;
     pub use crate::retention::*;
     pub use crate::subscriptions::*;
@@ -47,6 +49,9 @@ macro_rules! contract_suite {
 }
 
 contract_suite!(
+    ordered_jobs_are_claimed_one_at_a_time_per_key,
+    ingest_leases_no_ordered_job,
+    replayed_jobs_carry_their_key,
     filters_choose_what_ingest_matches,
     changed_filters_apply_to_later_events,
     replays_honour_filters,

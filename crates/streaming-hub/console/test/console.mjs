@@ -128,6 +128,7 @@ try {
   await page.getByTestId("deliveries").waitFor();
   assert.match(await page.getByTestId("deliveries").textContent(), /succeeded/);
   assert.match(await page.getByTestId("filters").textContent(), /"prefix"[\s\S]*studio\.lerian\./);
+  assert.match(await page.getByTestId("ordering").textContent(), /Ordering: none/);
   await shot(page, "deliveries");
   await page.getByTestId("redrive").click();
   assert.match(await noticeText(page), /dead-lettered deliveries are pending again/);

@@ -15,6 +15,7 @@ pub mod events;
 pub mod filters;
 pub mod health;
 pub mod limiter;
+pub mod ordering;
 pub mod overview;
 pub mod pull;
 mod receiver_doc;
@@ -129,6 +130,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(delivery::verify))
         .routes(routes!(delivery::rotate_secret))
         .routes(routes!(delivery::deliveries))
+        .routes(routes!(ordering::read))
         .routes(routes!(delivery::redrive))
         .routes(routes!(replay::create))
         .routes(routes!(replay::read))

@@ -8,7 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
-use hub_core::{EventPattern, SinkKind, Source, VerificationState};
+use hub_core::{EventPattern, Ordering, SinkKind, Source, VerificationState};
 use hub_store::{DestinationChange, SubscriptionPatch, SubscriptionRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -35,6 +35,10 @@ pub struct SubscriptionView {
     /// Content filters; every one must match (empty: none).
     #[schema(value_type = Vec<super::filters::schema::Filter>)]
     pub filters: Value,
+    /// `key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq
+    /// order; `none`: any order.
+    #[schema(value_type = OrderingMode)]
+    pub ordering: &'static str,
     /// The destination without secrets or credentials.
     #[schema(value_type = super::destination::schema::Sink)]
     pub sink: Value,
@@ -126,6 +130,7 @@ impl SubscriptionView {
             event_types: sub.event_types.clone(),
             origin: sub.origin.clone(),
             filters: sub.filters.clone(),
+            ordering: sub.ordering.as_str(),
             sink: sub.sink_config.clone(),
             enabled: sub.enabled,
             verification_state: sub.verification.as_str().to_owned(),
@@ -159,6 +164,10 @@ pub struct CreateSubscription {
     /// one must match. Default none.
     #[schema(value_type = Option<Vec<super::filters::schema::Filter>>)]
     filters: Option<Value>,
+    /// Push sinks: `key` delivers events with the same ordering key (`partitionkey`, else
+    /// `subject`) one at a time in seq order. Default `none`.
+    #[schema(value_type = Option<OrderingMode>)]
+    ordering: Option<Value>,
     /// Where events go: one of the sink types, told apart by `type`.
     #[schema(value_type = super::destination::schema::Sink)]
     sink: Value,
@@ -198,6 +207,34 @@ fn pattern_hint(pattern: &str) -> String {
         return format!("; patterns are <resourcetype>.<eventtype>, for example {key}");
     }
     String::new()
+}
+
+/// How a push subscription's deliveries are ordered (SPEC §9).
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum OrderingMode {
+    None,
+    Key,
+}
+
+/// `ordering` as a request gives it (`null` is `none`): `key` only for push sinks.
+fn valid_ordering(value: Option<&Value>, sink: SinkKind) -> Result<Option<Ordering>, ApiError> {
+    let ordering = match value {
+        None => return Ok(None),
+        Some(Value::Null) => Ordering::None,
+        Some(Value::String(s)) => {
+            Ordering::parse(s).ok_or_else(|| ApiError::validation("ordering", "must be \"none\" or \"key\""))?
+        }
+        Some(_) => return Err(ApiError::validation("ordering", "must be \"none\" or \"key\"")),
+    };
+    if ordering == Ordering::Key && !sink.is_push() {
+        return Err(ApiError::validation(
+            "ordering",
+            "applies to push sinks; a pull subscription is already read in seq order",
+        ));
+    }
+    Ok(Some(ordering))
 }
 
 fn valid_origin(origin: Option<&str>) -> Result<(), ApiError> {
@@ -278,6 +315,7 @@ pub async fn create(
     valid_origin(req.origin.as_deref())?;
     let filters = valid_filters(req.filters)?;
     let dest = destination::parse(&req.sink, state.allow_private_sinks)?;
+    let ordering = valid_ordering(req.ordering.as_ref(), dest.kind)?.unwrap_or_default();
     let limit = state.quotas.subscriptions_per_tenant;
     let quota_exceeded = || {
         ApiError::new(
@@ -311,6 +349,7 @@ pub async fn create(
         event_types: req.event_types,
         origin: req.origin,
         filters,
+        ordering,
         sink: dest.kind,
         sink_config: dest.public,
         signing_secret,
@@ -400,6 +439,9 @@ pub struct UpdateSubscription {
     /// New content filters (applied to events ingested after the change); `[]` or `null` removes them.
     #[schema(value_type = Option<Vec<super::filters::schema::Filter>>)]
     filters: Option<Value>,
+    /// A new ordering, for deliveries of events ingested after the change.
+    #[schema(value_type = Option<OrderingMode>)]
+    ordering: Option<Value>,
     /// A new destination of the same type; omitted `credentials` are kept.
     #[schema(value_type = Option<super::destination::schema::Sink>)]
     sink: Option<Value>,
@@ -426,8 +468,9 @@ pub async fn update(
     Json(body): Json<serde_json::Map<String, Value>>,
 ) -> Result<impl IntoResponse, ApiError> {
     let sub = load(&state, &caller, &id).await?;
-    if let Some(key) =
-        body.keys().find(|k| !["name", "event_types", "origin", "filters", "sink", "enabled"].contains(&k.as_str()))
+    if let Some(key) = body
+        .keys()
+        .find(|k| !["name", "event_types", "origin", "filters", "ordering", "sink", "enabled"].contains(&k.as_str()))
     {
         return Err(ApiError::validation(key, "is not a field that can be changed"));
     }
@@ -443,6 +486,9 @@ pub async fn update(
     }
     if body.contains_key("filters") {
         patch.filters = Some(valid_filters(req.filters)?);
+    }
+    if body.contains_key("ordering") {
+        patch.ordering = valid_ordering(req.ordering.as_ref(), sub.sink)?;
     }
     if body.contains_key("origin") {
         patch.origin = Some(match req.origin {

@@ -18,7 +18,7 @@ pub mod verify;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -93,6 +93,9 @@ pub struct Dispatcher {
     /// The dead-letter notice of an attempt waiting for its record: emitted only once the store
     /// took the job's death (the lease may have been lost meanwhile).
     dead_letters: Mutex<HashMap<Uuid, Notice>>,
+    /// Jobs of subscriptions ordered by key whose attempt settles them (delivered or dead): once
+    /// recorded, the next job of their key may be claimed, so the claimers are woken.
+    frees_key: Mutex<HashSet<Uuid>>,
     /// Where jobs leased at ingest come in while the dispatcher runs (see [`Dispatcher::reserve`]).
     intake: Mutex<Option<Intake>>,
 }
@@ -206,6 +209,7 @@ impl Dispatcher {
             in_flight: Mutex::new(HashMap::new()),
             notices,
             dead_letters: Mutex::new(HashMap::new()),
+            frees_key: Mutex::new(HashSet::new()),
             intake: Mutex::new(None),
         }
     }
@@ -788,17 +792,26 @@ impl Dispatcher {
         self.breaker_outcome(job, dest, outcome.is_delivered(), now);
         let attempted = Attempted { job, sub: &sub.record, number: attempt, delivery_id, started, latency, now };
         let result = self.record(&attempted, outcome);
+        if sub.record.ordering == hub_core::Ordering::Key && !matches!(result.transition, JobTransition::Retry { .. }) {
+            lock(&self.frees_key).insert(job.id);
+        }
         if let JobTransition::Dead { reason, .. } = &result.transition {
             // Not for an operational event's own job: failing subscriptions would tell each
             // other about each other without end.
             if event.is_none_or(|e| hub_core::operational::announces_dead_letter(&e.resource_type)) {
-                let data = serde_json::json!({
+                let mut data = serde_json::json!({
                     "job_id": job.id,
                     "event_id": event.map(|e| e.ce_id),
                     "event_type": event.map(StoredEvent::event_key),
                     "attempts": attempt,
                     "reason": reason,
                 });
+                // With ordering by key, the dead letter released its key: say which moved on.
+                if sub.record.ordering == hub_core::Ordering::Key
+                    && let Some(key) = event.and_then(|e| hub_core::routing::ordering_key(e))
+                {
+                    data["ordering_key"] = serde_json::Value::String(key);
+                }
                 lock(&self.dead_letters).insert(
                     job.id,
                     Notice::new(&job.tenant_id, job.subscription_id, OperationalKind::JobDeadLettered, data),
@@ -818,6 +831,10 @@ impl Dispatcher {
     ) -> Outcome {
         let sub = &subscribed.record;
         let content_type = event.data_content_type.as_deref().unwrap_or("application/json");
+        let ordering_key = match sub.ordering {
+            hub_core::Ordering::Key => hub_core::routing::ordering_key(event),
+            hub_core::Ordering::None => None,
+        };
         let message = Message {
             tenant: &event.tenant_id,
             subscription_id: sub.id,
@@ -834,6 +851,7 @@ impl Dispatcher {
             traceparent: event.traceparent.as_deref(),
             tracestate: event.tracestate.as_deref(),
             extensions: &event.extensions,
+            ordering_key: ordering_key.as_deref(),
             payload: &event.payload,
             attempt,
             delivery_id,
@@ -944,9 +962,15 @@ impl Dispatcher {
                 }
                 Err(e) => self.not_recorded(&batch[0], &e),
             }
+            let mut freed = false;
             for recorded in batch.drain(..) {
                 lock(&self.in_flight).remove(&recorded.record.job_id);
                 lock(&self.dead_letters).remove(&recorded.record.job_id);
+                freed |= lock(&self.frees_key).remove(&recorded.record.job_id);
+            }
+            // The next job of a key that just settled is claimable now.
+            if freed {
+                self.wake.notify_one();
             }
         }
     }

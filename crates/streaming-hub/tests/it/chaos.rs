@@ -311,3 +311,127 @@ async fn a_kafka_broker_crash_and_restart_loses_no_acknowledged_record(backend: 
     let (status, ready) = hub.send(hub.client.get(hub.url("/readyz"))).await;
     assert_eq!(status, StatusCode::OK, "{ready}");
 }
+
+/// Ordering by key through crashes and a failing receiver, on two replicas of one PostgreSQL:
+/// 20 keys × 10 events posted to both replicas, the receiver failing every delivery for a while,
+/// one replica killed with SIGKILL mid-delivery and started again. Every accepted event is
+/// delivered, and no key ever sees an event (a failed attempt included) before an earlier one of
+/// its key was delivered: 0 order violations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ordered_delivery_survives_a_killed_replica_and_a_failing_receiver() {
+    const KEYS: usize = 20;
+    const PER_KEY: usize = 10;
+    let admin = format!("admin-{}", uuid::Uuid::now_v7().simple());
+    let vars: Vec<(&str, String)> = vec![
+        ("STREAMING_HUB_POSTGRES_DSN", postgres_dsn()),
+        ("STREAMING_HUB_POSTGRES_SCHEMA", fresh_schema().await),
+        ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
+        ("STREAMING_HUB_DEV_KEK", "4b".repeat(32)),
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+        ("STREAMING_HUB_DISPATCH_LEASE", "3s".to_owned()),
+        ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20".to_owned()),
+        ("STREAMING_HUB_RETRY_CURVE", RETRIES_OUTLIVING_THE_OUTAGE.to_owned()),
+        // The failing receiver is retried, not shut off by the breaker (which would only pause).
+        ("STREAMING_HUB_BREAKER_FAILURES", "10000".to_owned()),
+    ];
+    let receiver = Receiver::start(Script::Ok).await;
+    let a = HubProcess::start(&vars).await;
+    let b = HubProcess::start(&vars).await;
+    let client = http_client();
+    let key: serde_json::Value = client
+        .post(format!("{}/admin/api-keys", a.base))
+        .bearer_auth(&admin)
+        .json(&json!({"tenant_id": "t1"}))
+        .send()
+        .await
+        .expect("key")
+        .json()
+        .await
+        .expect("json");
+    let key = key["key"].as_str().expect("key").to_owned();
+    let sub: serde_json::Value = client
+        .post(format!("{}/v1/subscriptions", a.base))
+        .bearer_auth(&key)
+        .json(&json!({"name": "ordered", "event_types": ["*.*"], "ordering": "key",
+                      "sink": {"type": "webhook", "url": receiver.url}}))
+        .send()
+        .await
+        .expect("subscribe")
+        .json()
+        .await
+        .expect("json");
+    receiver.trust(sub["signing_secret"].as_str().expect("secret"));
+    receiver.set_script(Script::Fail);
+    let id = sub["id"].as_str().expect("id").to_owned();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let read: serde_json::Value = client
+            .get(format!("{}/v1/subscriptions/{id}", a.base))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .expect("read")
+            .json()
+            .await
+            .expect("json");
+        if read["verification_state"] == "active" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never verified: {read}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Events n = 1..10 of each key, alternating between the replicas.
+    let mut accepted = Vec::new();
+    for n in 1..=PER_KEY {
+        for k in 0..KEYS {
+            let event = Event::new("t1")
+                .set("ce-partitionkey", &format!("key-{k}"))
+                .body(json!({ "key": format!("key-{k}"), "n": n }).to_string().into_bytes());
+            let hub = if (n + k) % 2 == 0 { &a } else { &b };
+            hub.post_event(&key, &event).await;
+            accepted.push(event.id().to_string());
+        }
+    }
+    // The receiver fails every delivery for a while (retries pile up: without ordering, every
+    // event of a key would be waiting at once, and go out in any order when it recovers).
+    receiver.wait_for(60, Duration::from_secs(30)).await;
+    receiver.set_script(Script::Ok);
+    // Mid-delivery, kill one replica; start it again.
+    receiver.wait_for(80, Duration::from_secs(30)).await;
+    b.kill();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = HubProcess::start(&vars).await;
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let ok = loop {
+        let ok: HashSet<String> = receiver.accepted().iter().map(|d| d.header("x-lerian-event-id")).collect();
+        if accepted.iter().all(|id| ok.contains(id)) || tokio::time::Instant::now() >= deadline {
+            break ok;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let lost = accepted.iter().filter(|id| !ok.contains(*id)).count();
+    let delivered_twice = receiver.accepted().len() - ok.len();
+    // Every arrival, failed ones included: per key, n never goes back.
+    let mut violations = 0;
+    let mut last: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    for d in receiver.deliveries() {
+        let body: serde_json::Value = serde_json::from_slice(&d.body).expect("json");
+        let (k, n) = (body["key"].as_str().expect("key").to_owned(), body["n"].as_u64().expect("n"));
+        let seen = last.entry(k).or_insert(0);
+        if n < *seen {
+            violations += 1;
+        }
+        *seen = n.max(*seen);
+    }
+    eprintln!(
+        "chaos: ordered delivery, {} keys x {PER_KEY} events, receiver failing a while, a replica killed: accepted {}, \
+         lost {lost}, delivered twice {delivered_twice}, order violations {violations}, attempts {}",
+        KEYS,
+        accepted.len(),
+        receiver.deliveries().len()
+    );
+    assert_eq!(lost, 0, "logs: {} {}", a.log.display(), b.log.display());
+    assert_eq!(violations, 0, "logs: {} {}", a.log.display(), b.log.display());
+}

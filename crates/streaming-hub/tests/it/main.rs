@@ -14,6 +14,7 @@ mod limits;
 mod openapi;
 mod operational;
 mod operations;
+mod ordering;
 mod pull;
 mod receiver;
 mod receivers;

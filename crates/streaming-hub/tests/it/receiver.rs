@@ -24,6 +24,8 @@ pub enum Script {
     Slow(Duration),
     /// Never answer (until the connection is dropped).
     Hang,
+    /// 503 for events with this subject (`X-Lerian-Subject`), 204 for the others.
+    FailSubject(String),
 }
 
 /// One delivery as received.
@@ -46,6 +48,8 @@ struct Shared {
     script: Arc<Mutex<Script>>,
     secrets: Arc<Mutex<Vec<String>>>,
     deliveries: Arc<Mutex<Vec<Delivery>>>,
+    /// The deliveries answered 2xx, in the order their answers were decided.
+    accepted: Arc<Mutex<Vec<Delivery>>>,
     probes: Arc<AtomicUsize>,
     failures_left: Arc<AtomicUsize>,
     in_flight: Arc<AtomicUsize>,
@@ -66,6 +70,7 @@ impl Receiver {
             script: Arc::new(Mutex::new(script)),
             secrets: Arc::new(Mutex::new(Vec::new())),
             deliveries: Arc::new(Mutex::new(Vec::new())),
+            accepted: Arc::new(Mutex::new(Vec::new())),
             probes: Arc::new(AtomicUsize::new(0)),
             failures_left: Arc::new(AtomicUsize::new(failures)),
             in_flight: Arc::new(AtomicUsize::new(0)),
@@ -98,6 +103,11 @@ impl Receiver {
         self.shared.deliveries.lock().expect("deliveries").clone()
     }
 
+    /// The deliveries answered 2xx.
+    pub fn accepted(&self) -> Vec<Delivery> {
+        self.shared.accepted.lock().expect("accepted").clone()
+    }
+
     pub fn max_in_flight(&self) -> usize {
         self.shared.max_in_flight.load(Ordering::SeqCst)
     }
@@ -127,7 +137,9 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
     }
     let secrets = s.secrets.lock().expect("secrets").clone();
     let verified = hub_testkit::signature_verifies(&headers, &body, &secrets);
-    s.deliveries.lock().expect("deliveries").push(Delivery { headers, body: body.to_vec(), verified });
+    let subject_header = headers.get("x-lerian-subject").map(|v| v.as_bytes().to_vec());
+    let delivery = Delivery { headers, body: body.to_vec(), verified };
+    s.deliveries.lock().expect("deliveries").push(delivery.clone());
     let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     s.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let script = s.script.lock().expect("script").clone();
@@ -151,7 +163,17 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
             tokio::time::sleep(Duration::from_secs(3600)).await;
             StatusCode::NO_CONTENT.into_response()
         }
+        Script::FailSubject(subject) => {
+            if subject_header.as_deref() == Some(subject.as_bytes()) {
+                (StatusCode::SERVICE_UNAVAILABLE, "down for this subject").into_response()
+            } else {
+                StatusCode::NO_CONTENT.into_response()
+            }
+        }
     };
+    if response.status().is_success() {
+        s.accepted.lock().expect("accepted").push(delivery);
+    }
     s.in_flight.fetch_sub(1, Ordering::SeqCst);
     response
 }
