@@ -75,8 +75,16 @@ impl Role {
 /// Where state is kept.
 #[derive(Debug, Clone)]
 pub enum Database {
-    Sqlite { path: PathBuf },
-    Postgres { dsn: Secret, schema: Option<String>, pool: hub_store::PoolSettings },
+    Sqlite {
+        path: PathBuf,
+    },
+    Postgres {
+        dsn: Secret,
+        schema: Option<String>,
+        pool: hub_store::PoolSettings,
+        /// The driver will use TLS that cannot be downgraded (as it reads the DSN and `PGSSLMODE`).
+        tls: bool,
+    },
 }
 
 /// SASL/SCRAM credentials for Kafka.
@@ -508,7 +516,7 @@ impl Config {
                     if let Some(problem) = dsn::root_cert_problem(&parsed) {
                         r.problem("STREAMING_HUB_POSTGRES_DSN", problem);
                     }
-                    Database::Postgres { dsn: Secret(raw), schema, pool }
+                    Database::Postgres { dsn: Secret(raw), schema, pool, tls: parsed.tls_required() }
                 }
                 Err(problem) => {
                     r.problem("STREAMING_HUB_POSTGRES_DSN", problem);
@@ -660,9 +668,7 @@ fn production_refusals(r: &mut Reader<'_>, c: &Config) {
             r.problem("STREAMING_HUB_KAFKA_TLS_ENABLED", "must be true in production: plaintext Kafka is refused");
         }
     }
-    if let Database::Postgres { dsn, .. } = &c.database {
-        // The mode the driver will use, from its own reading of the DSN (and `PGSSLMODE`).
-        let tls = dsn::parse(dsn.expose(), None).is_ok_and(|d| d.tls_required());
+    if let Database::Postgres { tls, .. } = &c.database {
         if !tls {
             r.problem(
                 "STREAMING_HUB_POSTGRES_DSN",

@@ -55,7 +55,7 @@ pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dy
             }
             StoreConfig::Sqlite { path: path.clone() }
         }
-        Database::Postgres { dsn, schema, pool } => {
+        Database::Postgres { dsn, schema, pool, .. } => {
             StoreConfig::Postgres { dsn: dsn.expose().to_owned(), schema: schema.clone(), pool: *pool }
         }
     };

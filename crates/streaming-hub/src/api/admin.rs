@@ -23,6 +23,11 @@ pub struct CreateApiKey {
     /// The tenant the key belongs to; leave it out with `admin: true`.
     tenant_id: Option<String>,
     /// A label to tell keys apart; `default` when omitted.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     name: Option<String>,
     /// An operator's admin key: the admin routes, like the admin token, but named and revocable.
     #[serde(default)]
@@ -140,10 +145,13 @@ pub async fn create_api_key(
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// The `next_cursor` of the previous page.
+    #[param(format = Uuid)]
     cursor: Option<String>,
     /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -198,22 +206,31 @@ pub async fn revoke_api_key(
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct QuarantineParams {
     /// The `ce-tenantid` the record carried.
     tenant: Option<String>,
     /// The `ce-source` the record carried.
     source: Option<String>,
     /// A reason code, e.g. `invalid_id`.
+    #[param(
+        pattern = r"^(missing_header|invalid_header|control_character|invalid_id|source_mismatch|type_mismatch|tenant_not_allowed|body_too_large|invalid_body)$"
+    )]
     reason: Option<String>,
     /// `http` or `kafka`.
+    #[param(pattern = r"^(http|kafka)$")]
     origin: Option<String>,
     /// RFC 3339; received at or after.
+    #[param(format = DateTime)]
     since: Option<String>,
     /// RFC 3339; received before.
+    #[param(format = DateTime)]
     until: Option<String>,
     /// The `next_cursor` of the previous page.
+    #[param(pattern = r"^[0-9]{1,18}$")]
     cursor: Option<String>,
     /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -321,6 +338,7 @@ pub async fn list_quarantine(
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DlqParams {
     /// The producing application (`lerian.streaming.<source>.dlq`).
     source: Option<String>,
@@ -329,12 +347,16 @@ pub struct DlqParams {
     /// The `x-lerian-dlq-error-class` the record carried.
     error_class: Option<String>,
     /// RFC 3339; received at or after.
+    #[param(format = DateTime)]
     since: Option<String>,
     /// RFC 3339; received before.
+    #[param(format = DateTime)]
     until: Option<String>,
     /// The `next_cursor` of the previous page.
+    #[param(pattern = r"^[0-9]{1,18}$")]
     cursor: Option<String>,
     /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -426,4 +448,17 @@ pub async fn list_dlq(
         })
         .collect();
     Ok(axum::Json(DlqPage { items, next_cursor }))
+}
+
+#[cfg(test)]
+mod tests {
+    /// The `reason` parameter's pattern in the document names every quarantine reason code.
+    #[test]
+    fn the_reason_pattern_names_every_reason_code() {
+        let doc = crate::api::openapi_json();
+        let params = doc["paths"]["/admin/quarantine"]["get"]["parameters"].as_array().cloned().unwrap_or_default();
+        let reason = params.iter().find(|p| p["name"] == "reason").expect("reason");
+        let codes: Vec<&str> = hub_core::ReasonCode::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(reason["schema"]["pattern"], format!("^({})$", codes.join("|")));
+    }
 }

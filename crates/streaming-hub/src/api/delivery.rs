@@ -170,12 +170,16 @@ pub async fn rotate_secret(
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DeliveryParams {
     /// `pending`, `held`, `leased`, `succeeded`, `dead` or `cancelled`.
+    #[param(pattern = "^(pending|held|leased|succeeded|dead|cancelled)$")]
     state: Option<String>,
     /// The `next_cursor` of the previous page.
+    #[param(format = Uuid)]
     cursor: Option<String>,
     /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 

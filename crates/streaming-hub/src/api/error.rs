@@ -256,3 +256,22 @@ mod tests {
         assert!(response.headers().get(header::RETRY_AFTER).is_none());
     }
 }
+
+/// Deserializes an optional integer that JSON may write as `3` or `3.0` (JSON Schema and most
+/// clients count a whole-number float as an integer); a fraction or a value out of range is
+/// refused with a message naming the number.
+pub fn whole_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    use serde::de::Error as _;
+    let Some(n) = <Option<serde_json::Number> as serde::Deserialize>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if let Some(i) = n.as_i64() {
+        return Ok(Some(i));
+    }
+    match n.as_f64() {
+        Some(f) if f.fract() == 0.0 && f >= -9.223_372_036_854_776e18 && f < 9.223_372_036_854_776e18 => {
+            Ok(Some(f as i64))
+        }
+        _ => Err(D::Error::custom(format!("{n} is not a whole number in range"))),
+    }
+}

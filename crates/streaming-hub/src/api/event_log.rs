@@ -23,18 +23,25 @@ use super::pull::render_payload;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct EventLogParams {
     /// An event-key pattern as in subscriptions: `account.created`, `account.*`, `*.created`.
+    #[param(pattern = r"^(\*|[A-Za-z0-9][A-Za-z0-9_-]{0,127})\.(\*|[A-Za-z0-9][A-Za-z0-9_-]{0,127})$")]
     event_type: Option<String>,
     /// Only events of this `ce-source`.
+    #[param(pattern = r"^[a-z0-9][a-z0-9_-]{0,222}$")]
     source: Option<String>,
     /// Received at or after this time (RFC 3339).
+    #[param(format = DateTime)]
     since: Option<String>,
     /// Received before this time (RFC 3339).
+    #[param(format = DateTime)]
     until: Option<String>,
     /// Events with a seq above this one (the `next_cursor` of the previous page).
+    #[param(minimum = 0)]
     after: Option<i64>,
     /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -127,8 +134,10 @@ pub async fn list(
         .map(EventPattern::parse)
         .transpose()
         .map_err(|e| ApiError::query("event_type", e))?;
-    if params.source.as_deref().is_some_and(str::is_empty) {
-        return Err(ApiError::query("source", "must not be empty"));
+    if let Some(source) = params.source.as_deref()
+        && let Err(e) = hub_core::Source::parse(source)
+    {
+        return Err(ApiError::query("source", e));
     }
     let since = time_param("since", params.since.as_deref())?;
     let until = time_param("until", params.until.as_deref())?;

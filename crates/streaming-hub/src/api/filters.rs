@@ -72,6 +72,7 @@ pub mod schema {
 
     /// Every nested filter matches.
     #[derive(Debug, Deserialize, Serialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     pub struct AllFilter {
         #[schema(no_recursion, min_items = 1)]
@@ -80,6 +81,7 @@ pub mod schema {
 
     /// At least one nested filter matches.
     #[derive(Debug, Deserialize, Serialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     pub struct AnyFilter {
         #[schema(no_recursion, min_items = 1)]
@@ -88,6 +90,7 @@ pub mod schema {
 
     /// The nested filter does not match.
     #[derive(Debug, Deserialize, Serialize, ToSchema)]
+    #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     pub struct NotFilter {
         #[schema(no_recursion)]
@@ -97,6 +100,7 @@ pub mod schema {
     /// A CloudEvents SQL (CESQL v1) expression that must answer `true` without an error.
     #[derive(Debug, Deserialize, Serialize, ToSchema)]
     #[schema(example = json!({"sql": "subject LIKE 'loan-%' AND region IN ('br', 'mx')"}))]
+    #[serde(deny_unknown_fields)]
     #[allow(dead_code)]
     pub struct SqlFilter {
         #[schema(min_length = 1, max_length = 4096)]

@@ -76,6 +76,6 @@ pub async fn metrics() -> impl IntoResponse {
     responses((status = 200, description = "This document", body = Object)))]
 pub async fn openapi() -> impl IntoResponse {
     static DOC: OnceLock<String> = OnceLock::new();
-    let doc = DOC.get_or_init(|| super::openapi().to_json().unwrap_or_else(|_| "{}".to_owned()));
+    let doc = DOC.get_or_init(|| super::openapi_json().to_string());
     ([(header::CONTENT_TYPE, "application/json")], doc.as_str())
 }

@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod auth;
 mod console;
+mod contract;
 pub mod delivery;
 pub mod destination;
 pub mod error;
@@ -116,7 +117,7 @@ impl utoipa::Modify for Security {
 
 /// The routes and the OpenAPI document that describes them.
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let parts = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
@@ -140,12 +141,20 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(admin::list_dlq))
         .routes(routes!(overview::tenants))
         .routes(routes!(overview::subscriptions))
-        .split_for_parts()
+        .split_for_parts();
+    let (router, mut doc) = parts;
+    contract::complete(&mut doc);
+    (router, doc)
 }
 
 /// The OpenAPI document alone.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     routes().1
+}
+
+/// The OpenAPI document as `GET /openapi.json` serves it (see `contract::served`).
+pub fn openapi_json() -> serde_json::Value {
+    contract::served(&openapi())
 }
 
 /// The whole router.

@@ -3,7 +3,6 @@
 
 use axum::extract::State;
 use axum::response::IntoResponse;
-use hub_core::TenantId;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use uuid::Uuid;
@@ -67,10 +66,13 @@ pub async fn tenants(State(state): State<AppState>, _: Admin) -> Result<impl Int
 #[into_params(parameter_in = Query)]
 pub struct SubscriptionParams {
     /// Only this tenant's.
+    #[param(min_length = 1, max_length = 256)]
     tenant: Option<String>,
     /// The `next_cursor` of the previous page.
+    #[param(format = Uuid)]
     cursor: Option<String>,
     /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -106,8 +108,14 @@ pub async fn subscriptions(
 ) -> Result<impl IntoResponse, ApiError> {
     let limit = page_limit(params.limit)?;
     let after: Option<Uuid> = cursor(params.cursor)?;
-    let tenant = params.tenant.map(|t| TenantId::parse(&t).map_err(|e| ApiError::query("tenant", e))).transpose()?;
-    let subs = state.store.list_all_subscriptions(tenant.as_ref().map(TenantId::as_str), after, limit).await?;
+    // A filter: empty or longer than any tenant id is refused; any other text is looked up (one
+    // that is no tenant's has no subscriptions).
+    if let Some(t) = params.tenant.as_deref()
+        && (t.is_empty() || t.chars().count() > hub_core::TenantId::MAX_LEN)
+    {
+        return Err(ApiError::query("tenant", format!("must be 1 to {} characters", hub_core::TenantId::MAX_LEN)));
+    }
+    let subs = state.store.list_all_subscriptions(params.tenant.as_deref(), after, limit).await?;
     let next_cursor = next_cursor(&subs, limit, |s| s.id);
     let views = with_health(&state, &subs).await?;
     let items = subs

@@ -23,12 +23,15 @@ use crate::telemetry::metric;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct PullParams {
     /// Read events with a seq above this one (default: the subscription's cursor). Greater than
     /// the cursor skips everything up to it for good; smaller reads an older page without
     /// rewinding; beyond the tenant's newest seq it is refused (400) and nothing moves.
+    #[param(minimum = 0)]
     after: Option<i64>,
     /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 

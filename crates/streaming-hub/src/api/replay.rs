@@ -30,7 +30,11 @@ pub struct ReplayRequest {
     /// RFC 3339.
     #[schema(format = DateTime)]
     pub until: Option<String>,
+    #[serde(default, deserialize_with = "super::error::whole_number")]
+    #[schema(minimum = 1)]
     pub from_seq: Option<i64>,
+    #[serde(default, deserialize_with = "super::error::whole_number")]
+    #[schema(minimum = 1)]
     pub to_seq: Option<i64>,
     /// Give events again that the subscription already received (default false: only what it
     /// never got, or got dead-lettered).
@@ -39,6 +43,7 @@ pub struct ReplayRequest {
     /// Wanted events given per second at most, 1 to 100 000 (default: the operator's
     /// `STREAMING_HUB_REPLAY_RATE`, 250). Also bounded by the destination: a push replay waits
     /// while its subscription has 50 jobs waiting.
+    #[serde(default, deserialize_with = "super::error::whole_number")]
     #[schema(minimum = 1, maximum = 100_000)]
     pub rate: Option<i64>,
 }

@@ -155,6 +155,12 @@ pub struct SubscriptionPage {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSubscription {
+    /// A label: 1 to 200 characters, not only spaces, no control characters.
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     name: String,
     /// Event keys `<resourcetype>.<eventtype>`, `*` allowed per segment; empty matches nothing.
     event_types: Vec<String>,
@@ -324,10 +330,6 @@ pub async fn create(
             format!("a tenant may have at most {limit} subscriptions (STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT)"),
         )
     };
-    // A cheap early answer; the store's atomic check below is the one that holds.
-    if state.store.count_subscriptions(caller.tenant.as_str()).await? >= i64::from(limit) {
-        return Err(quota_exceeded());
-    }
 
     let id = Uuid::now_v7();
     let now = state.clock.now();
@@ -381,10 +383,13 @@ pub async fn create(
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// The `next_cursor` of the previous page.
+    #[param(format = Uuid)]
     cursor: Option<String>,
     /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
 }
 
@@ -432,6 +437,11 @@ pub async fn read(
 /// destination (same type), its omitted `credentials` are kept.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct UpdateSubscription {
+    #[schema(
+        min_length = 1,
+        max_length = 200,
+        pattern = r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$"
+    )]
     name: Option<String>,
     event_types: Option<Vec<String>>,
     #[schema(value_type = Option<String>)]

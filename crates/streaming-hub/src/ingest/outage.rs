@@ -31,22 +31,17 @@ impl Told {
     /// A failure at `now`: what to log, if anything.
     pub fn failed(&mut self, now: Instant, interval: Duration) -> Option<Say> {
         self.total += 1;
-        match (self.since, self.last_line) {
-            (None, _) => {
-                (self.since, self.last_line, self.unsaid, self.total) = (Some(now), Some(now), 0, 1);
-                Some(Say::Started)
-            }
-            (Some(since), Some(last)) if now.saturating_duration_since(last) < interval => {
-                let _ = since;
-                self.unsaid += 1;
-                None
-            }
-            (Some(since), _) => {
-                let errors = self.unsaid + 1;
-                (self.last_line, self.unsaid) = (Some(now), 0);
-                Some(Say::Still { down_for: now.saturating_duration_since(since), errors })
-            }
+        let Some(since) = self.since else {
+            (self.since, self.last_line, self.unsaid, self.total) = (Some(now), Some(now), 0, 1);
+            return Some(Say::Started);
+        };
+        if self.last_line.is_some_and(|last| now.saturating_duration_since(last) < interval) {
+            self.unsaid += 1;
+            return None;
         }
+        let errors = self.unsaid + 1;
+        (self.last_line, self.unsaid) = (Some(now), 0);
+        Some(Say::Still { down_for: now.saturating_duration_since(since), errors })
     }
 
     /// A success at `now`: what to log, if anything (only the end of an outage).

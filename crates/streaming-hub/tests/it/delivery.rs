@@ -314,10 +314,7 @@ async fn a_failed_verification_answers_422_and_marks_the_subscription_failed() {
     let receiver = Receiver::start(Script::Ok).await;
     let sub = webhook(&hub, &key, &receiver, &["*.*"]).await;
     // Point it at a closed port.
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        format!("http://{}/hook", l.local_addr().expect("addr"))
-    };
+    let closed = crate::support::closed_url();
     let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
     hub.patch_json(&key, &path, &json!({"sink": {"type": "webhook", "url": closed}})).await;
     let (status, answer) = hub.post_json(&key, &format!("{path}/verify"), &json!({})).await;

@@ -98,10 +98,7 @@ async fn the_dashboard_and_the_alerts_read_only_exported_metrics() {
     hub.wait_until_active(&key, hook["id"].as_str().expect("id")).await;
     produce(&peer.producer(), &[Record::event("lender", 0, "t1")]).await;
     receiver.wait_for(1, WAIT).await;
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        format!("http://{}/hook", l.local_addr().expect("addr"))
-    };
+    let closed = crate::support::closed_url();
     let nowhere = hub
         .subscribe(&key, json!({"name": "n", "event_types": ["*.*"], "sink": {"type": "webhook", "url": closed}}))
         .await;
@@ -151,15 +148,8 @@ async fn hub_on(peer: &KafkaPeer, backend: Backend, extra: &[(&'static str, &'st
     TestHub::start_with(backend, &all).await
 }
 
-async fn until<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
-    let end = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < end, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn until<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+    crate::support::until(what, WAIT, probe).await
 }
 
 async fn records_get_their_verdicts_and_offsets_are_committed(broker: Broker) {

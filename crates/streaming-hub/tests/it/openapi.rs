@@ -125,3 +125,49 @@ async fn the_document_is_fit_for_client_generators() {
     assert!(out.status.success(), "the document is not valid OpenAPI:\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "valid");
 }
+
+/// Runs schemathesis (pinned; `scripts/services receivers` installs it) against this hub's
+/// document with every check, the stateful phase included, on the routes matching `paths`,
+/// signed with `token`; answers its report when it found anything.
+async fn schemathesis(hub: &TestHub, token: &str, paths: &str) -> Option<String> {
+    let binary = crate::sdk::cache_dir().join("receivers-venv/bin/schemathesis");
+    assert!(binary.exists(), "schemathesis is required: run scripts/services receivers");
+    let config = crate::sdk::repo().join("crates/streaming-hub/tests/schemathesis.toml");
+    let url = hub.url("/openapi.json");
+    let header = format!("Authorization: Bearer {token}");
+    let paths = paths.to_owned();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&binary)
+            .arg("--config-file")
+            .arg(&config)
+            .args(["run", &url, "--checks", "all", "--seed", "1", "--max-examples", "25", "--workers", "1"])
+            .args(["--phases", "examples,coverage,fuzzing,stateful"])
+            .args(["--include-path-regex", &paths, "-H", &header])
+            .env("SCHEMATHESIS_HOOKS", "")
+            .output()
+    })
+    .await
+    .expect("thread")
+    .expect("schemathesis runs");
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    eprintln!("{}", report.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n"));
+    (!out.status.success()).then_some(report)
+}
+
+/// An independent tester finds no mismatch between the document and what the server does: every
+/// status documented, every constraint stated, links that let a stateful run reach every
+/// operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_independent_tester_finds_the_contract_kept() {
+    let hub = TestHub::start_with(Backend::Sqlite, &[("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true")]).await;
+    let key = hub.tenant_key("t1").await;
+    // Something to find: an event in the log, so the links from the listing lead somewhere.
+    assert_eq!(hub.post_event(&key, &crate::support::Event::new("t1")).await.0, StatusCode::ACCEPTED);
+    if let Some(report) = schemathesis(&hub, &key, "^/v1/").await {
+        panic!("schemathesis found contract mismatches on the tenant routes:\n{report}");
+    }
+    let admin = hub.admin.clone();
+    if let Some(report) = schemathesis(&hub, &admin, "^/admin/").await {
+        panic!("schemathesis found contract mismatches on the admin routes:\n{report}");
+    }
+}

@@ -85,10 +85,7 @@ async fn every_operational_event_reaches_a_subscriber_with_its_payload(backend: 
     assert_eq!(detail["event"]["source"], "streaming_hub");
 
     // A destination that does not answer fails its first verification.
-    let closed = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        format!("http://{}/hook", l.local_addr().expect("addr"))
-    };
+    let closed = crate::support::closed_url();
     let nowhere = hub
         .subscribe(&key, json!({"name": "nowhere", "event_types": ["*.*"], "sink": {"type": "webhook", "url": closed}}))
         .await;

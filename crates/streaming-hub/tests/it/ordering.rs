@@ -47,15 +47,8 @@ async fn ordered_webhook(hub: &TestHub, key: &str, receiver: &Receiver) -> Value
     sub
 }
 
-async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let end = tokio::time::Instant::now() + WAIT;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(tokio::time::Instant::now() < end, "{what} never happened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+async fn until<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+    crate::support::until(what, WAIT, probe).await
 }
 
 async fn a_failing_key_holds_back_only_itself_and_each_key_arrives_in_order(backend: Backend) {

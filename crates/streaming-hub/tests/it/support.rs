@@ -292,6 +292,23 @@ pub fn hub_command() -> std::process::Command {
     cmd
 }
 
+/// Polls `probe` until it answers something, failing the test after `within`.
+pub async fn until<T>(what: &str, within: std::time::Duration, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let end = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// A webhook URL on a loopback port nothing listens on (its listener bound, then closed).
+pub fn closed_url() -> String {
+    format!("http://127.0.0.1:{}/hook", free_port())
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port()

@@ -1,0 +1,273 @@
+//! One attempt of a claimed job: its span, the sink call with the opened secrets, and the
+//! outcome settled into the job's transition (or a release when it cannot be attempted now).
+
+use super::*;
+
+impl Dispatcher {
+    pub(super) async fn release(&self, job: &ClaimedJob, due_at: DateTime<Utc>) {
+        if let Err(e) = self.store.release_job(job.id, job.token, due_at).await {
+            tracing::warn!(job = %job.id, error = %e, "releasing a job failed; its lease will expire");
+        }
+    }
+
+    /// One claimed job: exactly one attempt, its outcome handed to the recorder; or a release
+    /// without an attempt.
+    pub(super) async fn attempt(
+        self: Arc<Self>,
+        work: Work,
+        sub: Arc<Subscribed>,
+        dest: String,
+        _worker: OwnedSemaphorePermit,
+        recorder: mpsc::Sender<AttemptResult>,
+        finished: mpsc::UnboundedSender<String>,
+    ) {
+        let Work { job, event, .. } = work;
+        let attempt = (job.attempts + 1).max(1) as u32;
+        let span = tracing::info_span!(
+            "attempt",
+            tenant = %job.tenant_id,
+            subscription = %job.subscription_id,
+            job = %job.id,
+            attempt,
+            sink = sub.record.sink.as_str(),
+        );
+        // The trace's `job` span continues the event's trace (`crate::trace`).
+        let traced = crate::trace_span!(
+            "job",
+            tenant = %job.tenant_id,
+            subscription = %job.subscription_id,
+            job = %job.id,
+            attempt,
+            sink = sub.record.sink.as_str(),
+        );
+        if let Some(e) = event.as_deref().filter(|_| crate::trace::on()) {
+            crate::trace::continue_from(
+                &traced,
+                &[
+                    crate::trace::remote(e.trace.as_deref(), None),
+                    crate::trace::remote(e.traceparent.as_deref(), e.tracestate.as_deref()),
+                ],
+            );
+        }
+        let recorded =
+            self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt, &traced).instrument(span).await;
+        drop(traced);
+        self.leave(&dest);
+        // A job parked for this destination may go now.
+        let _ = finished.send(dest);
+        match recorded {
+            Some(result) => {
+                if recorder.send(result).await.is_err() {
+                    tracing::error!(job = %job.id, "the recorder stopped; the lease will expire");
+                }
+            }
+            None => {
+                lock(&self.in_flight).remove(&job.id);
+            }
+        }
+    }
+
+    pub(super) async fn skip(&self, job: &ClaimedJob, why: Skip) {
+        let due = match why {
+            // Another worker will free a slot soon; try again shortly.
+            Skip::DestinationBusy => self.clock.now() + chrono::Duration::milliseconds(50),
+            Skip::BreakerOpen(until) => until,
+        };
+        self.release(job, due).await;
+    }
+
+    /// Makes the attempt and decides its outcome; `None` when the job was put back without one.
+    pub(super) async fn attempt_in_span(
+        &self,
+        job: &ClaimedJob,
+        sub: &Subscribed,
+        event: Option<&StoredEvent>,
+        dest: &str,
+        attempt: u32,
+        traced: &tracing::Span,
+    ) -> Option<AttemptResult> {
+        let started = self.clock.now();
+        let last = self.settings.retry.is_last(attempt, job.window_start, started);
+        match self.breaker_permit(job, dest, started, last) {
+            Permit::Wait { until } => {
+                self.skip(job, Skip::BreakerOpen(until)).await;
+                return None;
+            }
+            Permit::Attempt | Permit::Probe => {}
+        }
+        let delivery_id = Uuid::now_v7();
+        let clock_start = Instant::now();
+        let outcome = match event {
+            Some(event) => {
+                let span = if crate::trace::on() {
+                    tracing::info_span!(
+                        target: "streaming_hub::trace",
+                        parent: traced,
+                        "attempt",
+                        otel.kind = "producer",
+                        delivery = %delivery_id,
+                        outcome = tracing::field::Empty,
+                        failure = tracing::field::Empty,
+                        http.response.status_code = tracing::field::Empty,
+                        otel.status_code = tracing::field::Empty,
+                    )
+                } else {
+                    tracing::Span::none()
+                };
+                let outcome = self.deliver(sub, event, attempt, delivery_id, started).await;
+                crate::trace::attempted(&span, &outcome);
+                outcome
+            }
+            None => Outcome::Failed(Failure {
+                retryable: false,
+                kind: FailureKind::Refused,
+                reason: "the event is no longer stored".to_owned(),
+                status: None,
+                response: None,
+            }),
+        };
+        let latency = clock_start.elapsed();
+        let now = self.clock.now();
+        self.breaker_outcome(job, dest, outcome.is_delivered(), now);
+        let attempted = Attempted { job, sub: &sub.record, number: attempt, delivery_id, started, latency, now };
+        let result = self.record(&attempted, outcome);
+        if sub.record.ordering == hub_core::Ordering::Key && !matches!(result.transition, JobTransition::Retry { .. }) {
+            lock(&self.frees_key).insert(job.id);
+        }
+        if let JobTransition::Dead { reason, .. } = &result.transition {
+            // Not for an operational event's own job: failing subscriptions would tell each
+            // other about each other without end.
+            if event.is_none_or(|e| hub_core::operational::announces_dead_letter(&e.resource_type)) {
+                let mut data = serde_json::json!({
+                    "job_id": job.id,
+                    "event_id": event.map(|e| e.ce_id),
+                    "event_type": event.map(StoredEvent::event_key),
+                    "attempts": attempt,
+                    "reason": reason,
+                });
+                // With ordering by key, the dead letter released its key: say which moved on.
+                if sub.record.ordering == hub_core::Ordering::Key
+                    && let Some(key) = event.and_then(|e| hub_core::routing::ordering_key(e))
+                {
+                    data["ordering_key"] = serde_json::Value::String(key);
+                }
+                lock(&self.dead_letters).insert(
+                    job.id,
+                    Notice::new(&job.tenant_id, job.subscription_id, OperationalKind::JobDeadLettered, data),
+                );
+            }
+        }
+        Some(result)
+    }
+
+    pub(super) async fn deliver(
+        &self,
+        subscribed: &Subscribed,
+        event: &StoredEvent,
+        attempt: u32,
+        delivery_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Outcome {
+        let sub = &subscribed.record;
+        let content_type = event.data_content_type.as_deref().unwrap_or("application/json");
+        let ordering_key = match sub.ordering {
+            hub_core::Ordering::Key => hub_core::routing::ordering_key(event),
+            hub_core::Ordering::None => None,
+        };
+        let message = Message {
+            tenant: &event.tenant_id,
+            subscription_id: sub.id,
+            ce_id: event.ce_id,
+            source: &event.source,
+            ce_type: &event.ce_type,
+            resource_type: &event.resource_type,
+            event_type: &event.event_type,
+            time: &event.event_time,
+            schema_version: &event.schema_version,
+            subject: event.subject.as_deref(),
+            content_type,
+            data_schema: event.data_schema.as_deref(),
+            traceparent: event.traceparent.as_deref(),
+            tracestate: event.tracestate.as_deref(),
+            extensions: &event.extensions,
+            ordering_key: ordering_key.as_deref(),
+            payload: &event.payload,
+            attempt,
+            delivery_id,
+        };
+        // The attempt must end well inside the lease, or another worker could take the job.
+        let max_timeout = self.settings.lease.mul_f64(0.8);
+        let destination = match &subscribed.destination {
+            Ok(destination) => destination,
+            Err(reason) => return config_failure(reason.clone()),
+        };
+        match targets::secrets(sub, &self.sealer, now) {
+            Ok(secrets) => self.sinks.deliver(destination, &secrets, &message, max_timeout).await,
+            Err(reason) => config_failure(reason),
+        }
+    }
+
+    /// The attempt's record and its settlement (`hub_core::delivery::settle`): what it does to the
+    /// job and to the subscription.
+    pub(super) fn record(&self, attempt: &Attempted, outcome: Outcome) -> AttemptResult {
+        let Attempted { job, sub, number, delivery_id, started, latency, now } = attempt;
+        let sink = sub.sink.as_str();
+        metrics::histogram!(metric::ATTEMPT_SECONDS, "sink" => sink).record(latency.as_secs_f64());
+        let facts = AttemptFacts {
+            attempt: *number,
+            window_start: job.window_start,
+            started: *started,
+            now: *now,
+            failing_since: sub.failing_since,
+        };
+        let auto_disable = self.settings.auto_disable.map(|(window, spread)| AutoDisable { window, spread });
+        let (class, status, error, response) = match &outcome {
+            Outcome::Delivered { status, response } => {
+                metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "delivered").increment(1);
+                tracing::debug!(delivery = %delivery_id, status = ?status, "delivered");
+                (OutcomeClass::Delivered, *status, None, response.clone())
+            }
+            Outcome::Failed(f) => {
+                metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "failed").increment(1);
+                let kind = crate::telemetry::failure_kind(f.kind, f.status);
+                metrics::counter!(metric::DELIVERY_FAILURES, "sink" => sink, "kind" => kind).increment(1);
+                tracing::warn!(delivery = %delivery_id, kind = f.kind.as_str(), status = ?f.status, reason = %f.reason, retryable = f.retryable, "delivery attempt failed");
+                // What the tenant reads (attempts, dead letters) never tells unreachable from
+                // refused by the guard; the log line above and the metric keep the cause.
+                let class = if f.retryable {
+                    OutcomeClass::Retryable { reason: f.tenant_reason() }
+                } else {
+                    OutcomeClass::Permanent { reason: f.tenant_reason() }
+                };
+                (class, f.status, Some(format!("{}: {}", f.tenant_kind(), f.tenant_reason())), f.response.clone())
+            }
+        };
+        let settlement = settle(&facts, class, &self.settings.retry, auto_disable, rand::rng().random());
+        if matches!(settlement.transition, JobTransition::Dead { .. }) {
+            metrics::counter!(metric::JOBS_DEAD, "sink" => sink).increment(1);
+        }
+        AttemptResult {
+            token: job.token,
+            record: AttemptRecord {
+                id: *delivery_id,
+                job_id: job.id,
+                tenant_id: job.tenant_id.clone(),
+                subscription_id: job.subscription_id,
+                attempt: *number as i32,
+                started_at: *started,
+                latency_ms: latency.as_millis() as i64,
+                outcome: if outcome.is_delivered() { "delivered" } else { "failed" }.to_owned(),
+                status_code: status.map(i32::from),
+                error,
+                response_body: response,
+            },
+            transition: settlement.transition,
+            health: settlement.health,
+            now: *now,
+        }
+    }
+}
+
+pub(super) fn config_failure(reason: String) -> Outcome {
+    Outcome::Failed(Failure { retryable: true, kind: FailureKind::Refused, reason, status: None, response: None })
+}
