@@ -330,7 +330,9 @@ async fn ordered_delivery_survives_a_killed_replica_and_a_failing_receiver() {
         ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
         ("STREAMING_HUB_DISPATCH_LEASE", "3s".to_owned()),
         ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20".to_owned()),
-        ("STREAMING_HUB_RETRY_CURVE", RETRIES_OUTLIVING_THE_OUTAGE.to_owned()),
+        // 100 ms, then 29 retries 2 s apart: about a minute of failures before a dead letter,
+        // however slowly the events go in on a busy machine.
+        ("STREAMING_HUB_RETRY_CURVE", RETRIES_OUTLIVING_THE_OUTAGE.replace("1s", "2s")),
         // The failing receiver is retried, not shut off by the breaker (which would only pause).
         ("STREAMING_HUB_BREAKER_FAILURES", "10000".to_owned()),
     ];
@@ -381,18 +383,24 @@ async fn ordered_delivery_survives_a_killed_replica_and_a_failing_receiver() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // Events n = 1..10 of each key, alternating between the replicas.
-    let mut accepted = Vec::new();
-    for n in 1..=PER_KEY {
-        for k in 0..KEYS {
-            let event = Event::new("t1")
-                .set("ce-partitionkey", &format!("key-{k}"))
-                .body(json!({ "key": format!("key-{k}"), "n": n }).to_string().into_bytes());
-            let hub = if (n + k) % 2 == 0 { &a } else { &b };
-            hub.post_event(&key, &event).await;
-            accepted.push(event.id().to_string());
+    // Events n = 1..10 of each key, alternating between the replicas: the keys posted side by side,
+    // each key's events one after the other (so their seqs are in n order).
+    let per_key = (0..KEYS).map(|k| {
+        let (a, b, key) = (&a, &b, &key);
+        async move {
+            let mut ids = Vec::new();
+            for n in 1..=PER_KEY {
+                let event = Event::new("t1")
+                    .set("ce-partitionkey", &format!("key-{k}"))
+                    .body(json!({ "key": format!("key-{k}"), "n": n }).to_string().into_bytes());
+                let hub = if (n + k) % 2 == 0 { a } else { b };
+                hub.post_event(key, &event).await;
+                ids.push(event.id().to_string());
+            }
+            ids
         }
-    }
+    });
+    let accepted: Vec<String> = futures_util::future::join_all(per_key).await.into_iter().flatten().collect();
     // The receiver fails every delivery for a while (retries pile up: without ordering, every
     // event of a key would be waiting at once, and go out in any order when it recovers).
     receiver.wait_for(60, Duration::from_secs(30)).await;
