@@ -453,6 +453,14 @@ pub struct SubscriptionRecord {
     pub updated_at: DateTime<Utc>,
 }
 
+impl SubscriptionRecord {
+    /// Its content filters compiled, from the cache matching uses; `None` when the stored text
+    /// does not compile.
+    pub fn compiled_filters(&self) -> Option<Arc<Filters>> {
+        compiled_filters(&self.filters.to_string()).ok()
+    }
+}
+
 /// A change a `PATCH` asks for: `None` leaves a field as stored.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SubscriptionPatch {

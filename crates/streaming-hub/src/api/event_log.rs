@@ -259,7 +259,7 @@ pub async fn read(
 fn wants(sub: &SubscriptionRecord, key: &EventKey, event: &hub_store::StoredEvent) -> bool {
     let patterns: Vec<EventPattern> = sub.event_types.iter().filter_map(|p| EventPattern::parse(p).ok()).collect();
     hub_core::wants(&patterns, sub.origin.as_deref(), key, &event.source)
-        && hub_core::routing::Filters::compile(&sub.filters).is_ok_and(|f| event.passes(&f))
+        && sub.compiled_filters().is_some_and(|f| event.passes(&f))
 }
 
 /// Every subscription of a tenant (bounded by its quota), page by page.
