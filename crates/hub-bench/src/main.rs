@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod harness;
+mod ingest;
 mod routing;
 mod scenarios;
 
@@ -163,7 +164,7 @@ async fn main() -> ExitCode {
 async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
     match scenario {
         BenchScenario::Ingest { events, tenants, partitions, json } => {
-            scenarios::ingest(events, tenants, partitions, &json_path(json, "ingest")).await
+            ingest::ingest(events, tenants, partitions, &json_path(json, "ingest")).await
         }
         BenchScenario::PushBurst { events, producers, tenants, via, json } => {
             let name = if via == scenarios::Via::Kafka { "push-burst-kafka" } else { "push-burst" };

@@ -1,0 +1,40 @@
+//! API keys as stored: only a hash and a displayable prefix.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use uuid::Uuid;
+
+/// A key to store: only its hash and a short displayable prefix, never the key itself.
+#[derive(Debug, Clone)]
+pub struct NewApiKey {
+    pub id: Uuid,
+    /// The tenant the key belongs to; `None` for an operator's admin key.
+    pub tenant_id: Option<String>,
+    pub name: String,
+    pub key_hash: Vec<u8>,
+    pub key_prefix: String,
+    pub created_at: DateTime<Utc>,
+    /// When the key stops working; `None` never.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A stored API key.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ApiKeyRecord {
+    pub id: Uuid,
+    /// `None` for an operator's admin key.
+    pub tenant_id: Option<String>,
+    pub name: String,
+    pub key_prefix: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// When the key stops working; `None` never.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl ApiKeyRecord {
+    /// Whether the key has expired at `now` (a revoked key is never returned as live at all).
+    pub fn expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_some_and(|at| at <= now)
+    }
+}

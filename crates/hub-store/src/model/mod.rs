@@ -1,0 +1,15 @@
+//! The records the store reads and writes, one file per concept; every type is re-exported here.
+
+mod events;
+mod jobs;
+mod keys;
+mod matching;
+mod reads;
+mod subscriptions;
+
+pub use events::*;
+pub use jobs::*;
+pub use keys::*;
+pub(crate) use matching::*;
+pub use reads::*;
+pub use subscriptions::*;

@@ -1,0 +1,205 @@
+//! Reads of a tenant's inbox: event queries, pull streams, replays and summaries.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::*;
+
+/// A page of a tenant's inbox: events with `seq > after`, ascending, matching every filter given.
+#[derive(Debug, Clone, Default)]
+pub struct EventQuery {
+    pub after: i64,
+    pub limit: u32,
+    /// The event key's resource type, when the pattern names one (not `*`).
+    pub resource_type: Option<String>,
+    /// The event key's event type, when the pattern names one (not `*`).
+    pub event_type: Option<String>,
+    pub source: Option<String>,
+    /// Received at or after.
+    pub since: Option<DateTime<Utc>>,
+    /// Received before.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// One event read from a pull stream, at its position in the stream (the cursor's unit: the
+/// event's own seq for an entry written at ingest, a later position for a replayed one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PulledEvent {
+    pub position: i64,
+    pub event: StoredEvent,
+}
+
+/// A store's connection pool at a moment ([`crate::Operations::connections`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Connections {
+    pub open: u32,
+    pub idle: u32,
+    pub max: u32,
+}
+
+/// What one pull read gave ([`crate::Inbox::read_pull_page`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum PullRead {
+    /// The tenant has no such subscription.
+    NoSubscription,
+    /// `after` lies beyond the tenant's newest seq: nothing was read and the cursor did not move.
+    AfterBeyondNewest { newest: i64 },
+    /// A page, in position order, and the cursor after it.
+    Page { events: Vec<PulledEvent>, cursor: i64 },
+}
+
+/// A pull stream entry of one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamEntry {
+    pub subscription_id: Uuid,
+    pub position: i64,
+    /// The stream's cursor is at or past it.
+    pub read: bool,
+}
+
+pub use hub_core::replay::{ReplayState, TimeWindow};
+
+/// A replay to start: its window as asked. The store resolves it to seqs.
+#[derive(Debug, Clone)]
+pub struct NewReplay {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subscription_id: Uuid,
+    pub window: TimeWindow,
+    pub from_seq: Option<i64>,
+    pub to_seq: Option<i64>,
+    pub include_delivered: bool,
+    /// Wanted events given per second at most (`hub_core::replay::next_step`).
+    pub rate: u32,
+    pub now: DateTime<Utc>,
+}
+
+/// A stored replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayRecord {
+    pub id: Uuid,
+    pub tenant_id: String,
+    pub subscription_id: Uuid,
+    pub window: TimeWindow,
+    /// The seqs the window was resolved to at creation: what arrived later reaches the
+    /// subscription live.
+    pub from_seq: i64,
+    pub to_seq: i64,
+    pub include_delivered: bool,
+    pub state: ReplayState,
+    /// The last seq walked.
+    pub walked_to: i64,
+    pub progress: hub_core::replay::Progress,
+    pub created_at: DateTime<Utc>,
+    /// When it last walked (or started): its rate counts from here.
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Wanted events given per second at most.
+    pub rate: u32,
+}
+
+/// What asking for a replay did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayStart {
+    Started(ReplayRecord),
+    /// This replay of the subscription is still running (one at a time).
+    Busy(ReplayRecord),
+    /// The tenant has no such subscription.
+    NoSubscription,
+}
+
+/// How far one step of a replay may go.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayLimits {
+    /// Events walked per step (one transaction), and the most a step gives.
+    pub batch: u32,
+    /// A push subscription with this many jobs waiting (pending or leased) gets no more until
+    /// its destination took some (see `hub_core::replay::next_step`).
+    pub pace: u64,
+    pub now: DateTime<Utc>,
+}
+
+/// What one step of a replay did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReplayStep {
+    /// It walked on (and may have finished).
+    Walked(ReplayRecord),
+    /// Its destination has enough waiting work; nothing done this time.
+    Paced,
+    /// It is not running (finished, cancelled, or unknown).
+    Idle,
+}
+
+/// An event as a replay walks it: what its window and the filter look at.
+#[derive(Debug, Clone)]
+pub(crate) struct WalkedEvent {
+    pub seq: i64,
+    pub resource_type: String,
+    pub event_type: String,
+    pub source: String,
+    pub received_at: DateTime<Utc>,
+    /// The whole event, read only when the subscription has content filters.
+    pub event: Option<StoredEvent>,
+}
+
+impl WalkedEvent {
+    /// A walked event read whole.
+    pub(crate) fn whole(event: StoredEvent) -> Self {
+        Self {
+            seq: event.seq,
+            resource_type: event.resource_type.clone(),
+            event_type: event.event_type.clone(),
+            source: event.source.clone(),
+            received_at: event.received_at,
+            event: Some(event),
+        }
+    }
+}
+
+/// The seqs of the walked events that lie in the replay's time window and that the subscription's
+/// filter wants (`hub_core::wants`, then its content filters on the whole event).
+pub(crate) fn wanted(target: &MatchTarget, window: &TimeWindow, walked: &[WalkedEvent]) -> Vec<i64> {
+    walked
+        .iter()
+        .filter(|e| window.contains(e.received_at))
+        .filter(|e| {
+            hub_core::EventKey::new(&e.resource_type, &e.event_type)
+                .is_ok_and(|key| hub_core::wants(&target.patterns, target.origin.as_deref(), &key, &e.source))
+        })
+        .filter(|e| target.filters.is_empty() || e.event.as_ref().is_some_and(|ev| ev.passes(&target.filters)))
+        .map(|e| e.seq)
+        .collect()
+}
+
+/// Of the wanted seqs, those the replay gives the subscription again, and its counts: by the
+/// core's rules (`hub_core::replay::decide`), given what the subscription already has of each.
+pub(crate) fn plan_replay(
+    wanted: &[i64],
+    include_delivered: bool,
+    existing: &std::collections::HashMap<i64, Vec<hub_core::replay::Existing>>,
+) -> (Vec<i64>, hub_core::replay::Progress) {
+    let mut progress = hub_core::replay::Progress::default();
+    let mut create = Vec::new();
+    for seq in wanted {
+        let has = existing.get(seq).map_or(&[][..], Vec::as_slice);
+        let decision = hub_core::replay::decide(has, include_delivered);
+        progress.count(decision);
+        if decision == hub_core::replay::Decision::Create {
+            create.push(*seq);
+        }
+    }
+    (create, progress)
+}
+
+/// One tenant as the operator's listing shows it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TenantSummary {
+    pub tenant_id: String,
+    /// Events in its inbox.
+    pub events: i64,
+    pub subscriptions: i64,
+    /// API keys not revoked.
+    pub api_keys: i64,
+    /// Jobs by state: only pending, leased, held and dead are counted.
+    pub jobs: Vec<(JobState, i64)>,
+}
