@@ -14,6 +14,7 @@ pub mod aws;
 pub mod cache;
 pub mod destination;
 pub mod eventbridge;
+pub mod fields;
 pub mod guard;
 pub mod rabbitmq;
 pub mod registry;

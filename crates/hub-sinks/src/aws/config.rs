@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::destination::request::{Credentials, Fields, Invalid, MAX_URL, destination_url};
+use crate::fields::{Credentials, Fields, Invalid, MAX_URL, destination_url};
 
 pub(crate) fn region(fields: &Fields<'_>) -> Result<String, Invalid> {
     let r = fields.required("region", 32)?;
@@ -36,13 +36,12 @@ pub(crate) fn aws_credentials(fields: &Fields<'_>) -> Result<Credentials, Invali
     }
 }
 
-pub(crate) fn endpoint(fields: &Fields<'_>, allow_private: bool, public: &mut Value) -> Result<(), Invalid> {
-    if let Some(raw) = fields.string("endpoint_url", MAX_URL)? {
-        let url = destination_url("endpoint_url", raw, &["https", "http"], allow_private)?;
-        if url.scheme() == "http" && !allow_private {
-            return Err(Invalid::new("sink.endpoint_url", "must use https"));
-        }
-        public["endpoint_url"] = json!(url.as_str());
+/// A tenant's own `endpoint_url`, when it gives one.
+pub(crate) fn endpoint(fields: &Fields<'_>, allow_private: bool) -> Result<Option<String>, Invalid> {
+    let Some(raw) = fields.string("endpoint_url", MAX_URL)? else { return Ok(None) };
+    let url = destination_url("endpoint_url", raw, &["https", "http"], allow_private)?;
+    if url.scheme() == "http" && !allow_private {
+        return Err(Invalid::new("sink.endpoint_url", "must use https"));
     }
-    Ok(())
+    Ok(Some(url.into()))
 }

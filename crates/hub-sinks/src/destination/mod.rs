@@ -17,6 +17,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 pub use crate::eventbridge::config::EventBridgeConfig;
+pub use crate::fields::{Origin, SinkConfig};
 pub use crate::rabbitmq::config::RabbitConfig;
 pub use crate::sqs::config::SqsConfig;
 pub use crate::webhook::config::{DEFAULT_WEBHOOK_TIMEOUT_MS, WebhookConfig};
@@ -30,32 +31,6 @@ pub enum Destination {
     Rabbitmq(RabbitConfig),
     Eventbridge(EventBridgeConfig),
     Pull,
-}
-
-/// What every push destination's configuration answers.
-pub trait SinkConfig {
-    /// What identifies the destination for the breaker and the per-destination worker cap: the
-    /// same URL (or queue, bus, exchange) is one destination, whichever subscription points at
-    /// it.
-    fn key(&self) -> String;
-
-    /// Whether `other` connects to the same place in the same way (what a probe proved);
-    /// timeouts and static headers do not count.
-    fn same_connection(&self, other: &Self) -> bool;
-
-    /// The scheme, host and port of each URL the destination's credentials are sent to: stored
-    /// credentials may follow a change only while these stay the same.
-    fn credential_origins(&self) -> Vec<Origin> {
-        Vec::new()
-    }
-}
-
-/// The scheme, host and port of a URL a destination connects through.
-pub type Origin = Option<(String, String, Option<u16>)>;
-
-pub(crate) fn origin(url: Option<&str>) -> Origin {
-    let url = url::Url::parse(url?).ok()?;
-    Some((url.scheme().to_owned(), url.host_str()?.to_owned(), url.port_or_known_default()))
 }
 
 impl Destination {
@@ -99,6 +74,17 @@ impl Destination {
             (Self::Rabbitmq(a), Self::Rabbitmq(b)) => a.same_connection(b),
             (Self::Pull, Self::Pull) => true,
             _ => false,
+        }
+    }
+
+    /// [`SinkConfig::credentials_field`]; a pull destination has no credentials.
+    pub fn credentials_field(&self) -> &'static str {
+        match self {
+            Self::Webhook(c) => c.credentials_field(),
+            Self::Sqs(c) => c.credentials_field(),
+            Self::Eventbridge(c) => c.credentials_field(),
+            Self::Rabbitmq(c) => c.credentials_field(),
+            Self::Pull => "sink",
         }
     }
 

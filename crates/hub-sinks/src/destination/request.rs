@@ -5,186 +5,87 @@
 //! the credentials (sealed at rest, never shown). A RabbitMQ URL's password is a credential: the
 //! URL is shown without it.
 
-use std::net::IpAddr;
-
 use hub_core::SinkKind;
-use serde_json::{Map, Value, json};
-use url::Url;
+use serde_json::Value;
 
-/// A field of the request that is not valid, and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {problem}")]
-pub struct Invalid {
-    pub field: String,
-    pub problem: String,
-}
-
-impl Invalid {
-    pub(crate) fn new(field: &str, problem: impl std::fmt::Display) -> Self {
-        Self { field: field.to_owned(), problem: problem.to_string() }
-    }
-}
-
-/// The longest URL a destination may have.
-pub(crate) const MAX_URL: usize = 2048;
-/// What a request says about credentials.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Credentials {
-    /// Not mentioned: on create none, on update keep what is stored.
-    Unchanged,
-    /// `"credentials": null`: remove them.
-    Cleared,
-    Set(Value),
-}
+use super::Destination;
+use crate::fields::Fields;
+pub use crate::fields::{Credentials, Invalid};
 
 /// A validated destination.
 #[derive(Debug, Clone)]
 pub struct Requested {
     pub kind: SinkKind,
     /// The typed destination.
-    pub typed: super::Destination,
+    pub typed: Destination,
     /// Shown by the API and stored in clear: the typed destination's own JSON.
     pub public: Value,
     pub credentials: Credentials,
 }
 
 impl Requested {
-    /// Checks the validated JSON against the typed destination and keeps the typed form's JSON,
-    /// so what is stored is exactly what the dispatcher will read back.
-    pub(crate) fn typed(public: Value, credentials: Credentials) -> Result<Self, Invalid> {
-        let typed = super::Destination::from_stored(&public).map_err(|e| Invalid::new("sink", e))?;
-        Ok(Self { kind: typed.kind(), public: typed.to_stored(), typed, credentials })
+    /// What is stored is the typed destination's own JSON: exactly what the dispatcher will read
+    /// back.
+    fn new(typed: Destination, credentials: Credentials) -> Self {
+        Self { kind: typed.kind(), public: typed.to_stored(), typed, credentials }
     }
 }
 
 /// Whether two stored destinations connect to the same place in the same way (what a probe
 /// proved). Timeouts and static headers do not count; an unreadable one never matches.
 pub fn same_connection(old: &Value, new: &Value) -> bool {
-    match (super::Destination::from_stored(old), super::Destination::from_stored(new)) {
+    match (Destination::from_stored(old), Destination::from_stored(new)) {
         (Ok(old), Ok(new)) => old.same_connection(&new),
         _ => false,
-    }
-}
-
-/// The fields of a `sink` object, read with errors that name them.
-pub(crate) struct Fields<'a> {
-    pub(crate) map: &'a Map<String, Value>,
-}
-
-pub(crate) fn field(name: &str) -> String {
-    format!("sink.{name}")
-}
-
-impl<'a> Fields<'a> {
-    pub(crate) fn only(&self, allowed: &[&str]) -> Result<(), Invalid> {
-        match self.map.keys().find(|k| k.as_str() != "type" && !allowed.contains(&k.as_str())) {
-            Some(k) => Err(Invalid::new(&field(k), "is not a field of this sink type")),
-            None => Ok(()),
-        }
-    }
-
-    pub(crate) fn string(&self, name: &str, max: usize) -> Result<Option<&'a str>, Invalid> {
-        match self.map.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s.len() > max => {
-                Err(Invalid::new(&field(name), format!("must be at most {max} bytes")))
-            }
-            Some(Value::String(s)) if s.chars().any(char::is_control) => {
-                Err(Invalid::new(&field(name), "must not contain control characters"))
-            }
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(_) => Err(Invalid::new(&field(name), "must be a string")),
-        }
-    }
-
-    pub(crate) fn required(&self, name: &str, max: usize) -> Result<&'a str, Invalid> {
-        match self.string(name, max)? {
-            Some(s) if !s.trim().is_empty() => Ok(s),
-            _ => Err(Invalid::new(&field(name), "is required")),
-        }
-    }
-}
-
-/// Parses a URL and applies the destination rules: allowed schemes, a host, no credentials in
-/// clear (unless `allow_userinfo`), and no private address literal unless private sinks are
-/// allowed. Host names are checked again when they are resolved, at delivery.
-pub(crate) fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_private: bool) -> Result<Url, Invalid> {
-    let f = field(name);
-    let url = Url::parse(raw).map_err(|_| Invalid::new(&f, "must be an absolute URL"))?;
-    if !schemes.contains(&url.scheme()) {
-        return Err(Invalid::new(&f, format!("must use {}", schemes.join(" or "))));
-    }
-    let host = url.host().ok_or_else(|| Invalid::new(&f, "must name a host"))?;
-    if !allow_private {
-        if let Some(why) = literal_ip(&host).and_then(hub_core::netpolicy::restriction) {
-            return Err(Invalid::new(
-                &f,
-                format!("points to a {} address; private destinations are not allowed", why.as_str()),
-            ));
-        }
-        if let url::Host::Domain(d) = host {
-            let d = d.trim_end_matches('.').to_ascii_lowercase();
-            if d == "localhost" || d.ends_with(".localhost") {
-                return Err(Invalid::new(&f, "points to localhost; private destinations are not allowed"));
-            }
-        }
-    }
-    Ok(url)
-}
-
-/// The address a host names literally, however it is written. For `http(s)` the URL parser has
-/// already read `2130706433` or `0x7f.1` as an IPv4 address; for other schemes (`amqp`, `kafka`
-/// brokers) the host is opaque text, which the system resolver would still read as an address,
-/// so it is read here the way an `http` host is.
-pub(crate) fn literal_ip(host: &url::Host<&str>) -> Option<IpAddr> {
-    match host {
-        url::Host::Ipv4(ip) => Some((*ip).into()),
-        url::Host::Ipv6(ip) => Some((*ip).into()),
-        url::Host::Domain(d) => match Url::parse(&format!("http://{d}/")).ok()?.host()? {
-            url::Host::Ipv4(ip) => Some(ip.into()),
-            url::Host::Ipv6(ip) => Some(ip.into()),
-            url::Host::Domain(_) => None,
-        },
     }
 }
 
 /// Stored credentials were given for one destination: they never follow a change of scheme, host
 /// or port to another one. Such a change must carry the credentials again.
 pub fn credentials_follow(stored: &Value, new: &Requested) -> Result<(), Invalid> {
-    let stored = super::Destination::from_stored(stored).map_err(|e| Invalid::new("sink", e))?;
+    let stored = Destination::from_stored(stored).map_err(|e| Invalid::new("sink", e))?;
     if new.credentials != Credentials::Unchanged || stored.credential_origins() == new.typed.credential_origins() {
         return Ok(());
     }
-    let field = if new.kind == SinkKind::Rabbitmq { "sink.url" } else { "sink.credentials" };
     Err(Invalid::new(
-        field,
+        new.typed.credentials_field(),
         "the destination moved to another scheme, host or port: give its credentials again (they are never sent to a new host)",
     ))
 }
 
-/// Parses a `sink` object.
+/// Parses a `sink` object: its type here, the rest by that sink's own `config.rs`.
 pub fn parse(value: &Value, allow_private: bool) -> Result<Requested, Invalid> {
     let map = value.as_object().ok_or_else(|| Invalid::new("sink", "must be an object"))?;
     let fields = Fields { map };
     let kind = match map.get("type") {
-        Some(Value::String(t)) => SinkKind::parse(t)
-            .ok_or_else(|| Invalid::new("sink.type", "must be one of webhook, sqs, rabbitmq, eventbridge, pull"))?,
+        Some(Value::String(t)) => SinkKind::parse(t).ok_or_else(|| {
+            let names: Vec<&str> = SinkKind::ALL.iter().map(|k| k.as_str()).collect();
+            Invalid::new("sink.type", format!("must be one of {}", names.join(", ")))
+        })?,
         _ => return Err(Invalid::new("sink.type", "is required")),
     };
-    match kind {
-        SinkKind::Webhook => crate::webhook::config::validate(&fields, allow_private),
-        SinkKind::Sqs => crate::sqs::config::validate(&fields, allow_private),
-        SinkKind::Eventbridge => crate::eventbridge::config::validate(&fields, allow_private),
-        SinkKind::Rabbitmq => crate::rabbitmq::config::validate(&fields, allow_private),
+    let p = allow_private;
+    let (typed, credentials) = match kind {
+        SinkKind::Webhook => crate::webhook::config::validate(&fields, p).map(|(c, k)| (Destination::Webhook(c), k))?,
+        SinkKind::Sqs => crate::sqs::config::validate(&fields, p).map(|(c, k)| (Destination::Sqs(c), k))?,
+        SinkKind::Eventbridge => {
+            crate::eventbridge::config::validate(&fields, p).map(|(c, k)| (Destination::Eventbridge(c), k))?
+        }
+        SinkKind::Rabbitmq => {
+            crate::rabbitmq::config::validate(&fields, p).map(|(c, k)| (Destination::Rabbitmq(c), k))?
+        }
         SinkKind::Pull => {
             fields.only(&[])?;
-            Requested::typed(json!({"type": "pull"}), Credentials::Unchanged)
+            (Destination::Pull, Credentials::Unchanged)
         }
-    }
+    };
+    Ok(Requested::new(typed, credentials))
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn err(v: Value, private: bool) -> String {

@@ -1,11 +1,9 @@
 //! An EventBridge destination: its configuration, identity and validation.
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::aws::config::{aws_credentials, endpoint, region};
-use crate::destination::request::{Fields, Invalid, Requested};
-use crate::destination::{Origin, SinkConfig, origin};
+use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
 
 /// An EventBridge bus.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,13 +29,16 @@ impl SinkConfig for EventBridgeConfig {
 }
 
 /// Validates an EventBridge `sink` object.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(EventBridgeConfig, Credentials), Invalid> {
     fields.only(&["event_bus", "region", "credentials", "endpoint_url"])?;
     let bus = fields.required("event_bus", 1600)?;
     if !bus.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b)) {
         return Err(Invalid::new("sink.event_bus", "must be an event bus name or ARN"));
     }
-    let mut public = json!({"type": "eventbridge", "event_bus": bus, "region": region(fields)?});
-    endpoint(fields, allow_private, &mut public)?;
-    Requested::typed(public, aws_credentials(fields)?)
+    let config = EventBridgeConfig {
+        event_bus: bus.to_owned(),
+        region: region(fields)?,
+        endpoint_url: endpoint(fields, allow_private)?,
+    };
+    Ok((config, aws_credentials(fields)?))
 }

@@ -3,8 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::destination::request::{Credentials, Fields, Invalid, MAX_URL, Requested, destination_url};
-use crate::destination::{Origin, SinkConfig, origin};
+use crate::fields::{Credentials, Fields, Invalid, MAX_URL, Origin, SinkConfig, destination_url, origin};
 
 /// A RabbitMQ exchange; the URL never holds the password (a credential, kept sealed).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,12 +26,17 @@ impl SinkConfig for RabbitConfig {
     fn credential_origins(&self) -> Vec<Origin> {
         vec![origin(Some(&self.url))]
     }
+
+    /// The password travels in the URL.
+    fn credentials_field(&self) -> &'static str {
+        "sink.url"
+    }
 }
 
 /// The routing-key placeholders a RabbitMQ sink may use.
 pub const ROUTING_PLACEHOLDERS: [&str; 3] = ["{resource}", "{event}", "{source}"];
 
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(RabbitConfig, Credentials), Invalid> {
     fields.only(&["url", "exchange", "routing_key"])?;
     let schemes: &[&str] = if allow_private { &["amqps", "amqp"] } else { &["amqps"] };
     let mut url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
@@ -56,10 +60,8 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<Reque
     if rest.contains('{') || rest.contains('}') {
         return Err(Invalid::new("sink.routing_key", "may only use the placeholders {resource}, {event} and {source}"));
     }
-    Requested::typed(
-        json!({"type": "rabbitmq", "url": url.as_str(), "exchange": exchange, "routing_key": routing_key}),
-        credentials,
-    )
+    let config = RabbitConfig { url: url.into(), exchange: exchange.to_owned(), routing_key: routing_key.to_owned() };
+    Ok((config, credentials))
 }
 
 /// A URL's userinfo part as its owner meant it: percent-decoded (`%2B` is `+`, and `+` stays

@@ -1,11 +1,9 @@
 //! An SQS destination: its configuration, identity and validation.
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use crate::aws::config::{aws_credentials, endpoint, region};
-use crate::destination::request::{Fields, Invalid, MAX_URL, Requested, destination_url};
-use crate::destination::{Origin, SinkConfig, origin};
+use crate::fields::{Credentials, Fields, Invalid, MAX_URL, Origin, SinkConfig, destination_url, origin};
 
 /// An SQS queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,11 +29,11 @@ impl SinkConfig for SqsConfig {
 }
 
 /// Validates an SQS `sink` object.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(SqsConfig, Credentials), Invalid> {
     fields.only(&["queue_url", "region", "credentials", "endpoint_url"])?;
     let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
     let queue = destination_url("queue_url", fields.required("queue_url", MAX_URL)?, schemes, allow_private)?;
-    let mut public = json!({"type": "sqs", "queue_url": queue.as_str(), "region": region(fields)?});
-    endpoint(fields, allow_private, &mut public)?;
-    Requested::typed(public, aws_credentials(fields)?)
+    let config =
+        SqsConfig { queue_url: queue.into(), region: region(fields)?, endpoint_url: endpoint(fields, allow_private)? };
+    Ok((config, aws_credentials(fields)?))
 }

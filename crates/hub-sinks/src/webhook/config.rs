@@ -4,10 +4,9 @@ use std::collections::BTreeMap;
 
 use hub_core::signature::Scheme;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::destination::SinkConfig;
-use crate::destination::request::{Credentials, Fields, Invalid, MAX_URL, Requested, destination_url};
+use crate::fields::{Credentials, Fields, Invalid, MAX_URL, SinkConfig, destination_url};
 
 /// The default request timeout of a webhook.
 pub const DEFAULT_WEBHOOK_TIMEOUT_MS: u64 = 10_000;
@@ -62,7 +61,7 @@ const RESERVED_HEADERS: &[&str] = &[
 ];
 
 /// Validates a webhook `sink` object.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<Requested, Invalid> {
+pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(WebhookConfig, Credentials), Invalid> {
     fields.only(&["url", "headers", "timeout_ms", "signature"])?;
     let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
     let url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
@@ -114,8 +113,5 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<Reque
             Invalid::new("sink.signature", format!("must be one of {}", names.join(", ")))
         })?,
     };
-    Requested::typed(
-        json!({"type": "webhook", "url": url.as_str(), "headers": headers, "timeout_ms": timeout_ms, "signature": signature}),
-        Credentials::Unchanged,
-    )
+    Ok((WebhookConfig { url: url.into(), headers, timeout_ms, signature }, Credentials::Unchanged))
 }
