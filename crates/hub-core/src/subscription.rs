@@ -9,11 +9,25 @@ pub enum SinkKind {
     Sqs,
     Rabbitmq,
     Eventbridge,
+    Kafka,
+    Sns,
+    Kinesis,
+    S3,
     Pull,
 }
 
 impl SinkKind {
-    pub const ALL: [SinkKind; 5] = [Self::Webhook, Self::Sqs, Self::Rabbitmq, Self::Eventbridge, Self::Pull];
+    pub const ALL: [SinkKind; 9] = [
+        Self::Webhook,
+        Self::Sqs,
+        Self::Rabbitmq,
+        Self::Eventbridge,
+        Self::Kafka,
+        Self::Sns,
+        Self::Kinesis,
+        Self::S3,
+        Self::Pull,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -21,6 +35,10 @@ impl SinkKind {
             Self::Sqs => "sqs",
             Self::Rabbitmq => "rabbitmq",
             Self::Eventbridge => "eventbridge",
+            Self::Kafka => "kafka",
+            Self::Sns => "sns",
+            Self::Kinesis => "kinesis",
+            Self::S3 => "s3",
             Self::Pull => "pull",
         }
     }

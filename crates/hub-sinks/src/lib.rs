@@ -5,7 +5,8 @@
 //! decisions). This is the only crate that speaks to destinations. Every sink passes the one
 //! contract harness in `tests/it`.
 //!
-//! One folder per sink (`webhook/`, `sqs/`, `rabbitmq/`, `eventbridge/`) holds its configuration
+//! One folder per sink (`webhook/`, `sqs/`, `rabbitmq/`, `eventbridge/`, `kafka/`, `sns/`,
+//! `kinesis/`, `s3/`) holds its configuration
 //! and validation (`config.rs`) and its [`TypedSink`]; [`Sinks`] (`registry.rs`) is the one
 //! registry, and the rest of the hub holds it as a `&dyn Sink`.
 #![forbid(unsafe_code)]
@@ -16,12 +17,16 @@ pub mod destination;
 pub mod eventbridge;
 pub mod fields;
 pub mod guard;
+pub mod kafka;
+pub mod kinesis;
+pub mod message;
 pub mod rabbitmq;
 pub mod registry;
+pub mod s3;
+pub mod sns;
 pub mod sqs;
 pub mod webhook;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -30,8 +35,13 @@ use uuid::Uuid;
 pub use aws::{AwsCredentials, AwsEndpoint, AwsSettings};
 pub use destination::{Destination, Secrets};
 pub use eventbridge::{EventBridgeSink, EventBridgeTarget};
+pub use kafka::{KafkaSink, KafkaTarget};
+pub use kinesis::{KinesisSink, KinesisTarget};
+pub use message::{Message, attributes, structured};
 pub use rabbitmq::{RabbitSink, RabbitTarget};
 pub use registry::Sinks;
+pub use s3::{S3Sink, S3Target};
+pub use sns::{SnsSink, SnsTarget};
 pub use sqs::{SqsSink, SqsTarget};
 pub use webhook::{WebhookSink, WebhookTarget};
 
@@ -40,42 +50,6 @@ pub const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest part of a destination's response kept with an attempt.
 pub const RESPONSE_CAP: usize = 4096;
-
-/// One event to deliver, with the attempt's identity.
-#[derive(Debug, Clone)]
-pub struct Message<'a> {
-    pub tenant: &'a str,
-    pub subscription_id: Uuid,
-    pub ce_id: Uuid,
-    pub source: &'a str,
-    pub ce_type: &'a str,
-    pub resource_type: &'a str,
-    pub event_type: &'a str,
-    pub time: &'a str,
-    pub schema_version: &'a str,
-    pub subject: Option<&'a str>,
-    /// The body's media type (`ce-datacontenttype`, default `application/json`).
-    pub content_type: &'a str,
-    pub data_schema: Option<&'a str>,
-    pub traceparent: Option<&'a str>,
-    pub tracestate: Option<&'a str>,
-    pub extensions: &'a BTreeMap<String, String>,
-    /// The event's ordering key when its subscription orders by key (SQS FIFO queues group by it).
-    pub ordering_key: Option<&'a str>,
-    /// The body exactly as received.
-    pub payload: &'a [u8],
-    /// 1-based.
-    pub attempt: u32,
-    /// New for every attempt.
-    pub delivery_id: Uuid,
-}
-
-impl Message<'_> {
-    /// The event key `<resourcetype>.<eventtype>`.
-    pub fn event_key(&self) -> String {
-        format!("{}.{}", self.resource_type, self.event_type)
-    }
-}
 
 /// Why an attempt failed, classified for the dispatcher. Never contains a secret.
 #[derive(Debug, Clone, PartialEq, Eq)]

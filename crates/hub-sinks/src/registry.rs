@@ -11,8 +11,8 @@ use hub_core::SinkKind;
 use uuid::Uuid;
 
 use crate::{
-    AwsSettings, Destination, EventBridgeSink, Failure, Message, Outcome, RabbitSink, Secrets, Sink, SqsSink,
-    WebhookSink,
+    AwsSettings, Destination, EventBridgeSink, Failure, KafkaSink, KinesisSink, Message, Outcome, RabbitSink, S3Sink,
+    Secrets, Sink, SnsSink, SqsSink, WebhookSink,
 };
 
 /// Every sink of a process (each pools its connections), by the destination type it serves.
@@ -23,7 +23,7 @@ pub struct Sinks {
 
 impl Sinks {
     /// The sinks of a process. `allow_private`: sinks may connect to private addresses; `aws`:
-    /// how SQS and EventBridge clients get their credentials and endpoint.
+    /// how the AWS sinks' clients get their credentials and endpoint.
     pub fn new(
         allow_private: bool,
         aws_default_credentials: bool,
@@ -33,8 +33,12 @@ impl Sinks {
         let registry: Vec<(SinkKind, Arc<dyn Sink>)> = vec![
             (SinkKind::Webhook, Arc::new(WebhookSink::new(allow_private)?)),
             (SinkKind::Sqs, Arc::new(SqsSink::new(aws.clone()))),
-            (SinkKind::Eventbridge, Arc::new(EventBridgeSink::new(aws))),
+            (SinkKind::Eventbridge, Arc::new(EventBridgeSink::new(aws.clone()))),
             (SinkKind::Rabbitmq, Arc::new(RabbitSink::new(allow_private))),
+            (SinkKind::Kafka, Arc::new(KafkaSink::new(allow_private))),
+            (SinkKind::Sns, Arc::new(SnsSink::new(aws.clone()))),
+            (SinkKind::Kinesis, Arc::new(KinesisSink::new(aws.clone()))),
+            (SinkKind::S3, Arc::new(S3Sink::new(aws))),
         ];
         Ok(Self { registry })
     }

@@ -228,7 +228,7 @@ fn describe() {
     metrics::counter!(metric::JOBS_POISONED).increment(0);
     metrics::counter!(metric::HTTP_REFUSED_CONNECTIONS).increment(0);
     metrics::counter!(metric::DLQ_RECORDS).increment(0);
-    for sink in ["webhook", "sqs", "rabbitmq", "eventbridge"] {
+    for sink in hub_core::SinkKind::ALL.into_iter().filter(|k| k.is_push()).map(|k| k.as_str()) {
         for outcome in ["delivered", "failed"] {
             metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => outcome).increment(0);
         }

@@ -13,9 +13,9 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use crate::{Failure, FailureKind, Message};
+use crate::{Failure, FailureKind};
 
 pub mod config;
 
@@ -191,11 +191,14 @@ impl Configs {
     }
 }
 
-/// Classifies an SDK error by its class and service error code; never includes credentials.
+/// Classifies an SDK error by its class and service error code; never includes credentials. A
+/// service error whose code is in `permanent` (a resource that does not exist, a message the
+/// service can never take) is not retryable.
 pub(crate) fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
     e: &SdkError<E, R>,
     timeout: Duration,
     service: &str,
+    permanent: &[&str],
 ) -> Failure {
     let failure = |kind, reason: String| Failure { retryable: true, kind, reason, status: None, response: None };
     match e {
@@ -220,47 +223,57 @@ pub(crate) fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R:
             ];
             let kind =
                 if auth.iter().any(|a| code.contains(a)) { FailureKind::Unauthorized } else { FailureKind::Refused };
-            failure(kind, format!("{service} refused: {code}: {message}"))
+            let retryable = !permanent.contains(&code.as_str());
+            Failure { retryable, ..failure(kind, format!("{service} refused: {code}: {message}")) }
         }
         SdkError::ResponseError(_) => failure(FailureKind::Refused, format!("{service} sent an unreadable answer")),
         _ => failure(FailureKind::Refused, format!("{service} request could not be built")),
     }
 }
 
-pub(crate) fn b64(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
+/// The attributes SQS and SNS carry natively (both allow 10 message attributes); the rest travel
+/// packed as JSON in the tenth.
+const NATIVE_ATTRIBUTES: [&str; 9] = [
+    "ce-id",
+    "ce-source",
+    "ce-type",
+    "ce-time",
+    "ce-tenantid",
+    "ce-schemaversion",
+    "ce-resourcetype",
+    "ce-eventtype",
+    "traceparent",
+];
 
-/// The CloudEvents attributes of a message as `(header, value)` pairs.
-pub(crate) fn attributes(m: &Message<'_>) -> Vec<(String, String)> {
-    let mut a = vec![
-        ("ce-specversion".to_owned(), "1.0".to_owned()),
-        ("ce-id".to_owned(), m.ce_id.to_string()),
-        ("ce-source".to_owned(), m.source.to_owned()),
-        ("ce-type".to_owned(), m.ce_type.to_owned()),
-        ("ce-time".to_owned(), m.time.to_owned()),
-        ("ce-tenantid".to_owned(), m.tenant.to_owned()),
-        ("ce-schemaversion".to_owned(), m.schema_version.to_owned()),
-        ("ce-resourcetype".to_owned(), m.resource_type.to_owned()),
-        ("ce-eventtype".to_owned(), m.event_type.to_owned()),
-        ("ce-datacontenttype".to_owned(), m.content_type.to_owned()),
-        ("x-lerian-delivery-id".to_owned(), m.delivery_id.to_string()),
-        ("x-lerian-attempt".to_owned(), m.attempt.to_string()),
-    ];
-    let optional = [
-        ("ce-subject", m.subject),
-        ("ce-dataschema", m.data_schema),
-        ("traceparent", m.traceparent),
-        ("tracestate", m.tracestate),
-    ];
-    for (k, v) in optional {
-        if let Some(v) = v {
-            a.push((k.to_owned(), v.to_owned()));
+/// The tenth message attribute of SQS and SNS: every other header, as a JSON object.
+pub const EXTRA_HEADERS: &str = "x-lerian-extra-headers";
+
+/// Packs a message's headers into at most 10 message attributes: the native ones by name, every
+/// other one in [`EXTRA_HEADERS`]. An empty value cannot be a native attribute and travels packed.
+pub(crate) fn packed_attributes(attrs: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut native = Vec::with_capacity(NATIVE_ATTRIBUTES.len() + 1);
+    let mut extra = Map::new();
+    for (k, v) in attrs {
+        if NATIVE_ATTRIBUTES.contains(&k.as_str()) && !v.is_empty() {
+            native.push((k, v));
+        } else {
+            extra.insert(k, Value::String(v));
         }
     }
-    for (name, value) in m.extensions {
-        a.push((format!("ce-{name}"), value.clone()));
+    if !extra.is_empty() {
+        native.push((EXTRA_HEADERS.to_owned(), Value::Object(extra).to_string()));
     }
-    a
+    native
+}
+
+/// A body as SQS and SNS carry it (text): UTF-8 as it is, anything else base64 with
+/// `x-lerian-body-encoding: base64` among the attributes.
+pub(crate) fn text_body(payload: &[u8], attrs: &mut Vec<(String, String)>) -> String {
+    match std::str::from_utf8(payload) {
+        Ok(text) => text.to_owned(),
+        Err(_) => {
+            attrs.push(("x-lerian-body-encoding".to_owned(), "base64".to_owned()));
+            crate::message::b64(payload)
+        }
+    }
 }

@@ -18,7 +18,11 @@ use uuid::Uuid;
 
 pub use crate::eventbridge::config::EventBridgeConfig;
 pub use crate::fields::{Origin, SinkConfig};
+pub use crate::kafka::config::{KafkaConfig, Mechanism, Sasl};
+pub use crate::kinesis::config::KinesisConfig;
 pub use crate::rabbitmq::config::RabbitConfig;
+pub use crate::s3::config::S3Config;
+pub use crate::sns::config::SnsConfig;
 pub use crate::sqs::config::SqsConfig;
 pub use crate::webhook::config::{DEFAULT_WEBHOOK_TIMEOUT_MS, WebhookConfig};
 
@@ -30,7 +34,29 @@ pub enum Destination {
     Sqs(SqsConfig),
     Rabbitmq(RabbitConfig),
     Eventbridge(EventBridgeConfig),
+    Kafka(KafkaConfig),
+    Sns(SnsConfig),
+    Kinesis(KinesisConfig),
+    S3(S3Config),
     Pull,
+}
+
+/// Calls `$body` with the configuration of any push destination as `$c` (a `&dyn`-free way of
+/// reaching each variant's [`SinkConfig`]); `$pull` for a pull destination.
+macro_rules! each_config {
+    ($d:expr, $c:ident => $body:expr, pull => $pull:expr) => {
+        match $d {
+            Destination::Webhook($c) => $body,
+            Destination::Sqs($c) => $body,
+            Destination::Rabbitmq($c) => $body,
+            Destination::Eventbridge($c) => $body,
+            Destination::Kafka($c) => $body,
+            Destination::Sns($c) => $body,
+            Destination::Kinesis($c) => $body,
+            Destination::S3($c) => $body,
+            Destination::Pull => $pull,
+        }
+    };
 }
 
 impl Destination {
@@ -50,19 +76,17 @@ impl Destination {
             Self::Sqs(_) => SinkKind::Sqs,
             Self::Rabbitmq(_) => SinkKind::Rabbitmq,
             Self::Eventbridge(_) => SinkKind::Eventbridge,
+            Self::Kafka(_) => SinkKind::Kafka,
+            Self::Sns(_) => SinkKind::Sns,
+            Self::Kinesis(_) => SinkKind::Kinesis,
+            Self::S3(_) => SinkKind::S3,
             Self::Pull => SinkKind::Pull,
         }
     }
 
     /// [`SinkConfig::key`]; a pull subscription is its own destination (`subscription`).
     pub fn key(&self, subscription: Uuid) -> String {
-        match self {
-            Self::Webhook(c) => c.key(),
-            Self::Sqs(c) => c.key(),
-            Self::Eventbridge(c) => c.key(),
-            Self::Rabbitmq(c) => c.key(),
-            Self::Pull => format!("pull {subscription}"),
-        }
+        each_config!(self, c => c.key(), pull => format!("pull {subscription}"))
     }
 
     /// [`SinkConfig::same_connection`]; destinations of two types never are.
@@ -72,6 +96,10 @@ impl Destination {
             (Self::Sqs(a), Self::Sqs(b)) => a.same_connection(b),
             (Self::Eventbridge(a), Self::Eventbridge(b)) => a.same_connection(b),
             (Self::Rabbitmq(a), Self::Rabbitmq(b)) => a.same_connection(b),
+            (Self::Kafka(a), Self::Kafka(b)) => a.same_connection(b),
+            (Self::Sns(a), Self::Sns(b)) => a.same_connection(b),
+            (Self::Kinesis(a), Self::Kinesis(b)) => a.same_connection(b),
+            (Self::S3(a), Self::S3(b)) => a.same_connection(b),
             (Self::Pull, Self::Pull) => true,
             _ => false,
         }
@@ -79,24 +107,12 @@ impl Destination {
 
     /// [`SinkConfig::credentials_field`]; a pull destination has no credentials.
     pub fn credentials_field(&self) -> &'static str {
-        match self {
-            Self::Webhook(c) => c.credentials_field(),
-            Self::Sqs(c) => c.credentials_field(),
-            Self::Eventbridge(c) => c.credentials_field(),
-            Self::Rabbitmq(c) => c.credentials_field(),
-            Self::Pull => "sink",
-        }
+        each_config!(self, c => c.credentials_field(), pull => "sink")
     }
 
     /// [`SinkConfig::credential_origins`].
     pub fn credential_origins(&self) -> Vec<Origin> {
-        match self {
-            Self::Webhook(c) => c.credential_origins(),
-            Self::Sqs(c) => c.credential_origins(),
-            Self::Eventbridge(c) => c.credential_origins(),
-            Self::Rabbitmq(c) => c.credential_origins(),
-            Self::Pull => Vec::new(),
-        }
+        each_config!(self, c => c.credential_origins(), pull => Vec::new())
     }
 }
 

@@ -74,6 +74,10 @@ pub fn parse(value: &Value, allow_private: bool) -> Result<Requested, Invalid> {
         SinkKind::Rabbitmq => {
             crate::rabbitmq::config::validate(&fields, p).map(|(c, k)| (Destination::Rabbitmq(c), k))?
         }
+        SinkKind::Kafka => crate::kafka::config::validate(&fields, p).map(|(c, k)| (Destination::Kafka(c), k))?,
+        SinkKind::Sns => crate::sns::config::validate(&fields, p).map(|(c, k)| (Destination::Sns(c), k))?,
+        SinkKind::Kinesis => crate::kinesis::config::validate(&fields, p).map(|(c, k)| (Destination::Kinesis(c), k))?,
+        SinkKind::S3 => crate::s3::config::validate(&fields, p).map(|(c, k)| (Destination::S3(c), k))?,
         SinkKind::Pull => {
             fields.only(&[])?;
             (Destination::Pull, Credentials::Unchanged)

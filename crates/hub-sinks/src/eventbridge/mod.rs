@@ -6,12 +6,12 @@ pub mod config;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Clients, attributes, b64, classify};
+use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
 use crate::destination::{Destination, Secrets};
-use crate::{Failure, FailureKind, Message, Outcome, TypedSink};
+use crate::{Failure, FailureKind, Message, Outcome, TypedSink, structured};
 
 /// An EventBridge bus.
 #[derive(Debug, Clone)]
@@ -25,27 +25,6 @@ pub struct EventBridgeTarget {
 #[derive(Debug)]
 pub struct EventBridgeSink {
     clients: Clients<aws_sdk_eventbridge::Client>,
-}
-
-/// The CloudEvent in structured JSON form: attributes plus `data` (or `data_base64`).
-pub fn structured(m: &Message<'_>) -> Value {
-    let mut doc = Map::new();
-    for (k, v) in attributes(m) {
-        if let Some(name) = k.strip_prefix("ce-") {
-            doc.insert(name.to_owned(), Value::String(v));
-        } else if k == "traceparent" || k == "tracestate" {
-            doc.insert(k, Value::String(v));
-        }
-    }
-    let json_data = hub_core::envelope::is_json_media_type(m.content_type)
-        .then(|| serde_json::from_slice::<Value>(m.payload).ok())
-        .flatten();
-    match (json_data, std::str::from_utf8(m.payload)) {
-        (Some(data), _) => doc.insert("data".to_owned(), data),
-        (None, Ok(text)) => doc.insert("data".to_owned(), Value::String(text.to_owned())),
-        (None, Err(_)) => doc.insert("data_base64".to_owned(), Value::String(b64(m.payload))),
-    };
-    Value::Object(doc)
 }
 
 impl EventBridgeSink {
@@ -80,7 +59,7 @@ impl EventBridgeSink {
             .entries(entry.build())
             .send()
             .await
-            .map_err(|e| classify(&e, target.endpoint.timeout, "EventBridge"))?;
+            .map_err(|e| classify(&e, target.endpoint.timeout, "EventBridge", &[]))?;
         if out.failed_entry_count() > 0 {
             let entry = out.entries().first();
             let code = entry.and_then(|e| e.error_code()).unwrap_or("Unknown");

@@ -6,27 +6,15 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Clients, attributes, b64, classify};
+use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify, packed_attributes, text_body};
 use crate::destination::{Destination, Secrets};
-use crate::{Failure, Message, Outcome, TypedSink};
+use crate::{Failure, Message, Outcome, TypedSink, attributes};
 
-/// The attributes SQS carries natively (it allows 10); the rest travel packed as JSON.
-const SQS_NATIVE: [&str; 9] = [
-    "ce-id",
-    "ce-source",
-    "ce-type",
-    "ce-time",
-    "ce-tenantid",
-    "ce-schemaversion",
-    "ce-resourcetype",
-    "ce-eventtype",
-    "traceparent",
-];
 /// The tenth attribute: every other header, as a JSON object.
-pub const SQS_EXTRA_HEADERS: &str = "x-lerian-extra-headers";
+pub const SQS_EXTRA_HEADERS: &str = crate::aws::EXTRA_HEADERS;
 
 /// An SQS queue.
 #[derive(Debug, Clone)]
@@ -60,33 +48,19 @@ impl SqsSink {
     ) -> Result<(), Failure> {
         use aws_sdk_sqs::types::MessageAttributeValue;
         let client = self.client(&target.endpoint).await?;
-        let mut native = HashMap::new();
-        let mut extra = Map::new();
-        for (k, v) in attrs {
-            if SQS_NATIVE.contains(&k.as_str()) && !v.is_empty() {
-                let value = MessageAttributeValue::builder().data_type("String").string_value(v).build();
-                if let Ok(value) = value {
-                    native.insert(k, value);
-                }
-            } else {
-                extra.insert(k, Value::String(v));
-            }
-        }
-        if !extra.is_empty() {
-            let packed = MessageAttributeValue::builder()
-                .data_type("String")
-                .string_value(Value::Object(extra).to_string())
-                .build();
-            if let Ok(packed) = packed {
-                native.insert(SQS_EXTRA_HEADERS.to_owned(), packed);
-            }
-        }
+        let native = packed_attributes(attrs)
+            .into_iter()
+            .filter_map(|(k, v)| {
+                let value = MessageAttributeValue::builder().data_type("String").string_value(v).build().ok()?;
+                Some((k, value))
+            })
+            .collect::<HashMap<_, _>>();
         let mut request =
             client.send_message().queue_url(&target.queue_url).message_body(body).set_message_attributes(Some(native));
         if target.queue_url.ends_with(".fifo") {
             request = request.message_group_id(group).message_deduplication_id(dedup);
         }
-        request.send().await.map(|_| ()).map_err(|e| classify(&e, target.endpoint.timeout, "SQS"))
+        request.send().await.map(|_| ()).map_err(|e| classify(&e, target.endpoint.timeout, "SQS", &[]))
     }
 }
 
@@ -108,13 +82,7 @@ impl TypedSink for SqsSink {
 
     async fn attempt(&self, target: &SqsTarget, m: &Message<'_>) -> Outcome {
         let mut attrs = attributes(m);
-        let body = match std::str::from_utf8(m.payload) {
-            Ok(text) => text.to_owned(),
-            Err(_) => {
-                attrs.push(("x-lerian-body-encoding".to_owned(), "base64".to_owned()));
-                b64(m.payload)
-            }
-        };
+        let body = text_body(m.payload, &mut attrs);
         // A FIFO queue keeps order per message group: the ordering key's, else the tenant's.
         let group = m.ordering_key.unwrap_or(m.tenant);
         match self.send(target, body, attrs, group, &m.ce_id.to_string()).await {

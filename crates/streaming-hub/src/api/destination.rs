@@ -38,6 +38,10 @@ pub mod schema {
         Sqs(SqsSink),
         Rabbitmq(RabbitmqSink),
         Eventbridge(EventbridgeSink),
+        Kafka(KafkaSink),
+        Sns(SnsSink),
+        Kinesis(KinesisSink),
+        S3(S3Sink),
         Pull(PullSink),
     }
 
@@ -110,6 +114,93 @@ pub mod schema {
     pub struct EventbridgeSink {
         /// A bus name or ARN.
         pub event_bus: String,
+        pub region: String,
+        pub endpoint_url: Option<String>,
+        pub credentials: Option<AwsCredentials>,
+    }
+
+    /// A topic of the tenant's own Kafka cluster, written with the CloudEvents Kafka binding in
+    /// binary mode (`ce_*` headers, the body as the value, `content-type`); the record key is the
+    /// `partitionkey`, else the `subject`, else the tenant. Acknowledged by every in-sync replica,
+    /// through an idempotent producer.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"type": "kafka", "brokers": "kafka-1.example.com:9093,kafka-2.example.com:9093", "topic": "lerian.events", "tls": true, "sasl": {"mechanism": "SCRAM-SHA-512", "username": "hub", "password": "secret"}}))]
+    #[allow(dead_code)]
+    pub struct KafkaSink {
+        /// Bootstrap brokers, `host:port`, comma-separated (at most 16).
+        pub brokers: String,
+        /// 1 to 249 letters, digits, `.`, `_` and `-`; it must exist (it is never created).
+        #[schema(min_length = 1, max_length = 249, pattern = "^[A-Za-z0-9._-]+$")]
+        pub topic: String,
+        /// TLS to every broker (required with `sasl` unless private sinks are allowed).
+        pub tls: Option<bool>,
+        /// `null` removes the login on `PATCH`; omitted keeps it.
+        pub sasl: Option<KafkaSasl>,
+    }
+
+    /// A SASL login; the password is sealed at rest and never shown.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[allow(dead_code)]
+    pub struct KafkaSasl {
+        pub mechanism: KafkaMechanism,
+        #[schema(min_length = 1, max_length = 255)]
+        pub username: String,
+        /// Omitted on `PATCH` keeps the stored one.
+        pub password: Option<String>,
+    }
+
+    /// A SASL mechanism.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[allow(dead_code)]
+    pub enum KafkaMechanism {
+        #[serde(rename = "PLAIN")]
+        Plain,
+        #[serde(rename = "SCRAM-SHA-256")]
+        ScramSha256,
+        #[serde(rename = "SCRAM-SHA-512")]
+        ScramSha512,
+    }
+
+    /// An SNS topic: the body is the message, the `ce-*` attributes message attributes (as for
+    /// SQS); FIFO topics get a message group (the ordering key, else the tenant) and deduplication
+    /// id (the event id).
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:123456789012:lerian-events", "region": "us-east-1"}))]
+    #[allow(dead_code)]
+    pub struct SnsSink {
+        /// In the region given.
+        pub topic_arn: String,
+        pub region: String,
+        pub endpoint_url: Option<String>,
+        pub credentials: Option<AwsCredentials>,
+    }
+
+    /// A Kinesis data stream: each event one record, the CloudEvent in structured JSON, its
+    /// partition key the ordering key, else the tenant.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"type": "kinesis", "stream_name": "lerian-events", "region": "us-east-1"}))]
+    #[allow(dead_code)]
+    pub struct KinesisSink {
+        #[schema(min_length = 1, max_length = 128, pattern = "^[A-Za-z0-9._-]+$")]
+        pub stream_name: String,
+        pub region: String,
+        pub endpoint_url: Option<String>,
+        pub credentials: Option<AwsCredentials>,
+    }
+
+    /// An S3 bucket: each event one object,
+    /// `<prefix><tenant>/<resourcetype>.<eventtype>/<yyyy>/<mm>/<dd>/<ce-id>.json` (the event's
+    /// day in UTC), the CloudEvent in structured JSON (`application/cloudevents+json`); a repeated
+    /// delivery overwrites the same object.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"type": "s3", "bucket": "lerian-archive", "prefix": "events/", "region": "us-east-1"}))]
+    #[allow(dead_code)]
+    pub struct S3Sink {
+        #[schema(min_length = 3, max_length = 63)]
+        pub bucket: String,
+        /// At most 512 bytes, not beginning with `/`; default empty.
+        #[schema(max_length = 512)]
+        pub prefix: Option<String>,
         pub region: String,
         pub endpoint_url: Option<String>,
         pub credentials: Option<AwsCredentials>,

@@ -97,14 +97,24 @@ async fn the_document_is_fit_for_client_generators() {
 
     let schemas = &doc["components"]["schemas"];
     let key = hub.tenant_key("t1").await;
-    for sink in ["WebhookSink", "SqsSink", "RabbitmqSink", "EventbridgeSink", "PullSink"] {
+    for sink in [
+        "WebhookSink",
+        "SqsSink",
+        "RabbitmqSink",
+        "EventbridgeSink",
+        "KafkaSink",
+        "SnsSink",
+        "KinesisSink",
+        "S3Sink",
+        "PullSink",
+    ] {
         let example = &schemas[sink]["example"];
         assert!(example.is_object(), "{sink} has no example");
         let body = serde_json::json!({"name": sink, "event_types": ["*.*"], "sink": example});
         let (status, answer) = hub.post_json(&key, "/v1/subscriptions", &body).await;
         assert_eq!(status, StatusCode::CREATED, "{sink}'s example is refused: {answer}");
     }
-    assert!(schemas["Sink"]["oneOf"].as_array().is_some_and(|v| v.len() == 5), "{}", schemas["Sink"]);
+    assert!(schemas["Sink"]["oneOf"].as_array().is_some_and(|v| v.len() == 9), "{}", schemas["Sink"]);
 
     for (hook, signature) in [("delivery", "X-Webhook-Signature"), ("standardWebhooksDelivery", "webhook-signature")] {
         let params = doc["webhooks"][hook]["post"]["parameters"].as_array().unwrap_or_else(|| panic!("webhook {hook}"));

@@ -1,0 +1,45 @@
+//! A Kinesis destination: its configuration, identity and validation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::aws::config::{aws_credentials, endpoint, region};
+use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
+
+/// A Kinesis data stream.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KinesisConfig {
+    pub stream_name: String,
+    pub region: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_url: Option<String>,
+}
+
+impl SinkConfig for KinesisConfig {
+    fn key(&self) -> String {
+        format!("kinesis {} {}", self.region, self.stream_name)
+    }
+
+    fn same_connection(&self, other: &Self) -> bool {
+        (&self.stream_name, &self.region, &self.endpoint_url)
+            == (&other.stream_name, &other.region, &other.endpoint_url)
+    }
+
+    fn credential_origins(&self) -> Vec<Origin> {
+        vec![origin(self.endpoint_url.as_deref())]
+    }
+}
+
+/// Validates a Kinesis `sink` object (a stream name: 1–128 of letters, digits, `_`, `.`, `-`).
+pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(KinesisConfig, Credentials), Invalid> {
+    fields.only(&["stream_name", "region", "credentials", "endpoint_url"])?;
+    let name = fields.required("stream_name", 128)?;
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
+        return Err(Invalid::new("sink.stream_name", "may contain letters, digits, '_', '.' and '-'"));
+    }
+    let config = KinesisConfig {
+        stream_name: name.to_owned(),
+        region: region(fields)?,
+        endpoint_url: endpoint(fields, allow_private)?,
+    };
+    Ok((config, aws_credentials(fields)?))
+}

@@ -1,0 +1,66 @@
+//! An S3 destination: its configuration, identity and validation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::aws::config::{aws_credentials, endpoint, region};
+use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
+
+/// An S3 bucket, with the prefix every object key starts with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct S3Config {
+    pub bucket: String,
+    #[serde(default)]
+    pub prefix: String,
+    pub region: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_url: Option<String>,
+}
+
+impl SinkConfig for S3Config {
+    fn key(&self) -> String {
+        format!("s3 {} {}", self.region, self.bucket)
+    }
+
+    fn same_connection(&self, other: &Self) -> bool {
+        (&self.bucket, &self.region, &self.endpoint_url) == (&other.bucket, &other.region, &other.endpoint_url)
+    }
+
+    fn credential_origins(&self) -> Vec<Origin> {
+        vec![origin(self.endpoint_url.as_deref())]
+    }
+}
+
+/// The longest prefix: object keys are at most 1 024 bytes, and the rest of one needs room.
+pub const MAX_PREFIX: usize = 512;
+
+/// Validates an S3 `sink` object: a bucket name as S3 allows them (3–63 of lower-case letters,
+/// digits, `.` and `-`, beginning and ending with a letter or digit, not an IP address) and a
+/// prefix of printable characters that does not begin with `/`.
+pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(S3Config, Credentials), Invalid> {
+    fields.only(&["bucket", "prefix", "region", "credentials", "endpoint_url"])?;
+    let bucket = fields.required("bucket", 63)?;
+    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    let valid = bucket.len() >= 3
+        && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && edge(bucket.as_bytes().first())
+        && edge(bucket.as_bytes().last())
+        && !bucket.contains("..")
+        && bucket.parse::<std::net::Ipv4Addr>().is_err();
+    if !valid {
+        return Err(Invalid::new(
+            "sink.bucket",
+            "must be an S3 bucket name: 3 to 63 lower-case letters, digits, '.' and '-', beginning and ending with a letter or digit",
+        ));
+    }
+    let prefix = fields.string("prefix", MAX_PREFIX)?.unwrap_or_default();
+    if prefix.starts_with('/') {
+        return Err(Invalid::new("sink.prefix", "must not begin with '/'"));
+    }
+    let config = S3Config {
+        bucket: bucket.to_owned(),
+        prefix: prefix.to_owned(),
+        region: region(fields)?,
+        endpoint_url: endpoint(fields, allow_private)?,
+    };
+    Ok((config, aws_credentials(fields)?))
+}
