@@ -15,6 +15,10 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 #[derive(Debug)]
 pub struct Broker {
     pub brokers: String,
+    /// A second listener of an Apache Kafka broker started here, `SASL_PLAINTEXT`, taking
+    /// `PLAIN`, `SCRAM-SHA-256` and `SCRAM-SHA-512` logins of [`SASL_USER`] with
+    /// [`SASL_PASSWORD`].
+    pub sasl_brokers: Option<String>,
     process: Option<BrokerProcess>,
 }
 
@@ -83,6 +87,11 @@ pub fn kafka_home() -> PathBuf {
     cache_dir().join("kafka").join(KAFKA_VERSION)
 }
 
+/// The user the SASL listener knows, with every mechanism.
+pub const SASL_USER: &str = "hub";
+/// That user's password.
+pub const SASL_PASSWORD: &str = "hub-sasl-secret";
+
 /// A local port nothing listens on now.
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -91,7 +100,7 @@ fn free_port() -> anyhow::Result<u16> {
 impl Broker {
     pub async fn start() -> anyhow::Result<Self> {
         if let Ok(brokers) = std::env::var("STREAMING_HUB_BENCH_KAFKA_BROKERS") {
-            return Ok(Self { brokers, process: None });
+            return Ok(Self { brokers, sasl_brokers: None, process: None });
         }
         let home = kafka_home();
         if home.join("lib").is_dir() {
@@ -122,7 +131,7 @@ impl Broker {
     pub async fn apache(home: &Path, quick: bool) -> anyhow::Result<Self> {
         let lib = home.join("lib");
         anyhow::ensure!(lib.is_dir(), "no Apache Kafka jars under {} (`scripts/services kafka`)", lib.display());
-        let (port, controller) = (free_port()?, free_port()?);
+        let (port, controller, sasl) = (free_port()?, free_port()?, free_port()?);
         let dir = std::env::temp_dir().join(format!("streaming-hub-kafka-{}", uuid::Uuid::now_v7().simple()));
         std::fs::create_dir_all(dir.join("data"))?;
         let properties = dir.join("server.properties");
@@ -132,11 +141,15 @@ impl Broker {
                 "process.roles=broker,controller\n\
                  node.id=1\n\
                  controller.quorum.voters=1@127.0.0.1:{controller}\n\
-                 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
-                 advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+                 listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl},CONTROLLER://127.0.0.1:{controller}\n\
+                 advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl}\n\
                  controller.listener.names=CONTROLLER\n\
                  inter.broker.listener.name=PLAINTEXT\n\
-                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n\
+                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT\n\
+                 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n\
+                 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_{user}=\"{password}\";\n\
+                 listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
+                 listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
                  log.dirs={data}\n\
                  offsets.topic.replication.factor=1\n\
                  offsets.topic.num.partitions=4\n\
@@ -148,7 +161,9 @@ impl Broker {
                  auto.create.topics.enable=false\n\
                  num.network.threads=2\n\
                  num.io.threads=2\n",
-                data = dir.join("data").display()
+                data = dir.join("data").display(),
+                user = SASL_USER,
+                password = SASL_PASSWORD,
             ),
         )?;
         let classpath = format!("{}/*", lib.display());
@@ -162,6 +177,8 @@ impl Broker {
             .args(["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", &classpath, "kafka.tools.StorageTool", "format"])
             .args(["-t", &cluster, "-c"])
             .arg(&properties)
+            .args(["--add-scram", &format!("SCRAM-SHA-256=[name={SASL_USER},password={SASL_PASSWORD}]")])
+            .args(["--add-scram", &format!("SCRAM-SHA-512=[name={SASL_USER},password={SASL_PASSWORD}]")])
             .stdout(log("format.log")?)
             .stderr(log("format.err")?)
             .spawn()
@@ -175,6 +192,7 @@ impl Broker {
         let child = spawn_kafka(&dir, home, quick)?;
         let broker = Self {
             brokers: format!("127.0.0.1:{port}"),
+            sasl_brokers: Some(format!("127.0.0.1:{sasl}")),
             process: Some(BrokerProcess::Kafka { child, dir: dir.clone(), home: home.to_owned() }),
         };
         broker.ready(&dir).await?;
@@ -240,7 +258,11 @@ impl Broker {
             .stderr(std::process::Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let broker = Self { brokers: format!("127.0.0.1:{port}"), process: Some(BrokerProcess::Tansu(child)) };
+        let broker = Self {
+            brokers: format!("127.0.0.1:{port}"),
+            sasl_brokers: None,
+            process: Some(BrokerProcess::Tansu(child)),
+        };
         let deadline = Instant::now() + Duration::from_secs(10);
         while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
             anyhow::ensure!(Instant::now() < deadline, "tansu did not start");

@@ -180,9 +180,17 @@ impl State {
         if let Some(p) = self.producer {
             return Ok(p);
         }
-        let answer = self.any_call(protocol::INIT_PRODUCER_ID, &protocol::init_producer_id()).await?;
-        let (error, id, epoch) = protocol::init_producer_id_response(&answer)
-            .map_err(|e| failure(true, FailureKind::Refused, e.to_string()))?;
+        // A cluster that is still starting answers "loading" or "not available" for a moment.
+        let deadline = Instant::now() + self.dialer.timeout;
+        let (error, id, epoch) = loop {
+            let answer = self.any_call(protocol::INIT_PRODUCER_ID, &protocol::init_producer_id()).await?;
+            let answer = protocol::init_producer_id_response(&answer)
+                .map_err(|e| failure(true, FailureKind::Refused, e.to_string()))?;
+            if !code::COORDINATOR_NOT_READY.contains(&answer.0) || Instant::now() >= deadline {
+                break answer;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         match error {
             code::NONE => {}
             code::CLUSTER_AUTHORIZATION_FAILED => {

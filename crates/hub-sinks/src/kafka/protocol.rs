@@ -29,6 +29,8 @@ pub mod code {
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const LEADER_NOT_AVAILABLE: i16 = 5;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
+    /// `COORDINATOR_LOAD_IN_PROGRESS`, `COORDINATOR_NOT_AVAILABLE`, `NOT_COORDINATOR`: ask again.
+    pub const COORDINATOR_NOT_READY: [i16; 3] = [14, 15, 16];
     pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const RECORD_LIST_TOO_LARGE: i16 = 18;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
@@ -62,6 +64,9 @@ pub fn name(code: i16) -> String {
         code::LEADER_NOT_AVAILABLE => "LEADER_NOT_AVAILABLE",
         code::NOT_LEADER_OR_FOLLOWER => "NOT_LEADER_OR_FOLLOWER",
         7 => "REQUEST_TIMED_OUT",
+        14 => "COORDINATOR_LOAD_IN_PROGRESS",
+        15 => "COORDINATOR_NOT_AVAILABLE",
+        16 => "NOT_COORDINATOR",
         code::MESSAGE_TOO_LARGE => "MESSAGE_TOO_LARGE",
         code::INVALID_TOPIC_EXCEPTION => "INVALID_TOPIC_EXCEPTION",
         code::RECORD_LIST_TOO_LARGE => "RECORD_LIST_TOO_LARGE",

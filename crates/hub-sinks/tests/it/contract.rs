@@ -32,6 +32,11 @@ pub trait Fixture {
     fn exact_body(&self) -> bool {
         true
     }
+    /// True where the refusing destination is one that cannot be fixed by retrying (a topic,
+    /// stream or bucket that does not exist): the failure is then not retryable.
+    fn refusal_is_permanent(&self) -> bool {
+        false
+    }
 }
 
 pub fn message<'a>(payload: &'a [u8], extensions: &'a BTreeMap<String, String>, id: Uuid) -> Message<'a> {
@@ -97,7 +102,8 @@ pub async fn run<F: Fixture>(fixture: &F) {
         match &outcome {
             Outcome::Failed(f) => {
                 assert_eq!(f.kind, kind, "{case:?}: {f:?}");
-                assert!(f.retryable, "{case:?}: a failed delivery is retried");
+                let permanent = case == Case::Refusing && fixture.refusal_is_permanent();
+                assert_eq!(f.retryable, !permanent, "{case:?}: {f:?}");
                 assert!(!f.reason.is_empty());
             }
             other => panic!("{case:?}: expected a failure, got {other:?}"),

@@ -3,6 +3,7 @@
 
 mod aws;
 mod contract;
+mod kafka;
 mod rabbitmq;
 mod receiver;
 mod ssrf;

@@ -92,3 +92,9 @@ async fn handle(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -
         Behaviour::Large(n) => (StatusCode::OK, "x".repeat(*n)).into_response(),
     }
 }
+
+/// `127.0.0.1:<port>` where nothing listens now.
+pub fn closed_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    format!("127.0.0.1:{port}")
+}
