@@ -179,6 +179,12 @@ mod tests {
                        "endpoint_url": format!("https://{host}/")}),
                 json!({"type": "eventbridge", "event_bus": "b", "region": "us-east-1",
                        "endpoint_url": format!("https://{host}/")}),
+                json!({"type": "kafka", "brokers": format!("{}:9092", host.trim_start_matches("user@")), "topic": "t"}),
+                json!({"type": "kafka", "brokers": format!("kafka.example.com:9092,{}:9093", host.trim_start_matches("user@")), "topic": "t"}),
+                json!({"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:123456789012:t", "region": "us-east-1",
+                       "endpoint_url": format!("https://{host}/")}),
+                json!({"type": "kinesis", "stream_name": "s", "region": "us-east-1", "endpoint_url": format!("https://{host}/")}),
+                json!({"type": "s3", "bucket": "bkt", "region": "us-east-1", "endpoint_url": format!("https://{host}/")}),
             ];
             for sink in sinks {
                 let refused = err(sink.clone(), false);
@@ -214,6 +220,81 @@ mod tests {
         )
         .expect("valid");
         assert_eq!(cleared.credentials, Credentials::Cleared);
+    }
+
+    #[test]
+    fn kafka_rules_and_its_password_is_a_credential() {
+        let d = parse(
+            &json!({"type": "kafka", "brokers": "k1.example.com:9093, k2.example.com:9093", "topic": "lerian.events",
+                    "tls": true, "sasl": {"mechanism": "SCRAM-SHA-512", "username": "hub", "password": "s3cret"}}),
+            false,
+        )
+        .expect("valid");
+        assert_eq!(d.public["brokers"], "k1.example.com:9093,k2.example.com:9093");
+        assert_eq!(d.public["sasl"], json!({"mechanism": "SCRAM-SHA-512", "username": "hub"}));
+        assert!(!d.public.to_string().contains("s3cret"));
+        assert_eq!(d.credentials, Credentials::Set(json!({"password": "s3cret"})));
+        let kafka = |extra: Value| {
+            let mut v = json!({"type": "kafka", "brokers": "k.example.com:9092", "topic": "t"});
+            v.as_object_mut().expect("object").extend(extra.as_object().expect("object").clone());
+            err(v, false)
+        };
+        assert!(kafka(json!({"brokers": "k.example.com"})).starts_with("sink.brokers[0]: must be host:port"));
+        assert!(kafka(json!({"brokers": "k.example.com:0"})).starts_with("sink.brokers[0]"));
+        assert!(kafka(json!({"brokers": "a.example.com:1,:9092"})).starts_with("sink.brokers[1]"));
+        assert!(kafka(json!({"topic": "a b"})).starts_with("sink.topic"));
+        assert!(kafka(json!({"topic": ".."})).starts_with("sink.topic"));
+        assert!(kafka(json!({"tls": "yes"})).starts_with("sink.tls"));
+        assert!(kafka(json!({"sasl": {"mechanism": "GSSAPI", "username": "u"}})).starts_with("sink.sasl.mechanism"));
+        assert!(kafka(json!({"sasl": {"mechanism": "PLAIN"}})).starts_with("sink.sasl.username"));
+        assert!(
+            kafka(json!({"sasl": {"mechanism": "PLAIN", "username": "u", "password": "p"}})).starts_with("sink.tls"),
+            "a password is never sent in clear"
+        );
+        let many: Vec<String> = (0..17).map(|i| format!("k{i}.example.com:9092")).collect();
+        assert!(kafka(json!({"brokers": many.join(",")})).starts_with("sink.brokers"));
+        let cleared =
+            parse(&json!({"type": "kafka", "brokers": "k.example.com:9092", "topic": "t", "sasl": null}), false)
+                .expect("valid");
+        assert_eq!(cleared.credentials, Credentials::Cleared);
+    }
+
+    #[test]
+    fn aws_sink_names_are_checked() {
+        let ok = |v: Value| parse(&v, false).unwrap_or_else(|e| panic!("{v}: {e}"));
+        ok(
+            json!({"type": "sns", "topic_arn": "arn:aws:sns:eu-west-1:123456789012:events.fifo", "region": "eu-west-1"}),
+        );
+        ok(json!({"type": "kinesis", "stream_name": "lerian.events-1", "region": "us-east-1"}));
+        let s3 = ok(json!({"type": "s3", "bucket": "lerian-archive", "region": "us-east-1"}));
+        assert_eq!(s3.public["prefix"], "", "no prefix by default");
+        for (sink, field) in [
+            (
+                json!({"type": "sns", "topic_arn": "arn:aws:sqs:us-east-1:123456789012:q", "region": "us-east-1"}),
+                "sink.topic_arn",
+            ),
+            (
+                json!({"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:123456789012:events", "region": "eu-west-1"}),
+                "sink.topic_arn",
+            ),
+            (
+                json!({"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:1234:events", "region": "us-east-1"}),
+                "sink.topic_arn",
+            ),
+            (json!({"type": "sns", "region": "us-east-1"}), "sink.topic_arn"),
+            (json!({"type": "kinesis", "stream_name": "a/b", "region": "us-east-1"}), "sink.stream_name"),
+            (json!({"type": "kinesis", "stream_name": "s"}), "sink.region"),
+            (json!({"type": "s3", "bucket": "Upper", "region": "us-east-1"}), "sink.bucket"),
+            (json!({"type": "s3", "bucket": "ab", "region": "us-east-1"}), "sink.bucket"),
+            (json!({"type": "s3", "bucket": "10.0.0.1", "region": "us-east-1"}), "sink.bucket"),
+            (json!({"type": "s3", "bucket": "-bucket", "region": "us-east-1"}), "sink.bucket"),
+            (json!({"type": "s3", "bucket": "bkt", "prefix": "/abs", "region": "us-east-1"}), "sink.prefix"),
+            (json!({"type": "s3", "bucket": "bkt", "prefix": "a\nb", "region": "us-east-1"}), "sink.prefix"),
+            (json!({"type": "s3", "bucket": "bkt", "region": "us-east-1", "queue_url": "x"}), "sink.queue_url"),
+        ] {
+            let e = err(sink.clone(), false);
+            assert!(e.starts_with(field), "{sink}: {e}");
+        }
     }
 
     #[test]

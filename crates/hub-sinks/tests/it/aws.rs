@@ -1,5 +1,6 @@
-//! The SQS and EventBridge sinks against a local AWS API emulator (moto, which `scripts/test`
-//! starts). EventBridge is observed through a rule that targets an SQS queue.
+//! The SQS and EventBridge sinks (and what the other AWS sinks' tests share) against a local AWS
+//! API emulator (moto, which `scripts/test` starts). EventBridge is observed through a rule that
+//! targets an SQS queue.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -14,13 +15,13 @@ use uuid::Uuid;
 
 use crate::contract::{self, Case, Fixture, message};
 
-const SECRET: &str = "test-secret-access-key-9f8e7d";
+pub const SECRET: &str = "test-secret-access-key-9f8e7d";
 
 pub fn aws_endpoint() -> String {
     std::env::var("STREAMING_HUB_TEST_AWS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:5000".to_owned())
 }
 
-fn credentials() -> AwsCredentials {
+pub fn credentials() -> AwsCredentials {
     AwsCredentials {
         access_key_id: "AKIAIOSFODNN7EXAMPLE".into(),
         secret_access_key: SECRET.into(),
@@ -28,7 +29,7 @@ fn credentials() -> AwsCredentials {
     }
 }
 
-fn endpoint(url: &str, creds: Option<AwsCredentials>, timeout: Duration) -> AwsEndpoint {
+pub fn endpoint(url: &str, creds: Option<AwsCredentials>, timeout: Duration) -> AwsEndpoint {
     AwsEndpoint {
         region: "us-east-1".into(),
         endpoint_url: Some(url.to_owned()),
@@ -38,7 +39,7 @@ fn endpoint(url: &str, creds: Option<AwsCredentials>, timeout: Duration) -> AwsE
     }
 }
 
-async fn sdk() -> aws_config::SdkConfig {
+pub async fn sdk() -> aws_config::SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .endpoint_url(aws_endpoint())
@@ -54,7 +55,7 @@ async fn sdk() -> aws_config::SdkConfig {
 }
 
 /// A closed port (unreachable) and a server that accepts and never answers (slow).
-async fn dead_endpoints() -> (String, String) {
+pub async fn dead_endpoints() -> (String, String) {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -119,7 +120,7 @@ impl Queue {
     }
 }
 
-fn attribute(m: &aws_sdk_sqs::types::Message, name: &str) -> Option<String> {
+pub fn attribute(m: &aws_sdk_sqs::types::Message, name: &str) -> Option<String> {
     m.message_attributes().and_then(|a| a.get(name)).and_then(|v| v.string_value().map(str::to_owned))
 }
 

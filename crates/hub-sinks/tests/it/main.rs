@@ -4,7 +4,10 @@
 mod aws;
 mod contract;
 mod kafka;
+mod kinesis;
 mod rabbitmq;
 mod receiver;
+mod s3;
+mod sns;
 mod ssrf;
 mod webhook;
