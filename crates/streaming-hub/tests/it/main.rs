@@ -9,6 +9,7 @@ mod crash;
 mod delivery;
 mod ingest;
 mod kafka;
+mod kafka_sink;
 mod kafka_support;
 mod limits;
 mod openapi;
