@@ -40,6 +40,13 @@ impl Message<'_> {
     pub fn event_key(&self) -> String {
         format!("{}.{}", self.resource_type, self.event_type)
     }
+
+    /// What keys the event in a partitioned stream (a Kafka record, a Kinesis partition key):
+    /// its `partitionkey`, else its `subject`, else the tenant, whether or not its subscription
+    /// orders by key, so one key's events share a partition or shard.
+    pub fn record_key(&self) -> &str {
+        self.extensions.get("partitionkey").map(String::as_str).or(self.subject).unwrap_or(self.tenant)
+    }
 }
 
 /// The CloudEvents attributes of a message as `(header, value)` pairs.

@@ -77,7 +77,6 @@ impl KafkaSink {
 
 /// The record of a message: key, value and the binding's headers.
 pub fn record(m: &Message<'_>) -> Record {
-    let key = m.extensions.get("partitionkey").map(String::as_str).or(m.subject).unwrap_or(m.tenant);
     let headers = attributes(m)
         .into_iter()
         .map(|(name, value)| {
@@ -89,7 +88,7 @@ pub fn record(m: &Message<'_>) -> Record {
             (name, value.into_bytes())
         })
         .collect();
-    Record { key: key.as_bytes().to_vec(), value: m.payload.to_vec(), headers }
+    Record { key: m.record_key().as_bytes().to_vec(), value: m.payload.to_vec(), headers }
 }
 
 #[async_trait]

@@ -1,6 +1,6 @@
 //! The Kinesis sink: one `PutRecord` per attempt, with the official AWS SDK. The record is the
-//! CloudEvent in structured JSON form; its partition key is the ordering key, else the tenant, so
-//! a key's events land on one shard in order.
+//! CloudEvent in structured JSON form; its partition key is the event's `partitionkey`, else its
+//! `subject`, else the tenant, so a key's events land on one shard in order.
 
 pub mod config;
 
@@ -70,7 +70,7 @@ impl TypedSink for KinesisSink {
 
     async fn attempt(&self, target: &KinesisTarget, m: &Message<'_>) -> Outcome {
         let record = structured(m).to_string().into_bytes();
-        match self.put(target, record, m.ordering_key.unwrap_or(m.tenant)).await {
+        match self.put(target, record, m.record_key()).await {
             Ok(()) => Outcome::Delivered { status: None, response: None },
             Err(f) => Outcome::Failed(f),
         }

@@ -136,8 +136,8 @@ async fn the_kinesis_sink_passes_the_contract() {
     contract::run(&fixture).await;
 }
 
-/// A thousand events put side by side, every one read back once as a structured CloudEvent, its
-/// partition key the ordering key when there is one, else the tenant.
+/// A thousand events put one by one, every one read back once as a structured CloudEvent, its
+/// partition key the event's `partitionkey` when it has one, else its subject.
 #[tokio::test]
 async fn a_thousand_events_are_read_back_as_structured_cloudevents_with_their_keys() {
     let stream = create_stream(2).await;
@@ -151,15 +151,13 @@ async fn a_thousand_events_are_read_back_as_structured_cloudevents_with_their_ke
     for i in 0..1000u32 {
         let id = Uuid::now_v7();
         let key = (i % 2 == 0).then(|| format!("account-{}", i % 13));
-        sent.insert(id, (i, key.clone().unwrap_or_else(|| "tenant-a".to_owned())));
+        sent.insert(id, (i, key.clone().unwrap_or_else(|| "loan-42".to_owned())));
         let (sink, target, permits) = (sink.clone(), target.clone(), permits.clone());
         tasks.spawn(async move {
             let _permit = permits.acquire().await.expect("permit");
-            let ext = BTreeMap::new();
+            let ext: BTreeMap<String, String> = key.into_iter().map(|k| ("partitionkey".to_owned(), k)).collect();
             let body = format!(r#"{{"n":{i}}}"#);
-            let mut m = message(body.as_bytes(), &ext, id);
-            m.ordering_key = key.as_deref();
-            sink.attempt(&target, &m).await
+            sink.attempt(&target, &message(body.as_bytes(), &ext, id)).await
         });
     }
     while let Some(outcome) = tasks.join_next().await {

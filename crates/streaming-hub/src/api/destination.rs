@@ -176,7 +176,7 @@ pub mod schema {
     }
 
     /// A Kinesis data stream: each event one record, the CloudEvent in structured JSON, its
-    /// partition key the ordering key, else the tenant.
+    /// partition key the event's `partitionkey`, else its `subject`, else the tenant.
     #[derive(Debug, Deserialize, ToSchema)]
     #[schema(example = json!({"type": "kinesis", "stream_name": "lerian-events", "region": "us-east-1"}))]
     #[allow(dead_code)]

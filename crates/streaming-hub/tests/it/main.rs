@@ -2,6 +2,7 @@
 //! schema), driven over HTTP like a producer, a tenant and an operator would.
 
 mod admin;
+mod aws_sinks;
 mod chaos;
 mod cli;
 mod console;
