@@ -221,7 +221,7 @@ async function allSubscriptionsView() {
       [
         { title: "Tenant", cell: (s) => s.tenant_id },
         { title: "Name", cell: (s) => s.name },
-        { title: "Sink", cell: (s) => s.sink.type },
+        { title: "Sink", cell: sinkCell },
         ...healthCells(),
       ],
       page.items,
@@ -313,6 +313,41 @@ function filterCount(s) {
 }
 
 /** A subscription's content filters as written (every one must match). */
+/** Where a sink delivers, in one line: its URL, queue, topic, stream or bucket. */
+function sinkWhere(sink) {
+  switch (sink.type) {
+    case "webhook": return sink.url;
+    case "sqs": return sink.queue_url;
+    case "rabbitmq": return `${sink.exchange} at ${sink.url}`;
+    case "eventbridge": return `${sink.event_bus} (${sink.region})`;
+    case "kafka": return `${sink.topic} at ${sink.brokers}${sink.tls ? " (TLS)" : ""}`;
+    case "sns": return sink.topic_arn;
+    case "kinesis": return `${sink.stream_name} (${sink.region})`;
+    case "s3": return `s3://${sink.bucket}/${sink.prefix || ""}`;
+    default: return "";
+  }
+}
+
+function sinkCell(s) {
+  const where = sinkWhere(s.sink);
+  return where ? `${s.sink.type} · ${where}` : s.sink.type;
+}
+
+/** Every field of a subscription's destination as the API shows it (credentials never are). */
+function destinationBlock(sub) {
+  const rows = [];
+  for (const [field, value] of Object.entries(sub.sink)) {
+    const text = typeof value === "object" && value !== null ? JSON.stringify(value) : String(value);
+    rows.push(h("dt", {}, field), h("dd", {}, text));
+  }
+  return h(
+    "section",
+    { "aria-label": "Destination" },
+    h("h2", {}, "Destination"),
+    h("dl", { testid: "destination" }, rows),
+  );
+}
+
 function filtersBlock(sub) {
   const filters = sub.filters || [];
   if (filters.length === 0) {
@@ -362,7 +397,7 @@ async function subscriptionsView() {
         { title: "Name", cell: (s) => s.name },
         { title: "Event types", cell: (s) => s.event_types.join(", ") },
         { title: "Filters", cell: (s) => filterCount(s) },
-        { title: "Sink", cell: (s) => s.sink.type },
+        { title: "Sink", cell: sinkCell },
         ...healthCells(),
         { title: "", cell: actions },
       ],
@@ -396,6 +431,7 @@ async function subscriptionView(id) {
     h("h1", {}, `Subscription ${sub.name}`),
     h("p", {}, `${sub.sink.type} · ${sub.verification_state} · ${sub.enabled ? "enabled" : "disabled"}`),
     h("p", {}, redrive, " ", actions(sub)),
+    destinationBlock(sub),
     filtersBlock(sub),
     blockedKeysBlock(sub, ordering),
     replayForm(sub),

@@ -100,6 +100,10 @@ try {
   assert.match(await row.textContent(), /active/);
   assert.match(await row.textContent(), /closed/);
   assert.match(await row.textContent(), /1 filter/);
+  assert.match(await row.textContent(), /webhook · http:\/\/127\.0\.0\.1/);
+  const kafka = page.getByTestId(`sub-${env.T1_KAFKA}`);
+  assert.match(await kafka.textContent(), /kafka · lerian\.events at kafka-1\.example\.com:9093 \(TLS\)/);
+  assert.ok(!(await page.content()).includes("console-kafka-secret"), "a sink's password is never shown");
   await shot(page, "subscriptions");
   step("admin acting for t1: subscriptions");
 
@@ -128,6 +132,7 @@ try {
   await page.getByTestId("deliveries").waitFor();
   assert.match(await page.getByTestId("deliveries").textContent(), /succeeded/);
   assert.match(await page.getByTestId("filters").textContent(), /"prefix"[\s\S]*studio\.lerian\./);
+  assert.match(await page.getByTestId("destination").textContent(), /url\s*http:\/\/127\.0\.0\.1/);
   assert.match(await page.getByTestId("ordering").textContent(), /Ordering: none/);
   await shot(page, "deliveries");
   await page.getByTestId("redrive").click();

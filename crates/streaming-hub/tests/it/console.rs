@@ -35,6 +35,16 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     receiver.trust(hook["signing_secret"].as_str().expect("secret"));
     let hook_id = hook["id"].as_str().expect("id").to_owned();
     hub.wait_until_active(&k1, &hook_id).await;
+    // A Kafka destination with a SASL login: shown with its topic and brokers, never its password.
+    let kafka = hub
+        .subscribe(
+            &k1,
+            json!({"name": "stream", "event_types": ["*.*"], "sink": {"type": "kafka",
+                   "brokers": "kafka-1.example.com:9093", "topic": "lerian.events", "tls": true,
+                   "sasl": {"mechanism": "SCRAM-SHA-512", "username": "hub", "password": "console-kafka-secret"}}}),
+        )
+        .await;
+    let kafka_id = kafka["id"].as_str().expect("id").to_owned();
     let t2_name = format!("t2-private-ledger-{}", uuid::Uuid::now_v7().simple());
     hub.subscribe(&k2, json!({"name": t2_name, "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
     // A tenant whose id a header cannot carry as it is (outside Latin-1).
@@ -86,6 +96,7 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         .env("ADMIN", &hub.admin)
         .env("T1_KEY", &k1)
         .env("T1_HOOK", &hook_id)
+        .env("T1_KAFKA", &kafka_id)
         .env("T1_EVENT", t1_event.expect("an event").to_string())
         .env("T2_EVENT", t2_event.id().to_string())
         .env("T2_NAME", &t2_name)
