@@ -489,6 +489,33 @@ mod tests {
         assert_eq!(metadata_response(&w.0, "t"), Err(Malformed("Metadata")));
     }
 
+    proptest::proptest! {
+        /// A broker's answer is untrusted input: whatever bytes arrive, every decoder answers a
+        /// value or `Malformed`, never a panic or an allocation the bytes cannot back.
+        #[test]
+        fn any_answer_decodes_or_is_malformed(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = metadata_response(&bytes, "t");
+            let _ = produce_response(&bytes);
+            let _ = init_producer_id_response(&bytes);
+            let _ = sasl_authenticate_response(&bytes);
+            let _ = sasl_handshake_response(&bytes);
+        }
+
+        /// Well-formed metadata with arbitrary partitions and brokers reads back as written.
+        #[test]
+        fn metadata_reads_back(leaders in proptest::collection::vec(-1i32..8, 0..64), port in 1u16..) {
+            let mut w = Writer::default();
+            w.i32(0).i32(1).i32(3).string("broker.example.com").i32(i32::from(port)).null_string();
+            w.null_string().i32(3).i32(1).i16(0).string("t").i8(0).i32(leaders.len() as i32);
+            for (i, leader) in leaders.iter().enumerate() {
+                w.i16(0).i32(i as i32).i32(*leader).i32(0).i32(0);
+            }
+            let m = metadata_response(&w.0, "t").expect("well formed");
+            proptest::prop_assert_eq!(m.leaders, leaders);
+            proptest::prop_assert_eq!(m.brokers, vec![BrokerAddr { node_id: 3, host: "broker.example.com".into(), port }]);
+        }
+    }
+
     #[test]
     fn a_batch_carries_its_length_and_checksum() {
         let record = Record { key: b"k".to_vec(), value: b"v".to_vec(), headers: vec![("h".into(), b"x".to_vec())] };

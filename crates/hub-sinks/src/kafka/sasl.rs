@@ -138,6 +138,16 @@ mod tests {
         assert!(scram.verify(b"e=invalid-proof").is_err());
     }
 
+    proptest::proptest! {
+        /// Whatever a server answers, the exchange refuses it or goes on; it never panics.
+        #[test]
+        fn any_server_message_is_answered_or_refused(first in ".{0,200}", last in ".{0,200}") {
+            let mut scram = Scram::new(Mechanism::ScramSha256, "u", "abc".into());
+            let _ = scram.last(first.as_bytes(), "p");
+            let _ = scram.verify(last.as_bytes());
+        }
+    }
+
     #[test]
     fn hostile_servers_are_refused() {
         let mut scram = Scram::new(Mechanism::ScramSha512, "a,b=c", "abc".into());
