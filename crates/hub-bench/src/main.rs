@@ -6,6 +6,7 @@ mod harness;
 mod ingest;
 mod routing;
 mod scenarios;
+mod sinks;
 
 use std::process::ExitCode;
 
@@ -127,6 +128,19 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// A burst to one subscription of each new sink type (Kafka; SNS, Kinesis and S3 on the AWS
+    /// emulator at STREAMING_HUB_BENCH_AWS_ENDPOINT, default http://127.0.0.1:5000).
+    Sinks {
+        #[arg(long, default_value_t = 5_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 16, value_parser = at_least_one)]
+        producers: usize,
+        /// Which sinks, comma-separated.
+        #[arg(long, value_enum, value_delimiter = ',', default_values_t = [sinks::Kind::Kafka, sinks::Kind::Sns, sinks::Kind::Kinesis, sinks::Kind::S3])]
+        sink: Vec<sinks::Kind>,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -188,6 +202,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Ordered { events, keys, producers, json } => {
             routing::ordered(events, keys, producers, &json_path(json, "ordered")).await
+        }
+        BenchScenario::Sinks { events, producers, sink, json } => {
+            sinks::sinks(&sink, events, producers, &json_path(json, "sinks")).await
         }
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {

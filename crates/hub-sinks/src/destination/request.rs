@@ -259,6 +259,46 @@ mod tests {
         assert_eq!(cleared.credentials, Credentials::Cleared);
     }
 
+    /// A stored SASL password never follows the destination to other brokers or off TLS; the
+    /// refusal names where the password is given.
+    #[test]
+    fn a_kafka_password_stays_with_its_brokers() {
+        let stored = parse(
+            &json!({"type": "kafka", "brokers": "k1.example.com:9093", "topic": "t", "tls": true,
+                    "sasl": {"mechanism": "PLAIN", "username": "hub", "password": "p"}}),
+            false,
+        )
+        .expect("valid")
+        .public;
+        let change = |sink: Value| parse(&sink, false).expect("valid");
+        let same = change(json!({"type": "kafka", "brokers": "k1.example.com:9093", "topic": "other", "tls": true,
+                                 "sasl": {"mechanism": "PLAIN", "username": "hub"}}));
+        assert_eq!(credentials_follow(&stored, &same), Ok(()), "another topic on the same brokers");
+        for moved in [
+            json!({"type": "kafka", "brokers": "k2.example.com:9093", "topic": "t", "tls": true,
+                   "sasl": {"mechanism": "PLAIN", "username": "hub"}}),
+            json!({"type": "kafka", "brokers": "k1.example.com:9094", "topic": "t", "tls": true,
+                   "sasl": {"mechanism": "PLAIN", "username": "hub"}}),
+        ] {
+            let e = credentials_follow(&stored, &change(moved.clone())).expect_err("moved");
+            assert_eq!(e.field, "sink.sasl", "{moved}");
+        }
+        let with_password =
+            change(json!({"type": "kafka", "brokers": "k2.example.com:9093", "topic": "t", "tls": true,
+                                          "sasl": {"mechanism": "PLAIN", "username": "hub", "password": "q"}}));
+        assert_eq!(credentials_follow(&stored, &with_password), Ok(()), "given again");
+        let sns = parse(
+            &json!({"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:123456789012:t", "region": "us-east-1",
+                    "endpoint_url": "https://sns.example.com/", "credentials": {"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": "s"}}),
+            false,
+        )
+        .expect("valid")
+        .public;
+        let elsewhere = change(json!({"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:123456789012:t",
+                                      "region": "us-east-1", "endpoint_url": "https://evil.example.com/"}));
+        assert_eq!(credentials_follow(&sns, &elsewhere).expect_err("moved").field, "sink.credentials");
+    }
+
     #[test]
     fn aws_sink_names_are_checked() {
         let ok = |v: Value| parse(&v, false).unwrap_or_else(|e| panic!("{v}: {e}"));
