@@ -19,6 +19,11 @@ pub struct Broker {
     /// `PLAIN`, `SCRAM-SHA-256` and `SCRAM-SHA-512` logins of [`SASL_USER`] with
     /// [`SASL_PASSWORD`].
     pub sasl_brokers: Option<String>,
+    /// A third listener, `SASL_SSL` (the same logins), its certificate for `127.0.0.1` issued by
+    /// the test CA at [`Self::tls_ca`].
+    pub tls_brokers: Option<String>,
+    /// The PEM file of the CA that issued the TLS listener's certificate.
+    pub tls_ca: Option<PathBuf>,
     process: Option<BrokerProcess>,
 }
 
@@ -92,6 +97,74 @@ pub const SASL_USER: &str = "hub";
 /// That user's password.
 pub const SASL_PASSWORD: &str = "hub-sasl-secret";
 
+/// Makes a test CA (`ca.pem`) and a certificate it issues for `127.0.0.1` and `localhost`, with
+/// `openssl`; returns the PEM key store (the unencrypted PKCS#8 key, then the certificate) a Kafka
+/// listener reads.
+fn test_certificates(dir: &Path) -> anyhow::Result<PathBuf> {
+    let openssl = |args: &[&str]| -> anyhow::Result<()> {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .context("running openssl (the TLS listener's certificates are made with it)")?;
+        anyhow::ensure!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(())
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=streaming-hub test CA",
+    ])?;
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ])?;
+    std::fs::write(
+        dir.join("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n",
+    )?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "server.ext",
+    ])?;
+    let keystore = dir.join("keystore.pem");
+    let mut pem = std::fs::read(dir.join("server.key"))?;
+    pem.extend(std::fs::read(dir.join("server.pem"))?);
+    std::fs::write(&keystore, pem)?;
+    Ok(keystore)
+}
+
 /// A local port nothing listens on now.
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -100,7 +173,7 @@ fn free_port() -> anyhow::Result<u16> {
 impl Broker {
     pub async fn start() -> anyhow::Result<Self> {
         if let Ok(brokers) = std::env::var("STREAMING_HUB_BENCH_KAFKA_BROKERS") {
-            return Ok(Self { brokers, sasl_brokers: None, process: None });
+            return Ok(Self { brokers, sasl_brokers: None, tls_brokers: None, tls_ca: None, process: None });
         }
         let home = kafka_home();
         if home.join("lib").is_dir() {
@@ -131,9 +204,10 @@ impl Broker {
     pub async fn apache(home: &Path, quick: bool) -> anyhow::Result<Self> {
         let lib = home.join("lib");
         anyhow::ensure!(lib.is_dir(), "no Apache Kafka jars under {} (`scripts/services kafka`)", lib.display());
-        let (port, controller, sasl) = (free_port()?, free_port()?, free_port()?);
+        let (port, controller, sasl, tls) = (free_port()?, free_port()?, free_port()?, free_port()?);
         let dir = std::env::temp_dir().join(format!("streaming-hub-kafka-{}", uuid::Uuid::now_v7().simple()));
         std::fs::create_dir_all(dir.join("data"))?;
+        let keystore = test_certificates(&dir)?;
         let properties = dir.join("server.properties");
         std::fs::write(
             &properties,
@@ -141,11 +215,16 @@ impl Broker {
                 "process.roles=broker,controller\n\
                  node.id=1\n\
                  controller.quorum.voters=1@127.0.0.1:{controller}\n\
-                 listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl},CONTROLLER://127.0.0.1:{controller}\n\
-                 advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl}\n\
+                 listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl},SASL_SSL://127.0.0.1:{tls},CONTROLLER://127.0.0.1:{controller}\n\
+                 advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl},SASL_SSL://127.0.0.1:{tls}\n\
                  controller.listener.names=CONTROLLER\n\
                  inter.broker.listener.name=PLAINTEXT\n\
-                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT\n\
+                 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL\n\
+                 listener.name.sasl_ssl.ssl.keystore.type=PEM\n\
+                 listener.name.sasl_ssl.ssl.keystore.location={keystore}\n\
+                 listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_{user}=\"{password}\";\n\
+                 listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
+                 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
                  sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512\n\
                  listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_{user}=\"{password}\";\n\
                  listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;\n\
@@ -162,6 +241,7 @@ impl Broker {
                  num.network.threads=2\n\
                  num.io.threads=2\n",
                 data = dir.join("data").display(),
+                keystore = keystore.display(),
                 user = SASL_USER,
                 password = SASL_PASSWORD,
             ),
@@ -193,6 +273,8 @@ impl Broker {
         let broker = Self {
             brokers: format!("127.0.0.1:{port}"),
             sasl_brokers: Some(format!("127.0.0.1:{sasl}")),
+            tls_brokers: Some(format!("127.0.0.1:{tls}")),
+            tls_ca: Some(dir.join("ca.pem")),
             process: Some(BrokerProcess::Kafka { child, dir: dir.clone(), home: home.to_owned() }),
         };
         broker.ready(&dir).await?;
@@ -261,6 +343,8 @@ impl Broker {
         let broker = Self {
             brokers: format!("127.0.0.1:{port}"),
             sasl_brokers: None,
+            tls_brokers: None,
+            tls_ca: None,
             process: Some(BrokerProcess::Tansu(child)),
         };
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -217,3 +217,87 @@ async fn a_missing_topic_is_dead_at_once(backend: Backend) {
         "{dead}"
     );
 }
+
+/// TLS to the tenant's brokers with a SCRAM login, the broker's certificate issued by a private CA:
+/// a hub whose trust store holds that CA (`SSL_CERT_FILE`) delivers; one whose store does not fails
+/// verification instead of sending the password to a broker it cannot authenticate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_brokers_are_trusted_only_through_the_trust_store() {
+    let broker = broker().await;
+    let peer = KafkaPeer::on(broker.brokers.clone());
+    let topic = format!("tls-events-{}", Uuid::now_v7().simple());
+    peer.create_topic(&topic, 2).await;
+    let sink = json!({"type": "kafka", "brokers": broker.tls_brokers.clone().expect("a TLS listener"), "topic": topic,
+                      "tls": true, "sasl": {"mechanism": "SCRAM-SHA-512", "username": SASL_USER, "password": SASL_PASSWORD}});
+
+    // The system's trust store does not know the test CA.
+    let untrusting = TestHub::start(Backend::Sqlite).await;
+    let key = untrusting.tenant_key("t1").await;
+    let sub = untrusting.subscribe(&key, json!({"name": "k", "event_types": ["*.*"], "sink": sink})).await;
+    let id = sub["id"].as_str().expect("id").to_owned();
+    until("verification fails", WAIT, async || {
+        let (_, s) = untrusting.get(&key, &format!("/v1/subscriptions/{id}")).await;
+        (s["verification_state"] == "failed").then_some(())
+    })
+    .await;
+
+    // A hub process whose trust store is the test CA.
+    let admin = format!("admin-{}", Uuid::now_v7().simple());
+    let hub = crate::support::HubProcess::start(&[
+        ("STREAMING_HUB_ENV", "local".to_owned()),
+        ("STREAMING_HUB_SQLITE_PATH", crate::support::temp_sqlite_path().display().to_string()),
+        ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
+        ("STREAMING_HUB_DEV_KEK", "4b".repeat(32)),
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+        ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20".to_owned()),
+        ("SSL_CERT_FILE", broker.tls_ca.clone().expect("the test CA").display().to_string()),
+    ])
+    .await;
+    let client = crate::support::http_client();
+    let key: Value = client
+        .post(format!("{}/admin/api-keys", hub.base))
+        .bearer_auth(&admin)
+        .json(&json!({"tenant_id": "t1", "name": "tls"}))
+        .send()
+        .await
+        .expect("key")
+        .json()
+        .await
+        .expect("json");
+    let key = key["key"].as_str().expect("key").to_owned();
+    let sub: Value = client
+        .post(format!("{}/v1/subscriptions", hub.base))
+        .bearer_auth(&key)
+        .json(&json!({"name": "k", "event_types": ["*.*"], "sink": sink}))
+        .send()
+        .await
+        .expect("subscribe")
+        .json()
+        .await
+        .expect("json");
+    let id = sub["id"].as_str().expect("id").to_owned();
+    until("verified over TLS", WAIT, async || {
+        let s: Value = client
+            .get(format!("{}/v1/subscriptions/{id}", hub.base))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (s["verification_state"] == "active").then_some(())
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let event = Event::new("t1");
+        ids.push(event.id().to_string());
+        hub.post_event(&key, &event).await;
+    }
+    let got = read_back(&broker.brokers, &topic, 3).await;
+    let mut read: Vec<String> = got.iter().map(|(_, _, h)| h["ce_id"].clone()).collect();
+    read.sort();
+    ids.sort();
+    assert_eq!(read, ids, "every event over TLS, once");
+}
