@@ -355,3 +355,57 @@ impl Broker {
         Ok(broker)
     }
 }
+
+/// One record read back from a topic.
+#[derive(Debug, Clone)]
+pub struct ReadRecord {
+    pub partition: i32,
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    /// Header values as text.
+    pub headers: std::collections::HashMap<String, String>,
+}
+
+/// Reads `topic` from the start of every partition with librdkafka's consumer (a client
+/// independent of the hub's) until `expected` records arrived or `within` passed.
+pub async fn read_topic(brokers: &str, topic: &str, expected: usize, within: Duration) -> Vec<ReadRecord> {
+    use rdkafka::message::{Headers, Message};
+    use rdkafka::{Offset, TopicPartitionList};
+    let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", format!("reader-{}", uuid::Uuid::now_v7().simple()))
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("a consumer");
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("the topic's metadata");
+        let mut assignment = TopicPartitionList::new();
+        for p in metadata.topics()[0].partitions() {
+            assignment.add_partition_offset(&topic, p.id(), Offset::Beginning).expect("assign");
+        }
+        consumer.assign(&assignment).expect("assign");
+        let deadline = Instant::now() + within;
+        let mut got = Vec::new();
+        while got.len() < expected && Instant::now() < deadline {
+            let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) else { continue };
+            let headers = m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            got.push(ReadRecord {
+                partition: m.partition(),
+                key: m.key().unwrap_or_default().to_vec(),
+                value: m.payload().unwrap_or_default().to_vec(),
+                headers,
+            });
+        }
+        got
+    })
+    .await
+    .expect("the reader's thread")
+}

@@ -277,3 +277,24 @@ pub(crate) fn text_body(payload: &[u8], attrs: &mut Vec<(String, String)>) -> St
         }
     }
 }
+
+/// A verification message as SQS and SNS carry it: a new id, the JSON body, and its attributes.
+pub(crate) struct Verification {
+    pub id: String,
+    pub body: String,
+    pub attributes: Vec<(String, String)>,
+}
+
+impl Verification {
+    pub(crate) fn new(tenant: &str, subscription_id: uuid::Uuid) -> Self {
+        let id = uuid::Uuid::now_v7().to_string();
+        let body =
+            serde_json::json!({"type": "streaming_hub.verification", "subscription_id": subscription_id}).to_string();
+        let attributes = vec![
+            ("ce-id".to_owned(), id.clone()),
+            ("ce-type".to_owned(), "streaming_hub.verification".to_owned()),
+            ("ce-tenantid".to_owned(), tenant.to_owned()),
+        ];
+        Self { id, body, attributes }
+    }
+}

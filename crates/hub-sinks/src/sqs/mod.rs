@@ -6,10 +6,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::json;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify, packed_attributes, text_body};
+use crate::aws::{AwsEndpoint, AwsSettings, Clients, Verification, classify, packed_attributes, text_body};
 use crate::destination::{Destination, Secrets};
 use crate::{Failure, Message, Outcome, TypedSink, attributes};
 
@@ -92,13 +91,7 @@ impl TypedSink for SqsSink {
     }
 
     async fn check(&self, target: &SqsTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
-        let id = Uuid::now_v7().to_string();
-        let body = json!({"type": "streaming_hub.verification", "subscription_id": subscription_id}).to_string();
-        let attrs = vec![
-            ("ce-id".to_owned(), id.clone()),
-            ("ce-type".to_owned(), "streaming_hub.verification".to_owned()),
-            ("ce-tenantid".to_owned(), tenant.to_owned()),
-        ];
-        self.send(target, body, attrs, tenant, &id).await
+        let v = Verification::new(tenant, subscription_id);
+        self.send(target, v.body, v.attributes, tenant, &v.id).await
     }
 }

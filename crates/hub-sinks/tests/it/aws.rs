@@ -39,6 +39,19 @@ pub fn endpoint(url: &str, creds: Option<AwsCredentials>, timeout: Duration) -> 
     }
 }
 
+/// Settings of a sink that may reach the emulator on loopback.
+pub fn local() -> AwsSettings {
+    AwsSettings { allow_private: true, ..AwsSettings::default() }
+}
+
+/// A destination's opened secrets: the emulator's key pair, or no credentials at all.
+pub fn secrets(with_credentials: bool) -> hub_sinks::Secrets {
+    let c = credentials();
+    let credentials = with_credentials
+        .then(|| serde_json::json!({"access_key_id": c.access_key_id, "secret_access_key": c.secret_access_key}));
+    hub_sinks::Secrets { signing: Vec::new(), credentials }
+}
+
 pub async fn sdk() -> aws_config::SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))

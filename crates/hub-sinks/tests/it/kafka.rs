@@ -8,12 +8,10 @@ use std::time::Duration;
 use hub_sinks::destination::{KafkaConfig, Mechanism, Sasl};
 use hub_sinks::kafka::protocol::partition_for;
 use hub_sinks::{Destination, FailureKind, KafkaSink, KafkaTarget, Outcome, Secrets, TypedSink};
-use hub_testkit::kafka::{Broker, SASL_PASSWORD, SASL_USER};
+use hub_testkit::kafka::{Broker, ReadRecord, SASL_PASSWORD, SASL_USER};
+use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message as _};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -53,54 +51,9 @@ fn target(
     sink.target(&Destination::Kafka(config), &secrets, timeout).expect("a Kafka target")
 }
 
-/// One record read back.
-struct Read {
-    partition: i32,
-    key: Vec<u8>,
-    value: Vec<u8>,
-    headers: HashMap<String, String>,
-}
-
 /// Reads every record of `topic` until `expected` arrived (or a deadline passed).
-async fn read_back(brokers: &str, topic: &str, expected: usize) -> Vec<Read> {
-    let brokers = brokers.to_owned();
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("group.id", format!("reader-{}", Uuid::now_v7().simple()))
-            .set("enable.auto.commit", "false")
-            .create()
-            .expect("consumer");
-        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("metadata");
-        let mut assignment = TopicPartitionList::new();
-        for p in metadata.topics()[0].partitions() {
-            assignment.add_partition_offset(&topic, p.id(), Offset::Beginning).expect("assign");
-        }
-        consumer.assign(&assignment).expect("assign");
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        let mut got = Vec::new();
-        while got.len() < expected && std::time::Instant::now() < deadline {
-            let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) else { continue };
-            let headers = m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
-                        .collect()
-                })
-                .unwrap_or_default();
-            got.push(Read {
-                partition: m.partition(),
-                key: m.key().unwrap_or_default().to_vec(),
-                value: m.payload().unwrap_or_default().to_vec(),
-                headers,
-            });
-        }
-        got
-    })
-    .await
-    .expect("reader")
+async fn read_back(brokers: &str, topic: &str, expected: usize) -> Vec<ReadRecord> {
+    hub_testkit::kafka::read_topic(brokers, topic, expected, Duration::from_secs(30)).await
 }
 
 /// A server that accepts connections and never answers.

@@ -4,11 +4,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use hub_sinks::destination::KinesisConfig;
-use hub_sinks::{AwsSettings, Destination, KinesisSink, KinesisTarget, Outcome, Secrets, TypedSink};
+use hub_sinks::{Destination, KinesisSink, KinesisTarget, Outcome, TypedSink};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::aws::{SECRET, aws_endpoint, credentials, dead_endpoints, endpoint, sdk};
+use crate::aws::{SECRET, aws_endpoint, dead_endpoints, local, sdk, secrets};
 use crate::contract::{self, Case, Fixture, message};
 
 async fn create_stream(shards: i32) -> String {
@@ -63,15 +63,7 @@ fn target(sink: &KinesisSink, stream: &str, url: &str, with_credentials: bool, t
         region: "us-east-1".into(),
         endpoint_url: Some(url.to_owned()),
     };
-    let credentials = with_credentials.then(|| {
-        let c = credentials();
-        json!({"access_key_id": c.access_key_id, "secret_access_key": c.secret_access_key})
-    });
-    let mut target = sink
-        .target(&Destination::Kinesis(config), &Secrets { signing: Vec::new(), credentials }, timeout)
-        .expect("a Kinesis target");
-    target.endpoint = endpoint(url, target.endpoint.credentials.clone(), timeout);
-    target
+    sink.target(&Destination::Kinesis(config), &secrets(with_credentials), timeout).expect("a Kinesis target")
 }
 
 struct KinesisFixture {
@@ -129,7 +121,7 @@ impl Fixture for KinesisFixture {
 #[tokio::test]
 async fn the_kinesis_sink_passes_the_contract() {
     let fixture = KinesisFixture {
-        sink: KinesisSink::new(AwsSettings::default()),
+        sink: KinesisSink::new(local()),
         stream: create_stream(1).await,
         dead: dead_endpoints().await,
     };
@@ -141,7 +133,7 @@ async fn the_kinesis_sink_passes_the_contract() {
 #[tokio::test]
 async fn a_thousand_events_are_read_back_as_structured_cloudevents_with_their_keys() {
     let stream = create_stream(2).await;
-    let sink = std::sync::Arc::new(KinesisSink::new(AwsSettings::default()));
+    let sink = std::sync::Arc::new(KinesisSink::new(local()));
     let target = std::sync::Arc::new(target(&sink, &stream, &aws_endpoint(), true, Duration::from_secs(10)));
     let mut sent = HashMap::new();
     // One at a time: the emulator numbers concurrent records of one stream or topic unsafely (it

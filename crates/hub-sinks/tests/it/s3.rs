@@ -4,11 +4,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use hub_sinks::destination::S3Config;
-use hub_sinks::{AwsSettings, Destination, Outcome, S3Sink, S3Target, Secrets, TypedSink};
+use hub_sinks::{Destination, Outcome, S3Sink, S3Target, TypedSink};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::aws::{SECRET, aws_endpoint, credentials, dead_endpoints, endpoint, sdk};
+use crate::aws::{SECRET, aws_endpoint, dead_endpoints, local, sdk, secrets};
 use crate::contract::{self, Case, Fixture, message};
 
 fn s3(sdk: &aws_config::SdkConfig) -> aws_sdk_s3::Client {
@@ -64,15 +64,7 @@ fn target(sink: &S3Sink, bucket: &str, prefix: &str, url: &str, with_credentials
         region: "us-east-1".into(),
         endpoint_url: Some(url.to_owned()),
     };
-    let credentials = with_credentials.then(|| {
-        let c = credentials();
-        json!({"access_key_id": c.access_key_id, "secret_access_key": c.secret_access_key})
-    });
-    let mut target = sink
-        .target(&Destination::S3(config), &Secrets { signing: Vec::new(), credentials }, timeout)
-        .expect("an S3 target");
-    target.endpoint = endpoint(url, target.endpoint.credentials.clone(), timeout);
-    target
+    sink.target(&Destination::S3(config), &secrets(with_credentials), timeout).expect("an S3 target")
 }
 
 struct S3Fixture {
@@ -129,11 +121,7 @@ impl Fixture for S3Fixture {
 
 #[tokio::test]
 async fn the_s3_sink_passes_the_contract() {
-    let fixture = S3Fixture {
-        sink: S3Sink::new(AwsSettings::default()),
-        bucket: create_bucket().await,
-        dead: dead_endpoints().await,
-    };
+    let fixture = S3Fixture { sink: S3Sink::new(local()), bucket: create_bucket().await, dead: dead_endpoints().await };
     contract::run(&fixture).await;
 }
 
@@ -142,7 +130,7 @@ async fn the_s3_sink_passes_the_contract() {
 #[tokio::test]
 async fn a_thousand_events_are_read_back_from_their_dated_keys() {
     let bucket = create_bucket().await;
-    let sink = std::sync::Arc::new(S3Sink::new(AwsSettings::default()));
+    let sink = std::sync::Arc::new(S3Sink::new(local()));
     let target = std::sync::Arc::new(target(&sink, &bucket, "hub/", &aws_endpoint(), true, Duration::from_secs(10)));
     let mut sent = HashMap::new();
     // As many at once as the hub's per-destination cap lets through (the emulator is one process).

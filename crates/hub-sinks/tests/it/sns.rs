@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
 use hub_sinks::destination::SnsConfig;
-use hub_sinks::{AwsSettings, Destination, Outcome, Secrets, SnsSink, SnsTarget, TypedSink};
-use serde_json::{Value, json};
+use hub_sinks::{Destination, Outcome, SnsSink, SnsTarget, TypedSink};
+use serde_json::Value;
 use uuid::Uuid;
 
-use crate::aws::{Queue, SECRET, attribute, aws_endpoint, credentials, dead_endpoints, endpoint, sdk};
+use crate::aws::{Queue, SECRET, attribute, aws_endpoint, dead_endpoints, local, sdk, secrets};
 use crate::contract::{self, Case, Fixture, message};
 
 /// A topic with a queue subscribed to it (raw delivery).
@@ -44,15 +44,7 @@ impl Topic {
 fn target(sink: &SnsSink, arn: &str, url: &str, with_credentials: bool, timeout: Duration) -> SnsTarget {
     let config =
         SnsConfig { topic_arn: arn.to_owned(), region: "us-east-1".into(), endpoint_url: Some(url.to_owned()) };
-    let credentials = with_credentials.then(|| {
-        let c = credentials();
-        json!({"access_key_id": c.access_key_id, "secret_access_key": c.secret_access_key})
-    });
-    let mut target = sink
-        .target(&Destination::Sns(config), &Secrets { signing: Vec::new(), credentials }, timeout)
-        .expect("an SNS target");
-    target.endpoint = endpoint(url, target.endpoint.credentials.clone(), timeout);
-    target
+    sink.target(&Destination::Sns(config), &secrets(with_credentials), timeout).expect("an SNS target")
 }
 
 struct SnsFixture {
@@ -109,11 +101,8 @@ impl Fixture for SnsFixture {
 
 #[tokio::test]
 async fn the_sns_sink_passes_the_contract() {
-    let fixture = SnsFixture {
-        sink: SnsSink::new(AwsSettings::default()),
-        topic: Topic::create(false).await,
-        dead: dead_endpoints().await,
-    };
+    let fixture =
+        SnsFixture { sink: SnsSink::new(local()), topic: Topic::create(false).await, dead: dead_endpoints().await };
     contract::run(&fixture).await;
 }
 
@@ -157,7 +146,7 @@ async fn a_thousand_events_are_read_back_with_their_attributes() {
     });
     // One at a time: the emulator numbers concurrent messages of one topic unsafely; the real
     // service takes the hub's per-destination cap side by side.
-    let sink = SnsSink::new(AwsSettings::default());
+    let sink = SnsSink::new(local());
     let target = target(&sink, &topic.arn, &aws_endpoint(), true, Duration::from_secs(10));
     let mut sent = HashMap::new();
     for i in 0..1000u32 {
@@ -190,7 +179,7 @@ async fn a_thousand_events_are_read_back_with_their_attributes() {
 #[tokio::test]
 async fn fifo_topics_group_by_key_and_deduplicate_by_event_id() {
     let topic = Topic::create(true).await;
-    let sink = SnsSink::new(AwsSettings::default());
+    let sink = SnsSink::new(local());
     let t = target(&sink, &topic.arn, &aws_endpoint(), true, Duration::from_secs(5));
     let ext = BTreeMap::new();
     let id = Uuid::now_v7();

@@ -4,46 +4,16 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_config::{BehaviorVersion, Region};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::sinks::{KEY, SECRET, aws_endpoint, sdk};
 use crate::support::{Backend, Event, TestHub, until};
 
 const WAIT: Duration = Duration::from_secs(60);
-const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
-const SECRET: &str = "moto-secret-access-key";
 const EVENTS: usize = 20;
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(crate::support::Backend::Sqlite).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$name(crate::support::Backend::Postgres).await;
-            }
-        }
-    )*};
-}
-
-on_both_backends!(events_reach_a_topic_a_stream_and_a_bucket);
-
-fn aws_endpoint() -> String {
-    std::env::var("STREAMING_HUB_TEST_AWS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:5000".to_owned())
-}
-
-async fn sdk() -> aws_config::SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(aws_endpoint())
-        .credentials_provider(aws_credential_types::Credentials::new(KEY, SECRET, None, None, "test"))
-        .load()
-        .await
-}
+crate::on_both_backends!(events_reach_a_topic_a_stream_and_a_bucket);
 
 fn aws(sink: Value) -> Value {
     let mut sink = sink;

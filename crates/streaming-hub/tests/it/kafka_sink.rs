@@ -7,9 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use hub_testkit::kafka::{Broker, SASL_PASSWORD, SASL_USER};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message as _};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -18,22 +16,10 @@ use crate::support::{Backend, Event, TestHub, until};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                super::$name(crate::support::Backend::Sqlite).await;
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$name(crate::support::Backend::Postgres).await;
-            }
-        }
-    )*};
-}
-
-on_both_backends!(events_reach_the_tenants_topic_and_survive_its_broker_going_down, a_missing_topic_is_dead_at_once);
+crate::on_both_backends!(
+    events_reach_the_tenants_topic_and_survive_its_broker_going_down,
+    a_missing_topic_is_dead_at_once
+);
 
 async fn broker() -> Broker {
     let home = hub_testkit::kafka::kafka_home();
@@ -41,46 +27,15 @@ async fn broker() -> Broker {
     Broker::apache(&home, true).await.expect("start Apache Kafka")
 }
 
-/// Every record of `topic` as `(key, value, headers)`, once `expected` arrived.
+/// Every record of `topic` but verification messages as `(key, value, headers)`, once `expected`
+/// arrived.
 async fn read_back(brokers: &str, topic: &str, expected: usize) -> Vec<(String, Vec<u8>, HashMap<String, String>)> {
-    let (brokers, topic) = (brokers.to_owned(), topic.to_owned());
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .set("group.id", format!("reader-{}", Uuid::now_v7().simple()))
-            .create()
-            .expect("consumer");
-        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)).expect("metadata");
-        let mut assignment = TopicPartitionList::new();
-        for p in metadata.topics()[0].partitions() {
-            assignment.add_partition_offset(&topic, p.id(), Offset::Beginning).expect("assign");
-        }
-        consumer.assign(&assignment).expect("assign");
-        let deadline = std::time::Instant::now() + WAIT;
-        let mut got = Vec::new();
-        while got.len() < expected && std::time::Instant::now() < deadline {
-            let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) else { continue };
-            let headers: HashMap<String, String> = m
-                .headers()
-                .map(|h| {
-                    h.iter()
-                        .map(|h| (h.key.to_owned(), String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned()))
-                        .collect()
-                })
-                .unwrap_or_default();
-            if headers.get("ce_type").map(String::as_str) == Some("streaming_hub.verification") {
-                continue;
-            }
-            got.push((
-                String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
-                m.payload().unwrap_or_default().to_vec(),
-                headers,
-            ));
-        }
-        got
-    })
-    .await
-    .expect("reader")
+    hub_testkit::kafka::read_topic(brokers, topic, expected + 1, WAIT)
+        .await
+        .into_iter()
+        .filter(|r| r.headers.get("ce_type").map(String::as_str) != Some("streaming_hub.verification"))
+        .map(|r| (String::from_utf8_lossy(&r.key).into_owned(), r.value, r.headers))
+        .collect()
 }
 
 async fn subscription(hub: &TestHub, key: &str, id: &str) -> Value {
@@ -157,7 +112,8 @@ async fn events_reach_the_tenants_topic_and_survive_its_broker_going_down(backen
         .find(|d| d["ce_id"] == late.id().to_string())
         .cloned()
         .expect("the late event's job");
-    assert_eq!(failed["state"], "pending", "retried, not dead: {failed}");
+    // Waiting for its next attempt, or in it (a half-open breaker lets one through): not dead.
+    assert!(failed["state"] == "pending" || failed["state"] == "leased", "retried, not dead: {failed}");
     assert!(
         failed["last_error"].as_str().is_some_and(|e| e.starts_with("unreachable") || e.starts_with("timeout")),
         "{failed}"

@@ -17,14 +17,14 @@ use uuid::Uuid;
 use crate::support::{Backend, Event, TestHub};
 
 const WAIT: Duration = Duration::from_secs(20);
-const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
-const SECRET: &str = "moto-secret-access-key";
+pub const KEY: &str = "AKIAIOSFODNN7EXAMPLE";
+pub const SECRET: &str = "moto-secret-access-key";
 
-fn aws_endpoint() -> String {
+pub fn aws_endpoint() -> String {
     std::env::var("STREAMING_HUB_TEST_AWS_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:5000".to_owned())
 }
 
-async fn sdk() -> aws_config::SdkConfig {
+pub async fn sdk() -> aws_config::SdkConfig {
     aws_config::defaults(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .endpoint_url(aws_endpoint())
