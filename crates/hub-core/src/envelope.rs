@@ -324,14 +324,14 @@ fn parse_envelope<V: AsRef<[u8]>>(
         .map_err(|e| QuarantineReason::new(ReasonCode::InvalidId, "ce-id", e.to_string()))?;
 
     let source = Source::parse(required("ce-source")?).map_err(|e| QuarantineReason::invalid("ce-source", e))?;
-    if let Some(topic) = topic {
-        if topic_source(topic) != Some(source.as_str()) {
-            return Err(QuarantineReason::new(
-                ReasonCode::SourceMismatch,
-                "ce-source",
-                format!("must equal the source segment of topic {topic}"),
-            ));
-        }
+    if let Some(topic) = topic
+        && topic_source(topic) != Some(source.as_str())
+    {
+        return Err(QuarantineReason::new(
+            ReasonCode::SourceMismatch,
+            "ce-source",
+            format!("must equal the source segment of topic {topic}"),
+        ));
     }
 
     let resource = required("ce-resourcetype")?;
@@ -373,14 +373,14 @@ fn parse_envelope<V: AsRef<[u8]>>(
     })?;
 
     let tenant = TenantId::parse(required("ce-tenantid")?).map_err(|e| QuarantineReason::invalid("ce-tenantid", e))?;
-    if let Some(only) = &policy.only_tenant {
-        if &tenant != only {
-            return Err(QuarantineReason::new(
-                ReasonCode::TenantNotAllowed,
-                "ce-tenantid",
-                "this hub runs in single-tenant mode and the tenant is not its own",
-            ));
-        }
+    if let Some(only) = &policy.only_tenant
+        && &tenant != only
+    {
+        return Err(QuarantineReason::new(
+            ReasonCode::TenantNotAllowed,
+            "ce-tenantid",
+            "this hub runs in single-tenant mode and the tenant is not its own",
+        ));
     }
 
     let subject = optional("ce-subject", MAX_SUBJECT)?;
@@ -391,10 +391,10 @@ fn parse_envelope<V: AsRef<[u8]>>(
             QuarantineReason::new(ReasonCode::InvalidHeader, "ce-dataschema", "must be an absolute URI")
         })?;
     }
-    if let Some(flag) = h.get("ce-systemevent") {
-        if !flag.eq_ignore_ascii_case("false") {
-            return Err(QuarantineReason::new(ReasonCode::InvalidHeader, "ce-systemevent", "must be true or false"));
-        }
+    if let Some(flag) = h.get("ce-systemevent")
+        && !flag.eq_ignore_ascii_case("false")
+    {
+        return Err(QuarantineReason::new(ReasonCode::InvalidHeader, "ce-systemevent", "must be true or false"));
     }
 
     // A malformed trace context is dropped, not fatal: W3C says to start a new trace.
