@@ -126,39 +126,38 @@ impl Destination {
     }
 }
 
-/// The hub's count of attempts of `sink` with `outcome`, from its metrics (no database work).
-async fn attempts(hub: &BenchHub, sink: &str, outcome: &str) -> anyhow::Result<u64> {
-    let text = hub.http.get(format!("{}/metrics", hub.base)).send().await?.text().await?;
-    let (sink, outcome) = (format!("sink=\"{sink}\""), format!("outcome=\"{outcome}\""));
-    Ok(text
+/// The hub's metrics as Prometheus text (reading them is no database work).
+async fn metrics(hub: &BenchHub) -> anyhow::Result<String> {
+    Ok(hub.http.get(format!("{}/metrics", hub.base)).send().await?.text().await?)
+}
+
+/// The sum of every series of `name` that carries all of `labels` (`key="value"` each).
+fn sum(metrics: &str, name: &str, labels: &[String]) -> f64 {
+    metrics
         .lines()
-        .filter(|l| l.starts_with("streaming_hub_delivery_attempts_total") && l.contains(&sink) && l.contains(&outcome))
+        .filter(|l| l.split(['{', ' ']).next() == Some(name) && labels.iter().all(|label| l.contains(label.as_str())))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64)
+        .sum()
+}
+
+/// Attempts of `sink` with `outcome`.
+fn attempts(metrics: &str, sink: &str, outcome: &str) -> u64 {
+    let labels = [format!("sink=\"{sink}\""), format!("outcome=\"{outcome}\"")];
+    sum(metrics, "streaming_hub_delivery_attempts_total", &labels) as u64
 }
 
 /// The mean attempt duration of `sink` in ms, from the hub's histogram.
-async fn mean_attempt_ms(hub: &BenchHub, sink: &str) -> anyhow::Result<f64> {
-    let text = hub.http.get(format!("{}/metrics", hub.base)).send().await?.text().await?;
-    let label = format!("sink=\"{sink}\"");
-    let value = |name: &str| {
-        text.lines()
-            .filter(|l| l.starts_with(name) && l.contains(&label))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum::<f64>()
-    };
-    let count = value("streaming_hub_delivery_attempt_duration_seconds_count");
-    Ok(if count > 0.0 {
-        value("streaming_hub_delivery_attempt_duration_seconds_sum") * 1000.0 / count
-    } else {
-        f64::NAN
-    })
+fn mean_attempt_ms(metrics: &str, sink: &str) -> f64 {
+    let label = [format!("sink=\"{sink}\"")];
+    let count = sum(metrics, "streaming_hub_delivery_attempt_duration_seconds_count", &label);
+    let seconds = sum(metrics, "streaming_hub_delivery_attempt_duration_seconds_sum", &label);
+    if count > 0.0 { seconds * 1000.0 / count } else { f64::NAN }
 }
 
 /// Waits until the hub has delivered `n` events to `sink` in all, from its metrics.
 async fn delivered(hub: &BenchHub, sink: &str, n: u64) -> anyhow::Result<()> {
     let deadline = Instant::now() + PATIENCE;
-    while attempts(hub, sink, "delivered").await? < n {
+    while attempts(&metrics(hub).await?, sink, "delivered") < n {
         anyhow::ensure!(Instant::now() < deadline, "not every event was delivered within {PATIENCE:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -200,8 +199,9 @@ async fn run(kind: Kind, events: usize, producers: usize) -> anyhow::Result<(Run
     delivered(&hub, kind.name(), (WARM + events) as u64).await?;
     let took = started.elapsed();
     let spent = hub.usage().since(&before);
-    let failed_attempts = attempts(&hub, kind.name(), "failed").await?;
-    let attempt_ms = mean_attempt_ms(&hub, kind.name()).await?;
+    let text = metrics(&hub).await?;
+    let failed_attempts = attempts(&text, kind.name(), "failed");
+    let attempt_ms = mean_attempt_ms(&text, kind.name());
     let dead = dead(&hub, &key, &id).await?;
     // Warm-up, measured events and the verification message.
     let read_back = dest.count(WARM + events + 1).await?;

@@ -69,16 +69,8 @@ pub async fn sdk() -> aws_config::SdkConfig {
 
 /// A closed port (unreachable) and a server that accepts and never answers (slow).
 pub async fn dead_endpoints() -> (String, String) {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
-    (format!("http://127.0.0.1:{closed}"), format!("http://{addr}"))
+    let closed = crate::receiver::closed_addr();
+    (format!("http://{closed}"), format!("http://{}", crate::receiver::silent_addr().await))
 }
 
 pub struct Queue {

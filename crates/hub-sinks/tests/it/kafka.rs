@@ -56,19 +56,6 @@ async fn read_back(brokers: &str, topic: &str, expected: usize) -> Vec<ReadRecor
     hub_testkit::kafka::read_topic(brokers, topic, expected, Duration::from_secs(30)).await
 }
 
-/// A server that accepts connections and never answers.
-async fn silent_server() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
-    addr.to_string()
-}
-
 struct KafkaFixture {
     sink: KafkaSink,
     broker: Broker,
@@ -119,7 +106,8 @@ impl Fixture for KafkaFixture {
 async fn the_kafka_sink_passes_the_contract() {
     let broker = broker().await;
     let topic = create_topic(&broker.brokers, 3).await;
-    let fixture = KafkaFixture { sink: KafkaSink::new(true), topic, broker, silent: silent_server().await };
+    let fixture =
+        KafkaFixture { sink: KafkaSink::new(true), topic, broker, silent: crate::receiver::silent_addr().await };
     contract::run(&fixture).await;
 }
 

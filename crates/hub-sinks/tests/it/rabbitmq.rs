@@ -98,15 +98,7 @@ fn target(url: &str, password: Option<&str>, exchange: &str, timeout: Duration) 
 
 /// A TCP server that accepts connections and never speaks: every attempt times out.
 async fn silent_server() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
-    format!("amqp://guest@{addr}/%2f")
+    format!("amqp://guest@{}/%2f", crate::receiver::silent_addr().await)
 }
 
 struct RabbitFixture {

@@ -98,3 +98,17 @@ pub fn closed_addr() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     format!("127.0.0.1:{port}")
 }
+
+/// `127.0.0.1:<port>` of a TCP server that accepts connections and never speaks: every attempt
+/// against it times out.
+pub async fn silent_addr() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    addr.to_string()
+}
