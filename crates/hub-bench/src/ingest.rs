@@ -63,8 +63,10 @@ async fn write_path(
     use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
     use streaming_hub::ingest::kafka::BatchWriter;
     // The write path runs here, on the hub's database, while the hub process is idle.
+    let store = streaming_hub::open_store(&hub.config, false).await?;
     let writer = streaming_hub::ingest::KafkaEvents {
-        store: streaming_hub::open_store(&hub.config, false).await?,
+        catalog: Arc::new(streaming_hub::catalog::EventCatalog::new(Arc::clone(&store), hub.config.validate_payloads)),
+        store,
         policy: Arc::new(hub_core::IngestPolicy::default()),
         clock: Arc::new(streaming_hub::clock::SystemClock),
         wake: Arc::new(tokio::sync::Notify::new()),

@@ -85,10 +85,13 @@ pub enum ReasonCode {
     TenantNotAllowed,
     BodyTooLarge,
     InvalidBody,
+    /// The body does not satisfy the JSON Schema its producer declares for its type
+    /// (`STREAMING_HUB_VALIDATE_PAYLOADS=quarantine`).
+    SchemaMismatch,
 }
 
 impl ReasonCode {
-    pub const ALL: [ReasonCode; 9] = [
+    pub const ALL: [ReasonCode; 10] = [
         Self::MissingHeader,
         Self::InvalidHeader,
         Self::ControlCharacter,
@@ -98,6 +101,7 @@ impl ReasonCode {
         Self::TenantNotAllowed,
         Self::BodyTooLarge,
         Self::InvalidBody,
+        Self::SchemaMismatch,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -111,6 +115,7 @@ impl ReasonCode {
             Self::TenantNotAllowed => "tenant_not_allowed",
             Self::BodyTooLarge => "body_too_large",
             Self::InvalidBody => "invalid_body",
+            Self::SchemaMismatch => "schema_mismatch",
         }
     }
 

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod capture;
+pub mod catalog;
 pub mod delivery;
 pub mod envelope;
 pub mod filter;

@@ -132,18 +132,18 @@ fn pending(migrator: &sqlx::migrate::Migrator, applied: StoreResult<Vec<i64>>) -
 /// side, and so that code can ask for the one role it uses. Bring them into scope with
 /// `use hub_store::prelude::*`.
 pub trait Store:
-    Inbox + Subscriptions + JobQueue + Replays + Operations + std::fmt::Debug + Send + Sync + 'static
+    Inbox + Subscriptions + JobQueue + Replays + Operations + Catalog + std::fmt::Debug + Send + Sync + 'static
 {
 }
 
 impl<T> Store for T where
-    T: Inbox + Subscriptions + JobQueue + Replays + Operations + std::fmt::Debug + Send + Sync + 'static
+    T: Inbox + Subscriptions + JobQueue + Replays + Operations + Catalog + std::fmt::Debug + Send + Sync + 'static
 {
 }
 
 /// The role traits, for `use hub_store::prelude::*`.
 pub mod prelude {
-    pub use crate::{Inbox, JobQueue, Operations, Replays, Store, Subscriptions};
+    pub use crate::{Catalog, Inbox, JobQueue, Operations, Replays, Store, Subscriptions};
 }
 
 /// The per-tenant inbox: accepted events, their seqs, and the pull streams over them.
@@ -447,6 +447,32 @@ pub trait Operations: Send + Sync {
 
     /// The live (not revoked) key with this hash.
     async fn api_key_by_hash(&self, hash: &[u8]) -> StoreResult<Option<ApiKeyRecord>>;
+}
+
+/// The event catalog: manifest sources and the types seen in each inbox.
+#[async_trait]
+pub trait Catalog: Send + Sync {
+    /// Takes the next manifest refresh: true (and the next one moved to `next`) when a refresh
+    /// is due at `now`, or when the configured `sources` differ from those of the last refresh;
+    /// false when another replica took it. One replica at a time refreshes.
+    async fn claim_manifest_refresh(&self, now: DateTime<Utc>, next: DateTime<Utc>, sources: &str)
+    -> StoreResult<bool>;
+
+    /// Records what a refresh of `location` found; a failure keeps the stored document.
+    async fn save_manifest(&self, location: &str, fetch: &ManifestFetch, at: DateTime<Utc>) -> StoreResult<()>;
+
+    /// Forgets the sources no longer configured.
+    async fn forget_manifests_except(&self, locations: &[String]) -> StoreResult<u64>;
+
+    /// Every stored manifest source, by location.
+    async fn manifests(&self) -> StoreResult<Vec<ManifestRecord>>;
+
+    /// Adds roll-ups of accepted events to the types seen: counts add up, first and last seen
+    /// widen.
+    async fn record_seen_types(&self, seen: &[SeenType]) -> StoreResult<()>;
+
+    /// The types seen in one tenant's inbox, or in every inbox.
+    async fn seen_types(&self, tenant: Option<&str>) -> StoreResult<Vec<SeenType>>;
 }
 
 /// Where the hub keeps its state.

@@ -216,6 +216,11 @@ pub struct Config {
     pub drain_delay: Duration,
     /// How often gauges that need a query (jobs by state, Kafka lag) are refreshed.
     pub metrics_interval: Duration,
+    /// Producer manifests read into the event catalog (`http(s)` URLs and `file:` paths).
+    pub manifest_sources: Vec<String>,
+    pub manifest_refresh_interval: Duration,
+    /// What an accepted event whose body does not satisfy its declared schema becomes.
+    pub validate_payloads: crate::catalog::payloads::Mode,
     /// The log filter (`STREAMING_HUB_LOG`, `tracing` directives such as `info,hub_store=debug`).
     pub log: Option<String>,
     /// `STREAMING_HUB_*` variables that were set but mean nothing to this hub.
@@ -308,6 +313,9 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_HTTP_HEADER_TIMEOUT",
     "STREAMING_HUB_HTTP_REQUEST_TIMEOUT",
     "STREAMING_HUB_METRICS_INTERVAL",
+    "STREAMING_HUB_MANIFEST_SOURCES",
+    "STREAMING_HUB_MANIFEST_REFRESH_INTERVAL",
+    "STREAMING_HUB_VALIDATE_PAYLOADS",
     "STREAMING_HUB_LOG",
 ];
 
@@ -614,6 +622,13 @@ impl Config {
             shutdown_timeout: r.duration("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30s"),
             drain_delay: r.duration("STREAMING_HUB_DRAIN_DELAY", if env.is_local() { "0s" } else { "5s" }),
             metrics_interval: r.duration("STREAMING_HUB_METRICS_INTERVAL", "15s"),
+            manifest_sources: r.parse("STREAMING_HUB_MANIFEST_SOURCES", Vec::new(), manifest_sources),
+            manifest_refresh_interval: r.duration("STREAMING_HUB_MANIFEST_REFRESH_INTERVAL", "300s"),
+            validate_payloads: r.parse(
+                "STREAMING_HUB_VALIDATE_PAYLOADS",
+                crate::catalog::payloads::Mode::Off,
+                crate::catalog::payloads::Mode::parse,
+            ),
             log: r.parse("STREAMING_HUB_LOG", None, |raw| {
                 tracing_subscriber::EnvFilter::try_new(raw)
                     .map(|_| Some(raw.to_owned()))
@@ -637,6 +652,9 @@ impl Config {
         if config.env.is_production() {
             production_refusals(&mut r, &config);
         }
+        if config.manifest_refresh_interval < Duration::from_secs(1) {
+            r.problem("STREAMING_HUB_MANIFEST_REFRESH_INTERVAL", "must be at least 1s");
+        }
         if config.dispatch_lease < Duration::from_secs(1) {
             r.problem("STREAMING_HUB_DISPATCH_LEASE", "must be at least 1s (and longer than any sink timeout)");
         }
@@ -659,6 +677,37 @@ impl Config {
         s.insert("kafka", if self.kafka.is_some() { "configured" } else { "off" }.to_owned());
         s
     }
+}
+
+/// Manifest sources this many, at most.
+const MAX_MANIFEST_SOURCES: usize = 64;
+
+/// `STREAMING_HUB_MANIFEST_SOURCES`: comma-separated `http(s)` URLs and `file:` paths.
+fn manifest_sources(raw: &str) -> Result<Vec<String>, String> {
+    let mut sources: Vec<String> = Vec::new();
+    for (i, entry) in raw.split(',').map(str::trim).enumerate() {
+        let n = i + 1;
+        if entry.is_empty() {
+            return Err(format!("entry {n} is empty"));
+        }
+        if let Some(path) = entry.strip_prefix("file:") {
+            if path.trim_start_matches('/').is_empty() {
+                return Err(format!("entry {n} ({}) names no file", quoted(entry)));
+            }
+        } else {
+            match url::Url::parse(entry) {
+                Ok(u) if (u.scheme() == "http" || u.scheme() == "https") && u.host().is_some() => {}
+                _ => return Err(format!("entry {n} ({}) must be an http(s) URL or a file: path", quoted(entry))),
+            }
+        }
+        if !sources.iter().any(|s| s == entry) {
+            sources.push(entry.to_owned());
+        }
+    }
+    if sources.len() > MAX_MANIFEST_SOURCES {
+        return Err(format!("names more than {MAX_MANIFEST_SOURCES} sources"));
+    }
+    Ok(sources)
 }
 
 /// What `STREAMING_HUB_ENV=production` refuses to start with (SPEC §6.1), each by its variable.

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod catalog;
 pub mod clock;
 pub mod config;
 pub mod delivery;
@@ -235,6 +236,29 @@ pub async fn start_with_clock(
         "operational events writer",
         operational::run(Arc::clone(&store), Arc::clone(&clock), notice_queue, Arc::clone(&wake), stop.clone()),
     ));
+    let catalog = Arc::new(catalog::EventCatalog::new(Arc::clone(&store), config.validate_payloads));
+    // The catalog as stored, before the first record is judged.
+    if let Err(e) = catalog.reload().await {
+        tracing::warn!(error = %e, "could not read the event catalog; starting without it");
+    }
+    tasks.push(supervisor.spawn(
+        "manifest refresh",
+        catalog::refresh::run(
+            Arc::clone(&catalog),
+            Arc::clone(&store),
+            catalog::fetch::Fetcher::new(config.allow_private_sinks).map_err(anyhow::Error::msg)?,
+            Arc::clone(&clock),
+            catalog::refresh::Settings {
+                sources: config.manifest_sources.clone(),
+                interval: config.manifest_refresh_interval,
+            },
+            stop.clone(),
+        ),
+    ));
+    tasks.push(supervisor.spawn(
+        "event type learner",
+        catalog::learn::run(Arc::clone(&catalog.learner), Arc::clone(&store), stop.clone()),
+    ));
     let replays = Arc::new(tokio::sync::Notify::new());
     if config.role.delivers() {
         tasks.push(supervisor.spawn(
@@ -257,6 +281,7 @@ pub async fn start_with_clock(
         let writer = ingest::KafkaEvents {
             store: Arc::clone(&store),
             policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
+            catalog: Arc::clone(&catalog),
             clock: Arc::clone(&clock),
             wake: Arc::clone(&wake),
             fast: local_dispatcher.clone(),
@@ -313,6 +338,7 @@ pub async fn start_with_clock(
                 Database::Postgres { pool, .. } => (pool.max_connections as usize / 4).clamp(1, 8),
             },
             local_dispatcher.clone(),
+            Arc::clone(&catalog.learner),
         ),
         sealer,
         allow_private_sinks: config.allow_private_sinks,
@@ -336,6 +362,7 @@ pub async fn start_with_clock(
         draining: Arc::clone(&draining),
         supervisor: supervisor.clone(),
         request_timeout: config.http_limits.request_timeout,
+        catalog,
     };
     telemetry::prometheus();
     let router = api::router(state);

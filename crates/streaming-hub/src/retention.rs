@@ -25,6 +25,8 @@ pub fn policies(config: &Config) -> Vec<(PruneKind, Duration)> {
         (PruneKind::Quarantine, config.quarantine_retention),
         (PruneKind::FinishedJobs, config.job_retention),
         (PruneKind::Events, config.event_retention.max(longest_retry)),
+        // A type not seen for as long as events are kept leaves the catalog's learned types.
+        (PruneKind::SeenTypes, config.event_retention.max(longest_retry)),
     ]
 }
 

@@ -69,6 +69,13 @@ pub mod metric {
     pub const STORE_UP: &str = "streaming_hub_store_up";
     /// `{version,revision,build_date}`: 1, naming the build.
     pub const BUILD_INFO: &str = "streaming_hub_build_info";
+    /// `{result}`: manifest source fetches (`ok`, `failed`).
+    pub const MANIFEST_FETCHES: &str = "streaming_hub_manifest_fetches_total";
+    /// Manifest sources whose last fetch failed (their last good manifest is still used).
+    pub const MANIFEST_SOURCES_FAILING: &str = "streaming_hub_manifest_sources_failing";
+    /// `{mode}`: accepted-event bodies that did not satisfy their declared JSON Schema (`warn`:
+    /// accepted and counted; `quarantine`: refused).
+    pub const PAYLOAD_SCHEMA_MISMATCHES: &str = "streaming_hub_payload_schema_mismatches_total";
 }
 
 /// The label of a failed attempt's kind.
@@ -167,6 +174,12 @@ pub fn prometheus() -> &'static PrometheusHandle {
 
 fn describe() {
     metrics::describe_counter!(metric::INGEST_RECORDS, "Records ingested, by verdict");
+    metrics::describe_counter!(metric::MANIFEST_FETCHES, "Producer manifest fetches, by result");
+    metrics::describe_gauge!(metric::MANIFEST_SOURCES_FAILING, "Manifest sources whose last fetch failed");
+    metrics::describe_counter!(
+        metric::PAYLOAD_SCHEMA_MISMATCHES,
+        "Event bodies that did not satisfy their declared JSON Schema, by mode"
+    );
     metrics::describe_counter!(metric::PULL_READS, "Pull reads, by outcome (served, rate_limited)");
     metrics::describe_counter!(metric::PULL_EVENTS, "Events returned by pull reads");
     metrics::describe_counter!(metric::DELIVERY_ATTEMPTS, "Delivery attempts, by sink and outcome");

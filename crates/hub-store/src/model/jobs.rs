@@ -177,10 +177,12 @@ pub enum PruneKind {
     Events,
     /// DLQ-plane records by arrival.
     Dlq,
+    /// Types seen in an inbox, by when they were last seen.
+    SeenTypes,
 }
 
 impl PruneKind {
-    pub const ALL: [PruneKind; 4] = [Self::Quarantine, Self::FinishedJobs, Self::Events, Self::Dlq];
+    pub const ALL: [PruneKind; 5] = [Self::Quarantine, Self::FinishedJobs, Self::Events, Self::Dlq, Self::SeenTypes];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -188,6 +190,7 @@ impl PruneKind {
             Self::FinishedJobs => "finished_jobs",
             Self::Events => "events",
             Self::Dlq => "dlq",
+            Self::SeenTypes => "seen_types",
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The records the store reads and writes, one file per concept; every type is re-exported here.
 
+mod catalog;
 mod events;
 mod jobs;
 mod keys;
@@ -7,6 +8,7 @@ mod matching;
 mod reads;
 mod subscriptions;
 
+pub use catalog::*;
 pub use events::*;
 pub use jobs::*;
 pub use keys::*;

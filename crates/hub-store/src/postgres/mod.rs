@@ -30,6 +30,7 @@ use crate::{
     EventQuery, NewReplay, PulledEvent, ReplayLimits, ReplayRecord, ReplayStart, ReplayState, ReplayStep, StreamEntry,
 };
 
+mod catalog;
 mod inbox;
 mod ingest;
 mod jobs;

@@ -180,6 +180,16 @@ impl Operations for PgStore {
             .execute(&mut *tx)
             .await?
             .rows_affected(),
+            PruneKind::SeenTypes => sqlx::query(
+                "DELETE FROM seen_event_types WHERE (tenant_id, source, event_key, schema_version) IN
+                    (SELECT tenant_id, source, event_key, schema_version FROM seen_event_types
+                     WHERE last_seen < $1 LIMIT $2)",
+            )
+            .bind(older_than)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
             PruneKind::FinishedJobs => {
                 let ids: Vec<Uuid> = sqlx::query_scalar(
                     "SELECT id FROM delivery_jobs

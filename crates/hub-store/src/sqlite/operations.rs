@@ -174,6 +174,16 @@ impl Operations for SqliteStore {
             .execute(&mut *tx)
             .await?
             .rows_affected(),
+            PruneKind::SeenTypes => sqlx::query(
+                "DELETE FROM seen_event_types WHERE (tenant_id, source, event_key, schema_version) IN
+                    (SELECT tenant_id, source, event_key, schema_version FROM seen_event_types
+                     WHERE last_seen < ?1 LIMIT ?2)",
+            )
+            .bind(cutoff)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
             PruneKind::FinishedJobs => {
                 let doomed = "SELECT id FROM delivery_jobs
                      WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < ?1

@@ -1,6 +1,7 @@
 //! The store contract: the same tests against SQLite and PostgreSQL, a fresh database (SQLite
 //! file or PostgreSQL schema) per test. PostgreSQL is required: without it these tests fail.
 
+mod catalog;
 mod connections;
 mod contract;
 mod dlq;
@@ -14,6 +15,7 @@ mod support;
 
 /// Every contract test, whichever module holds it.
 mod suite {
+    pub use crate::catalog::*;
     pub use crate::contract::*;
     pub use crate::dlq::*;
     pub use crate::filters::*;
@@ -49,6 +51,9 @@ macro_rules! contract_suite {
 }
 
 contract_suite!(
+    one_refresh_is_claimed_per_interval_and_at_once_when_the_sources_change,
+    a_failed_fetch_keeps_the_last_good_manifest,
+    seen_types_add_up_per_tenant_and_age_out,
     ordered_jobs_are_claimed_one_at_a_time_per_key,
     ingest_leases_no_ordered_job,
     replayed_jobs_carry_their_key,

@@ -214,7 +214,7 @@ pub struct QuarantineParams {
     source: Option<String>,
     /// A reason code, e.g. `invalid_id`.
     #[param(
-        pattern = r"^(missing_header|invalid_header|control_character|invalid_id|source_mismatch|type_mismatch|tenant_not_allowed|body_too_large|invalid_body)$"
+        pattern = r"^(missing_header|invalid_header|control_character|invalid_id|source_mismatch|type_mismatch|tenant_not_allowed|body_too_large|invalid_body|schema_mismatch)$"
     )]
     reason: Option<String>,
     /// `http` or `kafka`.

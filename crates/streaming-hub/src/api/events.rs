@@ -101,7 +101,7 @@ pub async fn ingest(
         Ok((ce_headers, data)) => {
             authorize(&principal, &ce_headers)?;
             within_rate(&state, &ce_headers)?;
-            ingest::judge_record(&ce_headers, &data, None, Origin::Http, &state.policy, now)
+            ingest::judge_record(&ce_headers, &data, None, Origin::Http, &state.policy, &state.catalog.payloads, now)
         }
         Err(reason) => {
             let ce_headers = binary_headers(&headers);

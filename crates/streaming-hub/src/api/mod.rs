@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod catalog;
 mod console;
 mod contract;
 pub mod delivery;
@@ -83,6 +84,8 @@ pub struct AppState {
     pub request_timeout: std::time::Duration,
     /// The hub's background tasks: readiness is off once one of them failed.
     pub supervisor: crate::supervisor::Supervisor,
+    /// The event catalog: declared and seen types, payload checks.
+    pub catalog: Arc<crate::catalog::EventCatalog>,
 }
 
 #[derive(OpenApi)]
@@ -127,6 +130,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(subscriptions::create, subscriptions::list))
         .routes(routes!(subscriptions::read, subscriptions::update, subscriptions::delete))
         .routes(routes!(filters::test))
+        .routes(routes!(catalog::list))
+        .routes(routes!(catalog::list_all))
         .routes(routes!(pull::read))
         .routes(routes!(delivery::verify))
         .routes(routes!(delivery::rotate_secret))

@@ -62,6 +62,43 @@ pub struct SubscriptionView {
     /// waiting or dead.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub health: Option<Health>,
+    /// In the responses to a creation or a change: what was accepted but looks wrong (an
+    /// `event_types` pattern that matches no type the catalog knows), never a refusal.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<Warning>,
+}
+
+/// Something accepted that looks wrong, by the field it concerns.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Warning {
+    /// The field, as in an error (`event_types[1]`).
+    pub field: String,
+    pub message: String,
+}
+
+/// The warnings of a subscription's patterns: each that matches no type a producer declares, its
+/// tenant's inbox has received, or the hub sends.
+async fn pattern_warnings(state: &AppState, sub: &SubscriptionRecord) -> Vec<Warning> {
+    match state.catalog.unknown_patterns(&sub.tenant_id, &sub.event_types, sub.origin.as_deref()).await {
+        Ok(unknown) => unknown
+            .into_iter()
+            .map(|i| Warning {
+                field: format!("event_types[{i}]"),
+                message: format!(
+                    "{} matches no event type a producer declares or this tenant has received{}; check the \
+                     spelling (GET /v1/event-types lists the known types), or ignore this for a producer that \
+                     has not published yet",
+                    sub.event_types[i],
+                    sub.origin.as_deref().map(|o| format!(" from {o}")).unwrap_or_default(),
+                ),
+            })
+            .collect(),
+        // A warning is advice: a catalog that cannot be read gives none, never a failure.
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the event catalog for a subscription's warnings");
+            Vec::new()
+        }
+    }
 }
 
 /// A subscription's health in listings.
@@ -142,6 +179,7 @@ impl SubscriptionView {
             updated_at: sub.updated_at,
             signing_secret: None,
             health: None,
+            warnings: Vec::new(),
         }
     }
 }
@@ -378,6 +416,7 @@ pub async fn create(
     }
     let mut view = SubscriptionView::of(&record);
     view.signing_secret = secret;
+    view.warnings = pattern_warnings(&state, &record).await;
     Ok((StatusCode::CREATED, AxumJson(view)))
 }
 
@@ -541,7 +580,11 @@ pub async fn update(
     if patch.destination.as_ref().is_some_and(|d| d.reverify) {
         spawn_probe(&state, sub.clone());
     }
-    Ok(AxumJson(SubscriptionView::of(&sub)))
+    let mut view = SubscriptionView::of(&sub);
+    if patch.event_types.is_some() || patch.origin.is_some() {
+        view.warnings = pattern_warnings(&state, &sub).await;
+    }
+    Ok(AxumJson(view))
 }
 
 #[utoipa::path(

@@ -83,13 +83,15 @@ impl Spans {
     }
 }
 
-/// Judges one record and builds what is to be stored.
+/// Judges one record and builds what is to be stored; an accepted event's body is checked
+/// against its declared schema when `payloads` asks for it.
 pub fn judge_record<K, V>(
     headers: &[(K, V)],
     body: &[u8],
     topic: Option<&str>,
     origin: Origin,
     policy: &IngestPolicy,
+    payloads: &crate::catalog::payloads::Payloads,
     received_at: DateTime<Utc>,
 ) -> Judged
 where
@@ -99,6 +101,9 @@ where
     let pairs = headers.iter().map(|(k, v)| (k.as_ref(), v.as_ref()));
     match judge(pairs.clone(), body, topic, policy) {
         Verdict::Accept(envelope) => {
+            if let Some(reason) = payloads.check(&envelope, body) {
+                return quarantine_record(headers, body, reason, origin, received_at);
+            }
             let mut event =
                 AcceptedEvent { envelope: *envelope, payload: body.to_vec(), origin, received_at, trace: None };
             let spans = Spans::open(&mut event);
@@ -153,6 +158,8 @@ pub fn outcome(judged_reason: Option<QuarantineReason>, written: Option<WriteOut
 pub struct KafkaEvents {
     pub store: std::sync::Arc<dyn hub_store::Store>,
     pub policy: std::sync::Arc<IngestPolicy>,
+    /// Payload checks, and the types learned from what is written.
+    pub catalog: std::sync::Arc<crate::catalog::EventCatalog>,
     pub clock: std::sync::Arc<dyn crate::clock::Clock>,
     /// Woken when the batch created work.
     pub wake: std::sync::Arc<tokio::sync::Notify>,
@@ -172,7 +179,9 @@ impl kafka::BatchWriter for KafkaEvents {
                     Origin::Kafka { topic: m.topic().to_owned(), partition: m.partition(), offset: m.offset() };
                 let body = m.payload().unwrap_or_default();
                 match kafka::headers(m) {
-                    Ok(headers) => judge_record(&headers, body, Some(m.topic()), origin, &self.policy, now),
+                    Ok(headers) => {
+                        judge_record(&headers, body, Some(m.topic()), origin, &self.policy, &self.catalog.payloads, now)
+                    }
                     Err(bad) => {
                         let reason = QuarantineReason::new(
                             hub_core::ReasonCode::InvalidHeader,
@@ -194,8 +203,9 @@ impl kafka::BatchWriter for KafkaEvents {
                 (stored, j.reason, j.spans)
             })
             .collect();
-        let (written, wake) =
-            write_leasing(self.store.as_ref(), self.fast.as_ref(), &batch).await.map_err(|e| e.to_string())?;
+        let (written, wake) = write_leasing(self.store.as_ref(), self.fast.as_ref(), &self.catalog.learner, &batch)
+            .await
+            .map_err(|e| e.to_string())?;
         drop(batch);
         let mut written = written.into_iter();
         for (stored, reason, spans) in told {
@@ -243,11 +253,17 @@ impl GroupWriter {
         wake: std::sync::Arc<tokio::sync::Notify>,
         writers: usize,
         fast: Option<std::sync::Arc<crate::delivery::Dispatcher>>,
+        learner: std::sync::Arc<crate::catalog::learn::Learner>,
     ) -> Self {
         let mut shards = Vec::new();
         for _ in 0..writers.max(1) {
             let (queue, mut rx) = tokio::sync::mpsc::channel::<Pending>(GROUP_QUEUE);
-            let (store, wake, fast) = (std::sync::Arc::clone(&store), std::sync::Arc::clone(&wake), fast.clone());
+            let (store, wake, fast, learner) = (
+                std::sync::Arc::clone(&store),
+                std::sync::Arc::clone(&wake),
+                fast.clone(),
+                std::sync::Arc::clone(&learner),
+            );
             tokio::spawn(async move {
                 let mut group: Vec<Pending> = Vec::with_capacity(GROUP_BATCH);
                 // Ends when every sender is gone and the queue is empty.
@@ -255,7 +271,7 @@ impl GroupWriter {
                     gather(&mut rx, &mut group).await;
                     let (records, replies): (Vec<IngestRecord>, Vec<_>) =
                         group.drain(..).map(|p| (p.record, p.reply)).unzip();
-                    if write_group(store.as_ref(), fast.as_ref(), &records, replies).await {
+                    if write_group(store.as_ref(), fast.as_ref(), &learner, &records, replies).await {
                         wake.notify_one();
                     }
                 }
@@ -307,11 +323,13 @@ fn shard_of(tenant: &str, shards: usize) -> usize {
 }
 
 /// Writes `records` in one transaction, their jobs leased to this process's dispatcher (`fast`)
-/// while it has room and handed over in the background; returns the outcomes and whether the
-/// claimers must be woken: an event was inserted and a deliverable job was left `pending`.
+/// while it has room and handed over in the background, and notes the types inserted
+/// (`learner`); returns the outcomes and whether the claimers must be woken: an event was
+/// inserted and a deliverable job was left `pending`.
 async fn write_leasing(
     store: &dyn hub_store::Store,
     fast: Option<&std::sync::Arc<crate::delivery::Dispatcher>>,
+    learner: &crate::catalog::learn::Learner,
     records: &[IngestRecord],
 ) -> hub_store::StoreResult<(Vec<WriteOutcome>, bool)> {
     let reservation = fast.and_then(|d| d.reserve(records.len()));
@@ -321,6 +339,7 @@ async fn write_leasing(
         None => (store.write_batch(records).await?, hub_store::LeasedAtIngest::default()),
     };
     metrics::histogram!(metric::INGEST_WRITE_SECONDS).record(started.elapsed().as_secs_f64());
+    learner.note(records, &outcomes);
     let inserted = outcomes.iter().any(|o| matches!(o, WriteOutcome::Inserted { .. }));
     let wake = inserted && (reservation.is_none() || leased.pending > 0);
     if let (Some(dispatcher), Some(reservation)) = (fast, reservation) {
@@ -342,12 +361,13 @@ const TRANSIENT_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
 async fn write_leasing_patiently(
     store: &dyn hub_store::Store,
     fast: Option<&std::sync::Arc<crate::delivery::Dispatcher>>,
+    learner: &crate::catalog::learn::Learner,
     records: &[IngestRecord],
 ) -> hub_store::StoreResult<(Vec<WriteOutcome>, bool)> {
     let deadline = std::time::Instant::now() + TRANSIENT_RETRY;
     let mut pause = std::time::Duration::from_millis(50);
     loop {
-        match write_leasing(store, fast, records).await {
+        match write_leasing(store, fast, learner, records).await {
             Err(e) if e.is_transient() && std::time::Instant::now() + pause < deadline => {
                 tracing::debug!(error = %e, retry_in = ?pause, "ingest write failed for want of the database; trying again");
                 tokio::time::sleep(pause).await;
@@ -363,10 +383,11 @@ async fn write_leasing_patiently(
 async fn write_group(
     store: &dyn hub_store::Store,
     fast: Option<&std::sync::Arc<crate::delivery::Dispatcher>>,
+    learner: &crate::catalog::learn::Learner,
     records: &[IngestRecord],
     replies: Vec<tokio::sync::oneshot::Sender<hub_store::StoreResult<WriteOutcome>>>,
 ) -> bool {
-    match write_leasing_patiently(store, fast, records).await {
+    match write_leasing_patiently(store, fast, learner, records).await {
         Ok((outcomes, wake)) if outcomes.len() == records.len() => {
             for (reply, outcome) in replies.into_iter().zip(outcomes) {
                 let _ = reply.send(Ok(outcome));
@@ -399,6 +420,9 @@ async fn write_group(
                 let one = store.write_batch(std::slice::from_ref(record)).await.and_then(|mut w| {
                     w.pop().ok_or_else(|| hub_store::StoreError::Corrupt("a write reported no outcome".to_owned()))
                 });
+                if let Ok(outcome) = &one {
+                    learner.note(std::slice::from_ref(record), std::slice::from_ref(outcome));
+                }
                 inserted |= matches!(one, Ok(WriteOutcome::Inserted { .. }));
                 let _ = reply.send(one);
             }

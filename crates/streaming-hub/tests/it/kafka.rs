@@ -428,6 +428,10 @@ async fn partition_writer(
     let events = streaming_hub::ingest::KafkaEvents {
         store: Arc::clone(&store),
         policy: Arc::new(hub_core::IngestPolicy::default()),
+        catalog: Arc::new(streaming_hub::catalog::EventCatalog::new(
+            Arc::clone(&store),
+            streaming_hub::catalog::payloads::Mode::Off,
+        )),
         clock: Arc::new(streaming_hub::clock::SystemClock),
         wake: Arc::new(tokio::sync::Notify::new()),
         fast: None,

@@ -3,6 +3,7 @@
 
 mod admin;
 mod aws_sinks;
+mod catalog;
 mod chaos;
 mod cli;
 mod console;
