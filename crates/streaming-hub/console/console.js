@@ -163,10 +163,12 @@ function chrome() {
     links.push(link("#/all-subscriptions", "All subscriptions", "nav-all-subscriptions"));
     links.push(link("#/quarantine", "Quarantine", "nav-quarantine"));
     links.push(link("#/dlq", "DLQ", "nav-dlq"));
+    links.push(link("#/catalog", "Catalog", "nav-catalog"));
   }
   if (state.role === "tenant" || state.tenant) {
     links.push(link("#/subscriptions", "Subscriptions", "nav-subscriptions"));
     links.push(link("#/events", "Event log", "nav-events"));
+    links.push(link("#/event-types", "Event types", "nav-event-types"));
   }
   nav.replaceChildren(...links);
   if (!state.token) who.textContent = "";
@@ -296,11 +298,14 @@ function actions(s) {
   return h("span", { class: "actions" }, buttons);
 }
 
-function secretShownOnce(s, r) {
+function secretShownOnce(s, r, kind) {
+  const text = r.previous_secret_expires_at
+    ? `New signing secret of ${s.name}. It is shown this once; both secrets sign until ${time(r.previous_secret_expires_at)}.`
+    : `Signing secret of ${s.name}. It is shown this once: store it where the receiver reads it.`;
   const box = h(
     "div",
-    { class: "secret", role: "dialog", "aria-label": "New signing secret", testid: "secret" },
-    h("p", {}, `New signing secret of ${s.name}. It is shown this once; both secrets sign until ${time(r.previous_secret_expires_at)}.`),
+    { class: "secret", role: "dialog", "aria-label": kind || "New signing secret", testid: "secret" },
+    h("p", {}, text),
     h("code", { testid: "secret-value" }, r.signing_secret),
     h("button", { type: "button", testid: "secret-close", onclick: () => box.remove() }, "I have stored it"),
   );
@@ -387,10 +392,184 @@ function blockedKeysBlock(sub, ordering) {
   );
 }
 
+// ---------- The event catalog ----------
+
+/** Declared, seen, or both. */
+function provenance(t) {
+  return [t.declared ? "declared" : null, t.seen ? "seen" : null].filter(Boolean).join(" · ");
+}
+
+function versionsText(t) {
+  return t.versions.map((v) => `${v.source} ${v.schema_version || "any version"}`).join(", ");
+}
+
+function eventTypesTable(testid, items, admin) {
+  return table(
+    testid,
+    [
+      { title: "Type", cell: (t) => h("code", {}, t.type) },
+      { title: "Description", cell: (t) => t.description || "" },
+      { title: "Class", cell: (t) => t.class || "" },
+      { title: "Producers and versions", cell: versionsText },
+      { title: "Known from", cell: provenance },
+      ...(admin ? [{ title: "Tenants", cell: (t) => t.tenants }] : []),
+      { title: "Received", cell: (t) => t.events },
+      { title: "Last seen", cell: (t) => time(t.last_seen) },
+    ],
+    items,
+    (t) => ({ testid: `type-${t.type}` }),
+  );
+}
+
+async function eventTypesView() {
+  const list = await api("/v1/event-types");
+  show(
+    h("h1", {}, "Event types"),
+    h("p", {}, "The types producers declare in their manifests, and those this tenant's inbox has received."),
+    eventTypesTable("event-types", list.items, false),
+  );
+}
+
+async function catalogView() {
+  const list = await api("/admin/event-types");
+  show(
+    h("h1", {}, "Catalog"),
+    h("h2", {}, "Manifest sources"),
+    table(
+      "manifests",
+      [
+        { title: "Source", cell: (m) => m.location },
+        { title: "Producer", cell: (m) => [m.source, m.service_name].filter(Boolean).join(" · ") },
+        { title: "Events", cell: (m) => m.events },
+        { title: "Fetched", cell: (m) => time(m.fetched_at) },
+        { title: "Checked", cell: (m) => time(m.checked_at) },
+        {
+          title: "State",
+          cell: (m) => m.error
+            ? h("span", { class: "state failed" }, `failing: ${m.error}`)
+            : h("span", { class: "state active" }, m.problems.length ? `ok; ${m.problems.map((p) => `${p.field}: ${p.message}`).join("; ")}` : "ok"),
+        },
+      ],
+      list.manifests,
+    ),
+    h("h2", {}, "Event types"),
+    eventTypesTable("catalog-types", list.items, true),
+  );
+}
+
+/** The known types a list of patterns matches (`*` is a whole segment). */
+function matchesOf(pattern, types) {
+  const [r, e] = pattern.split(".");
+  if (e === undefined) return [];
+  return types.filter((t) => {
+    const [tr, te] = t.type.split(".");
+    return (r === "*" || r === tr) && (e === "*" || e === te) && (tr !== "streaming_hub" || r !== "*");
+  });
+}
+
+// ---------- Creating a subscription ----------
+
+/** The input a field named by a 422 belongs to. */
+function inputFor(field) {
+  if (field === "name") return "new-name";
+  if (field.startsWith("event_types")) return "new-types";
+  if (field === "origin") return "new-origin";
+  if (field.startsWith("sink")) return field === "sink.type" ? "new-sink" : "new-url";
+  return null;
+}
+
+function newSubscriptionForm(types) {
+  const field = (id, label, input, hint) => h(
+    "div",
+    { class: "field" },
+    h("label", { for: id }, label),
+    input,
+    hint || null,
+    h("p", { class: "field-error", id: `${id}-error`, role: "alert", testid: `${id}-error`, hidden: true }),
+  );
+  const name = h("input", { id: "new-name", name: "name", required: true, testid: "new-name", "aria-describedby": "new-name-error" });
+  const known = h("datalist", { id: "known-types" }, types.map((t) => h("option", { value: t.type, label: t.description || provenance(t) })));
+  const typesInput = h("input", {
+    id: "new-types", name: "event_types", required: true, list: "known-types", placeholder: "account.created, loan.*",
+    testid: "new-types", "aria-describedby": "new-types-matches new-types-error",
+  });
+  const matches = h("ul", { id: "new-types-matches", class: "matches", testid: "new-types-matches", "aria-live": "polite" });
+  const patterns = () => typesInput.value.split(",").map((p) => p.trim()).filter(Boolean);
+  const showMatches = () => matches.replaceChildren(...patterns().map((p) => {
+    const found = matchesOf(p, types);
+    return h(
+      "li",
+      { class: found.length ? "" : "unknown" },
+      h("code", {}, p),
+      found.length
+        ? ` matches ${found.map((t) => `${t.type}${t.description ? ` (${t.description})` : ""}`).join(", ")}`
+        : " matches no known type",
+    );
+  }));
+  typesInput.addEventListener("input", showMatches);
+  const origin = h("input", { id: "new-origin", name: "origin", placeholder: "any producer", testid: "new-origin", "aria-describedby": "new-origin-error" });
+  const sink = h(
+    "select",
+    { id: "new-sink", name: "sink", testid: "new-sink", "aria-describedby": "new-sink-error" },
+    h("option", { value: "pull" }, "pull (read with a cursor)"),
+    h("option", { value: "webhook" }, "webhook (HTTPS POST, signed)"),
+  );
+  const url = h("input", { id: "new-url", name: "url", type: "url", placeholder: "https://example.com/hooks", testid: "new-url", "aria-describedby": "new-url-error" });
+  const urlField = field("new-url", "Webhook URL", url);
+  urlField.hidden = true;
+  sink.addEventListener("change", () => { urlField.hidden = sink.value !== "webhook"; });
+  const form = h(
+    "form",
+    { class: "create", testid: "new-subscription", "aria-labelledby": "new-subscription-title", novalidate: true },
+    h("h2", { id: "new-subscription-title" }, "New subscription"),
+    field("new-name", "Name", name),
+    known,
+    field("new-types", "Event types (comma-separated; * for a whole segment)", typesInput, matches),
+    field("new-origin", "Only from producer (optional)", origin),
+    field("new-sink", "Destination", sink),
+    urlField,
+    h("button", { type: "submit", testid: "new-submit" }, "Create"),
+  );
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    clearNotices();
+    for (const e of form.querySelectorAll(".field-error")) { e.hidden = true; e.textContent = ""; }
+    const body = {
+      name: name.value.trim(),
+      event_types: patterns(),
+      sink: sink.value === "webhook" ? { type: "webhook", url: url.value.trim() } : { type: "pull" },
+    };
+    if (origin.value.trim()) body.origin = origin.value.trim();
+    try {
+      const created = await api("/v1/subscriptions", { method: "POST", body });
+      await route();
+      notice(`${created.name}: created.`, "ok");
+      for (const w of created.warnings || []) notice(`Warning, ${w.field}: ${w.message}`, "warn");
+      if (created.signing_secret) {
+        secretShownOnce(created, { signing_secret: created.signing_secret, previous_secret_expires_at: null }, "Signing secret");
+      }
+    } catch (e) {
+      const at = e.status === 422 && /^([a-z_.\[\]0-9]+): /.exec(e.message);
+      const input = at && inputFor(at[1]);
+      if (input) {
+        const err = document.getElementById(`${input}-error`);
+        err.textContent = e.message;
+        err.hidden = false;
+        document.getElementById(input).setAttribute("aria-invalid", "true");
+        document.getElementById(input).focus();
+      } else {
+        notice(e.message, "error");
+      }
+    }
+  });
+  return form;
+}
+
 async function subscriptionsView() {
-  const page = await api("/v1/subscriptions?limit=500");
+  const [page, catalog] = await Promise.all([api("/v1/subscriptions?limit=500"), api("/v1/event-types")]);
   show(
     h("h1", {}, "Subscriptions"),
+    newSubscriptionForm(catalog.items),
     table(
       "subscriptions",
       [
@@ -541,6 +720,7 @@ async function route() {
   try {
     if (state.role === "admin") {
       if (view === "tenants" || !view) return await tenantsView();
+      if (view === "catalog") return await catalogView();
       if (view === "all-subscriptions") return await allSubscriptionsView();
       if (view === "quarantine") return await quarantineView();
       if (view === "dlq") return await dlqView();
@@ -549,6 +729,7 @@ async function route() {
     if (view === "subscriptions" && id) return await subscriptionView(id);
     if (view === "events" && id) return await eventView(id);
     if (view === "events") return await eventsView();
+    if (view === "event-types") return await eventTypesView();
     return await subscriptionsView();
   } catch (e) {
     if (e.status === 401) return signOut();

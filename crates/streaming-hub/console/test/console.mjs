@@ -83,6 +83,14 @@ try {
   await shot(page, "dlq");
   step("admin: DLQ records");
 
+  await page.getByTestId("nav-catalog").click();
+  await page.getByTestId("manifests").waitFor();
+  assert.match(await page.getByTestId("manifests").textContent(), /ledger · ledger-api/);
+  assert.match(await page.getByTestId("type-account.created").textContent(), /An account was opened\.[\s\S]*declared/);
+  assert.match(await page.getByTestId("type-loan_application.approved").textContent(), /seen/);
+  await shot(page, "catalog");
+  step("admin: catalog with its manifest source");
+
   // Acting for a tenant whose id is outside Latin-1 (a header cannot carry it as it is).
   await page.getByTestId("nav-tenants").click();
   await page.getByTestId(`tenant-${env.WIDE_TENANT}`).click();
@@ -106,6 +114,38 @@ try {
   assert.ok(!(await page.content()).includes("console-kafka-secret"), "a sink's password is never shown");
   await shot(page, "subscriptions");
   step("admin acting for t1: subscriptions");
+
+  // Creating a subscription: the known types offered as the patterns are typed, a refused field
+  // shown beside its input, a pattern no producer declares warned of.
+  await page.getByTestId("new-name").fill("from-the-form");
+  await page.getByTestId("new-types").fill("account.*, acount.created");
+  const matches = await page.getByTestId("new-types-matches").textContent();
+  assert.match(matches, /account\.\* matches account\.created \(An account was opened\.\)/);
+  assert.match(matches, /acount\.created matches no known type/);
+  await page.getByTestId("new-sink").selectOption("webhook");
+  await page.getByTestId("new-url").fill("ftp://files.example.com/in");
+  await page.getByTestId("new-submit").click();
+  await page.getByTestId("new-url-error").waitFor();
+  assert.match(await page.getByTestId("new-url-error").textContent(), /^sink\.url: /);
+  assert.equal(await page.getByTestId("new-url").getAttribute("aria-invalid"), "true");
+  await shot(page, "new-subscription-refused");
+  await page.getByTestId("new-sink").selectOption("pull");
+  await page.getByTestId("new-submit").click();
+  const created = page.getByTestId("notice").filter({ hasText: "from-the-form: created." });
+  await created.waitFor();
+  assert.match(await page.getByTestId("notice").filter({ hasText: "Warning" }).textContent(), /event_types\[1\]/);
+  assert.match(await page.getByTestId("subscriptions").textContent(), /from-the-form/);
+  await shot(page, "new-subscription");
+  step("create a subscription from the form: a refused field, a warned pattern");
+
+  await page.getByTestId("nav-event-types").click();
+  await page.getByTestId("event-types").waitFor();
+  assert.match(await page.getByTestId("type-account.created").textContent(), /An account was opened\./);
+  assert.match(await page.getByTestId("type-loan_application.approved").textContent(), /lender 1\.0\.0[\s\S]*seen/);
+  await shot(page, "event-types");
+  step("tenant's event types: declared and seen");
+  await page.getByTestId("nav-subscriptions").click();
+  await page.getByTestId("subscriptions").waitFor();
 
   await page.getByTestId(`toggle-${env.T1_HOOK}`).click();
   assert.match(await noticeText(page), /paused/);
@@ -162,7 +202,7 @@ try {
   await page.getByTestId("subscriptions").waitFor();
   assert.match(await page.getByTestId("who").textContent(), /tenant API key/);
   assert.equal(await page.getByTestId("nav-tenants").count(), 0, "no operator views for a tenant");
-  for (const view of ["#/subscriptions", "#/events", "#/tenants", "#/all-subscriptions", "#/quarantine", "#/dlq"]) {
+  for (const view of ["#/subscriptions", "#/events", "#/event-types", "#/tenants", "#/all-subscriptions", "#/quarantine", "#/dlq"]) {
     await page.goto(`${env.BASE}/console${view}`);
     await page.locator("main h1").first().waitFor();
     const html = await page.content();

@@ -14,7 +14,23 @@ use crate::support::{Backend, Event, TestHub};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
-    let hub = TestHub::start(Backend::Sqlite).await;
+    // A producer's manifest, for the catalog views and the form's type picker.
+    let manifest = std::env::temp_dir().join(format!("console-manifest-{}.json", uuid::Uuid::now_v7()));
+    std::fs::write(
+        &manifest,
+        json!({"publisher": {"serviceName": "ledger-api", "source": "ledger"}, "topic": "lerian.streaming.ledger",
+               "events": [{"resourceType": "account", "eventType": "created", "schemaVersion": "1.0.0",
+                           "description": "An account was opened.", "class": "fact"}]})
+        .to_string(),
+    )
+    .expect("manifest");
+    let sources = format!("file:{}", manifest.display());
+    let hub = TestHub::start_with(Backend::Sqlite, &[("STREAMING_HUB_MANIFEST_SOURCES", &sources)]).await;
+    crate::support::until("the manifest read", Duration::from_secs(20), async || {
+        let (_, all) = hub.admin_get("/admin/event-types").await;
+        all["manifests"][0]["fetched_at"].is_string().then_some(())
+    })
+    .await;
 
     // The page itself: its own script and style only.
     let page = hub.client.get(hub.url("/console")).send().await.expect("console");
@@ -116,5 +132,6 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    assert_eq!(report["steps"].as_array().expect("steps").len(), 14, "{report}");
+    assert_eq!(report["steps"].as_array().expect("steps").len(), 17, "{report}");
+    let _ = std::fs::remove_file(manifest);
 }
