@@ -347,6 +347,11 @@ impl BenchHub {
     /// Starts a hub on a fresh database; `kafka` subscribes it to that broker. Every
     /// `STREAMING_HUB_*` variable of this process (but the bench's own) is passed on.
     pub async fn start(kafka: Option<&Broker>) -> anyhow::Result<Self> {
+        Self::start_with(kafka, &[]).await
+    }
+
+    /// [`Self::start`] with `extra` variables set (over this process's own).
+    pub async fn start_with(kafka: Option<&Broker>, extra: &[(&str, String)]) -> anyhow::Result<Self> {
         let dir = std::env::temp_dir().join(format!("streaming-hub-bench-{}", uuid::Uuid::now_v7().simple()));
         std::fs::create_dir_all(&dir)?;
         let mut vars: HashMap<String, String> = std::env::vars()
@@ -368,6 +373,9 @@ impl BenchHub {
             ("STREAMING_HUB_INGEST_BURST", "10000000".to_owned()),
         ] {
             vars.entry(k.to_owned()).or_insert(v);
+        }
+        for (k, v) in extra {
+            vars.insert((*k).to_owned(), v.clone());
         }
         let db = match vars.get("STREAMING_HUB_POSTGRES_DSN") {
             Some(dsn) => {
@@ -457,6 +465,13 @@ impl BenchHub {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
         Ok(usage)
+    }
+
+    /// An admin route's JSON answer.
+    pub async fn admin_get(&self, path: &str) -> anyhow::Result<Value> {
+        let response = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.admin).send().await?;
+        anyhow::ensure!(response.status().is_success(), "GET {path}: {}", response.text().await?);
+        Ok(response.json().await?)
     }
 
     /// An API key of a new tenant, made through the admin API.

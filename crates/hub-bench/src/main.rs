@@ -2,6 +2,7 @@
 //! `streaming-hub` binary as a process of its own and drives it from this one.
 #![forbid(unsafe_code)]
 
+mod catalog;
 mod harness;
 mod ingest;
 mod routing;
@@ -141,6 +142,16 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// HTTP ingest with payload checking off, warn and quarantine against a ~2 KiB schema, and the
+    /// in-process cost of learning a type and of checking a body.
+    Catalog {
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -205,6 +216,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Sinks { events, producers, sink, json } => {
             sinks::sinks(&sink, events, producers, &json_path(json, "sinks")).await
+        }
+        BenchScenario::Catalog { events, producers, json } => {
+            catalog::catalog(events, producers, &json_path(json, "catalog")).await
         }
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {
