@@ -142,7 +142,9 @@ pub async fn catalog(events: usize, producers: usize, json_out: &Path) -> anyhow
     let [warn_hub, _, _] = cpu_rows(&warn.spent, events);
     let [quarantine_hub, _, quarantine_both] = cpu_rows(&quarantine.spent, events);
     report(
-        &format!("catalog ({store}, {events} events of ~1 KiB over HTTP, a {schema_bytes}-byte schema every event satisfies)"),
+        &format!(
+            "catalog ({store}, {events} events of ~1 KiB over HTTP, a {schema_bytes}-byte schema every event satisfies)"
+        ),
         &[
             ("accepted/s, checks off", f0(off.accepted_per_s)),
             ("accepted/s, warn", f0(warn.accepted_per_s)),

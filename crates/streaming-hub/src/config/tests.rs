@@ -357,3 +357,50 @@ fn the_variable_the_kek_reference_names_is_not_ignored() {
     .expect("valid");
     assert_eq!(c.ignored, vec!["STREAMING_HUB_UNKNOWN".to_owned()]);
 }
+
+#[test]
+fn the_catalog_settings_are_read_and_each_bad_one_named() {
+    let c = Config::from_vars(HashMap::new()).expect("defaults");
+    assert!(c.manifest_sources.is_empty());
+    assert_eq!(c.manifest_refresh_interval, Duration::from_secs(300));
+    assert_eq!(c.validate_payloads, crate::catalog::payloads::Mode::Off);
+    let c = Config::from_vars(vars(&[
+        (
+            "STREAMING_HUB_MANIFEST_SOURCES",
+            " https://ledger.internal/streaming, file:/etc/hub/cards.json ,https://ledger.internal/streaming",
+        ),
+        ("STREAMING_HUB_MANIFEST_REFRESH_INTERVAL", "45s"),
+        ("STREAMING_HUB_VALIDATE_PAYLOADS", "Quarantine"),
+    ]))
+    .expect("valid");
+    assert_eq!(
+        c.manifest_sources,
+        ["https://ledger.internal/streaming", "file:/etc/hub/cards.json"],
+        "trimmed, once each"
+    );
+    assert_eq!(c.manifest_refresh_interval, Duration::from_secs(45));
+    assert_eq!(c.validate_payloads, crate::catalog::payloads::Mode::Quarantine);
+    for (sources, says) in [
+        ("https://a.example/streaming,,file:/x.json", "entry 2 is empty"),
+        ("ftp://a.example/streaming", "entry 1"),
+        ("ledger.internal/streaming", "must be an http(s) URL or a file: path"),
+        ("file:", "names no file"),
+        ("https://", "entry 1"),
+    ] {
+        let err = Config::from_vars(vars(&[("STREAMING_HUB_MANIFEST_SOURCES", sources)])).expect_err(sources);
+        let p = err.0.iter().find(|p| p.variable == "STREAMING_HUB_MANIFEST_SOURCES").expect("named");
+        assert!(p.message.contains(says), "{sources}: {}", p.message);
+    }
+    let many = (0..65).map(|i| format!("https://p{i}.example/streaming")).collect::<Vec<_>>().join(",");
+    assert!(Config::from_vars(vars(&[("STREAMING_HUB_MANIFEST_SOURCES", &many)])).is_err());
+    let err = Config::from_vars(vars(&[
+        ("STREAMING_HUB_MANIFEST_REFRESH_INTERVAL", "500ms"),
+        ("STREAMING_HUB_VALIDATE_PAYLOADS", "strict"),
+    ]))
+    .expect_err("refused");
+    let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
+    assert!(
+        named.contains(&"STREAMING_HUB_MANIFEST_REFRESH_INTERVAL")
+            && named.contains(&"STREAMING_HUB_VALIDATE_PAYLOADS")
+    );
+}

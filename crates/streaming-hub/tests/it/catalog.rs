@@ -350,3 +350,64 @@ async fn payloads_are_checked_against_declared_schemas_in_each_mode(backend: Bac
     }
     let _ = std::fs::remove_file(file);
 }
+
+/// From Kafka too: a record whose body breaks its declared schema is quarantined (and its offset
+/// committed with the rest), and the types of accepted records are learned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_records_are_checked_and_their_types_learned() {
+    use crate::kafka_support::{Broker, KafkaPeer, Record, ends, produce};
+    let peer = KafkaPeer::start(Broker::Kafka).await;
+    peer.create_topic("lerian.streaming.lender", 2).await;
+    let file = std::env::temp_dir().join(format!("kafka-manifest-{}.json", uuid::Uuid::now_v7()));
+    let mut lender = lender_manifest();
+    lender["events"][0]["dataSchema"] =
+        json!({"type": "object", "required": ["amount"], "properties": {"amount": {"type": "integer", "minimum": 0}}});
+    std::fs::write(&file, lender.to_string()).expect("write manifest");
+    let sources = format!("file:{}", file.display());
+    let hub = TestHub::start_with(
+        Backend::Postgres,
+        &[
+            ("STREAMING_HUB_KAFKA_BROKERS", &peer.brokers),
+            ("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "1s"),
+            ("STREAMING_HUB_KAFKA_BATCH_WAIT", "20ms"),
+            ("STREAMING_HUB_MANIFEST_SOURCES", &sources),
+            ("STREAMING_HUB_VALIDATE_PAYLOADS", "quarantine"),
+        ],
+    )
+    .await;
+    until("the manifest read", Duration::from_secs(20), async || {
+        let (_, all) = hub.admin_get("/admin/event-types").await;
+        all["manifests"][0]["fetched_at"].is_string().then_some(())
+    })
+    .await;
+    // `Record::event` bodies are `{"amount":100}`: valid.
+    let good: Vec<Record> = (0..4).map(|i| Record::event("lender", i % 2, "t1")).collect();
+    let bad = Record::event("lender", 1, "t1").body(br#"{"amount": "100"}"#);
+    let mut all = good.clone();
+    all.push(bad.clone());
+    produce(&peer.producer(), &all).await;
+
+    let quarantined = until("the bad record quarantined", Duration::from_secs(60), async || {
+        let (_, q) = hub.admin_get("/admin/quarantine?reason=schema_mismatch").await;
+        q["items"].as_array().filter(|items| !items.is_empty()).cloned()
+    })
+    .await;
+    assert_eq!(quarantined.len(), 1);
+    assert_eq!(quarantined[0]["reason_field"], "body/amount", "{quarantined:?}");
+    assert!(quarantined[0]["origin"].to_string().contains("kafka"), "{quarantined:?}");
+    let key = hub.tenant_key("t1").await;
+    until("the four good records learned", Duration::from_secs(60), async || {
+        let (_, list) = hub.get(&key, "/v1/event-types?pattern=loan_application.approved").await;
+        (find(&list, "loan_application.approved")?["events"] == 4).then_some(())
+    })
+    .await;
+    assert_eq!(hub.store.events_after("t1", 0, 100).await.expect("read").len(), 4);
+    peer.wait_committed(
+        "streaming-hub.local",
+        "lerian.streaming.lender",
+        &ends(&all, "lerian.streaming.lender", 2),
+        Duration::from_secs(60),
+    )
+    .await;
+    let _ = std::fs::remove_file(file);
+}
