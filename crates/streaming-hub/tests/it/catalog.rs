@@ -3,7 +3,7 @@
 //! stores.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -71,6 +71,8 @@ fn account_schema() -> Value {
 struct Producers {
     base: String,
     down: Arc<AtomicBool>,
+    /// Requests for the ledger's manifest.
+    ledger_fetches: Arc<AtomicUsize>,
 }
 
 impl Producers {
@@ -78,13 +80,15 @@ impl Producers {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let down = Arc::new(AtomicBool::new(false));
+        let ledger_fetches = Arc::new(AtomicUsize::new(0));
         let ledger = ledger_manifest(&format!("{base}/schemas/account.json"));
         let app = axum::Router::new()
             .route(
                 "/ledger/streaming",
                 axum::routing::get({
-                    let down = Arc::clone(&down);
+                    let (down, fetches) = (Arc::clone(&down), Arc::clone(&ledger_fetches));
                     move || async move {
+                        fetches.fetch_add(1, Ordering::SeqCst);
                         if down.load(Ordering::SeqCst) {
                             Err(StatusCode::SERVICE_UNAVAILABLE)
                         } else {
@@ -103,7 +107,7 @@ impl Producers {
             )
             .route("/schemas/account.json", axum::routing::get(|| async { axum::Json(account_schema()) }));
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Self { base, down }
+        Self { base, down, ledger_fetches }
     }
 
     fn url(&self, path: &str) -> String {
@@ -410,4 +414,23 @@ async fn kafka_records_are_checked_and_their_types_learned() {
     )
     .await;
     let _ = std::fs::remove_file(file);
+}
+
+/// Two replicas on one database: one fetches the manifests per interval, both serve the catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_replica_fetches_the_manifests_and_every_replica_reads_them() {
+    let producers = Producers::start().await;
+    let mut vars = crate::support::base_vars(Backend::Postgres).await;
+    vars.insert("STREAMING_HUB_MANIFEST_SOURCES".into(), producers.url("/ledger/streaming"));
+    let first = TestHub::start_vars(vars.clone()).await;
+    let second = TestHub::start_vars(vars).await;
+    for hub in [&first, &second] {
+        until("the ledger's types in this replica's catalog", Duration::from_secs(30), async || {
+            let (_, all) = hub.admin_get("/admin/event-types").await;
+            find(&all, "account.created").map(|_| ())
+        })
+        .await;
+    }
+    // The default interval (300 s) has not passed: the one fetch is the one replica's turn.
+    assert_eq!(producers.ledger_fetches.load(Ordering::SeqCst), 1);
 }
