@@ -434,3 +434,31 @@ async fn one_replica_fetches_the_manifests_and_every_replica_reads_them() {
     // The default interval (300 s) has not passed: the one fetch is the one replica's turn.
     assert_eq!(producers.ledger_fetches.load(Ordering::SeqCst), 1);
 }
+
+/// A manifest source goes through the sinks' address guard: a private address is refused unless
+/// private sinks are allowed, written as an address or as `localhost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_private_manifest_source_is_refused_unless_private_sinks_are_allowed() {
+    let producers = Producers::start().await;
+    let port = producers.base.rsplit(':').next().expect("port").to_owned();
+    let by_name = format!("http://localhost:{port}/lender/streaming");
+    let sources = format!("{},{by_name}", producers.url("/lender/streaming"));
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        &[("STREAMING_HUB_MANIFEST_SOURCES", &sources), ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "false")],
+    )
+    .await;
+    let manifests = until("both sources tried", Duration::from_secs(20), async || {
+        let (_, all) = hub.admin_get("/admin/event-types").await;
+        let m = all["manifests"].as_array()?.clone();
+        (m.len() == 2).then_some(m)
+    })
+    .await;
+    for m in &manifests {
+        let error = m["error"].as_str().unwrap_or_else(|| panic!("refused: {m}"));
+        assert!(error.contains("private destinations are not allowed"), "{m}");
+        assert!(m["fetched_at"].is_null(), "{m}");
+    }
+    let (_, all) = hub.admin_get("/admin/event-types").await;
+    assert!(find(&all, "loan.disburse").is_none(), "nothing from a refused source");
+}
