@@ -114,7 +114,13 @@ pub enum Admission {
 /// The hub's operational events (resource type `streaming_hub`, see [`crate::operational`]) are
 /// wanted only by a pattern that names that resource type: `*.*` means every event a producer
 /// sends, not the hub's notices.
+///
+/// A test event is addressed to one subscription ([`crate::operational::addressed_to`]): no
+/// pattern wants it, so neither matching by pattern nor a replay gives it to another.
 pub fn wants(patterns: &[EventPattern], origin: Option<&str>, key: &EventKey, source: &str) -> bool {
+    if crate::operational::is_addressed(key) {
+        return false;
+    }
     let operational = key.resource() == crate::operational::RESOURCE;
     origin.is_none_or(|o| o == source)
         && patterns.iter().any(|p| p.matches(key) && (!operational || p.resource().is_some()))
@@ -156,6 +162,12 @@ mod tests {
         assert!(want(&["streaming_hub.*"]));
         assert!(want(&["*.*", "streaming_hub.subscription_disabled"]));
         assert!(!want(&["streaming_hub.breaker_opened"]));
+        let test = key("streaming_hub.test");
+        let ps: Vec<EventPattern> = ["*.*", "streaming_hub.*", "streaming_hub.test"]
+            .iter()
+            .map(|p| EventPattern::parse(p).expect("p"))
+            .collect();
+        assert!(!wants(&ps, None, &test, "streaming_hub"), "a test event is addressed, never subscribed to");
     }
 
     #[test]

@@ -32,10 +32,13 @@ pub enum Kind {
     BreakerOpened,
     BreakerClosed,
     ReplayFinished,
+    /// A test event a tenant asked for (`POST /v1/subscriptions/{id}/test`): delivered to the
+    /// subscription it names and to no other ([`addressed_to`]).
+    Test,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Self::SubscriptionDisabled,
         Self::VerificationFailed,
         Self::VerificationSucceeded,
@@ -43,6 +46,7 @@ impl Kind {
         Self::BreakerOpened,
         Self::BreakerClosed,
         Self::ReplayFinished,
+        Self::Test,
     ];
 
     /// The event type: the second half of the event key.
@@ -55,6 +59,7 @@ impl Kind {
             Self::BreakerOpened => "breaker_opened",
             Self::BreakerClosed => "breaker_closed",
             Self::ReplayFinished => "replay_finished",
+            Self::Test => "test",
         }
     }
 
@@ -77,6 +82,22 @@ pub fn excluded(key: &EventKey, extensions: &BTreeMap<String, String>, subscript
     key.resource() == RESOURCE
         && Kind::parse(key.event()).is_some_and(Kind::is_failure)
         && extensions.get(SUBJECT_EXTENSION).and_then(|s| Uuid::parse_str(s).ok()) == Some(subscription)
+}
+
+/// Whether this key is that of an event addressed to one subscription (a test event), which no
+/// pattern subscribes to.
+pub fn is_addressed(key: &EventKey) -> bool {
+    key.resource() == RESOURCE && key.event() == Kind::Test.as_str()
+}
+
+/// The one subscription an addressed event (a test event) goes to, whatever its patterns and
+/// filters; `None` for every other event, which goes where matching sends it.
+pub fn addressed_to(key: &EventKey, extensions: &BTreeMap<String, String>) -> Option<Uuid> {
+    if !is_addressed(key) {
+        return None;
+    }
+    // Without a valid subscription id it goes nowhere: the nil id is no subscription's.
+    Some(extensions.get(SUBJECT_EXTENSION).and_then(|s| Uuid::parse_str(s).ok()).unwrap_or(Uuid::nil()))
 }
 
 /// Whether a job of an event with this key may announce its own dead letter: not when the event
@@ -105,6 +126,12 @@ mod tests {
             assert!(!excluded(&k, &about_me, other), "{kind:?} goes to every other subscription");
             assert_eq!(Kind::parse(kind.as_str()), Some(kind));
         }
+        // A test event names its one subscription; nothing else is addressed.
+        let test = key(&format!("{RESOURCE}.test"));
+        assert_eq!(addressed_to(&test, &about_me), Some(me));
+        assert_eq!(addressed_to(&test, &BTreeMap::new()), Some(Uuid::nil()));
+        assert_eq!(addressed_to(&key("streaming_hub.breaker_opened"), &about_me), None);
+        assert_eq!(addressed_to(&key("account.test"), &about_me), None);
         // The same extension on a producer's event means nothing.
         assert!(!excluded(&key("account.subscription_disabled"), &about_me, me));
         assert!(!excluded(&key("streaming_hub.subscription_disabled"), &BTreeMap::new(), me));

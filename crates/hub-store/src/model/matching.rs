@@ -146,14 +146,28 @@ pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i6
             if hub_core::operational::excluded(env.key(), env.extensions(), target.id) {
                 continue;
             }
-            let state = match hub_core::admission(&rule, tenant, env.key(), env.source().as_str()) {
-                hub_core::Admission::No => continue,
-                hub_core::Admission::Deliver => JobState::Pending,
-                hub_core::Admission::Hold => JobState::Held,
+            let state = match hub_core::operational::addressed_to(env.key(), env.extensions()) {
+                // A test event: its one subscription, whatever its patterns and filters, while
+                // it is enabled and verified.
+                Some(to)
+                    if to == target.id
+                        && target.enabled
+                        && target.verification == hub_core::VerificationState::Active =>
+                {
+                    JobState::Pending
+                }
+                Some(_) => continue,
+                None => match hub_core::admission(&rule, tenant, env.key(), env.source().as_str()) {
+                    hub_core::Admission::No => continue,
+                    hub_core::Admission::Deliver if target.filters.is_empty() || target.filters.matches(view) => {
+                        JobState::Pending
+                    }
+                    hub_core::Admission::Hold if target.filters.is_empty() || target.filters.matches(view) => {
+                        JobState::Held
+                    }
+                    _ => continue,
+                },
             };
-            if !target.filters.is_empty() && !target.filters.matches(view) {
-                continue;
-            }
             if target.sink.is_push() {
                 let ordering_key = match target.ordering {
                     hub_core::Ordering::Key => hub_core::routing::ordering_key(env),

@@ -22,6 +22,7 @@ pub mod overview;
 pub mod pull;
 mod receiver_doc;
 pub mod replay;
+pub mod test_delivery;
 
 use receiver_doc::ReceiverWebhooks;
 pub mod subscriptions;
@@ -138,6 +139,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(delivery::deliveries))
         .routes(routes!(ordering::read))
         .routes(routes!(delivery::redrive))
+        .routes(routes!(test_delivery::test))
         .routes(routes!(replay::create))
         .routes(routes!(replay::read))
         .routes(routes!(admin::create_api_key, admin::list_api_keys))

@@ -27,4 +27,5 @@ mod sdk;
 mod sinks;
 mod subscriptions;
 mod support;
+mod test_delivery;
 mod traces;
