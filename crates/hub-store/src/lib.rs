@@ -132,18 +132,40 @@ fn pending(migrator: &sqlx::migrate::Migrator, applied: StoreResult<Vec<i64>>) -
 /// side, and so that code can ask for the one role it uses. Bring them into scope with
 /// `use hub_store::prelude::*`.
 pub trait Store:
-    Inbox + Subscriptions + JobQueue + Replays + Operations + Catalog + std::fmt::Debug + Send + Sync + 'static
+    Inbox
+    + Subscriptions
+    + JobQueue
+    + Replays
+    + Operations
+    + Catalog
+    + Stats
+    + Sessions
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
 {
 }
 
 impl<T> Store for T where
-    T: Inbox + Subscriptions + JobQueue + Replays + Operations + Catalog + std::fmt::Debug + Send + Sync + 'static
+    T: Inbox
+        + Subscriptions
+        + JobQueue
+        + Replays
+        + Operations
+        + Catalog
+        + Stats
+        + Sessions
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
 {
 }
 
 /// The role traits, for `use hub_store::prelude::*`.
 pub mod prelude {
-    pub use crate::{Catalog, Inbox, JobQueue, Operations, Replays, Store, Subscriptions};
+    pub use crate::{Catalog, Inbox, JobQueue, Operations, Replays, Sessions, Stats, Store, Subscriptions};
 }
 
 /// The per-tenant inbox: accepted events, their seqs, and the pull streams over them.
@@ -473,6 +495,44 @@ pub trait Catalog: Send + Sync {
 
     /// The types seen in one tenant's inbox, or in every inbox.
     async fn seen_types(&self, tenant: Option<&str>) -> StoreResult<Vec<SeenType>>;
+}
+
+/// Per-minute delivery statistics of subscriptions.
+#[async_trait]
+pub trait Stats: Send + Sync {
+    /// Adds roll-ups to their minutes: counts and latency buckets add up; a roll-up with a
+    /// backlog sets that minute's backlog.
+    async fn record_minutes(&self, minutes: &[MinuteStats]) -> StoreResult<()>;
+
+    /// A subscription's minutes from `since` on, oldest first.
+    async fn minutes(&self, tenant: &str, subscription: Uuid, since: DateTime<Utc>) -> StoreResult<Vec<MinuteStats>>;
+
+    /// Every subscription with open jobs (pending or held), and how many.
+    async fn backlogs(&self) -> StoreResult<Vec<Backlog>>;
+}
+
+/// Portal sessions: a tenant's portal granted by an operator, as a one-time grant exchanged for
+/// a session token.
+#[async_trait]
+pub trait Sessions: Send + Sync {
+    /// Stores a new session with its grant's hash.
+    async fn create_portal_session(&self, new: &NewPortalSession) -> StoreResult<()>;
+
+    /// Exchanges a grant, once: the session it grants, now bound to `session_hash`, when the
+    /// grant is not used, revoked or expired at `now`; `None` otherwise.
+    async fn exchange_portal_grant(
+        &self,
+        grant_hash: &[u8],
+        session_hash: &[u8],
+        now: DateTime<Utc>,
+    ) -> StoreResult<Option<PortalSession>>;
+
+    /// The live session (exchanged, not revoked, not expired at `now`) of a session token's hash.
+    async fn portal_session(&self, session_hash: &[u8], now: DateTime<Utc>) -> StoreResult<Option<PortalSession>>;
+
+    /// Revokes a session (its grant too); false when no session has that id or it is already
+    /// revoked.
+    async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool>;
 }
 
 /// Where the hub keeps its state.

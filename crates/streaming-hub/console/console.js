@@ -10,7 +10,14 @@ const state = {
   token: store.getItem("sh.token"),
   role: store.getItem("sh.role"), // "admin" or "tenant"
   tenant: store.getItem("sh.tenant"), // the tenant an admin acts for
+  // A portal session (opened from a one-time URL): its tenant, scope and end.
+  portal: JSON.parse(store.getItem("sh.portal") || "null"),
 };
+
+/** A read-only portal session: nothing that changes anything is offered. */
+function readOnly() {
+  return Boolean(state.portal && state.portal.scope === "read");
+}
 
 // ---------- DOM helpers (text only) ----------
 
@@ -74,7 +81,7 @@ class ApiError extends Error {
 }
 
 async function api(path, { method = "GET", body, token = state.token, asTenant = true } = {}) {
-  const headers = { Authorization: `Bearer ${token}` };
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (asTenant && state.role === "admin" && state.tenant && path.startsWith("/v1/")) {
     // Any tenant id, whatever its characters: a header carries ASCII only (RFC 8187's form).
@@ -140,9 +147,44 @@ function signInView() {
 
 function signOut() {
   store.clear();
-  state.token = state.role = state.tenant = null;
+  state.token = state.role = state.tenant = state.portal = null;
   location.hash = "#/signin";
   route();
+}
+
+// ---------- Portal sessions ----------
+
+/** Exchanges a one-time grant (from the URL's fragment, never sent to a server) for a session. */
+async function openPortal(grant) {
+  // The grant leaves the address bar (and the history) at once: it is spent either way.
+  history.replaceState(null, "", "#/subscriptions");
+  try {
+    const r = await api("/v1/portal-sessions/exchange", { method: "POST", body: { grant }, token: null });
+    store.clear();
+    state.token = r.token;
+    state.role = "tenant";
+    state.tenant = null;
+    state.portal = { tenant: r.tenant_id, scope: r.scope, expires_at: r.expires_at };
+    store.setItem("sh.token", state.token);
+    store.setItem("sh.role", state.role);
+    store.setItem("sh.portal", JSON.stringify(state.portal));
+    return route();
+  } catch (e) {
+    chrome();
+    show(h("h1", {}, "This portal link cannot be opened"), h("p", {}, "Ask for a new one: a link works once, and only until it expires."));
+    notice(e.message, "error");
+  }
+}
+
+function sessionEnded() {
+  const ended = state.portal;
+  store.clear();
+  state.token = state.role = state.tenant = state.portal = null;
+  chrome();
+  show(
+    h("h1", { testid: "session-ended" }, "This portal session has ended"),
+    h("p", {}, `It expired or was revoked${ended ? ` (it was open until ${time(ended.expires_at)})` : ""}. Open the portal again from where you came.`),
+  );
 }
 
 function actFor(tenant) {
@@ -155,7 +197,7 @@ function chrome() {
   const nav = document.getElementById("nav");
   const who = document.getElementById("who");
   const out = document.getElementById("signout");
-  out.hidden = !state.token;
+  out.hidden = !state.token || Boolean(state.portal);
   out.onclick = signOut;
   const links = [];
   if (state.role === "admin") {
@@ -172,6 +214,7 @@ function chrome() {
   }
   nav.replaceChildren(...links);
   if (!state.token) who.textContent = "";
+  else if (state.portal) who.textContent = `${state.portal.tenant} · ${state.portal.scope === "read" ? "read-only" : "manage"} portal until ${time(state.portal.expires_at)}`;
   else if (state.role === "admin") who.textContent = state.tenant ? `admin · acting for ${state.tenant}` : "admin · all tenants";
   else who.textContent = "tenant API key";
 }
@@ -270,6 +313,7 @@ function replayForm(sub) {
 }
 
 function actions(s) {
+  if (readOnly()) return h("span", { class: "actions" }, link(`#/subscriptions/${s.id}`, "Deliveries", `deliveries-${s.id}`));
   const post = (path, body) => api(`/v1/subscriptions/${s.id}/${path}`, { method: "POST", body });
   const buttons = [
     h("button", { type: "button", testid: `verify-${s.id}`, onclick: () => act(async () => {
@@ -293,6 +337,14 @@ function actions(s) {
         notice(e.message, "error");
       }
     } }, "Rotate secret"));
+  }
+  if (s.enabled && s.verification_state === "active") {
+    buttons.push(h("button", { type: "button", testid: `test-${s.id}`, onclick: () => act(async () => {
+      const r = await post("test");
+      const a = r.delivery && r.delivery.attempt_log[0];
+      const how = a ? ` (${a.status_code ? `HTTP ${a.status_code}, ` : ""}${a.latency_ms} ms${a.error ? `: ${a.error}` : ""})` : "";
+      return `${s.name}: test event ${r.outcome}${how}.`;
+    }) }, "Send test"));
   }
   buttons.push(link(`#/subscriptions/${s.id}`, "Deliveries", `deliveries-${s.id}`));
   return h("span", { class: "actions" }, buttons);
@@ -569,7 +621,7 @@ async function subscriptionsView() {
   const [page, catalog] = await Promise.all([api("/v1/subscriptions?limit=500"), api("/v1/event-types")]);
   show(
     h("h1", {}, "Subscriptions"),
-    newSubscriptionForm(catalog.items),
+    readOnly() ? h("p", { class: "notice", testid: "read-only" }, "A read-only portal: you can look, not change.") : newSubscriptionForm(catalog.items),
     table(
       "subscriptions",
       [
@@ -609,11 +661,11 @@ async function subscriptionView(id) {
   show(
     h("h1", {}, `Subscription ${sub.name}`),
     h("p", {}, `${sub.sink.type} · ${sub.verification_state} · ${sub.enabled ? "enabled" : "disabled"}`),
-    h("p", {}, redrive, " ", actions(sub)),
+    h("p", {}, readOnly() ? null : redrive, " ", actions(sub)),
     destinationBlock(sub),
     filtersBlock(sub),
     blockedKeysBlock(sub, ordering),
-    replayForm(sub),
+    readOnly() ? null : replayForm(sub),
     h("h2", {}, "Deliveries"),
     table(
       "deliveries",
@@ -714,9 +766,10 @@ async function dlqView() {
 async function route() {
   const hash = location.hash || "#/";
   const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  const [view, id] = parts;
+  if (view === "portal" && id) return openPortal(id);
   chrome();
   if (!state.token) return signInView();
-  const [view, id] = parts;
   try {
     if (state.role === "admin") {
       if (view === "tenants" || !view) return await tenantsView();
@@ -732,7 +785,7 @@ async function route() {
     if (view === "event-types") return await eventTypesView();
     return await subscriptionsView();
   } catch (e) {
-    if (e.status === 401) return signOut();
+    if (e.status === 401) return state.portal ? sessionEnded() : signOut();
     show(h("h1", {}, "Something went wrong"));
     notice(e.message, "error");
   }

@@ -221,6 +221,11 @@ pub struct Config {
     pub manifest_refresh_interval: Duration,
     /// What an accepted event whose body does not satisfy its declared schema becomes.
     pub validate_payloads: crate::catalog::payloads::Mode,
+    /// Where operators and tenants reach the hub (portal URLs start with it); the request's own
+    /// host when unset.
+    pub public_url: Option<String>,
+    /// The console's `frame-ancestors` sources: who may embed the portal.
+    pub portal_frame_ancestors: String,
     /// The log filter (`STREAMING_HUB_LOG`, `tracing` directives such as `info,hub_store=debug`).
     pub log: Option<String>,
     /// `STREAMING_HUB_*` variables that were set but mean nothing to this hub.
@@ -316,6 +321,8 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_MANIFEST_SOURCES",
     "STREAMING_HUB_MANIFEST_REFRESH_INTERVAL",
     "STREAMING_HUB_VALIDATE_PAYLOADS",
+    "STREAMING_HUB_PUBLIC_URL",
+    "STREAMING_HUB_PORTAL_FRAME_ANCESTORS",
     "STREAMING_HUB_LOG",
 ];
 
@@ -624,6 +631,19 @@ impl Config {
             metrics_interval: r.duration("STREAMING_HUB_METRICS_INTERVAL", "15s"),
             manifest_sources: r.parse("STREAMING_HUB_MANIFEST_SOURCES", Vec::new(), manifest_sources),
             manifest_refresh_interval: r.duration("STREAMING_HUB_MANIFEST_REFRESH_INTERVAL", "300s"),
+            public_url: r.parse("STREAMING_HUB_PUBLIC_URL", None, |raw| match url::Url::parse(raw) {
+                Ok(u)
+                    if (u.scheme() == "http" || u.scheme() == "https") && u.host().is_some() && u.query().is_none() =>
+                {
+                    Ok(Some(raw.trim_end_matches('/').to_owned()))
+                }
+                _ => Err(format!("must be an http(s) URL without a query (got {})", quoted(raw))),
+            }),
+            portal_frame_ancestors: r.parse(
+                "STREAMING_HUB_PORTAL_FRAME_ANCESTORS",
+                "'none'".to_owned(),
+                frame_ancestors,
+            ),
             validate_payloads: r.parse(
                 "STREAMING_HUB_VALIDATE_PAYLOADS",
                 crate::catalog::payloads::Mode::Off,
@@ -677,6 +697,36 @@ impl Config {
         s.insert("kafka", if self.kafka.is_some() { "configured" } else { "off" }.to_owned());
         s
     }
+}
+
+/// `STREAMING_HUB_PORTAL_FRAME_ANCESTORS`: CSP `frame-ancestors` sources, space-separated —
+/// `'none'` alone, or any of `'self'`, a scheme (`https:`) and origins (`https://app.example.com`,
+/// `https://*.example.com:8443`).
+fn frame_ancestors(raw: &str) -> Result<String, String> {
+    let sources: Vec<&str> = raw.split_ascii_whitespace().collect();
+    if sources.is_empty() {
+        return Err("must name at least one source ('none' forbids embedding)".to_owned());
+    }
+    if sources.contains(&"'none'") {
+        return if sources.len() == 1 { Ok("'none'".to_owned()) } else { Err("'none' must stand alone".to_owned()) };
+    }
+    for source in &sources {
+        let ok = *source == "'self'"
+            || matches!(*source, "https:" | "http:")
+            || source.split_once("://").is_some_and(|(scheme, rest)| {
+                matches!(scheme, "https" | "http")
+                    && !rest.is_empty()
+                    && rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '*' | '/'))
+                    && !rest.starts_with('/')
+            });
+        if !ok {
+            return Err(format!(
+                "{} is not a frame source: use 'self', https:, or origins such as https://app.example.com",
+                quoted(source)
+            ));
+        }
+    }
+    Ok(sources.join(" "))
 }
 
 /// Manifest sources this many, at most.

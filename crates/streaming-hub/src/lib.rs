@@ -214,6 +214,7 @@ pub async fn start_with_clock(
     // This process's dispatcher, when it delivers: its own ingest leases jobs to it as it writes
     // them (the fast path).
     let mut local_dispatcher = None;
+    let mut tasks_early: Vec<JoinHandle<Option<()>>> = Vec::new();
     let dispatcher = if config.role.delivers() {
         store.listen_for_jobs(Arc::clone(&wake)).await.context("cannot listen for job notifications")?;
         let dispatcher = Arc::new(delivery::Dispatcher::new(
@@ -227,11 +228,22 @@ pub async fn start_with_clock(
             breakers.clone(),
         ));
         local_dispatcher = Some(Arc::clone(&dispatcher));
+        tasks_early.push(supervisor.spawn(
+            "delivery statistics",
+            delivery::stats::run(
+                dispatcher.stats(),
+                Arc::clone(&store),
+                Arc::clone(&clock),
+                config.metrics_interval,
+                stop.clone(),
+            ),
+        ));
         Some(supervisor.spawn("dispatcher", dispatcher.run(stop.clone(), config.shutdown_timeout)))
     } else {
         None
     };
     let mut tasks: Vec<JoinHandle<Option<()>>> = dispatcher.into_iter().collect();
+    tasks.append(&mut tasks_early);
     tasks.push(supervisor.spawn(
         "operational events writer",
         operational::run(Arc::clone(&store), Arc::clone(&clock), notice_queue, Arc::clone(&wake), stop.clone()),
@@ -363,6 +375,8 @@ pub async fn start_with_clock(
         supervisor: supervisor.clone(),
         request_timeout: config.http_limits.request_timeout,
         catalog,
+        public_url: config.public_url.clone(),
+        frame_ancestors: config.portal_frame_ancestors.clone(),
     };
     telemetry::prometheus();
     let router = api::router(state);

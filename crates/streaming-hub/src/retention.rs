@@ -14,6 +14,10 @@ use crate::clock::Clock;
 use crate::config::Config;
 use crate::telemetry::metric;
 
+/// How long subscriptions' per-minute statistics are kept: the longest window the API shows
+/// (24 h), and a day more.
+pub const MINUTES_RETENTION: Duration = Duration::from_secs(48 * 3600);
+
 /// Records deleted per statement: keeps each transaction short.
 const BATCH: u32 = 5000;
 
@@ -27,6 +31,7 @@ pub fn policies(config: &Config) -> Vec<(PruneKind, Duration)> {
         (PruneKind::Events, config.event_retention.max(longest_retry)),
         // A type not seen for as long as events are kept leaves the catalog's learned types.
         (PruneKind::SeenTypes, config.event_retention.max(longest_retry)),
+        (PruneKind::Minutes, MINUTES_RETENTION),
     ]
 }
 

@@ -19,6 +19,7 @@ mod health;
 mod job;
 mod retry;
 mod settle;
+pub mod stats;
 
 use std::time::Duration;
 

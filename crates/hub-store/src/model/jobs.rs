@@ -179,10 +179,22 @@ pub enum PruneKind {
     Dlq,
     /// Types seen in an inbox, by when they were last seen.
     SeenTypes,
+    /// Subscriptions' per-minute statistics, by minute.
+    Minutes,
+    /// Portal sessions, by when they expired.
+    PortalSessions,
 }
 
 impl PruneKind {
-    pub const ALL: [PruneKind; 5] = [Self::Quarantine, Self::FinishedJobs, Self::Events, Self::Dlq, Self::SeenTypes];
+    pub const ALL: [PruneKind; 7] = [
+        Self::Quarantine,
+        Self::FinishedJobs,
+        Self::Events,
+        Self::Dlq,
+        Self::SeenTypes,
+        Self::Minutes,
+        Self::PortalSessions,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -191,6 +203,35 @@ impl PruneKind {
             Self::Events => "events",
             Self::Dlq => "dlq",
             Self::SeenTypes => "seen_types",
+            Self::Minutes => "subscription_minutes",
+            Self::PortalSessions => "portal_sessions",
         }
     }
+}
+
+/// One minute of a subscription's deliveries, or a roll-up of attempts to add to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MinuteStats {
+    pub tenant_id: String,
+    pub subscription_id: Uuid,
+    /// The minute's start.
+    pub minute: DateTime<Utc>,
+    /// Attempts that delivered.
+    pub delivered: i64,
+    /// Attempts that failed (a dead letter's last attempt included).
+    pub failed: i64,
+    /// Jobs dead-lettered.
+    pub dead: i64,
+    /// Attempt latencies by bucket (`hub_core::delivery::stats`).
+    pub latency: hub_core::delivery::stats::Histogram,
+    /// Pending and held jobs when the minute was sampled; `None` when it was not.
+    pub backlog: Option<i64>,
+}
+
+/// A subscription's open jobs (pending and held), for the backlog sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backlog {
+    pub tenant_id: String,
+    pub subscription_id: Uuid,
+    pub jobs: i64,
 }

@@ -1,4 +1,4 @@
-//! API keys as stored: only a hash and a displayable prefix.
+//! API keys and portal sessions as stored: only hashes and a displayable prefix.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -37,4 +37,24 @@ impl ApiKeyRecord {
     pub fn expired(&self, now: DateTime<Utc>) -> bool {
         self.expires_at.is_some_and(|at| at <= now)
     }
+}
+
+/// A tenant's portal, granted by an operator for a while (`POST /admin/portal-sessions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortalSession {
+    pub id: Uuid,
+    pub tenant_id: String,
+    /// `read` or `manage`.
+    pub scope: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub exchanged_at: Option<DateTime<Utc>>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// A new portal session: the hash of its one-time grant.
+#[derive(Debug, Clone)]
+pub struct NewPortalSession {
+    pub session: PortalSession,
+    pub grant_hash: Vec<u8>,
 }

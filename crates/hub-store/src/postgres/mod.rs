@@ -38,6 +38,8 @@ mod kept;
 mod operations;
 mod replays;
 mod rows;
+mod sessions;
+mod stats;
 mod subscriptions;
 
 use rows::*;

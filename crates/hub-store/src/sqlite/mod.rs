@@ -35,6 +35,8 @@ mod inbox;
 mod jobs;
 mod operations;
 mod replays;
+mod sessions;
+mod stats;
 mod subscriptions;
 
 /// The two moves of waiting jobs: `(from, to, when the subscription is)`. Constants, so each

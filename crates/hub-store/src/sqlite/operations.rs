@@ -174,6 +174,24 @@ impl Operations for SqliteStore {
             .execute(&mut *tx)
             .await?
             .rows_affected(),
+            PruneKind::Minutes => sqlx::query(
+                "DELETE FROM subscription_minutes WHERE (subscription_id, minute) IN
+                    (SELECT subscription_id, minute FROM subscription_minutes WHERE minute < ?1 LIMIT ?2)",
+            )
+            .bind(cutoff)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
+            PruneKind::PortalSessions => sqlx::query(
+                "DELETE FROM portal_sessions WHERE id IN
+                    (SELECT id FROM portal_sessions WHERE expires_at < ?1 LIMIT ?2)",
+            )
+            .bind(cutoff)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected(),
             PruneKind::SeenTypes => sqlx::query(
                 "DELETE FROM seen_event_types WHERE (tenant_id, source, event_key, schema_version) IN
                     (SELECT tenant_id, source, event_key, schema_version FROM seen_event_types

@@ -10,6 +10,8 @@ mod jobs;
 mod ordering;
 mod replays;
 mod retention;
+mod sessions;
+mod stats;
 mod subscriptions;
 mod support;
 
@@ -23,6 +25,8 @@ mod suite {
     pub use crate::ordering::*;
     pub use crate::replays::*;
     pub use crate::retention::*;
+    pub use crate::sessions::*;
+    pub use crate::stats::*;
     pub use crate::subscriptions::*;
 }
 
@@ -51,6 +55,9 @@ macro_rules! contract_suite {
 }
 
 contract_suite!(
+    a_grant_is_exchanged_once_and_a_session_ends_when_revoked_or_expired,
+    minutes_add_up_and_backlogs_are_set,
+    backlogs_count_pending_and_held_jobs,
     one_refresh_is_claimed_per_interval_and_at_once_when_the_sources_change,
     a_failed_fetch_keeps_the_last_good_manifest,
     seen_types_add_up_per_tenant_and_age_out,

@@ -4,7 +4,7 @@
 // the first failure. With SCREENSHOTS set, saves a picture of each view there.
 //
 // Input (environment): BASE, ADMIN, T1_KEY, T1_HOOK, T1_EVENT, T2_EVENT, T2_NAME, WIDE_TENANT,
-// PLAYWRIGHT
+// EMBED (a page of another origin framing a read-only portal session of t1), PLAYWRIGHT
 // (the playwright-core module), SCREENSHOTS (optional).
 import assert from "node:assert/strict";
 import path from "node:path";
@@ -47,6 +47,40 @@ try {
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("dialog", (d) => d.accept());
+
+  // ---- A read-only portal session, embedded in another origin's page (it expires soon) ----
+  await page.goto(env.EMBED);
+  const portal = page.frameLocator("iframe#portal");
+  await portal.getByTestId("read-only").waitFor();
+  assert.match(await portal.getByTestId("who").textContent(), /t1 · read-only portal until/);
+  assert.match(await portal.getByTestId("subscriptions").textContent(), /hook/);
+  assert.equal(await portal.getByTestId(`toggle-${env.T1_HOOK}`).count(), 0, "no action offered");
+  assert.equal(await portal.getByTestId("new-subscription").count(), 0, "no form offered");
+  assert.ok(!(await portal.locator("body").textContent()).includes(env.T2_NAME), "another tenant's data");
+  // Calling the API anyway changes nothing.
+  const framed = page.frames().find((f) => f.url().includes("/console/"));
+  const refused = await framed.evaluate(async (id) => {
+    const r = await fetch(`/v1/subscriptions/${id}`, {
+      method: "PATCH",
+      headers: { Authorization: `Bearer ${sessionStorage.getItem("sh.token")}`, "Content-Type": "application/json" },
+      body: JSON.stringify({ enabled: false }),
+    });
+    return [r.status, (await r.json()).title];
+  }, env.T1_HOOK);
+  assert.deepEqual(refused, [403, "portal_session_refused"]);
+  assert.ok(!framed.url().includes("shpg_"), "the grant left the address");
+  await shot(page, "portal-embedded");
+  step("an embedded read-only portal: its tenant only, nothing can be changed");
+  // The session expires: the next view says so.
+  const deadline = Date.now() + 30_000;
+  for (let i = 0; (await portal.getByTestId("session-ended").count()) === 0; i++) {
+    assert.ok(Date.now() < deadline, "the portal session did not end");
+    // Moving between two views: each move reads the API again.
+    await portal.getByTestId(i % 2 ? "nav-subscriptions" : "nav-events").click().catch(() => {});
+    await page.waitForTimeout(500);
+  }
+  await shot(page, "portal-ended");
+  step("the portal session expires");
 
   // A token that is neither the admin's nor a key.
   await signIn(page, "not-a-token-at-all");
@@ -157,6 +191,10 @@ try {
   await page.getByTestId(`verify-${env.T1_HOOK}`).click();
   assert.match(await noticeText(page), /verified/);
   step("verify");
+
+  await page.getByTestId(`test-${env.T1_HOOK}`).click();
+  assert.match(await noticeText(page), /hook: test event delivered \(HTTP 204, \d+ ms\)/);
+  step("send a test event, see its outcome");
 
   await page.getByTestId(`rotate-${env.T1_HOOK}`).click();
   await page.getByTestId("secret").waitFor();

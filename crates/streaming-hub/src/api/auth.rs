@@ -1,7 +1,9 @@
 //! Bearer authentication.
 //!
 //! A tenant API key (`shk_…`) is looked up by its SHA-256 hash and sees only its own tenant; the
-//! admin token opens `/admin`. Tokens are compared in constant time and never logged.
+//! admin token opens `/admin`; a portal session's token (`shps_…`, see `portal.rs`) sees its
+//! tenant through the console's routes only. Tokens are compared in constant time and never
+//! logged.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
@@ -17,7 +19,16 @@ use crate::keys;
 #[derive(Debug, Clone)]
 pub enum Principal {
     Admin,
-    Tenant { tenant: TenantId, key_id: uuid::Uuid },
+    Tenant {
+        tenant: TenantId,
+        key_id: uuid::Uuid,
+    },
+    /// A portal session: its tenant, `read` (changes nothing) or not.
+    Portal {
+        tenant: TenantId,
+        session: uuid::Uuid,
+        read_only: bool,
+    },
 }
 
 fn bearer(parts: &Parts) -> Result<&str, ApiError> {
@@ -41,6 +52,17 @@ impl FromRequestParts<AppState> for Principal {
         if state.admin_token.as_ref().is_some_and(|admin| bool::from(token.as_bytes().ct_eq(admin.expose().as_bytes())))
         {
             return Ok(Principal::Admin);
+        }
+        if token.starts_with(super::portal::SESSION_PREFIX) {
+            // Looked up on every request: a revoked or expired session ends at once, everywhere.
+            if let Some(session) = state.store.portal_session(&keys::hash(token), state.clock.now()).await? {
+                return Ok(Principal::Portal {
+                    tenant: TenantId::parse(&session.tenant_id).map_err(ApiError::internal)?,
+                    session: session.id,
+                    read_only: session.scope != "manage",
+                });
+            }
+            return Err(ApiError::unauthorized("the portal session has expired or was revoked"));
         }
         if token.starts_with(keys::API_KEY_PREFIX) {
             let hash = keys::hash(token);
@@ -122,7 +144,9 @@ impl FromRequestParts<AppState> for Admin {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match Principal::from_request_parts(parts, state).await? {
             Principal::Admin => Ok(Admin),
-            Principal::Tenant { .. } => Err(ApiError::forbidden("this route requires the admin token")),
+            Principal::Tenant { .. } | Principal::Portal { .. } => {
+                Err(ApiError::forbidden("this route requires the admin token"))
+            }
         }
     }
 }
@@ -145,8 +169,33 @@ pub fn act_for_tenant(value: &axum::http::HeaderValue) -> Option<TenantId> {
     TenantId::parse(&id).ok()
 }
 
-/// A caller holding a tenant API key, or the admin token acting for a tenant: the `/v1` tenant
-/// routes.
+/// What a portal session may do on a `/v1` route: everything its tenant's console does, but
+/// publish events and read a pull stream (reading moves the consumer's cursor), both of which
+/// need an API key; in `read` scope, nothing that changes anything (`POST /v1/filters/test`, a
+/// computation, is allowed).
+pub fn portal_may(method: &axum::http::Method, path: &str, read_only: bool) -> Result<(), ApiError> {
+    use axum::http::Method;
+    let refused =
+        |why: &str| Err(ApiError::new(axum::http::StatusCode::FORBIDDEN, "portal_session_refused", why.to_owned()));
+    if path == "/v1/events" && method == Method::POST {
+        return refused("a portal session cannot publish events; producers use an API key");
+    }
+    let pull = path.strip_prefix("/v1/subscriptions/").is_some_and(|rest| rest.ends_with("/events"));
+    if pull && method == Method::GET {
+        return refused(
+            "a portal session cannot read a pull stream (reading moves its cursor); consumers use an API key",
+        );
+    }
+    let reads =
+        method == Method::GET || method == Method::HEAD || (method == Method::POST && path == "/v1/filters/test");
+    if read_only && !reads {
+        return refused("this portal session is read-only");
+    }
+    Ok(())
+}
+
+/// A caller holding a tenant API key, a portal session, or the admin token acting for a tenant:
+/// the `/v1` tenant routes.
 #[derive(Debug)]
 pub struct TenantCaller {
     pub tenant: TenantId,
@@ -158,6 +207,10 @@ impl FromRequestParts<AppState> for TenantCaller {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match Principal::from_request_parts(parts, state).await? {
             Principal::Tenant { tenant, .. } => Ok(TenantCaller { tenant }),
+            Principal::Portal { tenant, read_only, .. } => {
+                portal_may(&parts.method, parts.uri.path(), read_only)?;
+                Ok(TenantCaller { tenant })
+            }
             // The operator acts for one tenant by naming it: the admin token can already mint
             // that tenant a key, so this adds no power, and it is logged.
             Principal::Admin => match parts.headers.get(ACT_FOR) {

@@ -13,26 +13,42 @@ const INDEX: &str = include_str!("../../console/index.html");
 const SCRIPT: &str = include_str!("../../console/console.js");
 const STYLE: &str = include_str!("../../console/console.css");
 
-const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; \
-                      base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+/// The page's policy: its own script and style only; framed only by `frame_ancestors`
+/// (`STREAMING_HUB_PORTAL_FRAME_ANCESTORS`, `'none'` by default).
+fn policy(frame_ancestors: &str) -> String {
+    format!(
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; \
+         base-uri 'none'; form-action 'self'; frame-ancestors {frame_ancestors}"
+    )
+}
 
-fn asset(content_type: &'static str, body: &'static str) -> Response {
+fn asset(content_type: &'static str, body: &'static str, policy: &HeaderValue, deny_frames: bool) -> Response {
     let mut response = body.into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(POLICY));
+    headers.insert(header::CONTENT_SECURITY_POLICY, policy.clone());
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    // For browsers without `frame-ancestors`; an allow-list has no X-Frame-Options form.
+    if deny_frames {
+        headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    }
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
 }
 
 /// The console's routes (not part of the API document).
-pub fn routes<S: Clone + Send + Sync + 'static>() -> axum::Router<S> {
+pub fn routes<S: Clone + Send + Sync + 'static>(frame_ancestors: &str) -> axum::Router<S> {
+    let policy = HeaderValue::from_str(&policy(frame_ancestors))
+        .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'; frame-ancestors 'none'"));
+    let deny = frame_ancestors == "'none'";
+    let serve = move |content_type: &'static str, body: &'static str| {
+        let policy = policy.clone();
+        get(move || async move { asset(content_type, body, &policy, deny) })
+    };
     axum::Router::new()
-        .route("/console", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
-        .route("/console/", get(|| async { asset("text/html; charset=utf-8", INDEX) }))
-        .route("/console/console.js", get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }))
-        .route("/console/console.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route("/console", serve("text/html; charset=utf-8", INDEX))
+        .route("/console/", serve("text/html; charset=utf-8", INDEX))
+        .route("/console/console.js", serve("text/javascript; charset=utf-8", SCRIPT))
+        .route("/console/console.css", serve("text/css; charset=utf-8", STYLE))
 }

@@ -125,8 +125,15 @@ pub async fn ingest(
 
 /// A tenant key may only ingest for its own tenant, named in `ce-tenantid` (SPEC §8); the admin
 /// token for any (a missing tenant is then quarantined like any malformed record).
+/// A portal session never ingests.
 fn authorize(principal: &Principal, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
-    let Principal::Tenant { tenant, .. } = principal else { return Ok(()) };
+    let tenant = match principal {
+        Principal::Admin => return Ok(()),
+        Principal::Portal { read_only, .. } => {
+            return super::auth::portal_may(&axum::http::Method::POST, "/v1/events", *read_only);
+        }
+        Principal::Tenant { tenant, .. } => tenant,
+    };
     let claimed = headers.iter().rev().find(|(k, _)| k.eq_ignore_ascii_case("ce-tenantid")).map(|(_, v)| v.as_slice());
     match claimed {
         Some(value) if value == tenant.as_str().as_bytes() => Ok(()),

@@ -19,9 +19,11 @@ pub mod health;
 pub mod limiter;
 pub mod ordering;
 pub mod overview;
+pub mod portal;
 pub mod pull;
 mod receiver_doc;
 pub mod replay;
+pub mod stats;
 pub mod test_delivery;
 
 use receiver_doc::ReceiverWebhooks;
@@ -87,6 +89,10 @@ pub struct AppState {
     pub supervisor: crate::supervisor::Supervisor,
     /// The event catalog: declared and seen types, payload checks.
     pub catalog: Arc<crate::catalog::EventCatalog>,
+    /// Where operators reach the hub (`STREAMING_HUB_PUBLIC_URL`): portal URLs start with it.
+    pub public_url: Option<String>,
+    /// Who may frame the console (`STREAMING_HUB_PORTAL_FRAME_ANCESTORS`).
+    pub frame_ancestors: String,
 }
 
 #[derive(OpenApi)]
@@ -140,10 +146,14 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(ordering::read))
         .routes(routes!(delivery::redrive))
         .routes(routes!(test_delivery::test))
+        .routes(routes!(stats::read))
         .routes(routes!(replay::create))
         .routes(routes!(replay::read))
         .routes(routes!(admin::create_api_key, admin::list_api_keys))
         .routes(routes!(admin::revoke_api_key))
+        .routes(routes!(portal::create))
+        .routes(routes!(portal::revoke))
+        .routes(routes!(portal::exchange))
         .routes(routes!(admin::list_quarantine))
         .routes(routes!(admin::list_dlq))
         .routes(routes!(overview::tenants))
@@ -169,7 +179,7 @@ pub fn router(state: AppState) -> Router {
     let (routes, _) = routes();
     let limit = state.request_timeout;
     routes
-        .merge(console::routes())
+        .merge(console::routes(&state.frame_ancestors))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))

@@ -404,3 +404,28 @@ fn the_catalog_settings_are_read_and_each_bad_one_named() {
             && named.contains(&"STREAMING_HUB_VALIDATE_PAYLOADS")
     );
 }
+
+#[test]
+fn the_portal_settings_are_read_and_each_bad_one_named() {
+    let c = Config::from_vars(HashMap::new()).expect("defaults");
+    assert_eq!((c.portal_frame_ancestors.as_str(), c.public_url.as_deref()), ("'none'", None));
+    let c = Config::from_vars(vars(&[
+        ("STREAMING_HUB_PORTAL_FRAME_ANCESTORS", " 'self'   https://app.example.com https://*.bank.example:8443 "),
+        ("STREAMING_HUB_PUBLIC_URL", "https://hub.bank.example/"),
+    ]))
+    .expect("valid");
+    assert_eq!(c.portal_frame_ancestors, "'self' https://app.example.com https://*.bank.example:8443");
+    assert_eq!(c.public_url.as_deref(), Some("https://hub.bank.example"));
+    for (value, says) in [
+        ("'none' https://a.example", "must stand alone"),
+        ("https://a.example; script-src *", "is not a frame source"),
+        ("javascript:alert(1)", "is not a frame source"),
+        ("'unsafe-inline'", "is not a frame source"),
+    ] {
+        let err = Config::from_vars(vars(&[("STREAMING_HUB_PORTAL_FRAME_ANCESTORS", value)])).expect_err(value);
+        let p = err.0.iter().find(|p| p.variable == "STREAMING_HUB_PORTAL_FRAME_ANCESTORS").expect("named");
+        assert!(p.message.contains(says), "{value}: {}", p.message);
+    }
+    let err = Config::from_vars(vars(&[("STREAMING_HUB_PUBLIC_URL", "hub.example")])).expect_err("no scheme");
+    assert_eq!(err.0[0].variable, "STREAMING_HUB_PUBLIC_URL");
+}

@@ -17,6 +17,7 @@ mod capacity;
 mod claims;
 mod record;
 pub mod replay;
+pub mod stats;
 pub mod targets;
 pub mod verify;
 
@@ -105,6 +106,8 @@ pub struct Dispatcher {
     frees_key: Mutex<HashSet<Uuid>>,
     /// Where jobs leased at ingest come in while the dispatcher runs (see [`Dispatcher::reserve`]).
     intake: Mutex<Option<Intake>>,
+    /// Recorded attempts rolled up by subscription and minute (`stats.rs`).
+    stats: Arc<stats::Rollup>,
 }
 
 /// The ready queue of a running dispatcher and its slots.
@@ -196,7 +199,13 @@ impl Dispatcher {
             dead_letters: Mutex::new(HashMap::new()),
             frees_key: Mutex::new(HashSet::new()),
             intake: Mutex::new(None),
+            stats: Arc::default(),
         }
+    }
+
+    /// The per-minute statistics this dispatcher's recorder notes ([`stats::run`] flushes them).
+    pub fn stats(&self) -> Arc<stats::Rollup> {
+        Arc::clone(&self.stats)
     }
 
     /// The fast path at steady load: room for up to `max` jobs that this process's ingest leases

@@ -53,6 +53,7 @@ impl Dispatcher {
 
     pub(super) fn recorded(&self, recorded: &AttemptResult, done: Completed) {
         let (job, a) = (recorded.record.job_id, &recorded.record);
+        self.stats.note(recorded, done.job_updated);
         if done.disabled {
             metrics::counter!(metric::AUTO_DISABLED).increment(1);
             tracing::warn!(tenant = %a.tenant_id, subscription = %a.subscription_id, "subscription auto-disabled");

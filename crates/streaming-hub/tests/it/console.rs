@@ -25,7 +25,30 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     )
     .expect("manifest");
     let sources = format!("file:{}", manifest.display());
-    let hub = TestHub::start_with(Backend::Sqlite, &[("STREAMING_HUB_MANIFEST_SOURCES", &sources)]).await;
+    // A page of another origin that frames a portal session (its address is known once the hub
+    // has granted the session); the hub lets that origin frame the console.
+    let embedder = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let embed_origin = format!("http://{}", embedder.local_addr().expect("addr"));
+    let portal_url = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    {
+        let portal_url = std::sync::Arc::clone(&portal_url);
+        let page = axum::Router::new().route(
+            "/",
+            axum::routing::get(move || async move {
+                let src = portal_url.lock().expect("url").clone();
+                axum::response::Html(format!(
+                    "<!doctype html><title>Platform</title><h1>Platform settings</h1>\
+                     <iframe id=\"portal\" title=\"Webhooks\" src=\"{src}\" width=\"1200\" height=\"600\"></iframe>"
+                ))
+            }),
+        );
+        tokio::spawn(async move { axum::serve(embedder, page).await });
+    }
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        &[("STREAMING_HUB_MANIFEST_SOURCES", &sources), ("STREAMING_HUB_PORTAL_FRAME_ANCESTORS", &embed_origin)],
+    )
+    .await;
     crate::support::until("the manifest read", Duration::from_secs(20), async || {
         let (_, all) = hub.admin_get("/admin/event-types").await;
         all["manifests"][0]["fetched_at"].is_string().then_some(())
@@ -36,7 +59,10 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     let page = hub.client.get(hub.url("/console")).send().await.expect("console");
     assert_eq!(page.status(), StatusCode::OK);
     let policy = page.headers()["content-security-policy"].to_str().expect("policy").to_owned();
-    assert!(policy.contains("script-src 'self'") && policy.contains("frame-ancestors 'none'"), "{policy}");
+    assert!(
+        policy.contains("script-src 'self'") && policy.ends_with(&format!("frame-ancestors {embed_origin}")),
+        "{policy}"
+    );
     assert!(page.text().await.expect("html").contains("/console/console.js"));
 
     let receiver = Receiver::start(Script::Ok).await;
@@ -99,6 +125,14 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     };
     assert_eq!(hub.store.write_dlq_records(&[dlq]).await.expect("dlq"), 1);
 
+    // A read-only portal of t1, short-lived: the browser walks it first, then sees it end.
+    let (status, session) = hub
+        .send(hub.client.post(hub.url("/admin/portal-sessions")).bearer_auth(&hub.admin).json(&json!({
+            "tenant_id": "t1", "scope": "read", "ttl_seconds": 12})))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{session}");
+    *portal_url.lock().expect("url") = session["url"].as_str().expect("url").to_owned();
+
     let playwright = crate::sdk::cache_dir().join("console/node_modules/playwright-core");
     assert!(
         playwright.join("package.json").exists() && Path::new("/usr/bin/chromium").exists(),
@@ -117,6 +151,7 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         .env("T2_EVENT", t2_event.id().to_string())
         .env("T2_NAME", &t2_name)
         .env("WIDE_TENANT", wide)
+        .env("EMBED", &embed_origin)
         .env("PLAYWRIGHT", &playwright);
     if let Ok(dir) = std::env::var("STREAMING_HUB_CONSOLE_SCREENSHOTS") {
         command.env("SCREENSHOTS", dir);
@@ -132,6 +167,6 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    assert_eq!(report["steps"].as_array().expect("steps").len(), 17, "{report}");
+    assert_eq!(report["steps"].as_array().expect("steps").len(), 20, "{report}");
     let _ = std::fs::remove_file(manifest);
 }

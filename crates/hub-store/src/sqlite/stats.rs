@@ -1,0 +1,101 @@
+//! Per-minute delivery statistics of subscriptions. One writer: a roll-up is merged with the
+//! stored minute in Rust, inside the write transaction.
+
+use super::*;
+use crate::{Backlog, MinuteStats};
+use hub_core::delivery::stats::{BUCKETS, Histogram};
+
+fn histogram(text: &str) -> StoreResult<Histogram> {
+    let counts: Vec<i64> =
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("a latency histogram: {e}")))?;
+    Histogram::try_from(counts)
+        .map_err(|v| StoreError::Corrupt(format!("a latency histogram of {} buckets, not {BUCKETS}", v.len())))
+}
+
+fn minute_from_row(r: &SqliteRow) -> StoreResult<MinuteStats> {
+    Ok(MinuteStats {
+        subscription_id: uuid_from_text(&r.try_get::<String, _>("subscription_id")?)?,
+        minute: from_micros(r.try_get("minute")?)?,
+        tenant_id: r.try_get("tenant_id")?,
+        delivered: r.try_get("delivered")?,
+        failed: r.try_get("failed")?,
+        dead: r.try_get("dead")?,
+        latency: histogram(&r.try_get::<String, _>("latency")?)?,
+        backlog: r.try_get("backlog")?,
+    })
+}
+
+#[async_trait]
+impl Stats for SqliteStore {
+    async fn record_minutes(&self, minutes: &[MinuteStats]) -> StoreResult<()> {
+        if minutes.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        for m in minutes {
+            let stored = sqlx::query(
+                "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog
+                 FROM subscription_minutes WHERE subscription_id = ?1 AND minute = ?2",
+            )
+            .bind(text(m.subscription_id))
+            .bind(micros(m.minute))
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| minute_from_row(&r))
+            .transpose()?;
+            let mut sum = m.clone();
+            if let Some(s) = stored {
+                sum.delivered += s.delivered;
+                sum.failed += s.failed;
+                sum.dead += s.dead;
+                hub_core::delivery::stats::add(&mut sum.latency, &s.latency);
+                sum.backlog = m.backlog.or(s.backlog);
+            }
+            let latency =
+                serde_json::to_string(&sum.latency.to_vec()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            sqlx::query(
+                "INSERT OR REPLACE INTO subscription_minutes
+                     (subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .bind(text(sum.subscription_id))
+            .bind(micros(sum.minute))
+            .bind(&sum.tenant_id)
+            .bind(sum.delivered)
+            .bind(sum.failed)
+            .bind(sum.dead)
+            .bind(latency)
+            .bind(sum.backlog)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn minutes(&self, tenant: &str, subscription: Uuid, since: DateTime<Utc>) -> StoreResult<Vec<MinuteStats>> {
+        let rows = sqlx::query(
+            "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog
+             FROM subscription_minutes
+             WHERE subscription_id = ?1 AND tenant_id = ?2 AND minute >= ?3 ORDER BY minute",
+        )
+        .bind(text(subscription))
+        .bind(tenant)
+        .bind(micros(since))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(minute_from_row).collect()
+    }
+
+    async fn backlogs(&self) -> StoreResult<Vec<Backlog>> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT tenant_id, subscription_id, count(*) FROM delivery_jobs
+             WHERE state IN ('pending', 'held') GROUP BY tenant_id, subscription_id",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        rows.into_iter()
+            .map(|(tenant_id, sub, jobs)| Ok(Backlog { tenant_id, subscription_id: uuid_from_text(&sub)?, jobs }))
+            .collect()
+    }
+}

@@ -1,0 +1,61 @@
+//! Portal sessions: a grant is exchanged once, a session lives until it expires or is revoked.
+
+use chrono::{Duration, TimeZone, Utc};
+use hub_store::{NewPortalSession, PortalSession, PruneKind};
+use uuid::Uuid;
+
+use crate::support::TestDb;
+
+pub async fn a_grant_is_exchanged_once_and_a_session_ends_when_revoked_or_expired(db: &TestDb) {
+    let s = &db.store;
+    let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    let session = |scope: &str, ttl: i64| PortalSession {
+        id: Uuid::now_v7(),
+        tenant_id: "t1".into(),
+        scope: scope.into(),
+        created_at: t0,
+        expires_at: t0 + Duration::minutes(ttl),
+        exchanged_at: None,
+        revoked_at: None,
+    };
+    let read = session("read", 10);
+    s.create_portal_session(&NewPortalSession { session: read.clone(), grant_hash: b"grant-1".to_vec() })
+        .await
+        .expect("create");
+    assert_eq!(s.portal_session(b"session-1", t0).await.expect("lookup"), None, "not exchanged yet");
+    assert_eq!(s.exchange_portal_grant(b"grant-x", b"session-1", t0).await.expect("exchange"), None, "no such grant");
+    let got = s.exchange_portal_grant(b"grant-1", b"session-1", t0 + Duration::minutes(1)).await.expect("exchange");
+    let got = got.expect("exchanged");
+    assert_eq!((got.id, got.scope.as_str(), got.tenant_id.as_str()), (read.id, "read", "t1"));
+    assert_eq!(got.exchanged_at, Some(t0 + Duration::minutes(1)));
+    // Once only: a second exchange of the same grant gets nothing, and binds nothing.
+    assert_eq!(
+        s.exchange_portal_grant(b"grant-1", b"session-2", t0 + Duration::minutes(2)).await.expect("again"),
+        None
+    );
+    assert_eq!(s.portal_session(b"session-2", t0).await.expect("lookup"), None);
+    assert_eq!(
+        s.portal_session(b"session-1", t0 + Duration::minutes(9)).await.expect("lookup").map(|p| p.id),
+        Some(read.id)
+    );
+    assert_eq!(s.portal_session(b"session-1", t0 + Duration::minutes(10)).await.expect("lookup"), None, "expired");
+
+    // Revoked: the session ends, a second revocation finds nothing; an unexchanged grant of a
+    // revoked session cannot be exchanged.
+    let manage = session("manage", 60);
+    s.create_portal_session(&NewPortalSession { session: manage.clone(), grant_hash: b"grant-2".to_vec() })
+        .await
+        .expect("create");
+    assert!(s.revoke_portal_session(manage.id, t0).await.expect("revoke"));
+    assert!(!s.revoke_portal_session(manage.id, t0).await.expect("again"));
+    assert!(!s.revoke_portal_session(Uuid::now_v7(), t0).await.expect("none"));
+    assert_eq!(s.exchange_portal_grant(b"grant-2", b"session-3", t0).await.expect("exchange"), None);
+    // An expired grant cannot be exchanged.
+    let short = session("read", 1);
+    s.create_portal_session(&NewPortalSession { session: short.clone(), grant_hash: b"grant-3".to_vec() })
+        .await
+        .expect("create");
+    assert_eq!(s.exchange_portal_grant(b"grant-3", b"session-4", t0 + Duration::minutes(1)).await.expect("late"), None);
+    // Expired sessions age out.
+    assert_eq!(s.prune(PruneKind::PortalSessions, t0 + Duration::minutes(30), 100).await.expect("prune"), Some(2));
+}
