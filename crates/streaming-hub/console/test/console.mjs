@@ -41,9 +41,11 @@ async function noticeText(page) {
   return n.textContent();
 }
 
+// The page under test, whose view is printed when a step fails.
+let page;
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-  const page = await context.newPage();
+  page = await context.newPage();
   const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("dialog", (d) => d.accept());
@@ -213,6 +215,16 @@ try {
   assert.match(await page.getByTestId("destination").textContent(), /url\s*http:\/\/127\.0\.0\.1/);
   assert.match(await page.getByTestId("ordering").textContent(), /Ordering: none/);
   await shot(page, "deliveries");
+  // The subscription's statistics, drawn in the page: its deliveries of the last hour, then day.
+  const attempts = page.getByTestId("chart-deliveries").locator("svg[role=img]");
+  assert.match(await attempts.getAttribute("aria-label"), /Attempts per minute: [1-9]\d* delivered, \d+ failed, \d+ dead-lettered/);
+  assert.match(await page.getByTestId("chart-latency").locator("svg[role=img]").getAttribute("aria-label"), /p99 up to \d+ ms/);
+  assert.ok((await page.getByTestId("chart-deliveries").locator("rect").count()) > 1, "bars drawn");
+  if (env.SCREENSHOTS) await page.getByTestId("stats").screenshot({ path: path.join(env.SCREENSHOTS, "stats.png") });
+  await page.getByTestId("stats-24h").click();
+  await page.getByTestId("stats").getByText("Statistics, last day").waitFor();
+  assert.equal(await page.getByTestId("stats-24h").getAttribute("aria-pressed"), "true");
+  step("a subscription's statistics: attempts, latency and backlog per minute, last hour and day");
   await page.getByTestId("redrive").click();
   assert.match(await noticeText(page), /dead-lettered deliveries are pending again/);
   step("deliveries with attempts; redrive");
@@ -255,6 +267,8 @@ try {
   console.log(JSON.stringify({ ok: true, steps }));
 } catch (e) {
   console.error(`console test failed after ${JSON.stringify(steps)}: ${e.stack || e}`);
+  const shown = page ? await page.locator("main").textContent().catch(() => "") : "";
+  console.error(`the page showed: ${shown.slice(0, 2000)}`);
   process.exitCode = 1;
 } finally {
   await browser.close();

@@ -46,7 +46,12 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     }
     let hub = TestHub::start_with(
         Backend::Sqlite,
-        &[("STREAMING_HUB_MANIFEST_SOURCES", &sources), ("STREAMING_HUB_PORTAL_FRAME_ANCESTORS", &embed_origin)],
+        &[
+            ("STREAMING_HUB_MANIFEST_SOURCES", &sources),
+            ("STREAMING_HUB_PORTAL_FRAME_ANCESTORS", &embed_origin),
+            // Statistics are rolled up and backlogs sampled every second.
+            ("STREAMING_HUB_METRICS_INTERVAL", "1s"),
+        ],
     )
     .await;
     crate::support::until("the manifest read", Duration::from_secs(20), async || {
@@ -167,6 +172,6 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    assert_eq!(report["steps"].as_array().expect("steps").len(), 20, "{report}");
+    assert_eq!(report["steps"].as_array().expect("steps").len(), 21, "{report}");
     let _ = std::fs::remove_file(manifest);
 }
