@@ -798,19 +798,72 @@ const EVENT_COLUMNS = [
   { title: "Received", cell: (e) => time(e.received_at) },
 ];
 
+/** The event log's search, kept in the address (`#/events?type=…&source=…&since=…&until=…`). */
+function eventQuery() {
+  const q = new URLSearchParams((location.hash.split("?")[1]) || "");
+  return { type: q.get("type") || "", source: q.get("source") || "", since: q.get("since") || "", until: q.get("until") || "" };
+}
+
+function eventSearchForm(query, types) {
+  const input = (id, label, value, attrs) => [
+    h("label", { for: id }, label),
+    h("input", { id, name: id, value, testid: id, ...attrs }),
+  ];
+  const known = h("datalist", { id: "search-types" }, types.map((t) => h("option", { value: t.type, label: t.description || "" })));
+  const form = h(
+    "form",
+    { class: "inline search", testid: "event-search", role: "search", "aria-label": "Search the event log" },
+    input("search-type", "Type", query.type, { list: "search-types", placeholder: "account.*" }),
+    known,
+    input("search-source", "Producer", query.source, { placeholder: "ledger" }),
+    input("search-since", "Since", query.since, { placeholder: "2026-12-01T00:00:00Z" }),
+    input("search-until", "Until", query.until, { placeholder: "2026-12-02T00:00:00Z" }),
+    h("button", { type: "submit", testid: "search-submit" }, "Search"),
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const q = new URLSearchParams();
+    for (const [k, id] of [["type", "search-type"], ["source", "search-source"], ["since", "search-since"], ["until", "search-until"]]) {
+      const v = document.getElementById(id).value.trim();
+      if (v) q.set(k, v);
+    }
+    location.hash = `#/events${q.toString() ? `?${q}` : ""}`;
+  });
+  const idInput = h("input", { id: "search-id", name: "ce_id", testid: "search-id", placeholder: "01a2…", size: 38 });
+  const byId = h(
+    "form",
+    { class: "inline", testid: "event-by-id", role: "search", "aria-label": "Find an event by its id" },
+    h("label", { for: "search-id" }, "Event id (ce-id)"),
+    idInput,
+    h("button", { type: "submit", testid: "search-id-submit" }, "Open"),
+  );
+  byId.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    if (idInput.value.trim()) location.hash = `#/events/${encodeURIComponent(idInput.value.trim())}`;
+  });
+  return [form, byId];
+}
+
 async function eventsView() {
-  // Oldest first, a page at a time.
-  const page = await api("/v1/events?limit=100");
+  // Oldest first, a page at a time, narrowed by the search in the address.
+  const query = eventQuery();
+  const params = new URLSearchParams({ limit: "100" });
+  if (query.type) params.set("event_type", query.type);
+  if (query.source) params.set("source", query.source);
+  if (query.since) params.set("since", query.since);
+  if (query.until) params.set("until", query.until);
+  const [page, catalog] = await Promise.all([api(`/v1/events?${params}`), api("/v1/event-types")]);
   const holder = h("div", {}, table("events", EVENT_COLUMNS, page.items));
   let cursor = page.next_cursor;
   const more = h("button", { type: "button", testid: "events-more", hidden: !cursor, onclick: async () => {
-    const next = await api(`/v1/events?limit=100&after=${cursor}`);
+    params.set("after", cursor);
+    const next = await api(`/v1/events?${params}`);
     const body = holder.querySelector("tbody");
     for (const row of table("events", EVENT_COLUMNS, next.items).querySelectorAll("tbody tr")) body.append(row);
     cursor = next.next_cursor;
     more.hidden = !cursor;
   } }, "More");
-  show(h("h1", {}, "Event log"), holder, more);
+  show(h("h1", {}, "Event log"), ...eventSearchForm(query, catalog.items), holder, more);
 }
 
 async function eventView(ceId) {
@@ -873,7 +926,7 @@ async function dlqView() {
 
 async function route() {
   const hash = location.hash || "#/";
-  const parts = hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  const parts = hash.replace(/^#\/?/, "").split("?")[0].split("/").filter(Boolean).map(decodeURIComponent);
   const [view, id] = parts;
   if (view === "portal" && id) return openPortal(id);
   chrome();

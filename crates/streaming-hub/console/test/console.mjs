@@ -246,6 +246,28 @@ try {
   await shot(page, "event");
   step("event log and one event's fan-out");
 
+  // Searching the log: by type pattern and producer, then a type nobody sent, then by id.
+  await page.getByTestId("nav-events").click();
+  await page.getByTestId("event-search").waitFor();
+  await page.getByTestId("search-type").fill("loan_application.*");
+  await page.getByTestId("search-source").fill("lender");
+  await page.getByTestId("search-submit").click();
+  await page.waitForURL(/#\/events\?type=loan_application\.\*&source=lender/);
+  // The list is drawn again with the searched type only (the hub's own notices are gone).
+  await page.waitForFunction(() => {
+    const t = document.querySelector("[data-testid=events]");
+    return t && !t.textContent.includes("streaming_hub.") && t.textContent.includes("loan_application.approved");
+  });
+  await page.getByTestId(`event-${env.T1_EVENT}`).waitFor();
+  await shot(page, "event-search");
+  await page.getByTestId("search-type").fill("account.created");
+  await page.getByTestId("search-submit").click();
+  await page.getByTestId("events").getByText("Nothing here.").waitFor();
+  await page.getByTestId("search-id").fill(env.T1_EVENT);
+  await page.getByTestId("search-id-submit").click();
+  await page.getByTestId("fanout").waitFor();
+  step("event search: by type and producer, and by id");
+
   // ---- A tenant ----
   await page.getByTestId("signout").click();
   await signIn(page, env.T1_KEY);
