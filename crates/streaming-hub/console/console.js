@@ -135,8 +135,7 @@ function signInView() {
       store.setItem("sh.token", state.token);
       store.setItem("sh.role", role);
       store.removeItem("sh.tenant");
-      location.hash = role === "admin" ? "#/tenants" : "#/subscriptions";
-      route();
+      go(role === "admin" ? "#/tenants" : "#/subscriptions");
     } catch (e) {
       notice(`Sign-in failed: ${e.message}`, "error");
     }
@@ -145,11 +144,14 @@ function signInView() {
   input.focus();
 }
 
-function signOut() {
+function forget() {
   store.clear();
   state.token = state.role = state.tenant = state.portal = null;
-  location.hash = "#/signin";
-  route();
+}
+
+function signOut() {
+  forget();
+  go("#/signin");
 }
 
 // ---------- Portal sessions ----------
@@ -168,7 +170,8 @@ async function openPortal(grant) {
     store.setItem("sh.token", state.token);
     store.setItem("sh.role", state.role);
     store.setItem("sh.portal", JSON.stringify(state.portal));
-    return route();
+    // Called while rendering: the subscriptions view is rendered here, not queued behind itself.
+    return render();
   } catch (e) {
     chrome();
     show(h("h1", {}, "This portal link cannot be opened"), h("p", {}, "Ask for a new one: a link works once, and only until it expires."));
@@ -231,7 +234,7 @@ async function tenantsView() {
     table(
       "tenants",
       [
-        { title: "Tenant", cell: (t) => h("button", { type: "button", class: "linkish", testid: `tenant-${t.tenant_id}`, onclick: () => { actFor(t.tenant_id); location.hash = "#/subscriptions"; } }, t.tenant_id) },
+        { title: "Tenant", cell: (t) => h("button", { type: "button", class: "linkish", testid: `tenant-${t.tenant_id}`, onclick: () => { actFor(t.tenant_id); go("#/subscriptions"); } }, t.tenant_id) },
         { title: "Events", cell: (t) => t.events },
         { title: "Subscriptions", cell: (t) => t.subscriptions },
         { title: "API keys", cell: (t) => t.api_keys },
@@ -509,119 +512,11 @@ async function catalogView() {
   );
 }
 
-/** The known types a list of patterns matches (`*` is a whole segment). */
-function matchesOf(pattern, types) {
-  const [r, e] = pattern.split(".");
-  if (e === undefined) return [];
-  return types.filter((t) => {
-    const [tr, te] = t.type.split(".");
-    return (r === "*" || r === tr) && (e === "*" || e === te) && (tr !== "streaming_hub" || r !== "*");
-  });
-}
-
-// ---------- Creating a subscription ----------
-
-/** The input a field named by a 422 belongs to. */
-function inputFor(field) {
-  if (field === "name") return "new-name";
-  if (field.startsWith("event_types")) return "new-types";
-  if (field === "origin") return "new-origin";
-  if (field.startsWith("sink")) return field === "sink.type" ? "new-sink" : "new-url";
-  return null;
-}
-
-function newSubscriptionForm(types) {
-  const field = (id, label, input, hint) => h(
-    "div",
-    { class: "field" },
-    h("label", { for: id }, label),
-    input,
-    hint || null,
-    h("p", { class: "field-error", id: `${id}-error`, role: "alert", testid: `${id}-error`, hidden: true }),
-  );
-  const name = h("input", { id: "new-name", name: "name", required: true, testid: "new-name", "aria-describedby": "new-name-error" });
-  const known = h("datalist", { id: "known-types" }, types.map((t) => h("option", { value: t.type, label: t.description || provenance(t) })));
-  const typesInput = h("input", {
-    id: "new-types", name: "event_types", required: true, list: "known-types", placeholder: "account.created, loan.*",
-    testid: "new-types", "aria-describedby": "new-types-matches new-types-error",
-  });
-  const matches = h("ul", { id: "new-types-matches", class: "matches", testid: "new-types-matches", "aria-live": "polite" });
-  const patterns = () => typesInput.value.split(",").map((p) => p.trim()).filter(Boolean);
-  const showMatches = () => matches.replaceChildren(...patterns().map((p) => {
-    const found = matchesOf(p, types);
-    return h(
-      "li",
-      { class: found.length ? "" : "unknown" },
-      h("code", {}, p),
-      found.length
-        ? ` matches ${found.map((t) => `${t.type}${t.description ? ` (${t.description})` : ""}`).join(", ")}`
-        : " matches no known type",
-    );
-  }));
-  typesInput.addEventListener("input", showMatches);
-  const origin = h("input", { id: "new-origin", name: "origin", placeholder: "any producer", testid: "new-origin", "aria-describedby": "new-origin-error" });
-  const sink = h(
-    "select",
-    { id: "new-sink", name: "sink", testid: "new-sink", "aria-describedby": "new-sink-error" },
-    h("option", { value: "pull" }, "pull (read with a cursor)"),
-    h("option", { value: "webhook" }, "webhook (HTTPS POST, signed)"),
-  );
-  const url = h("input", { id: "new-url", name: "url", type: "url", placeholder: "https://example.com/hooks", testid: "new-url", "aria-describedby": "new-url-error" });
-  const urlField = field("new-url", "Webhook URL", url);
-  urlField.hidden = true;
-  sink.addEventListener("change", () => { urlField.hidden = sink.value !== "webhook"; });
-  const form = h(
-    "form",
-    { class: "create", testid: "new-subscription", "aria-labelledby": "new-subscription-title", novalidate: true },
-    h("h2", { id: "new-subscription-title" }, "New subscription"),
-    field("new-name", "Name", name),
-    known,
-    field("new-types", "Event types (comma-separated; * for a whole segment)", typesInput, matches),
-    field("new-origin", "Only from producer (optional)", origin),
-    field("new-sink", "Destination", sink),
-    urlField,
-    h("button", { type: "submit", testid: "new-submit" }, "Create"),
-  );
-  form.addEventListener("submit", async (ev) => {
-    ev.preventDefault();
-    clearNotices();
-    for (const e of form.querySelectorAll(".field-error")) { e.hidden = true; e.textContent = ""; }
-    const body = {
-      name: name.value.trim(),
-      event_types: patterns(),
-      sink: sink.value === "webhook" ? { type: "webhook", url: url.value.trim() } : { type: "pull" },
-    };
-    if (origin.value.trim()) body.origin = origin.value.trim();
-    try {
-      const created = await api("/v1/subscriptions", { method: "POST", body });
-      await route();
-      notice(`${created.name}: created.`, "ok");
-      for (const w of created.warnings || []) notice(`Warning, ${w.field}: ${w.message}`, "warn");
-      if (created.signing_secret) {
-        secretShownOnce(created, { signing_secret: created.signing_secret, previous_secret_expires_at: null }, "Signing secret");
-      }
-    } catch (e) {
-      const at = e.status === 422 && /^([a-z_.\[\]0-9]+): /.exec(e.message);
-      const input = at && inputFor(at[1]);
-      if (input) {
-        const err = document.getElementById(`${input}-error`);
-        err.textContent = e.message;
-        err.hidden = false;
-        document.getElementById(input).setAttribute("aria-invalid", "true");
-        document.getElementById(input).focus();
-      } else {
-        notice(e.message, "error");
-      }
-    }
-  });
-  return form;
-}
-
 async function subscriptionsView() {
   const [page, catalog] = await Promise.all([api("/v1/subscriptions?limit=500"), api("/v1/event-types")]);
   show(
     h("h1", {}, "Subscriptions"),
-    readOnly() ? h("p", { class: "notice", testid: "read-only" }, "A read-only portal: you can look, not change.") : newSubscriptionForm(catalog.items),
+    readOnly() ? h("p", { class: "notice", testid: "read-only" }, "A read-only portal: you can look, not change.") : subscriptionForm(catalog.items, null),
     table(
       "subscriptions",
       [
@@ -756,11 +651,24 @@ async function statsBlock(sub, window) {
 }
 
 async function subscriptionView(id) {
-  const [sub, page, ordering] = await Promise.all([
+  const [sub, page, ordering, catalog] = await Promise.all([
     api(`/v1/subscriptions/${id}`),
     api(`/v1/subscriptions/${id}/deliveries?limit=200`),
     api(`/v1/subscriptions/${id}/ordering?limit=100`),
+    api("/v1/event-types"),
   ]);
+  const remove = h("button", { type: "button", class: "danger", testid: "delete", onclick: async () => {
+    clearNotices();
+    if (!window.confirm(`Delete ${sub.name}? Its waiting deliveries are cancelled; this cannot be undone.`)) return;
+    try {
+      await api(`/v1/subscriptions/${id}`, { method: "DELETE" });
+      await go("#/subscriptions");
+      notice(`${sub.name}: deleted.`, "ok");
+    } catch (e) {
+      notice(e.message, "error");
+    }
+  } }, "Delete");
+  const editor = h("details", { class: "edit", testid: "edit" }, h("summary", { testid: "edit-open" }, "Change this subscription"), subscriptionForm(catalog.items, sub), remove);
   const redrive = h("button", { type: "button", testid: "redrive", onclick: () => act(async () => {
     const r = await api(`/v1/subscriptions/${id}/redrive`, { method: "POST", body: {} });
     return `${r.redriven} dead-lettered deliveries are pending again.`;
@@ -774,6 +682,7 @@ async function subscriptionView(id) {
     filtersBlock(sub),
     blockedKeysBlock(sub, ordering),
     readOnly() ? null : replayForm(sub),
+    readOnly() ? null : editor,
     h("h2", {}, "Deliveries"),
     table(
       "deliveries",
@@ -827,7 +736,7 @@ function eventSearchForm(query, types) {
       const v = document.getElementById(id).value.trim();
       if (v) q.set(k, v);
     }
-    location.hash = `#/events${q.toString() ? `?${q}` : ""}`;
+    go(`#/events${q.toString() ? `?${q}` : ""}`);
   });
   const idInput = h("input", { id: "search-id", name: "ce_id", testid: "search-id", placeholder: "01a2…", size: 38 });
   const byId = h(
@@ -839,7 +748,7 @@ function eventSearchForm(query, types) {
   );
   byId.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    if (idInput.value.trim()) location.hash = `#/events/${encodeURIComponent(idInput.value.trim())}`;
+    if (idInput.value.trim()) go(`#/events/${encodeURIComponent(idInput.value.trim())}`);
   });
   return [form, byId];
 }
@@ -924,7 +833,22 @@ async function dlqView() {
 
 // ---------- Router ----------
 
-async function route() {
+// Renders run one after another, in the order they were asked for: a slow render never lands
+// over a later one (and wipes what was typed into it).
+let routing = Promise.resolve();
+
+function route() {
+  routing = routing.then(render, render);
+  return routing;
+}
+
+/** Moves to a view and renders it once (a changed hash alone would render it again). */
+function go(hash) {
+  if (location.hash !== hash) history.pushState(null, "", hash);
+  return route();
+}
+
+async function render() {
   const hash = location.hash || "#/";
   const parts = hash.replace(/^#\/?/, "").split("?")[0].split("/").filter(Boolean).map(decodeURIComponent);
   const [view, id] = parts;
@@ -946,7 +870,13 @@ async function route() {
     if (view === "event-types") return await eventTypesView();
     return await subscriptionsView();
   } catch (e) {
-    if (e.status === 401) return state.portal ? sessionEnded() : signOut();
+    if (e.status === 401) {
+      if (state.portal) return sessionEnded();
+      forget();
+      history.replaceState(null, "", "#/signin");
+      chrome();
+      return signInView();
+    }
     show(h("h1", {}, "Something went wrong"));
     notice(e.message, "error");
   }

@@ -43,10 +43,10 @@ async function noticeText(page) {
 
 // The page under test, whose view is printed when a step fails.
 let page;
+const errors = [];
 try {
   const context = await browser.newContext({ viewport: { width: 1280, height: 800 } });
   page = await context.newPage();
-  const errors = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   page.on("dialog", (d) => d.accept());
 
@@ -159,11 +159,11 @@ try {
   assert.match(matches, /account\.\* matches account\.created \(An account was opened\.\)/);
   assert.match(matches, /acount\.created matches no known type/);
   await page.getByTestId("new-sink").selectOption("webhook");
-  await page.getByTestId("new-url").fill("ftp://files.example.com/in");
+  await page.getByTestId("new-sink-url").fill("ftp://files.example.com/in");
   await page.getByTestId("new-submit").click();
-  await page.getByTestId("new-url-error").waitFor();
-  assert.match(await page.getByTestId("new-url-error").textContent(), /^sink\.url: /);
-  assert.equal(await page.getByTestId("new-url").getAttribute("aria-invalid"), "true");
+  await page.getByTestId("new-sink-url-error").waitFor();
+  assert.match(await page.getByTestId("new-sink-url-error").textContent(), /^sink\.url: /);
+  assert.equal(await page.getByTestId("new-sink-url").getAttribute("aria-invalid"), "true");
   await shot(page, "new-subscription-refused");
   await page.getByTestId("new-sink").selectOption("pull");
   await page.getByTestId("new-submit").click();
@@ -173,6 +173,47 @@ try {
   assert.match(await page.getByTestId("subscriptions").textContent(), /from-the-form/);
   await shot(page, "new-subscription");
   step("create a subscription from the form: a refused field, a warned pattern");
+
+  // Every sink type has its fields: an SQS queue with credentials (never shown again).
+  await page.getByTestId("new-name").fill("to-sqs");
+  await page.getByTestId("new-types").fill("loan_application.*");
+  await page.getByTestId("new-sink").selectOption("sqs");
+  await page.getByTestId("new-sink-queue_url").fill("https://sqs.us-east-1.amazonaws.com/123456789012/ledger");
+  await page.getByTestId("new-sink-region").fill("us-east-1");
+  await page.getByTestId("new-sink-credentials-access_key_id").fill("AKIAIOSFODNN7EXAMPLE");
+  await page.getByTestId("new-sink-credentials-secret_access_key").fill("console-sqs-secret");
+  await shot(page, "new-subscription-sqs");
+  await page.getByTestId("new-submit").click();
+  await page.getByTestId("notice").filter({ hasText: "to-sqs: created." }).waitFor();
+  assert.match(await page.getByTestId("subscriptions").textContent(), /sqs · https:\/\/sqs\.us-east-1\.amazonaws\.com\/123456789012\/ledger/);
+  assert.ok(!(await page.content()).includes("console-sqs-secret"), "a credential is never shown");
+  step("create an SQS subscription: its own fields, its credentials never shown");
+
+  // Changing one: its filters tested live against a sample event, then saved; then deleted.
+  await page.getByTestId("subscriptions").getByRole("row", { name: /to-sqs/ }).getByRole("link", { name: "Deliveries" }).click();
+  await page.getByTestId("edit-open").click();
+  const sample = page.getByTestId("edit-sample");
+  await page.waitForFunction(() => document.querySelector("[data-testid=edit-sample]").value.includes("loan_application"));
+  await page.getByTestId("edit-filters").fill('[{"exact": {"source": "lender"}}]');
+  await page.getByTestId("edit-filters-result").filter({ hasText: "The sample event matches: #1 matches." }).waitFor();
+  await page.getByTestId("edit-filters").fill('[{"sql": "source = \'crm\'"}]');
+  await page.getByTestId("edit-filters-result").filter({ hasText: "does not match" }).waitFor();
+  assert.ok((await sample.inputValue()).includes('"type": "studio.lerian.lender.loan_application.approved"'));
+  await shot(page, "edit-filters");
+  await page.getByTestId("edit-filters").fill('[{"exact": {"source": "lender"}}]');
+  await page.getByTestId("edit-ordering").selectOption("key");
+  await page.getByTestId("edit-submit").click();
+  await page.getByTestId("notice").filter({ hasText: "to-sqs: saved." }).waitFor();
+  assert.match(await page.getByTestId("filters").textContent(), /"exact"[\s\S]*lender/);
+  await page.getByTestId("edit-open").click();
+  await page.getByTestId("edit-filters").fill('[{"sql": "source = "}]');
+  await page.getByTestId("edit-submit").click();
+  await page.getByTestId("edit-filters-error").waitFor();
+  assert.match(await page.getByTestId("edit-filters-error").textContent(), /^filters\[0\]/);
+  await page.getByTestId("delete").click();
+  await page.getByTestId("notice").filter({ hasText: "to-sqs: deleted." }).waitFor();
+  assert.ok(!(await page.getByTestId("subscriptions").textContent()).includes("to-sqs"));
+  step("change a subscription (filters tested live, ordering), a refused filter shown, delete it");
 
   await page.getByTestId("nav-event-types").click();
   await page.getByTestId("event-types").waitFor();
@@ -291,6 +332,7 @@ try {
   console.error(`console test failed after ${JSON.stringify(steps)}: ${e.stack || e}`);
   const shown = page ? await page.locator("main").textContent().catch(() => "") : "";
   console.error(`the page showed: ${shown.slice(0, 2000)}`);
+  if (errors.length) console.error(`script errors: ${errors.join("; ")}`);
   process.exitCode = 1;
 } finally {
   await browser.close();

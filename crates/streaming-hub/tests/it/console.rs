@@ -172,6 +172,6 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    assert_eq!(report["steps"].as_array().expect("steps").len(), 22, "{report}");
+    assert_eq!(report["steps"].as_array().expect("steps").len(), 24, "{report}");
     let _ = std::fs::remove_file(manifest);
 }

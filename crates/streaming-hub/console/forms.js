@@ -1,0 +1,332 @@
+// Streaming Hub console: the subscription form (create and edit, one set of fields per sink
+// type), the content-filter editor tested live against a sample event, and what maps the
+// server's 422 to the field it names. Loaded before console.js, whose helpers (h, api, notice,
+// route, …) it calls only at run time.
+"use strict";
+
+const AWS_FIELDS = [
+  { key: "region", label: "Region", required: true, placeholder: "us-east-1" },
+  { key: "endpoint_url", label: "Endpoint URL (optional: an emulator or VPC endpoint)", type: "url" },
+  { key: "credentials.access_key_id", label: "Access key id (optional: the hub's own credentials otherwise)" },
+  { key: "credentials.secret_access_key", label: "Secret access key", type: "password", secret: true },
+  { key: "credentials.session_token", label: "Session token (optional)", type: "password", secret: true },
+];
+
+/** Each sink type's fields, by their path in the API's `sink` object. */
+const SINK_FIELDS = {
+  pull: [],
+  webhook: [
+    { key: "url", label: "URL", required: true, type: "url", placeholder: "https://receiver.example.com/hooks" },
+    { key: "timeout_ms", label: "Timeout (ms, 100 to 60 000)", type: "number" },
+    { key: "signature", label: "Signature scheme", options: ["lerian", "standard-webhooks"] },
+  ],
+  sqs: [{ key: "queue_url", label: "Queue URL", required: true, type: "url" }, ...AWS_FIELDS],
+  rabbitmq: [
+    { key: "url", label: "AMQP URL (amqps://user:password@host/vhost)", required: true, type: "password", secret: true },
+    { key: "exchange", label: "Exchange", required: true },
+    { key: "routing_key", label: "Routing key (optional; {resource}, {event}, {tenant})" },
+  ],
+  eventbridge: [{ key: "event_bus", label: "Event bus", required: true }, ...AWS_FIELDS],
+  kafka: [
+    { key: "brokers", label: "Brokers (host:port, comma-separated)", required: true },
+    { key: "topic", label: "Topic", required: true },
+    { key: "tls", label: "TLS", type: "checkbox" },
+    { key: "sasl.mechanism", label: "SASL mechanism (optional)", options: ["", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] },
+    { key: "sasl.username", label: "SASL user" },
+    { key: "sasl.password", label: "SASL password", type: "password", secret: true },
+  ],
+  sns: [{ key: "topic_arn", label: "Topic ARN", required: true }, ...AWS_FIELDS],
+  kinesis: [{ key: "stream_name", label: "Stream name", required: true }, ...AWS_FIELDS],
+  s3: [{ key: "bucket", label: "Bucket", required: true }, { key: "prefix", label: "Key prefix (optional)" }, ...AWS_FIELDS],
+};
+
+const SINK_LABELS = {
+  pull: "pull (read with a cursor)",
+  webhook: "webhook (HTTPS POST, signed)",
+  sqs: "Amazon SQS queue",
+  rabbitmq: "RabbitMQ exchange",
+  eventbridge: "Amazon EventBridge bus",
+  kafka: "Kafka topic",
+  sns: "Amazon SNS topic",
+  kinesis: "Amazon Kinesis stream",
+  s3: "Amazon S3 bucket",
+};
+
+function getPath(obj, path) {
+  return path.split(".").reduce((o, k) => (o && typeof o === "object" ? o[k] : undefined), obj);
+}
+
+function setPath(obj, path, value) {
+  const keys = path.split(".");
+  let o = obj;
+  for (const k of keys.slice(0, -1)) o = o[k] = o[k] || {};
+  o[keys[keys.length - 1]] = value;
+}
+
+function fieldId(prefix, key) {
+  return `${prefix}-sink-${key.replace(/\./g, "-")}`;
+}
+
+/** A labelled control with the place its error is shown. */
+function formField(id, label, control, hint) {
+  control.setAttribute("aria-describedby", [hint && hint.id, `${id}-error`].filter(Boolean).join(" "));
+  return h(
+    "div",
+    { class: control.type === "checkbox" ? "field check" : "field" },
+    h("label", { for: id }, label),
+    control,
+    hint || null,
+    h("p", { class: "field-error", id: `${id}-error`, role: "alert", testid: `${id}-error`, hidden: true }),
+  );
+}
+
+/** The inputs of one sink type, filled from `current` (secrets are never shown: blank keeps them). */
+function sinkInputs(prefix, type, current) {
+  return SINK_FIELDS[type].map((f) => {
+    const id = fieldId(prefix, f.key);
+    let control;
+    if (f.options) {
+      control = h("select", { id, name: f.key, testid: id }, f.options.map((o) => h("option", { value: o }, o || "none")));
+      control.value = getPath(current, f.key) || f.options[0];
+    } else if (f.type === "checkbox") {
+      control = h("input", { id, name: f.key, type: "checkbox", testid: id });
+      control.checked = Boolean(getPath(current, f.key));
+    } else {
+      const value = f.secret ? "" : getPath(current, f.key);
+      control = h("input", {
+        id, name: f.key, type: f.type || "text", testid: id, autocomplete: "off",
+        placeholder: f.secret && current ? "unchanged unless typed" : f.placeholder || "",
+        value: value === undefined || value === null ? "" : String(value),
+      });
+    }
+    return formField(id, f.label, control);
+  });
+}
+
+/** The `sink` object the fields describe (empty optional fields left out). */
+function sinkValue(prefix, type) {
+  const sink = { type };
+  for (const f of SINK_FIELDS[type]) {
+    const el = document.getElementById(fieldId(prefix, f.key));
+    if (!el) continue;
+    if (f.type === "checkbox") {
+      setPath(sink, f.key, el.checked);
+    } else if (el.value.trim() !== "") {
+      setPath(sink, f.key, f.type === "number" ? Number(el.value) : el.value.trim());
+    }
+  }
+  return sink;
+}
+
+/** Shows a 422 beside the input of the field it names; true when one was found. */
+function showFieldError(prefix, e) {
+  const at = e.status === 422 && /^([a-z_.\[\]0-9]+): /.exec(e.message);
+  if (!at) return false;
+  const field = at[1];
+  const direct = { name: "name", origin: "origin", ordering: "ordering" }[field];
+  let id = direct ? `${prefix}-${direct}` : null;
+  if (field.startsWith("event_types")) id = `${prefix}-types`;
+  if (field.startsWith("filters")) id = `${prefix}-filters`;
+  if (field === "sink.type") id = `${prefix}-sink`;
+  else if (field.startsWith("sink.")) {
+    const key = field.slice(5);
+    id = [key, key.split(".")[0]].map((k) => fieldId(prefix, k)).find((c) => document.getElementById(c)) || `${prefix}-sink`;
+  }
+  const input = id && document.getElementById(id);
+  if (!input) return false;
+  const err = document.getElementById(`${id}-error`);
+  err.textContent = e.message;
+  err.hidden = false;
+  input.setAttribute("aria-invalid", "true");
+  input.focus();
+  return true;
+}
+
+/** The known types a pattern matches (`*` is a whole segment). */
+function matchesOf(pattern, types) {
+  const [r, e] = pattern.split(".");
+  if (e === undefined) return [];
+  return types.filter((t) => {
+    const [tr, te] = t.type.split(".");
+    return (r === "*" || r === tr) && (e === "*" || e === te) && (tr !== "streaming_hub" || r !== "*");
+  });
+}
+
+/** An inbox event as the structured CloudEvent `POST /v1/filters/test` reads. */
+function structured(e) {
+  const [resourcetype, eventtype] = e.type.split(".");
+  const ce = {
+    specversion: "1.0", id: e.ce_id, source: e.source, type: e.ce_type, time: e.time,
+    datacontenttype: e.data_content_type, schemaversion: e.schema_version, resourcetype, eventtype,
+    ...e.extensions,
+  };
+  if (e.subject) ce.subject = e.subject;
+  if (e.payload_encoding === "base64") ce.data_base64 = e.payload;
+  else ce.data = e.payload;
+  return ce;
+}
+
+/** The filters editor: the JSON list, a sample event, and the live result of testing one on the other. */
+function filtersEditor(prefix, current, patterns) {
+  const id = `${prefix}-filters`;
+  const text = h("textarea", { id, name: "filters", rows: 5, testid: id, spellcheck: "false" }, JSON.stringify(current || [], null, 2));
+  const sample = h("textarea", { id: `${prefix}-sample`, rows: 6, testid: `${prefix}-sample`, spellcheck: "false" });
+  const result = h("p", { id: `${prefix}-filters-result`, class: "matches", testid: `${prefix}-filters-result`, "aria-live": "polite" });
+  let timer = null;
+  const test = async () => {
+    let filters;
+    let event;
+    try {
+      filters = JSON.parse(text.value || "[]");
+    } catch (e) {
+      result.textContent = `The filters are not JSON: ${e.message}`;
+      return;
+    }
+    try {
+      event = JSON.parse(sample.value);
+    } catch (e) {
+      result.textContent = "Type or paste a sample event (structured CloudEvent JSON) to test against.";
+      return;
+    }
+    try {
+      const r = await api("/v1/filters/test", { method: "POST", body: { filters, event } });
+      const each = r.results.map((x, i) => `#${i + 1} ${x.matches ? "matches" : "does not match"}${x.error ? ` (${x.error})` : ""}`).join("; ");
+      result.textContent = `${r.matches ? "The sample event matches" : "The sample event does not match"}${each ? `: ${each}` : ""}.`;
+    } catch (e) {
+      result.textContent = e.message;
+    }
+  };
+  const later = () => { clearTimeout(timer); timer = setTimeout(test, 300); };
+  text.addEventListener("input", later);
+  sample.addEventListener("input", later);
+  // The latest event of the subscription's types in the log, as a sample.
+  (async () => {
+    const pattern = (patterns() || [])[0];
+    if (!pattern) return;
+    try {
+      const page = await api(`/v1/events?limit=100&event_type=${encodeURIComponent(pattern)}`);
+      const latest = page.items[page.items.length - 1];
+      if (latest && !sample.value) {
+        sample.value = JSON.stringify(structured(latest), null, 2);
+        test();
+      }
+    } catch (_) { /* no sample: one can be typed */ }
+  })();
+  return [
+    formField(id, "Content filters (JSON; every one must match)", text),
+    formField(`${prefix}-sample`, "Sample event (the latest of its types, or typed)", sample, result),
+  ];
+}
+
+/**
+ * The subscription form: a new subscription (`sub` null) or changes to one. Only what changed
+ * is sent on an edit; a secret left blank is kept.
+ */
+function subscriptionForm(types, sub) {
+  const prefix = sub ? "edit" : "new";
+  const name = h("input", { id: `${prefix}-name`, name: "name", required: true, testid: `${prefix}-name`, value: sub ? sub.name : "" });
+  const known = h("datalist", { id: `${prefix}-known-types` }, types.map((t) => h("option", { value: t.type, label: t.description || provenance(t) })));
+  const typesInput = h("input", {
+    id: `${prefix}-types`, name: "event_types", required: true, list: `${prefix}-known-types`,
+    placeholder: "account.created, loan.*", testid: `${prefix}-types`, value: sub ? sub.event_types.join(", ") : "",
+  });
+  const matches = h("ul", { id: `${prefix}-types-matches`, class: "matches", testid: `${prefix}-types-matches`, "aria-live": "polite" });
+  const patterns = () => typesInput.value.split(",").map((p) => p.trim()).filter(Boolean);
+  const showMatches = () => matches.replaceChildren(...patterns().map((p) => {
+    const found = matchesOf(p, types);
+    return h(
+      "li",
+      { class: found.length ? "" : "unknown" },
+      h("code", {}, p),
+      found.length
+        ? ` matches ${found.map((t) => `${t.type}${t.description ? ` (${t.description})` : ""}`).join(", ")}`
+        : " matches no known type",
+    );
+  }));
+  typesInput.addEventListener("input", showMatches);
+  const origin = h("input", { id: `${prefix}-origin`, name: "origin", placeholder: "any producer", testid: `${prefix}-origin`, value: sub && sub.origin ? sub.origin : "" });
+  const type = sub ? sub.sink.type : "pull";
+  const sinkSelect = h(
+    "select",
+    { id: `${prefix}-sink`, name: "sink", testid: `${prefix}-sink`, disabled: Boolean(sub) },
+    Object.keys(SINK_FIELDS).map((k) => h("option", { value: k }, SINK_LABELS[k])),
+  );
+  sinkSelect.value = type;
+  const sinkBox = h("fieldset", { class: "sink", testid: `${prefix}-sink-fields` }, h("legend", {}, "Destination settings"), sinkInputs(prefix, type, sub ? sub.sink : null));
+  sinkSelect.addEventListener("change", () => {
+    sinkBox.replaceChildren(h("legend", {}, "Destination settings"), ...sinkInputs(prefix, sinkSelect.value, null));
+    sinkBox.hidden = SINK_FIELDS[sinkSelect.value].length === 0;
+    ordering.disabled = sinkSelect.value === "pull";
+  });
+  sinkBox.hidden = SINK_FIELDS[type].length === 0;
+  const ordering = h(
+    "select",
+    { id: `${prefix}-ordering`, name: "ordering", testid: `${prefix}-ordering`, disabled: type === "pull" },
+    h("option", { value: "none" }, "none: any order"),
+    h("option", { value: "key" }, "key: one at a time per partitionkey / subject"),
+  );
+  ordering.value = sub && sub.ordering ? sub.ordering : "none";
+  const title = sub ? `Change ${sub.name}` : "New subscription";
+  const form = h(
+    "form",
+    { class: "create", testid: sub ? "edit-subscription" : "new-subscription", "aria-labelledby": `${prefix}-title`, novalidate: true },
+    h("h2", { id: `${prefix}-title` }, title),
+    formField(`${prefix}-name`, "Name", name),
+    known,
+    formField(`${prefix}-types`, "Event types (comma-separated; * for a whole segment)", typesInput, matches),
+    formField(`${prefix}-origin`, "Only from producer (optional)", origin),
+    formField(`${prefix}-sink`, "Destination", sinkSelect),
+    sinkBox,
+    formField(`${prefix}-ordering`, "Ordering", ordering),
+    ...filtersEditor(prefix, sub ? sub.filters : [], patterns),
+    h("button", { type: "submit", testid: `${prefix}-submit` }, sub ? "Save changes" : "Create"),
+  );
+  if (sub) showMatches();
+  form.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    clearNotices();
+    for (const e of form.querySelectorAll(".field-error")) { e.hidden = true; e.textContent = ""; }
+    for (const e of form.querySelectorAll("[aria-invalid]")) e.removeAttribute("aria-invalid");
+    let filters;
+    try {
+      filters = JSON.parse(document.getElementById(`${prefix}-filters`).value || "[]");
+    } catch (e) {
+      return showFieldError(prefix, { status: 422, message: `filters: is not JSON (${e.message})` });
+    }
+    const body = {
+      name: name.value.trim(),
+      event_types: patterns(),
+      origin: origin.value.trim() || null,
+      filters,
+      sink: sinkValue(prefix, sinkSelect.value),
+    };
+    if (sinkSelect.value !== "pull") body.ordering = ordering.value;
+    if (!sub && body.origin === null) delete body.origin;
+    if (sub) {
+      // Only what changed.
+      if (body.name === sub.name) delete body.name;
+      if (JSON.stringify(body.event_types) === JSON.stringify(sub.event_types)) delete body.event_types;
+      if (body.origin === (sub.origin || null)) delete body.origin;
+      if (JSON.stringify(body.filters) === JSON.stringify(sub.filters || [])) delete body.filters;
+      if (body.ordering === sub.ordering) delete body.ordering;
+      const unchanged = SINK_FIELDS[sub.sink.type].every((f) => f.secret
+        ? getPath(body.sink, f.key) === undefined
+        : JSON.stringify(getPath(body.sink, f.key) ?? null) === JSON.stringify(getPath(sub.sink, f.key) ?? null));
+      if (unchanged) delete body.sink;
+    }
+    try {
+      const saved = sub
+        ? await api(`/v1/subscriptions/${sub.id}`, { method: "PATCH", body })
+        : await api("/v1/subscriptions", { method: "POST", body });
+      await route();
+      notice(`${saved.name}: ${sub ? "saved" : "created"}.`, "ok");
+      for (const w of saved.warnings || []) notice(`Warning, ${w.field}: ${w.message}`, "warn");
+      if (saved.signing_secret) {
+        secretShownOnce(saved, { signing_secret: saved.signing_secret, previous_secret_expires_at: null }, "Signing secret");
+      }
+    } catch (e) {
+      if (!showFieldError(prefix, e)) notice(e.message, "error");
+    }
+  });
+  return form;
+}
