@@ -29,6 +29,27 @@ async function shot(page, name) {
   await page.screenshot({ path: path.join(env.SCREENSHOTS, `${name}.png`), fullPage: true });
 }
 
+// The accessibility engine, run on every view (WCAG 2 A and AA rules).
+const axeSource = env.AXE ? (await import("node:fs")).readFileSync(env.AXE, "utf8") : null;
+const audited = [];
+
+async function audit(page, view) {
+  assert.ok(axeSource, "AXE (axe-core's axe.min.js) is required");
+  // Evaluated through the browser's debugging protocol: the page's own policy still refuses
+  // any script it did not serve.
+  if (!(await page.evaluate(() => typeof window.axe === "object"))) await page.evaluate(axeSource);
+  const result = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"] } });
+    return {
+      violations: r.violations.map((v) => `${v.id}: ${v.help} (${v.nodes.slice(0, 3).map((n) => n.target.join(" ")).join(", ")})`),
+      passed: r.passes.length,
+    };
+  });
+  assert.deepEqual(result.violations, [], `accessibility of ${view}`);
+  assert.ok(result.passed > 10, `axe checked ${view}`);
+  audited.push(`${view}: ${result.passed} rules passed`);
+}
+
 async function signIn(page, token) {
   await page.goto(`${env.BASE}/console`);
   await page.getByTestId("token").fill(token);
@@ -89,6 +110,7 @@ try {
   assert.match(await noticeText(page), /not accepted/);
   step("a bad token is refused");
   await shot(page, "sign-in");
+  await audit(page, "sign-in");
 
   // ---- The operator ----
   await signIn(page, env.ADMIN);
@@ -98,6 +120,7 @@ try {
   assert.match(await t1Row.textContent(), /t1/);
   assert.match(await page.getByTestId("tenants").textContent(), /t2/);
   await shot(page, "tenants");
+  await audit(page, "tenants");
   step("admin: tenants");
 
   await page.getByTestId("nav-all-subscriptions").click();
@@ -125,6 +148,7 @@ try {
   assert.match(await page.getByTestId("type-account.created").textContent(), /An account was opened\.[\s\S]*declared/);
   assert.match(await page.getByTestId("type-loan_application.approved").textContent(), /seen/);
   await shot(page, "catalog");
+  await audit(page, "catalog");
   step("admin: catalog with its manifest source");
 
   // Acting for a tenant whose id is outside Latin-1 (a header cannot carry it as it is).
@@ -172,6 +196,7 @@ try {
   assert.match(await page.getByTestId("notice").filter({ hasText: "Warning" }).textContent(), /event_types\[1\]/);
   assert.match(await page.getByTestId("subscriptions").textContent(), /from-the-form/);
   await shot(page, "new-subscription");
+  await audit(page, "subscriptions with the form");
   step("create a subscription from the form: a refused field, a warned pattern");
 
   // Every sink type has its fields: an SQS queue with credentials (never shown again).
@@ -188,6 +213,19 @@ try {
   assert.match(await page.getByTestId("subscriptions").textContent(), /sqs · https:\/\/sqs\.us-east-1\.amazonaws\.com\/123456789012\/ledger/);
   assert.ok(!(await page.content()).includes("console-sqs-secret"), "a credential is never shown");
   step("create an SQS subscription: its own fields, its credentials never shown");
+
+  // From the keyboard alone: type, Tab from field to field, Enter on Create.
+  await page.getByTestId("new-name").focus();
+  await page.keyboard.type("by-keyboard");
+  await page.keyboard.press("Tab");
+  assert.equal(await page.evaluate(() => document.activeElement.dataset.testid), "new-types");
+  await page.keyboard.type("loan_application.*");
+  const focused = () => page.evaluate(() => document.activeElement && document.activeElement.dataset.testid);
+  for (let i = 0; i < 20 && (await focused()) !== "new-submit"; i++) await page.keyboard.press("Tab");
+  assert.equal(await focused(), "new-submit", "Create is reached with Tab");
+  await page.keyboard.press("Enter");
+  await page.getByTestId("notice").filter({ hasText: "by-keyboard: created." }).waitFor();
+  step("create a subscription from the keyboard alone");
 
   // Changing one: its filters tested live against a sample event, then saved; then deleted.
   await page.getByTestId("subscriptions").getByRole("row", { name: /to-sqs/ }).getByRole("link", { name: "Deliveries" }).click();
@@ -220,6 +258,7 @@ try {
   assert.match(await page.getByTestId("type-account.created").textContent(), /An account was opened\./);
   assert.match(await page.getByTestId("type-loan_application.approved").textContent(), /lender 1\.0\.0[\s\S]*seen/);
   await shot(page, "event-types");
+  await audit(page, "event types");
   step("tenant's event types: declared and seen");
   await page.getByTestId("nav-subscriptions").click();
   await page.getByTestId("subscriptions").waitFor();
@@ -262,6 +301,9 @@ try {
   assert.match(await page.getByTestId("chart-latency").locator("svg[role=img]").getAttribute("aria-label"), /p99 up to \d+ ms/);
   assert.ok((await page.getByTestId("chart-deliveries").locator("rect").count()) > 1, "bars drawn");
   if (env.SCREENSHOTS) await page.getByTestId("stats").screenshot({ path: path.join(env.SCREENSHOTS, "stats.png") });
+  await page.getByTestId("edit-open").click();
+  await audit(page, "one subscription, its charts and its form");
+  await page.getByTestId("edit-open").click();
   await page.getByTestId("stats-24h").click();
   await page.getByTestId("stats").getByText("Statistics, last day").waitFor();
   assert.equal(await page.getByTestId("stats-24h").getAttribute("aria-pressed"), "true");
@@ -301,6 +343,7 @@ try {
   });
   await page.getByTestId(`event-${env.T1_EVENT}`).waitFor();
   await shot(page, "event-search");
+  await audit(page, "event log search");
   await page.getByTestId("search-type").fill("account.created");
   await page.getByTestId("search-submit").click();
   await page.getByTestId("events").getByText("Nothing here.").waitFor();
@@ -327,7 +370,7 @@ try {
   step("tenant: own data only, another tenant's event is not found");
 
   assert.deepEqual(errors, [], "no script errors");
-  console.log(JSON.stringify({ ok: true, steps }));
+  console.log(JSON.stringify({ ok: true, steps, audited }));
 } catch (e) {
   console.error(`console test failed after ${JSON.stringify(steps)}: ${e.stack || e}`);
   const shown = page ? await page.locator("main").textContent().catch(() => "") : "";

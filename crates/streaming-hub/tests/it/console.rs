@@ -140,8 +140,10 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
 
     let playwright = crate::sdk::cache_dir().join("console/node_modules/playwright-core");
     assert!(
-        playwright.join("package.json").exists() && Path::new("/usr/bin/chromium").exists(),
-        "the console test needs Chromium and playwright-core: run scripts/services console"
+        playwright.join("package.json").exists()
+            && Path::new("/usr/bin/chromium").exists()
+            && crate::sdk::cache_dir().join("console/node_modules/axe-core/axe.min.js").exists(),
+        "the console test needs Chromium, playwright-core and axe-core: run scripts/services console"
     );
     let script = crate::sdk::repo().join("crates/streaming-hub/console/test/console.mjs");
     let mut command = Command::new("node");
@@ -157,6 +159,7 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         .env("T2_NAME", &t2_name)
         .env("WIDE_TENANT", wide)
         .env("EMBED", &embed_origin)
+        .env("AXE", crate::sdk::cache_dir().join("console/node_modules/axe-core/axe.min.js"))
         .env("PLAYWRIGHT", &playwright);
     if let Ok(dir) = std::env::var("STREAMING_HUB_CONSOLE_SCREENSHOTS") {
         command.env("SCREENSHOTS", dir);
@@ -172,6 +175,7 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    assert_eq!(report["steps"].as_array().expect("steps").len(), 24, "{report}");
+    assert_eq!(report["steps"].as_array().expect("steps").len(), 25, "{report}");
+    assert_eq!(report["audited"].as_array().expect("audited").len(), 7, "every view audited: {report}");
     let _ = std::fs::remove_file(manifest);
 }
