@@ -260,20 +260,34 @@ function healthCells() {
   ];
 }
 
+/**
+ * A table read a page at a time (`next_cursor`): the first page now, the next with "More", so a
+ * tenant with thousands of subscriptions is never loaded whole.
+ */
+async function pagedTable(testid, path, columns, rowAttrs) {
+  const sep = path.includes("?") ? "&" : "?";
+  const first = await api(`${path}${sep}limit=100`);
+  const t = table(testid, columns, first.items, rowAttrs);
+  let cursor = first.next_cursor;
+  const more = h("button", { type: "button", testid: `${testid}-more`, hidden: !cursor, onclick: async () => {
+    const next = await api(`${path}${sep}limit=100&cursor=${encodeURIComponent(cursor)}`);
+    const body = t.querySelector("tbody");
+    for (const row of table(testid, columns, next.items, rowAttrs).querySelectorAll("tbody tr")) body.append(row);
+    cursor = next.next_cursor;
+    more.hidden = !cursor;
+  } }, "More");
+  return h("div", {}, t, more);
+}
+
 async function allSubscriptionsView() {
-  const page = await api("/admin/subscriptions?limit=500");
   show(
     h("h1", {}, "All subscriptions"),
-    table(
-      "all-subscriptions",
-      [
-        { title: "Tenant", cell: (s) => s.tenant_id },
-        { title: "Name", cell: (s) => s.name },
-        { title: "Sink", cell: sinkCell },
-        ...healthCells(),
-      ],
-      page.items,
-    ),
+    await pagedTable("all-subscriptions", "/admin/subscriptions", [
+      { title: "Tenant", cell: (s) => s.tenant_id },
+      { title: "Name", cell: (s) => s.name },
+      { title: "Sink", cell: sinkCell },
+      ...healthCells(),
+    ]),
   );
 }
 
@@ -513,23 +527,21 @@ async function catalogView() {
 }
 
 async function subscriptionsView() {
-  const [page, catalog] = await Promise.all([api("/v1/subscriptions?limit=500"), api("/v1/event-types")]);
+  const [list, catalog] = await Promise.all([
+    pagedTable("subscriptions", "/v1/subscriptions", [
+      { title: "Name", cell: (s) => s.name },
+      { title: "Event types", cell: (s) => s.event_types.join(", ") },
+      { title: "Filters", cell: (s) => filterCount(s) },
+      { title: "Sink", cell: sinkCell },
+      ...healthCells(),
+      { title: "", cell: actions },
+    ], (s) => ({ testid: `sub-${s.id}` })),
+    readOnly() ? null : api("/v1/event-types"),
+  ]);
   show(
     h("h1", {}, "Subscriptions"),
     readOnly() ? h("p", { class: "notice", testid: "read-only" }, "A read-only portal: you can look, not change.") : subscriptionForm(catalog.items, null),
-    table(
-      "subscriptions",
-      [
-        { title: "Name", cell: (s) => s.name },
-        { title: "Event types", cell: (s) => s.event_types.join(", ") },
-        { title: "Filters", cell: (s) => filterCount(s) },
-        { title: "Sink", cell: sinkCell },
-        ...healthCells(),
-        { title: "", cell: actions },
-      ],
-      page.items,
-      (s) => ({ testid: `sub-${s.id}` }),
-    ),
+    list,
   );
 }
 

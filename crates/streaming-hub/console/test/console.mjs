@@ -159,6 +159,17 @@ try {
   assert.ok((await page.getByTestId("who").textContent()).includes(env.WIDE_TENANT));
   step("admin acting for a tenant whose id is outside Latin-1");
 
+  // A tenant with 150 subscriptions: a page of 100, then the rest on demand.
+  await page.getByTestId("nav-tenants").click();
+  await page.getByTestId("tenant-t-many").click();
+  await page.getByTestId("subscriptions").waitFor();
+  const rows = () => page.getByTestId("subscriptions").locator("tbody tr").count();
+  assert.equal(await rows(), 100);
+  await page.getByTestId("subscriptions-more").click();
+  await page.waitForFunction(() => document.querySelectorAll("[data-testid=subscriptions] tbody tr").length === 150);
+  assert.ok(await page.getByTestId("subscriptions-more").isHidden(), "no more pages");
+  step("subscriptions a page at a time");
+
   // Acting for t1: its subscriptions, with health and actions.
   await page.getByTestId("nav-tenants").click();
   await page.getByTestId("tenant-t1").click();

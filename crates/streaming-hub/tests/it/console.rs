@@ -130,6 +130,13 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     };
     assert_eq!(hub.store.write_dlq_records(&[dlq]).await.expect("dlq"), 1);
 
+    // A tenant with more subscriptions than one page holds.
+    let k_many = hub.tenant_key("t-many").await;
+    for i in 0..150 {
+        hub.subscribe(&k_many, json!({"name": format!("many-{i:03}"), "event_types": ["*.*"], "sink": {"type": "pull"}}))
+            .await;
+    }
+
     // A read-only portal of t1, short-lived: the browser walks it first, then sees it end.
     let (status, session) = hub
         .send(hub.client.post(hub.url("/admin/portal-sessions")).bearer_auth(&hub.admin).json(&json!({
@@ -175,7 +182,7 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    assert_eq!(report["steps"].as_array().expect("steps").len(), 25, "{report}");
+    assert_eq!(report["steps"].as_array().expect("steps").len(), 26, "{report}");
     assert_eq!(report["audited"].as_array().expect("audited").len(), 7, "every view audited: {report}");
     let _ = std::fs::remove_file(manifest);
 }
