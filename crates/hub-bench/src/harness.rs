@@ -584,6 +584,22 @@ impl BenchHub {
         })
     }
 
+    /// A count the hub's database answers (`sql` names its tables unqualified).
+    pub async fn count(&self, sql: &str) -> anyhow::Result<i64> {
+        Ok(match &self.db {
+            Db::Postgres { pool, schema } => {
+                let mut conn = pool.acquire().await?;
+                sqlx::query(&format!("SET search_path TO {schema}")).execute(&mut *conn).await?;
+                sqlx::query_scalar(sql).fetch_one(&mut *conn).await?
+            }
+            Db::Sqlite { path } => {
+                let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path).read_only(true);
+                let mut conn = sqlx::ConnectOptions::connect(&options).await?;
+                sqlx::query_scalar(sql).fetch_one(&mut conn).await?
+            }
+        })
+    }
+
     /// Waits until the inbox holds `n` events; returns when it first held any and when it held all.
     pub async fn wait_inbox(&self, n: i64, within: Duration) -> anyhow::Result<(Instant, Instant)> {
         let deadline = Instant::now() + within;

@@ -8,6 +8,7 @@ mod ingest;
 mod routing;
 mod scenarios;
 mod sinks;
+mod stats;
 
 use std::process::ExitCode;
 
@@ -152,6 +153,15 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// A burst to one webhook: what the per-minute subscription statistics cost delivery.
+    Stats {
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -219,6 +229,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Catalog { events, producers, json } => {
             catalog::catalog(events, producers, &json_path(json, "catalog")).await
+        }
+        BenchScenario::Stats { events, producers, json } => {
+            stats::stats(events, producers, &json_path(json, "stats")).await
         }
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {

@@ -133,8 +133,11 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     // A tenant with more subscriptions than one page holds.
     let k_many = hub.tenant_key("t-many").await;
     for i in 0..150 {
-        hub.subscribe(&k_many, json!({"name": format!("many-{i:03}"), "event_types": ["*.*"], "sink": {"type": "pull"}}))
-            .await;
+        hub.subscribe(
+            &k_many,
+            json!({"name": format!("many-{i:03}"), "event_types": ["*.*"], "sink": {"type": "pull"}}),
+        )
+        .await;
     }
 
     // A read-only portal of t1, short-lived: the browser walks it first, then sees it end.
