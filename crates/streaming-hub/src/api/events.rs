@@ -154,7 +154,12 @@ fn within_rate(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), Ap
         .and_then(|(_, v)| std::str::from_utf8(v).ok())
         .and_then(|t| hub_core::TenantId::parse(t).ok());
     let Some(tenant) = tenant else { return Ok(()) };
-    state.ingest_limiter.check(&tenant).map_err(|wait| {
+    within_tenant_rate(state, &tenant)
+}
+
+/// One more event of `tenant` within its ingest rate, or `429` with `Retry-After`.
+pub fn within_tenant_rate(state: &AppState, tenant: &hub_core::TenantId) -> Result<(), ApiError> {
+    state.ingest_limiter.check(tenant).map_err(|wait| {
         let rate = state.quotas.ingest_rate;
         super::limiter::rate_limited(wait, format!("more than {rate} events a second for this tenant; retry later"))
     })

@@ -72,10 +72,7 @@ pub async fn test(
         ));
     }
     // A test event is an event of the tenant's: it counts against its ingest rate.
-    state.ingest_limiter.check(&caller.tenant).map_err(|wait| {
-        let rate = state.quotas.ingest_rate;
-        super::limiter::rate_limited(wait, format!("more than {rate} events a second for this tenant; retry later"))
-    })?;
+    super::events::within_tenant_rate(&state, &caller.tenant)?;
     let tenant = caller.tenant.as_str();
     let notice = Notice::new(
         tenant,
