@@ -70,7 +70,8 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     );
     assert!(page.text().await.expect("html").contains("/console/console.js"));
 
-    let receiver = Receiver::start(Script::Ok).await;
+    // The hook's first two attempts fail (retried later): its charts show a burst with failures.
+    let receiver = Receiver::start(Script::FailFirst(2)).await;
     let (k1, k2) = (hub.tenant_key("t1").await, hub.tenant_key("t2").await);
     let hook = hub
         .subscribe(
@@ -169,6 +170,7 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         .env("T2_NAME", &t2_name)
         .env("WIDE_TENANT", wide)
         .env("EMBED", &embed_origin)
+        .env("RECEIVER", &receiver.url)
         .env("AXE", crate::sdk::cache_dir().join("console/node_modules/axe-core/axe.min.js"))
         .env("PLAYWRIGHT", &playwright);
     if let Ok(dir) = std::env::var("STREAMING_HUB_CONSOLE_SCREENSHOTS") {
@@ -187,5 +189,10 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
     assert_eq!(report["steps"].as_array().expect("steps").len(), 26, "{report}");
     assert_eq!(report["audited"].as_array().expect("audited").len(), 7, "every view audited: {report}");
+    // The test event sent from the console arrived, signed.
+    assert!(
+        receiver.deliveries().iter().any(|d| d.header("x-lerian-event-type") == "streaming_hub.test" && d.verified),
+        "the console's test event reached the receiver"
+    );
     let _ = std::fs::remove_file(manifest);
 }
