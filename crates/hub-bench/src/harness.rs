@@ -467,6 +467,42 @@ impl BenchHub {
         Ok(usage)
     }
 
+    /// A request with `token` as the bearer: its status, JSON answer and how long it took.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> anyhow::Result<(u16, Value, Duration)> {
+        let token = token.unwrap_or(&self.admin);
+        let mut request = self.http.request(method, format!("{}{path}", self.base)).bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let started = Instant::now();
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let text = response.text().await?;
+        let took = started.elapsed();
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null), took))
+    }
+
+    /// Posts one event with these CloudEvents headers: its status and answer.
+    pub async fn post_raw(&self, key: &str, headers: &[(&str, String)], body: &str) -> anyhow::Result<(u16, Value)> {
+        let mut request = self
+            .http
+            .post(format!("{}/v1/events", self.base))
+            .bearer_auth(key)
+            .header("content-type", "application/json");
+        for (k, v) in headers {
+            request = request.header(*k, v);
+        }
+        let response = request.body(body.to_owned()).send().await?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await.unwrap_or(Value::Null)))
+    }
+
     /// An admin route's JSON answer.
     pub async fn admin_get(&self, path: &str) -> anyhow::Result<Value> {
         let response = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.admin).send().await?;

@@ -5,6 +5,7 @@
 mod catalog;
 mod harness;
 mod ingest;
+mod portal;
 mod routing;
 mod scenarios;
 mod sinks;
@@ -162,6 +163,17 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// The console's reads on a tenant with many subscriptions and events, timed from outside.
+    Portal {
+        #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
+        subscriptions: usize,
+        #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -232,6 +244,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Stats { events, producers, json } => {
             stats::stats(events, producers, &json_path(json, "stats")).await
+        }
+        BenchScenario::Portal { subscriptions, events, producers, json } => {
+            portal::portal(subscriptions, events, producers, &json_path(json, "portal")).await
         }
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {
