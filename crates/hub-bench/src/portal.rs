@@ -23,7 +23,8 @@ fn quantiles(mut ms: Vec<f64>) -> (f64, f64) {
 
 /// `portal`: `subscriptions` subscriptions and `events` events of one tenant, then each read.
 pub async fn portal(subscriptions: usize, events: usize, producers: usize, json_out: &Path) -> anyhow::Result<()> {
-    let hub = Arc::new(BenchHub::start(None).await?);
+    let quota = (subscriptions + 1).to_string();
+    let hub = Arc::new(BenchHub::start_with(None, &[("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", quota)]).await?);
     let key = hub.tenant("portal").await?;
     // The subscriptions: one pull subscription takes the events; the others want types nobody
     // sends (as a platform's many tenants' subscriptions mostly do), so the inbox grows by one
