@@ -3,15 +3,6 @@
 use super::*;
 use crate::{ManifestFetch, ManifestRecord, SeenType};
 
-/// A JSON column written by this store: anything else is corrupt.
-fn json<T: serde::de::DeserializeOwned>(column: &str, text: &str) -> StoreResult<T> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored {column}: {e}")))
-}
-
-fn to_json(value: &impl serde::Serialize) -> StoreResult<String> {
-    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
-}
-
 #[async_trait]
 impl Catalog for SqliteStore {
     async fn claim_manifest_refresh(

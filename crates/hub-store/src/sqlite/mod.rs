@@ -63,6 +63,16 @@ fn from_micros(us: i64) -> StoreResult<DateTime<Utc>> {
     DateTime::from_timestamp_micros(us).ok_or_else(|| StoreError::Corrupt(format!("timestamp {us} out of range")))
 }
 
+/// A JSON column written by this store: anything else is corrupt.
+fn json<T: serde::de::DeserializeOwned>(column: &str, text: &str) -> StoreResult<T> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("stored {column}: {e}")))
+}
+
+/// A value as the JSON text of a column.
+fn to_json(value: &impl serde::Serialize) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
 fn uuid_from_text(s: &str) -> StoreResult<Uuid> {
     Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("stored uuid: {e}")))
 }

@@ -6,8 +6,7 @@ use crate::{Backlog, MinuteStats};
 use hub_core::delivery::stats::{BUCKETS, Histogram};
 
 fn histogram(text: &str) -> StoreResult<Histogram> {
-    let counts: Vec<i64> =
-        serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("a latency histogram: {e}")))?;
+    let counts: Vec<i64> = json("latency", text)?;
     Histogram::try_from(counts)
         .map_err(|v| StoreError::Corrupt(format!("a latency histogram of {} buckets, not {BUCKETS}", v.len())))
 }
@@ -51,8 +50,7 @@ impl Stats for SqliteStore {
                 hub_core::delivery::stats::add(&mut sum.latency, &s.latency);
                 sum.backlog = m.backlog.or(s.backlog);
             }
-            let latency =
-                serde_json::to_string(&sum.latency.to_vec()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            let latency = to_json(&sum.latency.to_vec())?;
             sqlx::query(
                 "INSERT OR REPLACE INTO subscription_minutes
                      (subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog)

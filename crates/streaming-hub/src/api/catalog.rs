@@ -167,11 +167,7 @@ pub async fn list_all(
     Query(params): Query<AdminTypeParams>,
 ) -> Result<impl IntoResponse, ApiError> {
     let keep = Keep::new(params.pattern.as_deref(), params.source)?;
-    if let Some(t) = params.tenant.as_deref()
-        && (t.is_empty() || t.chars().count() > hub_core::TenantId::MAX_LEN)
-    {
-        return Err(ApiError::query("tenant", format!("must be 1 to {} characters", hub_core::TenantId::MAX_LEN)));
-    }
+    super::overview::tenant_filter(params.tenant.as_deref())?;
     let types = state.catalog.types_for(params.tenant.as_deref()).await?;
     let items = types.iter().filter(|t| keep.keeps(t)).map(|t| view(t, true)).collect();
     let manifests = state.catalog.snapshot().sources.iter().map(source_view).collect();

@@ -61,6 +61,17 @@ pub async fn tenants(State(state): State<AppState>, _: Admin) -> Result<impl Int
     Ok(axum::Json(TenantList { items }))
 }
 
+/// An admin listing's `tenant` filter: empty or longer than any tenant id is refused; any other
+/// text is looked up (one that is no tenant's finds nothing).
+pub fn tenant_filter(tenant: Option<&str>) -> Result<(), ApiError> {
+    match tenant {
+        Some(t) if t.is_empty() || t.chars().count() > hub_core::TenantId::MAX_LEN => {
+            Err(ApiError::query("tenant", format!("must be 1 to {} characters", hub_core::TenantId::MAX_LEN)))
+        }
+        _ => Ok(()),
+    }
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
@@ -110,11 +121,7 @@ pub async fn subscriptions(
     let after: Option<Uuid> = cursor(params.cursor)?;
     // A filter: empty or longer than any tenant id is refused; any other text is looked up (one
     // that is no tenant's has no subscriptions).
-    if let Some(t) = params.tenant.as_deref()
-        && (t.is_empty() || t.chars().count() > hub_core::TenantId::MAX_LEN)
-    {
-        return Err(ApiError::query("tenant", format!("must be 1 to {} characters", hub_core::TenantId::MAX_LEN)));
-    }
+    tenant_filter(params.tenant.as_deref())?;
     let subs = state.store.list_all_subscriptions(params.tenant.as_deref(), after, limit).await?;
     let next_cursor = next_cursor(&subs, limit, |s| s.id);
     let views = with_health(&state, &subs).await?;
