@@ -84,6 +84,14 @@ impl fmt::Display for EventPattern {
     }
 }
 
+/// Every pattern that matches `key`, as a subscription stores it (a pattern prints exactly as it
+/// was written, so these are the only four `event_types` entries that can want the key): what
+/// lets a store find one event's candidate subscriptions by index instead of reading them all.
+pub fn patterns_matching(key: &EventKey) -> [String; 4] {
+    let (r, e) = (key.resource(), key.event());
+    [format!("{r}.{e}"), format!("{r}.*"), format!("*.{e}"), "*.*".to_owned()]
+}
+
 /// What matching needs to know of a subscription.
 #[derive(Debug, Clone)]
 pub struct MatchRule<'a> {
@@ -276,6 +284,21 @@ mod tests {
                 if let Ok(key) = EventKey::parse(&k) {
                     let _ = p.matches(&key);
                 }
+            }
+        }
+
+        /// A pattern that parses is stored as written and prints as written, and it matches a key
+        /// exactly when it is one of the key's four [`patterns_matching`].
+        #[test]
+        fn a_pattern_matches_exactly_when_it_is_one_of_the_keys_four(
+            r in "[a-c*]{1,2}", e in "[a-c*]{1,2}", kr in "[a-c]{1,2}", ke in "[a-c]{1,2}",
+        ) {
+            let key = EventKey::parse(&format!("{kr}.{ke}")).expect("key");
+            let written = format!("{r}.{e}");
+            if let Ok(p) = EventPattern::parse(&written) {
+                proptest::prop_assert_eq!(p.to_string(), written.clone());
+                let named = patterns_matching(&key).contains(&written);
+                proptest::prop_assert_eq!(p.matches(&key), named, "{} against {}.{}", written, kr, ke);
             }
         }
 

@@ -28,6 +28,6 @@ pub use structured::structured_to_binary;
 pub use envelope::{
     DiscardReason, Envelope, IngestPolicy, MAX_BODY_BYTES, QuarantineReason, ReasonCode, Verdict, judge,
 };
-pub use filter::{Admission, EventPattern, MatchRule, admission, admits, wants};
+pub use filter::{Admission, EventPattern, MatchRule, admission, admits, patterns_matching, wants};
 pub use ids::{CeId, EventKey, IdError, Source, TenantId, topic_source};
 pub use subscription::{Ordering, SinkKind, VerificationState};

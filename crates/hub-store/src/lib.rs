@@ -263,6 +263,17 @@ pub trait Subscriptions: Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<SubscriptionRecord>>;
 
+    /// The tenant's subscriptions whose `event_types` hold one of `patterns` (compared as written),
+    /// or whose id is in `ids`, in id order: one event's candidates, found by index (the caller
+    /// passes [`hub_core::patterns_matching`] and the subscriptions that have its jobs or stream
+    /// entries, then applies the full matching rule).
+    async fn subscriptions_for_event(
+        &self,
+        tenant: &str,
+        patterns: &[String],
+        ids: &[Uuid],
+    ) -> StoreResult<Vec<SubscriptionRecord>>;
+
     /// Every tenant's subscriptions (or one tenant's) in id order, after the cursor `after`: the
     /// operator's cross-tenant listing.
     async fn list_all_subscriptions(

@@ -30,29 +30,28 @@ impl Inbox for PgStore {
     }
 
     async fn list_events(&self, tenant: &str, q: &EventQuery) -> StoreResult<Vec<StoredEvent>> {
-        // The primary key serves the walk; the filters are checked on its rows.
-        let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events
-             WHERE tenant_id = $1 AND seq > $2
-               AND ($3::text IS NULL OR resource_type = $3) AND ($4::text IS NULL OR event_type = $4)
-               AND ($5::text IS NULL OR source = $5)
-               AND ($6::timestamptz IS NULL OR received_at >= $6) AND ($7::timestamptz IS NULL OR received_at < $7)
-             ORDER BY seq LIMIT $8"
-        );
-        sqlx::query(&sql)
-            .bind(tenant)
-            .bind(q.after)
-            .bind(q.resource_type.as_deref())
-            .bind(q.event_type.as_deref())
-            .bind(q.source.as_deref())
-            .bind(q.since)
-            .bind(q.until)
-            .bind(i64::from(q.limit))
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(event_from_row)
-            .collect()
+        // Only the filters given are in the statement (one prepared statement per combination),
+        // so every plan is made for its filters: a type names `events_by_key`, no filter walks the
+        // primary key. A generic `($n IS NULL OR …)` plan could use neither.
+        let mut sql = sqlx::QueryBuilder::<sqlx::Postgres>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = "));
+        sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
+        if let Some(resource_type) = &q.resource_type {
+            sql.push(" AND resource_type = ").push_bind(resource_type);
+        }
+        if let Some(event_type) = &q.event_type {
+            sql.push(" AND event_type = ").push_bind(event_type);
+        }
+        if let Some(source) = &q.source {
+            sql.push(" AND source = ").push_bind(source);
+        }
+        if let Some(since) = q.since {
+            sql.push(" AND received_at >= ").push_bind(since);
+        }
+        if let Some(until) = q.until {
+            sql.push(" AND received_at < ").push_bind(until);
+        }
+        sql.push(" ORDER BY seq LIMIT ").push_bind(i64::from(q.limit));
+        sql.build().fetch_all(&self.pool).await?.iter().map(event_from_row).collect()
     }
 
     async fn stream_entries_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<StreamEntry>> {

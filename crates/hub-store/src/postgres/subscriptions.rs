@@ -84,6 +84,28 @@ impl Subscriptions for PgStore {
             .collect()
     }
 
+    async fn subscriptions_for_event(
+        &self,
+        tenant: &str,
+        patterns: &[String],
+        ids: &[Uuid],
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        // `?|` is served by the GIN index on `event_types`, `id = ANY` by the primary key.
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
+             WHERE tenant_id = $1 AND (event_types ?| $2::text[] OR id = ANY($3::uuid[])) ORDER BY id"
+        );
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(patterns)
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(subscription_from_row)
+            .collect()
+    }
+
     async fn list_all_subscriptions(
         &self,
         tenant: Option<&str>,

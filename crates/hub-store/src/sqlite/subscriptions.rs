@@ -80,6 +80,32 @@ impl Subscriptions for SqliteStore {
             .collect()
     }
 
+    async fn subscriptions_for_event(
+        &self,
+        tenant: &str,
+        patterns: &[String],
+        ids: &[Uuid],
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        let sql = format!(
+            "SELECT {SUBSCRIPTION_COLUMNS} FROM subscriptions
+             WHERE tenant_id = ?1
+               AND (EXISTS (SELECT 1 FROM json_each(subscriptions.event_types) AS t
+                            WHERE t.value IN (SELECT value FROM json_each(?2)))
+                    OR id IN (SELECT value FROM json_each(?3)))
+             ORDER BY id"
+        );
+        let ids: Vec<String> = ids.iter().map(|u| u.hyphenated().to_string()).collect();
+        sqlx::query(&sql)
+            .bind(tenant)
+            .bind(to_json(&patterns)?)
+            .bind(to_json(&ids)?)
+            .fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(subscription_from_row)
+            .collect()
+    }
+
     async fn list_all_subscriptions(
         &self,
         tenant: Option<&str>,

@@ -225,8 +225,15 @@ pub async fn read(
     for (owner, view) in owners.into_iter().zip(delivery_views(&state, tenant, jobs).await?) {
         by_subscription.entry(owner).or_default().push(view);
     }
+    // The candidates: the subscriptions that have the event, and those holding a pattern that
+    // matches its key (found by index); the full rule (origin, filters) is applied below.
+    let mut holders: Vec<Uuid> = by_subscription.keys().copied().chain(entries.iter().map(|e| e.subscription_id)).collect();
+    holders.sort_unstable();
+    holders.dedup();
+    let patterns = key.as_ref().map(hub_core::patterns_matching).map(Vec::from).unwrap_or_default();
+    let candidates = state.store.subscriptions_for_event(tenant, &patterns, &holders).await?;
     let mut subscriptions = Vec::new();
-    for sub in all_subscriptions(&state, tenant).await? {
+    for sub in candidates {
         let deliveries = by_subscription.remove(&sub.id).unwrap_or_default();
         let stream: Vec<StreamEntryView> = entries
             .iter()
@@ -260,19 +267,4 @@ fn wants(sub: &SubscriptionRecord, key: &EventKey, event: &hub_store::StoredEven
     let patterns: Vec<EventPattern> = sub.event_types.iter().filter_map(|p| EventPattern::parse(p).ok()).collect();
     hub_core::wants(&patterns, sub.origin.as_deref(), key, &event.source)
         && sub.compiled_filters().is_some_and(|f| event.passes(&f))
-}
-
-/// Every subscription of a tenant (bounded by its quota), page by page.
-async fn all_subscriptions(state: &AppState, tenant: &str) -> Result<Vec<SubscriptionRecord>, ApiError> {
-    let mut all = Vec::new();
-    let mut after = None;
-    loop {
-        let page = state.store.list_subscriptions(tenant, after, 1000).await?;
-        let full = page.len() >= 1000;
-        after = page.last().map(|s| s.id);
-        all.extend(page);
-        if !full {
-            return Ok(all);
-        }
-    }
 }

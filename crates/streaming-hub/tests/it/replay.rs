@@ -261,6 +261,13 @@ async fn the_event_log_pages_and_filters_the_inbox(backend: Backend) {
     assert_eq!(seqs(&loans), vec![2, 4, 6]);
     let (_, created) = hub.get(&key, "/v1/events?event_type=*.created").await;
     assert_eq!(seqs(&created), vec![1, 3, 5]);
+    let (_, approved) = hub.get(&key, "/v1/events?event_type=loan.approved&after=2&limit=1").await;
+    assert_eq!(seqs(&approved), vec![4]);
+    assert_eq!(approved["next_cursor"], 4);
+    let (_, nothing) = hub.get(&key, "/v1/events?event_type=loan.created").await;
+    assert_eq!(seqs(&nothing), Vec::<i64>::new());
+    let (_, since) = hub.get(&key, "/v1/events?event_type=account.created&since=2000-01-01T00:00:00Z&until=2999-01-01T00:00:00Z").await;
+    assert_eq!(seqs(&since), vec![1, 3, 5]);
     let (_, none) = hub.get(&key, "/v1/events?source=nobody").await;
     assert_eq!(seqs(&none), Vec::<i64>::new());
     let (_, future) = hub.get(&key, "/v1/events?since=2999-01-01T00:00:00Z").await;
@@ -301,6 +308,23 @@ async fn an_event_shows_what_became_of_it_in_each_subscription(backend: Backend)
     assert_eq!(hub.post_event(&key, &event).await.0, StatusCode::ACCEPTED);
     receiver.wait_for(2, WAIT).await;
     let late = hub.subscribe(&key, json!({"name": "late", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    // Each way of writing a pattern that wants the key, and one whose filter refuses the event.
+    let mut later = Vec::new();
+    for types in [json!(["loan_application.*"]), json!(["other.x", "*.approved"]), json!(["loan_application.approved"])] {
+        let sub = hub.subscribe(&key, json!({"name": "later", "event_types": types, "sink": {"type": "pull"}})).await;
+        later.push(sub["id"].as_str().expect("id").to_owned());
+    }
+    let filtered = hub
+        .subscribe(
+            &key,
+            json!({"name": "filtered", "event_types": ["*.*"], "filters": [{"exact": {"id": "none"}}],
+                   "sink": {"type": "pull"}}),
+        )
+        .await;
+    // A subscription that has the event is shown though it no longer wants it.
+    let (status, body) =
+        hub.patch_json(&key, &format!("/v1/subscriptions/{pull}"), &json!({"event_types": ["nothing.else"]})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 
     let path = format!("/v1/events/{}", event.id());
     let end = tokio::time::Instant::now() + WAIT;
@@ -328,6 +352,11 @@ async fn an_event_shows_what_became_of_it_in_each_subscription(backend: Backend)
     assert_eq!(of(&pull).expect("the pull")["state"], "unread");
     assert_eq!(of(late["id"].as_str().expect("id")).expect("late")["state"], "none", "created after the event");
     assert!(of(unrelated["id"].as_str().expect("id")).is_none(), "a subscription that does not want it is left out");
+    for id in &later {
+        assert_eq!(of(id).expect("a pattern that wants the key")["state"], "none", "{id}");
+    }
+    assert!(of(filtered["id"].as_str().expect("id")).is_none(), "its filter refuses the event");
+    assert_eq!(subs.len(), 6, "{subs:?}");
 
     let other = hub.tenant_key("t2").await;
     let (status, body) = hub.get(&other, &path).await;

@@ -1,0 +1,4 @@
+-- Events by key, in seq order within a key: see the PostgreSQL migration of the same name.
+-- (Subscriptions are matched by pattern with a scan of the tenant's rows here: the embedded
+-- store serves small installs.)
+CREATE INDEX IF NOT EXISTS events_by_key ON events (tenant_id, resource_type, event_type, seq);
