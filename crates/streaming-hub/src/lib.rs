@@ -377,6 +377,7 @@ pub async fn start_with_clock(
         catalog,
         public_url: config.public_url.clone(),
         frame_ancestors: config.portal_frame_ancestors.clone(),
+        test_waiting: Arc::default(),
     };
     telemetry::prometheus();
     let router = api::router(state);

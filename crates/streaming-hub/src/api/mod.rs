@@ -93,6 +93,8 @@ pub struct AppState {
     pub public_url: Option<String>,
     /// Who may frame the console (`STREAMING_HUB_PORTAL_FRAME_ANCESTORS`).
     pub frame_ancestors: String,
+    /// Test requests waiting for their attempts, per tenant.
+    pub test_waiting: Arc<test_delivery::Waiting>,
 }
 
 #[derive(OpenApi)]

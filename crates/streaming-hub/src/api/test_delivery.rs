@@ -24,10 +24,53 @@ use super::error::{ApiError, ErrorBody};
 use super::subscriptions::load;
 use crate::operational::Notice;
 
-/// How long the answer waits for the attempt: longer than any sink's own timeout.
+/// How long the answer waits for the attempt: longer than any sink's own timeout (or, when the
+/// request timeout is shorter, a second less than it).
 const WAIT: Duration = Duration::from_secs(35);
-/// How often the delivery is looked at meanwhile.
-const POLL: Duration = Duration::from_millis(25);
+/// How often the delivery is looked at meanwhile: soon at first, then less often.
+const POLL_FIRST: Duration = Duration::from_millis(25);
+const POLL_MOST: Duration = Duration::from_millis(500);
+/// Test requests of one tenant that may wait for their attempts at once. Each holds a connection
+/// for up to [`WAIT`]: a destination that hangs must not let one tenant fill the server's
+/// connections. Past it the answer is `429`.
+pub const WAITING_PER_TENANT: u32 = 8;
+
+/// The test requests waiting now, per tenant.
+#[derive(Debug, Default)]
+pub struct Waiting(std::sync::Mutex<std::collections::HashMap<String, u32>>);
+
+/// One waiting request's place; given back when dropped.
+#[derive(Debug)]
+pub struct Place {
+    waiting: std::sync::Arc<Waiting>,
+    tenant: String,
+}
+
+impl Waiting {
+    /// A place for one more of the tenant's requests, or `None` when it has
+    /// [`WAITING_PER_TENANT`] waiting.
+    pub fn take(self: &std::sync::Arc<Self>, tenant: &str) -> Option<Place> {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(tenant.to_owned()).or_default();
+        if *n >= WAITING_PER_TENANT {
+            return None;
+        }
+        *n += 1;
+        Some(Place { waiting: std::sync::Arc::clone(self), tenant: tenant.to_owned() })
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut map = self.waiting.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.tenant);
+            }
+        }
+    }
+}
 
 /// What became of a test event.
 #[derive(Debug, Serialize, ToSchema)]
@@ -53,7 +96,7 @@ pub struct TestDelivery {
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
         (status = 409, description = "`not_deliverable`: the subscription is paused or its destination is not verified", body = ErrorBody),
-        (status = 429, description = "The tenant's ingest rate is exceeded; `Retry-After` says when to try again", body = ErrorBody),
+        (status = 429, description = "The tenant's ingest rate is exceeded, or 8 of its test requests are waiting already; `Retry-After` says when to try again", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
@@ -71,9 +114,20 @@ pub async fn test(
             format!("a test event cannot be delivered to this subscription: {why}"),
         ));
     }
+    let tenant = caller.tenant.as_str();
+    // A push subscription's answer waits for the attempt: a place among the tenant's waiting
+    // requests first, so that a refused request writes nothing.
+    let _place = match sub.sink.is_push() {
+        true => Some(state.test_waiting.take(tenant).ok_or_else(|| {
+            super::limiter::rate_limited(
+                Duration::from_secs(5),
+                format!("{WAITING_PER_TENANT} test requests of this tenant are waiting for their attempts; retry later"),
+            )
+        })?),
+        false => None,
+    };
     // A test event is an event of the tenant's: it counts against its ingest rate.
     super::events::within_tenant_rate(&state, &caller.tenant)?;
-    let tenant = caller.tenant.as_str();
     let notice = Notice::new(
         tenant,
         sub.id,
@@ -93,7 +147,8 @@ pub async fn test(
             AxumJson(TestDelivery { ce_id, seq, outcome: "queued".to_owned(), delivery: None }),
         ));
     }
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let deadline = tokio::time::Instant::now() + WAIT.min(state.request_timeout.saturating_sub(Duration::from_secs(1)));
+    let mut poll = POLL_FIRST;
     loop {
         let job = state.store.jobs_for_event(tenant, seq).await?.into_iter().find(|j| j.subscription_id == sub.id);
         let ended = job.as_ref().filter(|j| j.attempts > 0 || matches!(j.state, JobState::Succeeded | JobState::Dead));
@@ -106,6 +161,7 @@ pub async fn test(
             let delivery = delivery_views(&state, tenant, job.into_iter().collect()).await?.into_iter().next();
             return Ok((status, AxumJson(TestDelivery { ce_id, seq, outcome: outcome.to_owned(), delivery })));
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(poll).await;
+        poll = (poll * 2).min(POLL_MOST);
     }
 }

@@ -9,7 +9,10 @@ use serde_json::json;
 use crate::receiver::{Receiver, Script};
 use crate::support::{Backend, TestHub};
 
-crate::on_both_backends!(a_test_event_reaches_its_one_subscription_and_answers_the_attempt);
+crate::on_both_backends!(
+    a_test_event_reaches_its_one_subscription_and_answers_the_attempt,
+    a_tenant_waits_for_at_most_eight_tests_at_once
+);
 
 async fn a_test_event_reaches_its_one_subscription_and_answers_the_attempt(backend: Backend) {
     let hub = TestHub::start(backend).await;
@@ -88,4 +91,54 @@ async fn a_test_event_reaches_its_one_subscription_and_answers_the_attempt(backe
     let k2 = hub.tenant_key("t2").await;
     let (status, _) = hub.post_json(&k2, &format!("/v1/subscriptions/{pull_id}/test"), &json!(null)).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// Each test request holds its connection until the attempt ends: a tenant whose destination
+/// hangs gets `429` past eight waiting at once (its refused request writes nothing), and the
+/// places come back when the answers go.
+async fn a_tenant_waits_for_at_most_eight_tests_at_once(backend: Backend) {
+    // The answer waits a second less than the request timeout: 4 s here.
+    let hub = TestHub::start_with(backend, &[("STREAMING_HUB_HTTP_REQUEST_TIMEOUT", "5s")]).await;
+    let key = hub.tenant_key("t1").await;
+    let hanging = Receiver::start(Script::Ok).await;
+    let fine = Receiver::start(Script::Ok).await;
+    let webhook = |url: &str| {
+        json!({"name": "w", "event_types": ["a.b"], "sink": {"type": "webhook", "url": url, "timeout_ms": 60000}})
+    };
+    let stuck = hub.subscribe(&key, webhook(&hanging.url)).await;
+    let other = hub.subscribe(&key, webhook(&fine.url)).await;
+    let (stuck, other) = (stuck["id"].as_str().expect("id"), other["id"].as_str().expect("id"));
+    hub.wait_until_active(&key, stuck).await;
+    hub.wait_until_active(&key, other).await;
+    hanging.set_script(Script::Hang);
+
+    let test_path = format!("/v1/subscriptions/{stuck}/test");
+    let tests_in_log = async || {
+        let (_, page) = hub.get(&key, "/v1/events?event_type=streaming_hub.test").await;
+        page["items"].as_array().map_or(0, Vec::len)
+    };
+    let waiting = futures_util::future::join_all((0..8).map(|_| hub.post_json(&key, &test_path, &json!(null))));
+    let refused = async {
+        // Each request writes its event once it holds its place: eight in the log, eight waiting.
+        crate::support::until("eight tests waiting", Duration::from_secs(10), async || {
+            (tests_in_log().await == 8).then_some(())
+        })
+        .await;
+        let response = hub.client.post(hub.url(&test_path)).bearer_auth(&key).json(&json!(null)).send().await;
+        let response = response.expect("request");
+        let status = response.status();
+        let retry_after = response.headers().get("retry-after").cloned();
+        let body: serde_json::Value = response.json().await.expect("JSON");
+        assert_eq!((status, body["title"].as_str()), (StatusCode::TOO_MANY_REQUESTS, Some("rate_limited")), "{body}");
+        assert!(body["message"].as_str().expect("message").contains("waiting"), "{body}");
+        assert!(retry_after.is_some(), "Retry-After");
+        assert_eq!(tests_in_log().await, 8, "a refused test writes no event");
+    };
+    let (answers, ()) = tokio::join!(waiting, refused);
+    for (status, answer) in answers {
+        assert_eq!((status, answer["outcome"].as_str()), (StatusCode::ACCEPTED, Some("pending")), "{answer}");
+    }
+    // The places came back: the tenant's next test is answered.
+    let (status, answer) = hub.post_json(&key, &format!("/v1/subscriptions/{other}/test"), &json!(null)).await;
+    assert_eq!((status, answer["outcome"].as_str()), (StatusCode::OK, Some("delivered")), "{answer}");
 }
