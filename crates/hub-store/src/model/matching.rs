@@ -123,16 +123,72 @@ pub(crate) fn split_poison<Id: Clone>(expired: &[(Id, i32)], threshold: u32) -> 
     (all, poison)
 }
 
+/// One tenant's match targets with what finds an event's candidates among them without
+/// looking at every one: the targets by each pattern they hold (as it prints, which is as it is
+/// stored) and by id (a test event names its one subscription). An event's candidates are the
+/// targets holding one of its key's four patterns (`hub_core::patterns_matching`); no other
+/// target's rule can admit it, so a tenant with 10 000 subscriptions matches an event against
+/// the few that name its type.
+#[derive(Debug, Default)]
+pub(crate) struct Targets {
+    list: Vec<MatchTarget>,
+    by_pattern: HashMap<String, Vec<u32>>,
+    by_id: HashMap<Uuid, u32>,
+}
+
+impl Targets {
+    pub(crate) fn new(list: Vec<MatchTarget>) -> Self {
+        let mut by_pattern: HashMap<String, Vec<u32>> = HashMap::new();
+        let mut by_id = HashMap::with_capacity(list.len());
+        for (i, target) in list.iter().enumerate() {
+            let i = u32::try_from(i).unwrap_or(u32::MAX);
+            by_id.insert(target.id, i);
+            for pattern in &target.patterns {
+                let holders = by_pattern.entry(pattern.to_string()).or_default();
+                // A target holding one pattern twice is one candidate.
+                if holders.last() != Some(&i) {
+                    holders.push(i);
+                }
+            }
+        }
+        Self { list, by_pattern, by_id }
+    }
+
+    /// The targets that may take an event with this key (and, for a test event, this addressee),
+    /// in list order.
+    fn candidates(&self, key: &hub_core::EventKey, addressed: Option<Uuid>) -> Vec<u32> {
+        if let Some(to) = addressed {
+            return self.by_id.get(&to).copied().into_iter().collect();
+        }
+        let mut out: Vec<u32> =
+            hub_core::patterns_matching(key).iter().filter_map(|p| self.by_pattern.get(p)).flatten().copied().collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
+
 /// Matches one tenant's new events against its subscriptions by the core's rule
 /// (`hub_core::admission`; an operational event saying a subscription fails never goes to that
 /// subscription, `hub_core::operational::excluded`): a pull subscription gets stream entries, a push one jobs, `pending`
 /// to deliver or `held` while its destination is verified again.
-pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {
+pub(crate) fn match_events(tenant: &str, targets: &Targets, inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {
+    // Each event's candidates, then (target, event) pairs in target order and, within a target,
+    // in event order: the work comes out as a walk over every target would give it.
+    let mut pairs: Vec<(u32, usize)> = Vec::new();
+    for (n, (_, event)) in inserts.iter().enumerate() {
+        let env = &event.envelope;
+        let addressed = hub_core::operational::addressed_to(env.key(), env.extensions());
+        pairs.extend(targets.candidates(env.key(), addressed).into_iter().map(|t| (t, n)));
+    }
+    pairs.sort_unstable();
     let mut work = MatchedWork::default();
     // Each event is viewed once for every target; a body is parsed only if a filter reads it.
     let views: Vec<EventView<'_, hub_core::Envelope>> =
         inserts.iter().map(|(_, e)| EventView::new(&e.envelope, &e.payload)).collect();
-    for target in targets {
+    for (t, n) in pairs {
+        let target = &targets.list[t as usize];
+        let ((seq, event), view) = (&inserts[n], &views[n]);
         let rule = hub_core::MatchRule {
             tenant,
             patterns: &target.patterns,
@@ -141,49 +197,175 @@ pub(crate) fn match_events(tenant: &str, targets: &[MatchTarget], inserts: &[(i6
             verification: target.verification,
             verified_before: target.verified_before,
         };
-        for ((seq, event), view) in inserts.iter().zip(&views) {
-            let env = &event.envelope;
-            if hub_core::operational::excluded(env.key(), env.extensions(), target.id) {
-                continue;
+        let env = &event.envelope;
+        if hub_core::operational::excluded(env.key(), env.extensions(), target.id) {
+            continue;
+        }
+        let state = match hub_core::operational::addressed_to(env.key(), env.extensions()) {
+            // A test event: its one subscription, whatever its patterns and filters, while
+            // it is enabled and verified.
+            Some(to)
+                if to == target.id && target.enabled && target.verification == hub_core::VerificationState::Active =>
+            {
+                JobState::Pending
             }
-            let state = match hub_core::operational::addressed_to(env.key(), env.extensions()) {
-                // A test event: its one subscription, whatever its patterns and filters, while
-                // it is enabled and verified.
-                Some(to)
-                    if to == target.id
-                        && target.enabled
-                        && target.verification == hub_core::VerificationState::Active =>
-                {
+            Some(_) => continue,
+            None => match hub_core::admission(&rule, tenant, env.key(), env.source().as_str()) {
+                hub_core::Admission::No => continue,
+                hub_core::Admission::Deliver if target.filters.is_empty() || target.filters.matches(view) => {
                     JobState::Pending
                 }
-                Some(_) => continue,
-                None => match hub_core::admission(&rule, tenant, env.key(), env.source().as_str()) {
-                    hub_core::Admission::No => continue,
-                    hub_core::Admission::Deliver if target.filters.is_empty() || target.filters.matches(view) => {
-                        JobState::Pending
-                    }
-                    hub_core::Admission::Hold if target.filters.is_empty() || target.filters.matches(view) => {
-                        JobState::Held
-                    }
-                    _ => continue,
-                },
+                hub_core::Admission::Hold if target.filters.is_empty() || target.filters.matches(view) => {
+                    JobState::Held
+                }
+                _ => continue,
+            },
+        };
+        if target.sink.is_push() {
+            let ordering_key = match target.ordering {
+                hub_core::Ordering::Key => hub_core::routing::ordering_key(env),
+                hub_core::Ordering::None => None,
             };
-            if target.sink.is_push() {
-                let ordering_key = match target.ordering {
-                    hub_core::Ordering::Key => hub_core::routing::ordering_key(env),
-                    hub_core::Ordering::None => None,
-                };
-                work.jobs.push(NewJob {
-                    subscription: target.id,
-                    seq: *seq,
-                    received_at: event.received_at,
-                    state,
-                    ordering_key,
-                });
-            } else if state == JobState::Pending {
-                work.pulls.push((target.id, *seq));
-            }
+            work.jobs.push(NewJob {
+                subscription: target.id,
+                seq: *seq,
+                received_at: event.received_at,
+                state,
+                ordering_key,
+            });
+        } else if state == JobState::Pending {
+            work.pulls.push((target.id, *seq));
         }
     }
     work
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A subscription of the generated kind: patterns over a small alphabet, so that they often
+    /// want the generated events.
+    fn target(
+        id: Uuid,
+        patterns: &[String],
+        origin: Option<&str>,
+        push: bool,
+        enabled: bool,
+        state: u8,
+    ) -> MatchTarget {
+        let verification = ["active", "pending", "failed"][usize::from(state % 3)];
+        MatchTarget::new(MatchRow {
+            id,
+            sink: if push { "webhook" } else { "pull" }.to_owned(),
+            event_types: serde_json::to_string(patterns).expect("JSON"),
+            origin: origin.map(str::to_owned),
+            filters: "[]".to_owned(),
+            ordering: "none".to_owned(),
+            enabled,
+            verification: verification.to_owned(),
+            verified_before: state >= 3,
+        })
+        .expect("target")
+    }
+
+    fn event(resource: &str, kind: &str, source: &str, addressee: Option<Uuid>) -> AcceptedEvent {
+        let mut headers: Vec<(String, String)> = [
+            ("ce-specversion", "1.0".to_owned()),
+            ("ce-id", Uuid::now_v7().to_string()),
+            ("ce-source", source.to_owned()),
+            ("ce-type", format!("studio.lerian.{source}.{resource}.{kind}")),
+            ("ce-time", "2026-12-01T00:00:00Z".to_owned()),
+            ("ce-schemaversion", "1.0.0".to_owned()),
+            ("ce-resourcetype", resource.to_owned()),
+            ("ce-eventtype", kind.to_owned()),
+            ("ce-tenantid", "t1".to_owned()),
+            ("content-type", "application/json".to_owned()),
+        ]
+        .map(|(k, v)| (k.to_owned(), v))
+        .to_vec();
+        if let Some(to) = addressee {
+            headers.push((format!("ce-{}", hub_core::operational::SUBJECT_EXTENSION), to.to_string()));
+        }
+        let policy = hub_core::IngestPolicy::default();
+        let verdict = if resource == hub_core::operational::RESOURCE {
+            hub_core::envelope::judge_operational(headers, b"{}", &policy)
+        } else {
+            hub_core::judge(headers, b"{}", None, &policy)
+        };
+        match verdict {
+            hub_core::Verdict::Accept(envelope) => AcceptedEvent {
+                envelope: *envelope,
+                payload: b"{}".to_vec(),
+                origin: Origin::Http,
+                received_at: Utc::now(),
+                trace: None,
+            },
+            other => panic!("not accepted: {other:?}"),
+        }
+    }
+
+    /// The work as a walk over every target gives it: each target in order, each event in order.
+    fn walking_every_target(tenant: &str, targets: &Targets, inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {
+        let mut work = MatchedWork::default();
+        for t in 0..targets.list.len() {
+            let mut one = Targets { list: targets.list.clone(), ..Targets::default() };
+            one.by_pattern = hub_core::EventPattern::parse("*.*")
+                .map(|p| HashMap::from([(p.to_string(), vec![t as u32])]))
+                .unwrap_or_default();
+            // Every key's patterns include `*.*`: the one target is every event's candidate.
+            for (seq, event) in inserts {
+                let addressed = hub_core::operational::addressed_to(event.envelope.key(), event.envelope.extensions());
+                if addressed.is_some() {
+                    one.by_id = HashMap::from([(targets.list[t].id, t as u32)]);
+                } else {
+                    one.by_id.clear();
+                }
+                let got = match_events(tenant, &one, &[(*seq, *event)]);
+                work.pulls.extend(got.pulls);
+                work.jobs.extend(got.jobs);
+            }
+        }
+        work
+    }
+
+    fn summary(work: &MatchedWork) -> (Vec<(Uuid, i64)>, Vec<(Uuid, i64, JobState)>) {
+        (work.pulls.clone(), work.jobs.iter().map(|j| (j.subscription, j.seq, j.state)).collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Finding candidates by pattern and addressee gives exactly the work of matching each
+        /// event against every target, in the same order.
+        #[test]
+        fn candidates_by_index_give_what_every_target_gives(
+            subs in proptest::collection::vec(
+                (proptest::collection::vec(("[ab*]", "[xy*]"), 0..3), proptest::option::of("s[12]"),
+                 any::<bool>(), any::<bool>(), 0u8..6),
+                0..12),
+            events in proptest::collection::vec((0u8..4, "[xy]", "s[12]", 0usize..14), 1..10),
+        ) {
+            let ids: Vec<Uuid> = subs.iter().map(|_| Uuid::now_v7()).collect();
+            let list: Vec<MatchTarget> = subs.iter().zip(&ids).map(|((patterns, origin, push, enabled, state), id)| {
+                let patterns: Vec<String> = patterns.iter().map(|(r, e)| format!("{r}.{e}")).collect();
+                target(*id, &patterns, origin.as_deref(), *push, *enabled, *state)
+            }).collect();
+            let targets = Targets::new(list);
+            let accepted: Vec<AcceptedEvent> = events.iter().map(|(r, e, source, to)| match r {
+                0 => event("a", e, source, None),
+                1 => event("b", e, source, None),
+                // The hub's notices: a test event addressed to one target (or none), and a notice
+                // about one target.
+                2 => event(hub_core::operational::RESOURCE, "test", hub_core::operational::SOURCE, Some(ids.get(*to).copied().unwrap_or(Uuid::nil()))),
+                _ => event(hub_core::operational::RESOURCE, "subscription_disabled", hub_core::operational::SOURCE, ids.get(*to).copied()),
+            }).collect();
+            let inserts: Vec<(i64, &AcceptedEvent)> = accepted.iter().enumerate().map(|(i, e)| (i as i64 + 1, e)).collect();
+            let by_index = match_events("t1", &targets, &inserts);
+            let walked = walking_every_target("t1", &targets, &inserts);
+            prop_assert_eq!(summary(&by_index), summary(&walked));
+        }
+    }
 }

@@ -33,7 +33,8 @@ impl Inbox for PgStore {
         // Only the filters given are in the statement (one prepared statement per combination),
         // so every plan is made for its filters: a type names `events_by_key`, no filter walks the
         // primary key. A generic `($n IS NULL OR …)` plan could use neither.
-        let mut sql = sqlx::QueryBuilder::<sqlx::Postgres>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = "));
+        let mut sql =
+            sqlx::QueryBuilder::<sqlx::Postgres>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = "));
         sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
         if let Some(resource_type) = &q.resource_type {
             sql.push(" AND resource_type = ").push_bind(resource_type);

@@ -27,7 +27,7 @@ const LARGE_STATEMENT: usize = 64 * 1024;
 #[derive(Debug)]
 pub(super) struct TenantSubscriptions {
     version: i64,
-    targets: Vec<MatchTarget>,
+    targets: Targets,
     records: HashMap<Uuid, SubscriptionRecord>,
 }
 
@@ -143,20 +143,18 @@ impl PgStore {
                  ) s ON true"
             );
             let rows = sqlx::query(&sql).bind(&missing).fetch_all(&self.pool).await?;
-            let mut read: HashMap<String, TenantSubscriptions> = HashMap::new();
+            // Per tenant: its version, its targets and its records.
+            type Read = (i64, Vec<MatchTarget>, HashMap<Uuid, SubscriptionRecord>);
+            let mut read: HashMap<String, Read> = HashMap::new();
             for row in &rows {
                 let tenant: String = row.try_get("of_tenant")?;
                 let version: i64 = row.try_get("subs_version")?;
-                let entry = read.entry(tenant).or_insert_with(|| TenantSubscriptions {
-                    version,
-                    targets: Vec::new(),
-                    records: HashMap::new(),
-                });
+                let entry = read.entry(tenant).or_insert_with(|| (version, Vec::new(), HashMap::new()));
                 if row.try_get::<Option<Uuid>, _>("id")?.is_none() {
                     continue;
                 }
                 let record = subscription_from_row(row)?;
-                entry.targets.push(MatchTarget::new(MatchRow {
+                entry.1.push(MatchTarget::new(MatchRow {
                     id: record.id,
                     sink: record.sink.as_str().to_owned(),
                     event_types: row.try_get("event_types")?,
@@ -167,10 +165,10 @@ impl PgStore {
                     verification: record.verification.as_str().to_owned(),
                     verified_before: row.try_get("verified_before")?,
                 })?);
-                entry.records.insert(record.id, record);
+                entry.2.insert(record.id, record);
             }
-            for (tenant, subs) in read {
-                let subs = Arc::new(subs);
+            for (tenant, (version, targets, records)) in read {
+                let subs = Arc::new(TenantSubscriptions { version, targets: Targets::new(targets), records });
                 self.subs.put(&tenant, Arc::clone(&subs));
                 if let Some(i) = tenants.iter().position(|t| *t == tenant) {
                     known[i] = Some(subs);

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::PruneKind;
 use crate::model::{
-    JobToWrite, MatchRow, MatchTarget, accepted_by_tenant, assign_seqs, lease_new_jobs, match_events, ordered,
+    JobToWrite, MatchRow, MatchTarget, Targets, accepted_by_tenant, assign_seqs, lease_new_jobs, match_events, ordered,
     split_poison,
 };
 use crate::prelude::*;
@@ -286,7 +286,7 @@ impl PgStore {
             for (seq, event) in &inserts {
                 cols.push(tenant, *seq, event);
             }
-            let work = match_events(tenant, targets.get(tenant).map_or(&[][..], Vec::as_slice), &inserts);
+            let work = match_events(tenant, &Targets::new(targets.remove(tenant).unwrap_or_default()), &inserts);
             for (sub, seq) in work.pulls {
                 pull_subs.push(sub);
                 pull_seqs.push(seq);

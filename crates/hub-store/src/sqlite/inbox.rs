@@ -32,7 +32,8 @@ impl Inbox for SqliteStore {
     async fn list_events(&self, tenant: &str, q: &EventQuery) -> StoreResult<Vec<StoredEvent>> {
         // Only the filters given are in the statement, so the planner sees which index serves it
         // (a type names `events_by_key`); SQLite plans `(? IS NULL OR …)` without the values.
-        let mut sql = sqlx::QueryBuilder::<sqlx::Sqlite>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = "));
+        let mut sql =
+            sqlx::QueryBuilder::<sqlx::Sqlite>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = "));
         sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
         if let Some(resource_type) = &q.resource_type {
             sql.push(" AND resource_type = ").push_bind(resource_type);

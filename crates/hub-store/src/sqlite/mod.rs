@@ -17,7 +17,8 @@ use uuid::Uuid;
 
 use crate::PruneKind;
 use crate::model::{
-    MatchRow, MatchTarget, accepted_by_tenant, assign_seqs, lease_new_jobs, match_events, ordered, split_poison,
+    MatchRow, MatchTarget, Targets, accepted_by_tenant, assign_seqs, lease_new_jobs, match_events, ordered,
+    split_poison,
 };
 use crate::prelude::*;
 use crate::{
@@ -313,7 +314,7 @@ impl SqliteStore {
             })?);
             sub_rows.insert(id, row);
         }
-        let work = match_events(tenant, &targets, inserts);
+        let work = match_events(tenant, &Targets::new(targets), inserts);
         for (sub, seq) in work.pulls {
             sqlx::query("INSERT INTO pull_entries (subscription_id, seq, tenant_id) VALUES (?1, ?2, ?3)")
                 .bind(sub.hyphenated().to_string())

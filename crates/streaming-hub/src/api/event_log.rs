@@ -227,7 +227,8 @@ pub async fn read(
     }
     // The candidates: the subscriptions that have the event, and those holding a pattern that
     // matches its key (found by index); the full rule (origin, filters) is applied below.
-    let mut holders: Vec<Uuid> = by_subscription.keys().copied().chain(entries.iter().map(|e| e.subscription_id)).collect();
+    let mut holders: Vec<Uuid> =
+        by_subscription.keys().copied().chain(entries.iter().map(|e| e.subscription_id)).collect();
     holders.sort_unstable();
     holders.dedup();
     let patterns = key.as_ref().map(hub_core::patterns_matching).map(Vec::from).unwrap_or_default();

@@ -121,7 +121,9 @@ pub async fn test(
         true => Some(state.test_waiting.take(tenant).ok_or_else(|| {
             super::limiter::rate_limited(
                 Duration::from_secs(5),
-                format!("{WAITING_PER_TENANT} test requests of this tenant are waiting for their attempts; retry later"),
+                format!(
+                    "{WAITING_PER_TENANT} test requests of this tenant are waiting for their attempts; retry later"
+                ),
             )
         })?),
         false => None,

@@ -266,7 +266,9 @@ async fn the_event_log_pages_and_filters_the_inbox(backend: Backend) {
     assert_eq!(approved["next_cursor"], 4);
     let (_, nothing) = hub.get(&key, "/v1/events?event_type=loan.created").await;
     assert_eq!(seqs(&nothing), Vec::<i64>::new());
-    let (_, since) = hub.get(&key, "/v1/events?event_type=account.created&since=2000-01-01T00:00:00Z&until=2999-01-01T00:00:00Z").await;
+    let (_, since) = hub
+        .get(&key, "/v1/events?event_type=account.created&since=2000-01-01T00:00:00Z&until=2999-01-01T00:00:00Z")
+        .await;
     assert_eq!(seqs(&since), vec![1, 3, 5]);
     let (_, none) = hub.get(&key, "/v1/events?source=nobody").await;
     assert_eq!(seqs(&none), Vec::<i64>::new());
@@ -310,7 +312,8 @@ async fn an_event_shows_what_became_of_it_in_each_subscription(backend: Backend)
     let late = hub.subscribe(&key, json!({"name": "late", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
     // Each way of writing a pattern that wants the key, and one whose filter refuses the event.
     let mut later = Vec::new();
-    for types in [json!(["loan_application.*"]), json!(["other.x", "*.approved"]), json!(["loan_application.approved"])] {
+    for types in [json!(["loan_application.*"]), json!(["other.x", "*.approved"]), json!(["loan_application.approved"])]
+    {
         let sub = hub.subscribe(&key, json!({"name": "later", "event_types": types, "sink": {"type": "pull"}})).await;
         later.push(sub["id"].as_str().expect("id").to_owned());
     }

@@ -102,9 +102,7 @@ async fn a_tenant_waits_for_at_most_eight_tests_at_once(backend: Backend) {
     let key = hub.tenant_key("t1").await;
     let hanging = Receiver::start(Script::Ok).await;
     let fine = Receiver::start(Script::Ok).await;
-    let webhook = |url: &str| {
-        json!({"name": "w", "event_types": ["a.b"], "sink": {"type": "webhook", "url": url, "timeout_ms": 60000}})
-    };
+    let webhook = |url: &str| json!({"name": "w", "event_types": ["a.b"], "sink": {"type": "webhook", "url": url, "timeout_ms": 60000}});
     let stuck = hub.subscribe(&key, webhook(&hanging.url)).await;
     let other = hub.subscribe(&key, webhook(&fine.url)).await;
     let (stuck, other) = (stuck["id"].as_str().expect("id"), other["id"].as_str().expect("id"));
