@@ -4,7 +4,8 @@
 //! its body and, for Kafka, the topic it came from — into exactly one [`Verdict`]:
 //!
 //! 1. **Discard** a platform event (`ce-systemevent: true`), before any other check, the tenant
-//!    check included;
+//!    check included; and, in a cell ([`IngestPolicy::cell`]), an event whose `ce-tenantid` is
+//!    another cell's tenant, before any other check too: it is that cell's to judge;
 //! 2. **Quarantine** anything malformed, naming the offending header in the reason;
 //! 3. **Accept** everything else as an [`Envelope`], valid by construction.
 //!
@@ -54,6 +55,17 @@ const KNOWN: [&str; 13] = [
 pub struct IngestPolicy {
     /// Single-tenant mode: events of any other tenant are quarantined.
     pub only_tenant: Option<TenantId>,
+    /// A cell (`STREAMING_HUB_TENANTS`): the tenants this install serves. A record whose
+    /// `ce-tenantid` is a valid tenant id outside the set is discarded (another cell, reading the
+    /// same topics, stores it); a record with no readable tenant is judged as usual.
+    pub cell: Option<std::collections::BTreeSet<TenantId>>,
+}
+
+impl IngestPolicy {
+    /// Whether `tenant` is served here: always outside a cell.
+    pub fn serves(&self, tenant: &TenantId) -> bool {
+        self.cell.as_ref().is_none_or(|cell| cell.contains(tenant))
+    }
 }
 
 /// The verdict on one record.
@@ -70,6 +82,8 @@ pub enum Verdict {
 pub enum DiscardReason {
     /// `ce-systemevent: true`: a tenant-less platform event.
     SystemEvent,
+    /// The event's tenant is another cell's ([`IngestPolicy::cell`]).
+    OtherCell,
 }
 
 /// The class of a quarantine, stable for filtering and metrics.
@@ -279,6 +293,13 @@ where
     let system = raw.get("ce-systemevent").is_some_and(|v| v.as_ref().eq_ignore_ascii_case(b"true"));
     if system {
         return Verdict::Discard(DiscardReason::SystemEvent);
+    }
+    if policy.cell.is_some()
+        && let Some(tenant) = raw.get("ce-tenantid")
+        && let Some(tenant) = std::str::from_utf8(tenant.as_ref()).ok().and_then(|t| TenantId::parse(t).ok())
+        && !policy.serves(&tenant)
+    {
+        return Verdict::Discard(DiscardReason::OtherCell);
     }
     match parse_envelope(&raw, topic, policy, operational).and_then(|env| check_body(env, body)) {
         Ok(env) => Verdict::Accept(Box::new(env)),

@@ -172,6 +172,9 @@ pub struct Config {
     pub admin_token: Option<Secret>,
     /// Single-tenant mode: only this tenant's events are accepted.
     pub only_tenant: Option<TenantId>,
+    /// A cell: the tenants this install serves (`STREAMING_HUB_TENANTS`); other tenants' records
+    /// are skipped, their HTTP ingest refused.
+    pub cell: Option<std::collections::BTreeSet<TenantId>>,
     /// Kafka ingest and the DLQ plane; `None` when no brokers are configured.
     pub kafka: Option<KafkaConfig>,
     pub dispatch_workers: u32,
@@ -266,6 +269,7 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_SQLITE_PATH",
     "STREAMING_HUB_ADMIN_TOKEN",
     "STREAMING_HUB_TENANT_ID",
+    "STREAMING_HUB_TENANTS",
     "STREAMING_HUB_KAFKA_BROKERS",
     "STREAMING_HUB_KAFKA_GROUP_ID",
     "STREAMING_HUB_KAFKA_DLQ_GROUP_ID",
@@ -562,6 +566,20 @@ impl Config {
             }
             TenantId::parse(raw).map(Some).map_err(|e| e.to_string())
         });
+        let cell = r.parse("STREAMING_HUB_TENANTS", None, |raw| {
+            let mut cell = std::collections::BTreeSet::new();
+            for (i, item) in raw.split(',').map(str::trim).enumerate() {
+                let tenant = TenantId::parse(item).map_err(|e| format!("entry {} ({}): {e}", i + 1, quoted(item)))?;
+                cell.insert(tenant);
+            }
+            Ok(Some(cell))
+        });
+        if only_tenant.is_some() && cell.is_some() {
+            r.problem(
+                "STREAMING_HUB_TENANTS",
+                "a cell's tenants and single-tenant mode (STREAMING_HUB_TENANT_ID) exclude each other: set one",
+            );
+        }
 
         let retry_curve = r.parse("STREAMING_HUB_RETRY_CURVE", default_retry_curve(), |raw| {
             let curve: Result<Vec<Duration>, String> = raw.split(',').map(|d| parse_duration(d.trim())).collect();
@@ -584,6 +602,7 @@ impl Config {
             database,
             admin_token,
             only_tenant,
+            cell,
             kafka,
             dispatch_workers: r.number("STREAMING_HUB_DISPATCH_WORKERS", 8, 1, 1024),
             dispatch_claim_batch: r.number("STREAMING_HUB_DISPATCH_CLAIM_BATCH", 16, 1, 1000),

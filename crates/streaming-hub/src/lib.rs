@@ -286,13 +286,14 @@ pub async fn start_with_clock(
             ),
         ));
     }
+    let policy = Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone(), cell: config.cell.clone() });
     if let (Some(kafka), true) = (&config.kafka, config.role.ingests()) {
         let batching = ingest::kafka::Batching { size: kafka.batch_size, wait: kafka.batch_wait };
         let consumer = ingest::kafka::subscribe(kafka, "ingest", &kafka.group_id, ingest::kafka::INGEST_PATTERN)
             .map_err(anyhow::Error::msg)?;
         let writer = ingest::KafkaEvents {
             store: Arc::clone(&store),
-            policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
+            policy: Arc::clone(&policy),
             catalog: Arc::clone(&catalog),
             clock: Arc::clone(&clock),
             wake: Arc::clone(&wake),
@@ -305,7 +306,11 @@ pub async fn start_with_clock(
         if kafka.dlq_enabled {
             let consumer = ingest::kafka::subscribe(kafka, "dlq", &kafka.dlq_group_id, ingest::kafka::DLQ_PATTERN)
                 .map_err(anyhow::Error::msg)?;
-            let writer = ingest::dlq::DlqRecords { store: Arc::clone(&store), clock: Arc::clone(&clock) };
+            let writer = ingest::dlq::DlqRecords {
+                store: Arc::clone(&store),
+                clock: Arc::clone(&clock),
+                policy: Arc::clone(&policy),
+            };
             tasks.push(
                 supervisor
                     .spawn("kafka dlq consumer", ingest::kafka::run("dlq", consumer, writer, batching, stop.clone())),
@@ -339,7 +344,7 @@ pub async fn start_with_clock(
     let state = api::AppState {
         store: Arc::clone(&store),
         admin_token: admin_token.clone(),
-        policy: Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone() }),
+        policy: Arc::clone(&policy),
         key_cache: Arc::default(),
         // SQLite has one writer: one group at a time. PostgreSQL writes different tenants at once.
         ingest: ingest::GroupWriter::start(

@@ -277,13 +277,36 @@ fn without_a_topic_the_source_is_not_compared() {
 
 #[test]
 fn single_tenant_mode_quarantines_other_tenants() {
-    let policy = IngestPolicy { only_tenant: Some(TenantId::parse("tenant-a").expect("tenant")) };
+    let policy = IngestPolicy { only_tenant: Some(TenantId::parse("tenant-a").expect("tenant")), ..Default::default() };
     assert!(matches!(judge(valid(), b"{}", Some(TOPIC), &policy), Verdict::Accept(_)));
     let other = with(valid(), "ce-tenantid", b"tenant-b");
     assert!(matches!(
         judge(other, b"{}", Some(TOPIC), &policy),
         Verdict::Quarantine(r) if r.code == ReasonCode::TenantNotAllowed
     ));
+}
+
+/// A cell discards another cell's tenants before any other check (their malformed records are
+/// that cell's to quarantine), and judges its own and unattributable records as usual.
+#[test]
+fn a_cell_discards_other_cells_tenants_and_judges_its_own() {
+    let cell = ["tenant-a", "tenant-c"].map(|t| TenantId::parse(t).expect("tenant"));
+    let policy = IngestPolicy { cell: Some(cell.into_iter().collect()), ..Default::default() };
+    let tenant = |t: &[u8]| with(valid(), "ce-tenantid", t);
+    assert!(matches!(judge(tenant(b"tenant-a"), b"{}", Some(TOPIC), &policy), Verdict::Accept(_)));
+    assert!(matches!(judge(tenant(b"tenant-c"), b"{}", Some(TOPIC), &policy), Verdict::Accept(_)));
+    assert_eq!(judge(tenant(b"tenant-b"), b"{}", Some(TOPIC), &policy), Verdict::Discard(DiscardReason::OtherCell));
+    // Malformed in every other way, but another cell's: discarded, not quarantined here.
+    let broken = with(with(tenant(b"tenant-b"), "ce-specversion", b"0.3"), "ce-id", b"nope");
+    assert_eq!(judge(broken, b"{}", Some(TOPIC), &policy), Verdict::Discard(DiscardReason::OtherCell));
+    // Malformed and its own: quarantined as usual.
+    let own = with(tenant(b"tenant-a"), "ce-id", b"nope");
+    assert!(matches!(judge(own, b"{}", Some(TOPIC), &policy), Verdict::Quarantine(_)));
+    // No tenant to attribute it to: every cell judges it.
+    for t in [&b""[..], b"\xff", &[b'x'; 257]] {
+        assert!(matches!(judge(tenant(t), b"{}", Some(TOPIC), &policy), Verdict::Quarantine(_)), "{t:?}");
+    }
+    assert!(matches!(judge(without(valid(), "ce-tenantid"), b"{}", Some(TOPIC), &policy), Verdict::Quarantine(_)));
 }
 
 #[test]

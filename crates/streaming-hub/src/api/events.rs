@@ -70,7 +70,7 @@ fn binary_headers(headers: &HeaderMap) -> Vec<(String, Vec<u8>)> {
     responses(
         (status = 202, description = "Accepted, duplicate or discarded", body = IngestAnswer),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 403, description = "A tenant key posting for another tenant, or naming none", body = ErrorBody),
+        (status = 403, description = "A tenant key posting for another tenant, or naming none (`forbidden`); a tenant this cell does not serve (`tenant_not_served`)", body = ErrorBody),
         (status = 429, description = "`rate_limited`: the tenant posts over its rate; see Retry-After", body = ErrorBody),
         (status = 413, description = "Request over 2 MiB", body = ErrorBody),
         (status = 415, description = "Batched CloudEvents", body = ErrorBody),
@@ -101,12 +101,14 @@ pub async fn ingest(
         Ok((ce_headers, data)) => {
             authorize(&principal, &ce_headers)?;
             within_rate(&state, &ce_headers)?;
+            served_here(&state, &ce_headers)?;
             ingest::judge_record(&ce_headers, &data, None, Origin::Http, &state.policy, &state.catalog.payloads, now)
         }
         Err(reason) => {
             let ce_headers = binary_headers(&headers);
             authorize(&principal, &ce_headers)?;
             within_rate(&state, &ce_headers)?;
+            served_here(&state, &ce_headers)?;
             ingest::quarantine_record(&ce_headers, &body, reason, Origin::Http, now)
         }
     };
@@ -143,18 +145,35 @@ fn authorize(principal: &Principal, headers: &[(String, Vec<u8>)]) -> Result<(),
     }
 }
 
-/// A tenant posts at most `STREAMING_HUB_INGEST_RATE` events a second (burst
-/// `STREAMING_HUB_INGEST_BURST`), per process; over it, `429` with `Retry-After` and nothing is
-/// stored. A record naming no valid tenant is not counted (it is refused or quarantined).
-fn within_rate(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
-    let tenant = headers
+/// The valid tenant id a record names in `ce-tenantid`, if any.
+fn claimed_tenant(headers: &[(String, Vec<u8>)]) -> Option<hub_core::TenantId> {
+    headers
         .iter()
         .rev()
         .find(|(k, _)| k.eq_ignore_ascii_case("ce-tenantid"))
         .and_then(|(_, v)| std::str::from_utf8(v).ok())
-        .and_then(|t| hub_core::TenantId::parse(t).ok());
-    let Some(tenant) = tenant else { return Ok(()) };
+        .and_then(|t| hub_core::TenantId::parse(t).ok())
+}
+
+/// A tenant posts at most `STREAMING_HUB_INGEST_RATE` events a second (burst
+/// `STREAMING_HUB_INGEST_BURST`), per process; over it, `429` with `Retry-After` and nothing is
+/// stored. A record naming no valid tenant is not counted (it is refused or quarantined).
+fn within_rate(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
+    let Some(tenant) = claimed_tenant(headers) else { return Ok(()) };
     within_tenant_rate(state, &tenant)
+}
+
+/// In a cell (`STREAMING_HUB_TENANTS`), an event of a tenant the cell does not serve is refused
+/// (`403` `tenant_not_served`), never taken and dropped: the producer must post to its cell.
+fn served_here(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
+    match claimed_tenant(headers) {
+        Some(tenant) if !state.policy.serves(&tenant) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "tenant_not_served",
+            format!("tenant {tenant} is not served by this hub (STREAMING_HUB_TENANTS): post to its cell"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// One more event of `tenant` within its ingest rate, or `429` with `Retry-After`.

@@ -216,6 +216,23 @@ fn migrate_needs_only_the_database() {
 }
 
 #[test]
+fn a_cell_lists_its_tenants_and_excludes_single_tenant_mode() {
+    let c = Config::from_vars(vars(&[("STREAMING_HUB_TENANTS", "acme, globex,acme")])).expect("valid");
+    let cell: Vec<String> = c.cell.expect("a cell").iter().map(ToString::to_string).collect();
+    assert_eq!(cell, vec!["acme", "globex"]);
+    assert!(Config::from_vars(vars(&[])).expect("valid").cell.is_none());
+    let long = format!("acme,{}", "x".repeat(257));
+    for bad in ["acme,,globex", ",", long.as_str()] {
+        let err = Config::from_vars(vars(&[("STREAMING_HUB_TENANTS", bad)])).expect_err(bad).to_string();
+        assert!(err.contains("STREAMING_HUB_TENANTS") && err.contains("entry"), "{bad}: {err}");
+    }
+    let err = Config::from_vars(vars(&[("STREAMING_HUB_TENANTS", "acme"), ("STREAMING_HUB_TENANT_ID", "acme")]))
+        .expect_err("conflict")
+        .to_string();
+    assert!(err.contains("STREAMING_HUB_TENANTS") && err.contains("STREAMING_HUB_TENANT_ID"), "{err}");
+}
+
+#[test]
 fn an_unknown_environment_is_refused_not_taken_for_local() {
     for env in ["prod", "dev", "test", "Production2"] {
         let err = Config::from_vars(vars(&[("STREAMING_HUB_ENV", env)])).expect_err(env);

@@ -20,6 +20,8 @@ const FORENSIC_PREFIX: &str = "x-lerian-dlq-";
 pub struct DlqRecords {
     pub store: Arc<dyn Store>,
     pub clock: Arc<dyn Clock>,
+    /// In a cell, another cell's tenants' dead letters are that cell's to keep.
+    pub policy: Arc<hub_core::IngestPolicy>,
 }
 
 /// Builds the stored form of one DLQ record.
@@ -60,7 +62,11 @@ pub fn record(message: &OwnedMessage, now: chrono::DateTime<chrono::Utc>) -> New
 impl BatchWriter for DlqRecords {
     async fn write(&self, records: &[OwnedMessage]) -> Result<(), String> {
         let now = self.clock.now();
-        let rows: Vec<NewDlqRecord> = records.iter().map(|m| record(m, now)).collect();
+        let served = |row: &NewDlqRecord| {
+            let tenant = row.tenant_id.as_deref().and_then(|t| hub_core::TenantId::parse(t).ok());
+            tenant.is_none_or(|t| self.policy.serves(&t))
+        };
+        let rows: Vec<NewDlqRecord> = records.iter().map(|m| record(m, now)).filter(served).collect();
         let new = self.store.write_dlq_records(&rows).await.map_err(|e| e.to_string())?;
         metrics::counter!(metric::DLQ_RECORDS).increment(new);
         Ok(())

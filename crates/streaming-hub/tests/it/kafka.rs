@@ -608,3 +608,104 @@ async fn readiness_follows_the_brokers() {
     let (_, body) = hub.send(hub.client.get(hub.url("/readyz"))).await;
     assert_eq!(body["status"], "kafka unreachable");
 }
+
+/// Two cells (docs/SCALING.md): complete installs, each with its own database and consumer
+/// group, reading the same topics of one Apache Kafka cluster. Each stores exactly its tenants'
+/// events, once; a third tenant's are in neither; another cell's malformed record is skipped, not
+/// quarantined; both groups commit every offset; HTTP ingest for another cell's tenant is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_cells_share_the_topics_and_each_stores_only_its_tenants() {
+    let peer = KafkaPeer::start(Broker::Kafka).await;
+    let topic = "lerian.streaming.lender";
+    peer.create_topic(topic, 3).await;
+    peer.create_topic("lerian.streaming.lender.dlq", 1).await;
+    let east = hub_on(
+        &peer,
+        Backend::Postgres,
+        &[
+            ("STREAMING_HUB_TENANTS", "t-a1,t-a2"),
+            ("STREAMING_HUB_KAFKA_GROUP_ID", "cell-east"),
+            ("STREAMING_HUB_KAFKA_DLQ_GROUP_ID", "cell-east-dlq"),
+        ],
+    )
+    .await;
+    let west = hub_on(
+        &peer,
+        Backend::Postgres,
+        &[
+            ("STREAMING_HUB_TENANTS", "t-b"),
+            ("STREAMING_HUB_KAFKA_GROUP_ID", "cell-west"),
+            ("STREAMING_HUB_KAFKA_DLQ_GROUP_ID", "cell-west-dlq"),
+        ],
+    )
+    .await;
+    let tenants = ["t-a1", "t-b", "t-a2", "t-c"];
+    let records: Vec<Record> = (0..120).map(|i| Record::event("lender", i % 3, tenants[i as usize % 4])).collect();
+    // Malformed: one of west's (a bad id), one naming no tenant.
+    let west_poison = Record::event("lender", 0, "t-b").set("ce-id", "not-a-uuid");
+    let nobody = Record::event("lender", 1, "t-a1").without("ce-tenantid");
+    let mut all = records.clone();
+    all.extend([west_poison.clone(), nobody.clone()]);
+    // Dead letters: each cell keeps its tenants' and the one naming no tenant.
+    let dead: Vec<Record> = ["t-a1", "t-b", "t-c"]
+        .map(|t| Record { topic: "lerian.streaming.lender.dlq".into(), ..Record::event("lender", 0, t) })
+        .into_iter()
+        .chain([Record { topic: "lerian.streaming.lender.dlq".into(), partition: 0, ..nobody.clone() }])
+        .collect();
+    all.extend(dead.iter().cloned());
+    produce(&peer.producer(), &all).await;
+
+    let ids_of = |tenant: &str| -> Vec<String> {
+        records.iter().filter(|r| r.header("ce-tenantid") == Some(tenant)).map(Record::id).collect()
+    };
+    for (cell, own, others) in
+        [(&east, &["t-a1", "t-a2"][..], &["t-b", "t-c"][..]), (&west, &["t-b"], &["t-a1", "t-a2", "t-c"])]
+    {
+        for tenant in own {
+            let stored = until(&format!("{tenant}'s events"), async || {
+                let events = cell.store.events_after(tenant, 0, 1000).await.expect("read");
+                (events.len() >= 30).then_some(events)
+            })
+            .await;
+            let got: Vec<String> = stored.iter().map(|e| e.ce_id.to_string()).collect();
+            let mut expected = ids_of(tenant);
+            let mut sorted = got.clone();
+            sorted.sort();
+            expected.sort();
+            assert_eq!(sorted, expected, "{tenant}: each of its events, once");
+        }
+        // Every offset committed in this cell's group, so everything it will ever store is stored.
+        let group = if own.contains(&"t-b") { "cell-west" } else { "cell-east" };
+        peer.wait_committed(group, topic, &ends(&all, topic, 3), WAIT).await;
+        for tenant in others {
+            assert!(
+                cell.store.events_after(tenant, 0, 10).await.expect("read").is_empty(),
+                "{tenant} is another cell's"
+            );
+        }
+    }
+    let quarantined = |hub: &TestHub| {
+        let store = Arc::clone(&hub.store);
+        async move {
+            let q = store.list_quarantine(&QuarantineFilter { limit: 100, ..Default::default() }).await.expect("list");
+            let mut fields: Vec<String> = q.iter().map(|q| q.reason_field.clone()).collect();
+            fields.sort();
+            fields
+        }
+    };
+    assert_eq!(quarantined(&west).await, vec!["ce-id", "ce-tenantid"], "its own bad record and the unattributable one");
+    assert_eq!(quarantined(&east).await, vec!["ce-tenantid"], "west's bad record is not east's to quarantine");
+    for (cell, group, tenant) in [(&east, "cell-east-dlq", "t-a1"), (&west, "cell-west-dlq", "t-b")] {
+        peer.wait_committed(group, "lerian.streaming.lender.dlq", &[4], WAIT).await;
+        let kept = cell.store.list_dlq(&hub_store::DlqFilter { limit: 100, ..Default::default() }).await.expect("list");
+        let mut tenants: Vec<Option<String>> = kept.iter().map(|d| d.record.tenant_id.clone()).collect();
+        tenants.sort();
+        assert_eq!(tenants, vec![None, Some(tenant.to_owned())], "{group}");
+    }
+
+    let event = crate::support::Event::new("t-b");
+    let (status, body) = east.post_event(&east.admin, &event).await;
+    assert_eq!((status, body["title"].as_str()), (reqwest::StatusCode::FORBIDDEN, Some("tenant_not_served")), "{body}");
+    let (status, body) = west.post_event(&west.admin, &event).await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{body}");
+}
