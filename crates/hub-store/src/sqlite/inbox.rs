@@ -56,11 +56,16 @@ impl Inbox for SqliteStore {
 
     async fn stream_entries_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<StreamEntry>> {
         let rows: Vec<(String, i64, bool)> = sqlx::query_as(
+            // Live entries by `(tenant_id, seq)`, replayed ones by `(tenant_id, event_seq)`: two
+            // index probes, whatever the number of the tenant's streams.
             "SELECT p.subscription_id, p.seq, p.seq <= s.pull_cursor
-             FROM subscriptions s JOIN pull_entries p ON p.subscription_id = s.id
-             WHERE s.tenant_id = ?1 AND s.sink_type = 'pull'
-               AND ((p.seq = ?2 AND p.event_seq IS NULL) OR p.event_seq = ?2)
-             ORDER BY p.seq",
+             FROM pull_entries p JOIN subscriptions s ON s.id = p.subscription_id
+             WHERE p.tenant_id = ?1 AND p.seq = ?2 AND p.event_seq IS NULL AND s.tenant_id = ?1
+             UNION ALL
+             SELECT p.subscription_id, p.seq, p.seq <= s.pull_cursor
+             FROM pull_entries p JOIN subscriptions s ON s.id = p.subscription_id
+             WHERE p.tenant_id = ?1 AND p.event_seq = ?2 AND s.tenant_id = ?1
+             ORDER BY 2",
         )
         .bind(tenant)
         .bind(seq)

@@ -360,6 +360,18 @@ async fn an_event_shows_what_became_of_it_in_each_subscription(backend: Backend)
     }
     assert!(of(filtered["id"].as_str().expect("id")).is_none(), "its filter refuses the event");
     assert_eq!(subs.len(), 6, "{subs:?}");
+    // Replayed into the late subscription, the event is in its stream, unread.
+    let late_id = late["id"].as_str().expect("id");
+    replay(&hub, &key, late_id, json!({"from_seq": 1})).await;
+    let (_, detail) = hub.get(&key, &path).await;
+    let late_now =
+        detail["subscriptions"].as_array().expect("subs").iter().find(|s| s["subscription_id"] == late_id).cloned();
+    let late_now = late_now.expect("the late subscription");
+    assert_eq!(
+        (late_now["state"].as_str(), late_now["stream"].as_array().map(Vec::len)),
+        (Some("unread"), Some(1)),
+        "{late_now}"
+    );
 
     let other = hub.tenant_key("t2").await;
     let (status, body) = hub.get(&other, &path).await;
