@@ -52,10 +52,11 @@ impl StoreError {
         match self {
             Self::Database(sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_)) => true,
             // Class 08, connection exception; 57P01 to 57P03, the server shutting down or
-            // starting.
-            Self::Database(sqlx::Error::Database(e)) => {
-                e.code().is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03"))
-            }
+            // starting; 25006, a write on a server that only reads (after a failover: the
+            // connection is not used again, see `postgres/failover.rs`).
+            Self::Database(sqlx::Error::Database(e)) => e
+                .code()
+                .is_some_and(|c| c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03" | "25006")),
             _ => false,
         }
     }
@@ -69,6 +70,9 @@ impl StoreError {
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
+        if postgres::failover::is_read_only(&e) {
+            postgres::failover::note_read_only();
+        }
         Self::Database(e)
     }
 }

@@ -31,6 +31,7 @@ use crate::{
 };
 
 mod catalog;
+pub(crate) mod failover;
 mod inbox;
 mod ingest;
 mod jobs;
@@ -91,8 +92,13 @@ impl PgStore {
             Err(_) => return Err(StoreError::Unreachable(format!("{place} did not answer within 5 s"))),
             Ok(Err(sqlx::Error::Io(e))) => return Err(StoreError::Unreachable(format!("{place}: {e}"))),
             Ok(Err(e)) => return Err(e.into()),
-            Ok(Ok(probe)) => {
+            Ok(Ok(mut probe)) => {
+                let writable = failover::check_writable(&mut probe).await;
                 let _ = probe.close().await;
+                if let Err(sqlx::Error::Io(e)) = writable {
+                    return Err(StoreError::Unreachable(format!("{place}: {e}")));
+                }
+                writable?;
             }
         }
         let max_connections = pool.max_connections.max(1);
@@ -106,8 +112,14 @@ impl PgStore {
             .max_connections(max_connections)
             .acquire_timeout(std::time::Duration::from_secs(10))
             .test_before_acquire(false)
+            .after_connect(|conn, _| Box::pin(failover::check_writable(conn)))
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
+                    // Made before a write was refused as read-only: to a server that lost its
+                    // primary role (see `failover.rs`).
+                    if failover::made_before_mark(meta.age) {
+                        return Ok(false);
+                    }
                     // A large statement or result grew the connection's buffers to its size; they
                     // are let go before it is used again (a no-op when they did not grow).
                     conn.shrink_buffers();

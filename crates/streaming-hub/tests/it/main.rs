@@ -9,6 +9,7 @@ mod cli;
 mod console;
 mod crash;
 mod delivery;
+mod failover;
 mod ingest;
 mod kafka;
 mod kafka_sink;

@@ -35,6 +35,8 @@ pub struct Delivery {
     pub body: Vec<u8>,
     /// Whether a signature verified with one of the receiver's secrets.
     pub verified: bool,
+    /// When it arrived.
+    pub received_at: std::time::Instant,
 }
 
 impl Delivery {
@@ -138,7 +140,7 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
     let secrets = s.secrets.lock().expect("secrets").clone();
     let verified = hub_testkit::signature_verifies(&headers, &body, &secrets);
     let subject_header = headers.get("x-lerian-subject").map(|v| v.as_bytes().to_vec());
-    let delivery = Delivery { headers, body: body.to_vec(), verified };
+    let delivery = Delivery { headers, body: body.to_vec(), verified, received_at: std::time::Instant::now() };
     s.deliveries.lock().expect("deliveries").push(delivery.clone());
     let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     s.max_in_flight.fetch_max(now, Ordering::SeqCst);
