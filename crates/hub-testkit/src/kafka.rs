@@ -409,3 +409,164 @@ pub async fn read_topic(brokers: &str, topic: &str, expected: usize, within: Dur
     .await
     .expect("the reader's thread")
 }
+
+/// A cluster of Apache Kafka nodes on this machine, each a KRaft broker and controller in one
+/// process (one voter each), with the internal topics replicated to every node: what a
+/// production cluster of three brokers is, for the broker-loss drill. Nodes can be killed and
+/// started again on their data; every process stops and the folder goes when dropped.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The bootstrap list: every node's listener.
+    pub brokers: String,
+    nodes: Vec<Node>,
+    dir: PathBuf,
+    home: PathBuf,
+}
+
+#[derive(Debug)]
+struct Node {
+    id: i32,
+    port: u16,
+    dir: PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl Cluster {
+    /// Starts `n` nodes from the jars under `home/lib` and waits until each serves metadata
+    /// naming all of them.
+    pub async fn apache(home: &Path, n: i32) -> anyhow::Result<Self> {
+        let lib = home.join("lib");
+        anyhow::ensure!(lib.is_dir(), "no Apache Kafka jars under {} (`scripts/services kafka`)", lib.display());
+        let dir = std::env::temp_dir().join(format!("streaming-hub-kafka-cluster-{}", uuid::Uuid::now_v7().simple()));
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| Ok((free_port()?, free_port()?))).collect::<anyhow::Result<_>>()?;
+        let voters: Vec<String> =
+            ports.iter().enumerate().map(|(i, (_, controller))| format!("{}@127.0.0.1:{controller}", i + 1)).collect();
+        let cluster = {
+            use base64::Engine;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::now_v7().as_bytes())
+        };
+        let classpath = format!("{}/*", lib.display());
+        let replicas = n.min(3);
+        let mut nodes = Vec::new();
+        for (i, (port, controller)) in ports.iter().enumerate() {
+            let id = i as i32 + 1;
+            let node_dir = dir.join(format!("node-{id}"));
+            std::fs::create_dir_all(node_dir.join("data"))?;
+            let properties = node_dir.join("server.properties");
+            std::fs::write(
+                &properties,
+                format!(
+                    "process.roles=broker,controller\n\
+                     node.id={id}\n\
+                     controller.quorum.voters={voters}\n\
+                     listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
+                     advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+                     controller.listener.names=CONTROLLER\n\
+                     inter.broker.listener.name=PLAINTEXT\n\
+                     listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n\
+                     log.dirs={data}\n\
+                     default.replication.factor={replicas}\n\
+                     min.insync.replicas={min_isr}\n\
+                     offsets.topic.replication.factor={replicas}\n\
+                     offsets.topic.num.partitions=4\n\
+                     transaction.state.log.replication.factor={replicas}\n\
+                     transaction.state.log.min.isr={min_isr}\n\
+                     share.coordinator.state.topic.replication.factor={replicas}\n\
+                     share.coordinator.state.topic.min.isr={min_isr}\n\
+                     group.initial.rebalance.delay.ms=0\n\
+                     auto.create.topics.enable=false\n\
+                     num.network.threads=2\n\
+                     num.io.threads=2\n",
+                    voters = voters.join(","),
+                    data = node_dir.join("data").display(),
+                    min_isr = (replicas - 1).max(1),
+                ),
+            )?;
+            let log = |name: &str| std::fs::File::create(node_dir.join(name));
+            let format = std::process::Command::new("java")
+                .args([
+                    "-Xshare:auto",
+                    "-XX:TieredStopAtLevel=1",
+                    "-cp",
+                    &classpath,
+                    "kafka.tools.StorageTool",
+                    "format",
+                ])
+                .args(["-t", &cluster, "-c"])
+                .arg(&properties)
+                .stdout(log("format.log")?)
+                .stderr(log("format.err")?)
+                .spawn()
+                .context("starting java (Apache Kafka needs a Java runtime)")?;
+            let formatted = tokio::task::spawn_blocking(move || format.wait_with_output()).await??;
+            anyhow::ensure!(
+                formatted.status.success(),
+                "formatting node {id}'s storage failed; see {}",
+                node_dir.join("format.err").display()
+            );
+            nodes.push(Node { id, port: *port, dir: node_dir, child: None });
+        }
+        let brokers = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect::<Vec<_>>().join(",");
+        let mut cluster = Self { brokers, nodes, dir, home: home.to_owned() };
+        for node in &mut cluster.nodes {
+            node.child = Some(spawn_kafka(&node.dir, &cluster.home, true)?);
+        }
+        for id in 1..=n {
+            cluster.ready(id).await?;
+        }
+        Ok(cluster)
+    }
+
+    /// Kills node `id` (a crash), keeping its data and ports.
+    pub fn kill(&mut self, id: i32) {
+        if let Some(child) = self.nodes.iter_mut().find(|n| n.id == id).and_then(|n| n.child.as_mut()) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts killed node `id` again and waits until it serves metadata naming every node.
+    pub async fn start_again(&mut self, id: i32) -> anyhow::Result<()> {
+        let node = self.nodes.iter_mut().find(|n| n.id == id).context("no such node")?;
+        node.child = Some(spawn_kafka(&node.dir, &self.home, true)?);
+        self.ready(id).await
+    }
+
+    /// Waits until node `id` answers a metadata request naming every node of the cluster.
+    async fn ready(&self, id: i32) -> anyhow::Result<()> {
+        let node = self.nodes.iter().find(|n| n.id == id).context("no such node")?;
+        let (address, all, dir) = (format!("127.0.0.1:{}", node.port), self.nodes.len(), node.dir.clone());
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let address = address.clone();
+            let ready = tokio::task::spawn_blocking(move || {
+                let consumer: Result<BaseConsumer, _> = ClientConfig::new().set("bootstrap.servers", &address).create();
+                consumer.is_ok_and(|c| {
+                    c.fetch_metadata(None, Duration::from_secs(2)).is_ok_and(|m| m.brokers().len() == all)
+                })
+            })
+            .await?;
+            if ready {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "Kafka node {id} did not serve within 120 s; see {}",
+                dir.join("broker.err").display()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            if let Some(child) = node.child.as_mut() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

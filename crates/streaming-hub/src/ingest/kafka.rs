@@ -262,19 +262,7 @@ pub async fn run<W: BatchWriter>(
     let mut generation: u64 = 0;
     let mut writing: tokio::task::JoinSet<Written> = tokio::task::JoinSet::new();
     loop {
-        let (revoked, lost_all) = consumer.context().take();
-        if lost_all {
-            partitions.clear();
-            owned.clear();
-            generation += 1;
-        }
-        for key in revoked {
-            generation += 1;
-            owned.remove(&key);
-            if partitions.remove(&key).is_some_and(|p| !p.records.is_empty()) {
-                tracing::info!(consumer = name, topic = %key.0, partition = key.1, "unwritten batch abandoned on revoke");
-            }
-        }
+        forget_revoked(name, &consumer, &mut partitions, &mut owned, &mut generation);
         let next = partitions.values().filter(|p| !p.writing).map(|p| p.due(batching)).min();
         let held: usize = partitions.values().map(|p| p.records.len()).sum();
         tokio::select! {
@@ -296,6 +284,11 @@ pub async fn run<W: BatchWriter>(
             }
             received = consumer.recv(), if held < MAX_HELD_BATCHES * batching.size => match received {
                 Ok(message) => {
+                    // A rebalance runs inside `recv`: a revoke it made is applied before this
+                    // message is kept, or the message (the first of a partition assigned again,
+                    // read from its committed offset) would be dropped with the records held
+                    // before the revoke, and its offset committed past by the next batch.
+                    forget_revoked(name, &consumer, &mut partitions, &mut owned, &mut generation);
                     consumer.context().outage.succeeded();
                     let key = (message.topic().to_owned(), message.partition());
                     let partition = partitions.entry(key.clone()).or_insert_with(Partition::new);
@@ -356,6 +349,32 @@ pub async fn run<W: BatchWriter>(
         );
     }
     tracing::info!(consumer = name, "Kafka consumer stopped");
+}
+
+/// Applies the revokes (and a lost assignment) the rebalance callbacks recorded since the last
+/// call: the records held for those partitions are dropped (the next owner reads them again from
+/// the committed offset) and each starts a new ownership, so a write begun before neither
+/// commits nor keeps its records.
+fn forget_revoked(
+    name: &'static str,
+    consumer: &StreamConsumer<RebalanceLog>,
+    partitions: &mut HashMap<(String, i32), Partition>,
+    owned: &mut HashMap<(String, i32), u64>,
+    generation: &mut u64,
+) {
+    let (revoked, lost_all) = consumer.context().take();
+    if lost_all {
+        partitions.clear();
+        owned.clear();
+        *generation += 1;
+    }
+    for key in revoked {
+        *generation += 1;
+        owned.remove(&key);
+        if partitions.remove(&key).is_some_and(|p| !p.records.is_empty()) {
+            tracing::info!(consumer = name, topic = %key.0, partition = key.1, "unwritten batch abandoned on revoke");
+        }
+    }
 }
 
 /// How many batches' worth of records the consumer holds at most, over all its partitions,

@@ -290,3 +290,326 @@ async fn postgresql_failover_to_a_synchronous_standby_loses_no_accepted_event() 
     drop((standby, primary));
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Broker loss: a three-node Apache Kafka cluster (KRaft, replication factor 3,
+/// `min.insync.replicas = 2`), an ingest topic of 6 partitions, a producer with `acks=all` sending
+/// 2 400 events at ~160/s. A third of the way in, the node leading the most partitions is killed;
+/// two thirds in, it starts again. Every record the cluster acknowledged is in the inbox once,
+/// and ingest resumed (the first record produced after the kill stored) within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_broker_lost_under_load_loses_no_acknowledged_record() {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+
+    let home = hub_testkit::kafka::kafka_home();
+    assert!(home.join("lib").is_dir(), "Apache Kafka is required ({}); scripts/test installs it", home.display());
+    let mut cluster = hub_testkit::kafka::Cluster::apache(&home, 3).await.expect("a three-node Kafka cluster");
+    let topic = "lerian.streaming.lender";
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", &cluster.brokers).create().expect("admin");
+    let new = NewTopic::new(topic, 6, TopicReplication::Fixed(3)).set("min.insync.replicas", "2");
+    for r in admin.create_topics(&[new], &AdminOptions::new()).await.expect("create") {
+        r.unwrap_or_else(|(t, e)| panic!("creating {t}: {e}"));
+    }
+    let hub = crate::support::TestHub::start_with(
+        crate::support::Backend::Postgres,
+        &[
+            ("STREAMING_HUB_KAFKA_BROKERS", cluster.brokers.as_str()),
+            ("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "1s"),
+            ("STREAMING_HUB_KAFKA_BATCH_WAIT", "20ms"),
+            ("STREAMING_HUB_KAFKA_SESSION_TIMEOUT", "6s"),
+        ],
+    )
+    .await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &cluster.brokers)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "60000")
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    let brokers = cluster.brokers.clone();
+    let leaders = || -> HashMap<i32, usize> {
+        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &brokers).create().expect("client");
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).expect("metadata");
+        let mut count = HashMap::new();
+        for p in metadata.topics()[0].partitions() {
+            *count.entry(p.leader()).or_default() += 1;
+        }
+        count
+    };
+
+    const N: usize = 2400;
+    let (mut acked, mut failed) = (Vec::new(), 0usize);
+    let mut sent_at: HashMap<String, chrono::DateTime<chrono::Utc>> = HashMap::new();
+    let mut pending = Vec::new();
+    let mut killed: Option<(i32, chrono::DateTime<chrono::Utc>)> = None;
+    for i in 0..N {
+        if i == N / 3 {
+            let count = leaders();
+            let (&victim, _) = count.iter().max_by_key(|(_, n)| **n).expect("a leader");
+            cluster.kill(victim);
+            killed = Some((victim, chrono::Utc::now()));
+        }
+        if i == 2 * N / 3 {
+            let (victim, _) = killed.expect("killed");
+            cluster.start_again(victim).await.expect("the node starts again");
+        }
+        let event = Event::new("t1")
+            .set("ce-source", "lender")
+            .set("ce-type", "studio.lerian.lender.loan_application.approved");
+        let id = event.id().to_string();
+        let mut headers = OwnedHeaders::new();
+        for (k, v) in event.headers.iter().filter(|(k, _)| k != "content-type") {
+            headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+        }
+        let mut record = FutureRecord::<str, [u8]>::to(topic).key(&id).payload(&event.body).headers(headers);
+        sent_at.insert(id.clone(), chrono::Utc::now());
+        let delivery = loop {
+            match producer.send_result(record) {
+                Ok(delivery) => break delivery,
+                // The local queue is full: let deliveries drain, then enqueue again.
+                Err((_, back)) => {
+                    record = back;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        };
+        pending.push((id.clone(), delivery));
+        if pending.len() >= 32 {
+            for (id, delivery) in pending.drain(..) {
+                match delivery.await {
+                    Ok(Ok(_)) => acked.push(id),
+                    _ => failed += 1,
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(6)).await;
+    }
+    for (id, delivery) in pending.drain(..) {
+        match delivery.await {
+            Ok(Ok(_)) => acked.push(id),
+            _ => failed += 1,
+        }
+    }
+    let (victim, killed_at) = killed.expect("a node was killed");
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let stored = loop {
+        let mut stored = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = hub.store.events_after("t1", after, 1000).await.expect("read");
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            stored.extend(page);
+        }
+        let ids: HashSet<String> = stored.iter().map(|e| e.ce_id.to_string()).collect();
+        if acked.iter().all(|id| ids.contains(id)) || Instant::now() >= deadline {
+            break stored;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let ids: Vec<String> = stored.iter().map(|e| e.ce_id.to_string()).collect();
+    let distinct: HashSet<&String> = ids.iter().collect();
+    let lost = acked.iter().filter(|id| !distinct.contains(id)).count();
+    let duplicates = ids.len() - distinct.len();
+    let resumed = stored
+        .iter()
+        .filter(|e| sent_at.get(&e.ce_id.to_string()).is_some_and(|t| *t > killed_at))
+        .map(|e| e.received_at)
+        .min()
+        .map(|t| (t - killed_at).to_std().unwrap_or_default());
+    println!(
+        "drill kafka-broker-loss: node {victim} of 3 killed; acknowledged {}, unacknowledged {failed}, stored {}, lost {lost}, duplicates {duplicates}, recovery {:.1} s",
+        acked.len(),
+        distinct.len(),
+        resumed.map_or(f64::NAN, |d| d.as_secs_f64()),
+    );
+    if lost > 0 {
+        let missing: Vec<&String> = acked.iter().filter(|id| !distinct.contains(id)).collect();
+        let quarantined = hub
+            .store
+            .list_quarantine(&hub_store::QuarantineFilter { limit: 100, ..Default::default() })
+            .await
+            .expect("quarantine");
+        let peer = crate::kafka_support::KafkaPeer::on(cluster.brokers.clone());
+        let consumer: BaseConsumer =
+            ClientConfig::new().set("bootstrap.servers", &cluster.brokers).create().expect("client");
+        let ends: Vec<_> = (0..6).map(|p| consumer.fetch_watermarks(topic, p, Duration::from_secs(5)).ok()).collect();
+        let records = hub_testkit::kafka::read_topic(&cluster.brokers, topic, N, Duration::from_secs(30)).await;
+        let where_: Vec<(i32, usize)> = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| missing.iter().any(|m| r.headers.get("ce-id") == Some(*m)))
+            .map(|(i, r)| (r.partition, i))
+            .collect();
+        panic!(
+            "acknowledged records were lost: {missing:?} (partition, index read: {where_:?}; {} records on the topic); \
+             quarantined {:?}; committed {:?}; watermarks {ends:?}",
+            records.len(),
+            quarantined.iter().map(|q| (&q.ce_id, &q.reason_field, &q.reason)).collect::<Vec<_>>(),
+            peer.committed("streaming-hub.local", topic, 6),
+        );
+    }
+    assert_eq!(duplicates, 0, "the inbox holds each event once");
+    assert!(resumed.is_some(), "nothing produced after the kill was stored");
+}
+
+/// Replicas: three hub processes (`ingest`, `delivery`, `all`) on one PostgreSQL schema and one
+/// Apache Kafka broker; for two minutes a random one is killed (SIGKILL) every 3 to 5 s and
+/// started again, while a producer posts over HTTP to whichever replicas are up and another
+/// produces to Kafka. Every event accepted (202) or acknowledged by Kafka is delivered;
+/// duplicates are reported; afterwards no job stays leased past its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_killed_at_random_under_load_lose_no_event() {
+    use rand::{Rng, SeedableRng};
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::FutureRecord;
+
+    let peer = crate::kafka_support::KafkaPeer::start(crate::kafka_support::Broker::Kafka).await;
+    let topic = "lerian.streaming.lender";
+    peer.create_topic(topic, 4).await;
+    let schema = crate::support::fresh_schema().await;
+    let admin = format!("admin-{}", uuid::Uuid::now_v7().simple());
+    let common: Vec<(&str, String)> = vec![
+        ("STREAMING_HUB_POSTGRES_DSN", crate::support::postgres_dsn()),
+        ("STREAMING_HUB_POSTGRES_SCHEMA", schema.clone()),
+        ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
+        ("STREAMING_HUB_DEV_KEK", "4b".repeat(32)),
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+        ("STREAMING_HUB_DISPATCH_LEASE", "5s".to_owned()),
+        ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "50".to_owned()),
+        ("STREAMING_HUB_RETRY_CURVE", "100ms,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s,1s".to_owned()),
+        ("STREAMING_HUB_KAFKA_BROKERS", peer.brokers.clone()),
+        ("STREAMING_HUB_KAFKA_TOPIC_REFRESH", "1s".to_owned()),
+        ("STREAMING_HUB_KAFKA_BATCH_WAIT", "20ms".to_owned()),
+        ("STREAMING_HUB_KAFKA_SESSION_TIMEOUT", "6s".to_owned()),
+    ];
+    let roles = ["ingest", "delivery", "all"];
+    let vars_of = |role: &str| -> Vec<(&str, String)> {
+        let mut v = common.clone();
+        v.push(("STREAMING_HUB_ROLE", role.to_owned()));
+        v
+    };
+    let mut replicas = Vec::new();
+    for role in roles {
+        replicas.push(Some(HubProcess::start(&vars_of(role)).await));
+    }
+    let receiver = Receiver::start(Script::Ok).await;
+    let (key, _, _) = replicas[2].as_ref().expect("all").verified_webhook(&admin, &receiver).await;
+    let up: Arc<Mutex<Vec<Option<String>>>> =
+        Arc::new(Mutex::new(replicas.iter().map(|r| r.as_ref().map(|p| p.base.clone())).collect()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+
+    let killer = async {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(35);
+        let end = Instant::now() + Duration::from_secs(120);
+        let mut kills = 0;
+        while Instant::now() < end {
+            tokio::time::sleep(Duration::from_millis(rng.random_range(3000..5000))).await;
+            let i = rng.random_range(0..replicas.len());
+            up.lock().expect("lock")[i] = None;
+            if let Some(process) = replicas[i].take() {
+                logs.lock().expect("lock").push(process.log.display().to_string());
+                process.kill();
+                kills += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let process = HubProcess::start(&vars_of(roles[i])).await;
+            up.lock().expect("lock")[i] = Some(process.base.clone());
+            replicas[i] = Some(process);
+        }
+        stop.cancel();
+        kills
+    };
+    let poster = async {
+        let client = http_client();
+        let (mut accepted, mut refused) = (Vec::new(), 0usize);
+        let mut n = 0usize;
+        while !stop.is_cancelled() {
+            n += 1;
+            let base = {
+                let up = up.lock().expect("lock");
+                let live: Vec<&String> = up.iter().flatten().collect();
+                live.get(n % live.len().max(1)).map(|b| (*b).clone())
+            };
+            if let Some(base) = base {
+                let event = Event::new("t1");
+                let mut request =
+                    client.post(format!("{base}/v1/events")).bearer_auth(&key).timeout(Duration::from_secs(15));
+                for (k, v) in &event.headers {
+                    request = request.header(k.as_str(), v.as_str());
+                }
+                match request.body(event.body.clone()).send().await {
+                    Ok(r) if r.status() == StatusCode::ACCEPTED => accepted.push(event.id().to_string()),
+                    _ => refused += 1,
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        (accepted, refused)
+    };
+    let producer = async {
+        let producer = peer.producer();
+        let mut acked = Vec::new();
+        while !stop.is_cancelled() {
+            let event = Event::new("t1")
+                .set("ce-source", "lender")
+                .set("ce-type", "studio.lerian.lender.loan_application.approved");
+            let mut headers = OwnedHeaders::new();
+            for (k, v) in event.headers.iter().filter(|(k, _)| k != "content-type") {
+                headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });
+            }
+            let id = event.id().to_string();
+            let record = FutureRecord::<str, [u8]>::to(topic).key(&id).payload(&event.body).headers(headers);
+            if let Ok(Ok(_)) = producer.send_result(record).map_err(|(e, _)| e).expect("enqueued").await {
+                acked.push(id);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        acked
+    };
+    let (kills, (accepted, refused), acked) = tokio::join!(killer, poster, producer);
+
+    let wanted: Vec<&String> = accepted.iter().chain(&acked).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (got, delivered) = loop {
+        let got: Vec<String> = receiver.deliveries().iter().map(|d| d.header("x-lerian-event-id")).collect();
+        let distinct: HashSet<&String> = got.iter().collect();
+        let delivered = wanted.iter().filter(|id| distinct.contains(**id)).count();
+        if delivered == wanted.len() || Instant::now() >= deadline {
+            break (got.clone(), delivered);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let distinct: HashSet<&String> = got.iter().collect();
+    let duplicates = got.len() - distinct.len();
+    // Leases taken by killed replicas expire and are recovered by the live ones.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&crate::support::postgres_dsn())
+        .await
+        .expect("db");
+    let overdue_sql =
+        format!("SELECT count(*) FROM \"{schema}\".delivery_jobs WHERE state = 'leased' AND lease_expires_at < now()");
+    let overdue = crate::support::until("no lease past its expiry", Duration::from_secs(60), async || {
+        let (n,): (i64,) = sqlx::query_as(&overdue_sql).fetch_one(&pool).await.ok()?;
+        (n == 0).then_some(n)
+    })
+    .await;
+    println!(
+        "drill replica-kills: {kills} kills in 120 s; accepted {} over HTTP (refused {refused}) and {} over Kafka, delivered {delivered}, lost {}, duplicates {duplicates}, overdue leases {overdue}",
+        accepted.len(),
+        acked.len(),
+        wanted.len() - delivered,
+    );
+    assert!(kills >= 20, "the drill killed {kills} replicas");
+    assert_eq!(delivered, wanted.len(), "accepted events were lost; hub logs: {:?}", logs.lock().expect("lock"));
+}
