@@ -466,3 +466,64 @@ fn json_depth(value: &serde_json::Value) -> usize {
         _ => 0,
     }
 }
+
+/// The publisher helpers' vectors (sdk/vectors/publish.json): each event, turned into headers
+/// the way a helper sends it, gets the verdict the file gives — accepted, or quarantined naming
+/// the same header — so a helper that refuses the invalid ones refuses exactly what the hub
+/// would quarantine.
+#[test]
+fn publisher_vectors() {
+    use base64::Engine;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/vectors/publish.json");
+    let file: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).expect("the vectors")).expect("JSON");
+    let events = file["events"].as_array().expect("events");
+    assert!(events.len() >= 30, "{} vectors", events.len());
+    for v in events {
+        let name = v["name"].as_str().expect("name");
+        let e = &v["event"];
+        let field = |k: &str| e[k].as_str().map(str::to_owned);
+        let source = field("source").expect("source");
+        let (resource, event) = (field("resource_type").expect("resource"), field("event_type").expect("event"));
+        let mut headers: Vec<(String, Vec<u8>)> = vec![
+            ("ce-specversion".into(), b"1.0".to_vec()),
+            ("ce-id".into(), field("id").expect("id").into_bytes()),
+            ("ce-source".into(), source.clone().into_bytes()),
+            ("ce-type".into(), format!("studio.lerian.{source}.{resource}.{event}").into_bytes()),
+            ("ce-time".into(), field("time").expect("time").into_bytes()),
+            ("ce-schemaversion".into(), field("schema_version").expect("version").into_bytes()),
+            ("ce-resourcetype".into(), resource.into_bytes()),
+            ("ce-eventtype".into(), event.into_bytes()),
+            ("ce-tenantid".into(), field("tenant_id").expect("tenant").into_bytes()),
+        ];
+        for (key, header) in [
+            ("subject", "ce-subject"),
+            ("data_content_type", "ce-datacontenttype"),
+            ("data_schema", "ce-dataschema"),
+            ("traceparent", "traceparent"),
+            ("tracestate", "tracestate"),
+        ] {
+            if let Some(value) = field(key) {
+                headers.push((header.into(), value.into_bytes()));
+            }
+        }
+        for (k, value) in e["extensions"].as_object().into_iter().flatten() {
+            headers.push((format!("ce-{k}"), value.as_str().expect("text").as_bytes().to_vec()));
+        }
+        let body = match (field("data"), field("data_base64")) {
+            (Some(text), _) => text.into_bytes(),
+            (None, Some(b64)) => base64::engine::general_purpose::STANDARD.decode(b64).expect("base64"),
+            (None, None) => Vec::new(),
+        };
+        let topic = format!("lerian.streaming.{source}");
+        let verdict = judge(headers, &body, Some(&topic), &IngestPolicy::default());
+        if v["valid"] == true {
+            assert!(matches!(verdict, Verdict::Accept(_)), "{name}: {verdict:?}");
+        } else {
+            let header = v["header"].as_str().expect("header");
+            match verdict {
+                Verdict::Quarantine(r) => assert_eq!(r.field, header, "{name}: {r:?}"),
+                other => panic!("{name}: {other:?}, the vectors say quarantined for {header}"),
+            }
+        }
+    }
+}
