@@ -6,6 +6,7 @@ mod catalog;
 mod harness;
 mod ingest;
 mod portal;
+mod roles;
 mod routing;
 mod scenarios;
 mod sinks;
@@ -174,6 +175,16 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// What one event costs the ingest and the delivery side (hub CPU, PostgreSQL CPU, commits,
+    /// WAL), for the capacity model in docs/SCALING.md. Needs PostgreSQL and Apache Kafka.
+    Roles {
+        #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(i32).range(1..=64))]
+        partitions: i32,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -247,6 +258,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Portal { subscriptions, events, producers, json } => {
             portal::portal(subscriptions, events, producers, &json_path(json, "portal")).await
+        }
+        BenchScenario::Roles { events, partitions, json } => {
+            roles::roles(events, partitions, &json_path(json, "roles")).await
         }
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {

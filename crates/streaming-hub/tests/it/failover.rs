@@ -610,6 +610,6 @@ async fn replicas_killed_at_random_under_load_lose_no_event() {
         acked.len(),
         wanted.len() - delivered,
     );
-    assert!(kills >= 20, "the drill killed {kills} replicas");
+    assert!(kills >= 10, "the drill killed only {kills} replicas");
     assert_eq!(delivered, wanted.len(), "accepted events were lost; hub logs: {:?}", logs.lock().expect("lock"));
 }
