@@ -341,6 +341,9 @@ pub struct BenchHub {
     pub config: Config,
     admin: String,
     dir: PathBuf,
+    /// Whether its PostgreSQL schema was made for it (and is dropped when it finishes); a hub
+    /// started [`BenchHub::beside`] another shares that one's.
+    owns_schema: bool,
 }
 
 impl BenchHub {
@@ -377,6 +380,9 @@ impl BenchHub {
         for (k, v) in extra {
             vars.insert((*k).to_owned(), v.clone());
         }
+        // A schema named in `extra` is another hub's (`beside`); otherwise one is made.
+        let shared = extra.iter().find(|(k, _)| *k == "STREAMING_HUB_POSTGRES_SCHEMA").map(|(_, v)| v.clone());
+        let owns_schema = shared.is_none();
         let db = match vars.get("STREAMING_HUB_POSTGRES_DSN") {
             Some(dsn) => {
                 let pool = sqlx::postgres::PgPoolOptions::new()
@@ -384,8 +390,14 @@ impl BenchHub {
                     .connect(dsn)
                     .await
                     .context("STREAMING_HUB_POSTGRES_DSN: cannot connect")?;
-                let schema = format!("shbench_{}", uuid::Uuid::now_v7().simple());
-                sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&pool).await?;
+                let schema = match shared {
+                    Some(schema) => schema,
+                    None => {
+                        let schema = format!("shbench_{}", uuid::Uuid::now_v7().simple());
+                        sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&pool).await?;
+                        schema
+                    }
+                };
                 vars.insert("STREAMING_HUB_POSTGRES_SCHEMA".to_owned(), schema.clone());
                 Db::Postgres { pool, schema }
             }
@@ -428,7 +440,22 @@ impl BenchHub {
             anyhow::ensure!(Instant::now() < deadline, "the hub was not ready within 60 s (log: {})", log.display());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok(Self { child, base, http, db, workers, config, admin, dir })
+        Ok(Self { child, base, http, db, workers, config, admin, dir, owns_schema })
+    }
+
+    /// Another hub process on this one's PostgreSQL schema (left to this one to drop), with
+    /// `extra` variables (a role, say) and no Kafka; its admin token is this one's.
+    pub async fn beside(&self, extra: &[(&str, String)]) -> anyhow::Result<Self> {
+        let Db::Postgres { schema, .. } = &self.db else {
+            anyhow::bail!("hubs side by side need PostgreSQL (STREAMING_HUB_POSTGRES_DSN)");
+        };
+        let mut vars: Vec<(&str, String)> = vec![
+            ("STREAMING_HUB_POSTGRES_SCHEMA", schema.clone()),
+            ("STREAMING_HUB_ADMIN_TOKEN", self.admin.clone()),
+            ("STREAMING_HUB_DEV_KEK", self.config.dev_kek.as_ref().map(|k| k.expose().to_owned()).unwrap_or_default()),
+        ];
+        vars.extend(extra.iter().map(|(k, v)| (*k, v.clone())));
+        Self::start_with(None, &vars).await
     }
 
     pub fn store_name(&self) -> &'static str {
@@ -460,7 +487,9 @@ impl BenchHub {
         }
         let _ = self.child.wait();
         if let Db::Postgres { pool, schema } = &self.db {
-            sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pool).await?;
+            if self.owns_schema {
+                sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(pool).await?;
+            }
             pool.close().await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);

@@ -1,11 +1,10 @@
 //! The `roles` scenario: what one event costs each part of an install, for the capacity model
 //! in docs/SCALING.md. One tenant, one webhook; events come from Apache Kafka.
 //!
-//! - **Ingest**: with the subscription paused (its jobs are made `held`), `events` records are
-//!   produced and the hub consumes them into the inbox: the Kafka consumer's and the ingest
-//!   write's work, the jobs included.
-//! - **Delivery**: the subscription is resumed; its held jobs are released and delivered to a
-//!   receiver answering 204: the dispatcher's work.
+//! - **Ingest**: a hub of role `ingest` consumes `events` records into the inbox while no
+//!   dispatcher runs: the Kafka consumer's and the ingest write's work, the jobs included.
+//! - **Delivery**: a hub of role `delivery` started beside it on the same database delivers the
+//!   waiting jobs to a receiver answering 204: the dispatcher's work.
 //!
 //! Each phase reports, per event: the hub's CPU, PostgreSQL's CPU (every server process), the
 //! database's commits (`pg_stat_database.xact_commit`) and the WAL it wrote.
@@ -13,7 +12,6 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
 use serde_json::json;
 
 use crate::harness::{BenchHub, BenchTopic, Broker, Db, Receiver, Usage, f0, report};
@@ -42,7 +40,14 @@ async fn counters(hub: &BenchHub) -> anyhow::Result<Counters> {
 }
 
 /// One phase's figures per event.
-fn phase(name: &str, events: usize, seconds: f64, spent: &Usage, before: Counters, after: Counters) -> serde_json::Value {
+fn phase(
+    name: &str,
+    events: usize,
+    seconds: f64,
+    spent: &Usage,
+    before: Counters,
+    after: Counters,
+) -> serde_json::Value {
     let n = events.max(1) as f64;
     json!({
         "phase": name,
@@ -55,27 +60,25 @@ fn phase(name: &str, events: usize, seconds: f64, spent: &Usage, before: Counter
 }
 
 pub async fn roles(events: usize, partitions: i32, json_out: &Path) -> anyhow::Result<()> {
+    let role = |r: &str| [("STREAMING_HUB_ROLE", r.to_owned())];
     let broker = Broker::start().await?;
     broker.create_topic(partitions).await?;
-    let hub = BenchHub::start(Some(&broker)).await?;
+    let hub = BenchHub::start_with(Some(&broker), &role("ingest")).await?;
     let receiver = Receiver::start().await?;
     let names = vec!["roles".to_owned()];
+    // A delivery process verifies the webhook and delivers the warm-up (connections, the
+    // consumer's group join), then stops: nothing is delivered while ingest is measured.
+    let warming = hub.beside(&role("delivery")).await?;
     let key = hub.tenant("roles").await?;
-    let sub = hub.subscribe(&key, json!({"type": "webhook", "url": receiver.url("roles", false)})).await?;
-    // Warm up (connections, the consumer's group join), then forget it.
+    warming.subscribe(&key, json!({"type": "webhook", "url": receiver.url("roles", false)})).await?;
+    eprintln!("roles: warming up");
     broker.produce(&names, partitions, partitions as usize).await?;
     wait_all(&receiver, &names, partitions as usize).await?;
     receiver.take("roles");
+    warming.finish().await?;
     let warm = hub.inbox_count().await?;
-    let enable = async |on: bool| -> anyhow::Result<()> {
-        let body = json!({"enabled": on});
-        let (status, answer, _) =
-            hub.call(Method::PATCH, &format!("/v1/subscriptions/{sub}"), Some(&key), Some(&body)).await?;
-        anyhow::ensure!(status == 200, "PATCH enabled={on}: {status} {answer}");
-        Ok(())
-    };
 
-    enable(false).await?;
+    eprintln!("roles: ingest phase, {events} events");
     let (db, before) = (counters(&hub).await?, hub.usage());
     let started = Instant::now();
     broker.produce(&names, partitions, events).await?;
@@ -84,13 +87,18 @@ pub async fn roles(events: usize, partitions: i32, json_out: &Path) -> anyhow::R
     let spent = hub.usage().since(&before);
     let ingest = phase("ingest", events, ingest_s, &spent, db, counters(&hub).await?);
 
-    let (db, before) = (counters(&hub).await?, hub.usage());
+    eprintln!("roles: delivery phase");
+    let db = counters(&hub).await?;
+    let postgres_before = hub.usage();
     let started = Instant::now();
-    enable(true).await?;
+    let delivery_hub = hub.beside(&role("delivery")).await?;
     wait_all(&receiver, &names, events).await?;
     let delivery_s = started.elapsed().as_secs_f64();
-    let spent = hub.usage().since(&before);
+    // The delivery process's own CPU (its start included), and PostgreSQL's over the phase.
+    let mut spent = delivery_hub.usage();
+    spent.postgres_cpu_s = hub.usage().since(&postgres_before).postgres_cpu_s;
     let delivery = phase("delivery", events, delivery_s, &spent, db, counters(&hub).await?);
+    delivery_hub.finish().await?;
     let got = receiver.received("roles");
 
     let rows: Vec<(String, String)> = [&ingest, &delivery]
