@@ -301,26 +301,7 @@ impl Broker {
 
     /// Waits until the broker answers a metadata request.
     async fn ready(&self, dir: &Path) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let brokers = self.brokers.clone();
-            let ready = tokio::task::spawn_blocking(move || {
-                let consumer: Result<BaseConsumer, _> = ClientConfig::new().set("bootstrap.servers", &brokers).create();
-                consumer.is_ok_and(|c| {
-                    c.fetch_metadata(None, Duration::from_secs(2)).is_ok_and(|m| !m.brokers().is_empty())
-                })
-            })
-            .await?;
-            if ready {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "the Kafka broker did not start within 90 s; see {}",
-                dir.join("broker.err").display()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        serving(&self.brokers, 1, Duration::from_secs(90), "the Kafka broker", dir).await
     }
 
     /// Whether this is the tansu fallback, which needs one record per produce batch.
@@ -535,27 +516,34 @@ impl Cluster {
     /// Waits until node `id` answers a metadata request naming every node of the cluster.
     async fn ready(&self, id: i32) -> anyhow::Result<()> {
         let node = self.nodes.iter().find(|n| n.id == id).context("no such node")?;
-        let (address, all, dir) = (format!("127.0.0.1:{}", node.port), self.nodes.len(), node.dir.clone());
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let address = address.clone();
-            let ready = tokio::task::spawn_blocking(move || {
-                let consumer: Result<BaseConsumer, _> = ClientConfig::new().set("bootstrap.servers", &address).create();
-                consumer.is_ok_and(|c| {
-                    c.fetch_metadata(None, Duration::from_secs(2)).is_ok_and(|m| m.brokers().len() == all)
-                })
+        let address = format!("127.0.0.1:{}", node.port);
+        serving(&address, self.nodes.len(), Duration::from_secs(120), &format!("Kafka node {id}"), &node.dir).await
+    }
+}
+
+/// Waits until `address` answers a metadata request naming at least `brokers` brokers, for at
+/// most `within`; `what` and the `broker.err` under `dir` are named when it does not.
+async fn serving(address: &str, brokers: usize, within: Duration, what: &str, dir: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let address = address.to_owned();
+        let ready = tokio::task::spawn_blocking(move || {
+            let consumer: Result<BaseConsumer, _> = ClientConfig::new().set("bootstrap.servers", &address).create();
+            consumer.is_ok_and(|c| {
+                c.fetch_metadata(None, Duration::from_secs(2)).is_ok_and(|m| m.brokers().len() >= brokers)
             })
-            .await?;
-            if ready {
-                return Ok(());
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "Kafka node {id} did not serve within 120 s; see {}",
-                dir.join("broker.err").display()
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
+        })
+        .await?;
+        if ready {
+            return Ok(());
         }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{what} did not serve within {} s; see {}",
+            within.as_secs(),
+            dir.join("broker.err").display()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -30,12 +30,12 @@ const RETRIES_OUTLIVING_THE_OUTAGE: &str =
 /// What a scenario counted (every field is reported through `Debug`).
 #[derive(Debug)]
 #[allow(dead_code)]
-struct Count {
-    accepted: usize,
-    refused: usize,
-    delivered: usize,
-    lost: usize,
-    duplicated: usize,
+pub(crate) struct Count {
+    pub accepted: usize,
+    pub refused: usize,
+    pub delivered: usize,
+    pub lost: usize,
+    pub duplicated: usize,
 }
 
 impl Count {
@@ -52,7 +52,7 @@ impl Count {
 }
 
 /// Waits (up to 90 s) until the webhook `receiver` has every accepted event, and counts.
-async fn delivered_to(receiver: &Receiver, accepted: &[String], refused: usize) -> Count {
+pub(crate) async fn delivered_to(receiver: &Receiver, accepted: &[String], refused: usize) -> Count {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
         let got: Vec<String> = receiver.deliveries().iter().map(|d| d.header("x-lerian-event-id")).collect();
