@@ -299,7 +299,8 @@ async fn a_kafka_broker_lost_under_load_loses_no_acknowledged_record() {
     let home = hub_testkit::kafka::kafka_home();
     assert!(home.join("lib").is_dir(), "Apache Kafka is required ({}); scripts/test installs it", home.display());
     let mut cluster = hub_testkit::kafka::Cluster::apache(&home, 3).await.expect("a three-node Kafka cluster");
-    let topic = "lerian.streaming.lender";
+    // A topic of its own: the consumer-lag gauges are the test process's, shared by every test.
+    let topic = "lerian.streaming.drill";
     let admin: AdminClient<DefaultClientContext> =
         ClientConfig::new().set("bootstrap.servers", &cluster.brokers).create().expect("admin");
     let new = NewTopic::new(topic, 6, TopicReplication::Fixed(3)).set("min.insync.replicas", "2");
@@ -351,9 +352,8 @@ async fn a_kafka_broker_lost_under_load_loses_no_acknowledged_record() {
             let (victim, _) = killed.expect("killed");
             cluster.start_again(victim).await.expect("the node starts again");
         }
-        let event = Event::new("t1")
-            .set("ce-source", "lender")
-            .set("ce-type", "studio.lerian.lender.loan_application.approved");
+        let event =
+            Event::new("t1").set("ce-source", "drill").set("ce-type", "studio.lerian.drill.loan_application.approved");
         let id = event.id().to_string();
         let mut headers = OwnedHeaders::new();
         for (k, v) in event.headers.iter().filter(|(k, _)| k != "content-type") {
@@ -464,7 +464,7 @@ async fn replicas_killed_at_random_under_load_lose_no_event() {
     use rdkafka::producer::FutureRecord;
 
     let peer = crate::kafka_support::KafkaPeer::start(crate::kafka_support::Broker::Kafka).await;
-    let topic = "lerian.streaming.lender";
+    let topic = "lerian.streaming.replicas";
     peer.create_topic(topic, 4).await;
     let schema = crate::support::fresh_schema().await;
     let admin = format!("admin-{}", uuid::Uuid::now_v7().simple());
@@ -552,8 +552,8 @@ async fn replicas_killed_at_random_under_load_lose_no_event() {
         let mut acked = Vec::new();
         while !stop.is_cancelled() {
             let event = Event::new("t1")
-                .set("ce-source", "lender")
-                .set("ce-type", "studio.lerian.lender.loan_application.approved");
+                .set("ce-source", "replicas")
+                .set("ce-type", "studio.lerian.replicas.loan_application.approved");
             let mut headers = OwnedHeaders::new();
             for (k, v) in event.headers.iter().filter(|(k, _)| k != "content-type") {
                 headers = headers.insert(Header { key: k, value: Some(v.as_bytes()) });

@@ -616,9 +616,10 @@ async fn readiness_follows_the_brokers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_cells_share_the_topics_and_each_stores_only_its_tenants() {
     let peer = KafkaPeer::start(Broker::Kafka).await;
-    let topic = "lerian.streaming.lender";
+    // A topic of its own: the consumer-lag gauges are the test process's, shared by every test.
+    let topic = "lerian.streaming.cells";
     peer.create_topic(topic, 3).await;
-    peer.create_topic("lerian.streaming.lender.dlq", 1).await;
+    peer.create_topic("lerian.streaming.cells.dlq", 1).await;
     let east = hub_on(
         &peer,
         Backend::Postgres,
@@ -640,17 +641,17 @@ async fn two_cells_share_the_topics_and_each_stores_only_its_tenants() {
     )
     .await;
     let tenants = ["t-a1", "t-b", "t-a2", "t-c"];
-    let records: Vec<Record> = (0..120).map(|i| Record::event("lender", i % 3, tenants[i as usize % 4])).collect();
+    let records: Vec<Record> = (0..120).map(|i| Record::event("cells", i % 3, tenants[i as usize % 4])).collect();
     // Malformed: one of west's (a bad id), one naming no tenant.
-    let west_poison = Record::event("lender", 0, "t-b").set("ce-id", "not-a-uuid");
-    let nobody = Record::event("lender", 1, "t-a1").without("ce-tenantid");
+    let west_poison = Record::event("cells", 0, "t-b").set("ce-id", "not-a-uuid");
+    let nobody = Record::event("cells", 1, "t-a1").without("ce-tenantid");
     let mut all = records.clone();
     all.extend([west_poison.clone(), nobody.clone()]);
     // Dead letters: each cell keeps its tenants' and the one naming no tenant.
     let dead: Vec<Record> = ["t-a1", "t-b", "t-c"]
-        .map(|t| Record { topic: "lerian.streaming.lender.dlq".into(), ..Record::event("lender", 0, t) })
+        .map(|t| Record { topic: "lerian.streaming.cells.dlq".into(), ..Record::event("cells", 0, t) })
         .into_iter()
-        .chain([Record { topic: "lerian.streaming.lender.dlq".into(), partition: 0, ..nobody.clone() }])
+        .chain([Record { topic: "lerian.streaming.cells.dlq".into(), partition: 0, ..nobody.clone() }])
         .collect();
     all.extend(dead.iter().cloned());
     produce(&peer.producer(), &all).await;
@@ -696,7 +697,7 @@ async fn two_cells_share_the_topics_and_each_stores_only_its_tenants() {
     assert_eq!(quarantined(&west).await, vec!["ce-id", "ce-tenantid"], "its own bad record and the unattributable one");
     assert_eq!(quarantined(&east).await, vec!["ce-tenantid"], "west's bad record is not east's to quarantine");
     for (cell, group, tenant) in [(&east, "cell-east-dlq", "t-a1"), (&west, "cell-west-dlq", "t-b")] {
-        peer.wait_committed(group, "lerian.streaming.lender.dlq", &[4], WAIT).await;
+        peer.wait_committed(group, "lerian.streaming.cells.dlq", &[4], WAIT).await;
         let kept = cell.store.list_dlq(&hub_store::DlqFilter { limit: 100, ..Default::default() }).await.expect("list");
         let mut tenants: Vec<Option<String>> = kept.iter().map(|d| d.record.tenant_id.clone()).collect();
         tenants.sort();
