@@ -165,6 +165,40 @@ fn test_certificates(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(keystore)
 }
 
+/// A new KRaft cluster id: a UUID in unpadded URL-safe base64.
+fn cluster_id() -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::now_v7().as_bytes())
+}
+
+/// Formats a KRaft node's storage for `cluster` with `properties` (and `extra` arguments of the
+/// storage tool), logging under `dir`.
+async fn format_storage(
+    classpath: &str,
+    cluster: &str,
+    properties: &Path,
+    dir: &Path,
+    extra: &[&str],
+) -> anyhow::Result<()> {
+    let log = |name: &str| std::fs::File::create(dir.join(name));
+    let format = std::process::Command::new("java")
+        .args(["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", classpath, "kafka.tools.StorageTool", "format"])
+        .args(["-t", cluster, "-c"])
+        .arg(properties)
+        .args(extra)
+        .stdout(log("format.log")?)
+        .stderr(log("format.err")?)
+        .spawn()
+        .context("starting java (Apache Kafka needs a Java runtime)")?;
+    let formatted = tokio::task::spawn_blocking(move || format.wait_with_output()).await??;
+    anyhow::ensure!(
+        formatted.status.success(),
+        "formatting the Kafka storage failed; see {}",
+        dir.join("format.err").display()
+    );
+    Ok(())
+}
+
 /// A local port nothing listens on now.
 fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -247,28 +281,11 @@ impl Broker {
             ),
         )?;
         let classpath = format!("{}/*", lib.display());
-        let log = |name: &str| std::fs::File::create(dir.join(name));
-        // A cluster id is a UUID in unpadded URL-safe base64.
-        let cluster = {
-            use base64::Engine;
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::now_v7().as_bytes())
-        };
-        let format = std::process::Command::new("java")
-            .args(["-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", &classpath, "kafka.tools.StorageTool", "format"])
-            .args(["-t", &cluster, "-c"])
-            .arg(&properties)
-            .args(["--add-scram", &format!("SCRAM-SHA-256=[name={SASL_USER},password={SASL_PASSWORD}]")])
-            .args(["--add-scram", &format!("SCRAM-SHA-512=[name={SASL_USER},password={SASL_PASSWORD}]")])
-            .stdout(log("format.log")?)
-            .stderr(log("format.err")?)
-            .spawn()
-            .context("starting java (Apache Kafka needs a Java runtime)")?;
-        let formatted = tokio::task::spawn_blocking(move || format.wait_with_output()).await??;
-        anyhow::ensure!(
-            formatted.status.success(),
-            "formatting the Kafka storage failed; see {}",
-            dir.join("format.err").display()
-        );
+        let cluster = cluster_id();
+        let scram =
+            ["SCRAM-SHA-256", "SCRAM-SHA-512"].map(|m| format!("{m}=[name={SASL_USER},password={SASL_PASSWORD}]"));
+        format_storage(&classpath, &cluster, &properties, &dir, &["--add-scram", &scram[0], "--add-scram", &scram[1]])
+            .await?;
         let child = spawn_kafka(&dir, home, quick)?;
         let broker = Self {
             brokers: format!("127.0.0.1:{port}"),
@@ -422,10 +439,7 @@ impl Cluster {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| Ok((free_port()?, free_port()?))).collect::<anyhow::Result<_>>()?;
         let voters: Vec<String> =
             ports.iter().enumerate().map(|(i, (_, controller))| format!("{}@127.0.0.1:{controller}", i + 1)).collect();
-        let cluster = {
-            use base64::Engine;
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::now_v7().as_bytes())
-        };
+        let cluster = cluster_id();
         let classpath = format!("{}/*", lib.display());
         let replicas = n.min(3);
         let mut nodes = Vec::new();
@@ -463,28 +477,7 @@ impl Cluster {
                     min_isr = (replicas - 1).max(1),
                 ),
             )?;
-            let log = |name: &str| std::fs::File::create(node_dir.join(name));
-            let format = std::process::Command::new("java")
-                .args([
-                    "-Xshare:auto",
-                    "-XX:TieredStopAtLevel=1",
-                    "-cp",
-                    &classpath,
-                    "kafka.tools.StorageTool",
-                    "format",
-                ])
-                .args(["-t", &cluster, "-c"])
-                .arg(&properties)
-                .stdout(log("format.log")?)
-                .stderr(log("format.err")?)
-                .spawn()
-                .context("starting java (Apache Kafka needs a Java runtime)")?;
-            let formatted = tokio::task::spawn_blocking(move || format.wait_with_output()).await??;
-            anyhow::ensure!(
-                formatted.status.success(),
-                "formatting node {id}'s storage failed; see {}",
-                node_dir.join("format.err").display()
-            );
+            format_storage(&classpath, &cluster, &properties, &node_dir, &[]).await?;
             nodes.push(Node { id, port: *port, dir: node_dir, child: None });
         }
         let brokers = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect::<Vec<_>>().join(",");

@@ -100,15 +100,13 @@ pub async fn ingest(
     let judged = match parsed {
         Ok((ce_headers, data)) => {
             authorize(&principal, &ce_headers)?;
-            within_rate(&state, &ce_headers)?;
-            served_here(&state, &ce_headers)?;
+            admitted(&state, &ce_headers)?;
             ingest::judge_record(&ce_headers, &data, None, Origin::Http, &state.policy, &state.catalog.payloads, now)
         }
         Err(reason) => {
             let ce_headers = binary_headers(&headers);
             authorize(&principal, &ce_headers)?;
-            within_rate(&state, &ce_headers)?;
-            served_here(&state, &ce_headers)?;
+            admitted(&state, &ce_headers)?;
             ingest::quarantine_record(&ce_headers, &body, reason, Origin::Http, now)
         }
     };
@@ -155,25 +153,25 @@ fn claimed_tenant(headers: &[(String, Vec<u8>)]) -> Option<hub_core::TenantId> {
         .and_then(|t| hub_core::TenantId::parse(t).ok())
 }
 
-/// A tenant posts at most `STREAMING_HUB_INGEST_RATE` events a second (burst
-/// `STREAMING_HUB_INGEST_BURST`), per process; over it, `429` with `Retry-After` and nothing is
-/// stored. A record naming no valid tenant is not counted (it is refused or quarantined).
-fn within_rate(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
+/// The tenant a record names, read once for the two checks before it is judged:
+/// - a tenant posts at most `STREAMING_HUB_INGEST_RATE` events a second (burst
+///   `STREAMING_HUB_INGEST_BURST`), per process; over it, `429` with `Retry-After` and nothing is
+///   stored;
+/// - in a cell (`STREAMING_HUB_TENANTS`), an event of a tenant the cell does not serve is refused
+///   (`403` `tenant_not_served`), never taken and dropped: the producer must post to its cell.
+///
+/// A record naming no valid tenant passes both (it is refused or quarantined when judged).
+fn admitted(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
     let Some(tenant) = claimed_tenant(headers) else { return Ok(()) };
-    within_tenant_rate(state, &tenant)
-}
-
-/// In a cell (`STREAMING_HUB_TENANTS`), an event of a tenant the cell does not serve is refused
-/// (`403` `tenant_not_served`), never taken and dropped: the producer must post to its cell.
-fn served_here(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
-    match claimed_tenant(headers) {
-        Some(tenant) if !state.policy.serves(&tenant) => Err(ApiError::new(
+    within_tenant_rate(state, &tenant)?;
+    if !state.policy.serves(&tenant) {
+        return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "tenant_not_served",
             format!("tenant {tenant} is not served by this hub (STREAMING_HUB_TENANTS): post to its cell"),
-        )),
-        _ => Ok(()),
+        ));
     }
+    Ok(())
 }
 
 /// One more event of `tenant` within its ingest rate, or `429` with `Retry-After`.

@@ -91,15 +91,10 @@ async fn post_through_an_outage(
                 cut.notify_one();
             }
             let event = Event::new("t1");
-            let mut request =
-                client.post(format!("{base}/v1/events")).bearer_auth(key).timeout(Duration::from_secs(15));
-            for (k, v) in &event.headers {
-                request = request.header(k.as_str(), v.as_str());
-            }
             let sent = tokio::time::Instant::now();
-            match request.body(event.body.clone()).send().await {
-                Ok(r) if r.status() == StatusCode::ACCEPTED => accepted.push(event.id().to_string()),
-                _ => refused += 1,
+            match crate::support::post_accepted(&client, base, key, &event, Duration::from_secs(15)).await {
+                true => accepted.push(event.id().to_string()),
+                false => refused += 1,
             }
             slowest = slowest.max(sent.elapsed());
             tokio::time::sleep(Duration::from_millis(1000 / per_second)).await;

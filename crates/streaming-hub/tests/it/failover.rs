@@ -13,10 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hub_testkit::forwarder::Forwarder;
-use reqwest::StatusCode;
 
 use crate::receiver::{Receiver, Script};
-use crate::support::{Event, HubProcess, free_port, http_client};
+use crate::support::{Event, HubProcess, free_port, http_client, post_accepted};
 
 /// One PostgreSQL server of the drill, in a directory of its own; stopped hard and removed when
 /// dropped.
@@ -225,15 +224,10 @@ async fn postgresql_failover_to_a_synchronous_standby_loses_no_accepted_event() 
                 failover.notify_one();
             }
             let event = Event::new("t1");
-            let mut request =
-                client.post(format!("{}/v1/events", hub.base)).bearer_auth(&key).timeout(Duration::from_secs(30));
-            for (k, v) in &event.headers {
-                request = request.header(k.as_str(), v.as_str());
-            }
             started.lock().expect("lock").insert(event.id().to_string(), Instant::now());
-            match request.body(event.body.clone()).send().await {
-                Ok(r) if r.status() == StatusCode::ACCEPTED => accepted.push(event.id().to_string()),
-                _ => refused += 1,
+            match post_accepted(&client, &hub.base, &key, &event, Duration::from_secs(30)).await {
+                true => accepted.push(event.id().to_string()),
+                false => refused += 1,
             }
             tokio::time::sleep(Duration::from_millis(16)).await;
         }
@@ -533,14 +527,9 @@ async fn replicas_killed_at_random_under_load_lose_no_event() {
             };
             if let Some(base) = base {
                 let event = Event::new("t1");
-                let mut request =
-                    client.post(format!("{base}/v1/events")).bearer_auth(&key).timeout(Duration::from_secs(15));
-                for (k, v) in &event.headers {
-                    request = request.header(k.as_str(), v.as_str());
-                }
-                match request.body(event.body.clone()).send().await {
-                    Ok(r) if r.status() == StatusCode::ACCEPTED => accepted.push(event.id().to_string()),
-                    _ => refused += 1,
+                match post_accepted(&client, &base, &key, &event, Duration::from_secs(15)).await {
+                    true => accepted.push(event.id().to_string()),
+                    false => refused += 1,
                 }
             }
             tokio::time::sleep(Duration::from_millis(20)).await;

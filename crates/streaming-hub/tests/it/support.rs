@@ -292,6 +292,22 @@ pub fn hub_command() -> std::process::Command {
     cmd
 }
 
+/// Posts `event` in binary mode to the hub at `base` with `key`, waiting at most `timeout`:
+/// whether it was accepted (202). Any other answer, or none, is a refusal the caller counts.
+pub async fn post_accepted(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    event: &Event,
+    timeout: std::time::Duration,
+) -> bool {
+    let mut request = client.post(format!("{base}/v1/events")).bearer_auth(key).timeout(timeout);
+    for (k, v) in &event.headers {
+        request = request.header(k.as_str(), v.as_str());
+    }
+    matches!(request.body(event.body.clone()).send().await, Ok(r) if r.status() == StatusCode::ACCEPTED)
+}
+
 /// Polls `probe` until it answers something, failing the test after `within`.
 pub async fn until<T>(what: &str, within: std::time::Duration, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
     let end = tokio::time::Instant::now() + within;
