@@ -1,4 +1,5 @@
-//! The `streaming-hub` binary: `serve`, `migrate`, `demo`, `api-key create`.
+//! The `streaming-hub` binary: `serve`, `migrate`, `demo`, `check-config`, `api-key create`,
+//! `openapi`.
 
 use std::process::ExitCode;
 
@@ -34,6 +35,9 @@ enum Command {
     /// Check the configuration (the environment and --config) without starting: every problem
     /// and every STREAMING_HUB_* variable this hub does not read is named; exits 2 on any.
     CheckConfig,
+    /// Print the OpenAPI document this build serves at /openapi.json (sdk/ generates its API
+    /// clients from it); reads no configuration.
+    Openapi,
     /// Manage tenant API keys.
     ApiKey {
         #[command(subcommand)]
@@ -63,6 +67,11 @@ enum ApiKeyCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Openapi) {
+        let doc = api::openapi_json();
+        println!("{}", serde_json::to_string_pretty(&doc).expect("the document serialises"));
+        return ExitCode::SUCCESS;
+    }
     let loaded = streaming_hub::config::file::merged(cli.config.as_deref(), std::env::vars().collect()).and_then(
         |vars| match cli.command {
             Command::Migrate => Config::for_migrate(vars),
@@ -130,7 +139,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => serve(config).await,
         Command::Demo => streaming_hub::demo::run().await,
-        Command::CheckConfig => Ok(()),
+        Command::CheckConfig | Command::Openapi => Ok(()),
         Command::Migrate => {
             // Opening with `migrate` applies what is pending and logs which migrations those were.
             let store = streaming_hub::open_store(&config, true).await?;

@@ -180,7 +180,7 @@ pub async fn list_api_keys(
 
 #[utoipa::path(
     delete, path = "/admin/api-keys/{id}", tag = "admin", operation_id = "revokeApiKey",
-    params(("id" = String, Path, description = "API key id")),
+    params(("id" = Uuid, Path, description = "API key id")),
     responses(
         (status = 204, description = "Revoked"),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),

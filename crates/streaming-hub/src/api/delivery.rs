@@ -42,7 +42,7 @@ pub struct Verified {
 
 #[utoipa::path(
     post, path = "/v1/subscriptions/{id}/verify", tag = "subscriptions", operation_id = "verifySubscription",
-    params(("id" = String, Path, description = "Subscription id")),
+    params(("id" = Uuid, Path, description = "Subscription id")),
     request_body(content = VerifyRequest, description = "Optional"),
     responses(
         (status = 200, description = "The probe succeeded: active and enabled, failure period cleared", body = Verified),
@@ -114,7 +114,7 @@ pub struct RotatedSecret {
 
 #[utoipa::path(
     post, path = "/v1/subscriptions/{id}/rotate-secret", tag = "subscriptions", operation_id = "rotateSigningSecret",
-    params(("id" = String, Path, description = "Subscription id")),
+    params(("id" = Uuid, Path, description = "Subscription id")),
     responses(
         (status = 200, description = "The new secret; both sign for 24 hours", body = RotatedSecret),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
@@ -240,7 +240,7 @@ pub struct DeliveryPage {
 
 #[utoipa::path(
     get, path = "/v1/subscriptions/{id}/deliveries", tag = "subscriptions", operation_id = "listDeliveries",
-    params(("id" = String, Path, description = "Subscription id"), DeliveryParams),
+    params(("id" = Uuid, Path, description = "Subscription id"), DeliveryParams),
     responses(
         (status = 200, description = "Delivery jobs in creation order, each with its attempts", body = DeliveryPage),
         (status = 400, description = "Invalid query parameter", body = ErrorBody),
@@ -320,7 +320,7 @@ pub struct Redriven {
 
 #[utoipa::path(
     post, path = "/v1/subscriptions/{id}/redrive", tag = "subscriptions", operation_id = "redriveDeliveries",
-    params(("id" = String, Path, description = "Subscription id")),
+    params(("id" = Uuid, Path, description = "Subscription id")),
     request_body(content = RedriveRequest, description = "Optional; an empty body redrives every dead job"),
     responses(
         (status = 200, description = "Dead-lettered jobs are pending again, with a fresh retry window", body = Redriven),

@@ -69,7 +69,7 @@ pub struct EventView {
     pub origin: hub_store::Origin,
     pub received_at: DateTime<Utc>,
     /// The body: JSON as received, or a string (base64 when `payload_encoding` says so).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub payload: Box<RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload_encoding: Option<&'static str>,
@@ -199,7 +199,7 @@ pub struct EventDetail {
 
 #[utoipa::path(
     get, path = "/v1/events/{ce_id}", tag = "events", operation_id = "getEvent",
-    params(("ce_id" = String, Path, description = "The event's CloudEvents id")),
+    params(("ce_id" = Uuid, Path, description = "The event's CloudEvents id")),
     responses(
         (status = 200, description = "The event and, per subscription, what became of it", body = EventDetail),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),

@@ -103,7 +103,7 @@ pub struct AppState {
         title = "Streaming Hub",
         description = "CloudEvents in; signed webhooks, queues and pull cursors out. Every error is \
                        `{\"code\", \"title\", \"message\"}`.",
-        license(name = "Apache-2.0")
+        license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
     modifiers(&Security, &ReceiverWebhooks),
     components(schemas(error::ErrorBody, destination::schema::Sink)),

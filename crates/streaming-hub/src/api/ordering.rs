@@ -44,7 +44,7 @@ pub struct OrderingView {
 
 #[utoipa::path(
     get, path = "/v1/subscriptions/{id}/ordering", tag = "subscriptions", operation_id = "getOrdering",
-    params(("id" = String, Path, description = "Subscription id"), OrderingParams),
+    params(("id" = Uuid, Path, description = "Subscription id"), OrderingParams),
     responses(
         (status = 200, description = "Its ordering and the keys waiting behind an earlier delivery, oldest first", body = OrderingView),
         (status = 400, description = "Invalid query parameter", body = ErrorBody),

@@ -133,7 +133,7 @@ pub async fn create(
 
 #[utoipa::path(
     delete, path = "/admin/portal-sessions/{id}", tag = "admin", operation_id = "revokePortalSession",
-    params(("id" = String, Path, description = "Portal session id")),
+    params(("id" = Uuid, Path, description = "Portal session id")),
     responses(
         (status = 204, description = "Revoked: its token stops working at once"),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),

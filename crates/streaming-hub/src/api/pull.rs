@@ -56,7 +56,7 @@ pub struct PullItem {
     pub subject: Option<String>,
     pub data_content_type: String,
     /// The event body: JSON as received, or a string (base64 when `payloadEncoding` says so).
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub payload: Box<RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload_encoding: Option<&'static str>,
@@ -106,7 +106,7 @@ pub(crate) fn render_payload(content_type: &str, payload: Vec<u8>) -> (Box<RawVa
 
 #[utoipa::path(
     get, path = "/v1/subscriptions/{id}/events", tag = "pull", operation_id = "pullEvents",
-    params(("id" = String, Path, description = "Subscription id"), PullParams),
+    params(("id" = Uuid, Path, description = "Subscription id"), PullParams),
     responses(
         (status = 200, description = "A page in ascending seq; returning it acknowledges it", body = PullPage),
         (status = 400, description = "Invalid query parameter, or `after` beyond the newest event (nothing moves)", body = ErrorBody),

@@ -174,7 +174,7 @@ pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayReques
 
 #[utoipa::path(
     post, path = "/v1/subscriptions/{id}/replay", tag = "subscriptions", operation_id = "replaySubscription",
-    params(("id" = String, Path, description = "Subscription id")),
+    params(("id" = Uuid, Path, description = "Subscription id")),
     request_body = ReplayRequest,
     responses(
         (status = 202, description = "The replay started; it runs in the background", body = ReplayView),
@@ -201,8 +201,8 @@ pub async fn create(
 #[utoipa::path(
     get, path = "/v1/subscriptions/{id}/replays/{replay_id}", tag = "subscriptions", operation_id = "getReplay",
     params(
-        ("id" = String, Path, description = "Subscription id"),
-        ("replay_id" = String, Path, description = "Replay id"),
+        ("id" = Uuid, Path, description = "Subscription id"),
+        ("replay_id" = Uuid, Path, description = "Replay id"),
     ),
     responses(
         (status = 200, description = "The replay and its progress", body = ReplayView),

@@ -54,7 +54,7 @@ pub struct StatsPage {
 
 #[utoipa::path(
     get, path = "/v1/subscriptions/{id}/stats", tag = "subscriptions", operation_id = "getSubscriptionStats",
-    params(("id" = String, Path, description = "Subscription id"), StatsParams),
+    params(("id" = Uuid, Path, description = "Subscription id"), StatsParams),
     responses(
         (status = 200, description = "Per-minute deliveries, latency and backlog over the window", body = StatsPage),
         (status = 400, description = "Invalid query parameter", body = ErrorBody),

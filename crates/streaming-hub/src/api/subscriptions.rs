@@ -456,7 +456,7 @@ pub async fn list(
 
 #[utoipa::path(
     get, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "getSubscription",
-    params(("id" = String, Path, description = "Subscription id")),
+    params(("id" = Uuid, Path, description = "Subscription id")),
     responses(
         (status = 200, description = "The subscription", body = SubscriptionView),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
@@ -499,7 +499,7 @@ pub struct UpdateSubscription {
 
 #[utoipa::path(
     patch, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "updateSubscription",
-    params(("id" = String, Path, description = "Subscription id")),
+    params(("id" = Uuid, Path, description = "Subscription id")),
     request_body = UpdateSubscription,
     responses(
         (status = 200, description = "The changed subscription; a new destination must be verified again", body = SubscriptionView),
@@ -589,7 +589,7 @@ pub async fn update(
 
 #[utoipa::path(
     delete, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "deleteSubscription",
-    params(("id" = String, Path, description = "Subscription id")),
+    params(("id" = Uuid, Path, description = "Subscription id")),
     responses(
         (status = 204, description = "Deleted; its pending deliveries are cancelled"),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),

@@ -89,7 +89,7 @@ pub struct TestDelivery {
 
 #[utoipa::path(
     post, path = "/v1/subscriptions/{id}/test", tag = "subscriptions", operation_id = "testSubscription",
-    params(("id" = String, Path, description = "Subscription id")),
+    params(("id" = Uuid, Path, description = "Subscription id")),
     responses(
         (status = 200, description = "The test event's attempt ended (`delivered` or `failed`), or it is in a pull subscription's stream (`queued`)", body = TestDelivery),
         (status = 202, description = "No attempt ended within 35 s (`pending`): follow `delivery`", body = TestDelivery),

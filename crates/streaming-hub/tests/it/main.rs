@@ -6,6 +6,7 @@ mod aws_sinks;
 mod catalog;
 mod chaos;
 mod cli;
+mod clients;
 mod console;
 mod crash;
 mod delivery;

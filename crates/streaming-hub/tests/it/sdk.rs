@@ -55,7 +55,7 @@ async fn run(what: &str, command: &mut Command) -> Value {
 }
 
 /// Compiles the TypeScript package (and its live check) with the cached compiler.
-fn compiled_typescript() -> PathBuf {
+pub(crate) fn compiled_typescript() -> PathBuf {
     let tools = cache_dir().join("typescript/node_modules");
     let out = std::env::temp_dir().join(format!("streaming-hub-sdk-ts-{}", uuid::Uuid::now_v7().simple()));
     let compiled = Command::new(tools.join(".bin/tsc"))

@@ -1,0 +1,7 @@
+/* tslint:disable */
+/* eslint-disable */
+export * from './AdminApi';
+export * from './EventsApi';
+export * from './OperationsApi';
+export * from './PullApi';
+export * from './SubscriptionsApi';
