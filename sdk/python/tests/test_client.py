@@ -3,11 +3,10 @@ Retry-After, the typed error, and what each publishing mode sends."""
 
 import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from local_server import LocalServer
 from streaming_hub_client import Client, Event, HubError, new_id, retry_after
 
 
@@ -17,40 +16,21 @@ class Flaky:
     def __init__(self, refusals=0, status=429, after="0"):
         self.refusals, self.status, self.after = refusals, status, after
         self.requests = []
-        flaky = self
+        self.local = LocalServer(self.handle)
+        self.url = self.local.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def answer(self, status, body, headers=()):
-                raw = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                for name, value in headers:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def handle_any(self):
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                flaky.requests.append((self.command, self.path, dict(self.headers), body))
-                if len(flaky.requests) <= flaky.refusals:
-                    headers = [("Retry-After", flaky.after)] if flaky.after is not None else []
-                    return self.answer(flaky.status, {"code": flaky.status, "title": "rate_limited", "message": "slow down"}, headers)
-                if self.path.startswith("/v1/events"):
-                    return self.answer(202, {"verdict": "accepted", "seq": 1})
-                return self.answer(200, {"redriven": 0})
-
-            do_GET = do_POST = do_PATCH = do_DELETE = handle_any
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+    def handle(self, request, body):
+        self.requests.append((request.command, request.path, dict(request.headers), body))
+        if len(self.requests) <= self.refusals:
+            headers = [("Retry-After", self.after)] if self.after is not None else []
+            refusal = {"code": self.status, "title": "rate_limited", "message": "slow down"}
+            return request.answer(self.status, refusal, headers)
+        if request.path.startswith("/v1/events"):
+            return request.answer(202, {"verdict": "accepted", "seq": 1})
+        request.answer(200, {"redriven": 0})
 
     def close(self):
-        self.server.shutdown()
+        self.local.close()
 
 
 @pytest.fixture

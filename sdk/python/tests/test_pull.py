@@ -1,8 +1,7 @@
 """The pull helper against a server that answers like the hub's pull route."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -10,49 +9,34 @@ import pytest
 from streaming_hub_receiver import ApiError, PullConsumer
 from streaming_hub_receiver.pull import parse_page, retry_after_seconds
 
+from local_server import LocalServer
+
 
 class Hub:
     def __init__(self, events, limited=0):
         self.events, self.limited, self.cursor, self.requests = events, limited, 0, []
-        hub = self
+        self.local = LocalServer(self.handle)
+        self.url = self.local.url
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def answer(self, status, body, headers=()):
-                raw = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                for name, value in headers:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            def do_GET(self):
-                hub.requests.append(self.path)
-                url = urlparse(self.path)
-                if self.headers["Authorization"] != "Bearer key-1" or url.path != "/v1/subscriptions/sub-1/events":
-                    return self.answer(404, {"code": 404, "title": "not_found", "message": "no such subscription"})
-                if hub.limited:
-                    hub.limited -= 1
-                    return self.answer(429, {"code": 429, "title": "rate_limited", "message": "slow down"}, [("Retry-After", "2")])
-                q = parse_qs(url.query)
-                limit = int(q.get("limit", ["100"])[0])
-                after = int(q.get("after", [hub.cursor])[0])
-                items = [{"seq": s, "ceId": f"id-{s}", "type": "a.b", "payload": {}} for s in range(after + 1, hub.events + 1)][:limit]
-                if items:
-                    hub.cursor = max(hub.cursor, items[-1]["seq"])
-                next_cursor = items[-1]["seq"] if len(items) == limit else None
-                self.answer(200, {"items": items, "next_cursor": next_cursor})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    def handle(self, request, _body):
+        self.requests.append(request.path)
+        url = urlparse(request.path)
+        if request.headers["Authorization"] != "Bearer key-1" or url.path != "/v1/subscriptions/sub-1/events":
+            return request.answer(404, {"code": 404, "title": "not_found", "message": "no such subscription"})
+        if self.limited:
+            self.limited -= 1
+            return request.answer(429, {"code": 429, "title": "rate_limited", "message": "slow down"}, [("Retry-After", "2")])
+        q = parse_qs(url.query)
+        limit = int(q.get("limit", ["100"])[0])
+        after = int(q.get("after", [self.cursor])[0])
+        items = [{"seq": s, "ceId": f"id-{s}", "type": "a.b", "payload": {}} for s in range(after + 1, self.events + 1)][:limit]
+        if items:
+            self.cursor = max(self.cursor, items[-1]["seq"])
+        next_cursor = items[-1]["seq"] if len(items) == limit else None
+        request.answer(200, {"items": items, "next_cursor": next_cursor})
 
     def close(self):
-        self.server.shutdown()
+        self.local.close()
 
 
 @pytest.fixture
@@ -132,7 +116,7 @@ def test_drain_hands_an_unreadable_item_to_its_callback_in_place(hub):
             self.end_headers()
             self.wfile.write(raw)
 
-    server.server.RequestHandlerClass = Deep
+    server.local.server.RequestHandlerClass = Deep
     consumer = PullConsumer(server.url, "key-1", "sub-1")
     order = []
     n = consumer.drain(lambda e: order.append(e["seq"]), lambda raw, err: order.append(("bad", raw[:9], err.split(":")[0])))
