@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 mod catalog;
+mod fanout;
 mod harness;
 mod ingest;
 mod portal;
@@ -116,6 +117,28 @@ enum BenchScenario {
         /// Pull subscriptions of the one tenant.
         #[arg(long, default_value_t = 100, value_parser = at_least_one)]
         subscriptions: usize,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// One tenant's events to many webhooks over several receivers: every subscription takes
+    /// every event; then many with a CESQL filter each, a few passing each event.
+    Fanout {
+        #[arg(long, default_value_t = 2_000, value_parser = at_least_one)]
+        events: usize,
+        /// Webhook subscriptions taking every event.
+        #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+        subscriptions: usize,
+        /// Receivers (each its own address) the subscriptions are spread over.
+        #[arg(long, default_value_t = 10, value_parser = at_least_one)]
+        receivers: usize,
+        /// Webhook subscriptions with a CESQL filter each, in the second run.
+        #[arg(long, default_value_t = 1_000, value_parser = at_least_one)]
+        filtered: usize,
+        /// How many of those each event passes.
+        #[arg(long, default_value_t = 5, value_parser = at_least_one)]
+        matches: usize,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
         producers: usize,
         #[arg(long)]
@@ -243,6 +266,10 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Routing { events, subscriptions, producers, json } => {
             routing::routing(events, subscriptions, producers, &json_path(json, "routing")).await
+        }
+        BenchScenario::Fanout { events, subscriptions, receivers, filtered, matches, producers, json } => {
+            fanout::fanout(events, subscriptions, receivers, filtered, matches, producers, &json_path(json, "fanout"))
+                .await
         }
         BenchScenario::Ordered { events, keys, producers, json } => {
             routing::ordered(events, keys, producers, &json_path(json, "ordered")).await

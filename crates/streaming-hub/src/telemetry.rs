@@ -28,6 +28,9 @@ pub mod metric {
     pub const JOBS_DEAD: &str = "streaming_hub_delivery_dead_letters_total";
     /// Jobs leased to this process's workers as its ingest wrote them (the fast path, no claim).
     pub const JOBS_LEASED_AT_INGEST: &str = "streaming_hub_delivery_jobs_leased_at_ingest_total";
+    /// Attempts that ran on a worker borrowed beyond their destination's share (idle workers, a
+    /// destination with quick attempts; see `delivery::capacity`).
+    pub const WORKERS_BORROWED: &str = "streaming_hub_delivery_workers_borrowed_total";
     /// Jobs taken back after their lease expired without an outcome.
     pub const LEASES_RECOVERED: &str = "streaming_hub_delivery_leases_recovered_total";
     /// Jobs dead-lettered as poison.
@@ -194,6 +197,10 @@ fn describe() {
     metrics::describe_counter!(
         metric::JOBS_LEASED_AT_INGEST,
         "Jobs leased to this process's workers as its ingest wrote them (no claim)"
+    );
+    metrics::describe_counter!(
+        metric::WORKERS_BORROWED,
+        "Attempts on a worker borrowed beyond their destination's share of the pool"
     );
     metrics::describe_counter!(metric::JOBS_POISONED, "Jobs dead-lettered as poison");
     metrics::describe_counter!(metric::BREAKER_TRANSITIONS, "Circuit breaker transitions, by new state");

@@ -49,10 +49,11 @@ impl Dispatcher {
                 ],
             );
         }
+        let began = Instant::now();
         let recorded =
             self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt, &traced).instrument(span).await;
         drop(traced);
-        self.leave(&dest);
+        self.leave(&dest, Some(began.elapsed()));
         // A job parked for this destination may go now.
         let _ = finished.send(dest);
         match recorded {

@@ -7,7 +7,8 @@
 //! from other replicas); the idle interval is only a fallback. Expired leases (a worker that
 //! died) are recovered, and poison jobs dead-lettered, by the same loop.
 //!
-//! **Invariants:** a destination never holds more than half the workers; a job is attempted only
+//! **Invariants:** a destination holds more than half the workers only while it borrows idle ones
+//! with quick attempts, leaving a reserve idle (`capacity.rs`); a job is attempted only
 //! while leased by this worker; an open breaker holds jobs back without spending their attempts,
 //! except a job's last attempt.
 
@@ -68,15 +69,29 @@ pub struct Settings {
 }
 
 impl Settings {
-    /// At most half the workers (and at least one) per destination.
+    /// A destination's share: half the workers (and at least one). It may borrow idle workers
+    /// beyond it (see `Dispatcher::enter`).
     pub fn per_destination_cap(&self) -> usize {
         (self.workers as usize / 2).max(1)
     }
+
+    /// Workers a destination borrowing beyond its share leaves idle, so another destination's
+    /// first job starts at once: an eighth of the pool, at least one.
+    pub fn reserve(&self) -> usize {
+        (self.workers as usize / 8).max(1)
+    }
 }
+
+/// A destination borrows idle workers beyond its share only while its recent attempts (a moving
+/// average) take at most this long, so the workers it borrows are back within milliseconds when
+/// another destination needs them.
+const BORROW_LATENCY: Duration = Duration::from_millis(50);
 
 #[derive(Debug, Default)]
 struct Destinations {
     in_flight: HashMap<String, usize>,
+    /// How long the destination's recent attempts took (a moving average).
+    latency: HashMap<String, Duration>,
     /// Claimed jobs waiting for the destination's share of workers.
     parked: HashMap<String, usize>,
     of_subscription: HashMap<Uuid, String>,
@@ -321,7 +336,7 @@ impl Dispatcher {
                 continue;
             };
             let dest = sub.key.clone();
-            if !self.enter(sub.record.id, &dest) {
+            if !self.enter(sub.record.id, &dest, workers.available_permits()) {
                 let waiting = parked.entry(dest.clone()).or_default();
                 if waiting.len() < park_limit {
                     waiting.push_back(work);
@@ -345,7 +360,7 @@ impl Dispatcher {
                     tokio::spawn(Arc::clone(&self).attempt(work, sub, dest, permit, recorder, finished));
                 }
                 None => {
-                    self.leave(&dest);
+                    self.leave(&dest, None);
                     self.release(&work.job, self.clock.now()).await;
                     lock(&self.in_flight).remove(&work.job.id);
                     break;

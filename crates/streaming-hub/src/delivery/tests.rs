@@ -253,11 +253,40 @@ async fn a_destination_never_holds_more_than_its_share_of_workers_and_others_go_
     .await;
     assert_eq!(rig.sink.attempts(A), 2, "no third attempt to A while two are running");
 
+    assert_eq!(rig.sink.most(A), 2, "A, not measured yet, never had more than its share");
+
     gate.add_permits(100);
     until("every job of A succeeded", || async { rig.count(&slow, JobState::Succeeded).await == 6 }).await;
-    assert_eq!(rig.sink.most(A), 2, "A never had more than its share");
     assert_eq!(rig.sink.attempts(A), 6, "each job of A attempted exactly once");
     assert_eq!(rig.sink.attempts(B), 1);
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_destination_borrows_idle_workers_but_leaves_a_reserve_for_another() {
+    let sink = FakeSink::default();
+    // Eight workers: a share of four, and one kept idle by a destination that borrows.
+    let mut rig = Rig::start(8, sink, Duration::from_secs(5)).await;
+    let quick = rig.subscribe(A, "approved").await;
+    let other = rig.subscribe(B, "declined").await;
+    // A's first attempt is quick: A is measured.
+    rig.ingest("approved", 1).await;
+    until("A's first job succeeded", || async { rig.count(&quick, JobState::Succeeded).await == 1 }).await;
+
+    // A burst for A alone: it takes its four and borrows up to seven, leaving one idle.
+    let gate = rig.sink.hold(A);
+    rig.ingest("approved", 20).await;
+    until("A runs seven attempts at once", || async { rig.sink.running(A) == 7 }).await;
+    // The reserve: B's job starts at once though A holds seven.
+    rig.ingest("declined", 1).await;
+    until("B is delivered beside A's seven", || async { rig.count(&other, JobState::Succeeded).await == 1 }).await;
+    assert_eq!(rig.sink.running(A), 7);
+    assert_eq!(rig.sink.attempts(A), 1 + 7, "A's other jobs wait, parked");
+
+    gate.add_permits(100);
+    until("every job of A succeeded", || async { rig.count(&quick, JobState::Succeeded).await == 21 }).await;
+    assert_eq!(rig.sink.most(A), 7, "A never took the reserve");
+    assert_eq!(rig.sink.attempts(A), 21, "each job of A attempted exactly once");
     rig.stop().await;
 }
 
