@@ -93,8 +93,12 @@ impl Destinations {
     /// that was not attempted), folded into the destination's recent attempt time.
     pub(super) fn leave(&mut self, dest: &str, took: Option<Duration>) {
         if let Some(took) = took {
-            let recent = self.latency.entry(dest.to_owned()).or_insert(took);
-            *recent = (*recent * 3 + took) / 4;
+            match self.latency.get_mut(dest) {
+                Some(recent) => *recent = (*recent * 3 + took) / 4,
+                None => {
+                    self.latency.insert(dest.to_owned(), took);
+                }
+            }
         }
         let idle = match self.in_flight.get_mut(dest) {
             Some(n) => {

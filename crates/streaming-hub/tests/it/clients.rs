@@ -13,7 +13,7 @@ use streaming_hub_client::apis::{admin_api, subscriptions_api};
 use streaming_hub_client::{Client, Error, Event, Typed, models};
 
 use crate::receiver::{Receiver, Script};
-use crate::sdk::{cache_dir, compiled_typescript, repo};
+use crate::sdk::{cache_dir, compiled_typescript, repo, succeeded};
 use crate::support::{Backend, TestHub, until};
 
 /// A hub whose tenants may post 40 events a second (bursts of 20), so 100 events meet 429s.
@@ -33,16 +33,11 @@ async fn environment(hub: &TestHub, receiver: &Receiver, tenant: &str) -> Vec<(&
     ]
 }
 
-/// Runs a runner off the runtime's threads (the hub it talks to runs on them), asserts it
-/// succeeded and printed `ran` (so a live test that skipped fails here), and answers its output.
+/// Runs a runner (see [`succeeded`]) and asserts it printed `ran`, so a live test that skipped
+/// fails here.
 async fn run(what: &str, mut command: Command, ran: &str) {
-    let shown = format!("{command:?}");
-    let out = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("the runner's thread")
-        .unwrap_or_else(|e| panic!("{what} could not be started ({shown}): {e}"));
+    let out = succeeded(what, &mut command).await;
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{what} failed:\n{text}");
     assert!(text.contains(ran), "{what} did not run its live test (no {ran:?}):\n{text}");
 }
 

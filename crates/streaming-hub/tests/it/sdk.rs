@@ -35,9 +35,9 @@ fn captured(d: &Delivery, body: &[u8]) -> Value {
     json!({"headers": headers, "body": B64.encode(body)})
 }
 
-/// Runs a program off the runtime's threads (the hub it talks to runs on them) and reads the
-/// JSON it prints.
-async fn run(what: &str, command: &mut Command) -> Value {
+/// Runs a program off the runtime's threads (the hub it talks to runs on them), asserts it
+/// succeeded, and answers what it printed.
+pub(crate) async fn succeeded(what: &str, command: &mut Command) -> std::process::Output {
     let shown = format!("{command:?}");
     let mut command = std::mem::replace(command, Command::new("true"));
     let out = tokio::task::spawn_blocking(move || command.output())
@@ -50,6 +50,12 @@ async fn run(what: &str, command: &mut Command) -> Value {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+/// [`succeeded`], reading the JSON the program prints.
+async fn run(what: &str, command: &mut Command) -> Value {
+    let out = succeeded(what, command).await;
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{what} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
