@@ -530,12 +530,21 @@ async fn serving(address: &str, brokers: usize, within: Duration, what: &str, di
         if ready {
             return Ok(());
         }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{what} did not serve within {} s; see {}",
-            within.as_secs(),
-            dir.join("broker.err").display()
-        );
+        if Instant::now() >= deadline {
+            // The folder goes with the cluster or broker when the test ends: the error carries
+            // the end of what the JVM wrote.
+            let tail = |name: &str| {
+                let said = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+                let lines: Vec<&str> = said.lines().collect();
+                format!("{name}:\n{}", lines[lines.len().saturating_sub(15)..].join("\n"))
+            };
+            anyhow::bail!(
+                "{what} did not serve within {} s\n{}\n{}",
+                within.as_secs(),
+                tail("broker.log"),
+                tail("broker.err")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
