@@ -219,13 +219,15 @@ impl Inbox for PgStore {
     }
 
     async fn inbox_size(&self) -> StoreResult<i64> {
+        // The sum of the partitions' estimates (the partitioned table has none of its own);
         // `to_regclass` resolves `events` through the search_path (the configured schema).
-        let estimate: Option<f32> =
-            sqlx::query_scalar("SELECT reltuples FROM pg_class WHERE oid = to_regclass('events')")
-                .fetch_optional(&self.pool)
-                .await?
-                .flatten();
-        Ok(estimate.map_or(0, |n| n.max(0.0) as i64))
+        let estimate: Option<f64> = sqlx::query_scalar(
+            "SELECT sum(GREATEST(c.reltuples, 0))::float8 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE i.inhparent = to_regclass('events')",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(estimate.map_or(0, |n| n as i64))
     }
 }
 

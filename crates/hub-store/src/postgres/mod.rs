@@ -37,6 +37,7 @@ mod ingest;
 mod jobs;
 mod kept;
 mod operations;
+mod partitions;
 mod replays;
 mod rows;
 mod sessions;
@@ -223,9 +224,8 @@ impl PgStore {
         .await?
         .into_iter()
         .collect();
-        // One unique-index probe per id, whatever the table's statistics say: only the
-        // `(tenant_id, ce_id)` index can serve this row comparison in its order (see
-        // `events_by_seqs`).
+        // One unique-index probe per id, in the one partition its id's day selects (the LIMIT
+        // keeps the subquery a probe per id, never a join).
         let (probe_tenants, probe_ids): (Vec<&str>, Vec<Uuid>) = groups
             .iter()
             .flat_map(|(t, events)| events.iter().map(move |(_, e)| (*t, e.envelope.id().as_uuid())))
@@ -234,9 +234,7 @@ impl PgStore {
         let found: Vec<(String, Uuid, i64)> = sqlx::query_as(
             "SELECT e.tenant_id, e.ce_id, e.seq FROM UNNEST($1::text[], $2::uuid[]) AS u(tenant_id, ce_id)
              CROSS JOIN LATERAL (SELECT tenant_id, ce_id, seq FROM events
-                                 WHERE (tenant_id, ce_id) >= (u.tenant_id, u.ce_id)
-                                 ORDER BY tenant_id, ce_id LIMIT 1) e
-             WHERE e.tenant_id = u.tenant_id AND e.ce_id = u.ce_id",
+                                 WHERE tenant_id = u.tenant_id AND ce_id = u.ce_id LIMIT 1) e",
         )
         .bind(&probe_tenants)
         .bind(&probe_ids)

@@ -229,28 +229,30 @@ impl Operations for PgStore {
                     .rows_affected()
             }
             PruneKind::Events => {
-                let gone: Vec<(String, i64)> = sqlx::query_as(
-                    "DELETE FROM events WHERE (tenant_id, seq) IN (
-                        SELECT e.tenant_id, e.seq FROM events e
-                        WHERE e.received_at < $1
-                          AND NOT EXISTS (SELECT 1 FROM delivery_jobs j WHERE j.tenant_id = e.tenant_id AND j.event_seq = e.seq)
-                        ORDER BY e.received_at LIMIT $2)
-                     RETURNING tenant_id, seq",
-                )
-                .bind(older_than)
-                .bind(limit)
-                .fetch_all(&mut *tx)
-                .await?;
-                let (tenants, seqs): (Vec<String>, Vec<i64>) = gone.iter().cloned().unzip();
-                sqlx::query(
-                    "DELETE FROM pull_entries
-                     WHERE (tenant_id, COALESCE(event_seq, seq)) IN (SELECT * FROM UNNEST($1::text[], $2::bigint[]))",
-                )
-                .bind(&tenants)
-                .bind(&seqs)
-                .execute(&mut *tx)
-                .await?;
-                gone.len() as u64
+                let now = Utc::now();
+                let parts = partitions::list(&mut tx).await?;
+                if partitions::ensure_ahead(&mut tx, &parts, now).await? > 0 {
+                    // A day's partition is made in its own transaction, before the slower work.
+                    tx.commit().await?;
+                    tx = self.pool.begin().await?;
+                    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext($1))")
+                        .bind(&key)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    if !locked {
+                        return Ok(None);
+                    }
+                }
+                let mut deleted = partitions::drop_expired(&mut tx, &parts, older_than, now).await?;
+                let parts = partitions::list(&mut tx).await?;
+                for part in partitions::row_pruned(&parts, older_than) {
+                    let room = limit - i64::try_from(deleted).unwrap_or(limit);
+                    if room <= 0 {
+                        break;
+                    }
+                    deleted += partitions::delete_rows(&mut tx, part, older_than, room).await?;
+                }
+                deleted
             }
         };
         tx.commit().await?;

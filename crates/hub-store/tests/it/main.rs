@@ -8,6 +8,7 @@ mod dlq;
 mod filters;
 mod jobs;
 mod ordering;
+mod partitions;
 mod replays;
 mod retention;
 mod sessions;

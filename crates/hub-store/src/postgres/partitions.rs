@@ -1,0 +1,258 @@
+//! Inbox retention on the partitioned inbox (migrations 0021–0023).
+//!
+//! `events` is partitioned by the day of its ids (a UUIDv7 begins with its Unix time in
+//! milliseconds, so a UTC day is a range of ids): one partition a day, a default partition for
+//! ids of a day without one, and `events_legacy`, the table of the layout before, holding every id
+//! before the cutover day of the migration. Each retention pass:
+//!
+//! 1. creates the partitions of today and the next two days that are missing;
+//! 2. drops each partition whose day is over, whose events all arrived before the cutoff and
+//!    that no job refers to, with the pull-stream entries of its events: one catalog change
+//!    instead of a million row deletions, and no dead rows for vacuum;
+//! 3. deletes old events row by row, in bounded batches, only where a drop cannot do the work:
+//!    the default partition, the legacy table, and a day partition still there an hour past its
+//!    time (a job refers to one of its events, or an event came in with an id of that day long
+//!    after it).
+//!
+//! Events are kept exactly as long as before: each at least the retention after its arrival,
+//! none while a job refers to it.
+
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use sqlx::{Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::{StoreError, StoreResult};
+
+/// Partitions made ahead of the day they hold.
+const DAYS_AHEAD: i64 = 2;
+
+/// How long past its time a day partition waits to be dropped whole before its old events are
+/// deleted row by row.
+const DROP_GRACE: Duration = Duration::hours(1);
+
+/// One partition of `events`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Partition {
+    pub name: String,
+    /// When its ids end: `None` for the default partition.
+    pub ends: Option<DateTime<Utc>>,
+}
+
+impl Partition {
+    fn is_day(&self) -> bool {
+        day_of_name(&self.name).is_some()
+    }
+}
+
+/// The day a day partition's name says (`events_YYYYMMDD`).
+pub(crate) fn day_of_name(name: &str) -> Option<NaiveDate> {
+    let digits = name.strip_prefix("events_")?;
+    if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    NaiveDate::parse_from_str(digits, "%Y%m%d").ok()
+}
+
+/// The time a UUIDv7 begins with (its first 48 bits, milliseconds since the Unix epoch).
+pub(crate) fn id_time(id: Uuid) -> Option<DateTime<Utc>> {
+    let b = id.as_bytes();
+    let ms = b[..6].iter().fold(0_i64, |acc, byte| (acc << 8) | i64::from(*byte));
+    DateTime::from_timestamp_millis(ms)
+}
+
+/// The partitions of `events`, oldest first (the default partition last).
+pub(crate) async fn list(tx: &mut Transaction<'_, Postgres>) -> StoreResult<Vec<Partition>> {
+    let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT c.relname::text,
+                substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \\(''([0-9a-f-]+)''\\)')
+         FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'events'::regclass",
+    )
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut parts = rows
+        .into_iter()
+        .map(|(name, to)| {
+            let ends = match to {
+                None => None,
+                Some(to) => Some(
+                    Uuid::parse_str(&to)
+                        .ok()
+                        .and_then(id_time)
+                        .ok_or_else(|| StoreError::Corrupt(format!("partition {name} ends at {to}")))?,
+                ),
+            };
+            Ok(Partition { name, ends })
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    parts.sort_by_key(|p| (p.ends.is_none(), p.ends));
+    Ok(parts)
+}
+
+/// Creates the partitions of today and the next days that are missing (never one inside the
+/// range another partition already holds). Answers how many it created.
+pub(crate) async fn ensure_ahead(
+    tx: &mut Transaction<'_, Postgres>,
+    parts: &[Partition],
+    now: DateTime<Utc>,
+) -> StoreResult<u32> {
+    let covered_until = parts.iter().filter(|p| !p.is_day()).filter_map(|p| p.ends).max();
+    let mut created = 0;
+    for n in 0..=DAYS_AHEAD {
+        let day = now.date_naive() + Duration::days(n);
+        let starts = day.and_hms_opt(0, 0, 0).map(|t| t.and_utc());
+        if covered_until.is_some_and(|until| starts.is_some_and(|s| s < until)) {
+            continue;
+        }
+        let made: bool = sqlx::query_scalar("SELECT hub_event_partition($1)").bind(day).fetch_one(&mut **tx).await?;
+        created += u32::from(made);
+    }
+    Ok(created)
+}
+
+/// Drops every partition that may go whole (see the module), with its events' pull-stream
+/// entries. Answers the events dropped.
+pub(crate) async fn drop_expired(
+    tx: &mut Transaction<'_, Postgres>,
+    parts: &[Partition],
+    cutoff: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> StoreResult<u64> {
+    let mut dropped = 0;
+    for part in parts {
+        let Some(ends) = part.ends else { continue };
+        if ends > now {
+            continue;
+        }
+        let table = quoted(&part.name);
+        let recent: bool =
+            sqlx::query_scalar(&format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE received_at >= $1)"))
+                .bind(cutoff)
+                .fetch_one(&mut **tx)
+                .await?;
+        if recent {
+            continue;
+        }
+        let referred: bool = sqlx::query_scalar(&format!(
+            "SELECT EXISTS (SELECT 1 FROM {table} e
+                            WHERE EXISTS (SELECT 1 FROM delivery_jobs j
+                                          WHERE j.tenant_id = e.tenant_id AND j.event_seq = e.seq))"
+        ))
+        .fetch_one(&mut **tx)
+        .await?;
+        if referred {
+            continue;
+        }
+        // Pull-stream entries refer to an event by its seq: a matched one by `seq`, a replayed
+        // one by `event_seq` (each statement is served by its own index).
+        sqlx::query(&format!(
+            "DELETE FROM pull_entries p USING {table} e
+             WHERE p.event_seq IS NULL AND p.tenant_id = e.tenant_id AND p.seq = e.seq"
+        ))
+        .execute(&mut **tx)
+        .await?;
+        sqlx::query(&format!(
+            "DELETE FROM pull_entries p USING {table} e
+             WHERE p.event_seq IS NOT NULL AND p.tenant_id = e.tenant_id AND p.event_seq = e.seq"
+        ))
+        .execute(&mut **tx)
+        .await?;
+        let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(&mut **tx).await?;
+        // Dropping a partition takes the parent's strongest lock for an instant; behind a long
+        // reader it would hold up every writer queued after it, so it gives up instead and the
+        // next pass tries again.
+        sqlx::query("SET LOCAL lock_timeout = '2s'").execute(&mut **tx).await?;
+        sqlx::query(&format!("DROP TABLE {table}")).execute(&mut **tx).await?;
+        dropped += u64::try_from(count).unwrap_or(0);
+    }
+    Ok(dropped)
+}
+
+/// The partitions whose old events are deleted row by row: the default partition, the legacy
+/// table, and day partitions left an hour past their time.
+pub(crate) fn row_pruned(parts: &[Partition], cutoff: DateTime<Utc>) -> Vec<&Partition> {
+    parts.iter().filter(|p| !p.is_day() || p.ends.is_some_and(|ends| ends + DROP_GRACE <= cutoff)).collect()
+}
+
+/// Deletes up to `limit` events of `part` that arrived before `cutoff` and no job refers to,
+/// with their pull-stream entries. Answers how many.
+pub(crate) async fn delete_rows(
+    tx: &mut Transaction<'_, Postgres>,
+    part: &Partition,
+    cutoff: DateTime<Utc>,
+    limit: i64,
+) -> StoreResult<u64> {
+    let table = quoted(&part.name);
+    let gone: Vec<(String, i64)> = sqlx::query_as(&format!(
+        "DELETE FROM {table} WHERE (tenant_id, seq) IN (
+            SELECT e.tenant_id, e.seq FROM {table} e
+            WHERE e.received_at < $1
+              AND NOT EXISTS (SELECT 1 FROM delivery_jobs j WHERE j.tenant_id = e.tenant_id AND j.event_seq = e.seq)
+            ORDER BY e.received_at LIMIT $2)
+         RETURNING tenant_id, seq"
+    ))
+    .bind(cutoff)
+    .bind(limit)
+    .fetch_all(&mut **tx)
+    .await?;
+    let (tenants, seqs): (Vec<String>, Vec<i64>) = gone.iter().cloned().unzip();
+    sqlx::query(
+        "DELETE FROM pull_entries
+         WHERE (tenant_id, COALESCE(event_seq, seq)) IN (SELECT * FROM UNNEST($1::text[], $2::bigint[]))",
+    )
+    .bind(&tenants)
+    .bind(&seqs)
+    .execute(&mut **tx)
+    .await?;
+    Ok(gone.len() as u64)
+}
+
+/// A partition's name as an identifier (names are the store's own; quoted all the same).
+fn quoted(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(name: &str, ends: Option<&str>) -> Partition {
+        Partition {
+            name: name.into(),
+            ends: ends.map(|e| DateTime::parse_from_rfc3339(e).expect("time").with_timezone(&Utc)),
+        }
+    }
+
+    #[test]
+    fn a_day_uuid_begins_with_its_milliseconds() {
+        let id = Uuid::parse_str("019adc5b-e000-0000-0000-000000000000").expect("uuid");
+        assert_eq!(id_time(id).expect("time").to_rfc3339(), "2025-12-02T00:00:00+00:00");
+        assert_eq!(id_time(Uuid::nil()).expect("time").timestamp(), 0);
+        let now = Uuid::now_v7();
+        assert!((id_time(now).expect("time") - Utc::now()).num_seconds().abs() < 5);
+    }
+
+    #[test]
+    fn only_day_partitions_are_named_by_their_day() {
+        assert_eq!(day_of_name("events_20261203"), NaiveDate::from_ymd_opt(2026, 12, 3));
+        for other in ["events_legacy", "events_default", "events_2026120", "events_20261332", "jobs_20261203"] {
+            assert_eq!(day_of_name(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn rows_are_deleted_only_where_a_drop_cannot_do_the_work() {
+        let parts = [
+            part("events_legacy", Some("2026-12-05T00:00:00Z")),
+            part("events_20261205", Some("2026-12-06T00:00:00Z")),
+            part("events_20261206", Some("2026-12-07T00:00:00Z")),
+            part("events_default", None),
+        ];
+        let cutoff = DateTime::parse_from_rfc3339("2026-12-06T00:59:00Z").expect("time").with_timezone(&Utc);
+        let names: Vec<&str> = row_pruned(&parts, cutoff).iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["events_legacy", "events_default"], "the day just past its time waits to be dropped");
+        let names: Vec<&str> =
+            row_pruned(&parts, cutoff + Duration::minutes(1)).iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["events_legacy", "events_20261205", "events_default"], "an hour past its time");
+    }
+}

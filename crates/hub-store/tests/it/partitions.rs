@@ -1,0 +1,208 @@
+//! PostgreSQL only: the inbox partitioned by the day of its ids. Retention drops a day whole once
+//! it may go, deletes rows only where a drop cannot do the work, keeps what a job or a pull
+//! stream still needs; and a database of the layout before is migrated in place, its events still
+//! found, deduplicated and pruned.
+
+use std::borrow::Cow;
+
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use hub_core::SinkKind;
+use hub_store::{IngestRecord, PgStore, PruneKind, Store, WriteOutcome};
+use uuid::{NoContext, Timestamp, Uuid};
+
+use crate::support::{TestDb, accepted, subscription};
+
+/// A UUIDv7 of the time `at`.
+fn id_at(at: DateTime<Utc>) -> Uuid {
+    let nanos = at.timestamp_subsec_nanos();
+    Uuid::new_v7(Timestamp::from_unix(NoContext, u64::try_from(at.timestamp()).expect("after 1970"), nanos))
+}
+
+/// An event of `tenant` whose id is of `id_time` and which arrived at `received`.
+fn event(tenant: &str, id_time: DateTime<Utc>, received: DateTime<Utc>) -> (Uuid, IngestRecord) {
+    let id = id_at(id_time);
+    let mut record = accepted(tenant, id);
+    if let IngestRecord::Accepted(e) = &mut record {
+        e.received_at = received;
+    }
+    (id, record)
+}
+
+fn today() -> NaiveDate {
+    Utc::now().date_naive()
+}
+
+/// Noon of the day `days` from today.
+fn noon(days: i64) -> DateTime<Utc> {
+    (today() + Duration::days(days)).and_hms_opt(12, 0, 0).expect("noon").and_utc()
+}
+
+/// The partitions of `events` by name, sorted.
+async fn partitions(store: &PgStore) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'events'::regclass ORDER BY 1",
+    )
+    .fetch_all(store.pool())
+    .await
+    .expect("partitions")
+}
+
+/// Which partition holds the event `id`.
+async fn partition_of(store: &PgStore, id: Uuid) -> String {
+    sqlx::query_scalar("SELECT tableoid::regclass::text FROM events WHERE ce_id = $1")
+        .bind(id)
+        .fetch_one(store.pool())
+        .await
+        .expect("partition of event")
+}
+
+fn day_name(days: i64) -> String {
+    format!("events_{}", (today() + Duration::days(days)).format("%Y%m%d"))
+}
+
+async fn seq_of(db: &TestDb, tenant: &str, id: Uuid) -> Option<i64> {
+    db.store.event_by_ce_id(tenant, id).await.expect("read").map(|e| e.seq)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_drops_whole_days_and_deletes_rows_only_where_it_must() {
+    let db = TestDb::postgres().await;
+    let pg = db.postgres_store().expect("postgres");
+    // A store that has run for a while: day partitions from ten days ago on (the table of the
+    // layout before, empty on a new install, gives way to them).
+    db.execute("ALTER TABLE events DETACH PARTITION events_legacy").await;
+    db.execute("DROP TABLE events_legacy").await;
+    db.execute("SELECT hub_event_partition(((now() AT TIME ZONE 'UTC')::date - 10) + n) FROM generate_series(0, 1) n")
+        .await;
+    db.execute("SELECT hub_event_partition(((now() AT TIME ZONE 'UTC')::date - 6) + n) FROM generate_series(0, 5) n")
+        .await;
+    let before = partitions(pg).await;
+    assert!(before.contains(&day_name(-10)) && before.contains(&day_name(-1)), "{before:?}");
+    assert!(!before.contains(&day_name(-8)), "no partition for eight days ago: {before:?}");
+
+    let pull = subscription("t2", SinkKind::Pull, &["*.*"], None);
+    db.store.create_subscription(&pull).await.expect("pull");
+    let push = subscription("t3", SinkKind::Webhook, &["*.*"], None);
+    db.store.create_subscription(&push).await.expect("push");
+    // Nine days ago: one event, nothing refers to it. The day goes whole.
+    let (gone, e1) = event("t1", noon(-9), noon(-9));
+    // Nine days ago too, in a pull stream: its entry goes with the day.
+    let (pulled, e2) = event("t2", noon(-9), noon(-9));
+    // Ten days ago: one event a push job still needs, and one nothing needs. The day stays,
+    // and only the one nothing needs is deleted (the day is long past its time).
+    let (needed, e3) = event("t3", noon(-10), noon(-10));
+    let (spare, e4) = event("t4", noon(-10) + Duration::minutes(1), noon(-10));
+    // Eight days ago there is no partition: the default one takes it, and retention deletes it
+    // as a row.
+    let (stray, e5) = event("t5", noon(-8), noon(-8));
+    // Six days ago: within retention.
+    let (recent, e6) = event("t6", noon(-6), noon(-6));
+    // An id of five days ago that arrived only now: its day stays until it is old too.
+    let (late, e7) = event("t7", noon(-5), Utc::now());
+    db.store.write_batch(&[e1, e2, e3, e4, e5, e6, e7]).await.expect("write");
+    assert_eq!(partition_of(pg, gone).await, day_name(-9));
+    assert_eq!(partition_of(pg, stray).await, "events_default");
+    db.execute("ANALYZE events").await;
+    assert_eq!(db.store.inbox_size().await.expect("size"), 7, "the partitions' estimates, summed");
+    let stream = db.store.pull_events("t2", pull.id, 0, 10).await.expect("pull");
+    assert_eq!(stream.len(), 1, "the old event is in the pull stream");
+
+    let cutoff = Utc::now() - Duration::days(7);
+    let pruned = db.store.prune(PruneKind::Events, cutoff, 100).await.expect("prune");
+    assert_eq!(pruned, Some(4), "the day of nine days ago (two events), the spare one and the stray one");
+    let after = partitions(pg).await;
+    assert!(!after.contains(&day_name(-9)), "dropped whole: {after:?}");
+    assert!(after.contains(&day_name(-10)), "a job still needs one of its events: {after:?}");
+    for (days, what) in [(-5, "a late event"), (-6, "recent events"), (0, "today"), (1, "tomorrow"), (2, "ahead")] {
+        assert!(after.contains(&day_name(days)), "{what}: {after:?}");
+    }
+    for (tenant, id, kept) in [
+        ("t1", gone, false),
+        ("t2", pulled, false),
+        ("t3", needed, true),
+        ("t4", spare, false),
+        ("t5", stray, false),
+        ("t6", recent, true),
+        ("t7", late, true),
+    ] {
+        assert_eq!(seq_of(&db, tenant, id).await.is_some(), kept, "{tenant}");
+    }
+    let entries: i64 = sqlx::query_scalar("SELECT count(*) FROM pull_entries WHERE subscription_id = $1")
+        .bind(pull.id)
+        .fetch_one(pg.pool())
+        .await
+        .expect("entries");
+    assert_eq!(entries, 0, "the dropped day's pull-stream entry went with it");
+    assert_eq!(db.store.prune(PruneKind::Events, cutoff, 100).await.expect("prune"), Some(0), "nothing more");
+
+    // An id of the dropped day, written again now, is a new event, in the default partition.
+    let (again, e8) = event("t1", noon(-9), Utc::now());
+    db.store.write_batch(&[e8]).await.expect("write");
+    assert_eq!(partition_of(pg, again).await, "events_default");
+    // An id of a day made ahead lands there; written twice, it is one event.
+    let (ahead, e9) = event("t1", noon(2), Utc::now());
+    let first = db.store.write_batch(std::slice::from_ref(&e9)).await.expect("write");
+    let second = db.store.write_batch(&[e9]).await.expect("write again");
+    assert_eq!(partition_of(pg, ahead).await, day_name(2));
+    match (&first[0], &second[0]) {
+        (WriteOutcome::Inserted { seq }, WriteOutcome::Duplicate { seq: again }) => assert_eq!(seq, again),
+        other => panic!("one event, then a duplicate: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_the_layout_before_is_migrated_in_place() {
+    // A schema at the layout before: every migration up to 0020.
+    let schema = hub_testkit::fresh_schema().await;
+    let old = PgStore::connect(&crate::support::postgres_dsn(), Some(&schema), 4).await.expect("connect");
+    let all = sqlx::migrate!("./migrations/postgres");
+    let before = sqlx::migrate::Migrator {
+        migrations: Cow::Owned(all.migrations.iter().filter(|m| m.version <= 20).cloned().collect()),
+        ..sqlx::migrate::Migrator::DEFAULT
+    };
+    before.run(old.pool()).await.expect("migrate to the layout before");
+    let plain: bool = sqlx::query_scalar("SELECT relkind = 'r' FROM pg_class WHERE oid = 'events'::regclass")
+        .fetch_one(old.pool())
+        .await
+        .expect("kind");
+    assert!(plain, "the layout before is one table");
+
+    let store: &dyn Store = &old;
+    let sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    store.create_subscription(&sub).await.expect("subscription");
+    let (aged, e1) = event("t1", Utc::now() - Duration::days(9), Utc::now() - Duration::days(9));
+    let (kept, e2) = event("t1", Utc::now(), Utc::now());
+    // A producer whose clock runs a week ahead.
+    let (ahead, e3) = event("t1", noon(7), Utc::now());
+    let written = store.write_batch(&[e1.clone(), e2.clone(), e3.clone()]).await.expect("write");
+    assert_eq!(written.len(), 3);
+    // The aged event's job is done with (retention deletes finished jobs first).
+    sqlx::query("DELETE FROM delivery_jobs").execute(old.pool()).await.expect("jobs");
+
+    store.migrate().await.expect("migrate to the partitioned inbox");
+    let parts = partitions(&old).await;
+    assert!(parts.contains(&"events_legacy".to_owned()) && parts.contains(&"events_default".to_owned()), "{parts:?}");
+    assert_eq!(partition_of(&old, kept).await, "events_legacy", "the table of the layout before, now a partition");
+    assert_ne!(partition_of(&old, ahead).await, "events_legacy", "an id past the cutover moved to its place");
+    // Every event is found by id and by seq, with its seq; written again, each is a duplicate.
+    let again = store.write_batch(&[e1, e2, e3]).await.expect("write again");
+    for (outcome, first) in again.iter().zip(&written) {
+        match (outcome, first) {
+            (WriteOutcome::Duplicate { seq }, WriteOutcome::Inserted { seq: stored }) => assert_eq!(seq, stored),
+            other => panic!("a duplicate of the stored event: {other:?}"),
+        }
+    }
+    let seqs: Vec<i64> = store.events_after("t1", 0, 10).await.expect("read").iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, vec![1, 2, 3]);
+    // A new event goes on from the last seq.
+    let (_, e4) = event("t1", Utc::now(), Utc::now());
+    match &store.write_batch(&[e4]).await.expect("write")[0] {
+        WriteOutcome::Inserted { seq: 4 } => {}
+        other => panic!("seq 4: {other:?}"),
+    }
+    // The old rows age out row by row.
+    let pruned = store.prune(PruneKind::Events, Utc::now() - Duration::days(7), 100).await;
+    assert_eq!(pruned.expect("prune"), Some(1));
+    assert!(store.event_by_ce_id("t1", aged).await.expect("read").is_none());
+}
