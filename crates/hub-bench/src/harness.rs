@@ -261,7 +261,7 @@ fn usage_of(pid: &str) -> (f64, f64) {
 }
 
 /// CPU seconds of every PostgreSQL process on this machine (the server and its backends).
-fn postgres_cpu() -> f64 {
+pub fn postgres_cpu() -> f64 {
     let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
     entries
         .filter_map(Result::ok)
@@ -869,4 +869,8 @@ pub fn f0(x: f64) -> String {
 
 pub fn f1(x: f64) -> String {
     format!("{x:.1}")
+}
+
+pub fn f2(x: f64) -> String {
+    format!("{x:.2}")
 }

@@ -133,7 +133,7 @@ async fn reference_insert(db: &Db, tenants: &[String], partitions: i32, n: usize
     let time = now.to_rfc3339();
     match db {
         Db::Postgres { pool, schema } => {
-            sqlx::query(&format!("CREATE TABLE {schema}.bench_reference (LIKE {schema}.events INCLUDING ALL)"))
+            sqlx::query(&format!("CREATE TABLE {schema}.bench_reference (LIKE {schema}.events_default INCLUDING ALL)"))
                 .execute(pool)
                 .await?;
             let sql = format!(

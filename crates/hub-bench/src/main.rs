@@ -7,6 +7,7 @@ mod fanout;
 mod harness;
 mod ingest;
 mod portal;
+mod retention;
 mod roles;
 mod routing;
 mod scenarios;
@@ -208,6 +209,21 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// Inbox retention at scale (PostgreSQL only): one day of events, loaded with COPY over eight
+    /// days, removed in the layout before (rows deleted) and in the partitioned inbox (a day
+    /// dropped), with a writer's latency before and during.
+    Retention {
+        #[arg(long, default_value_t = 10_000_000, value_parser = at_least_one)]
+        events: usize,
+        /// Bytes of each event's JSON payload.
+        #[arg(long, default_value_t = 1024, value_parser = at_least_one)]
+        payload: usize,
+        /// Events a second the writer ingests meanwhile.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        rate: u32,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -288,6 +304,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Roles { events, partitions, json } => {
             roles::roles(events, partitions, &json_path(json, "roles")).await
+        }
+        BenchScenario::Retention { events, payload, rate, json } => {
+            retention::retention(events, payload, rate, &json_path(json, "retention")).await
         }
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {

@@ -1,0 +1,314 @@
+//! The `retention` scenario (PostgreSQL only): what inbox retention costs at scale, in the layout
+//! before the partitioned inbox (one table; old events deleted in batches of 5 000, as the
+//! retention loop did) and in the partitioned one (a day dropped whole). Each layout, in a schema
+//! of its own, is loaded with `--events` events spread over eight whole UTC days with `COPY`;
+//! then, while a writer ingests `--rate` events a second through the store, the oldest day is
+//! retained away. Figures: the time retention takes, PostgreSQL's CPU meanwhile, the events gone,
+//! the writer's p50/p99 before and during, and what is left for vacuum.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use hub_store::prelude::*;
+use hub_store::{PgStore, PruneKind};
+use serde_json::{Value, json};
+use uuid::{NoContext, Timestamp, Uuid};
+
+use crate::harness::{f0, f1, f2, postgres_cpu, quantile_ms, write_json};
+
+/// Whole days of events loaded; the oldest is retained away.
+const DAYS: i64 = 8;
+/// Tenants the loaded events belong to.
+const TENANTS: usize = 10;
+/// Rows deleted per statement in the layout before (the retention loop's batch).
+const BATCH: u32 = 5000;
+/// How long the writer runs before retention starts.
+const BASELINE: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// One `events` table (migrations up to 0020).
+    OneTable,
+    /// The inbox partitioned by day (every migration).
+    Partitioned,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::OneTable => "one table, rows deleted",
+            Layout::Partitioned => "partitioned, day dropped",
+        }
+    }
+
+    fn key(self) -> &'static str {
+        match self {
+            Layout::OneTable => "one_table",
+            Layout::Partitioned => "partitioned",
+        }
+    }
+}
+
+/// `retention`: both layouts, one after the other.
+pub async fn retention(events: usize, payload: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
+    let dsn = std::env::var("STREAMING_HUB_POSTGRES_DSN")
+        .context("the retention scenario needs PostgreSQL: set STREAMING_HUB_POSTGRES_DSN")?;
+    let mut figures = json!({"events": events, "payload_bytes": payload, "days": DAYS, "rate": rate});
+    let mut rows = Vec::new();
+    for layout in [Layout::OneTable, Layout::Partitioned] {
+        let run = one_layout(&dsn, layout, events, payload, rate).await?;
+        rows.push((layout, run.clone()));
+        figures[layout.key()] = run;
+    }
+    println!("retention of one day of {events} events over {DAYS} days ({payload}-byte payloads), writer at {rate}/s");
+    for (layout, run) in &rows {
+        let get = |k: &str| run[k].as_f64().unwrap_or(f64::NAN);
+        println!("  {}", layout.name());
+        for (label, value) in [
+            ("load with COPY, events/s", f0(get("load_per_s"))),
+            ("events removed", f0(get("removed"))),
+            ("retention s", f2(get("retention_s"))),
+            ("PostgreSQL CPU s during retention", f2(get("retention_postgres_cpu_s"))),
+            ("writer p50 ms before / during", format!("{} / {}", f2(get("before_p50_ms")), f2(get("during_p50_ms")))),
+            ("writer p99 ms before / during", format!("{} / {}", f2(get("before_p99_ms")), f2(get("during_p99_ms")))),
+            ("writer max ms during", f1(get("during_max_ms"))),
+            ("dead rows left for vacuum", f0(get("dead_rows"))),
+            ("inbox MiB after", f0(get("inbox_mib_after"))),
+        ] {
+            println!("    {label:<40} {value:>16}");
+        }
+    }
+    write_json(&figures, json_out)
+}
+
+async fn one_layout(dsn: &str, layout: Layout, events: usize, payload: usize, rate: u32) -> anyhow::Result<Value> {
+    let admin = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(dsn).await.context("connecting")?;
+    let schema = format!("shbench_{}", Uuid::now_v7().simple());
+    sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await?;
+    let result = measure(dsn, &schema, layout, events, payload, rate).await;
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await?;
+    result
+}
+
+async fn measure(
+    dsn: &str,
+    schema: &str,
+    layout: Layout,
+    events: usize,
+    payload: usize,
+    rate: u32,
+) -> anyhow::Result<Value> {
+    let store = PgStore::connect(dsn, Some(schema), 8).await?;
+    let today = Utc::now().date_naive().and_hms_opt(0, 0, 0).context("midnight")?.and_utc();
+    let first = today - chrono::Duration::days(DAYS);
+    match layout {
+        Layout::OneTable => {
+            let all = sqlx::migrate!("../hub-store/migrations/postgres");
+            let before = sqlx::migrate::Migrator {
+                migrations: std::borrow::Cow::Owned(
+                    all.migrations.iter().filter(|m| m.version <= 20).cloned().collect(),
+                ),
+                ..sqlx::migrate::Migrator::DEFAULT
+            };
+            before.run(store.pool()).await?;
+        }
+        Layout::Partitioned => {
+            store.migrate().await?;
+            // An install that has run for the eight days: a partition per day.
+            for sql in [
+                "ALTER TABLE events DETACH PARTITION events_legacy",
+                "DROP TABLE events_legacy",
+                &format!(
+                    "SELECT hub_event_partition(((now() AT TIME ZONE 'UTC')::date - {DAYS}) + n) \
+                     FROM generate_series(0, {DAYS} + 2) n"
+                ),
+            ] {
+                sqlx::query(sql).execute(store.pool()).await?;
+            }
+        }
+    }
+    let started = Instant::now();
+    load(&store, first, today, events, payload).await?;
+    let load_s = started.elapsed().as_secs_f64();
+    sqlx::query("ANALYZE events").execute(store.pool()).await?;
+    sqlx::query("CHECKPOINT").execute(store.pool()).await?;
+
+    // The writer: one event a call, paced at `rate`, each call's latency noted with when it began.
+    let samples: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (store, samples, stop) = (store.clone(), samples.clone(), stop.clone());
+        tokio::spawn(async move {
+            let gap = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+            let mut next = Instant::now();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let record = hub_testkit::accepted_with(
+                    hub_testkit::event_headers("live", Uuid::now_v7(), "payment", "settled"),
+                    br#"{"amount":1}"#,
+                );
+                let began = Instant::now();
+                store.write_batch(&[record]).await?;
+                samples.lock().expect("samples").push((began, began.elapsed().as_micros() as u64));
+                next += gap;
+                tokio::time::sleep_until(next.into()).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    tokio::time::sleep(BASELINE).await;
+    let cutoff = first + chrono::Duration::days(1);
+    let cpu_before = postgres_cpu();
+    let retention_began = Instant::now();
+    let removed = match layout {
+        Layout::OneTable => delete_in_batches(&store, cutoff).await?,
+        Layout::Partitioned => {
+            let mut removed = 0;
+            loop {
+                let n = store.prune(PruneKind::Events, cutoff, BATCH).await?.context("the prune lock was taken")?;
+                removed += n;
+                if n < u64::from(BATCH) {
+                    break removed;
+                }
+            }
+        }
+    };
+    let retention_s = retention_began.elapsed().as_secs_f64();
+    let retention_cpu = postgres_cpu() - cpu_before;
+    // At least a few seconds of writes during retention, however quick it was.
+    tokio::time::sleep(Duration::from_secs(3).saturating_sub(retention_began.elapsed())).await;
+    let during_until = Instant::now().max(retention_began + Duration::from_secs(3));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await??;
+    let samples = samples.lock().expect("samples").clone();
+    let phase = |from: Instant, to: Instant| {
+        let mut v: Vec<u64> = samples.iter().filter(|(at, _)| *at >= from && *at < to).map(|(_, us)| *us).collect();
+        v.sort_unstable();
+        v
+    };
+    let before = phase(retention_began - BASELINE, retention_began);
+    let during = phase(retention_began, during_until);
+    anyhow::ensure!(!before.is_empty() && !during.is_empty(), "the writer wrote nothing");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE received_at < $1 AND tenant_id <> 'live'")
+        .bind(cutoff)
+        .fetch_one(store.pool())
+        .await?;
+    anyhow::ensure!(left == 0, "{left} events older than the cutoff are left");
+    let dead: Option<i64> = sqlx::query_scalar(
+        "SELECT sum(n_dead_tup)::bigint FROM pg_stat_user_tables WHERE schemaname = $1 AND relname LIKE 'events%'",
+    )
+    .bind(schema)
+    .fetch_one(store.pool())
+    .await?;
+    let bytes: Option<i64> = sqlx::query_scalar(
+        "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = $1 AND c.relname LIKE 'events%' AND c.relkind IN ('r', 'p')",
+    )
+    .bind(schema)
+    .fetch_one(store.pool())
+    .await?;
+    store.pool().close().await;
+    Ok(json!({
+        "load_s": load_s,
+        "load_per_s": events as f64 / load_s,
+        "removed": removed,
+        "retention_s": retention_s,
+        "retention_postgres_cpu_s": retention_cpu,
+        "before_p50_ms": quantile_ms(&before, 0.5),
+        "before_p99_ms": quantile_ms(&before, 0.99),
+        "during_p50_ms": quantile_ms(&during, 0.5),
+        "during_p99_ms": quantile_ms(&during, 0.99),
+        "during_max_ms": quantile_ms(&during, 1.0),
+        "during_writes": during.len(),
+        "dead_rows": dead.unwrap_or(0),
+        "inbox_mib_after": bytes.unwrap_or(0) as f64 / 1048576.0,
+    }))
+}
+
+/// Loads `events` events spread evenly from `first` to `until` with one `COPY`: ten tenants,
+/// each event's id of its arrival time, payloads of `payload` bytes of JSON.
+async fn load(
+    store: &PgStore,
+    first: DateTime<Utc>,
+    until: DateTime<Utc>,
+    events: usize,
+    payload: usize,
+) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let mut conn = store.pool().acquire().await?;
+    let mut copy = conn
+        .copy_in_raw(
+            "COPY events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type, event_time, \
+             schema_version, extensions, payload, origin, received_at) FROM STDIN",
+        )
+        .await?;
+    let span_us = (until - first).num_microseconds().context("span")?;
+    let pad = "x".repeat(payload.saturating_sub(24));
+    let mut seqs = [0_i64; TENANTS];
+    let mut chunk = String::with_capacity(8 << 20);
+    for i in 0..events {
+        let at = first + chrono::Duration::microseconds(span_us * i as i64 / events as i64);
+        let tenant = i % TENANTS;
+        seqs[tenant] += 1;
+        let id = Uuid::new_v7(Timestamp::from_unix(
+            NoContext,
+            u64::try_from(at.timestamp()).context("before 1970")?,
+            at.timestamp_subsec_nanos(),
+        ));
+        let body = format!(r#"{{"n":{i:>12},"p":"{pad}"}}"#);
+        let stamp = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        write!(
+            chunk,
+            "bench{tenant}\t{}\t{id}\tbench\tstudio.lerian.bench.payment.settled\tpayment\tsettled\t{stamp}\t1.0.0\t{{}}\t\\\\x",
+            seqs[tenant]
+        )?;
+        for b in body.as_bytes() {
+            write!(chunk, "{b:02x}")?;
+        }
+        writeln!(chunk, "\tkafka\t{stamp}")?;
+        if chunk.len() >= 4 << 20 {
+            copy.send(chunk.as_bytes()).await?;
+            chunk.clear();
+        }
+    }
+    copy.send(chunk.as_bytes()).await?;
+    copy.finish().await?;
+    Ok(())
+}
+
+/// Retention as the layout before did it: statements of `BATCH` rows, oldest first, each in its
+/// own transaction with the events' pull-stream entries, until one comes back short.
+async fn delete_in_batches(store: &PgStore, cutoff: DateTime<Utc>) -> anyhow::Result<u64> {
+    let mut removed = 0;
+    loop {
+        let mut tx = store.pool().begin().await?;
+        let gone: Vec<(String, i64)> = sqlx::query_as(
+            "DELETE FROM events WHERE (tenant_id, seq) IN (
+                SELECT e.tenant_id, e.seq FROM events e
+                WHERE e.received_at < $1
+                  AND NOT EXISTS (SELECT 1 FROM delivery_jobs j WHERE j.tenant_id = e.tenant_id AND j.event_seq = e.seq)
+                ORDER BY e.received_at LIMIT $2)
+             RETURNING tenant_id, seq",
+        )
+        .bind(cutoff)
+        .bind(i64::from(BATCH))
+        .fetch_all(&mut *tx)
+        .await?;
+        let (tenants, seqs): (Vec<String>, Vec<i64>) = gone.iter().cloned().unzip();
+        sqlx::query(
+            "DELETE FROM pull_entries
+             WHERE (tenant_id, COALESCE(event_seq, seq)) IN (SELECT * FROM UNNEST($1::text[], $2::bigint[]))",
+        )
+        .bind(&tenants)
+        .bind(&seqs)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        removed += gone.len() as u64;
+        if gone.len() < BATCH as usize {
+            return Ok(removed);
+        }
+    }
+}
