@@ -64,7 +64,16 @@ impl StoreError {
     /// The database is briefly out of reach (a lost connection, none free in time, nothing
     /// answering): the same statement may well succeed a moment later, unlike a refusal.
     pub fn is_transient(&self) -> bool {
-        self.is_connection_lost() || matches!(self, Self::Unreachable(_) | Self::Database(sqlx::Error::PoolTimedOut))
+        self.is_connection_lost()
+            || self.is_inbox_migrating()
+            || matches!(self, Self::Unreachable(_) | Self::Database(sqlx::Error::PoolTimedOut))
+    }
+
+    /// An id past the cutover day refused while the inbox becomes partitioned (migrations
+    /// 0021–0023 on PostgreSQL): the last step takes it a moment later.
+    fn is_inbox_migrating(&self) -> bool {
+        matches!(self, Self::Database(sqlx::Error::Database(e))
+            if e.code().as_deref() == Some("23514") && e.constraint() == Some("events_before_cutover"))
     }
 }
 

@@ -231,19 +231,18 @@ impl Operations for PgStore {
             PruneKind::Events => {
                 let now = Utc::now();
                 let parts = partitions::list(&mut tx).await?;
-                if partitions::ensure_ahead(&mut tx, &parts, now).await? > 0 {
-                    // A day's partition is made in its own transaction, before the slower work.
-                    tx.commit().await?;
-                    tx = self.pool.begin().await?;
-                    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext($1))")
-                        .bind(&key)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    if !locked {
-                        return Ok(None);
-                    }
+                partitions::ensure_ahead(&mut tx, &parts, now).await?;
+                // A day's partitions are made, and each partition is dropped, in a transaction of
+                // its own: a drop holds the parent table's strongest lock until its commit, so no
+                // slower work may follow it in one.
+                let mut deleted = 0;
+                for part in partitions::drop_candidates(&parts, now) {
+                    let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
+                    tx = next;
+                    deleted += partitions::drop_if_expired(&mut tx, part, older_than).await?;
                 }
-                let mut deleted = partitions::drop_expired(&mut tx, &parts, older_than, now).await?;
+                let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
+                tx = next;
                 let parts = partitions::list(&mut tx).await?;
                 for part in partitions::row_pruned(&parts, older_than) {
                     let room = limit - i64::try_from(deleted).unwrap_or(limit);
@@ -348,5 +347,21 @@ impl Operations for PgStore {
         .as_ref()
         .map(api_key_from_row)
         .transpose()
+    }
+}
+
+impl PgStore {
+    /// Commits `tx` and begins the next transaction of a prune pass, holding its lock again:
+    /// `None` when another replica took the lock in between.
+    async fn recommit(
+        &self,
+        tx: sqlx::Transaction<'static, sqlx::Postgres>,
+        key: &str,
+    ) -> StoreResult<Option<sqlx::Transaction<'static, sqlx::Postgres>>> {
+        tx.commit().await?;
+        let mut tx = self.pool.begin().await?;
+        let locked: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtext($1))").bind(key).fetch_one(&mut *tx).await?;
+        Ok(locked.then_some(tx))
     }
 }

@@ -110,62 +110,58 @@ pub(crate) async fn ensure_ahead(
     Ok(created)
 }
 
-/// Drops every partition that may go whole (see the module), with its events' pull-stream
-/// entries. Answers the events dropped.
-pub(crate) async fn drop_expired(
+/// The partitions whose time is over, oldest first: each is dropped whole if it may go.
+pub(crate) fn drop_candidates(parts: &[Partition], now: DateTime<Utc>) -> Vec<&Partition> {
+    parts.iter().filter(|p| p.ends.is_some_and(|ends| ends <= now)).collect()
+}
+
+/// Drops `part` with its events' pull-stream entries when every event in it arrived before
+/// `cutoff` and no job refers to one of them. Answers the events dropped (0 when it stays).
+pub(crate) async fn drop_if_expired(
     tx: &mut Transaction<'_, Postgres>,
-    parts: &[Partition],
+    part: &Partition,
     cutoff: DateTime<Utc>,
-    now: DateTime<Utc>,
 ) -> StoreResult<u64> {
-    let mut dropped = 0;
-    for part in parts {
-        let Some(ends) = part.ends else { continue };
-        if ends > now {
-            continue;
-        }
-        let table = quoted(&part.name);
-        let recent: bool =
-            sqlx::query_scalar(&format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE received_at >= $1)"))
-                .bind(cutoff)
-                .fetch_one(&mut **tx)
-                .await?;
-        if recent {
-            continue;
-        }
-        let referred: bool = sqlx::query_scalar(&format!(
-            "SELECT EXISTS (SELECT 1 FROM {table} e
-                            WHERE EXISTS (SELECT 1 FROM delivery_jobs j
-                                          WHERE j.tenant_id = e.tenant_id AND j.event_seq = e.seq))"
-        ))
+    let table = quoted(&part.name);
+    // Served by the partition's index on `received_at`.
+    let recent: bool = sqlx::query_scalar(&format!("SELECT EXISTS (SELECT 1 FROM {table} WHERE received_at >= $1)"))
+        .bind(cutoff)
         .fetch_one(&mut **tx)
         .await?;
-        if referred {
-            continue;
-        }
-        // Pull-stream entries refer to an event by its seq: a matched one by `seq`, a replayed
-        // one by `event_seq` (each statement is served by its own index).
-        sqlx::query(&format!(
-            "DELETE FROM pull_entries p USING {table} e
-             WHERE p.event_seq IS NULL AND p.tenant_id = e.tenant_id AND p.seq = e.seq"
-        ))
-        .execute(&mut **tx)
-        .await?;
-        sqlx::query(&format!(
-            "DELETE FROM pull_entries p USING {table} e
-             WHERE p.event_seq IS NOT NULL AND p.tenant_id = e.tenant_id AND p.event_seq = e.seq"
-        ))
-        .execute(&mut **tx)
-        .await?;
-        let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(&mut **tx).await?;
-        // Dropping a partition takes the parent's strongest lock for an instant; behind a long
-        // reader it would hold up every writer queued after it, so it gives up instead and the
-        // next pass tries again.
-        sqlx::query("SET LOCAL lock_timeout = '2s'").execute(&mut **tx).await?;
-        sqlx::query(&format!("DROP TABLE {table}")).execute(&mut **tx).await?;
-        dropped += u64::try_from(count).unwrap_or(0);
+    if recent {
+        return Ok(0);
     }
-    Ok(dropped)
+    let referred: bool = sqlx::query_scalar(&format!(
+        "SELECT EXISTS (SELECT 1 FROM {table} e
+                        WHERE EXISTS (SELECT 1 FROM delivery_jobs j
+                                      WHERE j.tenant_id = e.tenant_id AND j.event_seq = e.seq))"
+    ))
+    .fetch_one(&mut **tx)
+    .await?;
+    if referred {
+        return Ok(0);
+    }
+    // Pull-stream entries refer to an event by its seq: a matched one by `seq`, a replayed one by
+    // `event_seq` (each statement is served by its own index).
+    sqlx::query(&format!(
+        "DELETE FROM pull_entries p USING {table} e
+         WHERE p.event_seq IS NULL AND p.tenant_id = e.tenant_id AND p.seq = e.seq"
+    ))
+    .execute(&mut **tx)
+    .await?;
+    sqlx::query(&format!(
+        "DELETE FROM pull_entries p USING {table} e
+         WHERE p.event_seq IS NOT NULL AND p.tenant_id = e.tenant_id AND p.event_seq = e.seq"
+    ))
+    .execute(&mut **tx)
+    .await?;
+    let count: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(&mut **tx).await?;
+    // Dropping a partition takes the parent's strongest lock until the commit that follows; behind
+    // a long reader it would hold up every writer queued after it, so it gives up instead and the
+    // next pass tries again.
+    sqlx::query("SET LOCAL lock_timeout = '2s'").execute(&mut **tx).await?;
+    sqlx::query(&format!("DROP TABLE {table}")).execute(&mut **tx).await?;
+    Ok(u64::try_from(count).unwrap_or(0))
 }
 
 /// The partitions whose old events are deleted row by row: the default partition, the legacy

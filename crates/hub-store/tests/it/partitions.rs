@@ -206,3 +206,27 @@ async fn a_database_of_the_layout_before_is_migrated_in_place() {
     assert_eq!(pruned.expect("prune"), Some(1));
     assert!(store.event_by_ce_id("t1", aged).await.expect("read").is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_the_migration_runs_an_id_past_the_cutover_is_refused_for_a_retry() {
+    // A database between the first step of the migration and the last (a replica of the version
+    // before still writing while the new one migrates).
+    let schema = hub_testkit::fresh_schema().await;
+    let pg = PgStore::connect(&crate::support::postgres_dsn(), Some(&schema), 4).await.expect("connect");
+    let all = sqlx::migrate!("./migrations/postgres");
+    let first_step = sqlx::migrate::Migrator {
+        migrations: Cow::Owned(all.migrations.iter().filter(|m| m.version <= 21).cloned().collect()),
+        ..sqlx::migrate::Migrator::DEFAULT
+    };
+    first_step.run(pg.pool()).await.expect("migrate to the first step");
+    let store: &dyn Store = &pg;
+    let (_, now) = event("t1", Utc::now(), Utc::now());
+    assert!(matches!(store.write_batch(&[now]).await.expect("write")[..], [WriteOutcome::Inserted { .. }]));
+    let (ahead, e) = event("t1", noon(7), Utc::now());
+    let refused = store.write_batch(std::slice::from_ref(&e)).await.expect_err("an id past the cutover");
+    assert!(refused.is_transient(), "answered as a database briefly out of reach, not a failure: {refused}");
+    // Once the migration is done, the same write is taken.
+    store.migrate().await.expect("migrate to the partitioned inbox");
+    assert!(matches!(store.write_batch(&[e]).await.expect("write again")[..], [WriteOutcome::Inserted { .. }]));
+    assert!(store.event_by_ce_id("t1", ahead).await.expect("read").is_some());
+}
