@@ -48,6 +48,8 @@ pub mod metric {
     pub const CONSUMER_LAG: &str = "streaming_hub_kafka_consumer_lag";
     /// `{kind}`: records deleted by retention.
     pub const PRUNED: &str = "streaming_hub_pruned_records_total";
+    /// `{kind}`: when this replica last finished a retention pass of the kind (Unix seconds).
+    pub const RETENTION_DONE: &str = "streaming_hub_retention_last_pass_timestamp_seconds";
     /// Subscriptions disabled automatically.
     pub const AUTO_DISABLED: &str = "streaming_hub_subscriptions_auto_disabled_total";
     /// Connections answered 503 and closed because the server had its maximum open.
@@ -217,6 +219,10 @@ fn describe() {
     );
     metrics::describe_gauge!(metric::INBOX_EVENTS, "Events in the inbox (an estimate on PostgreSQL)");
     metrics::describe_counter!(metric::PRUNED, "Records deleted by retention, by kind");
+    metrics::describe_gauge!(
+        metric::RETENTION_DONE,
+        "When this replica last finished a retention pass, by kind (Unix seconds)"
+    );
     metrics::describe_gauge!(metric::CONSUMER_LAG, "Kafka consumer lag per partition, in records");
     metrics::describe_counter!(metric::DELIVERY_FAILURES, "Failed delivery attempts, by sink and failure kind");
     metrics::describe_counter!(metric::VERIFICATION_FAILURES, "Failed verification probes, by sink and failure kind");
