@@ -42,13 +42,17 @@ pub fn made_before_mark(age: Duration) -> bool {
     u64::try_from(made.as_millis()).unwrap_or(u64::MAX) < mark
 }
 
-/// Refuses a new connection to a server that cannot take writes, as an I/O error: to every
-/// caller it is a database not reachable yet, tried again.
-pub async fn check_writable(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
-    let (recovering, read_only): (bool, String) =
-        sqlx::query_as("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
-            .fetch_one(&mut *conn)
-            .await?;
+/// Prepares a new connection, in one round trip. Its session does without JIT compilation: the
+/// hub's statements each touch a few rows, but on a large job table the planner's estimates pass
+/// `jit_above_cost`, and a claim that ran in a millisecond was compiled for a second first (a
+/// fan-out's backlog; docs/DECISIONS.md). And a server that cannot take writes is refused, as an
+/// I/O error: to every caller it is a database not reachable yet, tried again.
+pub async fn prepare_session(conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+    let (recovering, read_only, _): (bool, String, String) = sqlx::query_as(
+        "SELECT pg_is_in_recovery(), current_setting('transaction_read_only'), set_config('jit', 'off', false)",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
     if recovering || read_only == "on" {
         let what = if recovering { "a standby in recovery" } else { "read-only (default_transaction_read_only)" };
         return Err(sqlx::Error::Io(std::io::Error::new(

@@ -94,7 +94,7 @@ impl PgStore {
             Ok(Err(sqlx::Error::Io(e))) => return Err(StoreError::Unreachable(format!("{place}: {e}"))),
             Ok(Err(e)) => return Err(e.into()),
             Ok(Ok(mut probe)) => {
-                let writable = failover::check_writable(&mut probe).await;
+                let writable = failover::prepare_session(&mut probe).await;
                 let _ = probe.close().await;
                 if let Err(sqlx::Error::Io(e)) = writable {
                     return Err(StoreError::Unreachable(format!("{place}: {e}")));
@@ -113,7 +113,7 @@ impl PgStore {
             .max_connections(max_connections)
             .acquire_timeout(std::time::Duration::from_secs(10))
             .test_before_acquire(false)
-            .after_connect(|conn, _| Box::pin(failover::check_writable(conn)))
+            .after_connect(|conn, _| Box::pin(failover::prepare_session(conn)))
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
                     // Made before a write was refused as read-only: to a server that lost its

@@ -110,3 +110,30 @@ async fn closing_the_store_ends_its_sessions() {
     until_gone(&admin, &pids, "sessions of the closed store").await;
     admin.pool().close().await;
 }
+
+/// Every session of the store runs without JIT compilation, the server's default
+/// notwithstanding: on a large job table the estimates of a claim pass `jit_above_cost`, and
+/// compiling it took a thousand times as long as running it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_run_without_jit() {
+    let db = TestDb::postgres().await;
+    let admin = PgStore::connect(&postgres_dsn(), None, 1).await.expect("admin connection");
+    let server_default: String = sqlx::query_scalar("SELECT boot_val FROM pg_settings WHERE name = 'jit'")
+        .fetch_one(admin.pool())
+        .await
+        .expect("setting");
+    assert_eq!(server_default, "on", "the server compiles by default, so the test can tell");
+    // Hot statements keep connections of their own, taken from the pool; then half the pool.
+    db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
+    db.store.claim_jobs(&claim(2, None)).await.expect("claim");
+    let pool = db.postgres_store().expect("a PostgreSQL store").pool();
+    let mut held = Vec::new();
+    while held.len() < pool.options().get_max_connections() as usize / 2 {
+        held.push(pool.acquire().await.expect("acquire"));
+    }
+    for conn in &mut held {
+        let jit: String =
+            sqlx::query_scalar("SELECT current_setting('jit')").fetch_one(&mut **conn).await.expect("jit");
+        assert_eq!(jit, "off");
+    }
+}
