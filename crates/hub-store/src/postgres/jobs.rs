@@ -12,6 +12,10 @@ const UNBLOCKED: &str = "j.ordering_key IS NULL OR NOT EXISTS (
     WHERE e.subscription_id = j.subscription_id AND e.ordering_key = j.ordering_key AND e.event_seq < j.event_seq
       AND e.state IN ('pending', 'leased', 'held'))";
 
+/// How many of a tenant's oldest due jobs a claim reads, per job of its share, before it falls
+/// back to reading each deliverable subscription's own oldest.
+const WINDOW: u32 = 8;
+
 #[async_trait]
 impl JobQueue for PgStore {
     async fn list_jobs(
@@ -47,22 +51,46 @@ impl JobQueue for PgStore {
         // updated by their row address, so the plan does not depend on how fresh the job table's
         // statistics are. `wants` lists the tenants as `t(tenant_id, want)`.
         let lease = |wants: &str| {
+            // A window of the tenant's oldest due jobs, those of them deliverable: when it holds
+            // the tenant's share, it is all the claim reads (a tenant fanning out to a hundred
+            // subscriptions costs one short index scan, not one per subscription).
+            let window = format!(
+                "SELECT j.row, j.due_at FROM (
+                     SELECT j.ctid AS row, j.due_at, j.subscription_id, j.ordering_key, j.event_seq
+                     FROM delivery_jobs j
+                     WHERE j.tenant_id = t.tenant_id AND j.state = 'pending' AND j.due_at <= $2
+                     ORDER BY j.due_at LIMIT {WINDOW} * t.want) j
+                 JOIN subscriptions s ON s.id = j.subscription_id
+                 WHERE s.enabled AND s.verification_state = 'active' AND NOT (s.id = ANY($5))
+                   AND ({UNBLOCKED})"
+            );
             format!(
                 "UPDATE delivery_jobs j SET state = 'leased', lease_expires_at = $3, lease_token = $4, updated_at = $2
                  FROM (SELECT c.row, t.want FROM {wants}
                        CROSS JOIN LATERAL (
-                           -- Per deliverable subscription its oldest due jobs, so an excluded
-                           -- subscription's backlog is never walked; then the tenant's oldest.
-                           SELECT d.row FROM subscriptions s
-                           CROSS JOIN LATERAL (
-                               SELECT j.ctid AS row, j.due_at FROM delivery_jobs j
-                               WHERE j.subscription_id = s.id AND j.state = 'pending' AND j.due_at <= $2
-                                 AND ({UNBLOCKED})
-                               ORDER BY j.due_at LIMIT t.want
-                               FOR UPDATE SKIP LOCKED) d
-                           WHERE s.tenant_id = t.tenant_id AND s.enabled AND s.verification_state = 'active'
-                             AND NOT (s.id = ANY($5))
-                           ORDER BY d.due_at LIMIT t.want) c
+                           -- Candidates: the window's, or, when it holds fewer than the share
+                           -- (its oldest jobs are an excluded subscription's backlog), per
+                           -- deliverable subscription its oldest due jobs, so that backlog is
+                           -- never walked. Candidates are read without a lock; of them the
+                           -- tenant's oldest are locked and leased, a job another claim holds
+                           -- passed over for the next, so a claim locks only what it leases.
+                           SELECT k.ctid AS row FROM (
+                               ({window} ORDER BY j.due_at LIMIT 2 * t.want)
+                               UNION
+                               (SELECT d.row, d.due_at FROM subscriptions s
+                                CROSS JOIN LATERAL (
+                                    SELECT j.ctid AS row, j.due_at FROM delivery_jobs j
+                                    WHERE j.subscription_id = s.id AND j.state = 'pending' AND j.due_at <= $2
+                                      AND ({UNBLOCKED})
+                                    ORDER BY j.due_at LIMIT t.want) d
+                                WHERE s.tenant_id = t.tenant_id AND s.enabled AND s.verification_state = 'active'
+                                  AND NOT (s.id = ANY($5))
+                                  AND (SELECT count(*) FROM ({window} LIMIT t.want) w) < t.want
+                                ORDER BY d.due_at LIMIT 2 * t.want)) cand
+                           JOIN delivery_jobs k ON k.ctid = cand.row
+                           WHERE k.state = 'pending'
+                           ORDER BY cand.due_at LIMIT t.want
+                           FOR UPDATE OF k SKIP LOCKED) c
                        WHERE t.want > 0) x
                  WHERE j.ctid = x.row
                  RETURNING {CLAIMED_COLUMNS}, x.want"

@@ -624,3 +624,42 @@ pub async fn jobs_leased_at_ingest_are_written_leased_and_the_rest_are_claimed(d
     assert!(leased.jobs.is_empty());
     assert_eq!(leased.pending, 1, "a's job; b's is excluded");
 }
+
+/// A claim for a tenant with many subscriptions locks only the jobs it leases (PostgreSQL: a
+/// row lock leaves the locker's id in the row's `xmax`), and a job another transaction holds is
+/// passed over for the next oldest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_locks_only_what_it_leases_and_passes_over_held_rows() {
+    let db = TestDb::postgres().await;
+    let pool = db.postgres_store().expect("postgres").pool().clone();
+    for _ in 0..20 {
+        push_subscription(&db, "t1").await;
+    }
+    events(&db, "t1", 10).await;
+    let locked_pending = || {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM delivery_jobs WHERE state = 'pending' AND xmax::text::bigint <> 0",
+        )
+        .fetch_one(&pool)
+    };
+    assert_eq!(locked_pending().await.expect("count"), 0, "no row locked before the claim");
+    let first = db.store.claim_jobs(&claim(8, None)).await.expect("claim").jobs;
+    assert_eq!(first.len(), 8);
+    assert_eq!(locked_pending().await.expect("count"), 0, "the 192 jobs not leased were not locked");
+
+    // Another transaction holds the three oldest pending jobs: the claim leases the next four.
+    let mut tx = pool.begin().await.expect("begin");
+    let held: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT id FROM delivery_jobs WHERE state = 'pending' ORDER BY due_at, id LIMIT 3 FOR UPDATE",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .expect("lock");
+    let next = db.store.claim_jobs(&claim(4, None)).await.expect("claim").jobs;
+    assert_eq!(next.len(), 4, "the held rows are passed over, not counted against the claim");
+    assert!(next.iter().all(|j| !held.contains(&j.id)), "a held job was leased");
+    tx.rollback().await.expect("rollback");
+    let rest = db.store.claim_jobs(&claim(200, None)).await.expect("claim").jobs;
+    assert_eq!(rest.len(), 200 - 12);
+    assert!(held.iter().all(|id| rest.iter().any(|j| j.id == *id)), "the held jobs are claimed once free");
+}
