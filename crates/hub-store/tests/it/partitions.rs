@@ -230,3 +230,60 @@ async fn while_the_migration_runs_an_id_past_the_cutover_is_refused_for_a_retry(
     assert!(matches!(store.write_batch(&[e]).await.expect("write again")[..], [WriteOutcome::Inserted { .. }]));
     assert!(store.event_by_ce_id("t1", ahead).await.expect("read").is_some());
 }
+
+/// Ingest looks a stored id up through the unique `(tenant_id, ce_id)` index of the id's
+/// partition and nothing else, even with its plan made while the partitions were empty and known
+/// to be (an `ANALYZE` then), or never analyzed: with equalities alone the planner took another
+/// index led by `tenant_id` and read the tenant's every event of the day for each id it checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_probes_ids_through_the_unique_index_whatever_the_statistics_say() {
+    ingest_probes_only_the_unique_index(false).await;
+    ingest_probes_only_the_unique_index(true).await;
+}
+
+async fn ingest_probes_only_the_unique_index(analyzed_empty: bool) {
+    let db = TestDb::postgres().await;
+    let store = db.postgres_store().expect("a PostgreSQL store");
+    if analyzed_empty {
+        sqlx::query("ANALYZE events").execute(store.pool()).await.expect("analyze");
+    }
+    const WRITES: i64 = 200;
+    let mut last = Uuid::nil();
+    for _ in 0..WRITES {
+        last = Uuid::now_v7();
+        db.store.write_batch(&[accepted("t1", last)]).await.expect("write");
+    }
+    let again = db.store.write_batch(&[accepted("t1", last)]).await.expect("write a duplicate");
+    assert!(matches!(again[..], [WriteOutcome::Duplicate { seq: WRITES }]), "{again:?}");
+
+    // The server's index statistics of the partition, once they count every probe.
+    let partition = partition_of(store, last).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let reads = loop {
+        let reads: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT i.indexdef, s.idx_scan, s.idx_tup_read FROM pg_stat_user_indexes s
+             JOIN pg_indexes i ON i.schemaname = s.schemaname AND i.indexname = s.indexrelname
+             WHERE s.schemaname = current_schema() AND s.relname = $1",
+        )
+        .bind(&partition)
+        .fetch_all(store.pool())
+        .await
+        .expect("index statistics");
+        let probes: i64 =
+            reads.iter().filter(|(def, ..)| def.contains("(tenant_id, ce_id)")).map(|(_, scans, _)| scans).sum();
+        if probes > WRITES {
+            break reads;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{probes} probes of the unique index counted of {} after 30 s: {reads:?}",
+            WRITES + 1
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    for (def, _, read) in &reads {
+        if !def.contains("(tenant_id, ce_id)") {
+            assert_eq!(*read, 0, "ingest read {read} entries of {def} (analyzed while empty: {analyzed_empty})");
+        }
+    }
+}
