@@ -532,6 +532,13 @@ impl BenchHub {
         Ok((status, response.json().await.unwrap_or(Value::Null)))
     }
 
+    /// The sum and count of each histogram named, from the hub's `/metrics` (every series of a
+    /// name added up): its own account of where time went.
+    pub async fn histograms(&self, names: &[&str]) -> anyhow::Result<Vec<(f64, f64)>> {
+        let text = self.http.get(format!("{}/metrics", self.base)).send().await?.text().await?;
+        Ok(names.iter().map(|name| histogram_of(&text, name)).collect())
+    }
+
     /// An admin route's JSON answer.
     pub async fn admin_get(&self, path: &str) -> anyhow::Result<Value> {
         let response = self.http.get(format!("{}{path}", self.base)).bearer_auth(&self.admin).send().await?;
@@ -873,4 +880,18 @@ pub fn f1(x: f64) -> String {
 
 pub fn f2(x: f64) -> String {
     format!("{x:.2}")
+}
+
+/// The sum and count of histogram `name` in a Prometheus text exposition, over all its series.
+pub fn histogram_of(text: &str, name: &str) -> (f64, f64) {
+    let total = |suffix: &str| -> f64 {
+        let series = format!("{name}{suffix}");
+        text.lines()
+            .filter(|line| {
+                line.strip_prefix(series.as_str()).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (total("_sum"), total("_count"))
 }

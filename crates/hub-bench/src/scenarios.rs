@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use anyhow::Context as _;
 
-use crate::harness::{self, BenchHub, BenchTopic, Broker, Latency, Receiver, Usage, f0, f1, report};
+use crate::harness::{self, BenchHub, BenchTopic, Broker, Latency, Receiver, Usage, f0, f1, f2, report};
 
 /// How long any wait for deliveries may take before the scenario gives up.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(900);
@@ -224,9 +224,18 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
     wait_all(&receiver, &names, 10).await?;
     receiver.take("steady");
     let before = hub.usage();
+    let timed = [WRITE_SECONDS, ATTEMPT_SECONDS];
+    let timed_before = hub.histograms(&timed).await?;
     let sent = paced_for(&hub, &who[0].0, "steady", rate, Duration::from_secs(seconds)).await?;
     wait_all(&receiver, &names, sent).await?;
     let spent = hub.usage().since(&before);
+    let timed_after = hub.histograms(&timed).await?;
+    // The hub's own account: each write's mean (and how many events it carried), each attempt's.
+    let [(write_s, writes), (attempt_s, attempts)] =
+        std::array::from_fn(|i| (timed_after[i].0 - timed_before[i].0, timed_after[i].1 - timed_before[i].1));
+    let write_ms = 1000.0 * write_s / writes.max(1.0);
+    let attempt_ms = 1000.0 * attempt_s / attempts.max(1.0);
+    let per_write = sent as f64 / writes.max(1.0);
     let got = receiver.take("steady");
     let latency = got.latency();
     let worst = got.worst_seconds(3);
@@ -238,6 +247,10 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
             "second": second, "sent": sent, "latency_ms": l.json(),
         })).collect::<Vec<_>>(),
         "measured": spent.json(), "cpu_ms_per_event": cpu_json(&spent, got.distinct()),
+        "hub_timing": json!({
+            "writes": writes, "events_per_write": per_write, "write_mean_ms": write_ms,
+            "attempts": attempts, "attempt_mean_ms": attempt_ms,
+        }),
     });
     let usage = hub.finish().await?;
     let [hub_cpu, pg_cpu, both_cpu] = cpu_rows(&spent, got.distinct());
@@ -253,6 +266,8 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
                 "slowest second: at s, p99 ms",
                 worst.first().map_or_else(String::new, |(second, _, l)| format!("{second}, {}", f1(l.p99))),
             ),
+            ("hub: write mean ms (events a write)", format!("{} ({})", f2(write_ms), f1(per_write))),
+            ("hub: attempt mean ms", f2(attempt_ms)),
             hub_cpu,
             pg_cpu,
             both_cpu,
@@ -262,6 +277,10 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
         json_out,
     )
 }
+
+/// The hub's histograms `steady` reads (docs/METRICS.md).
+const WRITE_SECONDS: &str = "streaming_hub_ingest_write_duration_seconds";
+const ATTEMPT_SECONDS: &str = "streaming_hub_delivery_attempt_duration_seconds";
 
 // ---------------------------------------------------------------------------------------------
 

@@ -287,3 +287,56 @@ async fn ingest_probes_only_the_unique_index(analyzed_empty: bool) {
         }
     }
 }
+
+/// Ingest opens only the partitions its batch's ids fall in: its probe for stored ids is pruned
+/// by the batch's bounds when it starts, not id by id as it runs (which opened an index scan on
+/// every partition, a month of them on a store keeping a month).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_opens_only_the_partitions_its_ids_fall_in() {
+    let db = TestDb::postgres().await;
+    let pg = db.postgres_store().expect("postgres");
+    // A store keeping a month: a partition a day, and the default.
+    db.execute("ALTER TABLE events DETACH PARTITION events_legacy").await;
+    db.execute("DROP TABLE events_legacy").await;
+    db.execute("SELECT hub_event_partition(((now() AT TIME ZONE 'UTC')::date - 30) + n) FROM generate_series(0, 32) n")
+        .await;
+    assert!(partitions(pg).await.len() > 30);
+    let stored = id_at(noon(-1));
+    db.store.write_batch(&[accepted("t1", stored)]).await.expect("write");
+    let fresh = id_at(noon(0));
+
+    // The function called as the store calls it, on a session that has made its plans already
+    // (planning opens every partition), in a transaction that keeps the locks it took.
+    let call = "SELECT * FROM hub_ingest(ARRAY['t1'], ARRAY[0::bigint],
+            ARRAY[0, 1], ARRAY['t1', 't1'], ARRAY[$1, $2]::uuid[], ARRAY['urn:s', 'urn:s'],
+            ARRAY['c.order.created', 'c.order.created'], ARRAY['order', 'order'], ARRAY['created', 'created'],
+            ARRAY['2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z'], ARRAY['1.0', '1.0'], ARRAY[NULL, NULL]::text[],
+            ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::text[],
+            ARRAY[NULL, NULL]::text[], ARRAY['{}', '{}'], ARRAY['\\x7b7d', '\\x7b7d']::bytea[],
+            ARRAY['http', 'http'], ARRAY[NULL, NULL]::text[], ARRAY[NULL, NULL]::int[], ARRAY[NULL, NULL]::bigint[],
+            ARRAY[now(), now()], ARRAY[NULL, NULL]::text[],
+            '{}'::int[], '{}'::uuid[], '{}'::uuid[], '{}'::text[], '{}'::timestamptz[], '{}'::uuid[],
+            '{}'::timestamptz[], '{}'::text[], '{}'::int[], '{}'::uuid[], false, 'unused')
+         ORDER BY 1";
+    let mut conn = pg.pool().acquire().await.expect("connection");
+    let mut warm = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+    sqlx::query(call).bind(id_at(noon(-20))).bind(id_at(noon(1))).execute(&mut *warm).await.expect("plan");
+    warm.rollback().await.expect("rollback");
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.expect("begin");
+    let rows: Vec<(i32, i64, bool)> =
+        sqlx::query_as(call).bind(stored).bind(fresh).fetch_all(&mut *tx).await.expect("ingest");
+    assert_eq!(rows, vec![(0, 1, false), (1, 2, true)], "the stored id found, the new one written after it");
+    // The partitions whose indexes this transaction opened.
+    let opened: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT t.relname::text FROM pg_locks l
+         JOIN pg_index x ON x.indexrelid = l.relation
+         JOIN pg_class t ON t.oid = x.indrelid
+         JOIN pg_inherits h ON h.inhrelid = t.oid AND h.inhparent = 'events'::regclass
+         WHERE l.pid = pg_backend_pid() ORDER BY 1",
+    )
+    .fetch_all(&mut *tx)
+    .await
+    .expect("locks");
+    tx.rollback().await.expect("rollback");
+    assert_eq!(opened, vec![day_name(-1), day_name(0)], "the partitions of the batch's two days and no other");
+}
