@@ -21,6 +21,13 @@ pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &P
     let (first, last) = hub.wait_inbox(events as i64, PATIENCE).await?;
     // From the first stored event to the last: the consumer's group join is not ingest.
     let hub_rate = events as f64 / (last - first).as_secs_f64().max(1e-9);
+    // The hub's own account of its writes: how long each took, and how much of the time between
+    // the first event and the last the partitions spent writing.
+    let [(write_s, writes)] = hub.histograms(&[crate::scenarios::WRITE_SECONDS]).await?[..] else {
+        anyhow::bail!("one histogram asked for")
+    };
+    let write_ms = 1000.0 * write_s / writes.max(1.0);
+    let busy = write_s / (last - first).as_secs_f64().max(1e-9) / f64::from(partitions.max(1));
     let batch = std::env::var("STREAMING_HUB_KAFKA_BATCH_SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(500);
     let write_path = write_path(&hub, &names, partitions, events, batch).await?;
     let reference = reference_insert(&hub.db, &names, partitions, events, batch).await?;
@@ -32,6 +39,7 @@ pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &P
         "hub_events_per_s": hub_rate, "plain_insert_rows_per_s": reference, "ratio": ratio,
         "reference_batch": batch, "broker_read_per_s": broker_rate,
         "write_path_events_per_s": write_path, "write_path_ratio": write_path / reference,
+        "hub_timing": json!({ "writes": writes, "write_mean_ms": write_ms, "partitions_writing": busy }),
     });
     let usage = hub.finish().await?;
     report(
@@ -43,6 +51,8 @@ pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &P
             ("broker read events/s (plain consumer)", f0(broker_rate)),
             ("hub write path events/s", f0(write_path)),
             ("write path / plain INSERT", format!("{:.0} %", write_path / reference * 100.0)),
+            ("hub: writes, mean ms", format!("{writes}, {}", harness::f1(write_ms))),
+            ("hub: share of the time each partition was writing", format!("{:.0} %", busy * 100.0)),
         ],
         figures,
         &usage,

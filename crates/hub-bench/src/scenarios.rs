@@ -279,7 +279,7 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
 }
 
 /// The hub's histograms `steady` reads (docs/METRICS.md).
-const WRITE_SECONDS: &str = "streaming_hub_ingest_write_duration_seconds";
+pub(crate) const WRITE_SECONDS: &str = "streaming_hub_ingest_write_duration_seconds";
 const ATTEMPT_SECONDS: &str = "streaming_hub_delivery_attempt_duration_seconds";
 
 // ---------------------------------------------------------------------------------------------
