@@ -12,6 +12,9 @@
 //! The mark is the process's, not one pool's: every store of a process points at the same
 //! database in practice, and a pool reconnecting once for nothing costs a handshake per
 //! connection.
+//!
+//! The check of a new connection also sets what every session of the hub runs with (JIT
+//! compilation off; see `prepare_session`), so preparing a connection stays one round trip.
 
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU64, Ordering};
