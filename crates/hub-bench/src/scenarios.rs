@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -172,11 +172,18 @@ pub(crate) fn cpu_json(spent: &Usage, delivered: usize) -> Value {
 // ---------------------------------------------------------------------------------------------
 
 /// Sends `rate` events per second of one tenant until `stop`, in ticks of 10 ms; returns how many.
-async fn paced(hub: &BenchHub, key: &str, tenant: &str, rate: u32, stop: Arc<AtomicBool>) -> anyhow::Result<usize> {
+/// What a paced sender sent: how many events, and how long each post took to be answered (the
+/// hub answers once the event is stored), in microseconds.
+struct Paced {
+    sent: usize,
+    answered_us: Vec<u64>,
+}
+
+async fn paced(hub: &BenchHub, key: &str, tenant: &str, rate: u32, stop: Arc<AtomicBool>) -> anyhow::Result<Paced> {
     let per_tick = f64::from(rate) / 100.0;
     let mut interval = tokio::time::interval(Duration::from_millis(10));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let sent = Arc::new(AtomicUsize::new(0));
+    let answered = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut owed = 0.0;
     let mut tasks = tokio::task::JoinSet::new();
     while !stop.load(Ordering::SeqCst) {
@@ -184,11 +191,13 @@ async fn paced(hub: &BenchHub, key: &str, tenant: &str, rate: u32, stop: Arc<Ato
         owed += per_tick;
         while owed >= 1.0 {
             owed -= 1.0;
-            let (poster, key, tenant, sent) =
-                (hub.clone_client(), key.to_owned(), tenant.to_owned(), Arc::clone(&sent));
+            let (poster, key, tenant, answered) =
+                (hub.clone_client(), key.to_owned(), tenant.to_owned(), Arc::clone(&answered));
             tasks.spawn(async move {
+                let began = Instant::now();
                 poster.post(&key, &tenant).await?;
-                sent.fetch_add(1, Ordering::SeqCst);
+                let took = u64::try_from(began.elapsed().as_micros()).unwrap_or(u64::MAX);
+                answered.lock().map_err(|_| anyhow::anyhow!("a sender panicked"))?.push(took);
                 Ok::<_, anyhow::Error>(())
             });
         }
@@ -199,10 +208,11 @@ async fn paced(hub: &BenchHub, key: &str, tenant: &str, rate: u32, stop: Arc<Ato
     while let Some(done) = tasks.join_next().await {
         done??;
     }
-    Ok(sent.load(Ordering::SeqCst))
+    let answered_us = std::mem::take(&mut *answered.lock().map_err(|_| anyhow::anyhow!("a sender panicked"))?);
+    Ok(Paced { sent: answered_us.len(), answered_us })
 }
 
-async fn paced_for(hub: &BenchHub, key: &str, tenant: &str, rate: u32, for_: Duration) -> anyhow::Result<usize> {
+async fn paced_for(hub: &BenchHub, key: &str, tenant: &str, rate: u32, for_: Duration) -> anyhow::Result<Paced> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let timer = tokio::spawn(async move {
@@ -226,7 +236,8 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
     let before = hub.usage();
     let timed = [WRITE_SECONDS, ATTEMPT_SECONDS];
     let timed_before = hub.histograms(&timed).await?;
-    let sent = paced_for(&hub, &who[0].0, "steady", rate, Duration::from_secs(seconds)).await?;
+    let paced = paced_for(&hub, &who[0].0, "steady", rate, Duration::from_secs(seconds)).await?;
+    let (sent, answered) = (paced.sent, Latency::of(&paced.answered_us));
     wait_all(&receiver, &names, sent).await?;
     let spent = hub.usage().since(&before);
     let timed_after = hub.histograms(&timed).await?;
@@ -247,6 +258,7 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
             "second": second, "sent": sent, "latency_ms": l.json(),
         })).collect::<Vec<_>>(),
         "measured": spent.json(), "cpu_ms_per_event": cpu_json(&spent, got.distinct()),
+        "answered_ms": answered.json(),
         "hub_timing": json!({
             "writes": writes, "events_per_write": per_write, "write_mean_ms": write_ms,
             "attempts": attempts, "attempt_mean_ms": attempt_ms,
@@ -266,6 +278,7 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
                 "slowest second: at s, p99 ms",
                 worst.first().map_or_else(String::new, |(second, _, l)| format!("{second}, {}", f1(l.p99))),
             ),
+            ("post answered p50 / p99 ms", format!("{} / {}", f1(answered.p50), f1(answered.p99))),
             ("hub: write mean ms (events a write)", format!("{} ({})", f2(write_ms), f1(per_write))),
             ("hub: attempt mean ms", f2(attempt_ms)),
             hub_cpu,
@@ -297,9 +310,10 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
     merged(&receiver, &names, true);
 
     // Alone.
-    let sent = paced_for(&hub, &small_key, "small", rate, Duration::from_secs(10)).await?;
-    wait_all(&receiver, &["small".to_owned()], sent).await?;
+    let alone = paced_for(&hub, &small_key, "small", rate, Duration::from_secs(10)).await?;
+    wait_all(&receiver, &["small".to_owned()], alone.sent).await?;
     let solo = receiver.take("small").latency();
+    let solo_answered = Latency::of(&alone.answered_us);
 
     // Beside the flood, until the flood is delivered.
     let stop = Arc::new(AtomicBool::new(false));
@@ -314,7 +328,8 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
     };
     let (small_sent, (flood_s, posted_at, ok)) =
         tokio::join!(paced(&hub, &small_key, "small", rate, Arc::clone(&stop)), flood_run);
-    let (small_sent, flood_s) = (small_sent?, flood_s?);
+    let (small, flood_s) = (small_sent?, flood_s?);
+    let (small_sent, beside_answered) = (small.sent, Latency::of(&small.answered_us));
     anyhow::ensure!(ok, "the flood was not delivered within {PATIENCE:?}");
     receiver.wait_for("small", small_sent, Duration::from_secs(120)).await;
     let beside = receiver.received("small");
@@ -334,6 +349,7 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
         "small_while_flood_posted_latency_ms": while_posted.json(), "small_while_flood_posted_events": n_posted,
         "small_during_flood_backlog_latency_ms": backlog.json(), "small_during_flood_backlog_events": n_backlog,
         "backlog_p99_ratio": backlog_ratio,
+        "small_solo_answered_ms": solo_answered.json(), "small_beside_flood_answered_ms": beside_answered.json(),
         "flood_accepted_per_s": flood as f64 / flood_s.as_secs_f64(), "flood_delivered_per_s": flood_rate,
         "flood_duplicates": flood_got.duplicates(),
     });
@@ -349,6 +365,10 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
             ("  while the flood is posted p99 ms", f1(while_posted.p99)),
             ("  during its backlog p99 ms", f1(backlog.p99)),
             ("  during its backlog / solo", format!("{backlog_ratio:.2}x")),
+            (
+                "small tenant's posts answered p99 ms, solo / beside",
+                format!("{} / {}", f1(solo_answered.p99), f1(beside_answered.p99)),
+            ),
             ("small tenant delivered", format!("{} of {small_sent}", beside.distinct())),
             ("flood accepted/s", f0(flood as f64 / flood_s.as_secs_f64())),
             ("flood delivered/s", f0(flood_rate)),
@@ -376,7 +396,7 @@ pub async fn replay(history: usize, rate: u32, replay_rate: Option<u32>, json_ou
     receiver.take("live");
 
     // Alone.
-    let sent = paced_for(&hub, &key, "live", rate, Duration::from_secs(10)).await?;
+    let sent = paced_for(&hub, &key, "live", rate, Duration::from_secs(10)).await?.sent;
     wait_all(&receiver, &names, sent).await?;
     let solo = receiver.take("live").latency();
 
@@ -427,7 +447,7 @@ pub async fn replay(history: usize, rate: u32, replay_rate: Option<u32>, json_ou
         result
     };
     let (live_sent, replayed) = tokio::join!(paced(&hub, &key, "live", rate, Arc::clone(&stop)), replay_run);
-    let (live_sent, (done, took)) = (live_sent?, replayed?);
+    let (live_sent, (done, took)) = (live_sent?.sent, replayed?);
     anyhow::ensure!(receiver.wait_for("live", live_sent, Duration::from_secs(120)).await, "live events were lost");
     let beside = receiver.take("live");
     let under = beside.latency();
