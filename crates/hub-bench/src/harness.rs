@@ -532,11 +532,21 @@ impl BenchHub {
         Ok((status, response.json().await.unwrap_or(Value::Null)))
     }
 
+    /// The hub's metrics as Prometheus text (reading them is no database work).
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        Ok(self.http.get(format!("{}/metrics", self.base)).send().await?.text().await?)
+    }
+
     /// The sum and count of each histogram named, from the hub's `/metrics` (every series of a
     /// name added up): its own account of where time went.
     pub async fn histograms(&self, names: &[&str]) -> anyhow::Result<Vec<(f64, f64)>> {
-        let text = self.http.get(format!("{}/metrics", self.base)).send().await?.text().await?;
-        Ok(names.iter().map(|name| histogram_of(&text, name)).collect())
+        let text = self.metrics().await?;
+        Ok(names
+            .iter()
+            .map(|name| {
+                (metric_sum(&text, &format!("{name}_sum"), &[]), metric_sum(&text, &format!("{name}_count"), &[]))
+            })
+            .collect())
     }
 
     /// An admin route's JSON answer.
@@ -677,19 +687,7 @@ impl BenchHub {
     /// reads every event: polled while the hub ingests, a count took PostgreSQL's CPU from the
     /// ingest it timed, more the more events there were.
     pub async fn numbered(&self) -> anyhow::Result<i64> {
-        const SUM: &str = "SELECT CAST(COALESCE(SUM(last_seq), 0) AS BIGINT) FROM tenant_sequences";
-        Ok(match &self.db {
-            Db::Postgres { pool, schema } => {
-                sqlx::query_scalar(&SUM.replace("tenant_sequences", &format!("{schema}.tenant_sequences")))
-                    .fetch_one(pool)
-                    .await?
-            }
-            Db::Sqlite { path } => {
-                let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path).read_only(true);
-                let mut conn = sqlx::ConnectOptions::connect(&options).await?;
-                sqlx::query_scalar(SUM).fetch_one(&mut conn).await?
-            }
-        })
+        self.count("SELECT CAST(COALESCE(SUM(last_seq), 0) AS BIGINT) FROM tenant_sequences").await
     }
 
     /// Waits until the inbox holds `n` events; returns when it first held any and when it held all.
@@ -906,16 +904,12 @@ pub fn f2(x: f64) -> String {
     format!("{x:.2}")
 }
 
-/// The sum and count of histogram `name` in a Prometheus text exposition, over all its series.
-pub fn histogram_of(text: &str, name: &str) -> (f64, f64) {
-    let total = |suffix: &str| -> f64 {
-        let series = format!("{name}{suffix}");
-        text.lines()
-            .filter(|line| {
-                line.strip_prefix(series.as_str()).is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
-            })
-            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    };
-    (total("_sum"), total("_count"))
+/// The sum of every series of metric `name` in a Prometheus text exposition that carries all of
+/// `labels` (`key="value"` each).
+pub fn metric_sum(metrics: &str, name: &str, labels: &[String]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.split(['{', ' ']).next() == Some(name) && labels.iter().all(|label| l.contains(label.as_str())))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

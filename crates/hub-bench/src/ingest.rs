@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use streaming_hub::telemetry::metric;
+
 use crate::harness::{self, BenchHub, BenchTopic, Broker, Db, f0, report};
 use crate::scenarios::{PATIENCE, tenant_names};
 
@@ -23,9 +25,7 @@ pub async fn ingest(events: usize, tenants: usize, partitions: i32, json_out: &P
     let hub_rate = events as f64 / (last - first).as_secs_f64().max(1e-9);
     // The hub's own account of its writes: how long each took, and how much of the time between
     // the first event and the last the partitions spent writing.
-    let [(write_s, writes)] = hub.histograms(&[crate::scenarios::WRITE_SECONDS]).await?[..] else {
-        anyhow::bail!("one histogram asked for")
-    };
+    let (write_s, writes) = hub.histograms(&[metric::INGEST_WRITE_SECONDS]).await?[0];
     let write_ms = 1000.0 * write_s / writes.max(1.0);
     let busy = write_s / (last - first).as_secs_f64().max(1e-9) / f64::from(partitions.max(1));
     let batch = std::env::var("STREAMING_HUB_KAFKA_BATCH_SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(500);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use anyhow::Context as _;
+use streaming_hub::telemetry::metric;
 
 use crate::harness::{self, BenchHub, BenchTopic, Broker, Latency, Receiver, Usage, f0, f1, f2, report};
 
@@ -171,14 +172,19 @@ pub(crate) fn cpu_json(spent: &Usage, delivered: usize) -> Value {
 
 // ---------------------------------------------------------------------------------------------
 
-/// Sends `rate` events per second of one tenant until `stop`, in ticks of 10 ms; returns how many.
-/// What a paced sender sent: how many events, and how long each post took to be answered (the
-/// hub answers once the event is stored), in microseconds.
+/// What a paced sender sent: how long each post took to be answered (the hub answers once the
+/// event is stored), in microseconds, one for each event sent.
 struct Paced {
-    sent: usize,
     answered_us: Vec<u64>,
 }
 
+impl Paced {
+    fn sent(&self) -> usize {
+        self.answered_us.len()
+    }
+}
+
+/// Sends `rate` events per second of one tenant until `stop`, in ticks of 10 ms.
 async fn paced(hub: &BenchHub, key: &str, tenant: &str, rate: u32, stop: Arc<AtomicBool>) -> anyhow::Result<Paced> {
     let per_tick = f64::from(rate) / 100.0;
     let mut interval = tokio::time::interval(Duration::from_millis(10));
@@ -209,7 +215,7 @@ async fn paced(hub: &BenchHub, key: &str, tenant: &str, rate: u32, stop: Arc<Ato
         done??;
     }
     let answered_us = std::mem::take(&mut *answered.lock().map_err(|_| anyhow::anyhow!("a sender panicked"))?);
-    Ok(Paced { sent: answered_us.len(), answered_us })
+    Ok(Paced { answered_us })
 }
 
 async fn paced_for(hub: &BenchHub, key: &str, tenant: &str, rate: u32, for_: Duration) -> anyhow::Result<Paced> {
@@ -234,10 +240,10 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
     wait_all(&receiver, &names, 10).await?;
     receiver.take("steady");
     let before = hub.usage();
-    let timed = [WRITE_SECONDS, ATTEMPT_SECONDS];
+    let timed = [metric::INGEST_WRITE_SECONDS, metric::ATTEMPT_SECONDS];
     let timed_before = hub.histograms(&timed).await?;
     let paced = paced_for(&hub, &who[0].0, "steady", rate, Duration::from_secs(seconds)).await?;
-    let (sent, answered) = (paced.sent, Latency::of(&paced.answered_us));
+    let (sent, answered) = (paced.sent(), Latency::of(&paced.answered_us));
     wait_all(&receiver, &names, sent).await?;
     let spent = hub.usage().since(&before);
     let timed_after = hub.histograms(&timed).await?;
@@ -291,10 +297,6 @@ pub async fn steady(rate: u32, seconds: u64, json_out: &Path) -> anyhow::Result<
     )
 }
 
-/// The hub's histograms `steady` reads (docs/METRICS.md).
-pub(crate) const WRITE_SECONDS: &str = "streaming_hub_ingest_write_duration_seconds";
-const ATTEMPT_SECONDS: &str = "streaming_hub_delivery_attempt_duration_seconds";
-
 // ---------------------------------------------------------------------------------------------
 
 /// `fairness`: one tenant floods `flood` events while another sends `rate` per second; the small
@@ -311,7 +313,7 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
 
     // Alone.
     let alone = paced_for(&hub, &small_key, "small", rate, Duration::from_secs(10)).await?;
-    wait_all(&receiver, &["small".to_owned()], alone.sent).await?;
+    wait_all(&receiver, &["small".to_owned()], alone.sent()).await?;
     let solo = receiver.take("small").latency();
     let solo_answered = Latency::of(&alone.answered_us);
 
@@ -329,7 +331,7 @@ pub async fn fairness(flood: usize, rate: u32, json_out: &Path) -> anyhow::Resul
     let (small_sent, (flood_s, posted_at, ok)) =
         tokio::join!(paced(&hub, &small_key, "small", rate, Arc::clone(&stop)), flood_run);
     let (small, flood_s) = (small_sent?, flood_s?);
-    let (small_sent, beside_answered) = (small.sent, Latency::of(&small.answered_us));
+    let (small_sent, beside_answered) = (small.sent(), Latency::of(&small.answered_us));
     anyhow::ensure!(ok, "the flood was not delivered within {PATIENCE:?}");
     receiver.wait_for("small", small_sent, Duration::from_secs(120)).await;
     let beside = receiver.received("small");
@@ -396,7 +398,7 @@ pub async fn replay(history: usize, rate: u32, replay_rate: Option<u32>, json_ou
     receiver.take("live");
 
     // Alone.
-    let sent = paced_for(&hub, &key, "live", rate, Duration::from_secs(10)).await?.sent;
+    let sent = paced_for(&hub, &key, "live", rate, Duration::from_secs(10)).await?.sent();
     wait_all(&receiver, &names, sent).await?;
     let solo = receiver.take("live").latency();
 
@@ -447,7 +449,7 @@ pub async fn replay(history: usize, rate: u32, replay_rate: Option<u32>, json_ou
         result
     };
     let (live_sent, replayed) = tokio::join!(paced(&hub, &key, "live", rate, Arc::clone(&stop)), replay_run);
-    let (live_sent, (done, took)) = (live_sent?.sent, replayed?);
+    let (live_sent, (done, took)) = (live_sent?.sent(), replayed?);
     anyhow::ensure!(receiver.wait_for("live", live_sent, Duration::from_secs(120)).await, "live events were lost");
     let beside = receiver.take("live");
     let under = beside.latency();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde_json::{Value, json};
 
-use crate::harness::{BenchHub, BenchTopic, Usage, f0, report};
+use crate::harness::{BenchHub, BenchTopic, Usage, f0, metric_sum, report};
 use crate::scenarios::{PATIENCE, cpu_json, cpu_rows};
 
 /// A sink the scenario measures.
@@ -126,38 +126,24 @@ impl Destination {
     }
 }
 
-/// The hub's metrics as Prometheus text (reading them is no database work).
-async fn metrics(hub: &BenchHub) -> anyhow::Result<String> {
-    Ok(hub.http.get(format!("{}/metrics", hub.base)).send().await?.text().await?)
-}
-
-/// The sum of every series of `name` that carries all of `labels` (`key="value"` each).
-fn sum(metrics: &str, name: &str, labels: &[String]) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.split(['{', ' ']).next() == Some(name) && labels.iter().all(|label| l.contains(label.as_str())))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// Attempts of `sink` with `outcome`.
 fn attempts(metrics: &str, sink: &str, outcome: &str) -> u64 {
     let labels = [format!("sink=\"{sink}\""), format!("outcome=\"{outcome}\"")];
-    sum(metrics, "streaming_hub_delivery_attempts_total", &labels) as u64
+    metric_sum(metrics, "streaming_hub_delivery_attempts_total", &labels) as u64
 }
 
 /// The mean attempt duration of `sink` in ms, from the hub's histogram.
 fn mean_attempt_ms(metrics: &str, sink: &str) -> f64 {
     let label = [format!("sink=\"{sink}\"")];
-    let count = sum(metrics, "streaming_hub_delivery_attempt_duration_seconds_count", &label);
-    let seconds = sum(metrics, "streaming_hub_delivery_attempt_duration_seconds_sum", &label);
+    let count = metric_sum(metrics, "streaming_hub_delivery_attempt_duration_seconds_count", &label);
+    let seconds = metric_sum(metrics, "streaming_hub_delivery_attempt_duration_seconds_sum", &label);
     if count > 0.0 { seconds * 1000.0 / count } else { f64::NAN }
 }
 
 /// Waits until the hub has delivered `n` events to `sink` in all, from its metrics.
 async fn delivered(hub: &BenchHub, sink: &str, n: u64) -> anyhow::Result<()> {
     let deadline = Instant::now() + PATIENCE;
-    while attempts(&metrics(hub).await?, sink, "delivered") < n {
+    while attempts(&hub.metrics().await?, sink, "delivered") < n {
         anyhow::ensure!(Instant::now() < deadline, "not every event was delivered within {PATIENCE:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -199,7 +185,7 @@ async fn run(kind: Kind, events: usize, producers: usize) -> anyhow::Result<(Run
     delivered(&hub, kind.name(), (WARM + events) as u64).await?;
     let took = started.elapsed();
     let spent = hub.usage().since(&before);
-    let text = metrics(&hub).await?;
+    let text = hub.metrics().await?;
     let failed_attempts = attempts(&text, kind.name(), "failed");
     let attempt_ms = mean_attempt_ms(&text, kind.name());
     let dead = dead(&hub, &key, &id).await?;
