@@ -90,6 +90,7 @@ pub async fn dial_addrs(url: &str, allow_private: bool) -> Result<Vec<SocketAddr
         reason: reason.to_owned(),
         status: None,
         response: None,
+        retry_after: None,
     };
     let parsed =
         url::Url::parse(url).map_err(|_| failure(true, FailureKind::Refused, "the destination URL is not valid"))?;

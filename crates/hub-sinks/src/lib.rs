@@ -60,6 +60,8 @@ pub struct Failure {
     pub reason: String,
     pub status: Option<u16>,
     pub response: Option<String>,
+    /// How long the destination asked to be left alone (`Retry-After` on a `429` or `503`).
+    pub retry_after: Option<Duration>,
 }
 
 /// What a tenant is told of a destination that could not be reached or is not allowed,
@@ -127,6 +129,13 @@ impl Outcome {
     }
 }
 
+/// What a successful probe learned of the destination.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Probed {
+    /// The rate the receiver declared (`WebHook-Allowed-Rate`, requests per minute).
+    pub allowed_rate: Option<f64>,
+}
+
 /// Delivers to destinations: what the dispatcher and verification hold (as `&dyn Sink`), and
 /// what [`Sinks`] is for every destination type at once.
 #[async_trait]
@@ -149,7 +158,7 @@ pub trait Sink: Send + Sync + std::fmt::Debug {
         tenant: &str,
         subscription: Uuid,
         max_timeout: Duration,
-    ) -> Result<(), Failure>;
+    ) -> Result<Probed, Failure>;
 }
 
 /// One destination type's own side: how it reads its destination into a target, and one attempt
@@ -172,7 +181,7 @@ pub trait TypedSink: Send + Sync + std::fmt::Debug {
     async fn attempt(&self, target: &Self::Target, message: &Message<'_>) -> Outcome;
 
     /// Verifies the destination: `Ok` when it acknowledged a test message.
-    async fn check(&self, target: &Self::Target, tenant: &str, subscription_id: Uuid) -> Result<(), Failure>;
+    async fn check(&self, target: &Self::Target, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure>;
 }
 
 #[async_trait]
@@ -197,7 +206,7 @@ impl<T: TypedSink> Sink for T {
         tenant: &str,
         subscription: Uuid,
         max_timeout: Duration,
-    ) -> Result<(), Failure> {
+    ) -> Result<Probed, Failure> {
         let target = self.target(destination, secrets, max_timeout)?;
         self.check(&target, tenant, subscription).await
     }
@@ -205,7 +214,14 @@ impl<T: TypedSink> Sink for T {
 
 /// A destination the hub cannot use as stored: retried (an operator may fix the key or data).
 pub(crate) fn misconfigured(reason: &str) -> Failure {
-    Failure { retryable: true, kind: FailureKind::Refused, reason: reason.to_owned(), status: None, response: None }
+    Failure {
+        retryable: true,
+        kind: FailureKind::Refused,
+        reason: reason.to_owned(),
+        status: None,
+        response: None,
+        retry_after: None,
+    }
 }
 
 /// Cuts text at a character boundary at most `max` bytes long.

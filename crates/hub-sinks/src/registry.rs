@@ -11,8 +11,8 @@ use hub_core::SinkKind;
 use uuid::Uuid;
 
 use crate::{
-    AwsSettings, Destination, EventBridgeSink, Failure, KafkaSink, KinesisSink, Message, Outcome, RabbitSink, S3Sink,
-    Secrets, Sink, SnsSink, SqsSink, WebhookSink,
+    AwsSettings, Destination, EventBridgeSink, Failure, KafkaSink, KinesisSink, Message, Outcome, Probed, RabbitSink,
+    S3Sink, Secrets, Sink, SnsSink, SqsSink, WebhookSink,
 };
 
 /// Every sink of a process (each pools its connections), by the destination type it serves.
@@ -72,10 +72,10 @@ impl Sink for Sinks {
         tenant: &str,
         subscription: Uuid,
         max_timeout: Duration,
-    ) -> Result<(), Failure> {
+    ) -> Result<Probed, Failure> {
         match self.sink(destination.kind()) {
             Some(sink) => sink.probe(destination, secrets, tenant, subscription, max_timeout).await,
-            None => Ok(()),
+            None => Ok(Probed::default()),
         }
     }
 }

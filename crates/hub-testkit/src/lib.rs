@@ -105,6 +105,8 @@ pub fn subscription(
         filters: serde_json::json!([]),
         ordering: hub_core::Ordering::None,
         sink,
+        limits: Default::default(),
+        allowed_rate: None,
         sink_config: serde_json::json!({"type": sink.as_str()}),
         signing_secret: None,
         previous_secret: None,

@@ -177,7 +177,10 @@ pub struct Config {
     pub cell: Option<std::collections::BTreeSet<TenantId>>,
     /// Kafka ingest and the DLQ plane; `None` when no brokers are configured.
     pub kafka: Option<KafkaConfig>,
-    pub dispatch_workers: u32,
+    /// Attempts in flight at once in this replica (`STREAMING_HUB_MAX_IN_FLIGHT`).
+    pub max_in_flight: u32,
+    /// The share of those slots one tenant may hold while another has jobs waiting.
+    pub tenant_in_flight_share: f64,
     pub dispatch_claim_batch: u32,
     pub dispatch_idle_interval: Duration,
     /// How long a claimed job is held before it counts as abandoned; longer than any attempt.
@@ -233,6 +236,8 @@ pub struct Config {
     pub log: Option<String>,
     /// `STREAMING_HUB_*` variables that were set but mean nothing to this hub.
     pub ignored: Vec<String>,
+    /// Deprecated variables that were set, with what to do instead (warned at start).
+    pub deprecated: Vec<(&'static str, &'static str)>,
 }
 
 /// One invalid variable.
@@ -286,6 +291,8 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_KAFKA_OUTAGE_LOG_INTERVAL",
     "STREAMING_HUB_DLQ_ENABLED",
     "STREAMING_HUB_DISPATCH_WORKERS",
+    "STREAMING_HUB_MAX_IN_FLIGHT",
+    "STREAMING_HUB_TENANT_IN_FLIGHT_SHARE",
     "STREAMING_HUB_DISPATCH_CLAIM_BATCH",
     "STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS",
     "STREAMING_HUB_DISPATCH_LEASE",
@@ -590,8 +597,31 @@ impl Config {
             }
         });
 
+        // `STREAMING_HUB_DISPATCH_WORKERS` was the fixed worker count; it now names the same bound
+        // as `STREAMING_HUB_MAX_IN_FLIGHT` (attempts in flight), read when that is unset.
+        let mut deprecated = Vec::new();
+        let max_in_flight = match (r.raw("STREAMING_HUB_MAX_IN_FLIGHT"), r.raw("STREAMING_HUB_DISPATCH_WORKERS")) {
+            (Some(_), Some(_)) => {
+                let n = r.number("STREAMING_HUB_MAX_IN_FLIGHT", 2048, 1, 65_536);
+                r.problem(
+                    "STREAMING_HUB_DISPATCH_WORKERS",
+                    "is the deprecated name of STREAMING_HUB_MAX_IN_FLIGHT, which is set too: unset it",
+                );
+                n
+            }
+            (None, Some(_)) => {
+                deprecated.push((
+                    "STREAMING_HUB_DISPATCH_WORKERS",
+                    "deprecated: it now bounds attempts in flight; set STREAMING_HUB_MAX_IN_FLIGHT instead",
+                ));
+                r.number("STREAMING_HUB_DISPATCH_WORKERS", 2048, 1, 65_536)
+            }
+            _ => r.number("STREAMING_HUB_MAX_IN_FLIGHT", 2048, 1, 65_536),
+        };
+
         let kafka = kafka_config(&mut r, &env);
         let config = Config {
+            deprecated,
             role,
             http_listen_addr,
             http_limits: HttpLimits {
@@ -604,7 +634,13 @@ impl Config {
             only_tenant,
             cell,
             kafka,
-            dispatch_workers: r.number("STREAMING_HUB_DISPATCH_WORKERS", 8, 1, 1024),
+            max_in_flight,
+            tenant_in_flight_share: r.parse("STREAMING_HUB_TENANT_IN_FLIGHT_SHARE", 0.5, |raw| {
+                match raw.parse::<f64>() {
+                    Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),
+                    _ => Err(format!("must be a number above 0 and at most 1, such as 0.5 (got {})", quoted(raw))),
+                }
+            }),
             dispatch_claim_batch: r.number("STREAMING_HUB_DISPATCH_CLAIM_BATCH", 16, 1, 1000),
             dispatch_idle_interval: Duration::from_millis(u64::from(r.number(
                 "STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS",

@@ -211,6 +211,7 @@ pub async fn start_with_clock(
     let wake = Arc::new(tokio::sync::Notify::new());
     let (notices, notice_queue) = operational::Notices::channel();
     let breakers = delivery::BreakerBoard::default();
+    let flights = delivery::FlightBoard::new(config.max_in_flight as usize, config.tenant_in_flight_share);
     // This process's dispatcher, when it delivers: its own ingest leases jobs to it as it writes
     // them (the fast path).
     let mut local_dispatcher = None;
@@ -226,6 +227,7 @@ pub async fn start_with_clock(
             delivery::settings(&config),
             notices.clone(),
             breakers.clone(),
+            flights.clone(),
         ));
         local_dispatcher = Some(Arc::clone(&dispatcher));
         tasks_early.push(supervisor.spawn(
@@ -371,6 +373,7 @@ pub async fn start_with_clock(
         replays,
         replay_rate: config.replay_rate,
         breakers,
+        flights,
         notices,
         kafka: match (&config.kafka, config.role.ingests()) {
             (Some(k), true) => Some(Arc::new(ingest::kafka::KafkaProbe::new(k).map_err(anyhow::Error::msg)?)),
@@ -391,6 +394,9 @@ pub async fn start_with_clock(
     tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");
     for variable in &config.ignored {
         tracing::warn!(variable = %variable, "configuration variable not used by this hub; ignored");
+    }
+    for (variable, what) in &config.deprecated {
+        tracing::warn!(variable = %variable, "configuration variable {what}");
     }
     Ok(Hub { addr, admin_token, admin_token_generated, store, http, tasks, supervisor })
 }

@@ -28,9 +28,16 @@ pub mod metric {
     pub const JOBS_DEAD: &str = "streaming_hub_delivery_dead_letters_total";
     /// Jobs leased to this process's workers as its ingest wrote them (the fast path, no claim).
     pub const JOBS_LEASED_AT_INGEST: &str = "streaming_hub_delivery_jobs_leased_at_ingest_total";
-    /// Attempts that ran on a worker borrowed beyond their destination's share (idle workers, a
-    /// destination with quick attempts; see `delivery::capacity`).
-    pub const WORKERS_BORROWED: &str = "streaming_hub_delivery_workers_borrowed_total";
+    /// Attempts in flight in this process (`STREAMING_HUB_MAX_IN_FLIGHT` bounds it).
+    pub const IN_FLIGHT: &str = "streaming_hub_delivery_in_flight";
+    /// Cuts of a destination's adaptive allowance (a `429`, `503` or timeout; see
+    /// `delivery::capacity`).
+    pub const ALLOWANCE_CUTS: &str = "streaming_hub_delivery_allowance_cuts_total";
+    /// Destinations paused by a `Retry-After`.
+    pub const DESTINATION_PAUSES: &str = "streaming_hub_delivery_destination_pauses_total";
+    /// Times a subscription's jobs waited for its pace (`limits.per_second`, or the rate its
+    /// receiver declared).
+    pub const RATE_WAITS: &str = "streaming_hub_delivery_rate_waits_total";
     /// Jobs taken back after their lease expired without an outcome.
     pub const LEASES_RECOVERED: &str = "streaming_hub_delivery_leases_recovered_total";
     /// Jobs dead-lettered as poison.
@@ -200,10 +207,13 @@ fn describe() {
         metric::JOBS_LEASED_AT_INGEST,
         "Jobs leased to this process's workers as its ingest wrote them (no claim)"
     );
+    metrics::describe_gauge!(metric::IN_FLIGHT, "Delivery attempts in flight in this process");
     metrics::describe_counter!(
-        metric::WORKERS_BORROWED,
-        "Attempts on a worker borrowed beyond their destination's share of the pool"
+        metric::ALLOWANCE_CUTS,
+        "Cuts of a destination's adaptive allowance of attempts in flight (429, 503, timeout)"
     );
+    metrics::describe_counter!(metric::DESTINATION_PAUSES, "Destinations paused by a Retry-After");
+    metrics::describe_counter!(metric::RATE_WAITS, "Times a subscription's jobs waited for its rate limit");
     metrics::describe_counter!(metric::JOBS_POISONED, "Jobs dead-lettered as poison");
     metrics::describe_counter!(metric::BREAKER_TRANSITIONS, "Circuit breaker transitions, by new state");
     metrics::describe_counter!(metric::AUTO_DISABLED, "Subscriptions disabled automatically");

@@ -11,11 +11,14 @@
 //!   over at least the spread disables the subscription; any success clears the period.
 //! - [`is_poison`]: a job whose lease expired without an outcome too many times.
 //! - [`fair_shares`]: how one claim spreads over the tenants with due work.
+//! - [`inflight`]: attempts in flight: a destination's adaptive allowance, a subscription's
+//!   limits and pace, a tenant's share of the slots.
 //!
 //! The store and the dispatcher only carry these decisions out.
 
 mod breaker;
 mod health;
+pub mod inflight;
 mod job;
 mod retry;
 mod settle;

@@ -177,6 +177,7 @@ impl Configs {
                         .to_owned(),
                     status: None,
                     response: None,
+                    retry_after: None,
                 });
             }
             None => {}
@@ -200,7 +201,14 @@ pub(crate) fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R:
     service: &str,
     permanent: &[&str],
 ) -> Failure {
-    let failure = |kind, reason: String| Failure { retryable: true, kind, reason, status: None, response: None };
+    let failure = |kind, reason: String| Failure {
+        retryable: true,
+        kind,
+        reason,
+        status: None,
+        response: None,
+        retry_after: None,
+    };
     match e {
         SdkError::TimeoutError(_) => {
             failure(FailureKind::Timeout, format!("{service} did not answer within {} ms", timeout.as_millis()))

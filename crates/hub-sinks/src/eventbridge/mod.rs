@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
 use crate::destination::{Destination, Secrets};
-use crate::{Failure, FailureKind, Message, Outcome, TypedSink, structured};
+use crate::{Failure, FailureKind, Message, Outcome, Probed, TypedSink, structured};
 
 /// An EventBridge bus.
 #[derive(Debug, Clone)]
@@ -70,6 +70,7 @@ impl EventBridgeSink {
                 reason: format!("EventBridge refused the entry: {code}: {message}"),
                 status: None,
                 response: None,
+                retry_after: None,
             });
         }
         Ok(())
@@ -102,9 +103,11 @@ impl TypedSink for EventBridgeSink {
         }
     }
 
-    async fn check(&self, target: &EventBridgeTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &EventBridgeTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
         let detail =
             json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription_id});
-        self.put(target, "streaming-hub", "streaming_hub.verification", None, detail.to_string()).await
+        self.put(target, "streaming-hub", "streaming_hub.verification", None, detail.to_string())
+            .await
+            .map(|()| Probed::default())
     }
 }

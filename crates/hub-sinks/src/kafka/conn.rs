@@ -44,7 +44,7 @@ impl std::fmt::Debug for Dialer {
 
 /// A failure with the kind the tenant is told.
 pub(crate) fn failure(retryable: bool, kind: FailureKind, reason: impl Into<String>) -> Failure {
-    Failure { retryable, kind, reason: reason.into(), status: None, response: None }
+    Failure { retryable, kind, reason: reason.into(), status: None, response: None, retry_after: None }
 }
 
 /// An open, logged-in connection.

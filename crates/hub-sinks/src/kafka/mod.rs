@@ -28,7 +28,7 @@ use self::producer::Producer;
 use self::protocol::Record;
 use crate::cache::BoundedCache;
 use crate::destination::{Destination, Secrets};
-use crate::{Failure, FailureKind, Message, Outcome, TypedSink, attributes};
+use crate::{Failure, FailureKind, Message, Outcome, Probed, TypedSink, attributes};
 
 /// A Kafka topic, with how to reach and log in to its cluster.
 #[derive(Debug, Clone)]
@@ -128,7 +128,7 @@ impl TypedSink for KafkaSink {
     }
 
     /// Produces a verification record (`ce_type: streaming_hub.verification`) to the topic.
-    async fn check(&self, target: &KafkaTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &KafkaTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
         let value = json!({"type": "streaming_hub.verification", "subscription_id": subscription_id});
         let headers = [
             ("ce_specversion", "1.0".to_owned()),
@@ -143,6 +143,6 @@ impl TypedSink for KafkaSink {
             value: value.to_string().into_bytes(),
             headers: headers.into_iter().map(|(k, v)| (k.to_owned(), v.into_bytes())).collect(),
         };
-        self.send(target, record).await
+        self.send(target, record).await.map(|()| Probed::default())
     }
 }

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
 use crate::destination::{Destination, Secrets};
-use crate::{Failure, Message, Outcome, TypedSink, structured};
+use crate::{Failure, Message, Outcome, Probed, TypedSink, structured};
 
 /// Error codes retrying cannot help: no such stream, a record Kinesis never takes.
 const PERMANENT: &[&str] = &["ResourceNotFoundException", "InvalidArgumentException", "ValidationException"];
@@ -76,9 +76,9 @@ impl TypedSink for KinesisSink {
         }
     }
 
-    async fn check(&self, target: &KinesisTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &KinesisTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
         let record =
             json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription_id});
-        self.put(target, record.to_string().into_bytes(), tenant).await
+        self.put(target, record.to_string().into_bytes(), tenant).await.map(|()| Probed::default())
     }
 }

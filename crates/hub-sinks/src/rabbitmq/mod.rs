@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 use uuid::Uuid;
 
 use crate::destination::{Destination, Secrets};
-use crate::{Failure, FailureKind, Message, Outcome, TypedSink};
+use crate::{Failure, FailureKind, Message, Outcome, Probed, TypedSink};
 
 pub mod config;
 
@@ -68,7 +68,14 @@ impl RabbitTarget {
 }
 
 fn refused(reason: &str) -> Failure {
-    Failure { retryable: true, kind: FailureKind::Refused, reason: reason.to_owned(), status: None, response: None }
+    Failure {
+        retryable: true,
+        kind: FailureKind::Refused,
+        reason: reason.to_owned(),
+        status: None,
+        response: None,
+        retry_after: None,
+    }
 }
 
 /// Classifies a client error; the text never carries the URL (it may hold the password).
@@ -90,7 +97,14 @@ fn classify(e: &lapin::Error, connecting: bool) -> Failure {
     } else {
         FailureKind::Refused
     };
-    Failure { retryable: true, kind, reason: format!("RabbitMQ: {text}"), status: None, response: None }
+    Failure {
+        retryable: true,
+        kind,
+        reason: format!("RabbitMQ: {text}"),
+        status: None,
+        response: None,
+        retry_after: None,
+    }
 }
 
 /// Opens a connection that dials only `addrs` (what the address guard resolved and checked; the
@@ -226,6 +240,7 @@ fn timeout(after: Duration) -> Failure {
         reason: format!("RabbitMQ did not confirm within {} ms", after.as_millis()),
         status: None,
         response: None,
+        retry_after: None,
     }
 }
 
@@ -306,7 +321,7 @@ impl TypedSink for RabbitSink {
         }
     }
 
-    async fn check(&self, target: &RabbitTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &RabbitTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
         // The exchange must exist (passive declare), and the broker must confirm a test message.
         let channel = self.channel(target).await?;
         let passive = ExchangeDeclareOptions { passive: true, ..ExchangeDeclareOptions::default() };
@@ -345,6 +360,8 @@ impl TypedSink for RabbitSink {
             .with_message_id(ShortString::from(Uuid::now_v7().to_string()))
             .with_headers(h);
         // Not mandatory: a destination may route only real event keys.
-        self.publish(target, "streaming_hub.verification", body.as_bytes(), properties, false).await
+        self.publish(target, "streaming_hub.verification", body.as_bytes(), properties, false)
+            .await
+            .map(|()| Probed::default())
     }
 }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
 use crate::destination::{Destination, Secrets};
-use crate::{Failure, Message, Outcome, TypedSink, structured};
+use crate::{Failure, Message, Outcome, Probed, TypedSink, structured};
 
 /// Error codes retrying cannot help: no such bucket, an object S3 never takes.
 const PERMANENT: &[&str] = &["NoSuchBucket", "InvalidBucketName", "EntityTooLarge", "KeyTooLongError"];
@@ -93,10 +93,10 @@ impl TypedSink for S3Sink {
     }
 
     /// Writes (and on each probe overwrites) one verification object of the subscription.
-    async fn check(&self, target: &S3Target, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &S3Target, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
         let key = format!("{}{tenant}/streaming_hub.verification/{subscription_id}.json", target.prefix);
         let body =
             json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription_id});
-        self.put(target, key, body.to_string().into_bytes()).await
+        self.put(target, key, body.to_string().into_bytes()).await.map(|()| Probed::default())
     }
 }

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, Verification, classify, packed_attributes, text_body};
 use crate::destination::{Destination, Secrets};
-use crate::{Failure, Message, Outcome, TypedSink, attributes};
+use crate::{Failure, Message, Outcome, Probed, TypedSink, attributes};
 
 /// Error codes retrying cannot help: no such topic, a message SNS never takes.
 const PERMANENT: &[&str] = &["NotFound", "InvalidParameter", "InvalidParameterValue"];
@@ -89,8 +89,8 @@ impl TypedSink for SnsSink {
         }
     }
 
-    async fn check(&self, target: &SnsTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &SnsTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
         let v = Verification::new(tenant, subscription_id);
-        self.publish(target, v.body, v.attributes, tenant, &v.id).await
+        self.publish(target, v.body, v.attributes, tenant, &v.id).await.map(|()| Probed::default())
     }
 }

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, Verification, classify, packed_attributes, text_body};
 use crate::destination::{Destination, Secrets};
-use crate::{Failure, Message, Outcome, TypedSink, attributes};
+use crate::{Failure, Message, Outcome, Probed, TypedSink, attributes};
 
 /// The tenth attribute: every other header, as a JSON object.
 pub const SQS_EXTRA_HEADERS: &str = crate::aws::EXTRA_HEADERS;
@@ -90,8 +90,8 @@ impl TypedSink for SqsSink {
         }
     }
 
-    async fn check(&self, target: &SqsTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &SqsTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
         let v = Verification::new(tenant, subscription_id);
-        self.send(target, v.body, v.attributes, tenant, &v.id).await
+        self.send(target, v.body, v.attributes, tenant, &v.id).await.map(|()| Probed::default())
     }
 }

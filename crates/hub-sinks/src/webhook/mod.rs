@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::destination::{Destination, Secrets};
 use crate::guard::{GuardedResolver, check_host};
-use crate::{Failure, FailureKind, Message, Outcome, RESPONSE_CAP, TypedSink, cap_text};
+use crate::{Failure, FailureKind, Message, Outcome, Probed, RESPONSE_CAP, TypedSink, cap_text};
 
 pub mod config;
 
@@ -71,7 +71,7 @@ impl WebhookSink {
             .no_proxy()
             .connect_timeout(Duration::from_secs(10))
             .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(64)
+            .pool_max_idle_per_host(1024)
             .tcp_nodelay(true)
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
@@ -142,13 +142,17 @@ impl WebhookSink {
         headers: HeaderMap,
         body: Vec<u8>,
         cap: usize,
-    ) -> Result<(u16, Vec<u8>), Failure> {
+    ) -> Result<Answer, Failure> {
         if let Err(refused) = check_host(&target.url, self.allow_private) {
             return Err(not_allowed(&refused));
         }
         let request = self.client.post(target.url.clone()).headers(headers).timeout(target.timeout).body(body);
         let mut response = request.send().await.map_err(|e| classify(&e, target.timeout))?;
         let status = response.status().as_u16();
+        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let retry_after = header("retry-after").and_then(|v| retry_after(&v, std::time::SystemTime::now()));
+        let allowed_rate =
+            header("webhook-allowed-rate").and_then(|v| hub_core::delivery::inflight::parse_allowed_rate(&v));
         let mut read = Vec::new();
         while read.len() < cap {
             match response.chunk().await {
@@ -158,8 +162,28 @@ impl WebhookSink {
                 Err(_) => break,
             }
         }
-        Ok((status, read))
+        Ok(Answer { status, body: read, retry_after, allowed_rate })
     }
+}
+
+/// A destination's answer: its status, the start of its body, and what its headers ask of us.
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+    retry_after: Option<Duration>,
+    allowed_rate: Option<f64>,
+}
+
+/// A `Retry-After` value (delay-seconds or an HTTP date) as a delay from `now`, at most
+/// [`hub_core::delivery::inflight::MAX_PAUSE`]; `None` when it cannot be read or is past.
+pub fn retry_after(raw: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let raw = raw.trim();
+    let delay = if let Ok(secs) = raw.parse::<u64>() {
+        Duration::from_secs(secs)
+    } else {
+        httpdate::parse_http_date(raw).ok()?.duration_since(now).ok()?
+    };
+    (!delay.is_zero()).then(|| delay.min(hub_core::delivery::inflight::MAX_PAUSE))
 }
 
 fn failure(
@@ -169,7 +193,7 @@ fn failure(
     status: Option<u16>,
     response: Option<String>,
 ) -> Failure {
-    Failure { retryable, kind, reason, status, response }
+    Failure { retryable, kind, reason, status, response, retry_after: None }
 }
 
 /// A destination the guard refused. The tenant is told only that it is not allowed: which kind
@@ -230,21 +254,26 @@ impl TypedSink for WebhookSink {
         let timestamp = chrono::Utc::now().timestamp();
         let headers = self.headers(target, message, timestamp);
         match self.send(target, headers, message.payload.to_vec(), RESPONSE_CAP).await {
-            Ok((status, body)) => {
+            Ok(Answer { status, body, retry_after, .. }) => {
                 let response = (!body.is_empty()).then(|| cap_text(&body, RESPONSE_CAP));
                 if (200..300).contains(&status) {
                     Outcome::Delivered { status: Some(status), response }
                 } else {
                     let kind =
                         if status == 401 || status == 403 { FailureKind::Unauthorized } else { FailureKind::Refused };
-                    Outcome::Failed(failure(kind, true, format!("HTTP {status}"), Some(status), response))
+                    let mut f = failure(kind, true, format!("HTTP {status}"), Some(status), response);
+                    // Only a receiver saying it is overloaded asks to be left alone.
+                    if status == 429 || status == 503 {
+                        f.retry_after = retry_after;
+                    }
+                    Outcome::Failed(f)
                 }
             }
             Err(f) => Outcome::Failed(f),
         }
     }
 
-    async fn check(&self, target: &WebhookTarget, tenant: &str, subscription_id: Uuid) -> Result<(), Failure> {
+    async fn check(&self, target: &WebhookTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
         let mut nonce = [0u8; 16];
         rand::rng().fill_bytes(&mut nonce);
         let challenge: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
@@ -273,7 +302,8 @@ impl TypedSink for WebhookSink {
             delivery_id: id,
         };
         let headers = self.headers(target, &message, chrono::Utc::now().timestamp());
-        let (status, answer) = self.send(target, headers, body.clone(), PROBE_READ_CAP).await?;
+        let Answer { status, body: answer, allowed_rate, .. } =
+            self.send(target, headers, body.clone(), PROBE_READ_CAP).await?;
         let response = (!answer.is_empty()).then(|| cap_text(&answer, RESPONSE_CAP));
         if !(200..300).contains(&status) {
             let kind = if status == 401 || status == 403 { FailureKind::Unauthorized } else { FailureKind::Refused };
@@ -294,6 +324,6 @@ impl TypedSink for WebhookSink {
                 response,
             ));
         }
-        Ok(())
+        Ok(Probed { allowed_rate })
     }
 }

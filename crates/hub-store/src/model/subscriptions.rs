@@ -23,6 +23,11 @@ pub struct SubscriptionRecord {
     /// `key`: per ordering key one delivery at a time, in seq order (push sinks only).
     pub ordering: hub_core::Ordering,
     pub sink: hub_core::SinkKind,
+    /// The owner's fixed delivery limits (attempts in flight, rate); default none.
+    pub limits: hub_core::delivery::inflight::Limits,
+    /// The rate the receiver declared at its last successful verification
+    /// (`WebHook-Allowed-Rate`, requests per minute).
+    pub allowed_rate: Option<f64>,
     /// The destination without secrets, as the API shows it.
     pub sink_config: serde_json::Value,
     pub signing_secret: Option<Vec<u8>>,
@@ -62,6 +67,8 @@ pub struct SubscriptionPatch {
     pub filters: Option<serde_json::Value>,
     /// A new ordering, for jobs created after the change.
     pub ordering: Option<hub_core::Ordering>,
+    /// New delivery limits.
+    pub limits: Option<hub_core::delivery::inflight::Limits>,
     pub destination: Option<DestinationChange>,
     /// `Some(false)` disables with `disabled_reason` (when enabled); `Some(true)` enables and
     /// clears the reason.
@@ -103,6 +110,8 @@ pub struct VerificationResult {
     /// On success, also enable the subscription and clear its failure period and disabled
     /// reason (the recovery of an auto-disabled subscription).
     pub reenable: bool,
+    /// The rate the receiver declared in its answer (kept on success only).
+    pub allowed_rate: Option<f64>,
     pub now: DateTime<Utc>,
 }
 
@@ -113,6 +122,7 @@ pub(crate) struct PatchColumns {
     pub event_types: Option<String>,
     pub filters: Option<String>,
     pub ordering: Option<&'static str>,
+    pub limits: Option<String>,
     pub sink_config: Option<String>,
     pub credentials_set: bool,
     pub credentials: Option<Vec<u8>>,
@@ -132,6 +142,7 @@ impl PatchColumns {
             event_types,
             filters: patch.filters.as_ref().map(serde_json::Value::to_string),
             ordering: patch.ordering.map(hub_core::Ordering::as_str),
+            limits: patch.limits.map(|l| l.to_json().to_string()),
             sink_config: destination.map(|d| d.sink_config.to_string()),
             credentials_set: destination.is_some_and(|d| d.credentials.is_some()),
             credentials: destination.and_then(|d| d.credentials.clone().flatten()),

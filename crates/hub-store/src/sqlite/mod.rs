@@ -502,7 +502,7 @@ fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreR
 }
 
 const SUBSCRIPTION_COLUMNS: &str =
-    "id, tenant_id, name, event_types, origin, filters, ordering, sink_type, sink_config,
+    "id, tenant_id, name, event_types, origin, filters, ordering, limits, allowed_rate, sink_type, sink_config,
     signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled, verification_state,
     verification_error, disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at,
     updated_at";
@@ -528,6 +528,8 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
         ordering: hub_core::Ordering::parse(&row.try_get::<String, _>("ordering")?)
             .ok_or_else(|| corrupt("ordering"))?,
         sink: hub_core::SinkKind::parse(&sink).ok_or_else(|| corrupt("sink_type"))?,
+        limits: serde_json::from_str(&row.try_get::<String, _>("limits")?).map_err(|_| corrupt("limits"))?,
+        allowed_rate: row.try_get("allowed_rate")?,
         sink_config: serde_json::from_str(&sink_config).map_err(|_| corrupt("sink_config"))?,
         signing_secret: row.try_get("signing_secret")?,
         previous_secret: row.try_get("previous_secret")?,

@@ -25,8 +25,8 @@ impl Subscriptions for SqliteStore {
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
                 verification_state, verification_error, disabled_reason, updated_at, failing_since,
-                last_failure_at, pull_cursor, created_at, disabled_at, filters, ordering)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+                last_failure_at, pull_cursor, created_at, disabled_at, filters, ordering, limits, allowed_rate)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
         );
         bind_subscription(insert, sub)?
             .bind(sub.pull_cursor)
@@ -34,6 +34,8 @@ impl Subscriptions for SqliteStore {
             .bind(sub.disabled_at.map(micros))
             .bind(sub.filters.to_string())
             .bind(sub.ordering.as_str())
+            .bind(sub.limits.to_json().to_string())
+            .bind(sub.allowed_rate)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -143,6 +145,7 @@ impl Subscriptions for SqliteStore {
                 event_types = COALESCE(?4, event_types),
                 filters = COALESCE(?14, filters),
                 ordering = COALESCE(?15, ordering),
+                limits = COALESCE(?16, limits),
                 origin = CASE WHEN ?5 THEN ?6 ELSE origin END,
                 sink_config = COALESCE(?7, sink_config),
                 credentials = CASE WHEN ?8 THEN ?9 ELSE credentials END,
@@ -175,6 +178,7 @@ impl Subscriptions for SqliteStore {
             .bind(micros(patch.now))
             .bind(p.filters)
             .bind(p.ordering)
+            .bind(p.limits)
             .fetch_optional(&mut *tx)
             .await?;
         Self::changed(tx, row, id).await
@@ -223,6 +227,7 @@ impl Subscriptions for SqliteStore {
                 failing_since = CASE WHEN ?3 IS NULL AND ?4 THEN NULL ELSE failing_since END,
                 last_failure_at = CASE WHEN ?3 IS NULL AND ?4 THEN NULL ELSE last_failure_at END,
                 verified_at = CASE WHEN ?3 IS NULL THEN ?5 ELSE verified_at END,
+                allowed_rate = CASE WHEN ?3 IS NULL THEN ?8 ELSE allowed_rate END,
                 updated_at = ?5
              WHERE tenant_id = ?1 AND id = ?2 AND sink_config = ?6 AND credentials IS ?7
              RETURNING {SUBSCRIPTION_COLUMNS}"
@@ -236,6 +241,7 @@ impl Subscriptions for SqliteStore {
             .bind(micros(result.now))
             .bind(result.probed_config.to_string())
             .bind(result.probed_credentials.as_deref())
+            .bind(result.allowed_rate)
             .fetch_optional(&mut *tx)
             .await?;
         Self::changed(tx, row, id).await

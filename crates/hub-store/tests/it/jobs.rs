@@ -399,6 +399,7 @@ fn patch(enabled: Option<bool>) -> SubscriptionPatch {
 
 fn verification(sub: &SubscriptionRecord, error: Option<&str>) -> VerificationResult {
     VerificationResult {
+        allowed_rate: None,
         probed_config: sub.sink_config.clone(),
         probed_credentials: sub.credentials.clone(),
         error: error.map(str::to_owned),

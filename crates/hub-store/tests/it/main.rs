@@ -85,6 +85,7 @@ contract_suite!(
     accepted_events_create_work_only_for_admitting_subscriptions,
     only_events_after_creation_match,
     a_write_sees_subscription_changes_made_by_another_replica,
+    delivery_limits_round_trip_and_reach_leased_writes,
     deleting_a_subscription_cancels_its_work,
     pull_cursors_only_move_forward_even_under_concurrency,
     claims_interleave_tenants,

@@ -330,6 +330,7 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
             let result = hub_store::VerificationResult {
                 probed_config: config.clone(),
                 probed_credentials: None,
+                allowed_rate: None,
                 error: (i + 1 < rounds).then(|| format!("probe {i} failed")),
                 reenable: false,
                 now: Utc::now(),
@@ -378,6 +379,7 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
     let pending = db.store.patch_subscription("t1", id, &moved).await.expect("patch").expect("exists");
     assert_eq!(pending.verification, VerificationState::Pending);
     let stale = hub_store::VerificationResult {
+        allowed_rate: None,
         probed_config: sub.sink_config.clone(),
         probed_credentials: None,
         error: None,
@@ -387,4 +389,55 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
     assert!(db.store.set_verification("t1", id, &stale).await.expect("verify").is_none());
     let read = db.store.subscription("t1", id).await.expect("read").expect("exists");
     assert_eq!(read.verification, VerificationState::Pending, "the stale probe did not activate the new URL");
+}
+
+/// A subscription's delivery limits and its receiver's declared rate are stored, changed by a
+/// PATCH and a successful verification only, and handed to the dispatcher by an ingest write
+/// that leases its jobs after another replica changed them.
+pub async fn delivery_limits_round_trip_and_reach_leased_writes(db: &TestDb) {
+    use hub_core::delivery::inflight::Limits;
+    let other = db.replica().await;
+    let mut sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    sub.limits = Limits { max_in_flight: Some(12), per_second: None };
+    db.store.create_subscription(&sub).await.expect("create");
+    let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
+    assert_eq!(read.limits, sub.limits);
+    assert_eq!(read.allowed_rate, None);
+
+    let lease = |limit| hub_store::IngestLease {
+        token: Uuid::now_v7(),
+        until: Utc::now() + Duration::seconds(60),
+        limit,
+        exclude_subscriptions: Vec::new(),
+    };
+    let (_, leased) = db.store.write_batch_leased(&[accepted("t1", Uuid::now_v7())], &lease(8)).await.expect("write");
+    assert_eq!(leased.subscriptions.iter().find(|s| s.id == sub.id).expect("handed over").limits, sub.limits);
+
+    let new = Limits { max_in_flight: None, per_second: Some(2.5) };
+    let patch = SubscriptionPatch { limits: Some(new), now: Utc::now(), ..SubscriptionPatch::default() };
+    let patched = other.patch_subscription("t1", sub.id, &patch).await.expect("patch").expect("exists");
+    assert_eq!(patched.limits, new);
+    let (_, leased) = db.store.write_batch_leased(&[accepted("t1", Uuid::now_v7())], &lease(8)).await.expect("write");
+    assert_eq!(
+        leased.subscriptions.iter().find(|s| s.id == sub.id).expect("handed over").limits,
+        new,
+        "a write after another replica's change hands over the new limits"
+    );
+
+    let verify = |error: Option<&str>, rate| hub_store::VerificationResult {
+        probed_config: sub.sink_config.clone(),
+        probed_credentials: None,
+        error: error.map(str::to_owned),
+        reenable: false,
+        allowed_rate: rate,
+        now: Utc::now(),
+    };
+    let ok = db.store.set_verification("t1", sub.id, &verify(None, Some(120.0))).await.expect("verify").expect("same");
+    assert_eq!(ok.allowed_rate, Some(120.0));
+    let failed =
+        db.store.set_verification("t1", sub.id, &verify(Some("down"), Some(1.0))).await.expect("verify").expect("same");
+    assert_eq!(failed.allowed_rate, Some(120.0), "a failed probe keeps the rate declared before");
+    let again = db.store.set_verification("t1", sub.id, &verify(None, None)).await.expect("verify").expect("same");
+    assert_eq!(again.allowed_rate, None, "a receiver that no longer declares a rate has none");
+    assert_eq!(again.limits, new, "verification writes only its own columns");
 }

@@ -77,6 +77,8 @@ pub struct AppState {
     pub replays: Arc<tokio::sync::Notify>,
     /// Breakers of this process's dispatcher, for listings.
     pub breakers: crate::delivery::BreakerBoard,
+    /// What this replica's dispatcher has in flight (empty where it does not deliver).
+    pub flights: crate::delivery::FlightBoard,
     /// A replay's rate when its request names none (`STREAMING_HUB_REPLAY_RATE`).
     pub replay_rate: u32,
     /// Readiness also requires Kafka when it is configured.

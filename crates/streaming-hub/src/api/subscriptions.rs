@@ -8,6 +8,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
+use hub_core::delivery::inflight::Limits;
 use hub_core::{EventPattern, Ordering, SinkKind, Source, VerificationState};
 use hub_store::{DestinationChange, SubscriptionPatch, SubscriptionRecord};
 use serde::{Deserialize, Serialize};
@@ -42,6 +43,11 @@ pub struct SubscriptionView {
     /// The destination without secrets or credentials.
     #[schema(value_type = super::destination::schema::Sink)]
     pub sink: Value,
+    /// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+    pub limits: LimitsView,
+    /// The rate (requests per minute) the receiver declared in its last successful
+    /// verification (`WebHook-Allowed-Rate`); deliveries never go faster.
+    pub allowed_rate: Option<f64>,
     pub enabled: bool,
     /// `pending`, `active` or `failed`.
     pub verification_state: String,
@@ -66,6 +72,61 @@ pub struct SubscriptionView {
     /// `event_types` pattern that matches no type the catalog knows), never a refusal.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<Warning>,
+}
+
+/// A subscription's fixed delivery limits (SPEC §10), each counted per replica.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LimitsView {
+    /// Attempts in flight at once for this subscription, 1 to 2048; `null`: only the
+    /// destination's adaptive allowance and the replica's bound apply.
+    #[schema(minimum = 1, maximum = 2048)]
+    pub max_in_flight: Option<u32>,
+    /// Attempts started per second, 0.01 to 10000; `null`: no rate.
+    #[schema(minimum = 0.01, maximum = 10000)]
+    pub per_second: Option<f64>,
+}
+
+impl From<Limits> for LimitsView {
+    fn from(l: Limits) -> Self {
+        Self { max_in_flight: l.max_in_flight, per_second: l.per_second }
+    }
+}
+
+/// A subscription's deliveries in flight, as the replica that answers sees them.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FlightView {
+    /// Its attempts in flight now.
+    pub in_flight: usize,
+    /// Its destination's adaptive allowance of attempts in flight (`null` before its first
+    /// attempt in this replica).
+    pub allowance: Option<usize>,
+    /// Until when its destination is paused by a `Retry-After`.
+    pub paused_until: Option<DateTime<Utc>>,
+    /// The rate that applies (attempts per second): its own and its receiver's declared one,
+    /// the lower.
+    pub rate_per_second: Option<f64>,
+}
+
+impl FlightView {
+    fn of(state: &AppState, sub: &SubscriptionRecord) -> Self {
+        let f = state.flights.flight(sub);
+        let now = state.clock.now();
+        Self {
+            in_flight: f.in_flight,
+            allowance: f.allowance,
+            paused_until: f.paused_for.map(|d| now + chrono::Duration::from_std(d).unwrap_or_default()),
+            rate_per_second: f.rate,
+        }
+    }
+}
+
+/// `limits` as a request gives it (`null` is none): for push sinks only.
+fn valid_limits(value: &Value, sink: SinkKind) -> Result<Limits, ApiError> {
+    let limits = Limits::parse(value).map_err(|e| ApiError::validation(&e.field, e.message))?;
+    if limits != Limits::default() && !sink.is_push() {
+        return Err(ApiError::validation("limits", "applies to push sinks; a pull consumer reads at its own pace"));
+    }
+    Ok(limits)
 }
 
 /// Something accepted that looks wrong, by the field it concerns.
@@ -110,6 +171,8 @@ pub struct Health {
     /// subscription's jobs (breakers are per replica and per destination).
     pub breaker: &'static str,
     pub jobs: JobCounts,
+    /// Its deliveries in flight in the replica that answers.
+    pub delivery: FlightView,
 }
 
 /// Jobs of a subscription or a tenant that are not finished, and the dead ones.
@@ -153,6 +216,7 @@ pub async fn with_health(state: &AppState, subs: &[SubscriptionRecord]) -> Resul
                 last_failure_at: s.last_failure_at,
                 breaker: state.breakers.state(s.id),
                 jobs: jobs.remove(&s.id).unwrap_or_default(),
+                delivery: FlightView::of(state, s),
             });
             view
         })
@@ -169,6 +233,8 @@ impl SubscriptionView {
             filters: sub.filters.clone(),
             ordering: sub.ordering.as_str(),
             sink: sub.sink_config.clone(),
+            limits: sub.limits.into(),
+            allowed_rate: sub.allowed_rate,
             enabled: sub.enabled,
             verification_state: sub.verification.as_str().to_owned(),
             verification_error: sub.verification_error.clone(),
@@ -215,6 +281,11 @@ pub struct CreateSubscription {
     /// Where events go: one of the sink types, told apart by `type`.
     #[schema(value_type = super::destination::schema::Sink)]
     sink: Value,
+    /// Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and
+    /// the replica's bound apply).
+    #[schema(value_type = Option<LimitsView>)]
+    #[serde(default)]
+    limits: Value,
     enabled: Option<bool>,
 }
 
@@ -360,6 +431,7 @@ pub async fn create(
     let filters = valid_filters(req.filters)?;
     let dest = destination::parse(&req.sink, state.allow_private_sinks)?;
     let ordering = valid_ordering(req.ordering.as_ref(), dest.kind)?.unwrap_or_default();
+    let limits = valid_limits(&req.limits, dest.kind)?;
     let limit = state.quotas.subscriptions_per_tenant;
     let quota_exceeded = || {
         ApiError::new(
@@ -391,6 +463,8 @@ pub async fn create(
         filters,
         ordering,
         sink: dest.kind,
+        limits,
+        allowed_rate: None,
         sink_config: dest.public,
         signing_secret,
         previous_secret: None,
@@ -494,6 +568,10 @@ pub struct UpdateSubscription {
     /// A new destination of the same type; omitted `credentials` are kept.
     #[schema(value_type = Option<super::destination::schema::Sink>)]
     sink: Option<Value>,
+    /// New delivery limits (both fields: an omitted one is no limit); `null` removes them.
+    #[schema(value_type = Option<LimitsView>)]
+    #[serde(default)]
+    limits: Value,
     enabled: Option<bool>,
 }
 
@@ -517,10 +595,9 @@ pub async fn update(
     Json(body): Json<serde_json::Map<String, Value>>,
 ) -> Result<impl IntoResponse, ApiError> {
     let sub = load(&state, &caller, &id).await?;
-    if let Some(key) = body
-        .keys()
-        .find(|k| !["name", "event_types", "origin", "filters", "ordering", "sink", "enabled"].contains(&k.as_str()))
-    {
+    if let Some(key) = body.keys().find(|k| {
+        !["name", "event_types", "origin", "filters", "ordering", "sink", "limits", "enabled"].contains(&k.as_str())
+    }) {
         return Err(ApiError::validation(key, "is not a field that can be changed"));
     }
     let req: UpdateSubscription = super::error::from_json_value(Value::Object(body.clone()))?;
@@ -538,6 +615,9 @@ pub async fn update(
     }
     if body.contains_key("ordering") {
         patch.ordering = valid_ordering(req.ordering.as_ref(), sub.sink)?;
+    }
+    if body.contains_key("limits") {
+        patch.limits = Some(valid_limits(&req.limits, sub.sink)?);
     }
     if body.contains_key("origin") {
         patch.origin = Some(match req.origin {

@@ -12,7 +12,7 @@ fn defaults_are_the_spec_defaults() {
     assert_eq!(c.role, Role::All);
     assert_eq!(c.http_listen_addr.to_string(), "127.0.0.1:8080");
     assert!(matches!(&c.database, Database::Sqlite { path } if path == &PathBuf::from("./streaming-hub.db")));
-    assert_eq!(c.dispatch_workers, 8);
+    assert_eq!(c.max_in_flight, 2048);
     assert_eq!(c.dispatch_claim_batch, 16);
     assert_eq!(c.dispatch_idle_interval, Duration::from_millis(250));
     assert_eq!(c.poison_threshold, 5);
@@ -291,7 +291,7 @@ fn an_empty_value_is_a_value_where_absence_chooses_a_mode() {
     }
     // Elsewhere an empty value still means the default.
     let c = Config::from_vars(vars(&[("STREAMING_HUB_DISPATCH_WORKERS", "")])).expect("valid");
-    assert_eq!(c.dispatch_workers, 8);
+    assert_eq!(c.max_in_flight, 2048);
 }
 
 #[test]

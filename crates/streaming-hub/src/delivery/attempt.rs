@@ -1,6 +1,9 @@
 //! One attempt of a claimed job: its span, the sink call with the opened secrets, and the
 //! outcome settled into the job's transition (or a release when it cannot be attempted now).
 
+use hub_core::delivery::inflight::Signal;
+
+use super::capacity::Admit;
 use super::*;
 
 impl Dispatcher {
@@ -16,11 +19,11 @@ impl Dispatcher {
         self: Arc<Self>,
         work: Work,
         sub: Arc<Subscribed>,
-        dest: String,
-        _worker: OwnedSemaphorePermit,
+        _slot: OwnedSemaphorePermit,
         recorder: mpsc::Sender<AttemptResult>,
         finished: mpsc::UnboundedSender<String>,
     ) {
+        let dest = sub.key.clone();
         let Work { job, event, .. } = work;
         let attempt = (job.attempts + 1).max(1) as u32;
         let span = tracing::info_span!(
@@ -49,11 +52,18 @@ impl Dispatcher {
                 ],
             );
         }
-        let began = Instant::now();
-        let recorded =
+        let (recorded, felt) =
             self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt, &traced).instrument(span).await;
         drop(traced);
-        self.leave(&dest, Some(began.elapsed()));
+        let (signal, pause) = felt.map_or((None, None), |(s, p)| (Some(s), p));
+        let cut = self.flights.lock().leave(&Admit::of(&job, &sub), signal, pause, std::time::Instant::now());
+        metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
+        if cut {
+            metrics::counter!(metric::ALLOWANCE_CUTS).increment(1);
+        }
+        if pause.is_some() {
+            metrics::counter!(metric::DESTINATION_PAUSES).increment(1);
+        }
         // A job parked for this destination may go now.
         let _ = finished.send(dest);
         match recorded {
@@ -72,12 +82,13 @@ impl Dispatcher {
         let due = match why {
             // Another worker will free a slot soon; try again shortly.
             Skip::DestinationBusy => self.clock.now() + chrono::Duration::milliseconds(50),
-            Skip::BreakerOpen(until) => until,
+            Skip::BreakerOpen(until) | Skip::Paused(until) => until,
         };
         self.release(job, due).await;
     }
 
     /// Makes the attempt and decides its outcome; `None` when the job was put back without one.
+    /// Beside it, what the outcome tells the destination's allowance, and a `Retry-After`.
     pub(super) async fn attempt_in_span(
         &self,
         job: &ClaimedJob,
@@ -86,13 +97,13 @@ impl Dispatcher {
         dest: &str,
         attempt: u32,
         traced: &tracing::Span,
-    ) -> Option<AttemptResult> {
+    ) -> (Option<AttemptResult>, Option<(Signal, Option<Duration>)>) {
         let started = self.clock.now();
         let last = self.settings.retry.is_last(attempt, job.window_start, started);
         match self.breaker_permit(job, dest, started, last) {
             Permit::Wait { until } => {
                 self.skip(job, Skip::BreakerOpen(until)).await;
-                return None;
+                return (None, None);
             }
             Permit::Attempt | Permit::Probe => {}
         }
@@ -125,10 +136,15 @@ impl Dispatcher {
                 reason: "the event is no longer stored".to_owned(),
                 status: None,
                 response: None,
+                retry_after: None,
             }),
         };
         let latency = clock_start.elapsed();
         let now = self.clock.now();
+        let felt = match &outcome {
+            Outcome::Delivered { .. } => (Signal::Success(latency), None),
+            Outcome::Failed(f) => (Signal::of(false, latency, f.status, f.kind == FailureKind::Timeout), f.retry_after),
+        };
         self.breaker_outcome(job, dest, outcome.is_delivered(), now);
         let attempted = Attempted { job, sub: &sub.record, number: attempt, delivery_id, started, latency, now };
         let result = self.record(&attempted, outcome);
@@ -158,7 +174,7 @@ impl Dispatcher {
                 );
             }
         }
-        Some(result)
+        (Some(result), Some(felt))
     }
 
     pub(super) async fn deliver(
@@ -270,5 +286,12 @@ impl Dispatcher {
 }
 
 pub(super) fn config_failure(reason: String) -> Outcome {
-    Outcome::Failed(Failure { retryable: true, kind: FailureKind::Refused, reason, status: None, response: None })
+    Outcome::Failed(Failure {
+        retryable: true,
+        kind: FailureKind::Refused,
+        reason,
+        status: None,
+        response: None,
+        retry_after: None,
+    })
 }

@@ -1,241 +1,311 @@
-//! The per-destination share of workers: how many jobs a destination has in flight and parked,
-//! which subscriptions are saturated (left out of claims and ingest leases), and the ready queue's size.
+//! The slots of attempts in flight and who may take one (SPEC §10).
 //!
-//! The share is work-conserving: a destination holds at most half the workers while another
-//! could use them, and may borrow idle ones beyond that while its attempts are quick; see
-//! [`Dispatcher::enter`].
+//! The [`Ledger`] counts what is in flight per replica, tenant, destination and subscription,
+//! and decides whether one more attempt may start now ([`Ledger::try_enter`]): not while its
+//! destination is paused by a `Retry-After`; within its destination's adaptive allowance
+//! (`hub_core::delivery::inflight::Allowance`); within its subscription's own `max_in_flight`;
+//! within its tenant's share of the replica's slots while another tenant waits for one
+//! (`tenant_may_start`); and at its subscription's pace (its own `per_second` and the rate its
+//! receiver declared). A job that may not start waits in the process, leased (the run loop
+//! parks it), or goes back to the store when its destination is paused.
+//!
+//! **Invariants:** the slots are never overdrawn; a destination never has more attempts out
+//! than its allowance, nor a subscription more than its `max_in_flight`; a tenant beyond its
+//! share never takes the last eighth of the slots, nor a slot while another tenant's job waits
+//! for one; no subscription starts faster than its rate. The maps hold only what is at work, or
+//! what must be remembered (a learned allowance, a pace), and are bounded.
+
+use std::time::Instant;
+
+use hub_core::delivery::inflight::{Allowance, Limits, Pace, Signal, tenant_may_start};
 
 use super::*;
 
-/// Idle destinations whose recent attempt time is kept, at most.
-const LATENCIES_KEPT: usize = 4096;
+/// Idle destinations whose learned allowance is kept, at most.
+const ALLOWANCES_KEPT: usize = 4096;
 
-impl Dispatcher {
-    /// The ready queue's slots: [`READY_ROUNDS`] times what every claimer claims at once, the
-    /// room beyond one round going to the jobs this process's ingest leases as it writes them
-    /// (under a burst most of them, which then need no claim: one row version and one statement
-    /// fewer each).
-    pub(super) fn ready_slots(&self) -> usize {
-        READY_ROUNDS * CLAIMERS * self.settings.claim_batch.max(1) as usize
-    }
+/// What a job needs to be let in: whose it is and where it goes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Admit<'a> {
+    pub tenant: &'a str,
+    pub subscription: Uuid,
+    pub dest: &'a str,
+    pub limits: Limits,
+    /// The receiver's declared rate, requests per minute.
+    pub allowed_rate: Option<f64>,
+}
 
-    /// How many claimed jobs may wait in the process for one destination: what every claimer
-    /// could have claimed for it at once, so a claim rarely has to send a job back.
-    pub(super) fn park_limit(&self) -> usize {
-        CLAIMERS * self.settings.claim_batch.max(1) as usize
-    }
-
-    /// Subscriptions not to claim for now: their destination has its share of workers and a
-    /// full set of jobs already waiting for them.
-    pub(super) fn saturated_subscriptions(&self) -> Vec<Uuid> {
-        let cap = self.settings.per_destination_cap();
-        let limit = self.park_limit();
-        let d = lock(&self.destinations);
-        d.of_subscription
-            .iter()
-            .filter(|(_, dest)| {
-                d.in_flight.get(*dest).copied().unwrap_or(0) >= cap
-                    && d.parked.get(*dest).copied().unwrap_or(0) >= limit
-            })
-            .map(|(sub, _)| *sub)
-            .collect()
-    }
-
-    /// Records how many jobs wait for a destination; when it drops below the limit the
-    /// destination's subscriptions are claimable again, so the claimers are woken.
-    pub(super) fn set_parked(&self, dest: &str, n: usize) {
-        let limit = self.park_limit();
-        let was = {
-            let mut d = lock(&self.destinations);
-            if n == 0 { d.parked.remove(dest) } else { d.parked.insert(dest.to_owned(), n) }
-        };
-        if was.unwrap_or(0) >= limit && n < limit {
-            self.wake.notify_one();
+impl<'a> Admit<'a> {
+    pub(super) fn of(job: &'a ClaimedJob, sub: &'a Subscribed) -> Self {
+        Self {
+            tenant: &job.tenant_id,
+            subscription: sub.record.id,
+            dest: &sub.key,
+            limits: sub.record.limits,
+            allowed_rate: sub.record.allowed_rate,
         }
-    }
-
-    /// Takes a worker slot on the destination (see [`Destinations::enter`]).
-    pub(super) fn enter(&self, sub: Uuid, dest: &str, free: usize) -> bool {
-        let (entered, borrowed) = lock(&self.destinations).enter(&self.settings, sub, dest, free);
-        if borrowed {
-            metrics::counter!(metric::WORKERS_BORROWED).increment(1);
-        }
-        entered
-    }
-
-    /// Gives the destination's slot back (see [`Destinations::leave`]).
-    pub(super) fn leave(&self, dest: &str, took: Option<Duration>) {
-        lock(&self.destinations).leave(dest, took);
     }
 }
 
-impl Destinations {
-    /// Takes a worker slot on the destination, with `free` workers idle now: within its share
-    /// always; beyond it (borrowing) only while that leaves [`Settings::reserve`] workers idle for
-    /// any other destination and this one's attempts are known to be quick
-    /// ([`BORROW_LATENCY`]), so what it borrows comes back within milliseconds. A slow
-    /// destination, or one not yet measured, never holds more than its share. Answers whether
-    /// it entered, and whether on a borrowed worker.
-    pub(super) fn enter(&mut self, settings: &Settings, sub: Uuid, dest: &str, free: usize) -> (bool, bool) {
-        let cap = settings.per_destination_cap();
-        self.of_subscription.insert(sub, dest.to_owned());
-        let quick = self.latency.get(dest).is_some_and(|l| *l <= BORROW_LATENCY);
-        let n = self.in_flight.entry(dest.to_owned()).or_insert(0);
-        let borrowed = *n >= cap;
-        if borrowed && !(quick && free > settings.reserve() && *n < settings.workers as usize) {
-            return (false, false);
+/// Why a job may not start now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Blocked {
+    /// No slot is free, or its tenant has its share while another waits: any attempt that ends
+    /// may let it in.
+    Slots,
+    /// Its destination has its allowance out, or its subscription its `max_in_flight`: one of
+    /// theirs must end first.
+    Destination,
+    /// Its subscription's pace lets the next attempt start then.
+    Rate(Instant),
+    /// Its destination asked to be left alone until then (`Retry-After`).
+    Paused(Instant),
+}
+
+#[derive(Debug)]
+struct Dest {
+    in_flight: usize,
+    parked: usize,
+    allowance: Allowance,
+    paused_until: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+struct Sub {
+    in_flight: usize,
+    parked: usize,
+    pace: Pace,
+    /// When its pace has nothing more to remember (its next start is free).
+    pace_until: Option<Instant>,
+    /// The rate that applied when it was last seen, attempts per second.
+    rate: Option<f64>,
+    dest: String,
+}
+
+#[derive(Debug, Default)]
+struct Tenant {
+    in_flight: usize,
+    /// Its jobs waiting in the process for a slot (not for their destination).
+    starved: usize,
+}
+
+/// What one replica has in flight, and who may start next.
+#[derive(Debug)]
+pub struct Ledger {
+    max: usize,
+    share: f64,
+    total: usize,
+    starved: usize,
+    dests: HashMap<String, Dest>,
+    subs: HashMap<Uuid, Sub>,
+    tenants: HashMap<String, Tenant>,
+}
+
+/// What the API shows of a subscription's delivery in this replica.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Flight {
+    pub in_flight: usize,
+    /// The destination's current allowance (`None` before its first attempt here).
+    pub allowance: Option<usize>,
+    /// How long its destination stays paused by a `Retry-After`.
+    pub paused_for: Option<Duration>,
+    /// The rate that applies, attempts per second.
+    pub rate: Option<f64>,
+}
+
+impl Ledger {
+    pub fn new(max: usize, share: f64) -> Self {
+        Self {
+            max: max.max(1),
+            share,
+            total: 0,
+            starved: 0,
+            dests: HashMap::new(),
+            subs: HashMap::new(),
+            tenants: HashMap::new(),
         }
-        *n += 1;
-        (true, borrowed)
     }
 
-    /// Gives the destination's slot back; `took` is how long the attempt held it (none for a job
-    /// that was not attempted), folded into the destination's recent attempt time.
-    pub(super) fn leave(&mut self, dest: &str, took: Option<Duration>) {
-        if let Some(took) = took {
-            match self.latency.get_mut(dest) {
-                Some(recent) => *recent = (*recent * 3 + took) / 4,
-                None => {
-                    self.latency.insert(dest.to_owned(), took);
-                }
+    /// Attempts in flight in this replica.
+    pub fn in_flight(&self) -> usize {
+        self.total
+    }
+
+    fn dest(&mut self, key: &str, ceiling: usize) -> &mut Dest {
+        if !self.dests.contains_key(key) {
+            self.dests.insert(
+                key.to_owned(),
+                Dest { in_flight: 0, parked: 0, allowance: Allowance::new(ceiling), paused_until: None },
+            );
+        }
+        self.dests.get_mut(key).expect("inserted above")
+    }
+
+    /// Takes a slot for the job, or says why it may not start now. Nothing is counted when it
+    /// may not.
+    pub(super) fn try_enter(&mut self, a: &Admit<'_>, now: Instant) -> Result<(), Blocked> {
+        let max = self.max;
+        let dest = self.dest(a.dest, max);
+        if let Some(until) = dest.paused_until {
+            if until > now {
+                return Err(Blocked::Paused(until));
+            }
+            dest.paused_until = None;
+        }
+        if dest.in_flight >= dest.allowance.current() {
+            return Err(Blocked::Destination);
+        }
+        let sub = self.subs.entry(a.subscription).or_default();
+        if a.limits.max_in_flight.is_some_and(|cap| sub.in_flight >= cap as usize) {
+            return Err(Blocked::Destination);
+        }
+        let held = self.tenants.get(a.tenant).map_or(0, |t| t.in_flight);
+        let others_waiting = self.starved > self.tenants.get(a.tenant).map_or(0, |t| t.starved);
+        if !tenant_may_start(held, max, max - self.total, self.share, others_waiting) {
+            return Err(Blocked::Slots);
+        }
+        let sub = self.subs.get_mut(&a.subscription).expect("inserted above");
+        sub.rate = a.limits.rate(a.allowed_rate);
+        if let Some(rate) = sub.rate {
+            sub.pace.take(rate, now).map_err(Blocked::Rate)?;
+            sub.pace_until = Some(now + Duration::from_secs_f64(1.0 / rate.max(Limits::MIN_PER_SECOND)));
+        }
+        sub.in_flight += 1;
+        a.dest.clone_into(&mut sub.dest);
+        self.dests.get_mut(a.dest).expect("inserted above").in_flight += 1;
+        self.tenants.entry(a.tenant.to_owned()).or_default().in_flight += 1;
+        self.total += 1;
+        Ok(())
+    }
+
+    /// Gives the slot back; `felt` is what the attempt's outcome tells the destination's
+    /// allowance (none for a job put back without an attempt), `pause` a `Retry-After`. Answers
+    /// whether the allowance was cut.
+    pub(super) fn leave(&mut self, a: &Admit<'_>, felt: Option<Signal>, pause: Option<Duration>, now: Instant) -> bool {
+        self.total = self.total.saturating_sub(1);
+        if let Some(t) = self.tenants.get_mut(a.tenant) {
+            t.in_flight = t.in_flight.saturating_sub(1);
+            if t.in_flight == 0 && t.starved == 0 {
+                self.tenants.remove(a.tenant);
             }
         }
-        let idle = match self.in_flight.get_mut(dest) {
-            Some(n) => {
-                *n = n.saturating_sub(1);
-                *n == 0
+        if let Some(s) = self.subs.get_mut(&a.subscription) {
+            s.in_flight = s.in_flight.saturating_sub(1);
+        }
+        let mut cut = false;
+        if let Some(d) = self.dests.get_mut(a.dest) {
+            if let Some(signal) = felt {
+                cut = d.allowance.on(signal, d.in_flight, now);
             }
-            None => false,
-        };
-        // An idle destination needs no bookkeeping: the maps hold only destinations at work, so
-        // they stay as small as the work in flight however many destinations tenants create.
-        if idle && !self.parked.contains_key(dest) {
-            self.in_flight.remove(dest);
-            self.of_subscription.retain(|_, of| of != dest);
-            // Recent attempt times outlive a pause in a destination's work (its next burst may
-            // borrow at once), but not without bound: past the limit only those at work stay.
-            if self.latency.len() > LATENCIES_KEPT {
-                let Destinations { latency, in_flight, .. } = self;
-                latency.retain(|dest, _| in_flight.contains_key(dest));
+            d.in_flight = d.in_flight.saturating_sub(1);
+            if let Some(pause) = pause {
+                let until = now + pause;
+                d.paused_until = Some(d.paused_until.map_or(until, |u| u.max(until)));
             }
         }
+        self.forget_sub(a.subscription, now);
+        self.forget_idle_dests(now);
+        cut
+    }
+
+    /// Counts a job waiting in the process for its destination (`starved`: for a slot).
+    pub(super) fn parked(&mut self, a: &Admit<'_>, starved: bool, delta: isize, now: Instant) {
+        let apply = |n: &mut usize| *n = n.saturating_add_signed(delta);
+        apply(&mut self.dest(a.dest, self.max).parked);
+        let sub = self.subs.entry(a.subscription).or_default();
+        apply(&mut sub.parked);
+        sub.rate = a.limits.rate(a.allowed_rate);
+        a.dest.clone_into(&mut sub.dest);
+        if starved {
+            apply(&mut self.starved);
+            apply(&mut self.tenants.entry(a.tenant.to_owned()).or_default().starved);
+            if let Some(t) = self.tenants.get(a.tenant)
+                && t.in_flight == 0
+                && t.starved == 0
+            {
+                self.tenants.remove(a.tenant);
+            }
+        }
+        if delta < 0 {
+            self.forget_sub(a.subscription, now);
+        }
+    }
+
+    /// Subscriptions not to claim for now (nor lease at ingest): their destination is paused,
+    /// or has as many jobs waiting as it can start soon (`park_limit` at least, or its
+    /// allowance; for a paced subscription, what its pace starts in a quarter of the lease).
+    pub(super) fn saturated(&self, park_limit: usize, lease: Duration, now: Instant) -> Vec<Uuid> {
+        self.subs
+            .iter()
+            .filter(|(_, s)| {
+                let Some(d) = self.dests.get(&s.dest) else { return false };
+                d.paused_until.is_some_and(|u| u > now)
+                    || d.parked >= park_limit.max(d.allowance.current())
+                    || s.rate.is_some_and(|rate| s.parked as f64 >= (rate * lease.as_secs_f64() / 4.0).max(1.0))
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// How many jobs a destination may have waiting here before its jobs are left in the store.
+    pub(super) fn park_room(&self, dest: &str, park_limit: usize) -> usize {
+        self.dests.get(dest).map_or(park_limit, |d| park_limit.max(d.allowance.current()))
+    }
+
+    /// What a subscription's delivery looks like here (`dest`: its destination's key).
+    pub fn flight(&self, subscription: Uuid, dest: &str, rate: Option<f64>, now: Instant) -> Flight {
+        let d = self.dests.get(dest);
+        Flight {
+            in_flight: self.subs.get(&subscription).map_or(0, |s| s.in_flight),
+            allowance: d.map(|d| d.allowance.current()),
+            paused_for: d.and_then(|d| d.paused_until).and_then(|u| u.checked_duration_since(now)),
+            rate,
+        }
+    }
+
+    /// A subscription with nothing in flight, nothing waiting, no pace to remember and no
+    /// paused destination is forgotten.
+    fn forget_sub(&mut self, id: Uuid, now: Instant) {
+        if let Some(s) = self.subs.get(&id)
+            && s.in_flight == 0
+            && s.parked == 0
+            && s.pace_until.is_none_or(|u| u <= now)
+            && self.dests.get(&s.dest).is_none_or(|d| d.paused_until.is_none_or(|u| u <= now))
+        {
+            self.subs.remove(&id);
+        }
+    }
+
+    /// Past the bound, destinations with nothing in flight, waiting or paused are forgotten
+    /// (their allowance starts over when they come back).
+    fn forget_idle_dests(&mut self, now: Instant) {
+        if self.dests.len() > ALLOWANCES_KEPT {
+            self.dests.retain(|_, d| d.in_flight > 0 || d.parked > 0 || d.paused_until.is_some_and(|u| u > now));
+            let dests = &self.dests;
+            self.subs.retain(|_, s| s.in_flight > 0 || s.parked > 0 || dests.contains_key(&s.dest));
+        }
+    }
+}
+
+/// The ledger of a dispatcher, shared with the API, which shows each subscription's part.
+#[derive(Debug, Clone)]
+pub struct FlightBoard(Arc<Mutex<Ledger>>);
+
+impl FlightBoard {
+    pub fn new(max: usize, share: f64) -> Self {
+        Self(Arc::new(Mutex::new(Ledger::new(max, share))))
+    }
+
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        lock(&self.0)
+    }
+
+    /// What `sub`'s delivery looks like in this replica.
+    pub fn flight(&self, sub: &SubscriptionRecord) -> Flight {
+        let dest = targets::destination(sub).map_or_else(|_| format!("unreadable {}", sub.id), |d| d.key(sub.id));
+        self.lock().flight(sub.id, &dest, sub.limits.rate(sub.allowed_rate), Instant::now())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-
-    use super::*;
-
-    fn settings(workers: u32) -> Settings {
-        Settings {
-            workers,
-            claim_batch: 8,
-            idle_interval: Duration::from_millis(100),
-            lease: Duration::from_secs(30),
-            poison_threshold: 3,
-            retry: hub_core::delivery::RetryPolicy {
-                curve: vec![Duration::from_secs(1)],
-                deadline: Duration::from_secs(60),
-            },
-            breaker: BreakerConfig::default(),
-            auto_disable: None,
-        }
-    }
-
-    #[derive(Debug, Clone)]
-    enum Step {
-        /// A job of destination `d` arrives.
-        Arrive(usize),
-        /// The `i`-th attempt in flight ends after this many ms.
-        End(usize, u64),
-    }
-
-    fn step() -> impl Strategy<Value = Step> {
-        prop_oneof![
-            3 => (0..4usize).prop_map(Step::Arrive),
-            2 => (0..64usize, prop_oneof![Just(1u64), Just(20), Just(49), Just(51), Just(2_000)])
-                .prop_map(|(i, ms)| Step::End(i, ms)),
-        ]
-    }
-
-    proptest! {
-        /// Replays arrivals and attempt ends through the rule as the dispatcher's loop does (a
-        /// job that does not enter is parked and retried when one of its destination's attempts
-        /// ends). Whatever the order: the pool is never overdrawn; a destination beyond its share
-        /// is one whose recent attempts average at most 50 ms, and its entry left the reserve
-        /// idle; a destination never measured never passes its share.
-        #[test]
-        fn borrowing_keeps_the_pool_the_reserve_and_slow_destinations_at_half(
-            workers in 1u32..17,
-            steps in proptest::collection::vec(step(), 1..200),
-        ) {
-            let s = settings(workers);
-            let mut d = Destinations::default();
-            let mut running: Vec<(usize, u64)> = Vec::new();
-            let mut parked = [0usize; 4];
-            let mut measured = [false; 4];
-            let dest = |i: usize| format!("https://d{i}.example");
-            let try_enter = |d: &mut Destinations, running: &mut Vec<(usize, u64)>, i: usize, measured: &[bool; 4]| {
-                let free = workers as usize - running.len();
-                let before = d.in_flight.get(&dest(i)).copied().unwrap_or(0);
-                let (entered, borrowed) = d.enter(&s, Uuid::nil(), &dest(i), free);
-                if entered {
-                    prop_assert!(free > 0, "entered with no idle worker");
-                    if borrowed {
-                        prop_assert!(measured[i], "an unmeasured destination borrowed");
-                        prop_assert!(d.latency[&dest(i)] <= BORROW_LATENCY);
-                        prop_assert!(free > s.reserve(), "a borrow took the reserve");
-                        prop_assert!(before >= s.per_destination_cap());
-                    }
-                    running.push((i, 0));
-                }
-                Ok(entered)
-            };
-            for st in steps {
-                match st {
-                    Step::Arrive(i) => {
-                        if running.len() == workers as usize || !try_enter(&mut d, &mut running, i, &measured)? {
-                            parked[i] += 1;
-                        }
-                    }
-                    Step::End(k, ms) => {
-                        if running.is_empty() { continue; }
-                        let (i, _) = running.remove(k % running.len());
-                        d.leave(&dest(i), Some(Duration::from_millis(ms)));
-                        measured[i] = true;
-                        if parked[i] > 0 && running.len() < workers as usize && try_enter(&mut d, &mut running, i, &measured)? {
-                            parked[i] -= 1;
-                        }
-                    }
-                }
-                prop_assert!(running.len() <= workers as usize);
-                for i in 0..4 {
-                    let n = running.iter().filter(|(j, _)| *j == i).count();
-                    prop_assert_eq!(d.in_flight.get(&dest(i)).copied().unwrap_or(0), n);
-                    if !measured[i] {
-                        prop_assert!(n <= s.per_destination_cap(), "an unmeasured destination past its share");
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn a_slow_attempt_ends_the_borrowing() {
-        let s = settings(8);
-        let mut d = Destinations::default();
-        let a = "https://a.example";
-        for i in 0..4 {
-            assert_eq!(d.enter(&s, Uuid::nil(), a, 8 - i), (true, false), "not measured: its share only");
-        }
-        assert_eq!(d.enter(&s, Uuid::nil(), a, 4), (false, false), "not measured: no borrowing");
-        d.leave(a, Some(Duration::from_millis(2)));
-        assert_eq!(d.enter(&s, Uuid::nil(), a, 5), (true, false), "back to its share");
-        assert_eq!(d.enter(&s, Uuid::nil(), a, 4), (true, true), "quick: borrows");
-        assert_eq!(d.enter(&s, Uuid::nil(), a, 1), (false, false), "never the reserve");
-        d.leave(a, Some(Duration::from_millis(2_000)));
-        assert_eq!(d.enter(&s, Uuid::nil(), a, 4), (false, false), "one 2 s attempt: no more borrowing");
-    }
-}
+mod tests;

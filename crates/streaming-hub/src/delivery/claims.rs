@@ -15,7 +15,6 @@ impl Dispatcher {
         slots: Arc<Semaphore>,
         shutdown: CancellationToken,
     ) {
-        let batch = self.settings.claim_batch.max(1);
         let mut after_tenant: Option<String> = None;
         let mut last_recovery: Option<Instant> = None;
         let mut last_reconcile: Option<Instant> = None;
@@ -35,6 +34,8 @@ impl Dispatcher {
                 }
                 last_reconcile = Some(Instant::now());
             }
+            // Sized by the slots free now: a claim brings what they can start.
+            let batch = self.claim_size();
             let mut room = tokio::select! {
                 room = Arc::clone(&slots).acquire_many_owned(batch.div_ceil(2)) => match room {
                     Ok(room) => room,

@@ -1,21 +1,27 @@
-//! The dispatcher: a pool of workers making push deliveries (SPEC §3).
+//! The dispatcher: push deliveries as attempts in flight (SPEC §3, §10).
 //!
-//! One loop claims due jobs in small batches with a lease (the store interleaves tenants) and
-//! hands each to a worker, which makes exactly one attempt and records it. Decisions — retry
+//! Claimers lease due jobs in batches (the store interleaves tenants) and hand them to one loop,
+//! which starts each as an attempt task when the ledger (`capacity.rs`) has a slot for it, or
+//! parks it in the process, leased, until one of its destination's attempts ends, a slot frees,
+//! or its pace allows. Each task makes exactly one attempt and hands the outcome to the recorder;
+//! a task holds no database connection while its request is out. Decisions — retry
 //! delay, last attempt, dead letter, breaker, auto-disable — come from `hub-core`; the worker
 //! only carries them out. New jobs wake the loop at once (in-process, and PostgreSQL `NOTIFY`
 //! from other replicas); the idle interval is only a fallback. Expired leases (a worker that
 //! died) are recovered, and poison jobs dead-lettered, by the same loop.
 //!
-//! **Invariants:** a destination holds more than half the workers only while it borrows idle ones
-//! with quick attempts, leaving a reserve idle (`capacity.rs`); a job is attempted only
-//! while leased by this worker; an open breaker holds jobs back without spending their attempts,
-//! except a job's last attempt.
+//! **Invariants:** attempts in flight never pass the replica's bound, a destination's allowance,
+//! a subscription's `max_in_flight` or pace, nor (while another tenant waits) a tenant's share
+//! (`capacity.rs`); the loop never waits on the database or a destination, so one tenant's
+//! hanging receivers delay no other tenant's start; a job is attempted only while leased by this
+//! process; an open breaker or a `Retry-After` holds jobs back without spending their attempts,
+//! except (for the breaker) a job's last attempt.
 
 mod attempt;
 mod breakers;
 mod capacity;
 mod claims;
+mod parking;
 mod record;
 pub mod replay;
 pub mod stats;
@@ -23,6 +29,7 @@ pub mod targets;
 pub mod verify;
 
 pub use breakers::BreakerBoard;
+pub use capacity::{Flight, FlightBoard};
 
 #[cfg(test)]
 mod tests;
@@ -57,7 +64,10 @@ use hub_core::operational::Kind as OperationalKind;
 /// How the dispatcher runs.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub workers: u32,
+    /// Attempts in flight at once (`STREAMING_HUB_MAX_IN_FLIGHT`).
+    pub max_in_flight: u32,
+    /// The share of the slots a tenant may hold while another waits.
+    pub tenant_share: f64,
     pub claim_batch: u32,
     pub idle_interval: Duration,
     pub lease: Duration,
@@ -66,35 +76,6 @@ pub struct Settings {
     pub breaker: BreakerConfig,
     /// `(window, spread)` when auto-disable is on.
     pub auto_disable: Option<(Duration, Duration)>,
-}
-
-impl Settings {
-    /// A destination's share: half the workers (and at least one). It may borrow idle workers
-    /// beyond it (see `Dispatcher::enter`).
-    pub fn per_destination_cap(&self) -> usize {
-        (self.workers as usize / 2).max(1)
-    }
-
-    /// Workers a destination borrowing beyond its share leaves idle, so another destination's
-    /// first job starts at once: an eighth of the pool, at least one.
-    pub fn reserve(&self) -> usize {
-        (self.workers as usize / 8).max(1)
-    }
-}
-
-/// A destination borrows idle workers beyond its share only while its recent attempts (a moving
-/// average) take at most this long, so the workers it borrows are back within milliseconds when
-/// another destination needs them.
-const BORROW_LATENCY: Duration = Duration::from_millis(50);
-
-#[derive(Debug, Default)]
-struct Destinations {
-    in_flight: HashMap<String, usize>,
-    /// How long the destination's recent attempts took (a moving average).
-    latency: HashMap<String, Duration>,
-    /// Claimed jobs waiting for the destination's share of workers.
-    parked: HashMap<String, usize>,
-    of_subscription: HashMap<Uuid, String>,
 }
 
 /// The push delivery engine of one process.
@@ -108,7 +89,8 @@ pub struct Dispatcher {
     settings: Settings,
     breakers: Mutex<HashMap<(String, String), Breaker>>,
     board: BreakerBoard,
-    destinations: Mutex<Destinations>,
+    /// What is in flight, and who may start next.
+    flights: FlightBoard,
     /// Jobs being attempted now, with their lease tokens.
     in_flight: Mutex<HashMap<Uuid, Uuid>>,
     /// Operational events.
@@ -145,6 +127,10 @@ pub struct Reservation {
 const CLAIMERS: usize = 2;
 /// The ready queue holds this many rounds of claims (see `Dispatcher::ready_slots`).
 const READY_ROUNDS: usize = 4;
+/// The most one claim asks for, however many slots are free.
+const MAX_CLAIM: u32 = 256;
+/// How often jobs waiting in the process are looked over (stale ones go back to the store).
+const PARK_SWEEP: Duration = Duration::from_millis(250);
 /// How many windows of tenants one claim looks through when those it visits give nothing.
 const EMPTY_WINDOWS: usize = 4;
 /// How often stranded waiting jobs are put in the state their subscription asks for.
@@ -182,6 +168,8 @@ struct Attempted<'a> {
 enum Skip {
     DestinationBusy,
     BreakerOpen(DateTime<Utc>),
+    /// Its destination asked to be left alone until then.
+    Paused(DateTime<Utc>),
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -198,6 +186,7 @@ impl Dispatcher {
         settings: Settings,
         notices: Notices,
         board: BreakerBoard,
+        flights: FlightBoard,
     ) -> Self {
         Self {
             store,
@@ -208,7 +197,7 @@ impl Dispatcher {
             settings,
             breakers: Mutex::new(HashMap::new()),
             board,
-            destinations: Mutex::new(Destinations::default()),
+            flights,
             in_flight: Mutex::new(HashMap::new()),
             notices,
             dead_letters: Mutex::new(HashMap::new()),
@@ -226,8 +215,8 @@ impl Dispatcher {
     /// The fast path at steady load: room for up to `max` jobs that this process's ingest leases
     /// to these workers as it writes them, so a lone event costs no claim and no read. There is
     /// room only while the dispatcher runs and its ready queue has free slots now; a claimer
-    /// waiting for slots is served first. Destinations that have all the workers they may take,
-    /// and a full set of jobs waiting, are left out (their jobs stay `pending`, for claims).
+    /// waiting for slots is served first. Destinations that have as many jobs waiting as they can
+    /// start soon, or are paused, are left out (their jobs stay `pending`, for claims).
     pub fn reserve(&self, max: usize) -> Option<Reservation> {
         let intake = lock(&self.intake).clone()?;
         let n = intake.slots.available_permits().min(max);
@@ -282,98 +271,60 @@ impl Dispatcher {
 
     /// Runs until `shutdown`, then waits (up to `drain`) for attempts in flight.
     ///
-    /// Claims run ahead of the workers: [`CLAIMERS`] claimers keep a ready queue of leased jobs
-    /// filled (each claim at most `claim_batch` jobs), so a worker that finishes takes its next
-    /// job without a round trip. Outcomes are written by a recorder that groups them into one
-    /// transaction (see `record_loop`).
+    /// Claims run ahead of the attempts: [`CLAIMERS`] claimers keep a ready queue of leased jobs
+    /// filled (each claim sized by the free slots), so a slot that frees takes its next job
+    /// without a round trip. The loop starts each job the ledger lets in as a task of its own and
+    /// parks the rest (`parking.rs`); it never awaits the database or a destination. Outcomes are
+    /// written by a recorder that groups them into one transaction (see `record_loop`).
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken, drain: Duration) {
-        let workers = Arc::new(Semaphore::new(self.settings.workers as usize));
+        let max = self.settings.max_in_flight as usize;
+        // Mirrors the ledger's count of attempts in flight, so the drain can wait for them all.
+        let slots = Arc::new(Semaphore::new(max));
         let (recorder, outcomes) = mpsc::channel(RECORDER_QUEUE);
         let recording = tokio::spawn(Arc::clone(&self).record_loop(outcomes));
-        // Claimed jobs wait here for a worker, each holding a slot of the ready queue; claimers
-        // refill it while workers attempt, so no worker waits for a claim's round trip.
+        // Claimed jobs wait here for the loop, each holding a slot of the ready queue; claimers
+        // refill it while attempts run.
         let ready_slots = self.ready_slots();
-        let slots = Arc::new(Semaphore::new(ready_slots));
+        let room = Arc::new(Semaphore::new(ready_slots));
         let (ready, mut queue) = mpsc::channel::<(Work, OwnedSemaphorePermit)>(ready_slots);
-        *lock(&self.intake) = Some(Intake { ready: ready.clone(), slots: Arc::clone(&slots) });
+        *lock(&self.intake) = Some(Intake { ready: ready.clone(), slots: Arc::clone(&room) });
         let claimers: Vec<_> = (0..CLAIMERS)
-            .map(|i| tokio::spawn(Arc::clone(&self).claim_loop(i, ready.clone(), Arc::clone(&slots), shutdown.clone())))
+            .map(|i| tokio::spawn(Arc::clone(&self).claim_loop(i, ready.clone(), Arc::clone(&room), shutdown.clone())))
             .collect();
         drop(ready);
-        // Jobs whose destination has its share of workers wait here (leased) for one of its
-        // attempts to end, instead of taking a worker or going back to the store.
-        let mut parked: HashMap<String, VecDeque<Work>> = HashMap::new();
-        // A destination counts as saturated (no more claims or ingest leases for it) from
-        // `park_limit` parked jobs on; what was already in the ready queue then may still
-        // arrive and is parked too, so a claim's jobs are not sent back one statement each. Past
-        // both (which claims and leases never reach) a job goes back to the store.
-        let park_limit = self.park_limit() + ready_slots;
         let (finished_tx, mut finished) = mpsc::unbounded_channel::<String>();
+        let mut loop_ = parking::Loop {
+            dispatcher: Arc::clone(&self),
+            parked: parking::Parked::default(),
+            slots: Arc::clone(&slots),
+            recorder: recorder.clone(),
+            finished: finished_tx,
+            extra: ready_slots,
+        };
+        let mut sweep = tokio::time::interval(PARK_SWEEP);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let work = tokio::select! {
+            tokio::select! {
                 work = queue.recv() => match work {
-                    Some((work, _slot)) => work,
+                    Some((work, _slot)) => loop_.admit(work),
                     None => break,
                 },
                 Some(dest) = finished.recv() => {
-                    let Some(work) = parked.get_mut(&dest).and_then(VecDeque::pop_front) else { continue };
-                    self.set_parked(&dest, parked.get(&dest).map_or(0, VecDeque::len));
-                    // A job never waits here for more than half its lease: it goes back instead,
-                    // long before the lease could expire and another worker take it.
-                    if work.claimed_at.elapsed() > self.settings.lease / 2 {
-                        self.release(&work.job, self.clock.now()).await;
-                        lock(&self.in_flight).remove(&work.job.id);
-                        let _ = finished_tx.send(dest);
-                        continue;
-                    }
-                    work
+                    loop_.drain(&dest);
+                    loop_.drain_starved();
                 }
+                _ = sweep.tick() => loop_.sweep(),
                 () = shutdown.cancelled() => break,
-            };
-            let Some(sub) = work.sub.clone() else {
-                // Deleted meanwhile: its jobs were cancelled, this lease is moot.
-                lock(&self.in_flight).remove(&work.job.id);
-                continue;
-            };
-            let dest = sub.key.clone();
-            if !self.enter(sub.record.id, &dest, workers.available_permits()) {
-                let waiting = parked.entry(dest.clone()).or_default();
-                if waiting.len() < park_limit {
-                    waiting.push_back(work);
-                    self.set_parked(&dest, waiting.len());
-                } else {
-                    let this = Arc::clone(&self);
-                    tokio::spawn(async move {
-                        this.skip(&work.job, Skip::DestinationBusy).await;
-                        lock(&this.in_flight).remove(&work.job.id);
-                    });
-                }
-                continue;
-            }
-            let permit = tokio::select! {
-                permit = Arc::clone(&workers).acquire_owned() => permit.ok(),
-                () = shutdown.cancelled() => None,
-            };
-            match permit {
-                Some(permit) => {
-                    let (recorder, finished) = (recorder.clone(), finished_tx.clone());
-                    tokio::spawn(Arc::clone(&self).attempt(work, sub, dest, permit, recorder, finished));
-                }
-                None => {
-                    self.leave(&dest, None);
-                    self.release(&work.job, self.clock.now()).await;
-                    lock(&self.in_flight).remove(&work.job.id);
-                    break;
-                }
             }
         }
         // No more jobs from ingest: the ready queue closes once the claimers and any handover
         // under way are done.
         lock(&self.intake).take();
-        for work in parked.into_values().flatten() {
+        for work in loop_.parked.take_all(&self.flights) {
             self.release(&work.job, self.clock.now()).await;
             lock(&self.in_flight).remove(&work.job.id);
         }
+        drop(loop_);
         // Jobs claimed but not started go back at once.
         for claimer in claimers {
             let _ = claimer.await;
@@ -386,9 +337,8 @@ impl Dispatcher {
         // Drain: attempts in flight finish within the shutdown timeout and their outcomes are
         // written; the leases of those that do not are released, so another replica takes the jobs
         // at once.
-        let all = self.settings.workers;
         let deadline = Instant::now() + drain;
-        let finished = tokio::time::timeout(drain, workers.acquire_many(all)).await.is_ok();
+        let finished = tokio::time::timeout(drain, slots.acquire_many(max as u32)).await.is_ok();
         drop(recorder);
         if tokio::time::timeout(deadline.saturating_duration_since(Instant::now()), recording).await.is_err() {
             tracing::warn!("shutdown timeout reached while recording outcomes");
@@ -403,12 +353,45 @@ impl Dispatcher {
             }
         }
     }
+
+    /// The ready queue's slots: [`READY_ROUNDS`] of the largest claim every claimer may make,
+    /// the room beyond one round going to the jobs this process's ingest leases as it writes them.
+    pub(super) fn ready_slots(&self) -> usize {
+        READY_ROUNDS * CLAIMERS * self.claim_ceiling() as usize
+    }
+
+    /// The largest claim: enough to fill an eighth of the slots (at most [`MAX_CLAIM`]), never
+    /// less than the configured batch.
+    fn claim_ceiling(&self) -> u32 {
+        self.settings.claim_batch.max(1).max((self.settings.max_in_flight / 8).min(MAX_CLAIM))
+    }
+
+    /// What the next claim asks for (Little's law: what the free slots can start now, split
+    /// between the claimers), between the configured batch and [`Self::claim_ceiling`].
+    pub(super) fn claim_size(&self) -> u32 {
+        let free = (self.settings.max_in_flight as usize).saturating_sub(self.flights.lock().in_flight());
+        let share = u32::try_from(free / CLAIMERS).unwrap_or(u32::MAX);
+        share.clamp(self.settings.claim_batch.max(1), self.claim_ceiling())
+    }
+
+    /// How many claimed jobs may wait in the process for one destination at least: what every
+    /// claimer could have claimed for it at once (a destination with a larger allowance may
+    /// have that many).
+    pub(super) fn park_limit(&self) -> usize {
+        CLAIMERS * self.settings.claim_batch.max(1) as usize
+    }
+
+    /// Subscriptions not to claim (nor lease at ingest) for now: see [`capacity::Ledger::saturated`].
+    pub(super) fn saturated_subscriptions(&self) -> Vec<Uuid> {
+        self.flights.lock().saturated(self.park_limit(), self.settings.lease, std::time::Instant::now())
+    }
 }
 
 /// The settings a configuration asks for.
 pub fn settings(config: &crate::config::Config) -> Settings {
     Settings {
-        workers: config.dispatch_workers,
+        max_in_flight: config.max_in_flight,
+        tenant_share: config.tenant_in_flight_share,
         claim_batch: config.dispatch_claim_batch,
         idle_interval: config.dispatch_idle_interval,
         lease: config.dispatch_lease,

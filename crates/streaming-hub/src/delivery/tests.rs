@@ -1,4 +1,5 @@
-//! The dispatcher's scheduling rules against a fake sink: the per-destination worker cap with
+//! The dispatcher's scheduling rules against a fake sink: attempts in flight (a destination's
+//! allowance, a subscription's `max_in_flight` and pace, a tenant's share, a `Retry-After`) with
 //! parking, the breaker, and the drain at shutdown. The store is the embedded one (a fresh file
 //! per test); the sink is in-process and holds attempts until the test lets them go, so every
 //! rule is proved by what the sink saw and what the store holds, without sleeps or HTTP.
@@ -10,8 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::Utc;
 use hub_core::SinkKind;
+use hub_core::delivery::inflight::{INITIAL_ALLOWANCE, Limits};
 use hub_core::delivery::{BreakerConfig, JobState, RetryPolicy};
-use hub_sinks::{Destination, Failure, FailureKind, Message, Outcome, Secrets, Sink};
+use hub_sinks::{Destination, Failure, FailureKind, Message, Outcome, Probed, Secrets, Sink};
 use hub_store::prelude::*;
 use hub_store::{ClaimRequest, IngestRecord, SqliteStore, SubscriptionRecord};
 use tokio::sync::{Notify, Semaphore};
@@ -19,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{BreakerBoard, Dispatcher, Settings};
+use super::{BreakerBoard, Dispatcher, FlightBoard, Settings};
 use crate::clock::SystemClock;
 use crate::operational::Notices;
 use crate::secrets::Sealer;
@@ -39,7 +41,11 @@ struct Seen {
     running: HashMap<String, usize>,
     most: HashMap<String, usize>,
     failing: HashSet<String>,
+    /// URLs that answer `429` with this `Retry-After`.
+    pausing: HashMap<String, Duration>,
     gates: HashMap<String, Arc<Semaphore>>,
+    /// When each attempt reached each URL.
+    arrivals: HashMap<String, Vec<std::time::Instant>>,
 }
 
 impl FakeSink {
@@ -56,6 +62,14 @@ impl FakeSink {
 
     fn fail(&self, url: &str) {
         self.seen().failing.insert(url.to_owned());
+    }
+
+    fn pause(&self, url: &str, retry_after: Duration) {
+        self.seen().pausing.insert(url.to_owned(), retry_after);
+    }
+
+    fn arrivals(&self, url: &str) -> Vec<std::time::Instant> {
+        self.seen().arrivals.get(url).cloned().unwrap_or_default()
     }
 
     fn attempts(&self, url: &str) -> usize {
@@ -85,6 +99,7 @@ impl Sink for FakeSink {
         let gate = {
             let mut seen = self.seen();
             *seen.attempts.entry(url.clone()).or_default() += 1;
+            seen.arrivals.entry(url.clone()).or_default().push(std::time::Instant::now());
             let running = seen.running.entry(url.clone()).or_default();
             *running += 1;
             let now = *running;
@@ -99,21 +114,31 @@ impl Sink for FakeSink {
         }
         let mut seen = self.seen();
         *seen.running.entry(url.clone()).or_default() -= 1;
-        if seen.failing.contains(&url) {
+        if let Some(pause) = seen.pausing.get(&url) {
+            Outcome::Failed(Failure {
+                retryable: true,
+                kind: FailureKind::Refused,
+                reason: "HTTP 429".to_owned(),
+                status: Some(429),
+                response: None,
+                retry_after: Some(*pause),
+            })
+        } else if seen.failing.contains(&url) {
             Outcome::Failed(Failure {
                 retryable: true,
                 kind: FailureKind::Refused,
                 reason: "HTTP 503".to_owned(),
                 status: Some(503),
                 response: None,
+                retry_after: None,
             })
         } else {
             Outcome::Delivered { status: Some(204), response: None }
         }
     }
 
-    async fn probe(&self, _: &Destination, _: &Secrets, _: &str, _: Uuid, _: Duration) -> Result<(), Failure> {
-        Ok(())
+    async fn probe(&self, _: &Destination, _: &Secrets, _: &str, _: Uuid, _: Duration) -> Result<Probed, Failure> {
+        Ok(Probed::default())
     }
 }
 
@@ -138,9 +163,10 @@ impl Drop for Rig {
     }
 }
 
-fn settings(workers: u32, idle_interval: Duration) -> Settings {
+fn settings(max_in_flight: u32, idle_interval: Duration) -> Settings {
     Settings {
-        workers,
+        max_in_flight,
+        tenant_share: 0.5,
         claim_batch: 8,
         idle_interval,
         lease: Duration::from_secs(30),
@@ -178,6 +204,7 @@ impl Rig {
             settings(workers, idle),
             notices,
             board.clone(),
+            FlightBoard::new(workers as usize, 0.5),
         ));
         let shutdown = CancellationToken::new();
         let run = Some(tokio::spawn(Arc::clone(&dispatcher).run(shutdown.clone(), drain)));
@@ -186,22 +213,33 @@ impl Rig {
 
     /// A webhook subscription of tenant `t1` to `url`, for events of type `loan.<event>`.
     async fn subscribe(&self, url: &str, event: &str) -> SubscriptionRecord {
-        let mut sub = hub_testkit::subscription("t1", SinkKind::Webhook, &[&format!("loan.{event}")], None);
+        self.subscribe_with("t1", url, event, Limits::default()).await
+    }
+
+    /// A webhook subscription of `tenant` to `url` with `limits`.
+    async fn subscribe_with(&self, tenant: &str, url: &str, event: &str, limits: Limits) -> SubscriptionRecord {
+        let mut sub = hub_testkit::subscription(tenant, SinkKind::Webhook, &[&format!("loan.{event}")], None);
         sub.name = url.to_owned();
         sub.sink_config = serde_json::json!({"type": "webhook", "url": url});
+        sub.limits = limits;
         self.store.create_subscription(&sub).await.expect("create subscription");
         sub
     }
 
     /// Ingests `n` events of type `loan.<event>` for tenant `t1`.
     async fn ingest(&self, event: &str, n: usize) {
-        let batch = events(event, n);
+        self.ingest_for("t1", event, n).await;
+    }
+
+    /// Ingests `n` events of type `loan.<event>` for `tenant`.
+    async fn ingest_for(&self, tenant: &str, event: &str, n: usize) {
+        let batch = events_for(tenant, event, n);
         self.store.write_batch(&batch).await.expect("write");
         self.wake.notify_one();
     }
 
     async fn jobs(&self, sub: &SubscriptionRecord) -> Vec<hub_store::DeliveryJob> {
-        self.store.list_jobs("t1", sub.id, None, None, 1000).await.expect("jobs")
+        self.store.list_jobs(&sub.tenant_id, sub.id, None, None, 1000).await.expect("jobs")
     }
 
     async fn count(&self, sub: &SubscriptionRecord, state: JobState) -> usize {
@@ -218,8 +256,12 @@ impl Rig {
 
 /// `n` accepted events of type `loan.<event>` for tenant `t1`.
 fn events(event: &str, n: usize) -> Vec<IngestRecord> {
+    events_for("t1", event, n)
+}
+
+fn events_for(tenant: &str, event: &str, n: usize) -> Vec<IngestRecord> {
     (0..n)
-        .map(|_| hub_testkit::accepted_with(hub_testkit::event_headers("t1", Uuid::now_v7(), "loan", event), b"{}"))
+        .map(|_| hub_testkit::accepted_with(hub_testkit::event_headers(tenant, Uuid::now_v7(), "loan", event), b"{}"))
         .collect()
 }
 
@@ -236,57 +278,121 @@ const A: &str = "https://a.example/hook";
 const B: &str = "https://b.example/hook";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_destination_never_holds_more_than_its_share_of_workers_and_others_go_past_it() {
+async fn a_new_destination_holds_its_initial_allowance_and_others_go_past_it() {
     let sink = FakeSink::default();
     let gate = sink.hold(A);
-    // Four workers: at most two per destination.
-    let mut rig = Rig::start(4, sink, Duration::from_secs(5)).await;
+    let mut rig = Rig::start(64, sink, Duration::from_secs(5)).await;
     let slow = rig.subscribe(A, "approved").await;
     let fast = rig.subscribe(B, "declined").await;
-    rig.ingest("approved", 6).await;
+    rig.ingest("approved", 20).await;
     rig.ingest("declined", 1).await;
 
-    // B is delivered while A's attempts hold their share; the rest of A's jobs wait (parked).
-    until("B is delivered and A holds two workers", || async {
-        rig.sink.running(A) == 2 && rig.count(&fast, JobState::Succeeded).await == 1
+    // B is delivered while A's first attempts hang; the rest of A's jobs wait (parked).
+    let initial = INITIAL_ALLOWANCE as usize;
+    until("B is delivered and A has its allowance out", || async {
+        rig.sink.running(A) == initial && rig.count(&fast, JobState::Succeeded).await == 1
     })
     .await;
-    assert_eq!(rig.sink.attempts(A), 2, "no third attempt to A while two are running");
-
-    assert_eq!(rig.sink.most(A), 2, "A, not measured yet, never had more than its share");
+    assert_eq!(rig.sink.attempts(A), initial, "no attempt to A beyond its allowance while none has ended");
 
     gate.add_permits(100);
-    until("every job of A succeeded", || async { rig.count(&slow, JobState::Succeeded).await == 6 }).await;
-    assert_eq!(rig.sink.attempts(A), 6, "each job of A attempted exactly once");
-    assert_eq!(rig.sink.attempts(B), 1);
+    until("every job of A succeeded", || async { rig.count(&slow, JobState::Succeeded).await == 20 }).await;
+    assert_eq!(rig.sink.attempts(A), 20, "each job of A attempted exactly once");
+    assert_eq!(rig.sink.most(A), initial, "never more than the allowance while attempts were held");
     rig.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quick_destination_borrows_idle_workers_but_leaves_a_reserve_for_another() {
+async fn a_subscription_never_passes_its_own_max_in_flight() {
     let sink = FakeSink::default();
-    // Eight workers: a share of four, and one kept idle by a destination that borrows.
-    let mut rig = Rig::start(8, sink, Duration::from_secs(5)).await;
-    let quick = rig.subscribe(A, "approved").await;
-    let other = rig.subscribe(B, "declined").await;
-    // A's first attempt is quick: A is measured.
-    rig.ingest("approved", 1).await;
-    until("A's first job succeeded", || async { rig.count(&quick, JobState::Succeeded).await == 1 }).await;
-
-    // A burst for A alone: it takes its four and borrows up to seven, leaving one idle.
-    let gate = rig.sink.hold(A);
-    rig.ingest("approved", 20).await;
-    until("A runs seven attempts at once", || async { rig.sink.running(A) == 7 }).await;
-    // The reserve: B's job starts at once though A holds seven.
-    rig.ingest("declined", 1).await;
-    until("B is delivered beside A's seven", || async { rig.count(&other, JobState::Succeeded).await == 1 }).await;
-    assert_eq!(rig.sink.running(A), 7);
-    assert_eq!(rig.sink.attempts(A), 1 + 7, "A's other jobs wait, parked");
-
+    let gate = sink.hold(A);
+    let mut rig = Rig::start(64, sink, Duration::from_secs(5)).await;
+    let capped = rig.subscribe_with("t1", A, "approved", Limits { max_in_flight: Some(2), per_second: None }).await;
+    rig.ingest("approved", 6).await;
+    until("A runs two attempts", || async { rig.sink.running(A) == 2 }).await;
+    // Let them go one at a time: each end lets exactly one more in.
+    for done in 1..=4 {
+        gate.add_permits(1);
+        until("the next attempt starts", || async { rig.sink.attempts(A) == 2 + done }).await;
+        assert!(rig.sink.running(A) <= 2);
+    }
     gate.add_permits(100);
-    until("every job of A succeeded", || async { rig.count(&quick, JobState::Succeeded).await == 21 }).await;
-    assert_eq!(rig.sink.most(A), 7, "A never took the reserve");
-    assert_eq!(rig.sink.attempts(A), 21, "each job of A attempted exactly once");
+    until("every job succeeded", || async { rig.count(&capped, JobState::Succeeded).await == 6 }).await;
+    assert_eq!(rig.sink.most(A), 2, "never more than max_in_flight at once");
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_receivers_hang_leaves_slots_for_another() {
+    let sink = FakeSink::default();
+    // Sixteen slots: a tenant's share is eight; beyond it one leaves two free (the reserve).
+    let urls: Vec<String> = (0..4).map(|i| format!("https://hang{i}.example/hook")).collect();
+    let gates: Vec<_> = urls.iter().map(|u| sink.hold(u)).collect();
+    let mut rig = Rig::start(16, sink, Duration::from_secs(5)).await;
+    for (i, url) in urls.iter().enumerate() {
+        rig.subscribe_with("hanging", url, &format!("e{i}"), Limits::default()).await;
+    }
+    let other = rig.subscribe_with("other", B, "declined", Limits::default()).await;
+    for i in 0..4 {
+        rig.ingest_for("hanging", &format!("e{i}"), 10).await;
+    }
+    let running = |rig: &Rig| urls.iter().map(|u| rig.sink.running(u)).sum::<usize>();
+    until("the hanging tenant holds all but the reserve", || async { running(&rig) == 14 }).await;
+    // Another tenant's jobs start at once, every one of them.
+    rig.ingest_for("other", "declined", 5).await;
+    until("the other tenant is delivered", || async { rig.count(&other, JobState::Succeeded).await == 5 }).await;
+    assert_eq!(running(&rig), 14, "the hanging tenant took nothing more");
+    for gate in &gates {
+        gate.add_permits(100);
+    }
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_pauses_its_destination_only_without_spending_attempts() {
+    let sink = FakeSink::default();
+    sink.pause(A, Duration::from_secs(120));
+    let mut rig = Rig::start(64, sink, Duration::from_secs(5)).await;
+    let paused = rig.subscribe_with("t1", A, "approved", Limits { max_in_flight: Some(1), per_second: None }).await;
+    let fine = rig.subscribe(B, "declined").await;
+    let asked = Utc::now();
+    rig.ingest("approved", 5).await;
+    rig.ingest("declined", 3).await;
+    until("B is delivered", || async { rig.count(&fine, JobState::Succeeded).await == 3 }).await;
+    until("A's jobs are all back in the store", || async {
+        rig.count(&paused, JobState::Pending).await == 5 && rig.sink.running(A) == 0
+    })
+    .await;
+    assert_eq!(rig.sink.attempts(A), 1, "one attempt asked for the pause; no other was made");
+    let jobs = rig.jobs(&paused).await;
+    assert_eq!(jobs.iter().map(|j| j.attempts).sum::<i32>(), 1, "the others spent no attempt");
+    for job in jobs.iter().filter(|j| j.attempts == 0) {
+        assert!(
+            job.due_at >= asked + chrono::Duration::seconds(100),
+            "put back until the pause ends: due {}",
+            job.due_at
+        );
+    }
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_is_never_sent_to_faster_than_its_rate() {
+    let mut rig = Rig::start(64, FakeSink::default(), Duration::from_secs(5)).await;
+    let rate = 20.0;
+    let paced = rig.subscribe_with("t1", A, "approved", Limits { max_in_flight: None, per_second: Some(rate) }).await;
+    rig.ingest("approved", 12).await;
+    until("every job succeeded", || async { rig.count(&paced, JobState::Succeeded).await == 12 }).await;
+    let arrivals = rig.sink.arrivals(A);
+    assert_eq!(arrivals.len(), 12);
+    // Over any stretch of arrivals, no more than the rate allows (a burst of one).
+    for (i, first) in arrivals.iter().enumerate() {
+        for (k, last) in arrivals.iter().enumerate().skip(i + 1) {
+            let span = last.duration_since(*first).as_secs_f64();
+            let allowed = span * rate + 1.0 + 0.05;
+            assert!(((k - i + 1) as f64) <= allowed, "{} arrivals in {span:.3} s at {rate}/s", k - i + 1);
+        }
+    }
     rig.stop().await;
 }
 

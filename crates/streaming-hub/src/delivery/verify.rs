@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hub_store::{Store, StoreError, SubscriptionRecord, VerificationResult};
 
-use hub_sinks::Sink;
+use hub_sinks::{Probed, Sink};
 
 use super::targets;
 use crate::clock::Clock;
@@ -23,7 +23,7 @@ pub async fn probe(
     sinks: &dyn Sink,
     sealer: &Sealer,
     clock: &dyn Clock,
-) -> Result<(), String> {
+) -> Result<Probed, String> {
     let destination = targets::destination(sub)?;
     let secrets = targets::secrets(sub, sealer, clock.now())?;
     sinks.probe(&destination, &secrets, &sub.tenant_id, sub.id, PROBE_TIMEOUT).await.map_err(|f| {
@@ -50,8 +50,12 @@ pub async fn verify(
     reenable: bool,
     notices: &crate::operational::Notices,
 ) -> Result<(SubscriptionRecord, Option<String>), StoreError> {
-    let error = probe(&probed, sinks, sealer, clock).await.err();
+    let (allowed_rate, error) = match probe(&probed, sinks, sealer, clock).await {
+        Ok(p) => (p.allowed_rate, None),
+        Err(e) => (None, Some(e)),
+    };
     let mut result = VerificationResult {
+        allowed_rate,
         probed_config: probed.sink_config.clone(),
         probed_credentials: probed.credentials.clone(),
         error: error.clone(),

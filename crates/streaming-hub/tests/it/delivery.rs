@@ -15,7 +15,10 @@ on_both_backends!(
     a_receiver_failing_twice_gets_the_event_three_times,
     a_receiver_that_always_fails_ends_dead_lettered_and_can_be_redriven,
     every_delivery_is_signed_and_a_rotation_signs_with_both_secrets,
-    a_slow_destination_holds_at_most_half_the_workers,
+    a_subscriptions_max_in_flight_holds_at_its_receiver,
+    a_receiver_that_serves_few_at_once_is_not_flooded,
+    a_receivers_declared_rate_is_never_exceeded,
+    limits_are_validated_changed_and_shown,
     an_open_breaker_holds_jobs_back_but_lets_the_last_attempt_through,
     auto_disable_needs_a_long_spread_failure_and_verify_recovers,
     every_subscription_an_event_matches_gets_it_once,
@@ -179,12 +182,21 @@ async fn every_subscription_an_event_matches_gets_it_once(backend: Backend) {
     }
 }
 
-async fn a_slow_destination_holds_at_most_half_the_workers(backend: Backend) {
-    let hub = TestHub::start_with(backend, &fast(&[("STREAMING_HUB_DISPATCH_WORKERS", "4")])).await;
+async fn a_subscriptions_max_in_flight_holds_at_its_receiver(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast(&[])).await;
     let key = hub.tenant_key("t1").await;
     let slow = Receiver::start(Script::Slow(Duration::from_millis(700))).await;
     let fast_rx = Receiver::start(Script::Ok).await;
-    webhook(&hub, &key, &slow, &["slow.*"]).await;
+    let sub = hub
+        .subscribe(
+            &key,
+            json!({"name": "capped", "event_types": ["slow.*"], "limits": {"max_in_flight": 2},
+                   "sink": {"type": "webhook", "url": slow.url}}),
+        )
+        .await;
+    assert_eq!(sub["limits"], json!({"max_in_flight": 2, "per_second": null}));
+    slow.trust(sub["signing_secret"].as_str().expect("secret"));
+    hub.wait_until_active(&key, sub["id"].as_str().expect("id")).await;
     webhook(&hub, &key, &fast_rx, &["fast.*"]).await;
     for _ in 0..12 {
         hub.post_event(&key, &Event::of("t1", "slow", "happened")).await;
@@ -193,9 +205,103 @@ async fn a_slow_destination_holds_at_most_half_the_workers(backend: Backend) {
         hub.post_event(&key, &Event::of("t1", "fast", "happened")).await;
     }
     fast_rx.wait_for(20, WAIT).await;
-    assert!(slow.deliveries().len() < 12, "the fast destination finished while the slow one still had work");
-    assert!(slow.max_in_flight() <= 2, "the slow destination held {} of 4 workers", slow.max_in_flight());
-    assert!(slow.max_in_flight() >= 1);
+    assert!(slow.deliveries().len() < 12, "the fast destination finished while the capped one still had work");
+    slow.wait_for(12, WAIT).await;
+    assert_eq!(slow.max_in_flight(), 2, "the receiver saw at most (and at some point) two at once");
+}
+
+async fn a_receiver_that_serves_few_at_once_is_not_flooded(backend: Backend) {
+    // Eight attempts each, and a breaker that does not open on the refusals this test counts.
+    let hub = TestHub::start_with(
+        backend,
+        &[
+            ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20"),
+            ("STREAMING_HUB_RETRY_CURVE", "0s,50ms,50ms,50ms,50ms,50ms,50ms,50ms"),
+            ("STREAMING_HUB_BREAKER_FAILURES", "1000"),
+        ],
+    )
+    .await;
+    let key = hub.tenant_key("t1").await;
+    let rx = Receiver::start(Script::Capacity(3, Duration::from_millis(100))).await;
+    webhook(&hub, &key, &rx, &["loan.*"]).await;
+    let n = 40;
+    for _ in 0..n {
+        hub.post_event(&key, &Event::of("t1", "loan", "approved")).await;
+    }
+    let end = tokio::time::Instant::now() + WAIT * 2;
+    while rx.accepted().len() < n {
+        assert!(tokio::time::Instant::now() < end, "only {} of {n} accepted", rx.accepted().len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ids: HashSet<String> = rx.accepted().iter().map(|d| d.header("x-lerian-event-id")).collect();
+    assert_eq!(ids.len(), n, "every event accepted, each once");
+    // A fixed eight in flight against three would have most attempts refused; the allowance
+    // halves on each round of 503s and regrows one at a time.
+    assert!(rx.refused() < n / 2, "{} attempts refused for {n} events", rx.refused());
+}
+
+async fn a_receivers_declared_rate_is_never_exceeded(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast(&[])).await;
+    let key = hub.tenant_key("t1").await;
+    let rx = Receiver::start(Script::Ok).await;
+    rx.declare_rate("600");
+    let sub = webhook(&hub, &key, &rx, &["loan.*"]).await;
+    let id = sub["id"].as_str().expect("id");
+    let (_, read) = hub.get(&key, &format!("/v1/subscriptions/{id}")).await;
+    assert_eq!(read["allowed_rate"], json!(600.0), "{read}");
+    for _ in 0..10 {
+        hub.post_event(&key, &Event::of("t1", "loan", "approved")).await;
+    }
+    let got = rx.wait_for(10, WAIT).await;
+    let at: Vec<std::time::Instant> = got.iter().map(|d| d.received_at).collect();
+    // 600 a minute is 10 a second: over any stretch, at most that (and one at its start).
+    for (i, first) in at.iter().enumerate() {
+        for (k, last) in at.iter().enumerate().skip(i + 1) {
+            let span = last.duration_since(*first).as_secs_f64();
+            assert!((k - i + 1) as f64 <= span * 10.0 + 1.05, "{} deliveries in {span:.3} s", k - i + 1);
+        }
+    }
+}
+
+async fn limits_are_validated_changed_and_shown(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast(&[])).await;
+    let key = hub.tenant_key("t1").await;
+    let rx = Receiver::start(Script::Ok).await;
+    let sub = webhook(&hub, &key, &rx, &["loan.*"]).await;
+    assert_eq!(sub["limits"], json!({"max_in_flight": null, "per_second": null}));
+    let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+    for (limits, field) in [
+        (json!({"max_in_flight": 0}), "limits.max_in_flight"),
+        (json!({"max_in_flight": 5000}), "limits.max_in_flight"),
+        (json!({"per_second": -1}), "limits.per_second"),
+        (json!({"per_second": "fast"}), "limits.per_second"),
+        (json!({"burst": 3}), "limits"),
+        (json!("many"), "limits"),
+    ] {
+        let (status, body) = hub.patch_json(&key, &path, &json!({ "limits": limits })).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{limits}: {body}");
+        assert!(body["message"].as_str().unwrap_or_default().contains(field), "{limits}: {body}");
+    }
+    let (status, body) = hub.patch_json(&key, &path, &json!({"limits": {"per_second": 2.5}})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["limits"], json!({"max_in_flight": null, "per_second": 2.5}));
+    let (_, listed) = hub.get(&key, "/v1/subscriptions").await;
+    let item = &listed["items"][0];
+    assert_eq!(item["limits"]["per_second"], json!(2.5));
+    assert_eq!(item["health"]["delivery"]["rate_per_second"], json!(2.5), "{item}");
+    let (status, body) = hub.patch_json(&key, &path, &json!({"limits": null})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["limits"], json!({"max_in_flight": null, "per_second": null}));
+    // A pull consumer reads at its own pace.
+    let (status, body) = hub
+        .post_json(
+            &key,
+            "/v1/subscriptions",
+            &json!({"name": "p", "event_types": ["loan.*"], "sink": {"type": "pull"},
+                                              "limits": {"max_in_flight": 3}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
 }
 
 async fn an_open_breaker_holds_jobs_back_but_lets_the_last_attempt_through(backend: Backend) {

@@ -26,6 +26,9 @@ pub enum Script {
     Hang,
     /// 503 for events with this subject (`X-Lerian-Subject`), 204 for the others.
     FailSubject(String),
+    /// Serves this many deliveries at once, each taking the duration, and answers 503 at once
+    /// beyond them.
+    Capacity(usize, Duration),
 }
 
 /// One delivery as received.
@@ -58,6 +61,10 @@ struct Shared {
     max_in_flight: Arc<AtomicUsize>,
     /// Verification probes wait while this is false.
     probes_open: Arc<tokio::sync::watch::Sender<bool>>,
+    /// `WebHook-Allowed-Rate` sent with verification answers.
+    allowed_rate: Arc<Mutex<Option<String>>>,
+    /// Deliveries answered 503 for want of capacity (`Script::Capacity`).
+    refused: Arc<AtomicUsize>,
 }
 
 pub struct Receiver {
@@ -78,6 +85,8 @@ impl Receiver {
             in_flight: Arc::new(AtomicUsize::new(0)),
             max_in_flight: Arc::new(AtomicUsize::new(0)),
             probes_open: Arc::new(tokio::sync::watch::Sender::new(true)),
+            allowed_rate: Arc::new(Mutex::new(None)),
+            refused: Arc::new(AtomicUsize::new(0)),
         };
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
@@ -95,6 +104,16 @@ impl Receiver {
     /// (`true`).
     pub fn open_probes(&self, open: bool) {
         self.shared.probes_open.send_replace(open);
+    }
+
+    /// Verification answers declare this rate (`WebHook-Allowed-Rate`, requests per minute).
+    pub fn declare_rate(&self, per_minute: &str) {
+        *self.shared.allowed_rate.lock().expect("rate") = Some(per_minute.to_owned());
+    }
+
+    /// Deliveries refused for want of capacity.
+    pub fn refused(&self) -> usize {
+        self.shared.refused.load(Ordering::SeqCst)
     }
 
     pub fn set_script(&self, script: Script) {
@@ -135,7 +154,13 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
         let _ = s.probes_open.subscribe().wait_for(|open| *open).await;
         let challenge =
             serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["challenge"].as_str().map(str::to_owned));
-        return (StatusCode::OK, challenge.unwrap_or_default()).into_response();
+        let mut answer = (StatusCode::OK, challenge.unwrap_or_default()).into_response();
+        if let Some(rate) = s.allowed_rate.lock().expect("rate").clone()
+            && let Ok(v) = axum::http::HeaderValue::from_str(&rate)
+        {
+            answer.headers_mut().insert("webhook-allowed-rate", v);
+        }
+        return answer;
     }
     let secrets = s.secrets.lock().expect("secrets").clone();
     let verified = hub_testkit::signature_verifies(&headers, &body, &secrets);
@@ -164,6 +189,15 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
         Script::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             StatusCode::NO_CONTENT.into_response()
+        }
+        Script::Capacity(n, d) => {
+            if now > n {
+                s.refused.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::SERVICE_UNAVAILABLE, "busy").into_response()
+            } else {
+                tokio::time::sleep(d).await;
+                StatusCode::NO_CONTENT.into_response()
+            }
         }
         Script::FailSubject(subject) => {
             if subject_header.as_deref() == Some(subject.as_bytes()) {

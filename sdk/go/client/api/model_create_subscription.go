@@ -26,6 +26,8 @@ type CreateSubscription struct {
 	EventTypes []string `json:"event_types"`
 	// Content filters (CloudEvents Subscriptions API dialects, CESQL, content patterns); every one must match. Default none.
 	Filters []Filter `json:"filters,omitempty"`
+	// Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and the replica's bound apply).
+	Limits NullableLimitsView `json:"limits,omitempty"`
 	// A label: 1 to 200 characters, not only spaces, no control characters.
 	Name string `json:"name" validate:"regexp=^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"`
 	// Push sinks: `key` delivers events with the same ordering key (`partitionkey`, else `subject`) one at a time in seq order. Default `none`.
@@ -156,6 +158,49 @@ func (o *CreateSubscription) HasFilters() bool {
 // SetFilters gets a reference to the given []Filter and assigns it to the Filters field.
 func (o *CreateSubscription) SetFilters(v []Filter) {
 	o.Filters = v
+}
+
+// GetLimits returns the Limits field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *CreateSubscription) GetLimits() LimitsView {
+	if o == nil || IsNil(o.Limits.Get()) {
+		var ret LimitsView
+		return ret
+	}
+	return *o.Limits.Get()
+}
+
+// GetLimitsOk returns a tuple with the Limits field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *CreateSubscription) GetLimitsOk() (*LimitsView, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.Limits.Get(), o.Limits.IsSet()
+}
+
+// HasLimits returns a boolean if a field has been set.
+func (o *CreateSubscription) HasLimits() bool {
+	if o != nil && o.Limits.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetLimits gets a reference to the given NullableLimitsView and assigns it to the Limits field.
+func (o *CreateSubscription) SetLimits(v LimitsView) {
+	o.Limits.Set(&v)
+}
+
+// SetLimitsNil sets the value for Limits to be an explicit nil
+func (o *CreateSubscription) SetLimitsNil() {
+	o.Limits.Set(nil)
+}
+
+// UnsetLimits ensures that no value is present for Limits, not even an explicit nil
+func (o *CreateSubscription) UnsetLimits() {
+	o.Limits.Unset()
 }
 
 // GetName returns the Name field value
@@ -308,6 +353,9 @@ func (o CreateSubscription) ToMap() (map[string]interface{}, error) {
 	toSerialize["event_types"] = o.EventTypes
 	if o.Filters != nil {
 		toSerialize["filters"] = o.Filters
+	}
+	if o.Limits.IsSet() {
+		toSerialize["limits"] = o.Limits.Get()
 	}
 	toSerialize["name"] = o.Name
 	if o.Ordering.IsSet() {

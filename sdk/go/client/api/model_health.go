@@ -23,7 +23,9 @@ var _ MappedNullable = &Health{}
 // Health A subscription's health in listings.
 type Health struct {
 	// `closed`, `open` or `half_open`, as this replica's dispatcher last saw it for this subscription's jobs (breakers are per replica and per destination).
-	Breaker       string       `json:"breaker"`
+	Breaker string `json:"breaker"`
+	// Its deliveries in flight in the replica that answers.
+	Delivery      FlightView   `json:"delivery"`
 	FailingSince  NullableTime `json:"failing_since,omitempty"`
 	Jobs          JobCounts    `json:"jobs"`
 	LastFailureAt NullableTime `json:"last_failure_at,omitempty"`
@@ -35,9 +37,10 @@ type _Health Health
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewHealth(breaker string, jobs JobCounts) *Health {
+func NewHealth(breaker string, delivery FlightView, jobs JobCounts) *Health {
 	this := Health{}
 	this.Breaker = breaker
+	this.Delivery = delivery
 	this.Jobs = jobs
 	return &this
 }
@@ -72,6 +75,30 @@ func (o *Health) GetBreakerOk() (*string, bool) {
 // SetBreaker sets field value
 func (o *Health) SetBreaker(v string) {
 	o.Breaker = v
+}
+
+// GetDelivery returns the Delivery field value
+func (o *Health) GetDelivery() FlightView {
+	if o == nil {
+		var ret FlightView
+		return ret
+	}
+
+	return o.Delivery
+}
+
+// GetDeliveryOk returns a tuple with the Delivery field value
+// and a boolean to check if the value has been set.
+func (o *Health) GetDeliveryOk() (*FlightView, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return &o.Delivery, true
+}
+
+// SetDelivery sets field value
+func (o *Health) SetDelivery(v FlightView) {
+	o.Delivery = v
 }
 
 // GetFailingSince returns the FailingSince field value if set, zero value otherwise (both if not set or set to explicit null).
@@ -195,6 +222,7 @@ func (o Health) MarshalJSON() ([]byte, error) {
 func (o Health) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
 	toSerialize["breaker"] = o.Breaker
+	toSerialize["delivery"] = o.Delivery
 	if o.FailingSince.IsSet() {
 		toSerialize["failing_since"] = o.FailingSince.Get()
 	}
@@ -211,6 +239,7 @@ func (o *Health) UnmarshalJSON(data []byte) (err error) {
 	// that every required field exists as a key in the generic map.
 	requiredProperties := []string{
 		"breaker",
+		"delivery",
 		"jobs",
 	}
 

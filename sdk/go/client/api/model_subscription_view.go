@@ -22,7 +22,9 @@ var _ MappedNullable = &SubscriptionView{}
 
 // SubscriptionView A subscription as the API shows it: never a stored secret or credential.
 type SubscriptionView struct {
-	CreatedAt time.Time `json:"created_at"`
+	// The rate (requests per minute) the receiver declared in its last successful verification (`WebHook-Allowed-Rate`); deliveries never go faster.
+	AllowedRate NullableFloat64 `json:"allowed_rate,omitempty"`
+	CreatedAt   time.Time       `json:"created_at"`
 	// Whether credentials are stored for the destination (they are never shown).
 	CredentialsSet bool `json:"credentials_set"`
 	// When it was last disabled (kept after it is enabled again): where `POST …/verify` with `replay_since_disabled` starts its replay.
@@ -35,7 +37,9 @@ type SubscriptionView struct {
 	// Its health, in listings: since when its destination fails (the failure period that leads to auto-disable), its breaker as this replica's dispatcher last saw it, and its jobs waiting or dead.
 	Health NullableHealth `json:"health,omitempty"`
 	Id     string         `json:"id"`
-	Name   string         `json:"name"`
+	// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+	Limits LimitsView `json:"limits"`
+	Name   string     `json:"name"`
 	// `key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.
 	Ordering OrderingMode   `json:"ordering"`
 	Origin   NullableString `json:"origin,omitempty"`
@@ -57,7 +61,7 @@ type _SubscriptionView SubscriptionView
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewSubscriptionView(createdAt time.Time, credentialsSet bool, enabled bool, eventTypes []string, filters []Filter, id string, name string, ordering OrderingMode, sink Sink, updatedAt time.Time, verificationState string) *SubscriptionView {
+func NewSubscriptionView(createdAt time.Time, credentialsSet bool, enabled bool, eventTypes []string, filters []Filter, id string, limits LimitsView, name string, ordering OrderingMode, sink Sink, updatedAt time.Time, verificationState string) *SubscriptionView {
 	this := SubscriptionView{}
 	this.CreatedAt = createdAt
 	this.CredentialsSet = credentialsSet
@@ -65,6 +69,7 @@ func NewSubscriptionView(createdAt time.Time, credentialsSet bool, enabled bool,
 	this.EventTypes = eventTypes
 	this.Filters = filters
 	this.Id = id
+	this.Limits = limits
 	this.Name = name
 	this.Ordering = ordering
 	this.Sink = sink
@@ -79,6 +84,49 @@ func NewSubscriptionView(createdAt time.Time, credentialsSet bool, enabled bool,
 func NewSubscriptionViewWithDefaults() *SubscriptionView {
 	this := SubscriptionView{}
 	return &this
+}
+
+// GetAllowedRate returns the AllowedRate field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *SubscriptionView) GetAllowedRate() float64 {
+	if o == nil || IsNil(o.AllowedRate.Get()) {
+		var ret float64
+		return ret
+	}
+	return *o.AllowedRate.Get()
+}
+
+// GetAllowedRateOk returns a tuple with the AllowedRate field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *SubscriptionView) GetAllowedRateOk() (*float64, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.AllowedRate.Get(), o.AllowedRate.IsSet()
+}
+
+// HasAllowedRate returns a boolean if a field has been set.
+func (o *SubscriptionView) HasAllowedRate() bool {
+	if o != nil && o.AllowedRate.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetAllowedRate gets a reference to the given NullableFloat64 and assigns it to the AllowedRate field.
+func (o *SubscriptionView) SetAllowedRate(v float64) {
+	o.AllowedRate.Set(&v)
+}
+
+// SetAllowedRateNil sets the value for AllowedRate to be an explicit nil
+func (o *SubscriptionView) SetAllowedRateNil() {
+	o.AllowedRate.Set(nil)
+}
+
+// UnsetAllowedRate ensures that no value is present for AllowedRate, not even an explicit nil
+func (o *SubscriptionView) UnsetAllowedRate() {
+	o.AllowedRate.Unset()
 }
 
 // GetCreatedAt returns the CreatedAt field value
@@ -352,6 +400,30 @@ func (o *SubscriptionView) GetIdOk() (*string, bool) {
 // SetId sets field value
 func (o *SubscriptionView) SetId(v string) {
 	o.Id = v
+}
+
+// GetLimits returns the Limits field value
+func (o *SubscriptionView) GetLimits() LimitsView {
+	if o == nil {
+		var ret LimitsView
+		return ret
+	}
+
+	return o.Limits
+}
+
+// GetLimitsOk returns a tuple with the Limits field value
+// and a boolean to check if the value has been set.
+func (o *SubscriptionView) GetLimitsOk() (*LimitsView, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return &o.Limits, true
+}
+
+// SetLimits sets field value
+func (o *SubscriptionView) SetLimits(v LimitsView) {
+	o.Limits = v
 }
 
 // GetName returns the Name field value
@@ -645,6 +717,9 @@ func (o SubscriptionView) MarshalJSON() ([]byte, error) {
 
 func (o SubscriptionView) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
+	if o.AllowedRate.IsSet() {
+		toSerialize["allowed_rate"] = o.AllowedRate.Get()
+	}
 	toSerialize["created_at"] = o.CreatedAt
 	toSerialize["credentials_set"] = o.CredentialsSet
 	if o.DisabledAt.IsSet() {
@@ -660,6 +735,7 @@ func (o SubscriptionView) ToMap() (map[string]interface{}, error) {
 		toSerialize["health"] = o.Health.Get()
 	}
 	toSerialize["id"] = o.Id
+	toSerialize["limits"] = o.Limits
 	toSerialize["name"] = o.Name
 	toSerialize["ordering"] = o.Ordering
 	if o.Origin.IsSet() {
@@ -691,6 +767,7 @@ func (o *SubscriptionView) UnmarshalJSON(data []byte) (err error) {
 		"event_types",
 		"filters",
 		"id",
+		"limits",
 		"name",
 		"ordering",
 		"sink",

@@ -22,8 +22,10 @@ type UpdateSubscription struct {
 	Enabled    NullableBool `json:"enabled,omitempty"`
 	EventTypes []string     `json:"event_types,omitempty"`
 	// New content filters (applied to events ingested after the change); `[]` or `null` removes them.
-	Filters []Filter       `json:"filters,omitempty"`
-	Name    NullableString `json:"name,omitempty" validate:"regexp=^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"`
+	Filters []Filter `json:"filters,omitempty"`
+	// New delivery limits (both fields: an omitted one is no limit); `null` removes them.
+	Limits NullableLimitsView `json:"limits,omitempty"`
+	Name   NullableString     `json:"name,omitempty" validate:"regexp=^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"`
 	// A new ordering, for deliveries of events ingested after the change.
 	Ordering NullableOrderingMode `json:"ordering,omitempty"`
 	Origin   NullableString       `json:"origin,omitempty"`
@@ -155,6 +157,49 @@ func (o *UpdateSubscription) HasFilters() bool {
 // SetFilters gets a reference to the given []Filter and assigns it to the Filters field.
 func (o *UpdateSubscription) SetFilters(v []Filter) {
 	o.Filters = v
+}
+
+// GetLimits returns the Limits field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *UpdateSubscription) GetLimits() LimitsView {
+	if o == nil || IsNil(o.Limits.Get()) {
+		var ret LimitsView
+		return ret
+	}
+	return *o.Limits.Get()
+}
+
+// GetLimitsOk returns a tuple with the Limits field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *UpdateSubscription) GetLimitsOk() (*LimitsView, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.Limits.Get(), o.Limits.IsSet()
+}
+
+// HasLimits returns a boolean if a field has been set.
+func (o *UpdateSubscription) HasLimits() bool {
+	if o != nil && o.Limits.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetLimits gets a reference to the given NullableLimitsView and assigns it to the Limits field.
+func (o *UpdateSubscription) SetLimits(v LimitsView) {
+	o.Limits.Set(&v)
+}
+
+// SetLimitsNil sets the value for Limits to be an explicit nil
+func (o *UpdateSubscription) SetLimitsNil() {
+	o.Limits.Set(nil)
+}
+
+// UnsetLimits ensures that no value is present for Limits, not even an explicit nil
+func (o *UpdateSubscription) UnsetLimits() {
+	o.Limits.Unset()
 }
 
 // GetName returns the Name field value if set, zero value otherwise (both if not set or set to explicit null).
@@ -347,6 +392,9 @@ func (o UpdateSubscription) ToMap() (map[string]interface{}, error) {
 	}
 	if o.Filters != nil {
 		toSerialize["filters"] = o.Filters
+	}
+	if o.Limits.IsSet() {
+		toSerialize["limits"] = o.Limits.Get()
 	}
 	if o.Name.IsSet() {
 		toSerialize["name"] = o.Name.Get()

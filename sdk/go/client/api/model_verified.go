@@ -22,7 +22,9 @@ var _ MappedNullable = &Verified{}
 
 // Verified A verified subscription, and the replay the request started.
 type Verified struct {
-	CreatedAt time.Time `json:"created_at"`
+	// The rate (requests per minute) the receiver declared in its last successful verification (`WebHook-Allowed-Rate`); deliveries never go faster.
+	AllowedRate *float64  `json:"allowed_rate,omitempty"`
+	CreatedAt   time.Time `json:"created_at"`
 	// Whether credentials are stored for the destination (they are never shown).
 	CredentialsSet bool `json:"credentials_set"`
 	// When it was last disabled (kept after it is enabled again): where `POST …/verify` with `replay_since_disabled` starts its replay.
@@ -35,7 +37,9 @@ type Verified struct {
 	// Its health, in listings: since when its destination fails (the failure period that leads to auto-disable), its breaker as this replica's dispatcher last saw it, and its jobs waiting or dead.
 	Health *Health `json:"health,omitempty"`
 	Id     string  `json:"id"`
-	Name   string  `json:"name"`
+	// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+	Limits LimitsView `json:"limits"`
+	Name   string     `json:"name"`
 	// `key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.
 	Ordering OrderingMode `json:"ordering"`
 	Origin   *string      `json:"origin,omitempty"`
@@ -59,7 +63,7 @@ type _Verified Verified
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewVerified(createdAt time.Time, credentialsSet bool, enabled bool, eventTypes []string, filters []Filter, id string, name string, ordering OrderingMode, sink Sink, updatedAt time.Time, verificationState string) *Verified {
+func NewVerified(createdAt time.Time, credentialsSet bool, enabled bool, eventTypes []string, filters []Filter, id string, limits LimitsView, name string, ordering OrderingMode, sink Sink, updatedAt time.Time, verificationState string) *Verified {
 	this := Verified{}
 	this.CreatedAt = createdAt
 	this.CredentialsSet = credentialsSet
@@ -67,6 +71,7 @@ func NewVerified(createdAt time.Time, credentialsSet bool, enabled bool, eventTy
 	this.EventTypes = eventTypes
 	this.Filters = filters
 	this.Id = id
+	this.Limits = limits
 	this.Name = name
 	this.Ordering = ordering
 	this.Sink = sink
@@ -81,6 +86,38 @@ func NewVerified(createdAt time.Time, credentialsSet bool, enabled bool, eventTy
 func NewVerifiedWithDefaults() *Verified {
 	this := Verified{}
 	return &this
+}
+
+// GetAllowedRate returns the AllowedRate field value if set, zero value otherwise.
+func (o *Verified) GetAllowedRate() float64 {
+	if o == nil || IsNil(o.AllowedRate) {
+		var ret float64
+		return ret
+	}
+	return *o.AllowedRate
+}
+
+// GetAllowedRateOk returns a tuple with the AllowedRate field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+func (o *Verified) GetAllowedRateOk() (*float64, bool) {
+	if o == nil || IsNil(o.AllowedRate) {
+		return nil, false
+	}
+	return o.AllowedRate, true
+}
+
+// HasAllowedRate returns a boolean if a field has been set.
+func (o *Verified) HasAllowedRate() bool {
+	if o != nil && !IsNil(o.AllowedRate) {
+		return true
+	}
+
+	return false
+}
+
+// SetAllowedRate gets a reference to the given float64 and assigns it to the AllowedRate field.
+func (o *Verified) SetAllowedRate(v float64) {
+	o.AllowedRate = &v
 }
 
 // GetCreatedAt returns the CreatedAt field value
@@ -321,6 +358,30 @@ func (o *Verified) GetIdOk() (*string, bool) {
 // SetId sets field value
 func (o *Verified) SetId(v string) {
 	o.Id = v
+}
+
+// GetLimits returns the Limits field value
+func (o *Verified) GetLimits() LimitsView {
+	if o == nil {
+		var ret LimitsView
+		return ret
+	}
+
+	return o.Limits
+}
+
+// GetLimitsOk returns a tuple with the Limits field value
+// and a boolean to check if the value has been set.
+func (o *Verified) GetLimitsOk() (*LimitsView, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return &o.Limits, true
+}
+
+// SetLimits sets field value
+func (o *Verified) SetLimits(v LimitsView) {
+	o.Limits = v
 }
 
 // GetName returns the Name field value
@@ -624,6 +685,9 @@ func (o Verified) MarshalJSON() ([]byte, error) {
 
 func (o Verified) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
+	if !IsNil(o.AllowedRate) {
+		toSerialize["allowed_rate"] = o.AllowedRate
+	}
 	toSerialize["created_at"] = o.CreatedAt
 	toSerialize["credentials_set"] = o.CredentialsSet
 	if !IsNil(o.DisabledAt) {
@@ -639,6 +703,7 @@ func (o Verified) ToMap() (map[string]interface{}, error) {
 		toSerialize["health"] = o.Health
 	}
 	toSerialize["id"] = o.Id
+	toSerialize["limits"] = o.Limits
 	toSerialize["name"] = o.Name
 	toSerialize["ordering"] = o.Ordering
 	if !IsNil(o.Origin) {
@@ -673,6 +738,7 @@ func (o *Verified) UnmarshalJSON(data []byte) (err error) {
 		"event_types",
 		"filters",
 		"id",
+		"limits",
 		"name",
 		"ordering",
 		"sink",

@@ -64,6 +64,7 @@ __all__ = [
     "FilterOutcome",
     "FilterTest",
     "FilterTestResult",
+    "FlightView",
     "Health",
     "IngestAnswer",
     "JobCounts",
@@ -71,6 +72,7 @@ __all__ = [
     "KafkaSasl",
     "KafkaSink",
     "KinesisSink",
+    "LimitsView",
     "ManifestSourceView",
     "NotFilter",
     "OrderingMode",
@@ -165,6 +167,7 @@ from streaming_hub_api.models.filter import Filter as Filter
 from streaming_hub_api.models.filter_outcome import FilterOutcome as FilterOutcome
 from streaming_hub_api.models.filter_test import FilterTest as FilterTest
 from streaming_hub_api.models.filter_test_result import FilterTestResult as FilterTestResult
+from streaming_hub_api.models.flight_view import FlightView as FlightView
 from streaming_hub_api.models.health import Health as Health
 from streaming_hub_api.models.ingest_answer import IngestAnswer as IngestAnswer
 from streaming_hub_api.models.job_counts import JobCounts as JobCounts
@@ -172,6 +175,7 @@ from streaming_hub_api.models.kafka_mechanism import KafkaMechanism as KafkaMech
 from streaming_hub_api.models.kafka_sasl import KafkaSasl as KafkaSasl
 from streaming_hub_api.models.kafka_sink import KafkaSink as KafkaSink
 from streaming_hub_api.models.kinesis_sink import KinesisSink as KinesisSink
+from streaming_hub_api.models.limits_view import LimitsView as LimitsView
 from streaming_hub_api.models.manifest_source_view import ManifestSourceView as ManifestSourceView
 from streaming_hub_api.models.not_filter import NotFilter as NotFilter
 from streaming_hub_api.models.ordering_mode import OrderingMode as OrderingMode

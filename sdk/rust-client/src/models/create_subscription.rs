@@ -31,6 +31,14 @@ pub struct CreateSubscription {
         skip_serializing_if = "Option::is_none"
     )]
     pub filters: Option<Option<Vec<models::Filter>>>,
+    /// Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and the replica's bound apply).
+    #[serde(
+        rename = "limits",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub limits: Option<Option<Box<models::LimitsView>>>,
     /// A label: 1 to 200 characters, not only spaces, no control characters.
     #[serde(rename = "name")]
     pub name: String,
@@ -61,6 +69,7 @@ impl CreateSubscription {
             enabled: None,
             event_types,
             filters: None,
+            limits: None,
             name,
             ordering: None,
             origin: None,

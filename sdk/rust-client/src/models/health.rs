@@ -17,6 +17,9 @@ pub struct Health {
     /// `closed`, `open` or `half_open`, as this replica's dispatcher last saw it for this subscription's jobs (breakers are per replica and per destination).
     #[serde(rename = "breaker")]
     pub breaker: String,
+    /// Its deliveries in flight in the replica that answers.
+    #[serde(rename = "delivery")]
+    pub delivery: Box<models::FlightView>,
     #[serde(
         rename = "failing_since",
         default,
@@ -37,7 +40,13 @@ pub struct Health {
 
 impl Health {
     /// A subscription's health in listings.
-    pub fn new(breaker: String, jobs: models::JobCounts) -> Health {
-        Health { breaker, failing_since: None, jobs: Box::new(jobs), last_failure_at: None }
+    pub fn new(breaker: String, delivery: models::FlightView, jobs: models::JobCounts) -> Health {
+        Health {
+            breaker,
+            delivery: Box::new(delivery),
+            failing_since: None,
+            jobs: Box::new(jobs),
+            last_failure_at: None,
+        }
     }
 }

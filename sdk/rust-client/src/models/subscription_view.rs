@@ -14,6 +14,14 @@ use serde::{Deserialize, Serialize};
 /// SubscriptionView : A subscription as the API shows it: never a stored secret or credential.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SubscriptionView {
+    /// The rate (requests per minute) the receiver declared in its last successful verification (`WebHook-Allowed-Rate`); deliveries never go faster.
+    #[serde(
+        rename = "allowed_rate",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub allowed_rate: Option<Option<f64>>,
     #[serde(rename = "created_at")]
     pub created_at: chrono::DateTime<chrono::FixedOffset>,
     /// Whether credentials are stored for the destination (they are never shown).
@@ -51,6 +59,9 @@ pub struct SubscriptionView {
     pub health: Option<Option<Box<models::Health>>>,
     #[serde(rename = "id")]
     pub id: uuid::Uuid,
+    /// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+    #[serde(rename = "limits")]
+    pub limits: Box<models::LimitsView>,
     #[serde(rename = "name")]
     pub name: String,
     /// `key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.
@@ -100,6 +111,7 @@ impl SubscriptionView {
         event_types: Vec<String>,
         filters: Vec<models::Filter>,
         id: uuid::Uuid,
+        limits: models::LimitsView,
         name: String,
         ordering: models::OrderingMode,
         sink: models::Sink,
@@ -107,6 +119,7 @@ impl SubscriptionView {
         verification_state: String,
     ) -> SubscriptionView {
         SubscriptionView {
+            allowed_rate: None,
             created_at,
             credentials_set,
             disabled_at: None,
@@ -116,6 +129,7 @@ impl SubscriptionView {
             filters,
             health: None,
             id,
+            limits: Box::new(limits),
             name,
             ordering,
             origin: None,

@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 /// TenantSubscription : A subscription with its tenant.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TenantSubscription {
+    /// The rate (requests per minute) the receiver declared in its last successful verification (`WebHook-Allowed-Rate`); deliveries never go faster.
+    #[serde(rename = "allowed_rate", skip_serializing_if = "Option::is_none")]
+    pub allowed_rate: Option<f64>,
     #[serde(rename = "created_at")]
     pub created_at: chrono::DateTime<chrono::FixedOffset>,
     /// Whether credentials are stored for the destination (they are never shown).
@@ -36,6 +39,9 @@ pub struct TenantSubscription {
     pub health: Option<Box<models::Health>>,
     #[serde(rename = "id")]
     pub id: uuid::Uuid,
+    /// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+    #[serde(rename = "limits")]
+    pub limits: Box<models::LimitsView>,
     #[serde(rename = "name")]
     pub name: String,
     /// `key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.
@@ -72,6 +78,7 @@ impl TenantSubscription {
         event_types: Vec<String>,
         filters: Vec<models::Filter>,
         id: uuid::Uuid,
+        limits: models::LimitsView,
         name: String,
         ordering: models::OrderingMode,
         sink: models::Sink,
@@ -80,6 +87,7 @@ impl TenantSubscription {
         tenant_id: String,
     ) -> TenantSubscription {
         TenantSubscription {
+            allowed_rate: None,
             created_at,
             credentials_set,
             disabled_at: None,
@@ -89,6 +97,7 @@ impl TenantSubscription {
             filters,
             health: None,
             id,
+            limits: Box::new(limits),
             name,
             ordering,
             origin: None,

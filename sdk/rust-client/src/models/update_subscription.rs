@@ -36,6 +36,14 @@ pub struct UpdateSubscription {
         skip_serializing_if = "Option::is_none"
     )]
     pub filters: Option<Option<Vec<models::Filter>>>,
+    /// New delivery limits (both fields: an omitted one is no limit); `null` removes them.
+    #[serde(
+        rename = "limits",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub limits: Option<Option<Box<models::LimitsView>>>,
     #[serde(
         rename = "name",
         default,
@@ -75,6 +83,7 @@ impl UpdateSubscription {
             enabled: None,
             event_types: None,
             filters: None,
+            limits: None,
             name: None,
             ordering: None,
             origin: None,

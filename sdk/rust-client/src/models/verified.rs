@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 /// Verified : A verified subscription, and the replay the request started.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Verified {
+    /// The rate (requests per minute) the receiver declared in its last successful verification (`WebHook-Allowed-Rate`); deliveries never go faster.
+    #[serde(rename = "allowed_rate", skip_serializing_if = "Option::is_none")]
+    pub allowed_rate: Option<f64>,
     #[serde(rename = "created_at")]
     pub created_at: chrono::DateTime<chrono::FixedOffset>,
     /// Whether credentials are stored for the destination (they are never shown).
@@ -36,6 +39,9 @@ pub struct Verified {
     pub health: Option<Box<models::Health>>,
     #[serde(rename = "id")]
     pub id: uuid::Uuid,
+    /// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+    #[serde(rename = "limits")]
+    pub limits: Box<models::LimitsView>,
     #[serde(rename = "name")]
     pub name: String,
     /// `key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.
@@ -78,6 +84,7 @@ impl Verified {
         event_types: Vec<String>,
         filters: Vec<models::Filter>,
         id: uuid::Uuid,
+        limits: models::LimitsView,
         name: String,
         ordering: models::OrderingMode,
         sink: models::Sink,
@@ -85,6 +92,7 @@ impl Verified {
         verification_state: String,
     ) -> Verified {
         Verified {
+            allowed_rate: None,
             created_at,
             credentials_set,
             disabled_at: None,
@@ -94,6 +102,7 @@ impl Verified {
             filters,
             health: None,
             id,
+            limits: Box::new(limits),
             name,
             ordering,
             origin: None,

@@ -45,6 +45,7 @@ from streaming_hub_api.models.filter import Filter
 from streaming_hub_api.models.filter_outcome import FilterOutcome
 from streaming_hub_api.models.filter_test import FilterTest
 from streaming_hub_api.models.filter_test_result import FilterTestResult
+from streaming_hub_api.models.flight_view import FlightView
 from streaming_hub_api.models.health import Health
 from streaming_hub_api.models.ingest_answer import IngestAnswer
 from streaming_hub_api.models.job_counts import JobCounts
@@ -52,6 +53,7 @@ from streaming_hub_api.models.kafka_mechanism import KafkaMechanism
 from streaming_hub_api.models.kafka_sasl import KafkaSasl
 from streaming_hub_api.models.kafka_sink import KafkaSink
 from streaming_hub_api.models.kinesis_sink import KinesisSink
+from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.manifest_source_view import ManifestSourceView
 from streaming_hub_api.models.not_filter import NotFilter
 from streaming_hub_api.models.ordering_mode import OrderingMode

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_
 from typing import Any, ClassVar, Dict, List, Optional
 from typing_extensions import Annotated
 from streaming_hub_api.models.filter import Filter
+from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.ordering_mode import OrderingMode
 from streaming_hub_api.models.sink import Sink
 from typing import Optional, Set
@@ -34,11 +35,12 @@ class CreateSubscription(BaseModel):
     enabled: Optional[StrictBool] = None
     event_types: List[StrictStr] = Field(description="Event keys `<resourcetype>.<eventtype>`, `*` allowed per segment; empty matches nothing.")
     filters: Optional[List[Filter]] = Field(default=None, description="Content filters (CloudEvents Subscriptions API dialects, CESQL, content patterns); every one must match. Default none.")
+    limits: Optional[LimitsView] = Field(default=None, description="Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and the replica's bound apply).")
     name: Annotated[str, Field(min_length=1, strict=True, max_length=200)] = Field(description="A label: 1 to 200 characters, not only spaces, no control characters.")
     ordering: Optional[OrderingMode] = Field(default=None, description="Push sinks: `key` delivers events with the same ordering key (`partitionkey`, else `subject`) one at a time in seq order. Default `none`.")
     origin: Optional[StrictStr] = Field(default=None, description="Only events of this `ce-source` match.")
     sink: Sink = Field(description="Where events go: one of the sink types, told apart by `type`.")
-    __properties: ClassVar[List[str]] = ["enabled", "event_types", "filters", "name", "ordering", "origin", "sink"]
+    __properties: ClassVar[List[str]] = ["enabled", "event_types", "filters", "limits", "name", "ordering", "origin", "sink"]
 
     @field_validator('name', mode="before")
     def name_validate_regular_expression(cls, value):
@@ -92,6 +94,9 @@ class CreateSubscription(BaseModel):
             for _item_filters in self.filters:
                 _items.append(_item_filters.to_dict() if _item_filters is not None else None)
             _dict['filters'] = _items
+        # override the default output from pydantic by calling `to_dict()` of limits
+        if self.limits:
+            _dict['limits'] = self.limits.to_dict()
         # override the default output from pydantic by calling `to_dict()` of sink
         if self.sink:
             _dict['sink'] = self.sink.to_dict()
@@ -104,6 +109,11 @@ class CreateSubscription(BaseModel):
         # and model_fields_set contains the field
         if self.filters is None and "filters" in self.model_fields_set:
             _dict['filters'] = None
+
+        # set to None if limits (nullable) is None
+        # and model_fields_set contains the field
+        if self.limits is None and "limits" in self.model_fields_set:
+            _dict['limits'] = None
 
         # set to None if ordering (nullable) is None
         # and model_fields_set contains the field
@@ -130,6 +140,7 @@ class CreateSubscription(BaseModel):
             "enabled": obj.get("enabled"),
             "event_types": obj.get("event_types"),
             "filters": [Filter.from_dict(_item) for _item in obj["filters"]] if obj.get("filters") is not None else None,
+            "limits": LimitsView.from_dict(obj["limits"]) if obj.get("limits") is not None else None,
             "name": obj.get("name"),
             "ordering": obj.get("ordering"),
             "origin": obj.get("origin"),

@@ -20,6 +20,7 @@ import json
 from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from typing import Any, ClassVar, Dict, List, Optional
+from streaming_hub_api.models.flight_view import FlightView
 from streaming_hub_api.models.job_counts import JobCounts
 from typing import Optional, Set
 from typing_extensions import Self
@@ -30,10 +31,11 @@ class Health(BaseModel):
     A subscription's health in listings.
     """ # noqa: E501
     breaker: StrictStr = Field(description="`closed`, `open` or `half_open`, as this replica's dispatcher last saw it for this subscription's jobs (breakers are per replica and per destination).")
+    delivery: FlightView = Field(description="Its deliveries in flight in the replica that answers.")
     failing_since: Optional[datetime] = None
     jobs: JobCounts
     last_failure_at: Optional[datetime] = None
-    __properties: ClassVar[List[str]] = ["breaker", "failing_since", "jobs", "last_failure_at"]
+    __properties: ClassVar[List[str]] = ["breaker", "delivery", "failing_since", "jobs", "last_failure_at"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -74,6 +76,9 @@ class Health(BaseModel):
             exclude=excluded_fields,
             exclude_none=True,
         )
+        # override the default output from pydantic by calling `to_dict()` of delivery
+        if self.delivery:
+            _dict['delivery'] = self.delivery.to_dict()
         # override the default output from pydantic by calling `to_dict()` of jobs
         if self.jobs:
             _dict['jobs'] = self.jobs.to_dict()
@@ -100,6 +105,7 @@ class Health(BaseModel):
 
         _obj = cls.model_validate({
             "breaker": obj.get("breaker"),
+            "delivery": FlightView.from_dict(obj["delivery"]) if obj.get("delivery") is not None else None,
             "failing_since": obj.get("failing_since"),
             "jobs": JobCounts.from_dict(obj["jobs"]) if obj.get("jobs") is not None else None,
             "last_failure_at": obj.get("last_failure_at")

@@ -18,11 +18,12 @@ import re  # noqa: F401
 import json
 
 from datetime import datetime
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
-from typing import Any, ClassVar, Dict, List, Optional
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from typing import Any, ClassVar, Dict, List, Optional, Union
 from uuid import UUID
 from streaming_hub_api.models.filter import Filter
 from streaming_hub_api.models.health import Health
+from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.ordering_mode import OrderingMode
 from streaming_hub_api.models.sink import Sink
 from streaming_hub_api.models.warning import Warning
@@ -34,6 +35,7 @@ class SubscriptionView(BaseModel):
     """
     A subscription as the API shows it: never a stored secret or credential.
     """ # noqa: E501
+    allowed_rate: Optional[Union[StrictFloat, StrictInt]] = Field(default=None, description="The rate (requests per minute) the receiver declared in its last successful verification (`WebHook-Allowed-Rate`); deliveries never go faster.")
     created_at: datetime
     credentials_set: StrictBool = Field(description="Whether credentials are stored for the destination (they are never shown).")
     disabled_at: Optional[datetime] = Field(default=None, description="When it was last disabled (kept after it is enabled again): where `POST …/verify` with `replay_since_disabled` starts its replay.")
@@ -43,6 +45,7 @@ class SubscriptionView(BaseModel):
     filters: List[Filter] = Field(description="Content filters; every one must match (empty: none).")
     health: Optional[Health] = Field(default=None, description="Its health, in listings: since when its destination fails (the failure period that leads to auto-disable), its breaker as this replica's dispatcher last saw it, and its jobs waiting or dead.")
     id: UUID
+    limits: LimitsView = Field(description="Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.")
     name: StrictStr
     ordering: OrderingMode = Field(description="`key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.")
     origin: Optional[StrictStr] = None
@@ -52,7 +55,7 @@ class SubscriptionView(BaseModel):
     verification_error: Optional[StrictStr] = None
     verification_state: StrictStr = Field(description="`pending`, `active` or `failed`.")
     warnings: Optional[List[Warning]] = Field(default=None, description="In the responses to a creation or a change: what was accepted but looks wrong (an `event_types` pattern that matches no type the catalog knows), never a refusal.")
-    __properties: ClassVar[List[str]] = ["created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "name", "ordering", "origin", "signing_secret", "sink", "updated_at", "verification_error", "verification_state", "warnings"]
+    __properties: ClassVar[List[str]] = ["allowed_rate", "created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "limits", "name", "ordering", "origin", "signing_secret", "sink", "updated_at", "verification_error", "verification_state", "warnings"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -102,6 +105,9 @@ class SubscriptionView(BaseModel):
         # override the default output from pydantic by calling `to_dict()` of health
         if self.health:
             _dict['health'] = self.health.to_dict()
+        # override the default output from pydantic by calling `to_dict()` of limits
+        if self.limits:
+            _dict['limits'] = self.limits.to_dict()
         # override the default output from pydantic by calling `to_dict()` of sink
         if self.sink:
             _dict['sink'] = self.sink.to_dict()
@@ -111,6 +117,11 @@ class SubscriptionView(BaseModel):
             for _item_warnings in self.warnings:
                 _items.append(_item_warnings.to_dict() if _item_warnings is not None else None)
             _dict['warnings'] = _items
+        # set to None if allowed_rate (nullable) is None
+        # and model_fields_set contains the field
+        if self.allowed_rate is None and "allowed_rate" in self.model_fields_set:
+            _dict['allowed_rate'] = None
+
         # set to None if disabled_at (nullable) is None
         # and model_fields_set contains the field
         if self.disabled_at is None and "disabled_at" in self.model_fields_set:
@@ -153,6 +164,7 @@ class SubscriptionView(BaseModel):
             return cls.model_validate(obj)
 
         _obj = cls.model_validate({
+            "allowed_rate": obj.get("allowed_rate"),
             "created_at": obj.get("created_at"),
             "credentials_set": obj.get("credentials_set"),
             "disabled_at": obj.get("disabled_at"),
@@ -162,6 +174,7 @@ class SubscriptionView(BaseModel):
             "filters": [Filter.from_dict(_item) for _item in obj["filters"]] if obj.get("filters") is not None else None,
             "health": Health.from_dict(obj["health"]) if obj.get("health") is not None else None,
             "id": obj.get("id"),
+            "limits": LimitsView.from_dict(obj["limits"]) if obj.get("limits") is not None else None,
             "name": obj.get("name"),
             "ordering": obj.get("ordering"),
             "origin": obj.get("origin"),

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_
 from typing import Any, ClassVar, Dict, List, Optional
 from typing_extensions import Annotated
 from streaming_hub_api.models.filter import Filter
+from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.ordering_mode import OrderingMode
 from streaming_hub_api.models.sink import Sink
 from typing import Optional, Set
@@ -34,11 +35,12 @@ class UpdateSubscription(BaseModel):
     enabled: Optional[StrictBool] = None
     event_types: Optional[List[StrictStr]] = None
     filters: Optional[List[Filter]] = Field(default=None, description="New content filters (applied to events ingested after the change); `[]` or `null` removes them.")
+    limits: Optional[LimitsView] = Field(default=None, description="New delivery limits (both fields: an omitted one is no limit); `null` removes them.")
     name: Optional[Annotated[str, Field(min_length=1, strict=True, max_length=200)]] = None
     ordering: Optional[OrderingMode] = Field(default=None, description="A new ordering, for deliveries of events ingested after the change.")
     origin: Optional[StrictStr] = None
     sink: Optional[Sink] = Field(default=None, description="A new destination of the same type; omitted `credentials` are kept.")
-    __properties: ClassVar[List[str]] = ["enabled", "event_types", "filters", "name", "ordering", "origin", "sink"]
+    __properties: ClassVar[List[str]] = ["enabled", "event_types", "filters", "limits", "name", "ordering", "origin", "sink"]
 
     @field_validator('name', mode="before")
     def name_validate_regular_expression(cls, value):
@@ -95,6 +97,9 @@ class UpdateSubscription(BaseModel):
             for _item_filters in self.filters:
                 _items.append(_item_filters.to_dict() if _item_filters is not None else None)
             _dict['filters'] = _items
+        # override the default output from pydantic by calling `to_dict()` of limits
+        if self.limits:
+            _dict['limits'] = self.limits.to_dict()
         # override the default output from pydantic by calling `to_dict()` of sink
         if self.sink:
             _dict['sink'] = self.sink.to_dict()
@@ -112,6 +117,11 @@ class UpdateSubscription(BaseModel):
         # and model_fields_set contains the field
         if self.filters is None and "filters" in self.model_fields_set:
             _dict['filters'] = None
+
+        # set to None if limits (nullable) is None
+        # and model_fields_set contains the field
+        if self.limits is None and "limits" in self.model_fields_set:
+            _dict['limits'] = None
 
         # set to None if name (nullable) is None
         # and model_fields_set contains the field
@@ -148,6 +158,7 @@ class UpdateSubscription(BaseModel):
             "enabled": obj.get("enabled"),
             "event_types": obj.get("event_types"),
             "filters": [Filter.from_dict(_item) for _item in obj["filters"]] if obj.get("filters") is not None else None,
+            "limits": LimitsView.from_dict(obj["limits"]) if obj.get("limits") is not None else None,
             "name": obj.get("name"),
             "ordering": obj.get("ordering"),
             "origin": obj.get("origin"),

@@ -18,11 +18,12 @@ import re  # noqa: F401
 import json
 
 from datetime import datetime
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
-from typing import Any, ClassVar, Dict, List, Optional
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from typing import Any, ClassVar, Dict, List, Optional, Union
 from uuid import UUID
 from streaming_hub_api.models.filter import Filter
 from streaming_hub_api.models.health import Health
+from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.ordering_mode import OrderingMode
 from streaming_hub_api.models.replay_view import ReplayView
 from streaming_hub_api.models.sink import Sink
@@ -35,6 +36,7 @@ class Verified(BaseModel):
     """
     A verified subscription, and the replay the request started.
     """ # noqa: E501
+    allowed_rate: Optional[Union[StrictFloat, StrictInt]] = Field(default=None, description="The rate (requests per minute) the receiver declared in its last successful verification (`WebHook-Allowed-Rate`); deliveries never go faster.")
     created_at: datetime
     credentials_set: StrictBool = Field(description="Whether credentials are stored for the destination (they are never shown).")
     disabled_at: Optional[datetime] = Field(default=None, description="When it was last disabled (kept after it is enabled again): where `POST …/verify` with `replay_since_disabled` starts its replay.")
@@ -44,6 +46,7 @@ class Verified(BaseModel):
     filters: List[Filter] = Field(description="Content filters; every one must match (empty: none).")
     health: Optional[Health] = Field(default=None, description="Its health, in listings: since when its destination fails (the failure period that leads to auto-disable), its breaker as this replica's dispatcher last saw it, and its jobs waiting or dead.")
     id: UUID
+    limits: LimitsView = Field(description="Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.")
     name: StrictStr
     ordering: OrderingMode = Field(description="`key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.")
     origin: Optional[StrictStr] = None
@@ -54,7 +57,7 @@ class Verified(BaseModel):
     verification_state: StrictStr = Field(description="`pending`, `active` or `failed`.")
     warnings: Optional[List[Warning]] = Field(default=None, description="In the responses to a creation or a change: what was accepted but looks wrong (an `event_types` pattern that matches no type the catalog knows), never a refusal.")
     replay: Optional[ReplayView] = Field(default=None, description="The replay `replay_since_disabled` started.")
-    __properties: ClassVar[List[str]] = ["created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "name", "ordering", "origin", "signing_secret", "sink", "updated_at", "verification_error", "verification_state", "warnings", "replay"]
+    __properties: ClassVar[List[str]] = ["allowed_rate", "created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "limits", "name", "ordering", "origin", "signing_secret", "sink", "updated_at", "verification_error", "verification_state", "warnings", "replay"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -104,6 +107,9 @@ class Verified(BaseModel):
         # override the default output from pydantic by calling `to_dict()` of health
         if self.health:
             _dict['health'] = self.health.to_dict()
+        # override the default output from pydantic by calling `to_dict()` of limits
+        if self.limits:
+            _dict['limits'] = self.limits.to_dict()
         # override the default output from pydantic by calling `to_dict()` of sink
         if self.sink:
             _dict['sink'] = self.sink.to_dict()
@@ -133,6 +139,7 @@ class Verified(BaseModel):
             return cls.model_validate(obj)
 
         _obj = cls.model_validate({
+            "allowed_rate": obj.get("allowed_rate"),
             "created_at": obj.get("created_at"),
             "credentials_set": obj.get("credentials_set"),
             "disabled_at": obj.get("disabled_at"),
@@ -142,6 +149,7 @@ class Verified(BaseModel):
             "filters": [Filter.from_dict(_item) for _item in obj["filters"]] if obj.get("filters") is not None else None,
             "health": Health.from_dict(obj["health"]) if obj.get("health") is not None else None,
             "id": obj.get("id"),
+            "limits": LimitsView.from_dict(obj["limits"]) if obj.get("limits") is not None else None,
             "name": obj.get("name"),
             "ordering": obj.get("ordering"),
             "origin": obj.get("origin"),

@@ -13,6 +13,13 @@
  */
 
 import { mapValues } from '../runtime';
+import type { LimitsView } from './LimitsView';
+import {
+    LimitsViewFromJSON,
+    LimitsViewFromJSONTyped,
+    LimitsViewToJSON,
+    LimitsViewToJSONTyped,
+} from './LimitsView';
 import type { OrderingMode } from './OrderingMode';
 import {
     OrderingModeFromJSON,
@@ -54,6 +61,11 @@ export interface CreateSubscription {
      * one must match. Default none.
      */
     filters?: Array<Filter> | null;
+    /**
+     * Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and
+     * the replica's bound apply).
+     */
+    limits?: LimitsView | null;
     /**
      * A label: 1 to 200 characters, not only spaces, no control characters.
      */
@@ -98,6 +110,7 @@ export function CreateSubscriptionFromJSONTyped(json: any, ignoreDiscriminator: 
         'enabled': json['enabled'] === undefined ? undefined : json['enabled'] === null ? null : json['enabled'],
         'eventTypes': json['event_types'],
         'filters': json['filters'] === undefined ? undefined : json['filters'] === null ? null : ((json['filters'] as Array<any>).map(FilterFromJSON)),
+        'limits': json['limits'] === undefined ? undefined : json['limits'] === null ? null : LimitsViewFromJSON(json['limits']),
         'name': json['name'],
         'ordering': json['ordering'] === undefined ? undefined : json['ordering'] === null ? null : OrderingModeFromJSON(json['ordering']),
         'origin': json['origin'] === undefined ? undefined : json['origin'] === null ? null : json['origin'],
@@ -119,6 +132,7 @@ export function CreateSubscriptionToJSONTyped(value?: CreateSubscription | null,
         'enabled': value['enabled'],
         'event_types': value['eventTypes'],
         'filters': value['filters'] == null ? undefined : ((value['filters'] as Array<any>).map(FilterToJSON)),
+        'limits': LimitsViewToJSON(value['limits']),
         'name': value['name'],
         'ordering': OrderingModeToJSON(value['ordering']),
         'origin': value['origin'],

@@ -13,6 +13,13 @@
  */
 
 import { mapValues, parseDate, parseDateTime, serializeDate, serializeDateTime } from '../runtime';
+import type { FlightView } from './FlightView';
+import {
+    FlightViewFromJSON,
+    FlightViewFromJSONTyped,
+    FlightViewToJSON,
+    FlightViewToJSONTyped,
+} from './FlightView';
 import type { JobCounts } from './JobCounts';
 import {
     JobCountsFromJSON,
@@ -33,6 +40,10 @@ export interface Health {
      */
     breaker: string;
     /**
+     * Its deliveries in flight in the replica that answers.
+     */
+    delivery: FlightView;
+    /**
      * 
      */
     failingSince?: Date | null;
@@ -51,6 +62,7 @@ export interface Health {
  */
 export function instanceOfHealth(value: object): value is Health {
     if (!('breaker' in value) || value['breaker'] === undefined) return false;
+    if (!('delivery' in value) || value['delivery'] === undefined) return false;
     if (!('jobs' in value) || value['jobs'] === undefined) return false;
     return true;
 }
@@ -66,6 +78,7 @@ export function HealthFromJSONTyped(json: any, ignoreDiscriminator: boolean): He
     return {
         
         'breaker': json['breaker'],
+        'delivery': FlightViewFromJSON(json['delivery']),
         'failingSince': json['failing_since'] === undefined ? undefined : json['failing_since'] === null ? null : (parseDateTime(json['failing_since'])),
         'jobs': JobCountsFromJSON(json['jobs']),
         'lastFailureAt': json['last_failure_at'] === undefined ? undefined : json['last_failure_at'] === null ? null : (parseDateTime(json['last_failure_at'])),
@@ -84,6 +97,7 @@ export function HealthToJSONTyped(value?: Health | null, ignoreDiscriminator: bo
     return {
         
         'breaker': value['breaker'],
+        'delivery': FlightViewToJSON(value['delivery']),
         'failing_since': value['failingSince'] == null ? value['failingSince'] : serializeDateTime(value['failingSince']),
         'jobs': JobCountsToJSON(value['jobs']),
         'last_failure_at': value['lastFailureAt'] == null ? value['lastFailureAt'] : serializeDateTime(value['lastFailureAt']),

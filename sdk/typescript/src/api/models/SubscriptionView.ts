@@ -13,6 +13,13 @@
  */
 
 import { mapValues, parseDate, parseDateTime, serializeDate, serializeDateTime } from '../runtime';
+import type { LimitsView } from './LimitsView';
+import {
+    LimitsViewFromJSON,
+    LimitsViewFromJSONTyped,
+    LimitsViewToJSON,
+    LimitsViewToJSONTyped,
+} from './LimitsView';
 import type { Warning } from './Warning';
 import {
     WarningFromJSON,
@@ -56,6 +63,11 @@ import {
  */
 export interface SubscriptionView {
     /**
+     * The rate (requests per minute) the receiver declared in its last successful
+     * verification (`WebHook-Allowed-Rate`); deliveries never go faster.
+     */
+    allowedRate?: number | null;
+    /**
      * 
      */
     createdAt: Date;
@@ -94,6 +106,10 @@ export interface SubscriptionView {
      * 
      */
     id: string;
+    /**
+     * Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+     */
+    limits: LimitsView;
     /**
      * 
      */
@@ -146,6 +162,7 @@ export function instanceOfSubscriptionView(value: object): value is Subscription
     if ((!('eventTypes' in (value as Record<string, any>)) && !('event_types' in (value as Record<string, any>))) || ((value as Record<string, any>)['eventTypes'] === undefined && (value as Record<string, any>)['event_types'] === undefined)) return false;
     if (!('filters' in value) || value['filters'] === undefined) return false;
     if (!('id' in value) || value['id'] === undefined) return false;
+    if (!('limits' in value) || value['limits'] === undefined) return false;
     if (!('name' in value) || value['name'] === undefined) return false;
     if (!('ordering' in value) || value['ordering'] === undefined) return false;
     if (!('sink' in value) || value['sink'] === undefined) return false;
@@ -164,6 +181,7 @@ export function SubscriptionViewFromJSONTyped(json: any, ignoreDiscriminator: bo
     }
     return {
         
+        'allowedRate': json['allowed_rate'] === undefined ? undefined : json['allowed_rate'] === null ? null : json['allowed_rate'],
         'createdAt': (json['created_at'] == null ? json['created_at'] : parseDateTime(json['created_at'])),
         'credentialsSet': json['credentials_set'],
         'disabledAt': json['disabled_at'] === undefined ? undefined : json['disabled_at'] === null ? null : (parseDateTime(json['disabled_at'])),
@@ -173,6 +191,7 @@ export function SubscriptionViewFromJSONTyped(json: any, ignoreDiscriminator: bo
         'filters': ((json['filters'] as Array<any>).map(FilterFromJSON)),
         'health': json['health'] === undefined ? undefined : json['health'] === null ? null : HealthFromJSON(json['health']),
         'id': json['id'],
+        'limits': LimitsViewFromJSON(json['limits']),
         'name': json['name'],
         'ordering': OrderingModeFromJSON(json['ordering']),
         'origin': json['origin'] === undefined ? undefined : json['origin'] === null ? null : json['origin'],
@@ -196,6 +215,7 @@ export function SubscriptionViewToJSONTyped(value?: SubscriptionView | null, ign
 
     return {
         
+        'allowed_rate': value['allowedRate'],
         'created_at': value['createdAt'] == null ? value['createdAt'] : serializeDateTime(value['createdAt']),
         'credentials_set': value['credentialsSet'],
         'disabled_at': value['disabledAt'] == null ? value['disabledAt'] : serializeDateTime(value['disabledAt']),
@@ -205,6 +225,7 @@ export function SubscriptionViewToJSONTyped(value?: SubscriptionView | null, ign
         'filters': ((value['filters'] as Array<any>).map(FilterToJSON)),
         'health': HealthToJSON(value['health']),
         'id': value['id'],
+        'limits': LimitsViewToJSON(value['limits']),
         'name': value['name'],
         'ordering': OrderingModeToJSON(value['ordering']),
         'origin': value['origin'],

@@ -13,6 +13,13 @@
  */
 
 import { mapValues } from '../runtime';
+import type { LimitsView } from './LimitsView';
+import {
+    LimitsViewFromJSON,
+    LimitsViewFromJSONTyped,
+    LimitsViewToJSON,
+    LimitsViewToJSONTyped,
+} from './LimitsView';
 import type { OrderingMode } from './OrderingMode';
 import {
     OrderingModeFromJSON,
@@ -55,6 +62,10 @@ export interface UpdateSubscription {
      */
     filters?: Array<Filter> | null;
     /**
+     * New delivery limits (both fields: an omitted one is no limit); `null` removes them.
+     */
+    limits?: LimitsView | null;
+    /**
      * 
      */
     name?: string | null;
@@ -94,6 +105,7 @@ export function UpdateSubscriptionFromJSONTyped(json: any, ignoreDiscriminator: 
         'enabled': json['enabled'] === undefined ? undefined : json['enabled'] === null ? null : json['enabled'],
         'eventTypes': json['event_types'] === undefined ? undefined : json['event_types'] === null ? null : json['event_types'],
         'filters': json['filters'] === undefined ? undefined : json['filters'] === null ? null : ((json['filters'] as Array<any>).map(FilterFromJSON)),
+        'limits': json['limits'] === undefined ? undefined : json['limits'] === null ? null : LimitsViewFromJSON(json['limits']),
         'name': json['name'] === undefined ? undefined : json['name'] === null ? null : json['name'],
         'ordering': json['ordering'] === undefined ? undefined : json['ordering'] === null ? null : OrderingModeFromJSON(json['ordering']),
         'origin': json['origin'] === undefined ? undefined : json['origin'] === null ? null : json['origin'],
@@ -115,6 +127,7 @@ export function UpdateSubscriptionToJSONTyped(value?: UpdateSubscription | null,
         'enabled': value['enabled'],
         'event_types': value['eventTypes'],
         'filters': value['filters'] == null ? undefined : ((value['filters'] as Array<any>).map(FilterToJSON)),
+        'limits': LimitsViewToJSON(value['limits']),
         'name': value['name'],
         'ordering': OrderingModeToJSON(value['ordering']),
         'origin': value['origin'],

@@ -13,6 +13,13 @@
  */
 
 import { mapValues, parseDate, parseDateTime, serializeDate, serializeDateTime } from '../runtime';
+import type { LimitsView } from './LimitsView';
+import {
+    LimitsViewFromJSON,
+    LimitsViewFromJSONTyped,
+    LimitsViewToJSON,
+    LimitsViewToJSONTyped,
+} from './LimitsView';
 import type { Warning } from './Warning';
 import {
     WarningFromJSON,
@@ -63,6 +70,11 @@ import {
  */
 export interface Verified {
     /**
+     * The rate (requests per minute) the receiver declared in its last successful
+     * verification (`WebHook-Allowed-Rate`); deliveries never go faster.
+     */
+    allowedRate?: number;
+    /**
      * 
      */
     createdAt: Date;
@@ -101,6 +113,10 @@ export interface Verified {
      * 
      */
     id: string;
+    /**
+     * Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+     */
+    limits: LimitsView;
     /**
      * 
      */
@@ -157,6 +173,7 @@ export function instanceOfVerified(value: object): value is Verified {
     if ((!('eventTypes' in (value as Record<string, any>)) && !('event_types' in (value as Record<string, any>))) || ((value as Record<string, any>)['eventTypes'] === undefined && (value as Record<string, any>)['event_types'] === undefined)) return false;
     if (!('filters' in value) || value['filters'] === undefined) return false;
     if (!('id' in value) || value['id'] === undefined) return false;
+    if (!('limits' in value) || value['limits'] === undefined) return false;
     if (!('name' in value) || value['name'] === undefined) return false;
     if (!('ordering' in value) || value['ordering'] === undefined) return false;
     if (!('sink' in value) || value['sink'] === undefined) return false;
@@ -175,6 +192,7 @@ export function VerifiedFromJSONTyped(json: any, ignoreDiscriminator: boolean): 
     }
     return {
         
+        'allowedRate': json['allowed_rate'] == null ? undefined : json['allowed_rate'],
         'createdAt': (json['created_at'] == null ? json['created_at'] : parseDateTime(json['created_at'])),
         'credentialsSet': json['credentials_set'],
         'disabledAt': json['disabled_at'] == null ? undefined : (parseDateTime(json['disabled_at'])),
@@ -184,6 +202,7 @@ export function VerifiedFromJSONTyped(json: any, ignoreDiscriminator: boolean): 
         'filters': ((json['filters'] as Array<any>).map(FilterFromJSON)),
         'health': json['health'] == null ? undefined : HealthFromJSON(json['health']),
         'id': json['id'],
+        'limits': LimitsViewFromJSON(json['limits']),
         'name': json['name'],
         'ordering': OrderingModeFromJSON(json['ordering']),
         'origin': json['origin'] == null ? undefined : json['origin'],
@@ -208,6 +227,7 @@ export function VerifiedToJSONTyped(value?: Verified | null, ignoreDiscriminator
 
     return {
         
+        'allowed_rate': value['allowedRate'],
         'created_at': value['createdAt'] == null ? value['createdAt'] : serializeDateTime(value['createdAt']),
         'credentials_set': value['credentialsSet'],
         'disabled_at': value['disabledAt'] == null ? value['disabledAt'] : serializeDateTime(value['disabledAt']),
@@ -217,6 +237,7 @@ export function VerifiedToJSONTyped(value?: Verified | null, ignoreDiscriminator
         'filters': ((value['filters'] as Array<any>).map(FilterToJSON)),
         'health': HealthToJSON(value['health']),
         'id': value['id'],
+        'limits': LimitsViewToJSON(value['limits']),
         'name': value['name'],
         'ordering': OrderingModeToJSON(value['ordering']),
         'origin': value['origin'],
