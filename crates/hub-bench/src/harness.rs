@@ -336,7 +336,7 @@ pub struct BenchHub {
     pub base: String,
     pub http: reqwest::Client,
     pub db: Db,
-    pub workers: u32,
+    pub max_in_flight: u32,
     /// The hub's configuration, for what a scenario does beside it on the same database.
     pub config: Config,
     admin: String,
@@ -410,7 +410,7 @@ impl BenchHub {
         }
         // Checked here first, so a bad variable is reported by name before anything starts.
         let config = Config::from_vars(vars.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let workers = config.dispatch_workers;
+        let max_in_flight = config.max_in_flight;
         let log = dir.join("hub.log");
         let mut cmd = std::process::Command::new(hub_binary()?);
         for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("STREAMING_HUB_")) {
@@ -440,7 +440,7 @@ impl BenchHub {
             anyhow::ensure!(Instant::now() < deadline, "the hub was not ready within 60 s (log: {})", log.display());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok(Self { child, base, http, db, workers, config, admin, dir, owns_schema })
+        Ok(Self { child, base, http, db, max_in_flight, config, admin, dir, owns_schema })
     }
 
     /// Another hub process on this one's PostgreSQL schema (left to this one to drop), with

@@ -122,11 +122,11 @@ pub async fn push_burst(
     let delivered_s = got.last_at.map_or(f64::NAN, |l| (l - started).as_secs_f64());
     let latency = got.latency();
     let store = hub.store_name();
-    let workers = hub.workers;
+    let in_flight = hub.max_in_flight;
     let via_name = if via == Via::Kafka { "kafka" } else { "http" };
     let figures = json!({
         "scenario": "push-burst", "via": via_name, "store": store, "events": events, "tenants": tenants,
-        "producers": producers, "workers": workers, "accepted_per_s": events as f64 / accepted_s,
+        "producers": producers, "max_in_flight": in_flight, "accepted_per_s": events as f64 / accepted_s,
         "delivered_per_s": got.distinct() as f64 / delivered_s, "delivered": got.distinct(),
         "duplicates": got.duplicates(), "latency_ms": latency.json(),
         "measured": spent.json(), "cpu_ms_per_event": cpu_json(&spent, got.distinct()),
@@ -135,7 +135,7 @@ pub async fn push_burst(
     let [hub_cpu, pg_cpu, both_cpu] = cpu_rows(&spent, got.distinct());
     report(
         &format!(
-            "push-burst ({store}, via {via_name}, {events} events of ~1 KiB, {tenants} tenants, {workers} workers)"
+            "push-burst ({store}, via {via_name}, {events} events of ~1 KiB, {tenants} tenants, {in_flight} in flight at most)"
         ),
         &[
             ("accepted/s", f0(events as f64 / accepted_s)),
@@ -521,9 +521,9 @@ pub async fn slow_destination(events: usize, json_out: &Path) -> anyhow::Result<
     let ratio = beside / solo.max(1e-9);
     let ratio_twin = beside / with_twin.max(1e-9);
     let store = hub.store_name();
-    let workers = hub.workers;
+    let in_flight = hub.max_in_flight;
     let figures = json!({
-        "scenario": "slow-destination", "store": store, "events": events, "workers": workers,
+        "scenario": "slow-destination", "store": store, "events": events, "max_in_flight": in_flight,
         "slow_answer_s": harness::SLOW_ANSWER.as_secs_f64(), "fast_solo_per_s": solo,
         "fast_beside_twin_per_s": with_twin, "fast_beside_slow_per_s": beside, "ratio": ratio,
         "ratio_to_twin": ratio_twin, "slow_delivered_meanwhile": slow_done,
