@@ -25,8 +25,10 @@ fn main() {
         std::env::var("STREAMING_HUB_BUILD_EPOCH").or_else(|_| std::env::var("SOURCE_DATE_EPOCH")).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or_else(|| {
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
         });
-    println!("cargo:rustc-env=STREAMING_HUB_BUILD_REVISION={}", revision.trim());
-    println!("cargo:rustc-env=STREAMING_HUB_BUILD_DATE={}", civil_date(epoch));
+    // Named outside STREAMING_HUB_*: `cargo run` also puts these in the running hub's
+    // environment, where a STREAMING_HUB_ name would be read as a setting it does not know.
+    println!("cargo:rustc-env=HUB_BUILD_REVISION={}", revision.trim());
+    println!("cargo:rustc-env=HUB_BUILD_DATE={}", civil_date(epoch));
 }
 
 /// `YYYY-MM-DD` of a Unix time (UTC), by the days-from-civil algorithm in reverse.

@@ -83,6 +83,15 @@ pub struct Received {
     pub sent_us: Vec<u64>,
     pub first_at: Option<Instant>,
     pub last_at: Option<Instant>,
+    /// Requests being answered now (refused ones included).
+    pub in_flight: usize,
+    /// The most requests that were being answered at once.
+    pub max_in_flight: usize,
+    /// Requests in flight as each one arrived (itself included): the hub's concurrency as the
+    /// receiver saw it.
+    pub concurrency: Vec<usize>,
+    /// Requests answered 503 for want of capacity (`/cap-…` receivers).
+    pub refused: usize,
 }
 
 impl Received {
@@ -134,7 +143,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// A local webhook receiver: `/fast/<label>` answers 204 at once, `/slow/<label>` after
-/// [`SLOW_ANSWER`]. Verification requests are answered at once.
+/// [`SLOW_ANSWER`], `/delay-<ms>/<label>` after that many milliseconds, `/cap-<n>-<ms>/<label>`
+/// serves `n` requests of the label at once in `ms` each and answers 503 at once beyond them, and
+/// `/hang/<label>` never answers. Verification requests are answered at once.
 #[derive(Debug, Clone)]
 pub struct Receiver {
     base: String,
@@ -147,9 +158,38 @@ async fn receive(State(t): State<Tally>, uri: Uri, headers: HeaderMap, body: Byt
     }
     let mut parts = uri.path().trim_start_matches('/').splitn(2, '/');
     let (speed, label) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default().to_owned());
-    if speed == "slow" {
-        tokio::time::sleep(SLOW_ANSWER).await;
+    let (wait, capacity) = match speed.split('-').collect::<Vec<_>>().as_slice() {
+        ["slow"] => (SLOW_ANSWER, None),
+        ["hang"] => (Duration::from_secs(3600), None),
+        ["delay", ms] => (Duration::from_millis(ms.parse().unwrap_or(0)), None),
+        ["cap", n, ms] => (Duration::from_millis(ms.parse().unwrap_or(0)), n.parse::<usize>().ok()),
+        _ => (Duration::ZERO, None),
+    };
+    let now_serving = {
+        let mut tally = lock(&t);
+        let r = tally.entry(label.clone()).or_default();
+        r.in_flight += 1;
+        r.max_in_flight = r.max_in_flight.max(r.in_flight);
+        let n = r.in_flight;
+        r.concurrency.push(n);
+        n
+    };
+    let leave = |refused: bool| {
+        let mut tally = lock(&t);
+        let r = tally.entry(label.clone()).or_default();
+        r.in_flight = r.in_flight.saturating_sub(1);
+        if refused {
+            r.refused += 1;
+        }
+    };
+    if capacity.is_some_and(|n| now_serving > n) {
+        leave(true);
+        return (StatusCode::SERVICE_UNAVAILABLE, Bytes::from_static(b"busy"));
     }
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+    leave(false);
     let id = headers.get("x-lerian-event-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     let sent = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["sent_at_us"].as_u64()).unwrap_or(0);
     let latency = now_us().saturating_sub(sent);
@@ -176,6 +216,12 @@ impl Receiver {
         });
         tokio::spawn(async move { axum::serve(listener, app).await });
         Ok(Self { base, tally })
+    }
+
+    /// The URL of `label` answered as `speed` says (`fast`, `slow`, `delay-<ms>`,
+    /// `cap-<n>-<ms>`, `hang`).
+    pub fn url_as(&self, speed: &str, label: &str) -> String {
+        format!("{}/{speed}/{label}", self.base)
     }
 
     pub fn url(&self, label: &str, slow: bool) -> String {

@@ -12,6 +12,7 @@ mod roles;
 mod routing;
 mod scenarios;
 mod sinks;
+mod slow;
 mod stats;
 
 use std::process::ExitCode;
@@ -120,6 +121,41 @@ enum BenchScenario {
         subscriptions: usize,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
         producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// One tenant's events to webhooks whose receivers answer after a delay (as real endpoints
+    /// do), at the hub's defaults; optionally receivers that serve only so many at once.
+    SlowReceivers {
+        /// How long each receiver takes to answer, in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        latency_ms: u64,
+        #[arg(long, default_value_t = 4_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+        subscriptions: usize,
+        #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+        receivers: usize,
+        /// Each subscription's receiver serves this many at once and answers 503 beyond.
+        #[arg(long, value_parser = at_least_one)]
+        capacity: Option<usize>,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// One tenant's deliveries alone and beside another tenant's subscriptions to receivers that
+    /// never answer.
+    Hanging {
+        /// The other tenant's subscriptions to receivers that never answer.
+        #[arg(long, default_value_t = 20, value_parser = at_least_one)]
+        subscriptions: usize,
+        /// Events posted to them.
+        #[arg(long, default_value_t = 500, value_parser = at_least_one)]
+        flood: usize,
+        /// The measured tenant's posts per second.
+        #[arg(long, default_value_t = 50)]
+        rate: u32,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -282,6 +318,21 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Routing { events, subscriptions, producers, json } => {
             routing::routing(events, subscriptions, producers, &json_path(json, "routing")).await
+        }
+        BenchScenario::SlowReceivers { latency_ms, events, subscriptions, receivers, capacity, producers, json } => {
+            slow::slow_receivers(
+                latency_ms,
+                events,
+                subscriptions,
+                receivers,
+                capacity,
+                producers,
+                &json_path(json, "slow-receivers"),
+            )
+            .await
+        }
+        BenchScenario::Hanging { subscriptions, flood, rate, json } => {
+            slow::hanging(subscriptions, flood, rate, &json_path(json, "hanging")).await
         }
         BenchScenario::Fanout { events, subscriptions, receivers, filtered, matches, producers, json } => {
             fanout::fanout(events, subscriptions, receivers, filtered, matches, producers, &json_path(json, "fanout"))

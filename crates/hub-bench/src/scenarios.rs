@@ -174,18 +174,24 @@ pub(crate) fn cpu_json(spent: &Usage, delivered: usize) -> Value {
 
 /// What a paced sender sent: how long each post took to be answered (the hub answers once the
 /// event is stored), in microseconds, one for each event sent.
-struct Paced {
-    answered_us: Vec<u64>,
+pub(crate) struct Paced {
+    pub(crate) answered_us: Vec<u64>,
 }
 
 impl Paced {
-    fn sent(&self) -> usize {
+    pub(crate) fn sent(&self) -> usize {
         self.answered_us.len()
     }
 }
 
 /// Sends `rate` events per second of one tenant until `stop`, in ticks of 10 ms.
-async fn paced(hub: &BenchHub, key: &str, tenant: &str, rate: u32, stop: Arc<AtomicBool>) -> anyhow::Result<Paced> {
+pub(crate) async fn paced(
+    hub: &BenchHub,
+    key: &str,
+    tenant: &str,
+    rate: u32,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<Paced> {
     let per_tick = f64::from(rate) / 100.0;
     let mut interval = tokio::time::interval(Duration::from_millis(10));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
@@ -218,7 +224,13 @@ async fn paced(hub: &BenchHub, key: &str, tenant: &str, rate: u32, stop: Arc<Ato
     Ok(Paced { answered_us })
 }
 
-async fn paced_for(hub: &BenchHub, key: &str, tenant: &str, rate: u32, for_: Duration) -> anyhow::Result<Paced> {
+pub(crate) async fn paced_for(
+    hub: &BenchHub,
+    key: &str,
+    tenant: &str,
+    rate: u32,
+    for_: Duration,
+) -> anyhow::Result<Paced> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stop);
     let timer = tokio::spawn(async move {

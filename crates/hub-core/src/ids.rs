@@ -63,18 +63,42 @@ fn is_key_segment(s: &str) -> bool {
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// The tenant that owns an event, a subscription or an API key. At most 256 bytes, no control
-/// characters; the only source of tenant identity at ingest is the `ce-tenantid` header.
+/// The tenant that owns an event, a subscription or an API key: `^[A-Za-z0-9][A-Za-z0-9._-]*$`
+/// with no `..`, at most 256 bytes; the only source of tenant identity at ingest is the
+/// `ce-tenantid` header. A tenant id becomes a path segment (an S3 key, a URL), so it can never
+/// be a dot segment or hold a separator.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
 pub struct TenantId(String);
 
 impl TenantId {
     pub const MAX_LEN: usize = 256;
+    pub const PATTERN: &'static str = "^[A-Za-z0-9][A-Za-z0-9._-]*$ without \"..\"";
 
+    /// A tenant id entering the hub (an event's `ce-tenantid`, an API key's or portal session's
+    /// tenant, configuration): the grammar applies.
     pub fn parse(s: &str) -> Result<Self, IdError> {
         check_len(s, Self::MAX_LEN)?;
+        let mut bytes = s.bytes();
+        let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphanumeric());
+        let rest_ok = s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !first_ok || !rest_ok || s.contains("..") {
+            return Err(IdError::Grammar { pattern: Self::PATTERN });
+        }
         Ok(Self(s.to_owned()))
+    }
+
+    /// A tenant id read back from the store, which may predate the grammar: only the length and
+    /// control characters are checked, so a tenant created before keeps working with its keys.
+    /// New ids never come this way.
+    pub fn stored(s: &str) -> Result<Self, IdError> {
+        check_len(s, Self::MAX_LEN)?;
+        Ok(Self(s.to_owned()))
+    }
+
+    /// Whether the id follows today's grammar (one read with [`TenantId::stored`] may not).
+    pub fn follows_grammar(&self) -> bool {
+        Self::parse(&self.0).is_ok()
     }
 
     pub fn as_str(&self) -> &str {
@@ -251,6 +275,42 @@ mod tests {
         assert!(TenantId::parse(&"t".repeat(257)).is_err());
         assert_eq!(TenantId::parse(""), Err(IdError::Empty));
         assert_eq!(TenantId::parse("a\nb"), Err(IdError::ControlCharacter));
+    }
+
+    #[test]
+    fn tenant_grammar() {
+        for ok in ["t1", "acme", "Acme-Bank_01", "a.b", "0", "9f1c2b7e-1d2a-4c55-9a0e-3f9e6b1c2d3e", "x.y.z"] {
+            assert!(TenantId::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "../victim",
+            "a/../../b",
+            "..",
+            ".",
+            ".hidden",
+            "-lead",
+            "_lead",
+            "a..b",
+            "a/b",
+            "a\\b",
+            "a b",
+            "a%2Fb",
+            "tenant:1",
+            "ténant",
+            "a\u{200b}b",
+            "a@b",
+            "a?b",
+            "a#b",
+        ] {
+            assert!(
+                matches!(TenantId::parse(bad), Err(IdError::Grammar { .. }) | Err(IdError::ControlCharacter)),
+                "{bad}"
+            );
+        }
+        // What was stored before the grammar still reads back.
+        let old = TenantId::stored("ténant one").expect("stored");
+        assert!(!old.follows_grammar());
+        assert!(TenantId::stored("a\nb").is_err());
     }
 
     #[test]

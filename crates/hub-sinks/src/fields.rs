@@ -105,10 +105,28 @@ impl<'a> Fields<'a> {
     }
 }
 
-/// Parses a URL and applies the destination rules: allowed schemes, a host, no credentials in
-/// clear (unless `allow_userinfo`), and no private address literal unless private sinks are
-/// allowed. Host names are checked again when they are resolved, at delivery.
+/// Parses a URL and applies the destination rules: allowed schemes, a host, no credentials (a
+/// URL's userinfo would be stored and shown as it is), and no private address literal unless
+/// private sinks are allowed. Host names are checked again when they are resolved, at delivery.
 pub(crate) fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_private: bool) -> Result<Url, Invalid> {
+    let url = destination_url_with_userinfo(name, raw, schemes, allow_private)?;
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(Invalid::new(
+            &field(name),
+            "must not carry credentials (user:password@); give them in the sink's credentials",
+        ));
+    }
+    Ok(url)
+}
+
+/// [`destination_url`] for a sink that takes its URL's userinfo apart itself and seals the
+/// password (RabbitMQ): the userinfo is kept.
+pub(crate) fn destination_url_with_userinfo(
+    name: &str,
+    raw: &str,
+    schemes: &[&str],
+    allow_private: bool,
+) -> Result<Url, Invalid> {
     let f = field(name);
     let url = Url::parse(raw).map_err(|_| Invalid::new(&f, "must be an absolute URL"))?;
     if !schemes.contains(&url.scheme()) {

@@ -554,8 +554,8 @@ pub trait Sessions: Send + Sync {
     /// The live session (exchanged, not revoked, not expired at `now`) of a session token's hash.
     async fn portal_session(&self, session_hash: &[u8], now: DateTime<Utc>) -> StoreResult<Option<PortalSession>>;
 
-    /// Revokes a session (its grant too); false when no session has that id or it is already
-    /// revoked.
+    /// Revokes a live session (its grant too); false when no session has that id, or it is
+    /// already revoked or expired (SPEC §9: no live session is a 404).
     async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool>;
 }
 

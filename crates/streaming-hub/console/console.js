@@ -254,6 +254,15 @@ function healthCells() {
     { title: "Verification", cell: (x) => h("span", { class: `state ${x.verification_state}` }, x.verification_state) },
     { title: "Enabled", cell: (x) => (x.enabled ? "yes" : `no${x.disabled_reason ? ` (${x.disabled_reason})` : ""}`) },
     { title: "Breaker", cell: (x) => (x.health ? x.health.breaker : "—") },
+    {
+      title: "In flight / allowance",
+      cell: (x) => {
+        const d = x.health && x.health.delivery;
+        if (!d) return "—";
+        const paused = d.paused_until ? ` (paused until ${d.paused_until})` : "";
+        return `${d.in_flight} / ${d.allowance ?? "—"}${paused}`;
+      },
+    },
     { title: "Failing since", cell: (x) => time(x.health && x.health.failing_since) },
     { title: "Held jobs", cell: (x) => (x.health ? x.health.jobs.held : "—") },
     { title: "Dead jobs", cell: (x) => (x.health ? x.health.jobs.dead : "—") },

@@ -123,7 +123,10 @@ function showFieldError(prefix, e) {
   const at = e.status === 422 && /^([a-z_.\[\]0-9]+): /.exec(e.message);
   if (!at) return false;
   const field = at[1];
-  const direct = { name: "name", origin: "origin", ordering: "ordering" }[field];
+  const direct = {
+    name: "name", origin: "origin", ordering: "ordering", limits: "max-in-flight",
+    "limits.max_in_flight": "max-in-flight", "limits.per_second": "per-second",
+  }[field];
   let id = direct ? `${prefix}-${direct}` : null;
   if (field.startsWith("event_types")) id = `${prefix}-types`;
   if (field.startsWith("filters")) id = `${prefix}-filters`;
@@ -257,6 +260,7 @@ function subscriptionForm(types, sub) {
     sinkBox.replaceChildren(h("legend", {}, "Destination settings"), ...sinkInputs(prefix, sinkSelect.value, null));
     sinkBox.hidden = SINK_FIELDS[sinkSelect.value].length === 0;
     ordering.disabled = sinkSelect.value === "pull";
+    maxInFlight.disabled = perSecond.disabled = sinkSelect.value === "pull";
   });
   sinkBox.hidden = SINK_FIELDS[type].length === 0;
   const ordering = h(
@@ -266,6 +270,17 @@ function subscriptionForm(types, sub) {
     h("option", { value: "key" }, "key: one at a time per partitionkey / subject"),
   );
   ordering.value = sub && sub.ordering ? sub.ordering : "none";
+  const limits = (sub && sub.limits) || {};
+  const maxInFlight = h("input", {
+    id: `${prefix}-max-in-flight`, name: "max_in_flight", type: "number", min: "1", max: "2048", step: "1",
+    placeholder: "adaptive", testid: `${prefix}-max-in-flight`, disabled: type === "pull",
+    value: limits.max_in_flight ?? "",
+  });
+  const perSecond = h("input", {
+    id: `${prefix}-per-second`, name: "per_second", type: "number", min: "0.01", max: "10000", step: "any",
+    placeholder: "no limit", testid: `${prefix}-per-second`, disabled: type === "pull",
+    value: limits.per_second ?? "",
+  });
   const title = sub ? `Change ${sub.name}` : "New subscription";
   const form = h(
     "form",
@@ -278,6 +293,8 @@ function subscriptionForm(types, sub) {
     formField(`${prefix}-sink`, "Destination", sinkSelect),
     sinkBox,
     formField(`${prefix}-ordering`, "Ordering", ordering),
+    formField(`${prefix}-max-in-flight`, "Attempts in flight at most (per replica; empty: adaptive)", maxInFlight),
+    formField(`${prefix}-per-second`, "Attempts per second at most (per replica; empty: no limit)", perSecond),
     ...filtersEditor(prefix, sub ? sub.filters : [], patterns),
     h("button", { type: "submit", testid: `${prefix}-submit` }, sub ? "Save changes" : "Create"),
   );
@@ -300,7 +317,11 @@ function subscriptionForm(types, sub) {
       filters,
       sink: sinkValue(prefix, sinkSelect.value),
     };
-    if (sinkSelect.value !== "pull") body.ordering = ordering.value;
+    if (sinkSelect.value !== "pull") {
+      body.ordering = ordering.value;
+      const number = (input) => (input.value.trim() === "" ? null : Number(input.value));
+      body.limits = { max_in_flight: number(maxInFlight), per_second: number(perSecond) };
+    }
     if (!sub && body.origin === null) delete body.origin;
     if (sub) {
       // Only what changed.
@@ -309,6 +330,9 @@ function subscriptionForm(types, sub) {
       if (body.origin === (sub.origin || null)) delete body.origin;
       if (JSON.stringify(body.filters) === JSON.stringify(sub.filters || [])) delete body.filters;
       if (body.ordering === sub.ordering) delete body.ordering;
+      if (body.limits && JSON.stringify(body.limits) === JSON.stringify({
+        max_in_flight: limits.max_in_flight ?? null, per_second: limits.per_second ?? null,
+      })) delete body.limits;
       const unchanged = SINK_FIELDS[sub.sink.type].every((f) => f.secret
         ? getPath(body.sink, f.key) === undefined
         : JSON.stringify(getPath(body.sink, f.key) ?? null) === JSON.stringify(getPath(sub.sink, f.key) ?? null));

@@ -24,9 +24,9 @@ pub mod trace;
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (revision ",
-    env!("STREAMING_HUB_BUILD_REVISION"),
+    env!("HUB_BUILD_REVISION"),
     ", built ",
-    env!("STREAMING_HUB_BUILD_DATE"),
+    env!("HUB_BUILD_DATE"),
     ")"
 );
 

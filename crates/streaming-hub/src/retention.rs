@@ -78,7 +78,12 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     loop {
-        prune_once(store.as_ref(), clock.as_ref(), &policies).await;
+        // A pass over a large backlog takes long: shutdown does not wait for it (a batch cut off
+        // is rolled back, and the next pass takes it again).
+        tokio::select! {
+            () = prune_once(store.as_ref(), clock.as_ref(), &policies) => {}
+            () = shutdown.cancelled() => return,
+        }
         tokio::select! {
             () = tokio::time::sleep(interval) => {}
             () = shutdown.cancelled() => return,

@@ -247,8 +247,8 @@ fn describe() {
     metrics::gauge!(
         metric::BUILD_INFO,
         "version" => env!("CARGO_PKG_VERSION"),
-        "revision" => env!("STREAMING_HUB_BUILD_REVISION"),
-        "build_date" => env!("STREAMING_HUB_BUILD_DATE")
+        "revision" => env!("HUB_BUILD_REVISION"),
+        "build_date" => env!("HUB_BUILD_DATE")
     )
     .set(1.0);
     metrics::gauge!(metric::OLDEST_PENDING_AGE).set(0.0);
@@ -279,6 +279,31 @@ fn describe() {
     for verdict in ["accepted", "duplicate", "discarded", "quarantined"] {
         metrics::counter!(metric::INGEST_RECORDS, "verdict" => verdict).increment(0);
     }
+    // The families the dashboard and the alerts read (deploy/), each with its known label values,
+    // from the first scrape: a panel is never blank and an `absent()` alert never fires only
+    // because nothing happened yet since a restart. The store's are refreshed at once by
+    // `job_gauges`; until then the store is taken as up (the hub serves only once it reached it).
+    metrics::gauge!(metric::STORE_UP).set(1.0);
+    for state in ["open", "idle"] {
+        metrics::gauge!(metric::STORE_CONNECTIONS, "state" => state).set(0.0);
+    }
+    metrics::gauge!(metric::STORE_CONNECTIONS_MAX).set(0.0);
+    for state in hub_store::JobState::ALL {
+        metrics::gauge!(metric::DELIVERY_JOBS, "state" => state.as_str()).set(0.0);
+    }
+    metrics::gauge!(metric::IN_FLIGHT).set(0.0);
+    metrics::counter!(metric::ALLOWANCE_CUTS).increment(0);
+    metrics::counter!(metric::DESTINATION_PAUSES).increment(0);
+    metrics::counter!(metric::RATE_WAITS).increment(0);
+    metrics::counter!(metric::JOBS_LEASED_AT_INGEST).increment(0);
+    for sink in hub_core::SinkKind::ALL.into_iter().filter(|k| k.is_push()).map(|k| k.as_str()) {
+        // A histogram with no sample yet is exported with its buckets at zero.
+        let _ = metrics::histogram!(metric::ATTEMPT_SECONDS, "sink" => sink);
+        for kind in FAILURE_KINDS {
+            metrics::counter!(metric::VERIFICATION_FAILURES, "sink" => sink, "kind" => kind).increment(0);
+        }
+    }
+    let _ = metrics::histogram!(metric::INGEST_WRITE_SECONDS);
 }
 
 /// Refreshes `streaming_hub_delivery_jobs{state}` and `streaming_hub_inbox_events` every

@@ -98,6 +98,7 @@ func refuse(header, format string, args ...any) error {
 var (
 	sourcePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
 	keyPattern    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]*$`)
+	tenantPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 	// semver.org's pattern.
 	semverPattern = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
 		`(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?` +
@@ -157,6 +158,9 @@ func (e Event) Record(now time.Time) (Record, error) {
 	}
 	if err := bounded("ce-tenantid", e.TenantID, MaxTenantBytes); err != nil {
 		return Record{}, err
+	}
+	if !tenantPattern.MatchString(e.TenantID) || strings.Contains(e.TenantID, "..") {
+		return Record{}, refuse("ce-tenantid", "must match %s without \"..\"", tenantPattern)
 	}
 	if err := bounded("ce-schemaversion", e.SchemaVersion, MaxSchemaVersion); err != nil {
 		return Record{}, err

@@ -199,6 +199,74 @@ mod tests {
         }
     }
 
+    /// A URL's userinfo would be stored and shown in every listing: every URL field of every
+    /// sink refuses it, except RabbitMQ's, whose password is taken out and sealed.
+    #[test]
+    fn no_url_field_keeps_a_password_in_clear() {
+        let userinfo = ["user:s3cr3t@", "user@", ":s3cr3t@", "us%40er:s%3Acr3t@"];
+        for u in userinfo {
+            let sinks = [
+                (json!({"type": "webhook", "url": format!("https://{u}hooks.example.com/h")}), "sink.url"),
+                (
+                    json!({"type": "sqs", "queue_url": format!("https://{u}sqs.us-east-1.amazonaws.com/1/q"), "region": "us-east-1"}),
+                    "sink.queue_url",
+                ),
+                (
+                    json!({"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/q", "region": "us-east-1",
+                        "endpoint_url": format!("https://{u}aws.example.com/")}),
+                    "sink.endpoint_url",
+                ),
+                (
+                    json!({"type": "eventbridge", "event_bus": "b", "region": "us-east-1",
+                        "endpoint_url": format!("https://{u}aws.example.com/")}),
+                    "sink.endpoint_url",
+                ),
+                (
+                    json!({"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:123456789012:t", "region": "us-east-1",
+                        "endpoint_url": format!("https://{u}aws.example.com/")}),
+                    "sink.endpoint_url",
+                ),
+                (
+                    json!({"type": "kinesis", "stream_name": "s", "region": "us-east-1",
+                        "endpoint_url": format!("https://{u}aws.example.com/")}),
+                    "sink.endpoint_url",
+                ),
+                (
+                    json!({"type": "s3", "bucket": "bkt", "region": "us-east-1",
+                        "endpoint_url": format!("https://{u}aws.example.com/")}),
+                    "sink.endpoint_url",
+                ),
+                (
+                    json!({"type": "kafka", "brokers": format!("{u}kafka.example.com:9092"), "topic": "t"}),
+                    "sink.brokers",
+                ),
+            ];
+            for (sink, field) in sinks {
+                let refused = err(sink.clone(), true);
+                assert!(refused.starts_with(field), "{sink}: {refused}");
+                assert!(!refused.contains("cr3t"), "the password is never echoed: {refused}");
+            }
+        }
+        let d =
+            parse(&json!({"type": "rabbitmq", "url": "amqps://hub:s3cret@mq.example.com/vh", "exchange": "e"}), false)
+                .expect("RabbitMQ seals its password");
+        assert!(!d.public.to_string().contains("s3cret"), "{}", d.public);
+        assert!(matches!(d.credentials, Credentials::Set(_)));
+    }
+
+    /// Static header values are shown in listings: a name that says it carries a credential is
+    /// refused.
+    #[test]
+    fn webhook_headers_that_look_like_credentials_are_refused() {
+        for name in ["X-Api-Key", "X-Auth-Token", "Authorization", "x-client-secret", "X-Password", "apikey"] {
+            let refused =
+                err(json!({"type": "webhook", "url": "https://h.example.com/", "headers": {name: "v"}}), false);
+            assert!(refused.starts_with(&format!("sink.headers.{name}")), "{name}: {refused}");
+        }
+        parse(&json!({"type": "webhook", "url": "https://h.example.com/", "headers": {"X-Team": "risk"}}), false)
+            .expect("an ordinary header");
+    }
+
     #[test]
     fn aws_sinks_split_credentials() {
         let d = parse(

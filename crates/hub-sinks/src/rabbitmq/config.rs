@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::fields::{Credentials, Fields, Invalid, MAX_URL, Origin, SinkConfig, destination_url, origin};
+use crate::fields::{Credentials, Fields, Invalid, MAX_URL, Origin, SinkConfig, destination_url_with_userinfo, origin};
 
 /// A RabbitMQ exchange; the URL never holds the password (a credential, kept sealed).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,7 +39,7 @@ pub const ROUTING_PLACEHOLDERS: [&str; 3] = ["{resource}", "{event}", "{source}"
 pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(RabbitConfig, Credentials), Invalid> {
     fields.only(&["url", "exchange", "routing_key"])?;
     let schemes: &[&str] = if allow_private { &["amqps", "amqp"] } else { &["amqps"] };
-    let mut url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
+    let mut url = destination_url_with_userinfo("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
     let credentials = match url.password() {
         Some(p) => {
             let password = urlencoding_decode(p);

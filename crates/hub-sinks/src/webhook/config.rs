@@ -41,6 +41,9 @@ impl SinkConfig for WebhookConfig {
 }
 
 const MAX_HEADERS: usize = 20;
+/// Words in a header name that say its value is a credential (`X-Api-Key`, `X-Auth-Token`, …).
+const CREDENTIAL_WORDS: &[&str] =
+    &["token", "secret", "password", "passwd", "api-key", "apikey", "api_key", "auth", "session", "signature"];
 /// Headers the hub sets itself, or that would carry credentials in clear configuration.
 const RESERVED_HEADERS: &[&str] = &[
     "host",
@@ -65,9 +68,6 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(Webh
     fields.only(&["url", "headers", "timeout_ms", "signature"])?;
     let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
     let url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
-    if !url.username().is_empty() || url.password().is_some() {
-        return Err(Invalid::new("sink.url", "must not carry credentials; requests are signed instead"));
-    }
     let mut headers = BTreeMap::new();
     match fields.map.get("headers") {
         None | Some(Value::Null) => {}
@@ -87,6 +87,15 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(Webh
                     || lower.starts_with("x-lerian-")
                 {
                     return Err(Invalid::new(&f, "is set by the hub or carries credentials; it cannot be configured"));
+                }
+                // Static headers are configuration, shown in every listing (to portal sessions too):
+                // a name that says it carries a credential is refused rather than shown in clear.
+                if CREDENTIAL_WORDS.iter().any(|w| lower.contains(w)) {
+                    return Err(Invalid::new(
+                        &f,
+                        "looks like a credential; static header values are shown in every listing, so \
+                         credentials cannot be configured as headers (receivers verify the signature)",
+                    ));
                 }
                 let Value::String(v) = value else {
                     return Err(Invalid::new(&f, "must be a string"));

@@ -92,6 +92,12 @@ impl PgStore {
         match tokio::time::timeout(std::time::Duration::from_secs(5), PgConnection::connect_with(&options)).await {
             Err(_) => return Err(StoreError::Unreachable(format!("{place} did not answer within 5 s"))),
             Ok(Err(sqlx::Error::Io(e))) => return Err(StoreError::Unreachable(format!("{place}: {e}"))),
+            // A server that answers but has no connection to give now (53300, too many clients,
+            // as in a connection storm during a rolling restart) or is still starting (57P03) is
+            // out of reach for the moment, like one that does not answer: waiting helps.
+            Ok(Err(sqlx::Error::Database(e))) if matches!(e.code().as_deref(), Some("53300" | "57P03")) => {
+                return Err(StoreError::Unreachable(format!("{place}: {}", e.message())));
+            }
             Ok(Err(e)) => return Err(e.into()),
             Ok(Ok(mut probe)) => {
                 let writable = failover::prepare_session(&mut probe).await;

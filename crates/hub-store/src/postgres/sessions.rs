@@ -68,12 +68,14 @@ impl Sessions for PgStore {
     }
 
     async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {
-        let n = sqlx::query("UPDATE portal_sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL")
-            .bind(id)
-            .bind(now)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+        let n = sqlx::query(
+            "UPDATE portal_sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL AND expires_at > $2",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
         Ok(n == 1)
     }
 }

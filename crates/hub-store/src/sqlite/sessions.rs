@@ -71,12 +71,14 @@ impl Sessions for SqliteStore {
     }
 
     async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {
-        let n = sqlx::query("UPDATE portal_sessions SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL")
-            .bind(text(id))
-            .bind(micros(now))
-            .execute(&self.writer)
-            .await?
-            .rows_affected();
+        let n = sqlx::query(
+            "UPDATE portal_sessions SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL AND expires_at > ?2",
+        )
+        .bind(text(id))
+        .bind(micros(now))
+        .execute(&self.writer)
+        .await?
+        .rows_affected();
         Ok(n == 1)
     }
 }

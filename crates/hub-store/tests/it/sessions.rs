@@ -56,6 +56,9 @@ pub async fn a_grant_is_exchanged_once_and_a_session_ends_when_revoked_or_expire
         .await
         .expect("create");
     assert_eq!(s.exchange_portal_grant(b"grant-3", b"session-4", t0 + Duration::minutes(1)).await.expect("late"), None);
+    // An expired session is no live session: revoking it finds nothing (the API's 404).
+    assert!(!s.revoke_portal_session(short.id, t0 + Duration::minutes(1)).await.expect("expired"));
+    assert!(!s.revoke_portal_session(read.id, t0 + Duration::minutes(10)).await.expect("expired, exchanged"));
     // Expired sessions age out.
     assert_eq!(s.prune(PruneKind::PortalSessions, t0 + Duration::minutes(30), 100).await.expect("prune"), Some(2));
 }

@@ -57,7 +57,7 @@ impl FromRequestParts<AppState> for Principal {
             // Looked up on every request: a revoked or expired session ends at once, everywhere.
             if let Some(session) = state.store.portal_session(&keys::hash(token), state.clock.now()).await? {
                 return Ok(Principal::Portal {
-                    tenant: TenantId::parse(&session.tenant_id).map_err(ApiError::internal)?,
+                    tenant: TenantId::stored(&session.tenant_id).map_err(ApiError::internal)?,
                     session: session.id,
                     read_only: session.scope != "manage",
                 });
@@ -74,7 +74,7 @@ impl FromRequestParts<AppState> for Principal {
             if let Some(key) = state.store.api_key_by_hash(&hash).await?.filter(|k| !k.expired(now)) {
                 let principal = match &key.tenant_id {
                     Some(tenant) => Principal::Tenant {
-                        tenant: TenantId::parse(tenant).map_err(ApiError::internal)?,
+                        tenant: TenantId::stored(tenant).map_err(ApiError::internal)?,
                         key_id: key.id,
                     },
                     None => Principal::Admin,
@@ -154,10 +154,9 @@ impl FromRequestParts<AppState> for Admin {
 /// The header with which the admin token acts for one tenant on the `/v1` tenant routes.
 pub const ACT_FOR: axum::http::HeaderName = axum::http::HeaderName::from_static("x-streaming-hub-tenant");
 
-/// The tenant an [`ACT_FOR`] value names. A header carries visible ASCII only, and a tenant id
-/// may be any text: the value is the id itself, or `utf-8''` and the id's UTF-8 bytes
-/// percent-encoded (RFC 8187's form, what the console always sends), so every valid tenant id
-/// can be named. An id that itself starts with `utf-8''` is sent encoded.
+/// The tenant an [`ACT_FOR`] value names: the id itself, or `utf-8''` and the id's bytes
+/// percent-encoded (RFC 8187's form, what the console always sends). The id must follow the
+/// tenant grammar (`TenantId::parse`), like every tenant id that enters the hub.
 pub fn act_for_tenant(value: &axum::http::HeaderValue) -> Option<TenantId> {
     let raw = value.to_str().ok()?;
     let id = match raw.get(..7) {
@@ -218,7 +217,10 @@ impl FromRequestParts<AppState> for TenantCaller {
                     let tenant = act_for_tenant(value).ok_or_else(|| {
                         ApiError::validation(
                             ACT_FOR.as_str(),
-                            "must be a tenant id, or utf-8'' and the id percent-encoded",
+                            format!(
+                                "must be a tenant id ({}), or utf-8'' and the id percent-encoded",
+                                TenantId::PATTERN
+                            ),
                         )
                     })?;
                     tracing::info!(tenant = %tenant, method = %parts.method, path = %parts.uri.path(), "admin acting for a tenant");

@@ -187,8 +187,31 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+        .layer(axum::middleware::from_fn(head_only_where_harmless))
         .layer(axum::middleware::from_fn(move |request, next| within(limit, request, next)))
         .with_state(state)
+}
+
+/// `HEAD` runs a route's `GET` handler (the body is dropped), so a `GET` with an effect — a pull
+/// read moves its cursor — would take effect unseen. The API (`/v1`, `/admin`) is read with `GET`
+/// only: `HEAD` there is `405`, before any handler runs. Health, metrics, the OpenAPI document and
+/// the console keep `HEAD`.
+async fn head_only_where_harmless(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let path = request.uri().path();
+    if request.method() == Method::HEAD && (path.starts_with("/v1/") || path.starts_with("/admin/")) {
+        let refused = ApiError::new(
+            axum::http::StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            format!("HEAD is not allowed on {path}: the API is read with GET"),
+        )
+        .into_response();
+        return refused;
+    }
+    next.run(request).await
 }
 
 /// Answers `408` in the error shape when a request (its body included) takes longer than `limit`.

@@ -16,6 +16,10 @@ use super::subscriptions::{JobCounts, SubscriptionView, with_health};
 #[derive(Debug, Serialize, ToSchema)]
 pub struct TenantView {
     pub tenant_id: String,
+    /// False for an id stored before tenant ids had a grammar (`^[A-Za-z0-9][A-Za-z0-9._-]*$`,
+    /// no `..`): its keys keep working, but no new key, session or event can name it; move its
+    /// subscriptions to a tenant id that follows the grammar (docs/OPERATIONS.md).
+    pub id_follows_grammar: bool,
     /// Events in its inbox.
     pub events: i64,
     pub subscriptions: i64,
@@ -50,6 +54,7 @@ pub async fn tenants(State(state): State<AppState>, _: Admin) -> Result<impl Int
                 jobs.add(s, n);
             }
             TenantView {
+                id_follows_grammar: hub_core::TenantId::parse(&t.tenant_id).is_ok(),
                 tenant_id: t.tenant_id,
                 events: t.events,
                 subscriptions: t.subscriptions,

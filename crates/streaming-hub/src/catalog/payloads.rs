@@ -81,7 +81,11 @@ impl Payloads {
         compiled
             .entry(text)
             .or_insert_with(|| {
-                jsonschema::validator_for(schema).map(Arc::new).map_err(|e| format!("is not a usable JSON Schema: {e}"))
+                jsonschema::validator_for(schema).map(Arc::new).map_err(|e| {
+                    // Where, never what: the message of a schema's error may quote the schema.
+                    let at = e.instance_path().to_string();
+                    format!("is not a usable JSON Schema (at {})", if at.is_empty() { "/" } else { &at })
+                })
             })
             .clone()
     }

@@ -3,6 +3,15 @@
 //! manifest points to, and stores what it found. A source that fails keeps its last good
 //! manifest, with the error beside it. Every replica reads the stored catalog again when it
 //! changes (at most [`RELOAD_EVERY`] later).
+//!
+//! **Invariants:** a slow producer costs the refresh a bounded time and holds up no other
+//! source: sources are fetched at once and each is stored as soon as it completes; a manifest's
+//! schemas are at most [`MAX_SCHEMAS`] distinct locations, fetched [`SCHEMA_FETCHES`] at a time
+//! under one deadline ([`SCHEMAS_DEADLINE`]), each location once per refresh (a failed one is
+//! not tried again for the next event naming it). A manifest read over HTTP never makes the hub
+//! read a local file: only a `file:` source the operator configured may name `file:` schemas. A
+//! problem names the field and the location, never a schema's content. Shutdown stops a refresh
+//! at once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +28,12 @@ use crate::telemetry::metric;
 
 /// How often a replica looks for a changed catalog, at most.
 pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
+/// Distinct schema locations one manifest may name; past them, its events' schemas are not fetched.
+pub const MAX_SCHEMAS: usize = 256;
+/// Schemas of one manifest fetched at once.
+pub const SCHEMA_FETCHES: usize = 8;
+/// How long one manifest's schemas may take, all together; those not fetched by then are problems.
+pub const SCHEMAS_DEADLINE: Duration = Duration::from_secs(30);
 
 /// What the refresh needs.
 #[derive(Debug, Clone)]
@@ -42,7 +57,14 @@ pub async fn run(
         let now = clock.now();
         let next = now + chrono::Duration::from_std(settings.interval).unwrap_or(chrono::Duration::MAX);
         match store.claim_manifest_refresh(now, next, &signature).await {
-            Ok(true) => refresh(store.as_ref(), &fetcher, clock.as_ref(), &settings.sources, &catalog.payloads).await,
+            Ok(true) => {
+                let refreshing = refresh(store.as_ref(), &fetcher, clock.as_ref(), &settings.sources, &catalog);
+                tokio::select! {
+                    () = refreshing => {}
+                    // Sources already stored stay; the rest are fetched at the next turn.
+                    () = stop.cancelled() => return,
+                }
+            }
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "could not take the manifest refresh"),
         }
@@ -56,17 +78,23 @@ pub async fn run(
     }
 }
 
-/// Fetches every source, stores what each gave, and forgets sources no longer configured.
+/// Fetches every source, stores what each gave (and reads the catalog again, so this replica
+/// serves it at once), and forgets sources no longer configured.
 pub async fn refresh(
     store: &dyn Store,
     fetcher: &Fetcher,
     clock: &dyn Clock,
     sources: &[String],
-    payloads: &super::payloads::Payloads,
+    catalog: &EventCatalog,
 ) {
-    let fetches =
-        sources.iter().map(|location| async move { (location, fetch_one(fetcher, location, payloads).await) });
-    for (location, fetch) in futures_util::future::join_all(fetches).await {
+    let payloads = &catalog.payloads;
+    use futures_util::StreamExt as _;
+    let mut fetches = futures_util::stream::FuturesUnordered::new();
+    for location in sources {
+        fetches.push(async move { (location, fetch_one(fetcher, location, payloads).await) });
+    }
+    // Each source is stored as soon as it completes: a slow one holds up no other.
+    while let Some((location, fetch)) = fetches.next().await {
         match &fetch {
             ManifestFetch::Fetched { problems, .. } => {
                 metrics::counter!(metric::MANIFEST_FETCHES, "result" => "ok").increment(1);
@@ -81,6 +109,8 @@ pub async fn refresh(
         }
         if let Err(e) = store.save_manifest(location, &fetch, clock.now()).await {
             tracing::warn!(source = %location, error = %e, "could not store the manifest");
+        } else if let Err(e) = catalog.reload().await {
+            tracing::warn!(error = %e, "could not read the event catalog");
         }
     }
     if let Err(e) = store.forget_manifests_except(sources).await {
@@ -101,26 +131,49 @@ async fn fetch_one(fetcher: &Fetcher, location: &str, payloads: &super::payloads
     let Ok(document) = String::from_utf8(document) else {
         return ManifestFetch::Failed { error: "the manifest is not UTF-8".to_owned() };
     };
-    let mut schemas = serde_json::Map::new();
+    let is_file = |l: &str| l.get(..5).is_some_and(|p| p.eq_ignore_ascii_case("file:"));
+    let local_source = is_file(location);
     let mut problems = Vec::new();
+    // Every distinct location once, in the order events name them, up to the bound.
+    let mut wanted: Vec<&str> = Vec::new();
+    for (i, event) in manifest.events.iter().enumerate() {
+        let field = format!("events[{i}].dataSchema");
+        let Some(l) = event.data_schema.as_ref().and_then(hub_core::catalog::DataSchema::fetchable) else { continue };
+        if is_file(l) && !local_source {
+            problems.push(json!({"field": field, "message": format!(
+                "{} names a local file; only a manifest read from a file: source may",
+                shown(l)
+            )}));
+        } else if !wanted.contains(&l) {
+            if wanted.len() == MAX_SCHEMAS {
+                problems.push(json!({"field": field, "message": format!(
+                    "{} is not fetched: a manifest may name at most {MAX_SCHEMAS} schema locations",
+                    shown(l)
+                )}));
+                continue;
+            }
+            wanted.push(l);
+        }
+    }
+    let fetched = fetch_schemas(fetcher, &wanted).await;
+    let mut schemas = serde_json::Map::new();
+    let mut reported = std::collections::HashSet::new();
     for (i, event) in manifest.events.iter().enumerate() {
         let field = format!("events[{i}].dataSchema");
         let schema = match &event.data_schema {
             Some(hub_core::catalog::DataSchema::Inline(v)) => v.clone(),
-            Some(d) => match d.fetchable() {
-                Some(l) if schemas.contains_key(l) => continue,
-                Some(l) => match fetcher.get(l).await.and_then(|b| {
-                    serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| format!("is not JSON ({e})"))
-                }) {
-                    Ok(v) => {
-                        schemas.insert(l.to_owned(), v.clone());
-                        v
+            Some(d) => match d.fetchable().and_then(|l| fetched.get(l).map(|got| (l, got))) {
+                Some((l, Ok(v))) => {
+                    schemas.insert(l.to_owned(), v.clone());
+                    v.clone()
+                }
+                Some((l, Err(e))) => {
+                    // Once per location, however many events name it.
+                    if reported.insert(l) {
+                        problems.push(json!({"field": field, "message": format!("{} {e}", shown(l))}));
                     }
-                    Err(e) => {
-                        problems.push(json!({"field": field, "message": format!("{l} {e}")}));
-                        continue;
-                    }
-                },
+                    continue;
+                }
                 None => continue,
             },
             None => continue,
@@ -130,4 +183,51 @@ async fn fetch_one(fetcher: &Fetcher, location: &str, payloads: &super::payloads
         }
     }
     ManifestFetch::Fetched { document, schemas, problems }
+}
+
+/// Fetches `locations`, [`SCHEMA_FETCHES`] at a time, all within [`SCHEMAS_DEADLINE`]: each
+/// location's schema, or why not (those still out at the deadline included).
+async fn fetch_schemas(
+    fetcher: &Fetcher,
+    locations: &[&str],
+) -> std::collections::HashMap<String, Result<serde_json::Value, String>> {
+    use futures_util::StreamExt as _;
+    let mut got = std::collections::HashMap::new();
+    let mut each = Vec::with_capacity(locations.len());
+    for l in locations {
+        let l: String = (*l).to_owned();
+        each.push(async move {
+            let result = fetcher.get(&l).await.and_then(|b| {
+                serde_json::from_slice::<serde_json::Value>(&b)
+                    .map_err(|e| format!("is not JSON (line {}, column {})", e.line(), e.column()))
+            });
+            (l, result)
+        });
+    }
+    let mut fetches = futures_util::stream::iter(each).buffer_unordered(SCHEMA_FETCHES);
+    let deadline = tokio::time::Instant::now() + SCHEMAS_DEADLINE;
+    loop {
+        match tokio::time::timeout_at(deadline, fetches.next()).await {
+            Ok(Some((l, result))) => {
+                got.insert(l, result);
+            }
+            Ok(None) => break,
+            Err(_) => break,
+        }
+    }
+    for l in locations {
+        got.entry((*l).to_owned()).or_insert_with(|| {
+            Err(format!(
+                "was not fetched within {} s (the manifest's schemas share one deadline)",
+                SCHEMAS_DEADLINE.as_secs()
+            ))
+        });
+    }
+    got
+}
+
+/// A location as a problem shows it: at most 200 characters.
+fn shown(location: &str) -> String {
+    let cut: String = location.chars().take(200).collect();
+    if cut.len() < location.len() { format!("{cut}…") } else { cut }
 }

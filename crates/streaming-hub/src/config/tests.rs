@@ -446,3 +446,26 @@ fn the_portal_settings_are_read_and_each_bad_one_named() {
     let err = Config::from_vars(vars(&[("STREAMING_HUB_PUBLIC_URL", "hub.example")])).expect_err("no scheme");
     assert_eq!(err.0[0].variable, "STREAMING_HUB_PUBLIC_URL");
 }
+
+#[test]
+fn dispatch_workers_is_a_deprecated_name_of_max_in_flight() {
+    let c = Config::from_vars(vars(&[("STREAMING_HUB_DISPATCH_WORKERS", "16")])).expect("valid");
+    assert_eq!(c.max_in_flight, 16);
+    assert_eq!(c.deprecated.iter().map(|(v, _)| *v).collect::<Vec<_>>(), vec!["STREAMING_HUB_DISPATCH_WORKERS"]);
+    let c = Config::from_vars(vars(&[("STREAMING_HUB_MAX_IN_FLIGHT", "300")])).expect("valid");
+    assert_eq!((c.max_in_flight, c.deprecated.len()), (300, 0));
+    let err =
+        Config::from_vars(vars(&[("STREAMING_HUB_MAX_IN_FLIGHT", "300"), ("STREAMING_HUB_DISPATCH_WORKERS", "8")]))
+            .expect_err("both set");
+    assert!(err.0.iter().any(|p| p.variable == "STREAMING_HUB_DISPATCH_WORKERS"), "{err}");
+    for bad in ["0", "65537", "lots"] {
+        let err = Config::from_vars(vars(&[("STREAMING_HUB_MAX_IN_FLIGHT", bad)])).expect_err(bad);
+        assert!(err.0.iter().any(|p| p.variable == "STREAMING_HUB_MAX_IN_FLIGHT"), "{err}");
+    }
+    for bad in ["0", "1.5", "-0.2", "half"] {
+        let err = Config::from_vars(vars(&[("STREAMING_HUB_TENANT_IN_FLIGHT_SHARE", bad)])).expect_err(bad);
+        assert!(err.0.iter().any(|p| p.variable == "STREAMING_HUB_TENANT_IN_FLIGHT_SHARE"), "{err}");
+    }
+    let c = Config::from_vars(HashMap::new()).expect("defaults");
+    assert_eq!((c.max_in_flight, c.tenant_in_flight_share), (2048, 0.5));
+}

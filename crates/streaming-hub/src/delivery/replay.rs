@@ -48,7 +48,11 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     loop {
-        let wait = match round(store.as_ref(), clock.as_ref(), &settings, &jobs, &notices).await {
+        let stepped = tokio::select! {
+            stepped = round(store.as_ref(), clock.as_ref(), &settings, &jobs, &notices) => stepped,
+            () = shutdown.cancelled() => return,
+        };
+        let wait = match stepped {
             Ok(Round::Walked) => {
                 tokio::task::yield_now().await;
                 if shutdown.is_cancelled() {

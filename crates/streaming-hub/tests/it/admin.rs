@@ -43,19 +43,18 @@ async fn api_keys_are_created_listed_paged_and_revoked() {
     assert_eq!(hub.send(unknown).await.0, StatusCode::NOT_FOUND);
 }
 
-/// The admin token acts for any tenant id, whatever its characters: the header carries it
-/// percent-encoded after `utf-8''`, or as it is when it is plain ASCII.
+/// The admin token acts for a tenant named in `X-Streaming-Hub-Tenant`: as it is, or
+/// percent-encoded after `utf-8''`; an id outside the tenant grammar (a path's dot segments, a
+/// slash, non-ASCII) is refused like a broken encoding, a 422 naming the header.
 #[tokio::test]
-async fn the_admin_acts_for_a_tenant_of_any_characters() {
+async fn the_admin_acts_for_a_tenant_named_in_a_header() {
     let hub = TestHub::start(Backend::Sqlite).await;
-    let wide = "租户-ü-₿ %41";
-    let key = hub.tenant_key(wide).await;
-    let encoded: String = url::form_urlencoded::byte_serialize(wide.as_bytes()).collect::<String>().replace('+', "%20");
+    let key = hub.tenant_key("acme.bank-01").await;
     let create = hub
         .client
         .post(hub.url("/v1/subscriptions"))
         .bearer_auth(&hub.admin)
-        .header("X-Streaming-Hub-Tenant", format!("utf-8''{encoded}"))
+        .header("X-Streaming-Hub-Tenant", "utf-8''acme%2Ebank-01")
         .json(&json!({"name": "made-by-the-operator", "event_types": ["*.*"], "sink": {"type": "pull"}}));
     let (status, created) = hub.send(create).await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
@@ -65,15 +64,41 @@ async fn the_admin_acts_for_a_tenant_of_any_characters() {
     let plain =
         hub.client.get(hub.url("/v1/subscriptions")).bearer_auth(&hub.admin).header("X-Streaming-Hub-Tenant", "t1");
     assert_eq!(hub.send(plain).await.0, StatusCode::OK);
-    // A broken encoding is a 422 naming the header.
-    let broken = hub
-        .client
-        .get(hub.url("/v1/subscriptions"))
-        .bearer_auth(&hub.admin)
-        .header("X-Streaming-Hub-Tenant", "utf-8''%ff%fe");
-    let (status, body) = hub.send(broken).await;
-    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
-    assert!(body["message"].as_str().expect("message").starts_with("x-streaming-hub-tenant"), "{body}");
+    // A broken encoding, or an id outside the grammar, is a 422 naming the header.
+    for bad in ["utf-8''%ff%fe", "../victim", "utf-8''..%2Fvictim", "utf-8''%E7%A7%9F"] {
+        let refused =
+            hub.client.get(hub.url("/v1/subscriptions")).bearer_auth(&hub.admin).header("X-Streaming-Hub-Tenant", bad);
+        let (status, body) = hub.send(refused).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}: {body}");
+        assert!(body["message"].as_str().expect("message").starts_with("x-streaming-hub-tenant"), "{body}");
+    }
+}
+
+/// A tenant id stored before tenant ids had a grammar keeps working with its key, and the
+/// operator's listing says it does not follow the grammar.
+#[tokio::test]
+async fn a_tenant_stored_before_the_grammar_keeps_working_and_is_reported() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let key = format!("{}old-tenant-key-{}", streaming_hub::keys::API_KEY_PREFIX, uuid::Uuid::now_v7().simple());
+    let id = uuid::Uuid::now_v7().to_string();
+    hub.execute_raw(
+        "",
+        &format!(
+            "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at) \
+             VALUES ('{id}', 'açaí old', 'before the grammar', ?1, 'shk_old', 0)"
+        ),
+        &streaming_hub::keys::hash(&key),
+    )
+    .await;
+    let (status, listed) = hub.get(&key, "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let (_, tenants) = hub.admin_get("/admin/tenants").await;
+    let old =
+        tenants["items"].as_array().expect("items").iter().find(|t| t["tenant_id"] == "açaí old").expect("listed");
+    assert_eq!(old["id_follows_grammar"], false, "{old}");
+    // A new key cannot name it.
+    let (status, _) = hub.post_json(&hub.admin, "/admin/api-keys", &json!({"tenant_id": "açaí old"})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
 }
 
 /// A key with an expiry works until then, and after it is refused like a revoked key on every
@@ -143,6 +168,9 @@ async fn api_key_validation_names_the_field() {
             "validation_failed",
             "tenant_id",
         ),
+        (r#"{"tenant_id": "../victim"}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "tenant_id"),
+        (r#"{"tenant_id": "a/../../b"}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "tenant_id"),
+        (r#"{"tenant_id": "租户"}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "tenant_id"),
         (r#"{"tenant_id": "t1", "name": ""}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "name"),
         (r#"{"name": "x"}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "tenant_id"),
         (r#"{"tenant_id": 5}"#, StatusCode::UNPROCESSABLE_ENTITY, "validation_failed", "tenant_id"),

@@ -462,3 +462,116 @@ async fn a_private_manifest_source_is_refused_unless_private_sinks_are_allowed()
     let (_, all) = hub.admin_get("/admin/event-types").await;
     assert!(find(&all, "loan.disburse").is_none(), "nothing from a refused source");
 }
+
+/// A producer whose schema server never answers: its schemas are fetched eight at a time under one
+/// deadline, each location once (30 events name 15), instead of one after another; the healthy source is stored as soon as it is read, a remote manifest naming a
+/// local file gets a problem (and the file's content appears nowhere), and shutdown during the
+/// refresh stops the hub at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_producer_holds_up_nobody_and_a_remote_manifest_reads_no_file() {
+    let secret_file = std::env::temp_dir().join(format!("streaming-hub-secret-{}.json", uuid::Uuid::now_v7()));
+    std::fs::write(&secret_file, br#"{"marker": "local-file-content-7f3a"}"#).expect("write");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let hangs = Arc::new(AtomicUsize::new(0));
+    let mut events: Vec<Value> = (0..30)
+        .map(|i| {
+            json!({"resourceType": "slow", "eventType": format!("e{i}"), "schemaVersion": "1.0.0", "class": "fact",
+                   "dataSchema": format!("{base}/hang/{}.json", i % 15)})
+        })
+        .collect();
+    events.push(json!({"resourceType": "slow", "eventType": "local", "schemaVersion": "1.0.0", "class": "fact",
+                       "dataSchema": format!("file://{}", secret_file.display())}));
+    let slow = json!({"version": "1.0", "publisher": {"serviceName": "slow-api", "source": "slow"},
+                      "topic": "lerian.streaming.slow", "events": events});
+    let app = axum::Router::new()
+        .route("/slow/streaming", axum::routing::get(move || async move { axum::Json(slow) }))
+        .route("/lender/streaming", axum::routing::get(|| async { axum::Json(lender_manifest()) }))
+        .route(
+            "/hang/{name}",
+            axum::routing::get({
+                let hangs = Arc::clone(&hangs);
+                move || async move {
+                    hangs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    axum::Json(json!({}))
+                }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let sources = format!("{base}/slow/streaming,{base}/lender/streaming");
+    let mut vars = crate::support::base_vars(Backend::Sqlite).await;
+    vars.insert("STREAMING_HUB_MANIFEST_SOURCES".into(), sources);
+    vars.insert("STREAMING_HUB_DRAIN_DELAY".into(), "0s".into());
+    let hub = TestHub::start_vars(vars).await;
+
+    // The healthy source is in the catalog while the slow one's schemas are still out.
+    until("the lender's types", Duration::from_secs(15), async || {
+        let (_, all) = hub.admin_get("/admin/event-types").await;
+        find(&all, "loan_application.approved").map(|_| ())
+    })
+    .await;
+    assert!(hangs.load(Ordering::SeqCst) <= 15, "each location fetched once: {}", hangs.load(Ordering::SeqCst));
+
+    // The slow one is stored once its schemas' one deadline passed.
+    let manifest = until("the slow manifest, with its problems", Duration::from_secs(60), async || {
+        let (_, all) = hub.admin_get("/admin/event-types").await;
+        all["manifests"]
+            .as_array()?
+            .iter()
+            .find(|m| {
+                m["location"].as_str().is_some_and(|l| l.ends_with("/slow/streaming")) && m["fetched_at"].is_string()
+            })
+            .cloned()
+    })
+    .await;
+    let text = manifest.to_string();
+    assert!(!text.contains("local-file-content-7f3a"), "no byte of the local file: {text}");
+    let problems = manifest["problems"].as_array().expect("problems");
+    assert!(
+        problems.iter().any(|p| p["field"] == "events[30].dataSchema"
+            && p["message"].as_str().is_some_and(|m| m.contains("names a local file"))),
+        "{text}"
+    );
+    let late = problems.iter().filter(|p| p["message"].as_str().is_some_and(|m| m.contains("/hang/"))).count();
+    assert_eq!(late, 15, "each hanging location reported once, not once per event naming it: {text}");
+    let (_, all) = hub.admin_get("/admin/event-types").await;
+    assert!(!all.to_string().contains("local-file-content-7f3a"));
+    let _ = std::fs::remove_file(&secret_file);
+}
+
+/// Shutdown while a refresh waits on a producer that never answers: the hub stops at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_a_refresh() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    let asked = Arc::new(AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/never/streaming",
+        axum::routing::get({
+            let asked = Arc::clone(&asked);
+            move || async move {
+                asked.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                axum::Json(json!({}))
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let mut vars = crate::support::base_vars(Backend::Sqlite).await;
+    vars.insert("STREAMING_HUB_MANIFEST_SOURCES".into(), format!("{base}/never/streaming"));
+    vars.insert("STREAMING_HUB_DRAIN_DELAY".into(), "0s".into());
+    let config = streaming_hub::config::Config::from_vars(vars).expect("config");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let hub = streaming_hub::start(config, stop.clone()).await.expect("start");
+    until("the refresh is under way", Duration::from_secs(15), async || {
+        (asked.load(Ordering::SeqCst) > 0).then_some(())
+    })
+    .await;
+    stop.cancel();
+    // The fetch alone would hold the refresh for its 10 s timeout.
+    tokio::time::timeout(Duration::from_secs(8), hub.wait())
+        .await
+        .expect("the hub stopped while the refresh waited")
+        .expect("a clean stop");
+}

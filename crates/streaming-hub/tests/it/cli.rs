@@ -148,6 +148,43 @@ fn api_key_create_checks_its_arguments() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
+/// The first start in `local`, as `cargo run -- serve` makes it (with the variables the build
+/// script hands to `cargo run`), warns of no variable the build itself set.
+#[tokio::test]
+async fn a_first_start_warns_of_nothing_the_build_itself_set() {
+    let build = include_str!("../../build.rs");
+    let from_build: Vec<&str> =
+        build.split("cargo:rustc-env=").skip(1).filter_map(|rest| rest.split('=').next()).collect();
+    assert!(from_build.len() >= 2, "the build script names its variables: {from_build:?}");
+    let dir = std::env::temp_dir().join(format!("streaming-hub-first-start-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let port = free_port();
+    let mut command = hub_command();
+    command
+        .arg("serve")
+        .current_dir(&dir)
+        .env("STREAMING_HUB_SQLITE_PATH", dir.join("streaming-hub.db"))
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env("STREAMING_HUB_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for name in &from_build {
+        command.env(name, "as-cargo-run-sets-it");
+    }
+    let mut child = command.spawn().expect("spawn");
+    let lines = stderr_lines(&mut child);
+    let client = crate::support::http_client();
+    wait_ready(&client, &format!("http://127.0.0.1:{port}"), "the hub did not become ready").await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let said: Vec<String> = lines.try_iter().collect();
+    assert!(said.iter().any(|l| l.contains("streaming hub started")), "{said:#?}");
+    for line in &said {
+        assert!(!line.contains("not used by this hub"), "a variable the build set is reported: {line}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn a_key_made_by_the_cli_ingests_through_serve() {
     let db = temp_sqlite_path();
@@ -227,6 +264,96 @@ async fn database_problems_are_said_once_naming_the_variable() {
         assert!(line.contains("STREAMING_HUB_POSTGRES_DSN") && line.contains(&format!("127.0.0.1:{port}")), "{line}");
         assert!(!line.contains("secret-pass"), "never the password: {line}");
     }
+}
+
+/// The first scrape of a fresh process (no traffic yet) holds every family the dashboard and the
+/// alert rules read, so no panel is blank and no `absent()` alert fires after a restart; but
+/// Kafka's lag (labelled by topic, so only once partitions are assigned) and retention's
+/// last-pass time (only a finished pass has one).
+#[tokio::test]
+async fn the_first_scrape_holds_every_family_the_dashboard_and_alerts_read() {
+    let used: std::collections::BTreeSet<String> = [
+        include_str!("../../../../deploy/grafana/streaming-hub.json"),
+        include_str!("../../../../deploy/prometheus/streaming-hub-rules.yaml"),
+    ]
+    .iter()
+    .flat_map(|text| text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')))
+    .filter(|w| w.starts_with("streaming_hub_"))
+    .map(|w| w.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count").to_owned())
+    .filter(|w| {
+        !["streaming_hub_kafka_consumer_lag", "streaming_hub_retention_last_pass_timestamp_seconds"]
+            .contains(&w.as_str())
+    })
+    .collect();
+    assert!(used.len() >= 15, "{used:?}");
+    let db = temp_sqlite_path();
+    let port = free_port();
+    let mut child = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_SQLITE_PATH", &db)
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let client = crate::support::http_client();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&client, &base, "the hub did not become ready").await;
+    let scrape = client.get(format!("{base}/metrics")).send().await.expect("scrape").text().await.expect("text");
+    let _ = child.kill();
+    let _ = child.wait();
+    let missing: Vec<&String> =
+        used.iter().filter(|family| !scrape.lines().any(|l| l.starts_with(&format!("# TYPE {family} ")))).collect();
+    assert!(missing.is_empty(), "missing from the first scrape: {missing:?}");
+    // With their label values: every push sink's attempt histogram, every job state.
+    assert!(scrape.contains("streaming_hub_delivery_attempt_duration_seconds_count{sink=\"webhook\"} 0"), "{scrape}");
+    assert!(scrape.contains("streaming_hub_delivery_jobs{state=\"dead\"}"), "{scrape}");
+}
+
+/// A server with no connection to give (53300, "too many connections", as in a storm during a
+/// rolling restart) is waited for like one that is down, never a crash loop: the hub says so,
+/// naming the variable, and starts once a connection is to be had.
+#[tokio::test]
+async fn a_full_database_is_waited_for_at_start() {
+    let schema = fresh_schema().await;
+    let admin = hub_store::PgStore::connect(&postgres_dsn(), Some(&schema), 1).await.expect("connect");
+    let role = format!("hub_full_{}", uuid::Uuid::now_v7().simple());
+    let setup = format!(
+        "CREATE ROLE {role} LOGIN PASSWORD 'full-pass' CONNECTION LIMIT 0; GRANT ALL ON SCHEMA {schema} TO {role}"
+    );
+    sqlx::raw_sql(&setup).execute(admin.pool()).await.expect("a role with no connection to give");
+    let mut dsn = url::Url::parse(&postgres_dsn()).expect("dsn");
+    dsn.set_username(&role).expect("user");
+    dsn.set_password(Some("full-pass")).expect("password");
+    let port = free_port();
+    let mut child = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_POSTGRES_DSN", dsn.as_str())
+        .env("STREAMING_HUB_POSTGRES_SCHEMA", &schema)
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .env("STREAMING_HUB_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let rx = stderr_lines(&mut child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let said = loop {
+        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("the hub said nothing");
+        if line.contains("unreachable") {
+            break line;
+        }
+    };
+    assert!(said.contains("STREAMING_HUB_POSTGRES_DSN") && said.contains("too many connections"), "{said}");
+    assert!(!said.contains("full-pass"), "never the password: {said}");
+    assert!(child.try_wait().expect("status").is_none(), "waiting, not exited");
+    sqlx::query(&format!("ALTER ROLE {role} CONNECTION LIMIT -1")).execute(admin.pool()).await.expect("room again");
+    let client = crate::support::http_client();
+    wait_ready(&client, &format!("http://127.0.0.1:{port}"), "the hub did not start once there was room").await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let cleanup = format!("DROP OWNED BY {role}; DROP ROLE {role}");
+    sqlx::raw_sql(&cleanup).execute(admin.pool()).await.ok();
 }
 
 /// While Kafka is out of reach the log says so once per consumer, then a summary at the

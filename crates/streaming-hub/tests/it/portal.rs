@@ -100,13 +100,17 @@ async fn a_portal_session_sees_its_tenant_in_its_scope_until_it_ends(backend: Ba
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "revoked already");
 
-    // A short session expires.
-    let (_, short, _) = open(&hub, "t1", "read", 5).await;
+    // A short session expires; revoking it then finds no live session (SPEC §9).
+    let (short_id, short, _) = open(&hub, "t1", "read", 5).await;
     assert_eq!(hub.get(&short, "/v1/subscriptions").await.0, StatusCode::OK);
     until("the short session expired", Duration::from_secs(15), async || {
         (hub.get(&short, "/v1/subscriptions").await.0 == StatusCode::UNAUTHORIZED).then_some(())
     })
     .await;
+    let (status, body) = hub
+        .send(hub.client.delete(hub.url(&format!("/admin/portal-sessions/{short_id}"))).bearer_auth(&hub.admin))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "an expired session is no live session: {body}");
 
     // Bad requests name their field; a tenant key cannot grant sessions.
     for (body, field) in [

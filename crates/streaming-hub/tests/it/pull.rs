@@ -16,6 +16,7 @@ on_both_backends!(
     a_stored_body_that_is_not_what_it_says_never_costs_the_page,
     an_after_beyond_the_newest_seq_is_refused_and_moves_nothing,
     two_readers_of_one_subscription_never_get_the_same_event,
+    head_never_reaches_a_read_that_moves_a_cursor,
 );
 
 /// A JSON body with invalid UTF-8 inside a string is quarantined at ingest; a stored body that is
@@ -184,6 +185,29 @@ async fn paging_returns_each_matching_event_once_in_seq_order(backend: Backend) 
     let (_, page) = hub.get(&key, &path).await;
     assert!(page["items"].as_array().expect("items").is_empty());
     assert_eq!(page["next_cursor"], Value::Null);
+}
+
+/// `HEAD` runs a `GET` route's handler with the body dropped: on a pull read it would move the
+/// cursor unseen. The API refuses `HEAD` (405) before any handler runs, with a key or a
+/// session; health, metrics and the document keep it.
+async fn head_never_reaches_a_read_that_moves_a_cursor(backend: Backend) {
+    let (hub, key, path) = pull_setup(backend).await;
+    post_events(&hub, &key, 3).await;
+    for token in [key.as_str(), hub.admin.as_str()] {
+        let head = hub.client.head(hub.url(&path)).bearer_auth(token).header("X-Streaming-Hub-Tenant", "t1");
+        let response = head.send().await.expect("head");
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    }
+    for route in ["/v1/subscriptions", "/v1/events", "/admin/api-keys", "/v1/event-types"] {
+        let response = hub.client.head(hub.url(route)).bearer_auth(&key).send().await.expect("head");
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED, "{route}");
+    }
+    let (_, page) = hub.get(&key, &path).await;
+    assert_eq!(seqs(&page), vec![1, 2, 3], "nothing was consumed by HEAD: {page}");
+    for public in ["/healthz", "/metrics", "/openapi.json"] {
+        let response = hub.client.head(hub.url(public)).send().await.expect("head");
+        assert_eq!(response.status(), StatusCode::OK, "{public}");
+    }
 }
 
 async fn a_forward_jump_skips_for_good(backend: Backend) {

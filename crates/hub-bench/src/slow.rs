@@ -1,0 +1,198 @@
+//! `slow-receivers` and `hanging`: delivery against receivers that take time to answer, as real
+//! endpoints do, rather than at once.
+//!
+//! `slow-receivers` sends one tenant's events to webhook subscriptions whose receivers answer
+//! after a delay (optionally serving only so many at once and answering `503` beyond), at the
+//! hub's defaults, and reports deliveries per second, latency, CPU per delivery, the hub's peak
+//! memory and, as the receivers saw it, how many attempts were out at once and how many were
+//! refused. `hanging` times one tenant's deliveries alone and beside another tenant whose
+//! subscriptions point at receivers that accept the connection and never answer.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::harness::{self, BenchHub, Receiver, f0, f1, report};
+use crate::scenarios::{PATIENCE, cpu_json, cpu_rows, paced, paced_for, wait_all};
+
+fn label(i: usize) -> String {
+    format!("s{i}")
+}
+
+/// `events` events of one tenant to `subscriptions` webhooks over `receivers` receivers answering
+/// after `latency_ms` (serving `capacity` at once, if given).
+pub async fn slow_receivers(
+    latency_ms: u64,
+    events: usize,
+    subscriptions: usize,
+    receivers: usize,
+    capacity: Option<usize>,
+    producers: usize,
+    json_out: &Path,
+) -> anyhow::Result<()> {
+    let quota = (subscriptions + 10).to_string();
+    let hub = BenchHub::start_with(None, &[("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", quota)]).await?;
+    let mut sinks = Vec::new();
+    for _ in 0..receivers.max(1) {
+        sinks.push(Receiver::start().await?);
+    }
+    let speed = capacity.map_or_else(|| format!("delay-{latency_ms}"), |n| format!("cap-{n}-{latency_ms}"));
+    let key = hub.tenant("slow").await?;
+    for i in 0..subscriptions {
+        let url = sinks[i % sinks.len()].url_as(&speed, &label(i));
+        hub.subscribe_with(
+            &key,
+            json!({"name": label(i), "event_types": ["*.*"], "sink": {"type": "webhook", "url": url}}),
+        )
+        .await?;
+    }
+    let of = |i: usize| &sinks[i % sinks.len()];
+    let who = [(key, "slow".to_owned())];
+
+    // Warm up (connections, every destination's first attempt), then forget it.
+    hub.post_many(&who, 1, 1).await?;
+    let count = || (0..subscriptions).map(|i| of(i).delivered(&label(i))).sum::<usize>();
+    wait(&count, subscriptions).await?;
+    for i in 0..subscriptions {
+        of(i).take(&label(i));
+    }
+
+    let before = hub.usage();
+    let started = Instant::now();
+    let accepted = hub.post_many(&who, events, producers).await?;
+    let expected = events * subscriptions;
+    wait(&count, expected).await?;
+    let spent = hub.usage().since(&before);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut all = harness::Received::default();
+    let (mut refused, mut most, mut concurrency) = (0, 0, Vec::new());
+    for i in 0..subscriptions {
+        let r = of(i).received(&label(i));
+        all.per_event.extend(r.per_event.into_iter().map(|(id, n)| (format!("{i}/{id}"), n)));
+        all.latencies_us.extend(r.latencies_us);
+        all.last_at = all.last_at.max(r.last_at);
+        refused += r.refused;
+        most = most.max(r.max_in_flight);
+        concurrency.extend(r.concurrency);
+    }
+    let store = hub.store_name();
+    let usage = hub.finish().await?;
+    let delivered = all.distinct();
+    let delivered_s = all.last_at.map_or(f64::NAN, |l| (l - started).as_secs_f64());
+    let per_s = delivered as f64 / delivered_s;
+    let latency = all.latency();
+    concurrency.sort_unstable();
+    let mean_out = concurrency.iter().sum::<usize>() as f64 / concurrency.len().max(1) as f64;
+    let p90_out = concurrency.get(concurrency.len() * 9 / 10).copied().unwrap_or(0);
+    let refused_share = refused as f64 / (refused + delivered).max(1) as f64;
+    let figures = json!({
+        "scenario": "slow-receivers", "store": store, "latency_ms": latency_ms, "events": events,
+        "subscriptions": subscriptions, "receivers": receivers, "capacity": capacity,
+        "deliveries": delivered, "duplicates": all.duplicates(), "delivered_per_s": per_s,
+        "accepted_per_s": events as f64 / accepted.as_secs_f64(), "e2e_latency_ms": latency.json(),
+        "receiver_in_flight": {"mean_at_arrival": mean_out, "p90_at_arrival": p90_out, "max": most},
+        "refused": refused, "refused_share": refused_share,
+        "cpu_ms_per_delivery": cpu_json(&spent, delivered), "hub_peak_rss_mib": usage.hub_peak_rss_mib,
+    });
+    let [hub_cpu, pg_cpu, both_cpu] = cpu_rows(&spent, delivered);
+    let shape = capacity.map_or_else(String::new, |n| format!(", each serving {n} at once (503 beyond)"));
+    report(
+        &format!(
+            "slow-receivers ({store}, defaults, {events} events of ~1 KiB to {subscriptions} webhooks on {receivers} \
+             receivers answering in {latency_ms} ms{shape})"
+        ),
+        &[
+            ("deliveries", format!("{delivered} ({} duplicates)", all.duplicates())),
+            ("delivered/s", f0(per_s)),
+            ("e2e p50 / p99 ms", format!("{} / {}", f1(latency.p50), f1(latency.p99))),
+            ("in flight at a receiver: mean / p90 / max", format!("{mean_out:.1} / {p90_out} / {most}")),
+            ("refused (503)", format!("{refused} ({:.2} % of attempts)", refused_share * 100.0)),
+            hub_cpu,
+            pg_cpu,
+            both_cpu,
+            ("hub peak RSS MiB", f1(usage.hub_peak_rss_mib)),
+        ],
+        figures,
+        &usage,
+        json_out,
+    )
+}
+
+/// One tenant's deliveries (a receiver answering in 20 ms, `rate` posts a second) alone, then
+/// beside another tenant's `hanging` subscriptions whose receivers never answer (`flood` events
+/// posted to them).
+pub async fn hanging(hanging: usize, flood: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
+    let quota = (hanging + 10).to_string();
+    let hub = BenchHub::start_with(None, &[("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", quota)]).await?;
+    let hangs = Receiver::start().await?;
+    let receiver = Receiver::start().await?;
+    let small_key = hub.tenant("small").await?;
+    hub.subscribe(&small_key, json!({"type": "webhook", "url": receiver.url_as("delay-20", "small")})).await?;
+    let big_key = hub.tenant("hanging").await?;
+    for i in 0..hanging {
+        let url = hangs.url_as("hang", &label(i));
+        hub.subscribe_with(
+            &big_key,
+            json!({"name": label(i), "event_types": ["*.*"], "sink": {"type": "webhook", "url": url}}),
+        )
+        .await?;
+    }
+    let small = vec!["small".to_owned()];
+    hub.post_many(&[(small_key.clone(), "small".to_owned())], 5, 1).await?;
+    wait_all(&receiver, &small, 5).await?;
+    receiver.take("small");
+
+    let alone = paced_for(&hub, &small_key, "small", rate, Duration::from_secs(10)).await?;
+    wait_all(&receiver, &small, alone.sent()).await?;
+    let solo = receiver.take("small").latency();
+
+    // The hanging tenant's flood first, then the small tenant beside it for as long again.
+    hub.post_many(&[(big_key, "hanging".to_owned())], flood, 8).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let timer = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let beside_sent = paced(&hub, &small_key, "small", rate, stop).await?;
+    timer.abort();
+    wait_all(&receiver, &small, beside_sent.sent()).await?;
+    let beside = receiver.take("small").latency();
+    let hung_out = (0..hanging).map(|i| hangs.received(&label(i)).in_flight).sum::<usize>();
+    let store = hub.store_name();
+    let usage = hub.finish().await?;
+    let excess = beside.p99 - solo.p99;
+    let figures = json!({
+        "scenario": "hanging", "store": store, "hanging_subscriptions": hanging, "flood_events": flood,
+        "small_rate_per_s": rate, "small_solo_latency_ms": solo.json(),
+        "small_beside_hanging_latency_ms": beside.json(), "p99_excess_ms": excess,
+        "hanging_attempts_out_at_end": hung_out,
+    });
+    report(
+        &format!(
+            "hanging ({store}, a tenant at {rate}/s to a receiver answering in 20 ms, alone and beside another \
+             tenant's {hanging} subscriptions to receivers that never answer, {flood} events posted to them)"
+        ),
+        &[
+            ("alone p50 / p99 ms", format!("{} / {}", f1(solo.p50), f1(solo.p99))),
+            ("beside p50 / p99 ms", format!("{} / {}", f1(beside.p50), f1(beside.p99))),
+            ("p99 beside minus alone ms", f1(excess)),
+            ("hanging attempts out at the end", hung_out.to_string()),
+        ],
+        figures,
+        &usage,
+        json_out,
+    )
+}
+
+async fn wait(count: &impl Fn() -> usize, n: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PATIENCE;
+    while count() < n {
+        anyhow::ensure!(Instant::now() < deadline, "only {} of {n} deliveries within {PATIENCE:?}", count());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
