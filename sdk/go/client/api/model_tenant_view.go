@@ -24,10 +24,12 @@ type TenantView struct {
 	// API keys not revoked.
 	ApiKeys int64 `json:"api_keys"`
 	// Events in its inbox.
-	Events        int64     `json:"events"`
-	Jobs          JobCounts `json:"jobs"`
-	Subscriptions int64     `json:"subscriptions"`
-	TenantId      string    `json:"tenant_id"`
+	Events int64 `json:"events"`
+	// False for an id stored before tenant ids had a grammar (`^[A-Za-z0-9][A-Za-z0-9._-]*$`, no `..`): its keys keep working, but no new key, session or event can name it; move its subscriptions to a tenant id that follows the grammar (docs/OPERATIONS.md).
+	IdFollowsGrammar bool      `json:"id_follows_grammar"`
+	Jobs             JobCounts `json:"jobs"`
+	Subscriptions    int64     `json:"subscriptions"`
+	TenantId         string    `json:"tenant_id"`
 }
 
 type _TenantView TenantView
@@ -36,10 +38,11 @@ type _TenantView TenantView
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewTenantView(apiKeys int64, events int64, jobs JobCounts, subscriptions int64, tenantId string) *TenantView {
+func NewTenantView(apiKeys int64, events int64, idFollowsGrammar bool, jobs JobCounts, subscriptions int64, tenantId string) *TenantView {
 	this := TenantView{}
 	this.ApiKeys = apiKeys
 	this.Events = events
+	this.IdFollowsGrammar = idFollowsGrammar
 	this.Jobs = jobs
 	this.Subscriptions = subscriptions
 	this.TenantId = tenantId
@@ -100,6 +103,30 @@ func (o *TenantView) GetEventsOk() (*int64, bool) {
 // SetEvents sets field value
 func (o *TenantView) SetEvents(v int64) {
 	o.Events = v
+}
+
+// GetIdFollowsGrammar returns the IdFollowsGrammar field value
+func (o *TenantView) GetIdFollowsGrammar() bool {
+	if o == nil {
+		var ret bool
+		return ret
+	}
+
+	return o.IdFollowsGrammar
+}
+
+// GetIdFollowsGrammarOk returns a tuple with the IdFollowsGrammar field value
+// and a boolean to check if the value has been set.
+func (o *TenantView) GetIdFollowsGrammarOk() (*bool, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return &o.IdFollowsGrammar, true
+}
+
+// SetIdFollowsGrammar sets field value
+func (o *TenantView) SetIdFollowsGrammar(v bool) {
+	o.IdFollowsGrammar = v
 }
 
 // GetJobs returns the Jobs field value
@@ -186,6 +213,7 @@ func (o TenantView) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
 	toSerialize["api_keys"] = o.ApiKeys
 	toSerialize["events"] = o.Events
+	toSerialize["id_follows_grammar"] = o.IdFollowsGrammar
 	toSerialize["jobs"] = o.Jobs
 	toSerialize["subscriptions"] = o.Subscriptions
 	toSerialize["tenant_id"] = o.TenantId
@@ -199,6 +227,7 @@ func (o *TenantView) UnmarshalJSON(data []byte) (err error) {
 	requiredProperties := []string{
 		"api_keys",
 		"events",
+		"id_follows_grammar",
 		"jobs",
 		"subscriptions",
 		"tenant_id",

@@ -20,6 +20,9 @@ pub struct TenantView {
     /// Events in its inbox.
     #[serde(rename = "events")]
     pub events: i64,
+    /// False for an id stored before tenant ids had a grammar (`^[A-Za-z0-9][A-Za-z0-9._-]*$`, no `..`): its keys keep working, but no new key, session or event can name it; move its subscriptions to a tenant id that follows the grammar (docs/OPERATIONS.md).
+    #[serde(rename = "id_follows_grammar")]
+    pub id_follows_grammar: bool,
     #[serde(rename = "jobs")]
     pub jobs: Box<models::JobCounts>,
     #[serde(rename = "subscriptions")]
@@ -33,10 +36,11 @@ impl TenantView {
     pub fn new(
         api_keys: i64,
         events: i64,
+        id_follows_grammar: bool,
         jobs: models::JobCounts,
         subscriptions: i64,
         tenant_id: String,
     ) -> TenantView {
-        TenantView { api_keys, events, jobs: Box::new(jobs), subscriptions, tenant_id }
+        TenantView { api_keys, events, id_follows_grammar, jobs: Box::new(jobs), subscriptions, tenant_id }
     }
 }

@@ -17,7 +17,7 @@ import pprint
 import re  # noqa: F401
 import json
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from typing import Any, ClassVar, Dict, List
 from streaming_hub_api.models.job_counts import JobCounts
 from typing import Optional, Set
@@ -30,10 +30,11 @@ class TenantView(BaseModel):
     """ # noqa: E501
     api_keys: StrictInt = Field(description="API keys not revoked.")
     events: StrictInt = Field(description="Events in its inbox.")
+    id_follows_grammar: StrictBool = Field(description="False for an id stored before tenant ids had a grammar (`^[A-Za-z0-9][A-Za-z0-9._-]*$`, no `..`): its keys keep working, but no new key, session or event can name it; move its subscriptions to a tenant id that follows the grammar (docs/OPERATIONS.md).")
     jobs: JobCounts
     subscriptions: StrictInt
     tenant_id: StrictStr
-    __properties: ClassVar[List[str]] = ["api_keys", "events", "jobs", "subscriptions", "tenant_id"]
+    __properties: ClassVar[List[str]] = ["api_keys", "events", "id_follows_grammar", "jobs", "subscriptions", "tenant_id"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -91,6 +92,7 @@ class TenantView(BaseModel):
         _obj = cls.model_validate({
             "api_keys": obj.get("api_keys"),
             "events": obj.get("events"),
+            "id_follows_grammar": obj.get("id_follows_grammar"),
             "jobs": JobCounts.from_dict(obj["jobs"]) if obj.get("jobs") is not None else None,
             "subscriptions": obj.get("subscriptions"),
             "tenant_id": obj.get("tenant_id")

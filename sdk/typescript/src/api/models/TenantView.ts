@@ -36,6 +36,12 @@ export interface TenantView {
      */
     events: number;
     /**
+     * False for an id stored before tenant ids had a grammar (`^[A-Za-z0-9][A-Za-z0-9._-]*$`,
+     * no `..`): its keys keep working, but no new key, session or event can name it; move its
+     * subscriptions to a tenant id that follows the grammar (docs/OPERATIONS.md).
+     */
+    idFollowsGrammar: boolean;
+    /**
      * 
      */
     jobs: JobCounts;
@@ -55,6 +61,7 @@ export interface TenantView {
 export function instanceOfTenantView(value: object): value is TenantView {
     if ((!('apiKeys' in (value as Record<string, any>)) && !('api_keys' in (value as Record<string, any>))) || ((value as Record<string, any>)['apiKeys'] === undefined && (value as Record<string, any>)['api_keys'] === undefined)) return false;
     if (!('events' in value) || value['events'] === undefined) return false;
+    if ((!('idFollowsGrammar' in (value as Record<string, any>)) && !('id_follows_grammar' in (value as Record<string, any>))) || ((value as Record<string, any>)['idFollowsGrammar'] === undefined && (value as Record<string, any>)['id_follows_grammar'] === undefined)) return false;
     if (!('jobs' in value) || value['jobs'] === undefined) return false;
     if (!('subscriptions' in value) || value['subscriptions'] === undefined) return false;
     if ((!('tenantId' in (value as Record<string, any>)) && !('tenant_id' in (value as Record<string, any>))) || ((value as Record<string, any>)['tenantId'] === undefined && (value as Record<string, any>)['tenant_id'] === undefined)) return false;
@@ -73,6 +80,7 @@ export function TenantViewFromJSONTyped(json: any, ignoreDiscriminator: boolean)
         
         'apiKeys': json['api_keys'],
         'events': json['events'],
+        'idFollowsGrammar': json['id_follows_grammar'],
         'jobs': JobCountsFromJSON(json['jobs']),
         'subscriptions': json['subscriptions'],
         'tenantId': json['tenant_id'],
@@ -92,6 +100,7 @@ export function TenantViewToJSONTyped(value?: TenantView | null, ignoreDiscrimin
         
         'api_keys': value['apiKeys'],
         'events': value['events'],
+        'id_follows_grammar': value['idFollowsGrammar'],
         'jobs': JobCountsToJSON(value['jobs']),
         'subscriptions': value['subscriptions'],
         'tenant_id': value['tenantId'],
