@@ -181,6 +181,8 @@ pub struct Config {
     pub max_in_flight: u32,
     /// The share of those slots one tenant may hold while another has jobs waiting.
     pub tenant_in_flight_share: f64,
+    /// The work one subscription's filters may do on one event (`STREAMING_HUB_FILTER_BUDGET`).
+    pub filter_budget: Duration,
     pub dispatch_claim_batch: u32,
     pub dispatch_idle_interval: Duration,
     /// How long a claimed job is held before it counts as abandoned; longer than any attempt.
@@ -293,6 +295,7 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_DISPATCH_WORKERS",
     "STREAMING_HUB_MAX_IN_FLIGHT",
     "STREAMING_HUB_TENANT_IN_FLIGHT_SHARE",
+    "STREAMING_HUB_FILTER_BUDGET",
     "STREAMING_HUB_DISPATCH_CLAIM_BATCH",
     "STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS",
     "STREAMING_HUB_DISPATCH_LEASE",
@@ -635,6 +638,15 @@ impl Config {
             cell,
             kafka,
             max_in_flight,
+            filter_budget: r.parse(
+                "STREAMING_HUB_FILTER_BUDGET",
+                Duration::from_millis(1),
+                |raw| match parse_duration(raw) {
+                    Ok(d) if d >= Duration::from_micros(10) && d <= Duration::from_secs(1) => Ok(d),
+                    Ok(_) => Err(format!("must be from 10us to 1s (got {})", quoted(raw))),
+                    Err(e) => Err(e),
+                },
+            ),
             tenant_in_flight_share: r.parse("STREAMING_HUB_TENANT_IN_FLIGHT_SHARE", 0.5, |raw| {
                 match raw.parse::<f64>() {
                     Ok(share) if share > 0.0 && share <= 1.0 => Ok(share),

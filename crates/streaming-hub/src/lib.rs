@@ -163,6 +163,7 @@ pub async fn start_with_clock(
         None => tracing::warn!("no key-encryption key configured: webhook and credentialed subscriptions are refused"),
     }
     let store = open_store(&config, false).await?;
+    hub_store::set_filter_budget(hub_core::routing::meter::steps_for(config.filter_budget));
     let listener = tokio::net::TcpListener::bind(config.http_listen_addr)
         .await
         .with_context(|| format!("STREAMING_HUB_HTTP_LISTEN_ADDR: cannot listen on {}", config.http_listen_addr))?;
@@ -391,12 +392,14 @@ pub async fn start_with_clock(
     let router = api::router(state);
     let stop_http = stop.clone();
     let http = supervisor.spawn("HTTP server", server::serve(listener, router, config.http_limits, stop_http));
-    tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");
+    // What the configuration says that the operator should act on comes before the line that
+    // says the hub started.
     for variable in &config.ignored {
         tracing::warn!(variable = %variable, "configuration variable not used by this hub; ignored");
     }
     for (variable, what) in &config.deprecated {
         tracing::warn!(variable = %variable, "configuration variable {what}");
     }
+    tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");
     Ok(Hub { addr, admin_token, admin_token_generated, store, http, tasks, supervisor })
 }

@@ -214,6 +214,10 @@ fn describe() {
     );
     metrics::describe_counter!(metric::DESTINATION_PAUSES, "Destinations paused by a Retry-After");
     metrics::describe_counter!(metric::RATE_WAITS, "Times a subscription's jobs waited for its rate limit");
+    metrics::describe_counter!(
+        hub_store::FILTER_BUDGET_EXCEEDED,
+        "Evaluations of a subscription's filters that used up their budget (no match), by tenant"
+    );
     metrics::describe_counter!(metric::JOBS_POISONED, "Jobs dead-lettered as poison");
     metrics::describe_counter!(metric::BREAKER_TRANSITIONS, "Circuit breaker transitions, by new state");
     metrics::describe_counter!(metric::AUTO_DISABLED, "Subscriptions disabled automatically");

@@ -317,6 +317,10 @@ impl Matcher {
     /// Whether one scalar value matches.
     fn leaf(&self, value: &Json) -> bool {
         let text = value.as_str();
+        // Each value compared is a step of the evaluation's budget, and a string its length's.
+        if !super::meter::spend_bytes(text.map_or(0, str::len)) {
+            return false;
+        }
         match self {
             Matcher::Equals(Scalar::Str(s)) => text == Some(s.as_str()),
             Matcher::Equals(Scalar::Num(n)) => value.as_f64() == Some(*n),

@@ -61,6 +61,18 @@ pub struct Filters {
     list: Vec<Filter>,
 }
 
+/// The error of a filter whose evaluation used up its budget (SPEC §10).
+pub const BUDGET_ERROR: &str = "budget: the evaluation used up its budget (STREAMING_HUB_FILTER_BUDGET)";
+
+/// Filters evaluated within a budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgeted {
+    /// Whether every filter matched (never, when the budget ran out).
+    pub matches: bool,
+    /// Whether the budget ran out.
+    pub exhausted: bool,
+}
+
 /// One top-level filter's result for an event, as `POST /v1/filters/test` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FilterResult {
@@ -97,6 +109,43 @@ impl Filters {
     /// Whether every filter matches the event.
     pub fn matches(&self, event: &dyn FilterEvent) -> bool {
         self.list.iter().all(|f| f.check(event, &mut None))
+    }
+
+    /// [`Filters::matches`] within a budget of `steps` (`meter`): whether every filter matches,
+    /// and whether the budget ran out (then they do not match).
+    pub fn matches_within(&self, event: &dyn FilterEvent, steps: u64) -> Budgeted {
+        let (matches, exhausted) = super::meter::measured(steps, || self.matches(event));
+        Budgeted { matches: matches && !exhausted, exhausted }
+    }
+
+    /// [`Filters::explain`] within a budget of `steps` for the whole list: a filter the budget
+    /// did not reach, or ran out in, answers the error `budget`.
+    pub fn explain_within(&self, event: &dyn FilterEvent, steps: u64) -> Vec<FilterResult> {
+        let (mut results, exhausted) = super::meter::measured(steps, || {
+            let mut out = Vec::new();
+            for f in &self.list {
+                if super::meter::exhausted() {
+                    out.push(FilterResult { matches: false, error: Some(BUDGET_ERROR.to_owned()) });
+                    continue;
+                }
+                let mut error = None;
+                let matches = f.check(event, &mut Some(&mut error));
+                if super::meter::exhausted() {
+                    out.push(FilterResult { matches: false, error: Some(BUDGET_ERROR.to_owned()) });
+                } else {
+                    out.push(FilterResult { matches, error });
+                }
+            }
+            out
+        });
+        if exhausted {
+            for r in &mut results {
+                if r.error.as_deref() == Some(BUDGET_ERROR) {
+                    r.matches = false;
+                }
+            }
+        }
+        results
     }
 
     /// Each filter's result, with the first error it met.
@@ -227,6 +276,9 @@ impl Filter {
         match self {
             Filter::Attributes(compare, pairs) => pairs.iter().all(|(name, wanted)| {
                 event.attribute(name).is_some_and(|v| {
+                    if !super::meter::spend_bytes(wanted.len()) {
+                        return false;
+                    }
                     let owned;
                     let text: &str = match &v {
                         Value::Str(s) => s,

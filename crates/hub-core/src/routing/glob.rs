@@ -66,6 +66,10 @@ impl Glob {
         // The pattern position after the last `Many` and the value position it was tried at.
         let mut retry: Option<(usize, usize)> = None;
         loop {
+            // Each position tried is a step of the evaluation's budget (`meter`).
+            if !super::meter::spend(1) {
+                return false;
+            }
             let rest = value.get(si..).unwrap_or("");
             if let Some(piece) = p.get(pi) {
                 match piece {

@@ -14,6 +14,7 @@ pub mod cesql;
 pub mod data;
 mod filters;
 mod glob;
+pub mod meter;
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
@@ -21,7 +22,10 @@ use std::cell::OnceCell;
 use serde_json::{Map, Value as Json};
 
 pub use cesql::{Attributes, Value};
-pub use filters::{FilterError, FilterEvent, FilterResult, Filters, MAX_FILTERS, MAX_FILTERS_BYTES, MAX_NESTING};
+pub use filters::{
+    BUDGET_ERROR, Budgeted, FilterError, FilterEvent, FilterResult, Filters, MAX_FILTERS, MAX_FILTERS_BYTES,
+    MAX_NESTING,
+};
 pub use glob::Glob;
 
 use crate::envelope::{Envelope, is_json_media_type};

@@ -179,7 +179,9 @@ impl Accepted for StoredEvent {
 impl StoredEvent {
     /// Whether these filters let the event through.
     pub fn passes(&self, filters: &Filters) -> bool {
-        filters.is_empty() || filters.matches(&EventView::new(self, &self.payload))
+        // Within the same budget as at ingest (a replay walks the inbox through it).
+        filters.is_empty()
+            || filters.matches_within(&EventView::new(self, &self.payload), super::filter_budget()).matches
     }
 
     /// The event key `<resourcetype>.<eventtype>`.

@@ -168,11 +168,42 @@ impl Targets {
     }
 }
 
+/// The steps one subscription's filters may spend on one event (`hub_core::routing::meter`):
+/// set once at start from `STREAMING_HUB_FILTER_BUDGET` ([`set_filter_budget`]); 1 ms until then.
+static FILTER_STEPS: std::sync::atomic::AtomicU64 =
+    std::sync::atomic::AtomicU64::new(hub_core::routing::meter::STEPS_PER_MS);
+
+/// The name of the counter of evaluations that ran out of their budget, by tenant.
+pub const FILTER_BUDGET_EXCEEDED: &str = "streaming_hub_filter_budget_exceeded_total";
+
+/// Sets the budget of every later evaluation of a subscription's filters against an event.
+pub fn set_filter_budget(steps: u64) {
+    FILTER_STEPS.store(steps, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The budget every evaluation of a subscription's filters gets.
+pub fn filter_budget() -> u64 {
+    FILTER_STEPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Matches one tenant's new events against its subscriptions by the core's rule
 /// (`hub_core::admission`; an operational event saying a subscription fails never goes to that
 /// subscription, `hub_core::operational::excluded`): a pull subscription gets stream entries, a push one jobs, `pending`
 /// to deliver or `held` while its destination is verified again.
 pub(crate) fn match_events(tenant: &str, targets: &Targets, inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {
+    // Filters are tenant-supplied work: off the runtime's worker thread, so the thread that
+    // serves HTTP or reads Kafka is free meanwhile (each evaluation is bounded by its budget).
+    if targets.list.iter().any(|t| !t.filters.is_empty())
+        && tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+    {
+        return tokio::task::block_in_place(|| match_events_here(tenant, targets, inserts));
+    }
+    match_events_here(tenant, targets, inserts)
+}
+
+fn match_events_here(tenant: &str, targets: &Targets, inserts: &[(i64, &AcceptedEvent)]) -> MatchedWork {
+    let steps = filter_budget();
     // Each event's candidates, then (target, event) pairs in target order and, within a target,
     // in event order: the work comes out as a walk over every target would give it.
     let mut pairs: Vec<(u32, usize)> = Vec::new();
@@ -210,16 +241,25 @@ pub(crate) fn match_events(tenant: &str, targets: &Targets, inserts: &[(i64, &Ac
                 JobState::Pending
             }
             Some(_) => continue,
-            None => match hub_core::admission(&rule, tenant, env.key(), env.source().as_str()) {
-                hub_core::Admission::No => continue,
-                hub_core::Admission::Deliver if target.filters.is_empty() || target.filters.matches(view) => {
-                    JobState::Pending
+            None => {
+                let admitted = hub_core::admission(&rule, tenant, env.key(), env.source().as_str());
+                if admitted == hub_core::Admission::No {
+                    continue;
                 }
-                hub_core::Admission::Hold if target.filters.is_empty() || target.filters.matches(view) => {
-                    JobState::Held
+                if !target.filters.is_empty() {
+                    let judged = target.filters.matches_within(view, steps);
+                    if judged.exhausted {
+                        metrics::counter!(FILTER_BUDGET_EXCEEDED, "tenant" => tenant.to_owned()).increment(1);
+                    }
+                    if !judged.matches {
+                        continue;
+                    }
                 }
-                _ => continue,
-            },
+                match admitted {
+                    hub_core::Admission::Hold => JobState::Held,
+                    _ => JobState::Pending,
+                }
+            }
         };
         if target.sink.is_push() {
             let ordering_key = match target.ordering {

@@ -13,5 +13,6 @@ pub use events::*;
 pub use jobs::*;
 pub use keys::*;
 pub(crate) use matching::*;
+pub use matching::{FILTER_BUDGET_EXCEEDED, filter_budget, set_filter_budget};
 pub use reads::*;
 pub use subscriptions::*;

@@ -133,7 +133,8 @@ pub struct FilterTest {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct FilterOutcome {
     pub matches: bool,
-    /// Why it could not match as written: an evaluation error, or a body that is not JSON.
+    /// Why it could not match as written: an evaluation error, a body that is not JSON, or
+    /// `budget: …` when the evaluation used up `STREAMING_HUB_FILTER_BUDGET` (as at ingest).
     pub error: Option<String>,
 }
 
@@ -158,8 +159,16 @@ pub struct FilterTestResult {
 )]
 pub async fn test(_caller: TenantCaller, Json(req): Json<FilterTest>) -> Result<impl IntoResponse, ApiError> {
     let filters = Filters::compile(&req.filters).map_err(|e| ApiError::validation(&e.path, e.message))?;
-    let event = JsonEvent::new(&req.event);
+    // Evaluated as at ingest: within the filter budget (a filter past it answers the error
+    // `budget`), and on a blocking thread, never on one that serves HTTP.
+    let steps = hub_store::filter_budget();
+    let explained = tokio::task::spawn_blocking(move || {
+        let event = JsonEvent::new(&req.event);
+        filters.explain_within(&event, steps)
+    })
+    .await
+    .map_err(ApiError::internal)?;
     let results: Vec<FilterOutcome> =
-        filters.explain(&event).into_iter().map(|r| FilterOutcome { matches: r.matches, error: r.error }).collect();
+        explained.into_iter().map(|r| FilterOutcome { matches: r.matches, error: r.error }).collect();
     Ok(AxumJson(FilterTestResult { matches: results.iter().all(|r| r.matches), results }))
 }

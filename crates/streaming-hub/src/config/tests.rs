@@ -469,3 +469,14 @@ fn dispatch_workers_is_a_deprecated_name_of_max_in_flight() {
     let c = Config::from_vars(HashMap::new()).expect("defaults");
     assert_eq!((c.max_in_flight, c.tenant_in_flight_share), (2048, 0.5));
 }
+
+#[test]
+fn the_filter_budget_is_a_bounded_duration() {
+    assert_eq!(Config::from_vars(HashMap::new()).expect("defaults").filter_budget, Duration::from_millis(1));
+    let c = Config::from_vars(vars(&[("STREAMING_HUB_FILTER_BUDGET", "250us")])).expect("valid");
+    assert_eq!(c.filter_budget, Duration::from_micros(250));
+    for bad in ["0s", "2s", "5us", "soon"] {
+        let err = Config::from_vars(vars(&[("STREAMING_HUB_FILTER_BUDGET", bad)])).expect_err(bad);
+        assert!(err.0.iter().any(|p| p.variable == "STREAMING_HUB_FILTER_BUDGET"), "{err}");
+    }
+}

@@ -173,12 +173,18 @@ async fn a_first_start_warns_of_nothing_the_build_itself_set() {
     }
     let mut child = command.spawn().expect("spawn");
     let lines = stderr_lines(&mut child);
+    // Everything said up to the line that says the hub started (and what came with it).
+    let mut said = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !said.iter().any(|l: &String| l.contains("streaming hub started")) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        said.push(lines.recv_timeout(left).unwrap_or_else(|_| panic!("the hub never said it started: {said:#?}")));
+    }
     let client = crate::support::http_client();
     wait_ready(&client, &format!("http://127.0.0.1:{port}"), "the hub did not become ready").await;
     let _ = child.kill();
     let _ = child.wait();
-    let said: Vec<String> = lines.try_iter().collect();
-    assert!(said.iter().any(|l| l.contains("streaming hub started")), "{said:#?}");
+    said.extend(lines.try_iter());
     for line in &said {
         assert!(!line.contains("not used by this hub"), "a variable the build set is reported: {line}");
     }

@@ -16,6 +16,7 @@ on_both_backends!(
     filters_choose_what_a_webhook_and_a_pull_stream_receive,
     invalid_filters_are_refused_naming_the_filter,
     filters_can_be_tried_against_an_event,
+    a_costly_filter_runs_out_of_its_budget_and_stalls_nobody,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -182,4 +183,60 @@ async fn filters_can_be_tried_against_an_event(backend: Backend) {
     let anonymous = crate::support::http_client().post(hub.url("/v1/filters/test"));
     let (status, _) = hub.send(anonymous.json(&json!({"filters": [], "event": {}}))).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+/// The fourth review's attacks: a `LIKE` that backtracks over a 1.9 MB subject and a `CONCAT` of
+/// it 450 times answer the error `budget` (or a function error) in `filters/test`; at ingest,
+/// four 1 024-character wildcards over a ~1 MB body run out of the budget: the event is accepted,
+/// the subscription does not get it, the metric counts it, and another tenant's posts are answered
+/// meanwhile (evaluation runs off the threads that serve HTTP).
+async fn a_costly_filter_runs_out_of_its_budget_and_stalls_nobody(backend: Backend) {
+    let hub = TestHub::start(backend).await;
+    let (key, other) = (hub.tenant_key("t1").await, hub.tenant_key("t2").await);
+    let subject = "a".repeat(1_900_000);
+    let event = json!({"specversion": "1.0", "id": "0192a4e0-0000-7000-8000-000000000001", "source": "lender",
+                       "type": "studio.lerian.lender.loan_application.approved", "subject": subject});
+    let like = format!("subject LIKE '%{}b'", "a".repeat(4_000));
+    let concat = format!("LENGTH(CONCAT({})) > 0", vec!["subject"; 450].join(", "));
+    let body = json!({"filters": [{"sql": like}, {"sql": concat}], "event": event});
+    let (status, answer) = hub.post_json(&key, "/v1/filters/test", &body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["matches"], false);
+    let errors: Vec<&str> =
+        answer["results"].as_array().expect("results").iter().map(|r| r["error"].as_str().unwrap_or("")).collect();
+    assert!(errors[0].starts_with("budget"), "{errors:?}");
+    assert!(errors[1].starts_with("budget") || errors[1].contains("builds at most"), "{errors:?}");
+
+    let wild = format!("*{}b*", "a".repeat(1_020));
+    let sub = hub
+        .subscribe(
+            &key,
+            json!({"name": "costly", "event_types": ["loan_application.*"], "sink": {"type": "pull"},
+                   "filters": [{"data": {"s": [{"wildcard": wild}, {"wildcard": wild}, {"wildcard": wild}, {"wildcard": wild}]}}]}),
+        )
+        .await;
+    let big = loan("big", "br", json!({"s": "a".repeat(1_000_000)}));
+    let posting = {
+        let (hub, key) = (&hub, key.clone());
+        async move { hub.post_event(&key, &big).await }
+    };
+    // Another tenant's posts go on while the costly one is matched.
+    let beside = async {
+        let mut answered = 0;
+        for _ in 0..5 {
+            let e = Event::of("t2", "loan_application", "approved");
+            assert_eq!(hub.post_event(&other, &e).await.0, StatusCode::ACCEPTED);
+            answered += 1;
+        }
+        answered
+    };
+    let ((status, answer), answered) = tokio::join!(posting, beside);
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    assert_eq!(answered, 5);
+    assert!(pulled_subjects(&hub, &key, &sub).await.is_empty(), "over its budget, the filter does not match");
+    let text = hub.client.get(hub.url("/metrics")).send().await.expect("scrape").text().await.expect("text");
+    assert!(
+        text.lines().any(|l| l.starts_with("streaming_hub_filter_budget_exceeded_total{tenant=\"t1\"}")),
+        "the metric counts it"
+    );
 }

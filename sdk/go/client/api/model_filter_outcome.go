@@ -21,7 +21,7 @@ var _ MappedNullable = &FilterOutcome{}
 
 // FilterOutcome One filter's result.
 type FilterOutcome struct {
-	// Why it could not match as written: an evaluation error, or a body that is not JSON.
+	// Why it could not match as written: an evaluation error, a body that is not JSON, or `budget: …` when the evaluation used up `STREAMING_HUB_FILTER_BUDGET` (as at ingest).
 	Error   NullableString `json:"error,omitempty"`
 	Matches bool           `json:"matches"`
 }

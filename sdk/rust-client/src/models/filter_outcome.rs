@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// FilterOutcome : One filter's result.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FilterOutcome {
-    /// Why it could not match as written: an evaluation error, or a body that is not JSON.
+    /// Why it could not match as written: an evaluation error, a body that is not JSON, or `budget: …` when the evaluation used up `STREAMING_HUB_FILTER_BUDGET` (as at ingest).
     #[serde(
         rename = "error",
         default,

@@ -123,6 +123,12 @@ fn parse_bool(s: &str) -> Option<bool> {
 }
 
 pub(super) fn eval<'a>(node: &'a Node, event: &'a dyn Attributes) -> Eval<'a> {
+    if !crate::routing::meter::spend(1) {
+        return Err(Fail {
+            value: Value::Bool(false),
+            error: EvalError::new(ErrorKind::Budget, "the evaluation used up its budget".to_owned()),
+        });
+    }
     match node {
         Node::Lit(v) => Ok(match v {
             Value::Str(s) => Value::Str(Cow::Borrowed(s)),
@@ -156,6 +162,9 @@ pub(super) fn eval<'a>(node: &'a Node, event: &'a dyn Attributes) -> Eval<'a> {
             let mut casts = Casts::default();
             let s = casts.string(v);
             let matched = pattern.matches(&s);
+            if crate::routing::meter::exhausted() {
+                casts.error(ErrorKind::Budget, || "the evaluation used up its budget".to_owned());
+            }
             casts.finish(Value::Bool(matched != *negated))
         }
         Node::In { operand: inner, set, negated } => {

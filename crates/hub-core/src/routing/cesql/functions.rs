@@ -6,6 +6,23 @@ use std::borrow::Cow;
 
 use super::eval::{Casts, Eval};
 use super::{Builtin, ErrorKind, Type, Value};
+use crate::routing::meter::{self, MAX_BUILT};
+
+/// Charges the evaluation's budget for reading or building `bytes`, and refuses a string longer
+/// than [`MAX_BUILT`]: the error, or `None` when the function may go on.
+fn charge(casts: &mut Casts, bytes: usize) -> Option<()> {
+    if bytes > MAX_BUILT {
+        casts.error(ErrorKind::FunctionEvaluation, || {
+            format!("the result would be {bytes} bytes; a function builds at most {MAX_BUILT}")
+        });
+        return None;
+    }
+    if !meter::spend_bytes(bytes) {
+        casts.error(ErrorKind::Budget, || "the evaluation used up its budget".to_owned());
+        return None;
+    }
+    Some(())
+}
 
 /// The function `name` (upper case) taking `arity` arguments, if there is one.
 pub(super) fn resolve(name: &str, arity: usize) -> Option<Builtin> {
@@ -55,22 +72,42 @@ pub(super) fn call(f: Builtin, args: Vec<Value<'_>>) -> Eval<'_> {
     let value = match f {
         Builtin::Length => {
             let s = casts.string(next());
-            Value::Int(i32::try_from(chars(&s)).unwrap_or(i32::MAX))
+            match charge(&mut casts, s.len().min(MAX_BUILT)) {
+                Some(()) => Value::Int(i32::try_from(chars(&s)).unwrap_or(i32::MAX)),
+                None => Value::Int(0),
+            }
         }
         Builtin::Concat | Builtin::ConcatWs => {
             let separator = (f == Builtin::ConcatWs).then(|| casts.string(next()).into_owned());
             let parts = count - usize::from(separator.is_some());
             let mut out = String::new();
+            let mut within = true;
             for i in 0..parts {
-                if let (true, Some(sep)) = (i > 0, &separator) {
-                    out.push_str(sep);
+                let part = casts.string(next());
+                let sep = separator.as_deref().filter(|_| i > 0).unwrap_or("");
+                // Charged before it is built: a huge result is refused, never allocated.
+                if within && charge(&mut casts, out.len() + sep.len() + part.len()).is_none() {
+                    within = false;
                 }
-                out.push_str(&casts.string(next()));
+                if within {
+                    out.push_str(sep);
+                    out.push_str(&part);
+                }
+            }
+            if !within {
+                out.clear();
             }
             Value::Str(Cow::Owned(out))
         }
-        Builtin::Lower => Value::Str(Cow::Owned(casts.string(next()).to_lowercase())),
-        Builtin::Upper => Value::Str(Cow::Owned(casts.string(next()).to_uppercase())),
+        Builtin::Lower | Builtin::Upper => {
+            let s = casts.string(next());
+            // A case change may grow a string (up to three times, for some characters).
+            match charge(&mut casts, s.len().saturating_mul(3)) {
+                Some(()) if f == Builtin::Lower => Value::Str(Cow::Owned(s.to_lowercase())),
+                Some(()) => Value::Str(Cow::Owned(s.to_uppercase())),
+                None => Value::Str(Cow::Borrowed("")),
+            }
+        }
         Builtin::Trim => Value::Str(match casts.string(next()) {
             Cow::Borrowed(b) => Cow::Borrowed(b.trim()),
             Cow::Owned(o) => Cow::Owned(o.trim().to_owned()),
@@ -78,7 +115,9 @@ pub(super) fn call(f: Builtin, args: Vec<Value<'_>>) -> Eval<'_> {
         Builtin::Left | Builtin::Right => {
             let s = casts.string(next());
             let n = casts.int(&next());
-            if n < 0 {
+            if charge(&mut casts, s.len().min(MAX_BUILT)).is_none() {
+                Value::Str(Cow::Borrowed(""))
+            } else if n < 0 {
                 casts.error(ErrorKind::FunctionEvaluation, || format!("the length {n} is negative"));
                 Value::Str(s)
             } else {
@@ -93,7 +132,9 @@ pub(super) fn call(f: Builtin, args: Vec<Value<'_>>) -> Eval<'_> {
             let pos = i64::from(casts.int(&next()));
             let len = (count == 3).then(|| casts.int(&next()));
             let total = chars(&s);
-            if pos > total || pos < -total {
+            if charge(&mut casts, s.len().min(MAX_BUILT)).is_none() {
+                Value::Str(Cow::Borrowed(""))
+            } else if pos > total || pos < -total {
                 casts.error(ErrorKind::FunctionEvaluation, || {
                     format!("the position {pos} is outside a string of {total} characters")
                 });

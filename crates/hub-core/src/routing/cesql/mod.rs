@@ -122,6 +122,9 @@ pub enum ErrorKind {
     MissingAttribute,
     MissingFunction,
     FunctionEvaluation,
+    /// The evaluation used up its budget (SPEC §10, "Filter budget"): the hub's own, not the
+    /// specification's.
+    Budget,
 }
 
 impl ErrorKind {
@@ -133,6 +136,7 @@ impl ErrorKind {
             ErrorKind::MissingAttribute => "missingAttribute",
             ErrorKind::MissingFunction => "missingFunction",
             ErrorKind::FunctionEvaluation => "functionEvaluation",
+            ErrorKind::Budget => "budget",
         }
     }
 }

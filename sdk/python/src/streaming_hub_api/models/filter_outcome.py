@@ -27,7 +27,7 @@ class FilterOutcome(BaseModel):
     """
     One filter's result.
     """ # noqa: E501
-    error: Optional[StrictStr] = Field(default=None, description="Why it could not match as written: an evaluation error, or a body that is not JSON.")
+    error: Optional[StrictStr] = Field(default=None, description="Why it could not match as written: an evaluation error, a body that is not JSON, or `budget: …` when the evaluation used up `STREAMING_HUB_FILTER_BUDGET` (as at ingest).")
     matches: StrictBool
     __properties: ClassVar[List[str]] = ["error", "matches"]
 

@@ -20,7 +20,8 @@ import { mapValues } from '../runtime';
  */
 export interface FilterOutcome {
     /**
-     * Why it could not match as written: an evaluation error, or a body that is not JSON.
+     * Why it could not match as written: an evaluation error, a body that is not JSON, or
+     * `budget: …` when the evaluation used up `STREAMING_HUB_FILTER_BUDGET` (as at ingest).
      */
     error?: string | null;
     /**
