@@ -129,6 +129,11 @@ impl Receiver {
         self.shared.accepted.lock().expect("accepted").clone()
     }
 
+    /// Deliveries being answered now.
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
     pub fn max_in_flight(&self) -> usize {
         self.shared.max_in_flight.load(Ordering::SeqCst)
     }
@@ -169,6 +174,14 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
     s.deliveries.lock().expect("deliveries").push(delivery.clone());
     let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     s.max_in_flight.fetch_max(now, Ordering::SeqCst);
+    // Counted out however the request ends: answered, or dropped when the client gave up.
+    struct Out(Arc<AtomicUsize>);
+    impl Drop for Out {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let _out = Out(Arc::clone(&s.in_flight));
     let script = s.script.lock().expect("script").clone();
     let response = match script {
         Script::Ok => StatusCode::NO_CONTENT.into_response(),
@@ -210,6 +223,5 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
     if response.status().is_success() {
         s.accepted.lock().expect("accepted").push(delivery);
     }
-    s.in_flight.fetch_sub(1, Ordering::SeqCst);
     response
 }
