@@ -96,7 +96,8 @@ async fn run(
     })
 }
 
-async fn wait(count: &impl Fn() -> usize, n: usize) -> anyhow::Result<()> {
+/// Waits until `count` reaches `n`, within [`PATIENCE`].
+pub(crate) async fn wait(count: &impl Fn() -> usize, n: usize) -> anyhow::Result<()> {
     let deadline = Instant::now() + PATIENCE;
     while count() < n {
         anyhow::ensure!(Instant::now() < deadline, "only {} of {n} deliveries within {PATIENCE:?}", count());

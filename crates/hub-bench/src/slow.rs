@@ -15,8 +15,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use crate::fanout::wait;
 use crate::harness::{self, BenchHub, Receiver, f0, f1, report};
-use crate::scenarios::{PATIENCE, cpu_json, cpu_rows, paced, paced_for, wait_all};
+use crate::scenarios::{cpu_json, cpu_rows, paced, paced_for, wait_all};
 
 fn label(i: usize) -> String {
     format!("s{i}")
@@ -186,13 +187,4 @@ pub async fn hanging(hanging: usize, flood: usize, rate: u32, json_out: &Path) -
         &usage,
         json_out,
     )
-}
-
-async fn wait(count: &impl Fn() -> usize, n: usize) -> anyhow::Result<()> {
-    let deadline = Instant::now() + PATIENCE;
-    while count() < n {
-        anyhow::ensure!(Instant::now() < deadline, "only {} of {n} deliveries within {PATIENCE:?}", count());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
 }

@@ -214,6 +214,11 @@ impl<T: TypedSink> Sink for T {
 
 /// A destination the hub cannot use as stored: retried (an operator may fix the key or data).
 pub(crate) fn misconfigured(reason: &str) -> Failure {
+    refused(reason)
+}
+
+/// A refusal worth retrying, with nothing more to tell than its reason.
+pub(crate) fn refused(reason: &str) -> Failure {
     Failure {
         retryable: true,
         kind: FailureKind::Refused,

@@ -68,14 +68,7 @@ impl RabbitTarget {
 }
 
 fn refused(reason: &str) -> Failure {
-    Failure {
-        retryable: true,
-        kind: FailureKind::Refused,
-        reason: reason.to_owned(),
-        status: None,
-        response: None,
-        retry_after: None,
-    }
+    crate::refused(reason)
 }
 
 /// Classifies a client error; the text never carries the URL (it may hold the password).

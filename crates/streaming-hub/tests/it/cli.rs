@@ -35,6 +35,23 @@ async fn wait_ready(client: &reqwest::Client, base: &str, failure: &str) {
     }
 }
 
+/// `serve` on the SQLite file `db`, ready: the process, a client and its base URL.
+async fn serve_sqlite(db: &std::path::Path) -> (std::process::Child, reqwest::Client, String) {
+    let port = free_port();
+    let child = hub_command()
+        .arg("serve")
+        .env("STREAMING_HUB_SQLITE_PATH", db)
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let client = crate::support::http_client();
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&client, &base, "the hub did not become ready").await;
+    (child, client, base)
+}
+
 #[test]
 fn invalid_configuration_fails_at_start_naming_each_variable() {
     let out = hub_command()
@@ -203,18 +220,7 @@ async fn a_key_made_by_the_cli_ingests_through_serve() {
     let key = String::from_utf8(out.stdout).expect("utf-8").trim().to_owned();
     assert!(key.starts_with("shk_"), "{key}");
 
-    let port = free_port();
-    let mut child = hub_command()
-        .arg("serve")
-        .env("STREAMING_HUB_SQLITE_PATH", &db)
-        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let client = crate::support::http_client();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&client, &base, "the hub did not become ready").await;
+    let (mut child, client, base) = serve_sqlite(&db).await;
     let event = Event::new("t1");
     let mut request = client.post(format!("{base}/v1/events")).bearer_auth(&key);
     for (k, v) in &event.headers {
@@ -293,18 +299,7 @@ async fn the_first_scrape_holds_every_family_the_dashboard_and_alerts_read() {
     .collect();
     assert!(used.len() >= 15, "{used:?}");
     let db = temp_sqlite_path();
-    let port = free_port();
-    let mut child = hub_command()
-        .arg("serve")
-        .env("STREAMING_HUB_SQLITE_PATH", &db)
-        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let client = crate::support::http_client();
-    let base = format!("http://127.0.0.1:{port}");
-    wait_ready(&client, &base, "the hub did not become ready").await;
+    let (mut child, client, base) = serve_sqlite(&db).await;
     let scrape = client.get(format!("{base}/metrics")).send().await.expect("scrape").text().await.expect("text");
     let _ = child.kill();
     let _ = child.wait();
