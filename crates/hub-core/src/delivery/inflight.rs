@@ -280,6 +280,12 @@ impl Pace {
         self.next = Some(next + interval);
         Ok(())
     }
+
+    /// Whether the pace still holds back a start after `now` (a later start would have to wait),
+    /// so it must be remembered.
+    pub fn holds_after(&self, now: Instant) -> bool {
+        self.next.is_some_and(|next| next > now)
+    }
 }
 
 /// Whether a tenant holding `held` slots may start one more, in a replica of `max` slots with

@@ -75,8 +75,6 @@ struct Sub {
     in_flight: usize,
     parked: usize,
     pace: Pace,
-    /// When its pace has nothing more to remember (its next start is free).
-    pace_until: Option<Instant>,
     /// The rate that applied when it was last seen, attempts per second.
     rate: Option<f64>,
     dest: String,
@@ -168,7 +166,6 @@ impl Ledger {
         sub.rate = a.limits.rate(a.allowed_rate);
         if let Some(rate) = sub.rate {
             sub.pace.take(rate, now).map_err(Blocked::Rate)?;
-            sub.pace_until = Some(now + Duration::from_secs_f64(1.0 / rate.max(Limits::MIN_PER_SECOND)));
         }
         sub.in_flight += 1;
         a.dest.clone_into(&mut sub.dest);
@@ -269,7 +266,7 @@ impl Ledger {
         if let Some(s) = self.subs.get(&id)
             && s.in_flight == 0
             && s.parked == 0
-            && s.pace_until.is_none_or(|u| u <= now)
+            && !s.pace.holds_after(now)
             && self.dests.get(&s.dest).is_none_or(|d| d.paused_until.is_none_or(|u| u <= now))
         {
             self.subs.remove(&id);
@@ -302,7 +299,7 @@ impl FlightBoard {
 
     /// What `sub`'s delivery looks like in this replica.
     pub fn flight(&self, sub: &SubscriptionRecord) -> Flight {
-        let dest = targets::destination(sub).map_or_else(|_| format!("unreadable {}", sub.id), |d| d.key(sub.id));
+        let dest = targets::destination_key(sub, &targets::destination(sub));
         self.lock().flight(sub.id, &dest, sub.limits.rate(sub.allowed_rate), Instant::now())
     }
 }

@@ -25,12 +25,17 @@ pub struct Subscribed {
 impl Subscribed {
     pub fn new(record: SubscriptionRecord) -> Self {
         let destination = destination(&record);
-        let key = match &destination {
-            Ok(d) => d.key(record.id),
-            // Unreadable: the subscription is its own destination, and its attempts say why.
-            Err(_) => format!("unreadable {}", record.id),
-        };
+        let key = destination_key(&record, &destination);
         Self { record, destination, key }
+    }
+}
+
+/// What identifies a subscription's destination for the breaker and the attempts in flight.
+pub fn destination_key(sub: &SubscriptionRecord, destination: &Result<Destination, String>) -> String {
+    match destination {
+        Ok(d) => d.key(sub.id),
+        // Unreadable: the subscription is its own destination, and its attempts say why.
+        Err(_) => format!("unreadable {}", sub.id),
     }
 }
 

@@ -8,20 +8,25 @@ use super::eval::{Casts, Eval};
 use super::{Builtin, ErrorKind, Type, Value};
 use crate::routing::meter::{self, MAX_BUILT};
 
-/// Charges the evaluation's budget for reading or building `bytes`, and refuses a string longer
-/// than [`MAX_BUILT`]: the error, or `None` when the function may go on.
-fn charge(casts: &mut Casts, bytes: usize) -> Option<()> {
-    if bytes > MAX_BUILT {
+/// Charges the evaluation's budget for reading `bytes`: `None` (with the error) once it is gone.
+fn read(casts: &mut Casts, bytes: usize) -> Option<()> {
+    if meter::spend_bytes(bytes) {
+        return Some(());
+    }
+    casts.error(ErrorKind::Budget, || "the evaluation used up its budget".to_owned());
+    None
+}
+
+/// Charges for building `adding` more bytes onto a result that will then be `total` bytes long,
+/// refusing a result longer than [`MAX_BUILT`] before anything is built.
+fn build(casts: &mut Casts, adding: usize, total: usize) -> Option<()> {
+    if total > MAX_BUILT {
         casts.error(ErrorKind::FunctionEvaluation, || {
-            format!("the result would be {bytes} bytes; a function builds at most {MAX_BUILT}")
+            format!("the result would be {total} bytes; a function builds at most {MAX_BUILT}")
         });
         return None;
     }
-    if !meter::spend_bytes(bytes) {
-        casts.error(ErrorKind::Budget, || "the evaluation used up its budget".to_owned());
-        return None;
-    }
-    Some(())
+    read(casts, adding)
 }
 
 /// The function `name` (upper case) taking `arity` arguments, if there is one.
@@ -72,7 +77,7 @@ pub(super) fn call(f: Builtin, args: Vec<Value<'_>>) -> Eval<'_> {
     let value = match f {
         Builtin::Length => {
             let s = casts.string(next());
-            match charge(&mut casts, s.len().min(MAX_BUILT)) {
+            match read(&mut casts, s.len()) {
                 Some(()) => Value::Int(i32::try_from(chars(&s)).unwrap_or(i32::MAX)),
                 None => Value::Int(0),
             }
@@ -86,7 +91,8 @@ pub(super) fn call(f: Builtin, args: Vec<Value<'_>>) -> Eval<'_> {
                 let part = casts.string(next());
                 let sep = separator.as_deref().filter(|_| i > 0).unwrap_or("");
                 // Charged before it is built: a huge result is refused, never allocated.
-                if within && charge(&mut casts, out.len() + sep.len() + part.len()).is_none() {
+                let adding = sep.len() + part.len();
+                if within && build(&mut casts, adding, out.len() + adding).is_none() {
                     within = false;
                 }
                 if within {
@@ -102,7 +108,8 @@ pub(super) fn call(f: Builtin, args: Vec<Value<'_>>) -> Eval<'_> {
         Builtin::Lower | Builtin::Upper => {
             let s = casts.string(next());
             // A case change may grow a string (up to three times, for some characters).
-            match charge(&mut casts, s.len().saturating_mul(3)) {
+            let grown = s.len().saturating_mul(3);
+            match build(&mut casts, grown, grown) {
                 Some(()) if f == Builtin::Lower => Value::Str(Cow::Owned(s.to_lowercase())),
                 Some(()) => Value::Str(Cow::Owned(s.to_uppercase())),
                 None => Value::Str(Cow::Borrowed("")),
@@ -115,7 +122,7 @@ pub(super) fn call(f: Builtin, args: Vec<Value<'_>>) -> Eval<'_> {
         Builtin::Left | Builtin::Right => {
             let s = casts.string(next());
             let n = casts.int(&next());
-            if charge(&mut casts, s.len().min(MAX_BUILT)).is_none() {
+            if read(&mut casts, s.len()).is_none() {
                 Value::Str(Cow::Borrowed(""))
             } else if n < 0 {
                 casts.error(ErrorKind::FunctionEvaluation, || format!("the length {n} is negative"));
@@ -132,7 +139,7 @@ pub(super) fn call(f: Builtin, args: Vec<Value<'_>>) -> Eval<'_> {
             let pos = i64::from(casts.int(&next()));
             let len = (count == 3).then(|| casts.int(&next()));
             let total = chars(&s);
-            if charge(&mut casts, s.len().min(MAX_BUILT)).is_none() {
+            if read(&mut casts, s.len()).is_none() {
                 Value::Str(Cow::Borrowed(""))
             } else if pos > total || pos < -total {
                 casts.error(ErrorKind::FunctionEvaluation, || {
