@@ -138,6 +138,17 @@ impl Received {
 
 type Tally = Arc<Mutex<HashMap<String, Received>>>;
 
+/// A receiver's state: what it got, and how it answers a request whose path names no speed and
+/// label (a peer's endpoint, made with one fixed URL).
+#[derive(Debug, Clone)]
+struct Answering {
+    tally: Tally,
+    plain: (String, String),
+}
+
+/// The headers an event's id arrives in: this hub's, Svix's and Outpost's.
+const ID_HEADERS: [&str; 3] = ["x-lerian-event-id", "svix-id", "x-outpost-event-id"];
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -152,12 +163,16 @@ pub struct Receiver {
     tally: Tally,
 }
 
-async fn receive(State(t): State<Tally>, uri: Uri, headers: HeaderMap, body: Bytes) -> (StatusCode, Bytes) {
+async fn receive(State(a): State<Answering>, uri: Uri, headers: HeaderMap, body: Bytes) -> (StatusCode, Bytes) {
     if headers.get("x-lerian-event-type").is_some_and(|v| v == "streaming_hub.verification") {
         return (StatusCode::OK, body);
     }
-    let mut parts = uri.path().trim_start_matches('/').splitn(2, '/');
-    let (speed, label) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default().to_owned());
+    let t = a.tally;
+    let path = uri.path().trim_start_matches('/');
+    let (speed, label) = match path.split_once('/') {
+        Some((speed, label)) => (speed.to_owned(), label.to_owned()),
+        None => a.plain.clone(),
+    };
     let (wait, capacity) = match speed.split('-').collect::<Vec<_>>().as_slice() {
         ["slow"] => (SLOW_ANSWER, None),
         ["hang"] => (Duration::from_secs(3600), None),
@@ -190,8 +205,13 @@ async fn receive(State(t): State<Tally>, uri: Uri, headers: HeaderMap, body: Byt
         tokio::time::sleep(wait).await;
     }
     leave(false);
-    let id = headers.get("x-lerian-event-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
-    let sent = serde_json::from_slice::<Value>(&body).ok().and_then(|v| v["sent_at_us"].as_u64()).unwrap_or(0);
+    let id =
+        ID_HEADERS.iter().find_map(|h| headers.get(*h).and_then(|v| v.to_str().ok())).unwrap_or_default().to_owned();
+    // A peer may wrap the payload (`data`) where this hub sends it as it came.
+    let sent = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["sent_at_us"].as_u64().or_else(|| v["data"]["sent_at_us"].as_u64()))
+        .unwrap_or(0);
     let latency = now_us().saturating_sub(sent);
     let now = Instant::now();
     let mut tally = lock(&t);
@@ -206,10 +226,18 @@ async fn receive(State(t): State<Tally>, uri: Uri, headers: HeaderMap, body: Byt
 
 impl Receiver {
     pub async fn start() -> anyhow::Result<Self> {
+        Self::start_on("127.0.0.1:0", "fast", "").await
+    }
+
+    /// A receiver on `addr` that answers a request to `/` as `speed` says and counts it under
+    /// `label`: the one endpoint a peer's start script points at.
+    pub async fn start_on(addr: &str, speed: &str, label: &str) -> anyhow::Result<Self> {
         let tally: Tally = Arc::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding the receiver to {addr}"))?;
         let base = format!("http://{}", listener.local_addr()?);
-        let app = axum::Router::new().fallback(receive).with_state(Arc::clone(&tally));
+        let answering = Answering { tally: Arc::clone(&tally), plain: (speed.to_owned(), label.to_owned()) };
+        let app = axum::Router::new().fallback(receive).with_state(answering);
         // As production web servers do, answers go out without a Nagle delay.
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
             let _ = tcp.set_nodelay(true);
@@ -290,7 +318,7 @@ pub fn quantile_ms(sorted_us: &[u64], p: f64) -> f64 {
 // The hub under measurement
 
 /// What a process used, from /proc: CPU seconds (user + system) and peak RSS in MiB.
-fn usage_of(pid: &str) -> (f64, f64) {
+pub(crate) fn usage_of(pid: &str) -> (f64, f64) {
     let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|s| {

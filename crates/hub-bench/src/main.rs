@@ -6,6 +6,7 @@ mod catalog;
 mod fanout;
 mod harness;
 mod ingest;
+mod peer;
 mod portal;
 mod retention;
 mod roles;
@@ -139,6 +140,30 @@ enum BenchScenario {
         /// Each subscription's receiver serves this many at once and answers 503 beyond.
         #[arg(long, value_parser = at_least_one)]
         capacity: Option<usize>,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// `slow-receivers` with one webhook, made of a peer (Svix or Hookdeck Outpost) started
+    /// beforehand by its start script in `--run` (shared/peers/<peer>), for figures beside this
+    /// hub's from the same harness.
+    Peer {
+        #[arg(long, value_enum)]
+        peer: peer::Peer,
+        /// The folder the peer's start script ran in (its token and PID files).
+        #[arg(long)]
+        run: std::path::PathBuf,
+        /// The peer's API (Svix: http://127.0.0.1:8071, Outpost: http://127.0.0.1:8072).
+        #[arg(long)]
+        api: String,
+        /// Where the receiver listens: the address the peer's endpoint points at.
+        #[arg(long, default_value = "127.0.0.1:9100")]
+        receiver: String,
+        #[arg(long, default_value_t = 200)]
+        latency_ms: u64,
+        #[arg(long, default_value_t = 4_000, value_parser = at_least_one)]
+        events: usize,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
         producers: usize,
         #[arg(long)]
@@ -330,6 +355,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
                 &json_path(json, "slow-receivers"),
             )
             .await
+        }
+        BenchScenario::Peer { peer, run, api, receiver, latency_ms, events, producers, json } => {
+            peer::peer(peer, run, api, receiver, latency_ms, events, producers, &json_path(json, "peer")).await
         }
         BenchScenario::Hanging { subscriptions, flood, rate, json } => {
             slow::hanging(subscriptions, flood, rate, &json_path(json, "hanging")).await

@@ -230,7 +230,7 @@ pub async fn start_with_clock(
             breakers.clone(),
             flights.clone(),
         ));
-        local_dispatcher = Some(Arc::clone(&dispatcher));
+        local_dispatcher = Some(delivery::Handoff::new(Arc::clone(&dispatcher)));
         tasks_early.push(supervisor.spawn(
             "delivery statistics",
             delivery::stats::run(

@@ -21,6 +21,7 @@ mod attempt;
 mod breakers;
 mod capacity;
 mod claims;
+mod handoff;
 mod parking;
 mod record;
 pub mod replay;
@@ -30,6 +31,7 @@ pub mod verify;
 
 pub use breakers::BreakerBoard;
 pub use capacity::{Flight, FlightBoard};
+pub use handoff::{Handoff, Reservation};
 
 #[cfg(test)]
 mod tests;
@@ -45,8 +47,7 @@ use hub_core::delivery::{
 };
 use hub_sinks::{Failure, FailureKind, Message, Outcome, Sink};
 use hub_store::{
-    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, IngestLease, Store, StoredEvent,
-    SubscriptionRecord,
+    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, Store, StoredEvent, SubscriptionRecord,
 };
 use rand::Rng;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
@@ -112,15 +113,6 @@ pub struct Dispatcher {
 struct Intake {
     ready: mpsc::Sender<(Work, OwnedSemaphorePermit)>,
     slots: Arc<Semaphore>,
-}
-
-/// Room in the ready queue that this process's ingest reserved for the jobs it is writing:
-/// `lease` is what the store leases them with (see [`hub_store::IngestLease`]).
-#[derive(Debug)]
-pub struct Reservation {
-    pub lease: IngestLease,
-    room: OwnedSemaphorePermit,
-    ready: mpsc::Sender<(Work, OwnedSemaphorePermit)>,
 }
 
 /// Claims in flight at once: while one waits for the database, the other's jobs are attempted.
@@ -210,63 +202,6 @@ impl Dispatcher {
     /// The per-minute statistics this dispatcher's recorder notes ([`stats::run`] flushes them).
     pub fn stats(&self) -> Arc<stats::Rollup> {
         Arc::clone(&self.stats)
-    }
-
-    /// The fast path at steady load: room for up to `max` jobs that this process's ingest leases
-    /// to these workers as it writes them, so a lone event costs no claim and no read. There is
-    /// room only while the dispatcher runs and its ready queue has free slots now; a claimer
-    /// waiting for slots is served first. Destinations that have as many jobs waiting as they can
-    /// start soon, or are paused, are left out (their jobs stay `pending`, for claims).
-    pub fn reserve(&self, max: usize) -> Option<Reservation> {
-        let intake = lock(&self.intake).clone()?;
-        let n = intake.slots.available_permits().min(max);
-        if n == 0 {
-            return None;
-        }
-        let room = Arc::clone(&intake.slots).try_acquire_many_owned(u32::try_from(n).ok()?).ok()?;
-        let now = self.clock.now();
-        let lease = IngestLease {
-            token: Uuid::now_v7(),
-            until: now + chrono::Duration::from_std(self.settings.lease).unwrap_or(chrono::Duration::MAX),
-            limit: n,
-            exclude_subscriptions: self.saturated_subscriptions(),
-        };
-        Some(Reservation { lease, room, ready: intake.ready })
-    }
-
-    /// Hands the jobs the store leased under `reservation` to the workers, with the
-    /// subscriptions the write read and their events as written (`events`, by tenant and seq),
-    /// so nothing is read again. A job that cannot be handed over is released at once, so nothing
-    /// waits for a lease to expire.
-    pub async fn hand_over(
-        &self,
-        reservation: Reservation,
-        leased: hub_store::LeasedAtIngest,
-        events: HashMap<(String, i64), Arc<StoredEvent>>,
-    ) {
-        let Reservation { mut room, ready, .. } = reservation;
-        let hub_store::LeasedAtIngest { jobs, subscriptions: subs, .. } = leased;
-        if jobs.is_empty() {
-            return;
-        }
-        metrics::counter!(metric::JOBS_LEASED_AT_INGEST).increment(jobs.len() as u64);
-        lock(&self.in_flight).extend(jobs.iter().map(|j| (j.id, j.token)));
-        let subs: HashMap<Uuid, Arc<Subscribed>> =
-            subs.into_iter().map(|s| (s.id, Arc::new(Subscribed::new(s)))).collect();
-        let claimed_at = Instant::now();
-        for job in jobs {
-            let sub = subs.get(&job.subscription_id).filter(|s| s.record.tenant_id == job.tenant_id).cloned();
-            let event = events.get(&(job.tenant_id.clone(), job.event_seq)).cloned();
-            let work = Work { job, sub, event, claimed_at };
-            let sent = match room.split(1) {
-                Some(slot) => ready.send((work, slot)).await.map_err(|e| e.0.0),
-                None => Err(work),
-            };
-            if let Err(work) = sent {
-                self.release(&work.job, self.clock.now()).await;
-                lock(&self.in_flight).remove(&work.job.id);
-            }
-        }
     }
 
     /// Runs until `shutdown`, then waits (up to `drain`) for attempts in flight.

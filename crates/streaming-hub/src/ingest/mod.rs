@@ -165,7 +165,7 @@ pub struct KafkaEvents {
     pub wake: std::sync::Arc<tokio::sync::Notify>,
     /// This process's dispatcher, which takes the batch's jobs as they are written while it has
     /// room (see [`GroupWriter::start`]).
-    pub fast: Option<std::sync::Arc<crate::delivery::Dispatcher>>,
+    pub fast: Option<crate::delivery::Handoff>,
 }
 
 impl kafka::BatchWriter for KafkaEvents {
@@ -252,7 +252,7 @@ impl GroupWriter {
         store: std::sync::Arc<dyn hub_store::Store>,
         wake: std::sync::Arc<tokio::sync::Notify>,
         writers: usize,
-        fast: Option<std::sync::Arc<crate::delivery::Dispatcher>>,
+        fast: Option<crate::delivery::Handoff>,
         learner: std::sync::Arc<crate::catalog::learn::Learner>,
     ) -> Self {
         let mut shards = Vec::new();
@@ -328,7 +328,7 @@ fn shard_of(tenant: &str, shards: usize) -> usize {
 /// inserted and a deliverable job was left `pending`.
 async fn write_leasing(
     store: &dyn hub_store::Store,
-    fast: Option<&std::sync::Arc<crate::delivery::Dispatcher>>,
+    fast: Option<&crate::delivery::Handoff>,
     learner: &crate::catalog::learn::Learner,
     records: &[IngestRecord],
 ) -> hub_store::StoreResult<(Vec<WriteOutcome>, bool)> {
@@ -342,10 +342,9 @@ async fn write_leasing(
     learner.note(records, &outcomes);
     let inserted = outcomes.iter().any(|o| matches!(o, WriteOutcome::Inserted { .. }));
     let wake = inserted && (reservation.is_none() || leased.pending > 0);
-    if let (Some(dispatcher), Some(reservation)) = (fast, reservation) {
+    if let (Some(handoff), Some(reservation)) = (fast, reservation) {
         let events = leased_events(records, &outcomes, &leased.jobs);
-        let dispatcher = std::sync::Arc::clone(dispatcher);
-        tokio::spawn(async move { dispatcher.hand_over(reservation, leased, events).await });
+        handoff.hand_over(reservation, leased, events);
     }
     Ok((outcomes, wake))
 }
@@ -360,7 +359,7 @@ const TRANSIENT_RETRY: std::time::Duration = std::time::Duration::from_secs(10);
 /// back is found again by dedup: its posts are then answered `duplicate`, with the stored seq.
 async fn write_leasing_patiently(
     store: &dyn hub_store::Store,
-    fast: Option<&std::sync::Arc<crate::delivery::Dispatcher>>,
+    fast: Option<&crate::delivery::Handoff>,
     learner: &crate::catalog::learn::Learner,
     records: &[IngestRecord],
 ) -> hub_store::StoreResult<(Vec<WriteOutcome>, bool)> {
@@ -382,7 +381,7 @@ async fn write_leasing_patiently(
 /// be woken.
 async fn write_group(
     store: &dyn hub_store::Store,
-    fast: Option<&std::sync::Arc<crate::delivery::Dispatcher>>,
+    fast: Option<&crate::delivery::Handoff>,
     learner: &crate::catalog::learn::Learner,
     records: &[IngestRecord],
     replies: Vec<tokio::sync::oneshot::Sender<hub_store::StoreResult<WriteOutcome>>>,
