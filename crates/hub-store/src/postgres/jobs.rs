@@ -51,6 +51,10 @@ impl JobQueue for PgStore {
         // updated by their row address, so the plan does not depend on how fresh the job table's
         // statistics are. `wants` lists the tenants as `t(tenant_id, want)`.
         let lease = |wants: &str| {
+            // The tenant's deliverable subscriptions are read once, as an array (`ok.ids`): every
+            // job is checked against it in memory, so what a claim costs does not hang on the
+            // plan the database picks for joining jobs to subscriptions (with stale statistics,
+            // a join by tenant read every subscription once per job).
             // A window of the tenant's oldest due jobs, those of them deliverable: when it holds
             // the tenant's share, it is all the claim reads (a tenant fanning out to a hundred
             // subscriptions costs one short index scan, not one per subscription).
@@ -60,13 +64,15 @@ impl JobQueue for PgStore {
                      FROM delivery_jobs j
                      WHERE j.tenant_id = t.tenant_id AND j.state = 'pending' AND j.due_at <= $2
                      ORDER BY j.due_at LIMIT {WINDOW} * t.want) j
-                 JOIN subscriptions s ON s.id = j.subscription_id
-                 WHERE s.enabled AND s.verification_state = 'active' AND NOT (s.id = ANY($5))
-                   AND ({UNBLOCKED})"
+                 WHERE j.subscription_id = ANY(ok.ids) AND ({UNBLOCKED})"
             );
             format!(
                 "UPDATE delivery_jobs j SET state = 'leased', lease_expires_at = $3, lease_token = $4, updated_at = $2
                  FROM (SELECT c.row, t.want FROM {wants}
+                       CROSS JOIN LATERAL (
+                           SELECT ARRAY(SELECT s.id FROM subscriptions s
+                                        WHERE s.tenant_id = t.tenant_id AND s.enabled
+                                          AND s.verification_state = 'active' AND NOT (s.id = ANY($5))) AS ids) ok
                        CROSS JOIN LATERAL (
                            -- Candidates: the window's, or, when it holds fewer than the share
                            -- (its oldest jobs are an excluded subscription's backlog), per
@@ -77,15 +83,13 @@ impl JobQueue for PgStore {
                            SELECT k.ctid AS row FROM (
                                ({window} ORDER BY j.due_at LIMIT 2 * t.want)
                                UNION
-                               (SELECT d.row, d.due_at FROM subscriptions s
+                               (SELECT d.row, d.due_at FROM unnest(ok.ids) AS s(id)
                                 CROSS JOIN LATERAL (
                                     SELECT j.ctid AS row, j.due_at FROM delivery_jobs j
                                     WHERE j.subscription_id = s.id AND j.state = 'pending' AND j.due_at <= $2
                                       AND ({UNBLOCKED})
                                     ORDER BY j.due_at LIMIT t.want) d
-                                WHERE s.tenant_id = t.tenant_id AND s.enabled AND s.verification_state = 'active'
-                                  AND NOT (s.id = ANY($5))
-                                  AND (SELECT count(*) FROM ({window} LIMIT t.want) w) < t.want
+                                WHERE (SELECT count(*) FROM ({window} LIMIT t.want) w) < t.want
                                 ORDER BY d.due_at LIMIT 2 * t.want)) cand
                            JOIN delivery_jobs k ON k.ctid = cand.row
                            WHERE k.state = 'pending'
