@@ -97,6 +97,22 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A required text of lines (a PEM document): control characters but line breaks refused.
+    pub(crate) fn lines(&self, name: &str, max: usize) -> Result<&'a str, Invalid> {
+        match self.map.get(name) {
+            None | Some(Value::Null) => Err(Invalid::new(&field(name), "is required")),
+            Some(Value::String(s)) if s.len() > max => {
+                Err(Invalid::new(&field(name), format!("must be at most {max} bytes")))
+            }
+            Some(Value::String(s)) if s.chars().any(|c| c.is_control() && c != '\n' && c != '\r') => {
+                Err(Invalid::new(&field(name), "must not contain control characters other than line breaks"))
+            }
+            Some(Value::String(s)) if s.trim().is_empty() => Err(Invalid::new(&field(name), "is required")),
+            Some(Value::String(s)) => Ok(s),
+            Some(_) => Err(Invalid::new(&field(name), "must be a string")),
+        }
+    }
+
     pub(crate) fn required(&self, name: &str, max: usize) -> Result<&'a str, Invalid> {
         match self.string(name, max)? {
             Some(s) if !s.trim().is_empty() => Ok(s),

@@ -178,6 +178,8 @@ mod tests {
                 headers: BTreeMap::new(),
                 timeout_ms,
                 signature: Scheme::Lerian,
+                auth: None,
+                tls: None,
             })
         };
         assert!(hook("https://a/h", 100).same_connection(&hook("https://a/h", 5000)));
@@ -186,6 +188,8 @@ mod tests {
             headers: BTreeMap::new(),
             timeout_ms: 100,
             signature: Scheme::StandardWebhooks,
+            auth: None,
+            tls: None,
         });
         assert!(!hook("https://a/h", 100).same_connection(&standard), "receivers verify another way");
         assert!(!hook("https://a/h", 100).same_connection(&hook("https://b/h", 100)));

@@ -97,6 +97,72 @@ mod tests {
     }
 
     #[test]
+    fn webhook_auth_rules() {
+        let hook = |auth: Value| json!({"type": "webhook", "url": "https://bank.example/h", "auth": auth});
+        let basic =
+            parse(&hook(json!({"type": "basic", "username": "hub", "password": "s3cret"})), false).expect("basic");
+        assert_eq!(
+            basic.public["auth"],
+            json!({"type": "basic", "username": "hub"}),
+            "the password is not in the public part"
+        );
+        assert_eq!(basic.credentials, Credentials::Set(json!({"password": "s3cret"})));
+        let oauth = json!({"type": "oauth2_client_credentials", "token_url": "https://login.bank.example/token",
+            "client_id": "hub", "client_secret": "cs", "scope": "a b", "audience": "https://api.bank.example"});
+        let parsed = parse(&hook(oauth.clone()), false).expect("oauth2");
+        assert!(!parsed.public.to_string().contains("\"cs\""), "{}", parsed.public);
+        assert_eq!(parsed.public["auth"]["token_url"], "https://login.bank.example/token");
+        assert_eq!(parsed.credentials, Credentials::Set(json!({"client_secret": "cs"})));
+        // No auth: a secret stored for an earlier one goes.
+        let none = parse(&json!({"type": "webhook", "url": "https://bank.example/h"}), false).expect("plain");
+        assert_eq!(none.credentials, Credentials::Cleared);
+        assert!(none.public.get("auth").is_none());
+
+        for (auth, field) in [
+            (json!({"type": "basic", "username": "hub"}), "sink.auth.password: is required"),
+            (json!({"type": "basic", "username": "h:ub", "password": "p"}), "sink.auth.username:"),
+            (json!({"type": "basic", "password": "p"}), "sink.auth.username: is required"),
+            (json!({"type": "digest"}), "sink.auth.type: must be one of"),
+            (json!({"username": "u"}), "sink.auth.type: is required"),
+            (json!({"type": "basic", "username": "u", "password": "p", "realm": "x"}), "sink.auth.realm:"),
+            (json!("basic"), "sink.auth: must be an object"),
+            (
+                json!({"type": "oauth2_client_credentials", "token_url": "http://login.bank.example/t", "client_id": "c",
+                "client_secret": "s"}),
+                "sink.auth.token_url: must use https",
+            ),
+            (
+                json!({"type": "oauth2_client_credentials", "token_url": "https://169.254.169.254/t", "client_id": "c",
+                "client_secret": "s"}),
+                "sink.auth.token_url:",
+            ),
+            (
+                json!({"type": "oauth2_client_credentials", "token_url": "https://localhost/t", "client_id": "c",
+                "client_secret": "s"}),
+                "sink.auth.token_url:",
+            ),
+            (
+                json!({"type": "oauth2_client_credentials", "token_url": "https://u:p@login.bank.example/t",
+                "client_id": "c", "client_secret": "s"}),
+                "sink.auth.token_url:",
+            ),
+            (
+                json!({"type": "oauth2_client_credentials", "token_url": "https://login.bank.example/t", "client_id": "c"}),
+                "sink.auth.client_secret: is required",
+            ),
+            (json!({"type": "mtls", "private_key_pem": "x"}), "sink.auth.certificate_pem: is required"),
+        ] {
+            let e = err(hook(auth.clone()), false);
+            assert!(e.starts_with(field), "{auth}: {e}");
+            assert!(!e.contains("s3cret"), "{e}");
+        }
+        // A private token endpoint is taken where private sinks are allowed.
+        let private = json!({"type": "oauth2_client_credentials", "token_url": "http://127.0.0.1:9/t", "client_id": "c",
+            "client_secret": "s"});
+        assert!(parse(&hook(private), true).is_ok());
+    }
+
+    #[test]
     fn webhook_rules() {
         let ok =
             parse(&json!({"type": "webhook", "url": "https://example.com/h", "headers": {"X-Team": "risk"}}), false)

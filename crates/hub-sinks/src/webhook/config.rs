@@ -27,6 +27,60 @@ pub struct WebhookConfig {
     /// How requests are signed (`lerian`, the default, or `standard-webhooks`).
     #[serde(default)]
     pub signature: Scheme,
+    /// How the hub proves itself to the receiver, beside the signature: what of it is not secret
+    /// (the secret is sealed with the subscription's credentials).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthConfig>,
+    /// TLS beyond the system's trust: a private CA the receiver's certificate chains to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsConfig>,
+}
+
+/// A webhook's authentication, without its secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AuthConfig {
+    /// `Authorization: Basic` with this user name and the sealed `password`.
+    Basic { username: String },
+    /// A bearer token from the tenant's token endpoint (RFC 6749 §4.4), the client
+    /// authenticated with HTTP Basic and the sealed `client_secret`.
+    #[serde(rename = "oauth2_client_credentials")]
+    OAuth2 {
+        token_url: String,
+        client_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scope: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        audience: Option<String>,
+    },
+    /// A client certificate (public) with its sealed `private_key_pem`.
+    Mtls { certificate_pem: String },
+}
+
+impl AuthConfig {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Basic { .. } => "basic",
+            Self::OAuth2 { .. } => "oauth2_client_credentials",
+            Self::Mtls { .. } => "mtls",
+        }
+    }
+
+    /// The field of `auth` that holds its secret.
+    pub fn secret_field(&self) -> &'static str {
+        match self {
+            Self::Basic { .. } => "password",
+            Self::OAuth2 { .. } => "client_secret",
+            Self::Mtls { .. } => "private_key_pem",
+        }
+    }
+}
+
+/// A webhook's own TLS trust.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TlsConfig {
+    /// PEM certificates trusted beside the system's roots.
+    pub ca_pem: String,
 }
 
 impl SinkConfig for WebhookConfig {
@@ -34,9 +88,28 @@ impl SinkConfig for WebhookConfig {
         format!("webhook {}", self.url)
     }
 
-    /// How it is signed counts: receivers verify another way.
+    /// How it is signed and how the hub authenticates count: receivers verify another way.
     fn same_connection(&self, other: &Self) -> bool {
-        (&self.url, self.signature) == (&other.url, other.signature)
+        (&self.url, self.signature, &self.auth, &self.tls) == (&other.url, other.signature, &other.auth, &other.tls)
+    }
+
+    /// A password or client certificate goes to the receiver; a client secret to the token
+    /// endpoint.
+    fn credential_origins(&self) -> Vec<crate::fields::Origin> {
+        match &self.auth {
+            None => Vec::new(),
+            Some(AuthConfig::OAuth2 { token_url, .. }) => vec![crate::fields::origin(Some(token_url))],
+            Some(_) => vec![crate::fields::origin(Some(&self.url))],
+        }
+    }
+
+    fn credentials_field(&self) -> &'static str {
+        match &self.auth {
+            Some(AuthConfig::Basic { .. }) => "sink.auth.password",
+            Some(AuthConfig::OAuth2 { .. }) => "sink.auth.client_secret",
+            Some(AuthConfig::Mtls { .. }) => "sink.auth.private_key_pem",
+            None => "sink.auth",
+        }
     }
 }
 
@@ -65,7 +138,7 @@ const RESERVED_HEADERS: &[&str] = &[
 
 /// Validates a webhook `sink` object.
 pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(WebhookConfig, Credentials), Invalid> {
-    fields.only(&["url", "headers", "timeout_ms", "signature"])?;
+    fields.only(&["url", "headers", "timeout_ms", "signature", "auth", "tls"])?;
     let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
     let url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
     let mut headers = BTreeMap::new();
@@ -122,5 +195,97 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(Webh
             Invalid::new("sink.signature", format!("must be one of {}", names.join(", ")))
         })?,
     };
-    Ok((WebhookConfig { url: url.into(), headers, timeout_ms, signature }, Credentials::Unchanged))
+    let tls = match fields.map.get("tls") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(map)) => {
+            let tls = Fields { map };
+            within("tls", tls.only(&["ca_pem"]))?;
+            let pem = within("tls", tls.lines("ca_pem", MAX_PEM))?;
+            match reqwest::Certificate::from_pem_bundle(pem.as_bytes()) {
+                Ok(certs) if !certs.is_empty() && pem.contains("-----BEGIN CERTIFICATE-----") => {}
+                _ => return Err(Invalid::new("sink.tls.ca_pem", "must hold one or more PEM certificates")),
+            }
+            Some(TlsConfig { ca_pem: pem.to_owned() })
+        }
+        Some(_) => return Err(Invalid::new("sink.tls", "must be an object")),
+    };
+    let (auth, credentials) = match fields.map.get("auth") {
+        // No authentication: a secret stored for an earlier one goes.
+        None | Some(Value::Null) => (None, Credentials::Cleared),
+        Some(Value::Object(map)) => {
+            let (auth, secret) = auth(&Fields { map }, schemes, allow_private)?;
+            (Some(auth), Credentials::Set(secret))
+        }
+        Some(_) => return Err(Invalid::new("sink.auth", "must be an object")),
+    };
+    Ok((WebhookConfig { url: url.into(), headers, timeout_ms, signature, auth, tls }, credentials))
+}
+
+/// The longest PEM text taken (a certificate chain or a key).
+const MAX_PEM: usize = 16 * 1024;
+/// The longest user name, client id, scope or audience.
+const MAX_NAME: usize = 1024;
+/// The longest password or client secret.
+const MAX_SECRET: usize = 4096;
+
+/// A nested object's fields named under it (`sink.auth.password`, not `sink.password`).
+fn within<T>(prefix: &str, result: Result<T, Invalid>) -> Result<T, Invalid> {
+    result.map_err(|mut e| {
+        e.field = e.field.replacen("sink.", &format!("sink.{prefix}."), 1);
+        e
+    })
+}
+
+/// Validates `sink.auth`: its public part, and its secret as the credentials to seal.
+fn auth(fields: &Fields<'_>, schemes: &[&str], allow_private: bool) -> Result<(AuthConfig, Value), Invalid> {
+    let kind = within("auth", fields.required("type", 64))?;
+    let auth = match kind {
+        "basic" => {
+            within("auth", fields.only(&["username", "password"]))?;
+            let username = within("auth", fields.required("username", MAX_NAME))?;
+            if username.contains(':') {
+                return Err(Invalid::new("sink.auth.username", "must not contain ':' (HTTP Basic cannot carry it)"));
+            }
+            AuthConfig::Basic { username: username.to_owned() }
+        }
+        "oauth2_client_credentials" => {
+            within("auth", fields.only(&["token_url", "client_id", "client_secret", "scope", "audience"]))?;
+            let raw = within("auth", fields.required("token_url", MAX_URL))?;
+            let token_url = within("auth", destination_url("token_url", raw, schemes, allow_private))?;
+            AuthConfig::OAuth2 {
+                token_url: token_url.into(),
+                client_id: within("auth", fields.required("client_id", MAX_NAME))?.to_owned(),
+                scope: within("auth", fields.string("scope", MAX_NAME))?.map(str::to_owned),
+                audience: within("auth", fields.string("audience", MAX_NAME))?.map(str::to_owned),
+            }
+        }
+        "mtls" => {
+            within("auth", fields.only(&["certificate_pem", "private_key_pem"]))?;
+            let certificate = within("auth", fields.lines("certificate_pem", MAX_PEM))?;
+            if !certificate.contains("-----BEGIN CERTIFICATE-----")
+                || reqwest::Certificate::from_pem_bundle(certificate.as_bytes()).map_or(true, |c| c.is_empty())
+            {
+                return Err(Invalid::new("sink.auth.certificate_pem", "must hold a PEM certificate (and its chain)"));
+            }
+            let key = within("auth", fields.lines("private_key_pem", MAX_PEM))?;
+            if !key.contains("PRIVATE KEY-----") || super::auth::identity(certificate, key).is_err() {
+                return Err(Invalid::new(
+                    "sink.auth.private_key_pem",
+                    "must be the PEM private key (PKCS#8, PKCS#1 or SEC1) of certificate_pem",
+                ));
+            }
+            AuthConfig::Mtls { certificate_pem: certificate.to_owned() }
+        }
+        _ => {
+            return Err(Invalid::new("sink.auth.type", "must be one of basic, oauth2_client_credentials, mtls"));
+        }
+    };
+    let field = auth.secret_field();
+    let max = if matches!(auth, AuthConfig::Mtls { .. }) { MAX_PEM } else { MAX_SECRET };
+    let secret = if matches!(auth, AuthConfig::Mtls { .. }) {
+        within("auth", fields.lines(field, max))?
+    } else {
+        within("auth", fields.required(field, max))?
+    };
+    Ok((auth, serde_json::json!({ field: secret })))
 }

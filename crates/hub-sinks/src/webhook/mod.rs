@@ -15,9 +15,12 @@ use url::Url;
 use uuid::Uuid;
 
 use crate::destination::{Destination, Secrets};
-use crate::guard::{GuardedResolver, check_host};
+use crate::guard::check_host;
 use crate::{Failure, FailureKind, Message, Outcome, Probed, RESPONSE_CAP, TypedSink, cap_text};
+use base64::Engine as _;
+use config::AuthConfig;
 
+mod auth;
 pub mod config;
 
 const VERIFICATION_KEY: &str = "streaming_hub.verification";
@@ -36,6 +39,17 @@ pub struct WebhookTarget {
     pub scheme: Scheme,
     /// The current secret first; during a rotation overlap the previous one second.
     pub secrets: Vec<String>,
+    /// The client it is sent with: the shared one, or one with its own TLS material.
+    client: reqwest::Client,
+    /// How the hub authenticates beside the signature.
+    auth: Option<Auth>,
+}
+
+/// A target's authentication, ready to send.
+#[derive(Clone)]
+enum Auth {
+    Basic(HeaderValue),
+    OAuth2(auth::OAuth2),
 }
 
 impl std::fmt::Debug for WebhookTarget {
@@ -45,6 +59,13 @@ impl std::fmt::Debug for WebhookTarget {
             .field("timeout", &self.timeout)
             .field("scheme", &self.scheme)
             .field("secrets", &self.secrets.len())
+            .field(
+                "auth",
+                &self.auth.as_ref().map(|a| match a {
+                    Auth::Basic(_) => "basic",
+                    Auth::OAuth2(_) => "oauth2_client_credentials",
+                }),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -54,6 +75,10 @@ impl std::fmt::Debug for WebhookTarget {
 pub struct WebhookSink {
     client: reqwest::Client,
     allow_private: bool,
+    /// Clients of webhooks with a private CA or a client certificate.
+    clients: Arc<auth::Clients>,
+    /// OAuth2 tokens, shared by the attempts with the same credentials.
+    tokens: Arc<auth::Tokens>,
 }
 
 /// Installs the process's TLS crypto provider once (ring, as the database driver uses).
@@ -64,18 +89,8 @@ pub fn install_crypto_provider() {
 
 impl WebhookSink {
     pub fn new(allow_private: bool) -> Result<Self, String> {
-        install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(Arc::new(GuardedResolver { allow_private }))
-            .no_proxy()
-            .connect_timeout(Duration::from_secs(10))
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(1024)
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Self { client, allow_private })
+        let client = auth::client(allow_private, None, None)?;
+        Ok(Self { client, allow_private, clients: Arc::default(), tokens: Arc::default() })
     }
 
     fn headers(&self, target: &WebhookTarget, message: &Message<'_>, timestamp: i64) -> HeaderMap {
@@ -135,7 +150,9 @@ impl WebhookSink {
         h
     }
 
-    /// Sends one request and reads at most `cap` bytes of the answer.
+    /// Sends one request with the target's authentication and reads at most `cap` bytes of
+    /// the answer. With OAuth2, a `401` to a token that may be stale is answered by fetching a
+    /// new one and sending once more.
     async fn send(
         &self,
         target: &WebhookTarget,
@@ -146,7 +163,34 @@ impl WebhookSink {
         if let Err(refused) = check_host(&target.url, self.allow_private) {
             return Err(not_allowed(&refused));
         }
-        let request = self.client.post(target.url.clone()).headers(headers).timeout(target.timeout).body(body);
+        match &target.auth {
+            None => self.send_once(target, headers, body, None, cap).await,
+            Some(Auth::Basic(value)) => self.send_once(target, headers, body, Some(value.clone()), cap).await,
+            Some(Auth::OAuth2(oauth)) => {
+                let token = oauth.token(&target.client, self.allow_private).await?;
+                let answer = self.send_once(target, headers.clone(), body.clone(), Some(bearer(&token)?), cap).await?;
+                if answer.status != 401 || !oauth.refused(&token).await {
+                    return Ok(answer);
+                }
+                let token = oauth.token(&target.client, self.allow_private).await?;
+                self.send_once(target, headers, body, Some(bearer(&token)?), cap).await
+            }
+        }
+    }
+
+    async fn send_once(
+        &self,
+        target: &WebhookTarget,
+        headers: HeaderMap,
+        body: Vec<u8>,
+        authorization: Option<HeaderValue>,
+        cap: usize,
+    ) -> Result<Answer, Failure> {
+        let mut request = target.client.post(target.url.clone()).headers(headers).timeout(target.timeout).body(body);
+        if let Some(mut value) = authorization {
+            value.set_sensitive(true);
+            request = request.header(reqwest::header::AUTHORIZATION, value);
+        }
         let mut response = request.send().await.map_err(|e| classify(&e, target.timeout))?;
         let status = response.status().as_u16();
         let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -164,6 +208,12 @@ impl WebhookSink {
         }
         Ok(Answer { status, body: read, retry_after, allowed_rate })
     }
+}
+
+/// `Authorization: Bearer <token>`.
+fn bearer(token: &str) -> Result<HeaderValue, Failure> {
+    HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| crate::misconfigured("the token endpoint's access_token cannot be sent in a header"))
 }
 
 /// A destination's answer: its status, the start of its body, and what its headers ask of us.
@@ -205,7 +255,7 @@ fn not_allowed(refused: &crate::guard::Refused) -> Failure {
 
 /// A transport error as a classified failure; the message never includes the URL (it may carry
 /// tokens in its query).
-fn classify(e: &reqwest::Error, timeout: Duration) -> Failure {
+pub(crate) fn classify(e: &reqwest::Error, timeout: Duration) -> Failure {
     if e.is_timeout() {
         return failure(FailureKind::Timeout, true, format!("no answer within {} ms", timeout.as_millis()), None, None);
     }
@@ -241,12 +291,53 @@ impl TypedSink for WebhookSink {
         if secrets.signing.is_empty() {
             return Err(crate::misconfigured("the subscription has no signing secret"));
         }
+        let secret = |field: &str| -> Result<String, Failure> {
+            secrets
+                .credentials
+                .as_ref()
+                .and_then(|c| c[field].as_str())
+                .map(str::to_owned)
+                .ok_or_else(|| crate::misconfigured(&format!("the webhook's auth has no {field}")))
+        };
+        let mut identity = None;
+        let auth = match &c.auth {
+            None => None,
+            Some(AuthConfig::Basic { username }) => {
+                let password = secret("password")?;
+                let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"));
+                let value = HeaderValue::from_str(&format!("Basic {encoded}"))
+                    .map_err(|_| crate::misconfigured("the webhook's basic credentials cannot be sent in a header"))?;
+                Some(Auth::Basic(value))
+            }
+            Some(AuthConfig::OAuth2 { token_url, client_id, scope, audience }) => {
+                let url = token_url.parse().map_err(|_| crate::misconfigured("the token_url is not valid"))?;
+                let client_secret = secret("client_secret")?;
+                Some(Auth::OAuth2(self.tokens.oauth2(
+                    url,
+                    client_id,
+                    &client_secret,
+                    scope.as_deref(),
+                    audience.as_deref(),
+                )))
+            }
+            Some(AuthConfig::Mtls { certificate_pem }) => {
+                identity = Some((certificate_pem.as_str(), secret("private_key_pem")?));
+                None
+            }
+        };
+        let client = if c.tls.is_some() || identity.is_some() {
+            self.clients.get(self.allow_private, c.tls.as_ref(), identity.as_ref().map(|(c, k)| (*c, k.as_str())))?
+        } else {
+            self.client.clone()
+        };
         Ok(WebhookTarget {
             url: c.url.parse().map_err(|_| crate::misconfigured("the webhook url is not valid"))?,
             headers: c.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             timeout: Duration::from_millis(c.timeout_ms).min(max_timeout),
             scheme: c.signature,
             secrets: secrets.signing.clone(),
+            client,
+            auth,
         })
     }
 

@@ -11,3 +11,4 @@ mod s3;
 mod sns;
 mod ssrf;
 mod webhook;
+mod webhook_auth;

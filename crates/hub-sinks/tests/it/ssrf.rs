@@ -11,6 +11,7 @@ use hub_sinks::destination::{
     EventBridgeConfig, KafkaConfig, KinesisConfig, Mechanism, RabbitConfig, S3Config, Sasl, SnsConfig, SqsConfig,
     WebhookConfig,
 };
+use hub_sinks::webhook::config::AuthConfig;
 use hub_sinks::{Destination, FailureKind, Outcome, Secrets, Sink, Sinks};
 use uuid::Uuid;
 
@@ -38,6 +39,23 @@ fn destinations(host: &str, port: u16) -> Vec<Destination> {
             headers: BTreeMap::new(),
             timeout_ms: 2000,
             signature: Default::default(),
+            auth: None,
+            tls: None,
+        }),
+        // A public receiver whose token endpoint is private: the token request is what the
+        // guard must stop.
+        Destination::Webhook(WebhookConfig {
+            url: "https://receiver.example/hook".into(),
+            headers: BTreeMap::new(),
+            timeout_ms: 2000,
+            signature: Default::default(),
+            auth: Some(AuthConfig::OAuth2 {
+                token_url: format!("http://{host}:{port}/token"),
+                client_id: "hub".into(),
+                scope: None,
+                audience: None,
+            }),
+            tls: None,
         }),
         Destination::Rabbitmq(RabbitConfig {
             url: format!("amqp://hub@{host}:{port}/vh"),
@@ -96,7 +114,7 @@ fn secrets() -> Secrets {
     Secrets {
         signing: vec!["whsec_test".into()],
         credentials: Some(serde_json::json!({"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": "x",
-            "password": "p"})),
+            "password": "p", "client_secret": "s"})),
     }
 }
 
@@ -115,7 +133,8 @@ async fn no_sink_connects_to_a_private_address_unless_allowed() {
                 .await;
             match &outcome {
                 Outcome::Failed(f) if f.kind == FailureKind::Forbidden => {
-                    assert_eq!(f.reason, hub_sinks::guard::NOT_ALLOWED, "{host} {destination:?}");
+                    // A token endpoint's refusal says which request it was.
+                    assert!(f.reason.ends_with(hub_sinks::guard::NOT_ALLOWED), "{host} {destination:?}: {}", f.reason);
                     assert!(!f.retryable);
                     refused += 1;
                 }
@@ -127,7 +146,7 @@ async fn no_sink_connects_to_a_private_address_unless_allowed() {
             assert!(probe.is_err(), "{host} {destination:?}: a probe got through");
         }
     }
-    assert!(refused >= hosts.len() * 8, "most forms are refused by the guard itself ({refused})");
+    assert!(refused >= hosts.len() * 9, "most forms are refused by the guard itself ({refused})");
     assert_eq!(accepted.load(Ordering::SeqCst), 0, "the private listener saw a connection");
 
     // The same destinations, private sinks allowed: the sinks do connect.
@@ -136,5 +155,5 @@ async fn no_sink_connects_to_a_private_address_unless_allowed() {
         let _ =
             open.deliver(&destination, &secrets(), &message(b"{}", &ext, Uuid::now_v7()), Duration::from_secs(2)).await;
     }
-    assert!(accepted.load(Ordering::SeqCst) >= 9, "every sink connected with private sinks allowed");
+    assert!(accepted.load(Ordering::SeqCst) >= 10, "every sink connected with private sinks allowed");
 }

@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use hub_core::signature::Scheme;
-use hub_sinks::{FailureKind, Outcome, TypedSink, WebhookSink, WebhookTarget};
+use hub_sinks::webhook::config::WebhookConfig;
+use hub_sinks::{Destination, FailureKind, Outcome, Secrets, TypedSink, WebhookSink, WebhookTarget};
 use uuid::Uuid;
 
 use crate::contract::{self, Case, Fixture, message};
@@ -12,14 +13,32 @@ use crate::receiver::{Behaviour, Receiver};
 
 const SECRET: &str = "whsec_dGhpcyBpcyBhIHRlc3Qgc2VjcmV0IG9mIDMyIGJ5dGVzIQ==";
 
-fn target(url: &str, secrets: &[&str]) -> WebhookTarget {
-    WebhookTarget {
-        url: url.parse().expect("url"),
-        headers: vec![("X-Team".into(), "risk".into())],
-        timeout: Duration::from_secs(5),
-        scheme: Scheme::Lerian,
-        secrets: secrets.iter().map(|s| (*s).to_owned()).collect(),
+/// A webhook destination's configuration with these URL and signature scheme.
+pub fn config(url: &str, scheme: Scheme) -> WebhookConfig {
+    WebhookConfig {
+        url: url.to_owned(),
+        headers: [("X-Team".to_owned(), "risk".to_owned())].into(),
+        timeout_ms: 5_000,
+        signature: scheme,
+        auth: None,
+        tls: None,
     }
+}
+
+/// The target `sink` makes of `config` with these signing secrets and credentials, as the
+/// dispatcher has it made.
+pub fn target_of(
+    sink: &WebhookSink,
+    config: WebhookConfig,
+    secrets: &[&str],
+    credentials: Option<serde_json::Value>,
+) -> WebhookTarget {
+    let secrets = Secrets { signing: secrets.iter().map(|s| (*s).to_owned()).collect(), credentials };
+    sink.target(&Destination::Webhook(config), &secrets, Duration::from_secs(60)).expect("a target")
+}
+
+fn target(sink: &WebhookSink, url: &str, secrets: &[&str]) -> WebhookTarget {
+    target_of(sink, config(url, Scheme::Lerian), secrets, None)
 }
 
 struct WebhookFixture {
@@ -38,17 +57,22 @@ impl Fixture for WebhookFixture {
 
     async fn target(&self, case: Case) -> WebhookTarget {
         match case {
-            Case::Healthy => target(&self.healthy.url, &[SECRET]),
-            Case::Refusing => target(&self.refusing.url, &[SECRET]),
+            Case::Healthy => target(&self.sink, &self.healthy.url, &[SECRET]),
+            Case::Refusing => target(&self.sink, &self.refusing.url, &[SECRET]),
             Case::Unreachable => {
                 let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
                 let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
                 drop(listener);
-                target(&url, &[SECRET])
+                target(&self.sink, &url, &[SECRET])
             }
             // The receiver checks signatures: one made with another secret is refused with 401.
-            Case::BadCredentials => target(&self.healthy.url, &["whsec_wrong"]),
-            Case::Slow => WebhookTarget { timeout: Duration::from_millis(300), ..target(&self.slow.url, &[SECRET]) },
+            Case::BadCredentials => target(&self.sink, &self.healthy.url, &["whsec_wrong"]),
+            Case::Slow => target_of(
+                &self.sink,
+                WebhookConfig { timeout_ms: 300, ..config(&self.slow.url, Scheme::Lerian) },
+                &[SECRET],
+                None,
+            ),
         }
     }
 
@@ -90,7 +114,7 @@ async fn every_header_of_the_spec_is_sent() {
     let id = Uuid::now_v7();
     let body = br#"{"id":"123"}"#;
     let msg = message(body, &ext, id);
-    assert!(sink.attempt(&target(&receiver.url, &[SECRET]), &msg).await.is_delivered());
+    assert!(sink.attempt(&target(&sink, &receiver.url, &[SECRET]), &msg).await.is_delivered());
     let got = receiver.wait_for(1).await.remove(0);
     let h = |name: &str| got.headers.get(name).map(|v| v.to_str().expect("ascii").to_owned());
     assert_eq!(got.body, body, "the exact body");
@@ -120,7 +144,7 @@ async fn during_a_rotation_two_signature_headers_verify_with_their_secrets() {
     let sink = WebhookSink::new(true).expect("sink");
     let ext = BTreeMap::new();
     let body = br#"{"n":1}"#;
-    sink.attempt(&target(&receiver.url, &[new, old]), &message(body, &ext, Uuid::now_v7())).await;
+    sink.attempt(&target(&sink, &receiver.url, &[new, old]), &message(body, &ext, Uuid::now_v7())).await;
     let got = receiver.wait_for(1).await.remove(0);
     let ts: i64 = got.headers["x-webhook-timestamp"].to_str().expect("ts").parse().expect("ts");
     let sigs: Vec<&str> = got.headers.get_all("x-webhook-signature").iter().map(|v| v.to_str().expect("sig")).collect();
@@ -137,7 +161,7 @@ async fn standard_webhooks_mode_sends_its_headers_and_signs_with_every_secret() 
     let ext = BTreeMap::new();
     let body = br#"{"n":1}"#;
     let id = Uuid::now_v7();
-    let target = WebhookTarget { scheme: Scheme::StandardWebhooks, ..target(&receiver.url, &[new, old]) };
+    let target = target_of(&sink, config(&receiver.url, Scheme::StandardWebhooks), &[new, old], None);
     assert!(sink.attempt(&target, &message(body, &ext, id)).await.is_delivered());
     let got = receiver.wait_for(1).await.remove(0);
     let h = |name: &str| got.headers.get(name).map(|v| v.to_str().expect("ascii").to_owned());
@@ -158,7 +182,8 @@ async fn redirects_are_not_followed() {
     let redirecting = Receiver::start(Behaviour::Redirect(other.url.clone())).await;
     let sink = WebhookSink::new(true).expect("sink");
     let ext = BTreeMap::new();
-    let outcome = sink.attempt(&target(&redirecting.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
+    let outcome =
+        sink.attempt(&target(&sink, &redirecting.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
     assert!(
         matches!(&outcome, Outcome::Failed(f) if f.status == Some(302) && f.kind == FailureKind::Refused),
         "{outcome:?}"
@@ -173,7 +198,7 @@ async fn the_response_kept_with_an_attempt_is_capped() {
     let receiver = Receiver::start(Behaviour::Large(1024 * 1024)).await;
     let sink = WebhookSink::new(true).expect("sink");
     let ext = BTreeMap::new();
-    match sink.attempt(&target(&receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await {
+    match sink.attempt(&target(&sink, &receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await {
         Outcome::Delivered { status, response } => {
             assert_eq!(status, Some(200));
             assert_eq!(response.expect("response").len(), hub_sinks::RESPONSE_CAP);
@@ -199,7 +224,7 @@ async fn the_ssrf_guard_refuses_private_destinations_unless_allowed() {
         "http://[fe80::1]/hook".to_owned(),
         "http://224.0.0.1/hook".to_owned(),
     ] {
-        let outcome = guarded.attempt(&target(&url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
+        let outcome = guarded.attempt(&target(&guarded, &url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await;
         assert!(
             matches!(&outcome, Outcome::Failed(f) if f.kind == FailureKind::Forbidden && !f.retryable),
             "{url}: {outcome:?}"
@@ -214,7 +239,9 @@ async fn the_ssrf_guard_refuses_private_destinations_unless_allowed() {
     // With private sinks allowed, the same receiver is reached.
     let open = WebhookSink::new(true).expect("sink");
     assert!(
-        open.attempt(&target(&receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await.is_delivered()
+        open.attempt(&target(&open, &receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7()))
+            .await
+            .is_delivered()
     );
 }
 
@@ -224,7 +251,7 @@ async fn verification_needs_the_challenge_echoed() {
     let silent = Receiver::start(Behaviour::Status(204)).await;
     let sink = WebhookSink::new(true).expect("sink");
     let sub = Uuid::now_v7();
-    sink.check(&target(&echo.url, &[SECRET]), "tenant-a", sub).await.expect("an echoing receiver verifies");
+    sink.check(&target(&sink, &echo.url, &[SECRET]), "tenant-a", sub).await.expect("an echoing receiver verifies");
     let probe = echo.wait_for(1).await.remove(0);
     assert_eq!(probe.headers["x-lerian-event-type"], "streaming_hub.verification");
     assert_eq!(probe.headers["x-lerian-subscription-id"], sub.to_string().as_str());
@@ -235,6 +262,6 @@ async fn verification_needs_the_challenge_echoed() {
     let sig = probe.headers["x-webhook-signature"].to_str().expect("sig");
     assert!(hub_core::signature::verify(SECRET, ts, &probe.body, sig), "the probe is signed");
 
-    let err = sink.check(&target(&silent.url, &[SECRET]), "tenant-a", sub).await.expect_err("no challenge");
+    let err = sink.check(&target(&sink, &silent.url, &[SECRET]), "tenant-a", sub).await.expect_err("no challenge");
     assert!(err.reason.contains("challenge"), "{err:?}");
 }

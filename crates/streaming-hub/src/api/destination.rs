@@ -61,6 +61,54 @@ pub mod schema {
         /// How requests are signed: `lerian` (default; `X-Webhook-Signature`) or
         /// `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
         pub signature: Option<Signature>,
+        /// How the hub authenticates to the receiver beside the signature. Its secret
+        /// (`password`, `client_secret`, `private_key_pem`) is sealed at rest and never shown;
+        /// the rest is. Give it whole (secret included) on every change of the sink; a sink
+        /// without it has no authentication.
+        pub auth: Option<WebhookAuth>,
+        /// TLS trust beyond the system's roots.
+        pub tls: Option<WebhookTls>,
+    }
+
+    /// A webhook's authentication.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(tag = "type", rename_all = "snake_case")]
+    #[allow(dead_code)]
+    pub enum WebhookAuth {
+        /// `Authorization: Basic` (RFC 7617).
+        #[schema(example = json!({"type": "basic", "username": "streaming-hub", "password": "secret"}))]
+        Basic {
+            /// Without `:`.
+            username: String,
+            password: String,
+        },
+        /// A bearer token from the token endpoint (OAuth 2.0 client credentials, RFC 6749 §4.4;
+        /// the client authenticates with HTTP Basic). Kept until 60 s before it expires and
+        /// fetched again on a `401` from the receiver; a failed fetch fails the attempt and the
+        /// endpoint is asked again after 10 s at the soonest.
+        #[serde(rename = "oauth2_client_credentials")]
+        #[schema(example = json!({"type": "oauth2_client_credentials", "token_url": "https://login.bank.example/oauth2/token", "client_id": "streaming-hub", "client_secret": "secret", "scope": "webhooks:write"}))]
+        Oauth2ClientCredentials {
+            /// `https` (or `http` with private sinks allowed); it passes the same address guard
+            /// as the receiver.
+            token_url: String,
+            client_id: String,
+            client_secret: String,
+            scope: Option<String>,
+            audience: Option<String>,
+        },
+        /// Mutual TLS: a client certificate (with its chain) and its private key (PKCS#8, PKCS#1
+        /// or SEC1), both PEM.
+        #[schema(example = json!({"type": "mtls", "certificate_pem": "-----BEGIN CERTIFICATE-----\n…\n-----END CERTIFICATE-----\n", "private_key_pem": "-----BEGIN PRIVATE KEY-----\n…\n-----END PRIVATE KEY-----\n"}))]
+        Mtls { certificate_pem: String, private_key_pem: String },
+    }
+
+    /// A webhook's TLS trust.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[allow(dead_code)]
+    pub struct WebhookTls {
+        /// PEM certificates of a private CA, trusted beside the system's roots.
+        pub ca_pem: String,
     }
 
     /// A webhook's signature scheme.

@@ -21,12 +21,16 @@ var _ MappedNullable = &WebhookSink{}
 
 // WebhookSink A signed `POST` of each event to `url`.
 type WebhookSink struct {
+	// How the hub authenticates to the receiver beside the signature. Its secret (`password`, `client_secret`, `private_key_pem`) is sealed at rest and never shown; the rest is. Give it whole (secret included) on every change of the sink; a sink without it has no authentication.
+	Auth NullableWebhookAuth `json:"auth,omitempty"`
 	// Static headers sent with every delivery (at most 20; not `Authorization`, `X-Webhook-*`, `X-Lerian-*`, `webhook-*` or transport headers).
 	Headers map[string]string `json:"headers,omitempty"`
 	// How requests are signed: `lerian` (default; `X-Webhook-Signature`) or `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
 	Signature NullableSignature `json:"signature,omitempty"`
 	// 100 to 60000, default 10000.
 	TimeoutMs NullableInt64 `json:"timeout_ms,omitempty"`
+	// TLS trust beyond the system's roots.
+	Tls NullableWebhookTls `json:"tls,omitempty"`
 	// `https` (or `http` with private sinks allowed); no credentials in it.
 	Url  string `json:"url"`
 	Type string `json:"type"`
@@ -51,6 +55,49 @@ func NewWebhookSink(url string, type_ string) *WebhookSink {
 func NewWebhookSinkWithDefaults() *WebhookSink {
 	this := WebhookSink{}
 	return &this
+}
+
+// GetAuth returns the Auth field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *WebhookSink) GetAuth() WebhookAuth {
+	if o == nil || IsNil(o.Auth.Get()) {
+		var ret WebhookAuth
+		return ret
+	}
+	return *o.Auth.Get()
+}
+
+// GetAuthOk returns a tuple with the Auth field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *WebhookSink) GetAuthOk() (*WebhookAuth, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.Auth.Get(), o.Auth.IsSet()
+}
+
+// HasAuth returns a boolean if a field has been set.
+func (o *WebhookSink) HasAuth() bool {
+	if o != nil && o.Auth.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetAuth gets a reference to the given NullableWebhookAuth and assigns it to the Auth field.
+func (o *WebhookSink) SetAuth(v WebhookAuth) {
+	o.Auth.Set(&v)
+}
+
+// SetAuthNil sets the value for Auth to be an explicit nil
+func (o *WebhookSink) SetAuthNil() {
+	o.Auth.Set(nil)
+}
+
+// UnsetAuth ensures that no value is present for Auth, not even an explicit nil
+func (o *WebhookSink) UnsetAuth() {
+	o.Auth.Unset()
 }
 
 // GetHeaders returns the Headers field value if set, zero value otherwise (both if not set or set to explicit null).
@@ -172,6 +219,49 @@ func (o *WebhookSink) UnsetTimeoutMs() {
 	o.TimeoutMs.Unset()
 }
 
+// GetTls returns the Tls field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *WebhookSink) GetTls() WebhookTls {
+	if o == nil || IsNil(o.Tls.Get()) {
+		var ret WebhookTls
+		return ret
+	}
+	return *o.Tls.Get()
+}
+
+// GetTlsOk returns a tuple with the Tls field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *WebhookSink) GetTlsOk() (*WebhookTls, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.Tls.Get(), o.Tls.IsSet()
+}
+
+// HasTls returns a boolean if a field has been set.
+func (o *WebhookSink) HasTls() bool {
+	if o != nil && o.Tls.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetTls gets a reference to the given NullableWebhookTls and assigns it to the Tls field.
+func (o *WebhookSink) SetTls(v WebhookTls) {
+	o.Tls.Set(&v)
+}
+
+// SetTlsNil sets the value for Tls to be an explicit nil
+func (o *WebhookSink) SetTlsNil() {
+	o.Tls.Set(nil)
+}
+
+// UnsetTls ensures that no value is present for Tls, not even an explicit nil
+func (o *WebhookSink) UnsetTls() {
+	o.Tls.Unset()
+}
+
 // GetUrl returns the Url field value
 func (o *WebhookSink) GetUrl() string {
 	if o == nil {
@@ -230,6 +320,9 @@ func (o WebhookSink) MarshalJSON() ([]byte, error) {
 
 func (o WebhookSink) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
+	if o.Auth.IsSet() {
+		toSerialize["auth"] = o.Auth.Get()
+	}
 	if o.Headers != nil {
 		toSerialize["headers"] = o.Headers
 	}
@@ -238,6 +331,9 @@ func (o WebhookSink) ToMap() (map[string]interface{}, error) {
 	}
 	if o.TimeoutMs.IsSet() {
 		toSerialize["timeout_ms"] = o.TimeoutMs.Get()
+	}
+	if o.Tls.IsSet() {
+		toSerialize["tls"] = o.Tls.Get()
 	}
 	toSerialize["url"] = o.Url
 	toSerialize["type"] = o.Type

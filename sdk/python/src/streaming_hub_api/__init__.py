@@ -113,7 +113,12 @@ __all__ = [
     "VerifyRequest",
     "VersionView",
     "Warning",
+    "WebhookAuth",
+    "WebhookAuthOneOf",
+    "WebhookAuthOneOf1",
+    "WebhookAuthOneOf2",
     "WebhookSink",
+    "WebhookTls",
 ]
 
 # import apis into sdk package
@@ -216,5 +221,10 @@ from streaming_hub_api.models.verified import Verified as Verified
 from streaming_hub_api.models.verify_request import VerifyRequest as VerifyRequest
 from streaming_hub_api.models.version_view import VersionView as VersionView
 from streaming_hub_api.models.warning import Warning as Warning
+from streaming_hub_api.models.webhook_auth import WebhookAuth as WebhookAuth
+from streaming_hub_api.models.webhook_auth_one_of import WebhookAuthOneOf as WebhookAuthOneOf
+from streaming_hub_api.models.webhook_auth_one_of1 import WebhookAuthOneOf1 as WebhookAuthOneOf1
+from streaming_hub_api.models.webhook_auth_one_of2 import WebhookAuthOneOf2 as WebhookAuthOneOf2
 from streaming_hub_api.models.webhook_sink import WebhookSink as WebhookSink
+from streaming_hub_api.models.webhook_tls import WebhookTls as WebhookTls
 

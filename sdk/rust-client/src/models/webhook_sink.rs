@@ -14,6 +14,14 @@ use serde::{Deserialize, Serialize};
 /// WebhookSink : A signed `POST` of each event to `url`.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WebhookSink {
+    /// How the hub authenticates to the receiver beside the signature. Its secret (`password`, `client_secret`, `private_key_pem`) is sealed at rest and never shown; the rest is. Give it whole (secret included) on every change of the sink; a sink without it has no authentication.
+    #[serde(
+        rename = "auth",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub auth: Option<Option<Box<models::WebhookAuth>>>,
     /// Static headers sent with every delivery (at most 20; not `Authorization`, `X-Webhook-*`, `X-Lerian-*`, `webhook-*` or transport headers).
     #[serde(
         rename = "headers",
@@ -38,6 +46,14 @@ pub struct WebhookSink {
         skip_serializing_if = "Option::is_none"
     )]
     pub timeout_ms: Option<Option<i64>>,
+    /// TLS trust beyond the system's roots.
+    #[serde(
+        rename = "tls",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tls: Option<Option<Box<models::WebhookTls>>>,
     /// `https` (or `http` with private sinks allowed); no credentials in it.
     #[serde(rename = "url")]
     pub url: String,
@@ -46,6 +62,6 @@ pub struct WebhookSink {
 impl WebhookSink {
     /// A signed `POST` of each event to `url`.
     pub fn new(url: String) -> WebhookSink {
-        WebhookSink { headers: None, signature: None, timeout_ms: None, url }
+        WebhookSink { auth: None, headers: None, signature: None, timeout_ms: None, tls: None, url }
     }
 }

@@ -94,5 +94,10 @@ from streaming_hub_api.models.verified import Verified
 from streaming_hub_api.models.verify_request import VerifyRequest
 from streaming_hub_api.models.version_view import VersionView
 from streaming_hub_api.models.warning import Warning
+from streaming_hub_api.models.webhook_auth import WebhookAuth
+from streaming_hub_api.models.webhook_auth_one_of import WebhookAuthOneOf
+from streaming_hub_api.models.webhook_auth_one_of1 import WebhookAuthOneOf1
+from streaming_hub_api.models.webhook_auth_one_of2 import WebhookAuthOneOf2
 from streaming_hub_api.models.webhook_sink import WebhookSink
+from streaming_hub_api.models.webhook_tls import WebhookTls
 

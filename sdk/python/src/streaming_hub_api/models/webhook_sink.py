@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 from typing import Any, ClassVar, Dict, List, Optional
 from typing_extensions import Annotated
 from streaming_hub_api.models.signature import Signature
+from streaming_hub_api.models.webhook_auth import WebhookAuth
+from streaming_hub_api.models.webhook_tls import WebhookTls
 from typing import Optional, Set
 from typing_extensions import Self
 from pydantic_core import to_jsonable_python
@@ -29,12 +31,14 @@ class WebhookSink(BaseModel):
     """
     A signed `POST` of each event to `url`.
     """ # noqa: E501
+    auth: Optional[WebhookAuth] = Field(default=None, description="How the hub authenticates to the receiver beside the signature. Its secret (`password`, `client_secret`, `private_key_pem`) is sealed at rest and never shown; the rest is. Give it whole (secret included) on every change of the sink; a sink without it has no authentication.")
     headers: Optional[Dict[str, StrictStr]] = Field(default=None, description="Static headers sent with every delivery (at most 20; not `Authorization`, `X-Webhook-*`, `X-Lerian-*`, `webhook-*` or transport headers).")
     signature: Optional[Signature] = Field(default=None, description="How requests are signed: `lerian` (default; `X-Webhook-Signature`) or `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).")
     timeout_ms: Optional[Annotated[int, Field(le=60000, strict=True, ge=100)]] = Field(default=None, description="100 to 60000, default 10000.")
+    tls: Optional[WebhookTls] = Field(default=None, description="TLS trust beyond the system's roots.")
     url: StrictStr = Field(description="`https` (or `http` with private sinks allowed); no credentials in it.")
     type: StrictStr
-    __properties: ClassVar[List[str]] = ["headers", "signature", "timeout_ms", "url", "type"]
+    __properties: ClassVar[List[str]] = ["auth", "headers", "signature", "timeout_ms", "tls", "url", "type"]
 
     @field_validator('type')
     def type_validate_enum(cls, value):
@@ -82,6 +86,17 @@ class WebhookSink(BaseModel):
             exclude=excluded_fields,
             exclude_none=True,
         )
+        # override the default output from pydantic by calling `to_dict()` of auth
+        if self.auth:
+            _dict['auth'] = self.auth.to_dict()
+        # override the default output from pydantic by calling `to_dict()` of tls
+        if self.tls:
+            _dict['tls'] = self.tls.to_dict()
+        # set to None if auth (nullable) is None
+        # and model_fields_set contains the field
+        if self.auth is None and "auth" in self.model_fields_set:
+            _dict['auth'] = None
+
         # set to None if headers (nullable) is None
         # and model_fields_set contains the field
         if self.headers is None and "headers" in self.model_fields_set:
@@ -97,6 +112,11 @@ class WebhookSink(BaseModel):
         if self.timeout_ms is None and "timeout_ms" in self.model_fields_set:
             _dict['timeout_ms'] = None
 
+        # set to None if tls (nullable) is None
+        # and model_fields_set contains the field
+        if self.tls is None and "tls" in self.model_fields_set:
+            _dict['tls'] = None
+
         return _dict
 
     @classmethod
@@ -109,9 +129,11 @@ class WebhookSink(BaseModel):
             return cls.model_validate(obj)
 
         _obj = cls.model_validate({
+            "auth": WebhookAuth.from_dict(obj["auth"]) if obj.get("auth") is not None else None,
             "headers": obj.get("headers"),
             "signature": obj.get("signature"),
             "timeout_ms": obj.get("timeout_ms"),
+            "tls": WebhookTls.from_dict(obj["tls"]) if obj.get("tls") is not None else None,
             "url": obj.get("url"),
             "type": obj.get("type")
         })

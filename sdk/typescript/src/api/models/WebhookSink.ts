@@ -13,6 +13,13 @@
  */
 
 import { mapValues } from '../runtime';
+import type { WebhookAuth } from './WebhookAuth';
+import {
+    WebhookAuthFromJSON,
+    WebhookAuthFromJSONTyped,
+    WebhookAuthToJSON,
+    WebhookAuthToJSONTyped,
+} from './WebhookAuth';
 import type { Signature } from './Signature';
 import {
     SignatureFromJSON,
@@ -20,6 +27,13 @@ import {
     SignatureToJSON,
     SignatureToJSONTyped,
 } from './Signature';
+import type { WebhookTls } from './WebhookTls';
+import {
+    WebhookTlsFromJSON,
+    WebhookTlsFromJSONTyped,
+    WebhookTlsToJSON,
+    WebhookTlsToJSONTyped,
+} from './WebhookTls';
 
 /**
  * A signed `POST` of each event to `url`.
@@ -27,6 +41,13 @@ import {
  * @interface WebhookSink
  */
 export interface WebhookSink {
+    /**
+     * How the hub authenticates to the receiver beside the signature. Its secret
+     * (`password`, `client_secret`, `private_key_pem`) is sealed at rest and never shown;
+     * the rest is. Give it whole (secret included) on every change of the sink; a sink
+     * without it has no authentication.
+     */
+    auth?: WebhookAuth | null;
     /**
      * Static headers sent with every delivery (at most 20; not `Authorization`, `X-Webhook-*`,
      * `X-Lerian-*`, `webhook-*` or transport headers).
@@ -41,6 +62,10 @@ export interface WebhookSink {
      * 100 to 60000, default 10000.
      */
     timeoutMs?: number | null;
+    /**
+     * TLS trust beyond the system's roots.
+     */
+    tls?: WebhookTls | null;
     /**
      * `https` (or `http` with private sinks allowed); no credentials in it.
      */
@@ -82,9 +107,11 @@ export function WebhookSinkFromJSONTyped(json: any, ignoreDiscriminator: boolean
     }
     return {
         
+        'auth': json['auth'] === undefined ? undefined : json['auth'] === null ? null : WebhookAuthFromJSON(json['auth']),
         'headers': json['headers'] === undefined ? undefined : json['headers'] === null ? null : json['headers'],
         'signature': json['signature'] === undefined ? undefined : json['signature'] === null ? null : SignatureFromJSON(json['signature']),
         'timeoutMs': json['timeout_ms'] === undefined ? undefined : json['timeout_ms'] === null ? null : json['timeout_ms'],
+        'tls': json['tls'] === undefined ? undefined : json['tls'] === null ? null : WebhookTlsFromJSON(json['tls']),
         'url': json['url'],
         'type': json['type'],
     };
@@ -101,9 +128,11 @@ export function WebhookSinkToJSONTyped(value?: WebhookSink | null, ignoreDiscrim
 
     return {
         
+        'auth': WebhookAuthToJSON(value['auth']),
         'headers': value['headers'],
         'signature': SignatureToJSON(value['signature']),
         'timeout_ms': value['timeoutMs'],
+        'tls': WebhookTlsToJSON(value['tls']),
         'url': value['url'],
         'type': value['type'],
     };
