@@ -19,6 +19,20 @@ const SINK_FIELDS = {
     { key: "url", label: "URL", required: true, type: "url", placeholder: "https://receiver.example.com/hooks" },
     { key: "timeout_ms", label: "Timeout (ms, 100 to 60 000)", type: "number" },
     { key: "signature", label: "Signature scheme", options: ["lerian", "standard-webhooks"] },
+    { key: "auth.type", label: "Authentication beside the signature (its secret is asked again on every change)",
+      options: ["", "basic", "oauth2_client_credentials", "mtls"] },
+    { key: "auth.username", label: "Basic: user name", auth: "basic" },
+    { key: "auth.password", label: "Basic: password", type: "password", secret: true, again: true, auth: "basic" },
+    { key: "auth.token_url", label: "OAuth2: token URL", type: "url", auth: "oauth2_client_credentials" },
+    { key: "auth.client_id", label: "OAuth2: client id", auth: "oauth2_client_credentials" },
+    { key: "auth.client_secret", label: "OAuth2: client secret", type: "password", secret: true, again: true,
+      auth: "oauth2_client_credentials" },
+    { key: "auth.scope", label: "OAuth2: scope (optional)", auth: "oauth2_client_credentials" },
+    { key: "auth.audience", label: "OAuth2: audience (optional)", auth: "oauth2_client_credentials" },
+    { key: "auth.certificate_pem", label: "mTLS: client certificate (PEM)", type: "textarea", auth: "mtls" },
+    { key: "auth.private_key_pem", label: "mTLS: private key (PEM)", type: "textarea", secret: true, again: true,
+      auth: "mtls" },
+    { key: "tls.ca_pem", label: "Private CA the receiver's certificate chains to (PEM, optional)", type: "textarea" },
   ],
   sqs: [{ key: "queue_url", label: "Queue URL", required: true, type: "url" }, ...AWS_FIELDS],
   rabbitmq: [
@@ -91,11 +105,18 @@ function sinkInputs(prefix, type, current) {
     } else if (f.type === "checkbox") {
       control = h("input", { id, name: f.key, type: "checkbox", testid: id });
       control.checked = Boolean(getPath(current, f.key));
+    } else if (f.type === "textarea") {
+      control = h("textarea", {
+        id, name: f.key, testid: id, rows: 4, spellcheck: "false",
+        placeholder: f.secret && current ? "give it again to change the destination" : "-----BEGIN …",
+      });
+      control.value = f.secret ? "" : getPath(current, f.key) || "";
     } else {
       const value = f.secret ? "" : getPath(current, f.key);
       control = h("input", {
         id, name: f.key, type: f.type || "text", testid: id, autocomplete: "off",
-        placeholder: f.secret && current ? "unchanged unless typed" : f.placeholder || "",
+        placeholder: f.secret && current ? (f.again ? "give it again to change the destination" : "unchanged unless typed")
+          : f.placeholder || "",
         value: value === undefined || value === null ? "" : String(value),
       });
     }
@@ -113,6 +134,16 @@ function sinkValue(prefix, type) {
       setPath(sink, f.key, el.checked);
     } else if (el.value.trim() !== "") {
       setPath(sink, f.key, f.type === "number" ? Number(el.value) : el.value.trim());
+    }
+  }
+  // Only the chosen authentication's fields; none without a type.
+  if (sink.auth) {
+    const kind = sink.auth.type;
+    if (!kind) delete sink.auth;
+    else {
+      for (const f of SINK_FIELDS[type]) {
+        if (f.auth && f.auth !== kind) delete sink.auth[f.key.slice(5)];
+      }
     }
   }
   return sink;

@@ -201,8 +201,16 @@ try {
   assert.match(await page.getByTestId("new-sink-url-error").textContent(), /^sink\.url: /);
   assert.equal(await page.getByTestId("new-sink-url").getAttribute("aria-invalid"), "true");
   await shot(page, "new-subscription-refused");
-  // The field fixed: created, and the new signing secret shown this once.
+  // The field fixed, with HTTP Basic beside the signature but its password forgotten: refused at
+  // the password's input.
   await page.getByTestId("new-sink-url").fill(`${env.RECEIVER}/from-the-form`);
+  await page.getByTestId("new-sink-auth-type").selectOption("basic");
+  await page.getByTestId("new-sink-auth-username").fill("streaming-hub");
+  await page.getByTestId("new-submit").click();
+  await page.getByTestId("new-sink-auth-password-error").waitFor();
+  assert.match(await page.getByTestId("new-sink-auth-password-error").textContent(), /^sink\.auth\.password: is required/);
+  // Given: created, and the new signing secret shown this once; the password never.
+  await page.getByTestId("new-sink-auth-password").fill("console-basic-password");
   await page.getByTestId("new-submit").click();
   await page.getByTestId("secret").waitFor();
   const formSecret = await page.getByTestId("secret-value").textContent();
@@ -213,9 +221,10 @@ try {
   await created.waitFor();
   assert.match(await page.getByTestId("notice").filter({ hasText: "Warning" }).textContent(), /event_types\[1\]/);
   assert.match(await page.getByTestId("subscriptions").textContent(), /from-the-form/);
+  assert.ok(!(await page.content()).includes("console-basic-password"), "a webhook's password is never shown");
   await shot(page, "new-subscription");
   await audit(page, "subscriptions with the form");
-  step("create a webhook from the form: a refused field fixed, the secret shown once, a warned pattern");
+  step("create a webhook from the form: refused fields fixed, basic auth, the secret shown once, a warned pattern");
 
   // Every sink type has its fields: an SQS queue with credentials (never shown again).
   await page.getByTestId("new-name").fill("to-sqs");

@@ -80,7 +80,9 @@ pub mod schema {
         Basic {
             /// Without `:`.
             username: String,
-            password: String,
+            /// Required in a request; never in an answer.
+            #[schema(write_only)]
+            password: Option<String>,
         },
         /// A bearer token from the token endpoint (OAuth 2.0 client credentials, RFC 6749 §4.4;
         /// the client authenticates with HTTP Basic). Kept until 60 s before it expires and
@@ -93,14 +95,21 @@ pub mod schema {
             /// as the receiver.
             token_url: String,
             client_id: String,
-            client_secret: String,
+            /// Required in a request; never in an answer.
+            #[schema(write_only)]
+            client_secret: Option<String>,
             scope: Option<String>,
             audience: Option<String>,
         },
         /// Mutual TLS: a client certificate (with its chain) and its private key (PKCS#8, PKCS#1
         /// or SEC1), both PEM.
         #[schema(example = json!({"type": "mtls", "certificate_pem": "-----BEGIN CERTIFICATE-----\n…\n-----END CERTIFICATE-----\n", "private_key_pem": "-----BEGIN PRIVATE KEY-----\n…\n-----END PRIVATE KEY-----\n"}))]
-        Mtls { certificate_pem: String, private_key_pem: String },
+        Mtls {
+            certificate_pem: String,
+            /// Required in a request; never in an answer.
+            #[schema(write_only)]
+            private_key_pem: Option<String>,
+        },
     }
 
     /// A webhook's TLS trust.

@@ -15,6 +15,7 @@ on_both_backends!(
     a_receiver_failing_twice_gets_the_event_three_times,
     a_receiver_that_always_fails_ends_dead_lettered_and_can_be_redriven,
     every_delivery_is_signed_and_a_rotation_signs_with_both_secrets,
+    a_webhooks_basic_auth_is_sent_sealed_and_removed_with_the_auth,
     a_subscriptions_max_in_flight_holds_at_its_receiver,
     a_receiver_that_serves_few_at_once_is_not_flooded,
     a_receivers_declared_rate_is_never_exceeded,
@@ -116,6 +117,54 @@ async fn a_receiver_that_always_fails_ends_dead_lettered_and_can_be_redriven(bac
     assert_eq!(receiver.deliveries().len(), 5);
     let (_, again) = hub.post_json(&key, &redrive, &json!({})).await;
     assert_eq!(again, json!({"redriven": 0}));
+}
+
+/// `sink.auth` through the API: deliveries carry it, no answer and no stored byte shows the
+/// password, and a sink given again without `auth` sends none.
+async fn a_webhooks_basic_auth_is_sent_sealed_and_removed_with_the_auth(backend: Backend) {
+    use base64::Engine as _;
+    const PASSWORD: &str = "pw-9d2f-c0ffee";
+    let hub = TestHub::start_with(backend, &fast(&[])).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
+    let auth = json!({"type": "basic", "username": "hub", "password": PASSWORD});
+    let sub = hub
+        .subscribe(
+            &key,
+            json!({"name": "hook", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url, "auth": auth}}),
+        )
+        .await;
+    receiver.trust(sub["signing_secret"].as_str().expect("secret"));
+    let id = sub["id"].as_str().expect("id").to_owned();
+    hub.wait_until_active(&key, &id).await;
+    assert_eq!(sub["sink"]["auth"], json!({"type": "basic", "username": "hub"}), "{sub}");
+
+    hub.post_event(&key, &Event::new("t1")).await;
+    let got = receiver.wait_for(1, WAIT).await.remove(0);
+    let expected = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("hub:{PASSWORD}")));
+    assert_eq!(got.header("authorization"), expected);
+    assert!(got.verified, "signed as well");
+
+    let path = format!("/v1/subscriptions/{id}");
+    let (_, read) = hub.get(&key, &path).await;
+    let (_, listed) = hub.get(&key, "/v1/subscriptions").await;
+    for answer in [&sub, &read, &listed] {
+        assert!(!answer.to_string().contains(PASSWORD), "an answer shows the password: {answer}");
+    }
+    let raw = hub.raw_table_bytes("subscriptions").await;
+    assert!(!raw.windows(PASSWORD.len()).any(|w| w == PASSWORD.as_bytes()), "the database holds it in clear");
+
+    // The sink given again without `auth`: no authentication, the sealed password gone.
+    let plain = json!({"sink": {"type": "webhook", "url": receiver.url}});
+    let (status, patched) = hub.patch_json(&key, &path, &plain).await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    assert!(patched["sink"].get("auth").is_none(), "{patched}");
+    assert_eq!(patched["credentials_set"], false, "{patched}");
+    hub.wait_until_active(&key, &id).await;
+    hub.post_event(&key, &Event::new("t1")).await;
+    let second = receiver.wait_for(2, WAIT).await.remove(1);
+    assert!(second.verified);
+    assert_eq!(second.header("authorization"), "", "no credentials after the auth is removed");
 }
 
 async fn every_delivery_is_signed_and_a_rotation_signs_with_both_secrets(backend: Backend) {

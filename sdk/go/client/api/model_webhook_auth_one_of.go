@@ -21,8 +21,9 @@ var _ MappedNullable = &WebhookAuthOneOf{}
 
 // WebhookAuthOneOf `Authorization: Basic` (RFC 7617).
 type WebhookAuthOneOf struct {
-	Password string `json:"password"`
-	Type     string `json:"type"`
+	// Required in a request; never in an answer.
+	Password NullableString `json:"password,omitempty"`
+	Type     string         `json:"type"`
 	// Without `:`.
 	Username string `json:"username"`
 }
@@ -33,9 +34,8 @@ type _WebhookAuthOneOf WebhookAuthOneOf
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewWebhookAuthOneOf(password string, type_ string, username string) *WebhookAuthOneOf {
+func NewWebhookAuthOneOf(type_ string, username string) *WebhookAuthOneOf {
 	this := WebhookAuthOneOf{}
-	this.Password = password
 	this.Type = type_
 	this.Username = username
 	return &this
@@ -49,28 +49,47 @@ func NewWebhookAuthOneOfWithDefaults() *WebhookAuthOneOf {
 	return &this
 }
 
-// GetPassword returns the Password field value
+// GetPassword returns the Password field value if set, zero value otherwise (both if not set or set to explicit null).
 func (o *WebhookAuthOneOf) GetPassword() string {
-	if o == nil {
+	if o == nil || IsNil(o.Password.Get()) {
 		var ret string
 		return ret
 	}
-
-	return o.Password
+	return *o.Password.Get()
 }
 
-// GetPasswordOk returns a tuple with the Password field value
+// GetPasswordOk returns a tuple with the Password field value if set, nil otherwise
 // and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
 func (o *WebhookAuthOneOf) GetPasswordOk() (*string, bool) {
 	if o == nil {
 		return nil, false
 	}
-	return &o.Password, true
+	return o.Password.Get(), o.Password.IsSet()
 }
 
-// SetPassword sets field value
+// HasPassword returns a boolean if a field has been set.
+func (o *WebhookAuthOneOf) HasPassword() bool {
+	if o != nil && o.Password.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetPassword gets a reference to the given NullableString and assigns it to the Password field.
 func (o *WebhookAuthOneOf) SetPassword(v string) {
-	o.Password = v
+	o.Password.Set(&v)
+}
+
+// SetPasswordNil sets the value for Password to be an explicit nil
+func (o *WebhookAuthOneOf) SetPasswordNil() {
+	o.Password.Set(nil)
+}
+
+// UnsetPassword ensures that no value is present for Password, not even an explicit nil
+func (o *WebhookAuthOneOf) UnsetPassword() {
+	o.Password.Unset()
 }
 
 // GetType returns the Type field value
@@ -131,7 +150,9 @@ func (o WebhookAuthOneOf) MarshalJSON() ([]byte, error) {
 
 func (o WebhookAuthOneOf) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
-	toSerialize["password"] = o.Password
+	if o.Password.IsSet() {
+		toSerialize["password"] = o.Password.Get()
+	}
 	toSerialize["type"] = o.Type
 	toSerialize["username"] = o.Username
 	return toSerialize, nil
@@ -142,7 +163,6 @@ func (o *WebhookAuthOneOf) UnmarshalJSON(data []byte) (err error) {
 	// by unmarshalling the object into a generic map with string keys and checking
 	// that every required field exists as a key in the generic map.
 	requiredProperties := []string{
-		"password",
 		"type",
 		"username",
 	}

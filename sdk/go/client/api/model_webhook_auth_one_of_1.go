@@ -21,9 +21,10 @@ var _ MappedNullable = &WebhookAuthOneOf1{}
 
 // WebhookAuthOneOf1 A bearer token from the token endpoint (OAuth 2.0 client credentials, RFC 6749 §4.4; the client authenticates with HTTP Basic). Kept until 60 s before it expires and fetched again on a `401` from the receiver; a failed fetch fails the attempt and the endpoint is asked again after 10 s at the soonest.
 type WebhookAuthOneOf1 struct {
-	Audience     NullableString `json:"audience,omitempty"`
-	ClientId     string         `json:"client_id"`
-	ClientSecret string         `json:"client_secret"`
+	Audience NullableString `json:"audience,omitempty"`
+	ClientId string         `json:"client_id"`
+	// Required in a request; never in an answer.
+	ClientSecret NullableString `json:"client_secret,omitempty"`
 	Scope        NullableString `json:"scope,omitempty"`
 	// `https` (or `http` with private sinks allowed); it passes the same address guard as the receiver.
 	TokenUrl string `json:"token_url"`
@@ -36,10 +37,9 @@ type _WebhookAuthOneOf1 WebhookAuthOneOf1
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewWebhookAuthOneOf1(clientId string, clientSecret string, tokenUrl string, type_ string) *WebhookAuthOneOf1 {
+func NewWebhookAuthOneOf1(clientId string, tokenUrl string, type_ string) *WebhookAuthOneOf1 {
 	this := WebhookAuthOneOf1{}
 	this.ClientId = clientId
-	this.ClientSecret = clientSecret
 	this.TokenUrl = tokenUrl
 	this.Type = type_
 	return &this
@@ -120,28 +120,47 @@ func (o *WebhookAuthOneOf1) SetClientId(v string) {
 	o.ClientId = v
 }
 
-// GetClientSecret returns the ClientSecret field value
+// GetClientSecret returns the ClientSecret field value if set, zero value otherwise (both if not set or set to explicit null).
 func (o *WebhookAuthOneOf1) GetClientSecret() string {
-	if o == nil {
+	if o == nil || IsNil(o.ClientSecret.Get()) {
 		var ret string
 		return ret
 	}
-
-	return o.ClientSecret
+	return *o.ClientSecret.Get()
 }
 
-// GetClientSecretOk returns a tuple with the ClientSecret field value
+// GetClientSecretOk returns a tuple with the ClientSecret field value if set, nil otherwise
 // and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
 func (o *WebhookAuthOneOf1) GetClientSecretOk() (*string, bool) {
 	if o == nil {
 		return nil, false
 	}
-	return &o.ClientSecret, true
+	return o.ClientSecret.Get(), o.ClientSecret.IsSet()
 }
 
-// SetClientSecret sets field value
+// HasClientSecret returns a boolean if a field has been set.
+func (o *WebhookAuthOneOf1) HasClientSecret() bool {
+	if o != nil && o.ClientSecret.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetClientSecret gets a reference to the given NullableString and assigns it to the ClientSecret field.
 func (o *WebhookAuthOneOf1) SetClientSecret(v string) {
-	o.ClientSecret = v
+	o.ClientSecret.Set(&v)
+}
+
+// SetClientSecretNil sets the value for ClientSecret to be an explicit nil
+func (o *WebhookAuthOneOf1) SetClientSecretNil() {
+	o.ClientSecret.Set(nil)
+}
+
+// UnsetClientSecret ensures that no value is present for ClientSecret, not even an explicit nil
+func (o *WebhookAuthOneOf1) UnsetClientSecret() {
+	o.ClientSecret.Unset()
 }
 
 // GetScope returns the Scope field value if set, zero value otherwise (both if not set or set to explicit null).
@@ -249,7 +268,9 @@ func (o WebhookAuthOneOf1) ToMap() (map[string]interface{}, error) {
 		toSerialize["audience"] = o.Audience.Get()
 	}
 	toSerialize["client_id"] = o.ClientId
-	toSerialize["client_secret"] = o.ClientSecret
+	if o.ClientSecret.IsSet() {
+		toSerialize["client_secret"] = o.ClientSecret.Get()
+	}
 	if o.Scope.IsSet() {
 		toSerialize["scope"] = o.Scope.Get()
 	}
@@ -264,7 +285,6 @@ func (o *WebhookAuthOneOf1) UnmarshalJSON(data []byte) (err error) {
 	// that every required field exists as a key in the generic map.
 	requiredProperties := []string{
 		"client_id",
-		"client_secret",
 		"token_url",
 		"type",
 	}

@@ -22,8 +22,9 @@ var _ MappedNullable = &WebhookAuthOneOf2{}
 // WebhookAuthOneOf2 Mutual TLS: a client certificate (with its chain) and its private key (PKCS#8, PKCS#1 or SEC1), both PEM.
 type WebhookAuthOneOf2 struct {
 	CertificatePem string `json:"certificate_pem"`
-	PrivateKeyPem  string `json:"private_key_pem"`
-	Type           string `json:"type"`
+	// Required in a request; never in an answer.
+	PrivateKeyPem NullableString `json:"private_key_pem,omitempty"`
+	Type          string         `json:"type"`
 }
 
 type _WebhookAuthOneOf2 WebhookAuthOneOf2
@@ -32,10 +33,9 @@ type _WebhookAuthOneOf2 WebhookAuthOneOf2
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewWebhookAuthOneOf2(certificatePem string, privateKeyPem string, type_ string) *WebhookAuthOneOf2 {
+func NewWebhookAuthOneOf2(certificatePem string, type_ string) *WebhookAuthOneOf2 {
 	this := WebhookAuthOneOf2{}
 	this.CertificatePem = certificatePem
-	this.PrivateKeyPem = privateKeyPem
 	this.Type = type_
 	return &this
 }
@@ -72,28 +72,47 @@ func (o *WebhookAuthOneOf2) SetCertificatePem(v string) {
 	o.CertificatePem = v
 }
 
-// GetPrivateKeyPem returns the PrivateKeyPem field value
+// GetPrivateKeyPem returns the PrivateKeyPem field value if set, zero value otherwise (both if not set or set to explicit null).
 func (o *WebhookAuthOneOf2) GetPrivateKeyPem() string {
-	if o == nil {
+	if o == nil || IsNil(o.PrivateKeyPem.Get()) {
 		var ret string
 		return ret
 	}
-
-	return o.PrivateKeyPem
+	return *o.PrivateKeyPem.Get()
 }
 
-// GetPrivateKeyPemOk returns a tuple with the PrivateKeyPem field value
+// GetPrivateKeyPemOk returns a tuple with the PrivateKeyPem field value if set, nil otherwise
 // and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
 func (o *WebhookAuthOneOf2) GetPrivateKeyPemOk() (*string, bool) {
 	if o == nil {
 		return nil, false
 	}
-	return &o.PrivateKeyPem, true
+	return o.PrivateKeyPem.Get(), o.PrivateKeyPem.IsSet()
 }
 
-// SetPrivateKeyPem sets field value
+// HasPrivateKeyPem returns a boolean if a field has been set.
+func (o *WebhookAuthOneOf2) HasPrivateKeyPem() bool {
+	if o != nil && o.PrivateKeyPem.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetPrivateKeyPem gets a reference to the given NullableString and assigns it to the PrivateKeyPem field.
 func (o *WebhookAuthOneOf2) SetPrivateKeyPem(v string) {
-	o.PrivateKeyPem = v
+	o.PrivateKeyPem.Set(&v)
+}
+
+// SetPrivateKeyPemNil sets the value for PrivateKeyPem to be an explicit nil
+func (o *WebhookAuthOneOf2) SetPrivateKeyPemNil() {
+	o.PrivateKeyPem.Set(nil)
+}
+
+// UnsetPrivateKeyPem ensures that no value is present for PrivateKeyPem, not even an explicit nil
+func (o *WebhookAuthOneOf2) UnsetPrivateKeyPem() {
+	o.PrivateKeyPem.Unset()
 }
 
 // GetType returns the Type field value
@@ -131,7 +150,9 @@ func (o WebhookAuthOneOf2) MarshalJSON() ([]byte, error) {
 func (o WebhookAuthOneOf2) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
 	toSerialize["certificate_pem"] = o.CertificatePem
-	toSerialize["private_key_pem"] = o.PrivateKeyPem
+	if o.PrivateKeyPem.IsSet() {
+		toSerialize["private_key_pem"] = o.PrivateKeyPem.Get()
+	}
 	toSerialize["type"] = o.Type
 	return toSerialize, nil
 }
@@ -142,7 +163,6 @@ func (o *WebhookAuthOneOf2) UnmarshalJSON(data []byte) (err error) {
 	// that every required field exists as a key in the generic map.
 	requiredProperties := []string{
 		"certificate_pem",
-		"private_key_pem",
 		"type",
 	}
 

@@ -14,8 +14,14 @@ use serde::{Deserialize, Serialize};
 /// WebhookAuthOneOf : `Authorization: Basic` (RFC 7617).
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WebhookAuthOneOf {
-    #[serde(rename = "password")]
-    pub password: String,
+    /// Required in a request; never in an answer.
+    #[serde(
+        rename = "password",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub password: Option<Option<String>>,
     #[serde(rename = "type")]
     pub r#type: Type,
     /// Without `:`.
@@ -25,8 +31,8 @@ pub struct WebhookAuthOneOf {
 
 impl WebhookAuthOneOf {
     /// `Authorization: Basic` (RFC 7617).
-    pub fn new(password: String, r#type: Type, username: String) -> WebhookAuthOneOf {
-        WebhookAuthOneOf { password, r#type, username }
+    pub fn new(r#type: Type, username: String) -> WebhookAuthOneOf {
+        WebhookAuthOneOf { password: None, r#type, username }
     }
 }
 ///

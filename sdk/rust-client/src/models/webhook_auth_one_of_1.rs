@@ -23,8 +23,14 @@ pub struct WebhookAuthOneOf1 {
     pub audience: Option<Option<String>>,
     #[serde(rename = "client_id")]
     pub client_id: String,
-    #[serde(rename = "client_secret")]
-    pub client_secret: String,
+    /// Required in a request; never in an answer.
+    #[serde(
+        rename = "client_secret",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub client_secret: Option<Option<String>>,
     #[serde(
         rename = "scope",
         default,
@@ -41,8 +47,8 @@ pub struct WebhookAuthOneOf1 {
 
 impl WebhookAuthOneOf1 {
     /// A bearer token from the token endpoint (OAuth 2.0 client credentials, RFC 6749 §4.4; the client authenticates with HTTP Basic). Kept until 60 s before it expires and fetched again on a `401` from the receiver; a failed fetch fails the attempt and the endpoint is asked again after 10 s at the soonest.
-    pub fn new(client_id: String, client_secret: String, token_url: String, r#type: Type) -> WebhookAuthOneOf1 {
-        WebhookAuthOneOf1 { audience: None, client_id, client_secret, scope: None, token_url, r#type }
+    pub fn new(client_id: String, token_url: String, r#type: Type) -> WebhookAuthOneOf1 {
+        WebhookAuthOneOf1 { audience: None, client_id, client_secret: None, scope: None, token_url, r#type }
     }
 }
 ///

@@ -16,16 +16,22 @@ use serde::{Deserialize, Serialize};
 pub struct WebhookAuthOneOf2 {
     #[serde(rename = "certificate_pem")]
     pub certificate_pem: String,
-    #[serde(rename = "private_key_pem")]
-    pub private_key_pem: String,
+    /// Required in a request; never in an answer.
+    #[serde(
+        rename = "private_key_pem",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub private_key_pem: Option<Option<String>>,
     #[serde(rename = "type")]
     pub r#type: Type,
 }
 
 impl WebhookAuthOneOf2 {
     /// Mutual TLS: a client certificate (with its chain) and its private key (PKCS#8, PKCS#1 or SEC1), both PEM.
-    pub fn new(certificate_pem: String, private_key_pem: String, r#type: Type) -> WebhookAuthOneOf2 {
-        WebhookAuthOneOf2 { certificate_pem, private_key_pem, r#type }
+    pub fn new(certificate_pem: String, r#type: Type) -> WebhookAuthOneOf2 {
+        WebhookAuthOneOf2 { certificate_pem, private_key_pem: None, r#type }
     }
 }
 ///

@@ -18,7 +18,7 @@ import re  # noqa: F401
 import json
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
-from typing import Any, ClassVar, Dict, List
+from typing import Any, ClassVar, Dict, List, Optional
 from typing import Optional, Set
 from typing_extensions import Self
 from pydantic_core import to_jsonable_python
@@ -27,7 +27,7 @@ class WebhookAuthOneOf(BaseModel):
     """
     `Authorization: Basic` (RFC 7617).
     """ # noqa: E501
-    password: StrictStr
+    password: Optional[StrictStr] = Field(default=None, description="Required in a request; never in an answer.")
     type: StrictStr
     username: StrictStr = Field(description="Without `:`.")
     __properties: ClassVar[List[str]] = ["password", "type", "username"]
@@ -78,6 +78,11 @@ class WebhookAuthOneOf(BaseModel):
             exclude=excluded_fields,
             exclude_none=True,
         )
+        # set to None if password (nullable) is None
+        # and model_fields_set contains the field
+        if self.password is None and "password" in self.model_fields_set:
+            _dict['password'] = None
+
         return _dict
 
     @classmethod

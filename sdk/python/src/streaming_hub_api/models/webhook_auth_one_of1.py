@@ -29,7 +29,7 @@ class WebhookAuthOneOf1(BaseModel):
     """ # noqa: E501
     audience: Optional[StrictStr] = None
     client_id: StrictStr
-    client_secret: StrictStr
+    client_secret: Optional[StrictStr] = Field(default=None, description="Required in a request; never in an answer.")
     scope: Optional[StrictStr] = None
     token_url: StrictStr = Field(description="`https` (or `http` with private sinks allowed); it passes the same address guard as the receiver.")
     type: StrictStr
@@ -85,6 +85,11 @@ class WebhookAuthOneOf1(BaseModel):
         # and model_fields_set contains the field
         if self.audience is None and "audience" in self.model_fields_set:
             _dict['audience'] = None
+
+        # set to None if client_secret (nullable) is None
+        # and model_fields_set contains the field
+        if self.client_secret is None and "client_secret" in self.model_fields_set:
+            _dict['client_secret'] = None
 
         # set to None if scope (nullable) is None
         # and model_fields_set contains the field

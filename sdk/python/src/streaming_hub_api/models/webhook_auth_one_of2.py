@@ -17,8 +17,8 @@ import pprint
 import re  # noqa: F401
 import json
 
-from pydantic import BaseModel, ConfigDict, StrictStr, field_validator
-from typing import Any, ClassVar, Dict, List
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+from typing import Any, ClassVar, Dict, List, Optional
 from typing import Optional, Set
 from typing_extensions import Self
 from pydantic_core import to_jsonable_python
@@ -28,7 +28,7 @@ class WebhookAuthOneOf2(BaseModel):
     Mutual TLS: a client certificate (with its chain) and its private key (PKCS#8, PKCS#1 or SEC1), both PEM.
     """ # noqa: E501
     certificate_pem: StrictStr
-    private_key_pem: StrictStr
+    private_key_pem: Optional[StrictStr] = Field(default=None, description="Required in a request; never in an answer.")
     type: StrictStr
     __properties: ClassVar[List[str]] = ["certificate_pem", "private_key_pem", "type"]
 
@@ -78,6 +78,11 @@ class WebhookAuthOneOf2(BaseModel):
             exclude=excluded_fields,
             exclude_none=True,
         )
+        # set to None if private_key_pem (nullable) is None
+        # and model_fields_set contains the field
+        if self.private_key_pem is None and "private_key_pem" in self.model_fields_set:
+            _dict['private_key_pem'] = None
+
         return _dict
 
     @classmethod

@@ -20,9 +20,9 @@ import { mapValues } from '../runtime';
  */
 export interface WebhookAuthOneOf {
     /**
-     * 
+     * Required in a request; never in an answer.
      */
-    password: string;
+    password?: string | null;
     /**
      * 
      */
@@ -47,7 +47,6 @@ export type WebhookAuthOneOfTypeEnum = typeof WebhookAuthOneOfTypeEnum[keyof typ
  * Check if a given object implements the WebhookAuthOneOf interface.
  */
 export function instanceOfWebhookAuthOneOf(value: object): value is WebhookAuthOneOf {
-    if (!('password' in value) || value['password'] === undefined) return false;
     if (!('type' in value) || value['type'] === undefined) return false;
     if (value['type'] !== 'basic') return false;
     
@@ -65,7 +64,7 @@ export function WebhookAuthOneOfFromJSONTyped(json: any, ignoreDiscriminator: bo
     }
     return {
         
-        'password': json['password'],
+        'password': json['password'] === undefined ? undefined : json['password'] === null ? null : json['password'],
         'type': json['type'],
         'username': json['username'],
     };

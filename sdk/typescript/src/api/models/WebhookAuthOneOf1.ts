@@ -31,9 +31,9 @@ export interface WebhookAuthOneOf1 {
      */
     clientId: string;
     /**
-     * 
+     * Required in a request; never in an answer.
      */
-    clientSecret: string;
+    clientSecret?: string | null;
     /**
      * 
      */
@@ -64,7 +64,6 @@ export type WebhookAuthOneOf1TypeEnum = typeof WebhookAuthOneOf1TypeEnum[keyof t
  */
 export function instanceOfWebhookAuthOneOf1(value: object): value is WebhookAuthOneOf1 {
     if ((!('clientId' in (value as Record<string, any>)) && !('client_id' in (value as Record<string, any>))) || ((value as Record<string, any>)['clientId'] === undefined && (value as Record<string, any>)['client_id'] === undefined)) return false;
-    if ((!('clientSecret' in (value as Record<string, any>)) && !('client_secret' in (value as Record<string, any>))) || ((value as Record<string, any>)['clientSecret'] === undefined && (value as Record<string, any>)['client_secret'] === undefined)) return false;
     if ((!('tokenUrl' in (value as Record<string, any>)) && !('token_url' in (value as Record<string, any>))) || ((value as Record<string, any>)['tokenUrl'] === undefined && (value as Record<string, any>)['token_url'] === undefined)) return false;
     if (!('type' in value) || value['type'] === undefined) return false;
     if (value['type'] !== 'oauth2_client_credentials') return false;
@@ -84,7 +83,7 @@ export function WebhookAuthOneOf1FromJSONTyped(json: any, ignoreDiscriminator: b
         
         'audience': json['audience'] === undefined ? undefined : json['audience'] === null ? null : json['audience'],
         'clientId': json['client_id'],
-        'clientSecret': json['client_secret'],
+        'clientSecret': json['client_secret'] === undefined ? undefined : json['client_secret'] === null ? null : json['client_secret'],
         'scope': json['scope'] === undefined ? undefined : json['scope'] === null ? null : json['scope'],
         'tokenUrl': json['token_url'],
         'type': json['type'],

@@ -25,9 +25,9 @@ export interface WebhookAuthOneOf2 {
      */
     certificatePem: string;
     /**
-     * 
+     * Required in a request; never in an answer.
      */
-    privateKeyPem: string;
+    privateKeyPem?: string | null;
     /**
      * 
      */
@@ -49,7 +49,6 @@ export type WebhookAuthOneOf2TypeEnum = typeof WebhookAuthOneOf2TypeEnum[keyof t
  */
 export function instanceOfWebhookAuthOneOf2(value: object): value is WebhookAuthOneOf2 {
     if ((!('certificatePem' in (value as Record<string, any>)) && !('certificate_pem' in (value as Record<string, any>))) || ((value as Record<string, any>)['certificatePem'] === undefined && (value as Record<string, any>)['certificate_pem'] === undefined)) return false;
-    if ((!('privateKeyPem' in (value as Record<string, any>)) && !('private_key_pem' in (value as Record<string, any>))) || ((value as Record<string, any>)['privateKeyPem'] === undefined && (value as Record<string, any>)['private_key_pem'] === undefined)) return false;
     if (!('type' in value) || value['type'] === undefined) return false;
     if (value['type'] !== 'mtls') return false;
     
@@ -67,7 +66,7 @@ export function WebhookAuthOneOf2FromJSONTyped(json: any, ignoreDiscriminator: b
     return {
         
         'certificatePem': json['certificate_pem'],
-        'privateKeyPem': json['private_key_pem'],
+        'privateKeyPem': json['private_key_pem'] === undefined ? undefined : json['private_key_pem'] === null ? null : json['private_key_pem'],
         'type': json['type'],
     };
 }
