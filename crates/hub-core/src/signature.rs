@@ -50,16 +50,27 @@ pub enum Scheme {
     /// Webhooks specification.
     #[serde(rename = "standard-webhooks")]
     StandardWebhooks,
+    /// The Standard Webhooks headers with the asymmetric signature `v1a,<base64>` (ed25519):
+    /// receivers verify with the subscription's public key and hold no secret.
+    #[serde(rename = "ed25519")]
+    Ed25519,
 }
 
 impl Scheme {
-    pub const ALL: [Scheme; 2] = [Scheme::Lerian, Scheme::StandardWebhooks];
+    pub const ALL: [Scheme; 3] = [Scheme::Lerian, Scheme::StandardWebhooks, Scheme::Ed25519];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Lerian => "lerian",
             Self::StandardWebhooks => "standard-webhooks",
+            Self::Ed25519 => "ed25519",
         }
+    }
+
+    /// Whether it signs with a key pair (the subscription holds a `whsk_` key) rather than a
+    /// shared `whsec_` secret.
+    pub fn is_asymmetric(self) -> bool {
+        self == Self::Ed25519
     }
 
     pub fn parse(raw: &str) -> Option<Self> {
@@ -110,9 +121,97 @@ pub mod standard {
     }
 }
 
+/// Standard Webhooks asymmetric signatures: `v1a,<base64>` of the ed25519 signature, by the
+/// subscription's secret key `whsk_<base64 of the 32-byte seed>`, of
+/// `"{webhook-id}.{webhook-timestamp}.{body}"`; receivers verify with its public key
+/// `whpk_<base64 of the 32-byte key>`. During a rotation the header holds one signature per key,
+/// separated by spaces.
+pub mod asymmetric {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use ring::signature::{ED25519, Ed25519KeyPair, KeyPair, UnparsedPublicKey};
+
+    pub const SECRET_PREFIX: &str = "whsk_";
+    pub const PUBLIC_PREFIX: &str = "whpk_";
+
+    /// A secret key from 32 random bytes.
+    pub fn secret_key(seed: [u8; 32]) -> String {
+        format!("{SECRET_PREFIX}{}", STANDARD.encode(seed))
+    }
+
+    fn pair(secret: &str) -> Option<Ed25519KeyPair> {
+        let seed = STANDARD.decode(secret.strip_prefix(SECRET_PREFIX)?).ok()?;
+        Ed25519KeyPair::from_seed_unchecked(&seed).ok()
+    }
+
+    /// The public key of a `whsk_` secret key; `None` when it is not one.
+    pub fn public_key(secret: &str) -> Option<String> {
+        Some(format!("{PUBLIC_PREFIX}{}", STANDARD.encode(pair(secret)?.public_key().as_ref())))
+    }
+
+    fn signed(id: &str, timestamp: i64, body: &[u8]) -> Vec<u8> {
+        let mut message = Vec::with_capacity(id.len() + body.len() + 24);
+        message.extend_from_slice(id.as_bytes());
+        message.push(b'.');
+        message.extend_from_slice(timestamp.to_string().as_bytes());
+        message.push(b'.');
+        message.extend_from_slice(body);
+        message
+    }
+
+    /// One `v1a,<base64>` signature; `None` when `secret` is not a `whsk_` key.
+    pub fn sign(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Option<String> {
+        let signature = pair(secret)?.sign(&signed(id, timestamp, body));
+        Some(format!("v1a,{}", STANDARD.encode(signature.as_ref())))
+    }
+
+    /// Whether any of the space-separated signatures of a `webhook-signature` header verifies
+    /// with the `whpk_` public key.
+    pub fn verify(public: &str, id: &str, timestamp: i64, body: &[u8], header: &str) -> bool {
+        let Some(key) = public.strip_prefix(PUBLIC_PREFIX).and_then(|k| STANDARD.decode(k).ok()) else {
+            return false;
+        };
+        let message = signed(id, timestamp, body);
+        header.split(' ').filter_map(|s| s.strip_prefix("v1a,")).any(|b64| {
+            STANDARD.decode(b64).is_ok_and(|sig| UnparsedPublicKey::new(&ED25519, &key).verify(&message, &sig).is_ok())
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RFC 8032 §7.1, test 1: the seed gives the RFC's public key, and a signature made here
+    /// verifies with it and with nothing else.
+    #[test]
+    fn ed25519_keys_follow_rfc_8032_and_signatures_verify_only_as_made() {
+        use base64::Engine;
+        let hex = |s: &str| {
+            (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect::<Vec<u8>>()
+        };
+        let seed: [u8; 32] =
+            hex("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60").try_into().unwrap();
+        let secret = asymmetric::secret_key(seed);
+        let public = asymmetric::public_key(&secret).expect("a key");
+        let expected = hex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
+        assert_eq!(public, format!("whpk_{}", base64::engine::general_purpose::STANDARD.encode(&expected)));
+        // The RFC's signature of the empty message, through the same encoding.
+        let rfc = "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b";
+        let key = ring::signature::UnparsedPublicKey::new(&ring::signature::ED25519, expected);
+        assert!(key.verify(b"", &hex(rfc)).is_ok());
+
+        let sig = asymmetric::sign(&secret, "msg_1", 1_700_000_000, b"{}").expect("signed");
+        assert!(sig.starts_with("v1a,"));
+        assert!(asymmetric::verify(&public, "msg_1", 1_700_000_000, b"{}", &sig));
+        assert!(asymmetric::verify(&public, "msg_1", 1_700_000_000, b"{}", &format!("v1,abc {sig}")), "any of them");
+        assert!(!asymmetric::verify(&public, "msg_2", 1_700_000_000, b"{}", &sig));
+        assert!(!asymmetric::verify(&public, "msg_1", 1_700_000_001, b"{}", &sig));
+        assert!(!asymmetric::verify(&public, "msg_1", 1_700_000_000, b"{ }", &sig));
+        assert!(!asymmetric::verify(&sig, "msg_1", 1_700_000_000, b"{}", &sig), "not a public key");
+        assert!(asymmetric::sign("whsec_abc", "m", 1, b"").is_none(), "a shared secret is not a key");
+        assert!(asymmetric::public_key("whsk_???").is_none());
+    }
 
     #[test]
     fn the_spec_test_vector() {

@@ -166,6 +166,18 @@ impl Sealer {
     }
 }
 
+/// A new signing secret for a webhook signed with `scheme`: a `whsk_` key pair's secret key for
+/// an asymmetric scheme, else [`new_signing_secret`].
+pub fn new_signing_secret_for(scheme: hub_core::signature::Scheme) -> String {
+    if scheme.is_asymmetric() {
+        let mut seed = [0u8; 32];
+        rand::rng().fill_bytes(&mut seed);
+        hub_core::signature::asymmetric::secret_key(seed)
+    } else {
+        new_signing_secret()
+    }
+}
+
 /// A new webhook signing secret: `whsec_` + 32 random bytes, base64.
 pub fn new_signing_secret() -> String {
     let mut bytes = [0u8; 32];

@@ -65,6 +65,19 @@ impl Destination {
         Self::deserialize(value).map_err(|e| format!("the stored destination is not readable: {e}"))
     }
 
+    /// How a webhook signs (`None` for other sinks).
+    pub fn signature(&self) -> Option<hub_core::signature::Scheme> {
+        match self {
+            Self::Webhook(c) => Some(c.signature),
+            _ => None,
+        }
+    }
+
+    /// The signature scheme of a stored destination (`None` for other sinks or when unreadable).
+    pub fn stored_signature(value: &Value) -> Option<hub_core::signature::Scheme> {
+        Self::from_stored(value).ok()?.signature()
+    }
+
     /// The destination as the store keeps it and the API shows it (it holds no secret).
     pub fn to_stored(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)

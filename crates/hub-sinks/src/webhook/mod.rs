@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hub_core::signature::{Scheme, sign, standard};
+use hub_core::signature::{Scheme, asymmetric, sign, standard};
 use rand::RngCore;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use url::Url;
@@ -107,15 +107,13 @@ impl WebhookSink {
                     put("x-webhook-signature", &sign(secret, timestamp, message.payload));
                 }
             }
-            Scheme::StandardWebhooks => {
+            Scheme::StandardWebhooks | Scheme::Ed25519 => {
                 // The event id names the message: the same on every redelivery, as the
                 // specification asks. Signatures share one header, separated by spaces.
                 let id = message.ce_id.to_string();
-                let signatures: Vec<String> = target
-                    .secrets
-                    .iter()
-                    .filter_map(|secret| standard::sign(secret, &id, timestamp, message.payload))
-                    .collect();
+                let sign = if target.scheme == Scheme::Ed25519 { asymmetric::sign } else { standard::sign };
+                let signatures: Vec<String> =
+                    target.secrets.iter().filter_map(|secret| sign(secret, &id, timestamp, message.payload)).collect();
                 put("webhook-id", &id);
                 put("webhook-timestamp", &timestamp.to_string());
                 put("webhook-signature", &signatures.join(" "));

@@ -166,6 +166,7 @@ fn links() -> Vec<(&'static str, &'static str, &'static str, String, &'static st
         "redriveDeliveries",
         "replaySubscription",
         "rotateSigningSecret",
+        "listPublicKeys",
         "verifySubscription",
     ]
     .into_iter()

@@ -15,7 +15,7 @@ use super::AppState;
 use super::auth::TenantCaller;
 use super::error::{ApiError, ErrorBody, Query, RawBody, cursor, next_cursor, optional_json, page_limit};
 use super::subscriptions::{SubscriptionView, load, sealing_error};
-use crate::secrets::{Purpose, new_signing_secret};
+use crate::secrets::{Purpose, new_signing_secret_for};
 
 /// How long the previous secret keeps signing after a rotation.
 pub const ROTATION_OVERLAP: chrono::Duration = chrono::Duration::hours(24);
@@ -106,10 +106,76 @@ pub async fn verify(
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct RotatedSecret {
-    /// The new secret: shown in this response only.
-    pub signing_secret: String,
+    /// The new shared secret: shown in this response only (not for an `ed25519` webhook).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing_secret: Option<String>,
+    /// An `ed25519` webhook's new public key (`whpk_…`); its secret key never leaves the hub.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
     /// Until then, every delivery also carries a signature made with the previous secret.
     pub previous_secret_expires_at: DateTime<Utc>,
+}
+
+/// A public key an `ed25519` webhook's deliveries verify with.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PublicKey {
+    /// `whpk_` and the base64 of the 32-byte ed25519 key.
+    pub public_key: String,
+    /// `null` for the current key; for the previous one during a rotation, when it stops signing.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PublicKeys {
+    /// The current key first; during a rotation's overlap the previous one second.
+    pub keys: Vec<PublicKey>,
+}
+
+fn not_asymmetric() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "not_asymmetric",
+        "the subscription's deliveries are not signed with a key pair (sink.signature is not ed25519)",
+    )
+}
+
+#[utoipa::path(
+    get, path = "/v1/subscriptions/{id}/public-keys", tag = "subscriptions", operation_id = "listPublicKeys",
+    params(("id" = Uuid, Path, description = "Subscription id")),
+    responses(
+        (status = 200, description = "The public keys its deliveries verify with", body = PublicKeys),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+        (status = 409, description = "Not an `ed25519` webhook", body = ErrorBody),
+        (status = 503, description = "No key-encryption key is configured", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn public_keys(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+) -> Result<AxumJson<PublicKeys>, ApiError> {
+    let sub = load(&state, &caller, &id).await?;
+    let scheme = hub_sinks::Destination::stored_signature(&sub.sink_config);
+    if sub.sink != SinkKind::Webhook || !scheme.is_some_and(|s| s.is_asymmetric()) {
+        return Err(not_asymmetric());
+    }
+    let public = |sealed: &[u8], purpose: Purpose| -> Result<String, ApiError> {
+        let secret = state.sealer.open(sub.id, purpose, sealed).map_err(sealing_error)?;
+        std::str::from_utf8(&secret)
+            .ok()
+            .and_then(hub_core::signature::asymmetric::public_key)
+            .ok_or_else(|| ApiError::internal("an ed25519 webhook whose key is not a key"))
+    };
+    let current = sub.signing_secret.as_deref().ok_or_else(|| ApiError::internal("a webhook without a key"))?;
+    let mut keys = vec![PublicKey { public_key: public(current, Purpose::SigningSecret)?, expires_at: None }];
+    if let (Some(previous), Some(until)) = (sub.previous_secret.as_deref(), sub.previous_secret_expires_at)
+        && until > state.clock.now()
+    {
+        keys.push(PublicKey { public_key: public(previous, Purpose::PreviousSecret)?, expires_at: Some(until) });
+    }
+    Ok(AxumJson(PublicKeys { keys }))
 }
 
 #[utoipa::path(
@@ -143,7 +209,8 @@ pub async fn rotate_secret(
         let current =
             sub.signing_secret.clone().ok_or_else(|| ApiError::internal("a webhook subscription without a secret"))?;
         let previous = state.sealer.open(sub.id, Purpose::SigningSecret, &current).map_err(sealing_error)?;
-        let secret = new_signing_secret();
+        let scheme = hub_sinks::Destination::stored_signature(&sub.sink_config).unwrap_or_default();
+        let secret = new_signing_secret_for(scheme);
         let now = state.clock.now();
         let expires = now + ROTATION_OVERLAP;
         let rotation = SecretRotation {
@@ -158,7 +225,12 @@ pub async fn rotate_secret(
         };
         if state.store.rotate_secret(caller.tenant.as_str(), sub.id, &rotation).await?.is_some() {
             tracing::info!(tenant = %caller.tenant, subscription = %sub.id, "signing secret rotated");
-            return Ok(AxumJson(RotatedSecret { signing_secret: secret, previous_secret_expires_at: expires }));
+            let (signing_secret, public_key) = if scheme.is_asymmetric() {
+                (None, hub_core::signature::asymmetric::public_key(&secret))
+            } else {
+                (Some(secret), None)
+            };
+            return Ok(AxumJson(RotatedSecret { signing_secret, public_key, previous_secret_expires_at: expires }));
         }
     }
     Err(ApiError::new(

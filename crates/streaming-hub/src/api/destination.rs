@@ -58,8 +58,9 @@ pub mod schema {
         /// 100 to 60000, default 10000.
         #[schema(minimum = 100, maximum = 60000)]
         pub timeout_ms: Option<u64>,
-        /// How requests are signed: `lerian` (default; `X-Webhook-Signature`) or
-        /// `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+        /// How requests are signed: `lerian` (default; `X-Webhook-Signature`),
+        /// `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`) or
+        /// `ed25519` (the same headers, an asymmetric signature).
         pub signature: Option<Signature>,
         /// How the hub authenticates to the receiver beside the signature. Its secret
         /// (`password`, `client_secret`, `private_key_pem`) is sealed at rest and never shown;
@@ -128,6 +129,11 @@ pub mod schema {
         Lerian,
         #[serde(rename = "standard-webhooks")]
         StandardWebhooks,
+        /// Standard Webhooks' asymmetric scheme (`webhook-signature: v1a,<base64>`): the
+        /// subscription gets a key pair, receivers verify with its public key (`whpk_…`).
+        /// Cannot be changed to or from on `PATCH`.
+        #[serde(rename = "ed25519")]
+        Ed25519,
     }
 
     /// AWS credentials, sealed at rest and never shown; omit them to use the hub's own.

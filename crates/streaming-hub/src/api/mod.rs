@@ -146,6 +146,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(pull::read))
         .routes(routes!(delivery::verify))
         .routes(routes!(delivery::rotate_secret))
+        .routes(routes!(delivery::public_keys))
         .routes(routes!(delivery::deliveries))
         .routes(routes!(ordering::read))
         .routes(routes!(delivery::redrive))

@@ -21,7 +21,7 @@ use super::auth::TenantCaller;
 use super::destination::{self, Credentials};
 use super::error::{ApiError, ErrorBody, Json, Query, cursor, next_cursor, page_limit};
 use super::filters::valid_filters;
-use crate::secrets::{Purpose, SealerError, new_signing_secret};
+use crate::secrets::{Purpose, SealerError, new_signing_secret_for};
 
 /// Why a subscription disabled through the API is disabled.
 pub const DISABLED_BY_API: &str = "disabled through the API";
@@ -63,6 +63,10 @@ pub struct SubscriptionView {
     /// The webhook signing secret: in the creation response only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signing_secret: Option<String>,
+    /// An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key
+    /// never leaves the hub. `GET …/public-keys` lists it again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
     /// Its health, in listings: since when its destination fails (the failure period that leads
     /// to auto-disable), its breaker as this replica's dispatcher last saw it, and its jobs
     /// waiting or dead.
@@ -244,6 +248,7 @@ impl SubscriptionView {
             created_at: sub.created_at,
             updated_at: sub.updated_at,
             signing_secret: None,
+            public_key: None,
             health: None,
             warnings: Vec::new(),
         }
@@ -443,7 +448,8 @@ pub async fn create(
 
     let id = Uuid::now_v7();
     let now = state.clock.now();
-    let secret = (dest.kind == SinkKind::Webhook).then(new_signing_secret);
+    let scheme = dest.typed.signature().unwrap_or_default();
+    let secret = (dest.kind == SinkKind::Webhook).then(|| new_signing_secret_for(scheme));
     let signing_secret = match &secret {
         Some(s) => Some(state.sealer.seal(id, Purpose::SigningSecret, s.as_bytes()).map_err(sealing_error)?),
         None => None,
@@ -489,7 +495,12 @@ pub async fn create(
         spawn_probe(&state, record.clone());
     }
     let mut view = SubscriptionView::of(&record);
-    view.signing_secret = secret;
+    if scheme.is_asymmetric() {
+        // The receiver gets the public key; the secret key stays sealed in the hub.
+        view.public_key = secret.as_deref().and_then(hub_core::signature::asymmetric::public_key);
+    } else {
+        view.signing_secret = secret;
+    }
     view.warnings = pattern_warnings(&state, &record).await;
     Ok((StatusCode::CREATED, AxumJson(view)))
 }
@@ -636,6 +647,21 @@ pub async fn update(
         }
         if sub.credentials.is_some() {
             destination::credentials_follow(&sub.sink_config, &dest)?;
+        }
+        let (was, now) = (
+            hub_sinks::Destination::stored_signature(&sub.sink_config).unwrap_or_default(),
+            dest.typed.signature().unwrap_or_default(),
+        );
+        if was.is_asymmetric() != now.is_asymmetric() {
+            return Err(ApiError::validation(
+                "sink.signature",
+                format!(
+                    "cannot change from {} to {}: a key pair and a shared secret are different keys; create a new \
+                     subscription instead",
+                    was.as_str(),
+                    now.as_str()
+                ),
+            ));
         }
         let credentials = match dest.credentials {
             Credentials::Unchanged => None,

@@ -267,3 +267,138 @@ console.log(JSON.stringify(out));
     .await;
     assert_eq!(got, json!(expected), "npm standardwebhooks");
 }
+
+/// An `ed25519` webhook: the creation and rotation answers carry public keys and never a secret,
+/// `…/public-keys` lists both during the overlap, every delivery's `v1a` signatures verify with
+/// them in two independent ed25519 implementations (Node's OpenSSL-backed `crypto` and Go's
+/// `crypto/ed25519`), and the key kind cannot be changed by `PATCH`.
+#[tokio::test]
+async fn ed25519_deliveries_verify_with_independent_libraries() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
+    let sub = hub
+        .subscribe(
+            &key,
+            json!({"name": "ed", "event_types": ["*.*"],
+            "sink": {"type": "webhook", "url": receiver.url, "signature": "ed25519"}}),
+        )
+        .await;
+    assert!(sub.get("signing_secret").is_none(), "no secret leaves the hub: {sub}");
+    let first = sub["public_key"].as_str().expect("public key").to_owned();
+    assert!(first.starts_with("whpk_") && B64.decode(&first[5..]).expect("base64").len() == 32, "{first}");
+    let id = sub["id"].as_str().expect("id").to_owned();
+    hub.wait_until_active(&key, &id).await;
+    hub.post_event(&key, &Event::new("t1").body("{\"name\":\"José\",\"amount\":100}".as_bytes())).await;
+    receiver.wait_for(1, Duration::from_secs(20)).await;
+    let (_, rotated) = hub.post_json(&key, &format!("/v1/subscriptions/{id}/rotate-secret"), &json!({})).await;
+    assert!(rotated.get("signing_secret").is_none(), "{rotated}");
+    let second = rotated["public_key"].as_str().expect("new public key").to_owned();
+    assert_ne!(first, second);
+    let (status, listed) = hub.get(&key, &format!("/v1/subscriptions/{id}/public-keys")).await;
+    assert_eq!(status, reqwest::StatusCode::OK, "{listed}");
+    assert_eq!(listed["keys"][0], json!({"public_key": second, "expires_at": null}));
+    assert_eq!(listed["keys"][1]["public_key"], first.as_str());
+    assert!(listed["keys"][1]["expires_at"].is_string());
+    hub.post_event(&key, &Event::new("t1")).await;
+    let deliveries = receiver.wait_for(2, Duration::from_secs(20)).await;
+    for d in &deliveries {
+        assert!(d.headers.get("x-webhook-signature").is_none());
+        assert!(
+            d.header("webhook-signature").split(' ').all(|s| s.starts_with("v1a,")),
+            "{}",
+            d.header("webhook-signature")
+        );
+    }
+    assert_eq!(deliveries[1].header("webhook-signature").split(' ').count(), 2, "rotation overlap");
+
+    // Each case: a public key, a signed message, one signature, and whether it must verify.
+    let mut cases = Vec::new();
+    for (i, d) in deliveries.iter().enumerate() {
+        let message =
+            [d.header("webhook-id").as_bytes(), b".", d.header("webhook-timestamp").as_bytes(), b".", &d.body].concat();
+        let tampered = [&message[..message.len() - 1], b"!"].concat();
+        let signatures: Vec<String> = d.header("webhook-signature").split(' ').map(|s| s[4..].to_owned()).collect();
+        let keys: Vec<&String> = if i == 0 { vec![&first] } else { vec![&second, &first] };
+        for (key, signature) in keys.iter().zip(&signatures) {
+            let raw = &key[5..];
+            cases.push(json!({"key": raw, "message": B64.encode(&message), "signature": signature, "valid": true}));
+            cases.push(json!({"key": raw, "message": B64.encode(&tampered), "signature": signature, "valid": false}));
+        }
+        // A signature checked against the other delivery's key.
+        let other = if i == 0 { &second[5..] } else { &first[5..] };
+        if i == 0 {
+            cases.push(
+                json!({"key": other, "message": B64.encode(&message), "signature": signatures[0], "valid": false}),
+            );
+        }
+    }
+    let path = std::env::temp_dir().join(format!("streaming-hub-ed-{}.json", uuid::Uuid::now_v7().simple()));
+    std::fs::write(&path, Value::Array(cases.clone()).to_string()).expect("write the cases");
+    let expected: Vec<bool> = cases.iter().map(|c| c["valid"] == true).collect();
+
+    let script = r#"
+const crypto = require("crypto");
+const fs = require("fs");
+const b64url = (b64) => Buffer.from(b64, "base64").toString("base64url");
+const out = JSON.parse(fs.readFileSync(process.argv[1], "utf8")).map((c) => {
+  const key = crypto.createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: b64url(c.key) }, format: "jwk" });
+  return crypto.verify(null, Buffer.from(c.message, "base64"), key, Buffer.from(c.signature, "base64"));
+});
+console.log(JSON.stringify(out));
+"#;
+    let got = run("Node's crypto", Command::new("node").arg("-e").arg(script).arg(&path)).await;
+    assert_eq!(got, json!(expected), "Node's crypto");
+
+    let dir = std::env::temp_dir().join(format!("streaming-hub-ed-go-{}", uuid::Uuid::now_v7().simple()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("main.go"),
+        r#"package main
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+func main() {
+	raw, _ := os.ReadFile(os.Args[1])
+	var cases []struct{ Key, Message, Signature string }
+	if err := json.Unmarshal(raw, &cases); err != nil {
+		panic(err)
+	}
+	out := []bool{}
+	for _, c := range cases {
+		key, _ := base64.StdEncoding.DecodeString(c.Key)
+		msg, _ := base64.StdEncoding.DecodeString(c.Message)
+		sig, _ := base64.StdEncoding.DecodeString(c.Signature)
+		out = append(out, len(key) == ed25519.PublicKeySize && ed25519.Verify(ed25519.PublicKey(key), msg, sig))
+	}
+	enc, _ := json.Marshal(out)
+	fmt.Println(string(enc))
+}
+"#,
+    )
+    .expect("write the Go check");
+    let got =
+        run("Go's crypto/ed25519", Command::new("go").args(["run", "main.go"]).arg(&path).current_dir(&dir)).await;
+    assert_eq!(got, json!(expected), "Go's crypto/ed25519");
+
+    // The key kind is fixed: no PATCH to or from ed25519, and an HMAC webhook has no public keys.
+    let to_hmac = json!({"sink": {"type": "webhook", "url": receiver.url, "signature": "standard-webhooks"}});
+    let (status, body) = hub.patch_json(&key, &format!("/v1/subscriptions/{id}"), &to_hmac).await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().expect("message").starts_with("sink.signature: cannot change"), "{body}");
+    let hmac = hub
+        .subscribe(&key, json!({"name": "h", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url}}))
+        .await;
+    let hmac_id = hmac["id"].as_str().expect("id");
+    let (status, body) = hub.get(&key, &format!("/v1/subscriptions/{hmac_id}/public-keys")).await;
+    assert_eq!((status, body["title"].as_str()), (reqwest::StatusCode::CONFLICT, Some("not_asymmetric")), "{body}");
+    let to_ed = json!({"sink": {"type": "webhook", "url": receiver.url, "signature": "ed25519"}});
+    let (status, _) = hub.patch_json(&key, &format!("/v1/subscriptions/{hmac_id}"), &to_ed).await;
+    assert_eq!(status, reqwest::StatusCode::UNPROCESSABLE_ENTITY);
+}

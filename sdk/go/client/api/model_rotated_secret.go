@@ -24,8 +24,10 @@ var _ MappedNullable = &RotatedSecret{}
 type RotatedSecret struct {
 	// Until then, every delivery also carries a signature made with the previous secret.
 	PreviousSecretExpiresAt time.Time `json:"previous_secret_expires_at"`
-	// The new secret: shown in this response only.
-	SigningSecret string `json:"signing_secret"`
+	// An `ed25519` webhook's new public key (`whpk_…`); its secret key never leaves the hub.
+	PublicKey NullableString `json:"public_key,omitempty"`
+	// The new shared secret: shown in this response only (not for an `ed25519` webhook).
+	SigningSecret NullableString `json:"signing_secret,omitempty"`
 }
 
 type _RotatedSecret RotatedSecret
@@ -34,10 +36,9 @@ type _RotatedSecret RotatedSecret
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewRotatedSecret(previousSecretExpiresAt time.Time, signingSecret string) *RotatedSecret {
+func NewRotatedSecret(previousSecretExpiresAt time.Time) *RotatedSecret {
 	this := RotatedSecret{}
 	this.PreviousSecretExpiresAt = previousSecretExpiresAt
-	this.SigningSecret = signingSecret
 	return &this
 }
 
@@ -73,28 +74,90 @@ func (o *RotatedSecret) SetPreviousSecretExpiresAt(v time.Time) {
 	o.PreviousSecretExpiresAt = v
 }
 
-// GetSigningSecret returns the SigningSecret field value
-func (o *RotatedSecret) GetSigningSecret() string {
-	if o == nil {
+// GetPublicKey returns the PublicKey field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *RotatedSecret) GetPublicKey() string {
+	if o == nil || IsNil(o.PublicKey.Get()) {
 		var ret string
 		return ret
 	}
-
-	return o.SigningSecret
+	return *o.PublicKey.Get()
 }
 
-// GetSigningSecretOk returns a tuple with the SigningSecret field value
+// GetPublicKeyOk returns a tuple with the PublicKey field value if set, nil otherwise
 // and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *RotatedSecret) GetPublicKeyOk() (*string, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.PublicKey.Get(), o.PublicKey.IsSet()
+}
+
+// HasPublicKey returns a boolean if a field has been set.
+func (o *RotatedSecret) HasPublicKey() bool {
+	if o != nil && o.PublicKey.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetPublicKey gets a reference to the given NullableString and assigns it to the PublicKey field.
+func (o *RotatedSecret) SetPublicKey(v string) {
+	o.PublicKey.Set(&v)
+}
+
+// SetPublicKeyNil sets the value for PublicKey to be an explicit nil
+func (o *RotatedSecret) SetPublicKeyNil() {
+	o.PublicKey.Set(nil)
+}
+
+// UnsetPublicKey ensures that no value is present for PublicKey, not even an explicit nil
+func (o *RotatedSecret) UnsetPublicKey() {
+	o.PublicKey.Unset()
+}
+
+// GetSigningSecret returns the SigningSecret field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *RotatedSecret) GetSigningSecret() string {
+	if o == nil || IsNil(o.SigningSecret.Get()) {
+		var ret string
+		return ret
+	}
+	return *o.SigningSecret.Get()
+}
+
+// GetSigningSecretOk returns a tuple with the SigningSecret field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
 func (o *RotatedSecret) GetSigningSecretOk() (*string, bool) {
 	if o == nil {
 		return nil, false
 	}
-	return &o.SigningSecret, true
+	return o.SigningSecret.Get(), o.SigningSecret.IsSet()
 }
 
-// SetSigningSecret sets field value
+// HasSigningSecret returns a boolean if a field has been set.
+func (o *RotatedSecret) HasSigningSecret() bool {
+	if o != nil && o.SigningSecret.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetSigningSecret gets a reference to the given NullableString and assigns it to the SigningSecret field.
 func (o *RotatedSecret) SetSigningSecret(v string) {
-	o.SigningSecret = v
+	o.SigningSecret.Set(&v)
+}
+
+// SetSigningSecretNil sets the value for SigningSecret to be an explicit nil
+func (o *RotatedSecret) SetSigningSecretNil() {
+	o.SigningSecret.Set(nil)
+}
+
+// UnsetSigningSecret ensures that no value is present for SigningSecret, not even an explicit nil
+func (o *RotatedSecret) UnsetSigningSecret() {
+	o.SigningSecret.Unset()
 }
 
 func (o RotatedSecret) MarshalJSON() ([]byte, error) {
@@ -108,7 +171,12 @@ func (o RotatedSecret) MarshalJSON() ([]byte, error) {
 func (o RotatedSecret) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
 	toSerialize["previous_secret_expires_at"] = o.PreviousSecretExpiresAt
-	toSerialize["signing_secret"] = o.SigningSecret
+	if o.PublicKey.IsSet() {
+		toSerialize["public_key"] = o.PublicKey.Get()
+	}
+	if o.SigningSecret.IsSet() {
+		toSerialize["signing_secret"] = o.SigningSecret.Get()
+	}
 	return toSerialize, nil
 }
 
@@ -118,7 +186,6 @@ func (o *RotatedSecret) UnmarshalJSON(data []byte) (err error) {
 	// that every required field exists as a key in the generic map.
 	requiredProperties := []string{
 		"previous_secret_expires_at",
-		"signing_secret",
 	}
 
 	allProperties := make(map[string]interface{})

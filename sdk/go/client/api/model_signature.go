@@ -22,12 +22,14 @@ type Signature string
 const (
 	SIGNATURE_LERIAN            Signature = "lerian"
 	SIGNATURE_STANDARD_WEBHOOKS Signature = "standard-webhooks"
+	SIGNATURE_ED25519           Signature = "ed25519"
 )
 
 // All allowed values of Signature enum
 var AllowedSignatureEnumValues = []Signature{
 	"lerian",
 	"standard-webhooks",
+	"ed25519",
 }
 
 func (v *Signature) UnmarshalJSON(src []byte) error {

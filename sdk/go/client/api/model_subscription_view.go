@@ -43,6 +43,8 @@ type SubscriptionView struct {
 	// `key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.
 	Ordering OrderingMode   `json:"ordering"`
 	Origin   NullableString `json:"origin,omitempty"`
+	// An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key never leaves the hub. `GET …/public-keys` lists it again.
+	PublicKey NullableString `json:"public_key,omitempty"`
 	// The webhook signing secret: in the creation response only.
 	SigningSecret NullableString `json:"signing_secret,omitempty"`
 	// The destination without secrets or credentials.
@@ -517,6 +519,49 @@ func (o *SubscriptionView) UnsetOrigin() {
 	o.Origin.Unset()
 }
 
+// GetPublicKey returns the PublicKey field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *SubscriptionView) GetPublicKey() string {
+	if o == nil || IsNil(o.PublicKey.Get()) {
+		var ret string
+		return ret
+	}
+	return *o.PublicKey.Get()
+}
+
+// GetPublicKeyOk returns a tuple with the PublicKey field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *SubscriptionView) GetPublicKeyOk() (*string, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.PublicKey.Get(), o.PublicKey.IsSet()
+}
+
+// HasPublicKey returns a boolean if a field has been set.
+func (o *SubscriptionView) HasPublicKey() bool {
+	if o != nil && o.PublicKey.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetPublicKey gets a reference to the given NullableString and assigns it to the PublicKey field.
+func (o *SubscriptionView) SetPublicKey(v string) {
+	o.PublicKey.Set(&v)
+}
+
+// SetPublicKeyNil sets the value for PublicKey to be an explicit nil
+func (o *SubscriptionView) SetPublicKeyNil() {
+	o.PublicKey.Set(nil)
+}
+
+// UnsetPublicKey ensures that no value is present for PublicKey, not even an explicit nil
+func (o *SubscriptionView) UnsetPublicKey() {
+	o.PublicKey.Unset()
+}
+
 // GetSigningSecret returns the SigningSecret field value if set, zero value otherwise (both if not set or set to explicit null).
 func (o *SubscriptionView) GetSigningSecret() string {
 	if o == nil || IsNil(o.SigningSecret.Get()) {
@@ -740,6 +785,9 @@ func (o SubscriptionView) ToMap() (map[string]interface{}, error) {
 	toSerialize["ordering"] = o.Ordering
 	if o.Origin.IsSet() {
 		toSerialize["origin"] = o.Origin.Get()
+	}
+	if o.PublicKey.IsSet() {
+		toSerialize["public_key"] = o.PublicKey.Get()
 	}
 	if o.SigningSecret.IsSet() {
 		toSerialize["signing_secret"] = o.SigningSecret.Get()

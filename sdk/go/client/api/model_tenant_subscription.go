@@ -43,6 +43,8 @@ type TenantSubscription struct {
 	// `key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.
 	Ordering OrderingMode `json:"ordering"`
 	Origin   *string      `json:"origin,omitempty"`
+	// An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key never leaves the hub. `GET …/public-keys` lists it again.
+	PublicKey *string `json:"public_key,omitempty"`
 	// The webhook signing secret: in the creation response only.
 	SigningSecret *string `json:"signing_secret,omitempty"`
 	// The destination without secrets or credentials.
@@ -464,6 +466,38 @@ func (o *TenantSubscription) SetOrigin(v string) {
 	o.Origin = &v
 }
 
+// GetPublicKey returns the PublicKey field value if set, zero value otherwise.
+func (o *TenantSubscription) GetPublicKey() string {
+	if o == nil || IsNil(o.PublicKey) {
+		var ret string
+		return ret
+	}
+	return *o.PublicKey
+}
+
+// GetPublicKeyOk returns a tuple with the PublicKey field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+func (o *TenantSubscription) GetPublicKeyOk() (*string, bool) {
+	if o == nil || IsNil(o.PublicKey) {
+		return nil, false
+	}
+	return o.PublicKey, true
+}
+
+// HasPublicKey returns a boolean if a field has been set.
+func (o *TenantSubscription) HasPublicKey() bool {
+	if o != nil && !IsNil(o.PublicKey) {
+		return true
+	}
+
+	return false
+}
+
+// SetPublicKey gets a reference to the given string and assigns it to the PublicKey field.
+func (o *TenantSubscription) SetPublicKey(v string) {
+	o.PublicKey = &v
+}
+
 // GetSigningSecret returns the SigningSecret field value if set, zero value otherwise.
 func (o *TenantSubscription) GetSigningSecret() string {
 	if o == nil || IsNil(o.SigningSecret) {
@@ -689,6 +723,9 @@ func (o TenantSubscription) ToMap() (map[string]interface{}, error) {
 	toSerialize["ordering"] = o.Ordering
 	if !IsNil(o.Origin) {
 		toSerialize["origin"] = o.Origin
+	}
+	if !IsNil(o.PublicKey) {
+		toSerialize["public_key"] = o.PublicKey
 	}
 	if !IsNil(o.SigningSecret) {
 		toSerialize["signing_secret"] = o.SigningSecret

@@ -25,7 +25,7 @@ type WebhookSink struct {
 	Auth NullableWebhookAuth `json:"auth,omitempty"`
 	// Static headers sent with every delivery (at most 20; not `Authorization`, `X-Webhook-*`, `X-Lerian-*`, `webhook-*` or transport headers).
 	Headers map[string]string `json:"headers,omitempty"`
-	// How requests are signed: `lerian` (default; `X-Webhook-Signature`) or `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+	// How requests are signed: `lerian` (default; `X-Webhook-Signature`), `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`) or `ed25519` (the same headers, an asymmetric signature).
 	Signature NullableSignature `json:"signature,omitempty"`
 	// 100 to 60000, default 10000.
 	TimeoutMs NullableInt64 `json:"timeout_ms,omitempty"`

@@ -79,6 +79,8 @@ __all__ = [
     "OrderingView",
     "PortalToken",
     "PrefixFilter",
+    "PublicKey",
+    "PublicKeys",
     "PullItem",
     "PullPage",
     "PullSink",
@@ -187,6 +189,8 @@ from streaming_hub_api.models.ordering_mode import OrderingMode as OrderingMode
 from streaming_hub_api.models.ordering_view import OrderingView as OrderingView
 from streaming_hub_api.models.portal_token import PortalToken as PortalToken
 from streaming_hub_api.models.prefix_filter import PrefixFilter as PrefixFilter
+from streaming_hub_api.models.public_key import PublicKey as PublicKey
+from streaming_hub_api.models.public_keys import PublicKeys as PublicKeys
 from streaming_hub_api.models.pull_item import PullItem as PullItem
 from streaming_hub_api.models.pull_page import PullPage as PullPage
 from streaming_hub_api.models.pull_sink import PullSink as PullSink

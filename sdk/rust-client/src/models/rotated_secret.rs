@@ -16,16 +16,26 @@ pub struct RotatedSecret {
     /// Until then, every delivery also carries a signature made with the previous secret.
     #[serde(rename = "previous_secret_expires_at")]
     pub previous_secret_expires_at: chrono::DateTime<chrono::FixedOffset>,
-    /// The new secret: shown in this response only.
-    #[serde(rename = "signing_secret")]
-    pub signing_secret: String,
+    /// An `ed25519` webhook's new public key (`whpk_…`); its secret key never leaves the hub.
+    #[serde(
+        rename = "public_key",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub public_key: Option<Option<String>>,
+    /// The new shared secret: shown in this response only (not for an `ed25519` webhook).
+    #[serde(
+        rename = "signing_secret",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub signing_secret: Option<Option<String>>,
 }
 
 impl RotatedSecret {
-    pub fn new(
-        previous_secret_expires_at: chrono::DateTime<chrono::FixedOffset>,
-        signing_secret: String,
-    ) -> RotatedSecret {
-        RotatedSecret { previous_secret_expires_at, signing_secret }
+    pub fn new(previous_secret_expires_at: chrono::DateTime<chrono::FixedOffset>) -> RotatedSecret {
+        RotatedSecret { previous_secret_expires_at, public_key: None, signing_secret: None }
     }
 }

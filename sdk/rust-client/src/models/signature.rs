@@ -19,6 +19,8 @@ pub enum Signature {
     Lerian,
     #[serde(rename = "standard-webhooks")]
     StandardWebhooks,
+    #[serde(rename = "ed25519")]
+    Ed25519,
 }
 
 impl std::fmt::Display for Signature {
@@ -26,6 +28,7 @@ impl std::fmt::Display for Signature {
         match self {
             Self::Lerian => write!(f, "lerian"),
             Self::StandardWebhooks => write!(f, "standard-webhooks"),
+            Self::Ed25519 => write!(f, "ed25519"),
         }
     }
 }

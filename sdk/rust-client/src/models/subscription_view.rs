@@ -74,6 +74,14 @@ pub struct SubscriptionView {
         skip_serializing_if = "Option::is_none"
     )]
     pub origin: Option<Option<String>>,
+    /// An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key never leaves the hub. `GET …/public-keys` lists it again.
+    #[serde(
+        rename = "public_key",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub public_key: Option<Option<String>>,
     /// The webhook signing secret: in the creation response only.
     #[serde(
         rename = "signing_secret",
@@ -133,6 +141,7 @@ impl SubscriptionView {
             name,
             ordering,
             origin: None,
+            public_key: None,
             signing_secret: None,
             sink: Box::new(sink),
             updated_at,

@@ -49,6 +49,9 @@ pub struct TenantSubscription {
     pub ordering: models::OrderingMode,
     #[serde(rename = "origin", skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key never leaves the hub. `GET …/public-keys` lists it again.
+    #[serde(rename = "public_key", skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
     /// The webhook signing secret: in the creation response only.
     #[serde(rename = "signing_secret", skip_serializing_if = "Option::is_none")]
     pub signing_secret: Option<String>,
@@ -101,6 +104,7 @@ impl TenantSubscription {
             name,
             ordering,
             origin: None,
+            public_key: None,
             signing_secret: None,
             sink: Box::new(sink),
             updated_at,

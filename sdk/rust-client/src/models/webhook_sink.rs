@@ -30,7 +30,7 @@ pub struct WebhookSink {
         skip_serializing_if = "Option::is_none"
     )]
     pub headers: Option<Option<std::collections::HashMap<String, String>>>,
-    /// How requests are signed: `lerian` (default; `X-Webhook-Signature`) or `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+    /// How requests are signed: `lerian` (default; `X-Webhook-Signature`), `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`) or `ed25519` (the same headers, an asymmetric signature).
     #[serde(
         rename = "signature",
         default,

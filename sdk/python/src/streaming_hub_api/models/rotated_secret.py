@@ -19,7 +19,7 @@ import json
 
 from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
-from typing import Any, ClassVar, Dict, List
+from typing import Any, ClassVar, Dict, List, Optional
 from typing import Optional, Set
 from typing_extensions import Self
 from pydantic_core import to_jsonable_python
@@ -29,8 +29,9 @@ class RotatedSecret(BaseModel):
     RotatedSecret
     """ # noqa: E501
     previous_secret_expires_at: datetime = Field(description="Until then, every delivery also carries a signature made with the previous secret.")
-    signing_secret: StrictStr = Field(description="The new secret: shown in this response only.")
-    __properties: ClassVar[List[str]] = ["previous_secret_expires_at", "signing_secret"]
+    public_key: Optional[StrictStr] = Field(default=None, description="An `ed25519` webhook's new public key (`whpk_…`); its secret key never leaves the hub.")
+    signing_secret: Optional[StrictStr] = Field(default=None, description="The new shared secret: shown in this response only (not for an `ed25519` webhook).")
+    __properties: ClassVar[List[str]] = ["previous_secret_expires_at", "public_key", "signing_secret"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -71,6 +72,16 @@ class RotatedSecret(BaseModel):
             exclude=excluded_fields,
             exclude_none=True,
         )
+        # set to None if public_key (nullable) is None
+        # and model_fields_set contains the field
+        if self.public_key is None and "public_key" in self.model_fields_set:
+            _dict['public_key'] = None
+
+        # set to None if signing_secret (nullable) is None
+        # and model_fields_set contains the field
+        if self.signing_secret is None and "signing_secret" in self.model_fields_set:
+            _dict['signing_secret'] = None
+
         return _dict
 
     @classmethod
@@ -84,6 +95,7 @@ class RotatedSecret(BaseModel):
 
         _obj = cls.model_validate({
             "previous_secret_expires_at": obj.get("previous_secret_expires_at"),
+            "public_key": obj.get("public_key"),
             "signing_secret": obj.get("signing_secret")
         })
         return _obj

@@ -28,6 +28,7 @@ class Signature(str, Enum):
     """
     LERIAN = 'lerian'
     STANDARD_MINUS_WEBHOOKS = 'standard-webhooks'
+    ED25519 = 'ed25519'
 
     @classmethod
     def from_json(cls, json_str: str) -> Self:

@@ -49,13 +49,14 @@ class SubscriptionView(BaseModel):
     name: StrictStr
     ordering: OrderingMode = Field(description="`key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.")
     origin: Optional[StrictStr] = None
+    public_key: Optional[StrictStr] = Field(default=None, description="An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key never leaves the hub. `GET …/public-keys` lists it again.")
     signing_secret: Optional[StrictStr] = Field(default=None, description="The webhook signing secret: in the creation response only.")
     sink: Sink = Field(description="The destination without secrets or credentials.")
     updated_at: datetime
     verification_error: Optional[StrictStr] = None
     verification_state: StrictStr = Field(description="`pending`, `active` or `failed`.")
     warnings: Optional[List[Warning]] = Field(default=None, description="In the responses to a creation or a change: what was accepted but looks wrong (an `event_types` pattern that matches no type the catalog knows), never a refusal.")
-    __properties: ClassVar[List[str]] = ["allowed_rate", "created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "limits", "name", "ordering", "origin", "signing_secret", "sink", "updated_at", "verification_error", "verification_state", "warnings"]
+    __properties: ClassVar[List[str]] = ["allowed_rate", "created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "limits", "name", "ordering", "origin", "public_key", "signing_secret", "sink", "updated_at", "verification_error", "verification_state", "warnings"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -142,6 +143,11 @@ class SubscriptionView(BaseModel):
         if self.origin is None and "origin" in self.model_fields_set:
             _dict['origin'] = None
 
+        # set to None if public_key (nullable) is None
+        # and model_fields_set contains the field
+        if self.public_key is None and "public_key" in self.model_fields_set:
+            _dict['public_key'] = None
+
         # set to None if signing_secret (nullable) is None
         # and model_fields_set contains the field
         if self.signing_secret is None and "signing_secret" in self.model_fields_set:
@@ -178,6 +184,7 @@ class SubscriptionView(BaseModel):
             "name": obj.get("name"),
             "ordering": obj.get("ordering"),
             "origin": obj.get("origin"),
+            "public_key": obj.get("public_key"),
             "signing_secret": obj.get("signing_secret"),
             "sink": Sink.from_dict(obj["sink"]) if obj.get("sink") is not None else None,
             "updated_at": obj.get("updated_at"),

@@ -50,6 +50,7 @@ class Verified(BaseModel):
     name: StrictStr
     ordering: OrderingMode = Field(description="`key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.")
     origin: Optional[StrictStr] = None
+    public_key: Optional[StrictStr] = Field(default=None, description="An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key never leaves the hub. `GET …/public-keys` lists it again.")
     signing_secret: Optional[StrictStr] = Field(default=None, description="The webhook signing secret: in the creation response only.")
     sink: Sink = Field(description="The destination without secrets or credentials.")
     updated_at: datetime
@@ -57,7 +58,7 @@ class Verified(BaseModel):
     verification_state: StrictStr = Field(description="`pending`, `active` or `failed`.")
     warnings: Optional[List[Warning]] = Field(default=None, description="In the responses to a creation or a change: what was accepted but looks wrong (an `event_types` pattern that matches no type the catalog knows), never a refusal.")
     replay: Optional[ReplayView] = Field(default=None, description="The replay `replay_since_disabled` started.")
-    __properties: ClassVar[List[str]] = ["allowed_rate", "created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "limits", "name", "ordering", "origin", "signing_secret", "sink", "updated_at", "verification_error", "verification_state", "warnings", "replay"]
+    __properties: ClassVar[List[str]] = ["allowed_rate", "created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "limits", "name", "ordering", "origin", "public_key", "signing_secret", "sink", "updated_at", "verification_error", "verification_state", "warnings", "replay"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -153,6 +154,7 @@ class Verified(BaseModel):
             "name": obj.get("name"),
             "ordering": obj.get("ordering"),
             "origin": obj.get("origin"),
+            "public_key": obj.get("public_key"),
             "signing_secret": obj.get("signing_secret"),
             "sink": Sink.from_dict(obj["sink"]) if obj.get("sink") is not None else None,
             "updated_at": obj.get("updated_at"),

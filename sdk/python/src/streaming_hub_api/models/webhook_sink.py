@@ -33,7 +33,7 @@ class WebhookSink(BaseModel):
     """ # noqa: E501
     auth: Optional[WebhookAuth] = Field(default=None, description="How the hub authenticates to the receiver beside the signature. Its secret (`password`, `client_secret`, `private_key_pem`) is sealed at rest and never shown; the rest is. Give it whole (secret included) on every change of the sink; a sink without it has no authentication.")
     headers: Optional[Dict[str, StrictStr]] = Field(default=None, description="Static headers sent with every delivery (at most 20; not `Authorization`, `X-Webhook-*`, `X-Lerian-*`, `webhook-*` or transport headers).")
-    signature: Optional[Signature] = Field(default=None, description="How requests are signed: `lerian` (default; `X-Webhook-Signature`) or `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).")
+    signature: Optional[Signature] = Field(default=None, description="How requests are signed: `lerian` (default; `X-Webhook-Signature`), `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`) or `ed25519` (the same headers, an asymmetric signature).")
     timeout_ms: Optional[Annotated[int, Field(le=60000, strict=True, ge=100)]] = Field(default=None, description="100 to 60000, default 10000.")
     tls: Optional[WebhookTls] = Field(default=None, description="TLS trust beyond the system's roots.")
     url: StrictStr = Field(description="`https` (or `http` with private sinks allowed); no credentials in it.")

@@ -59,6 +59,11 @@ import {
     PortalTokenToJSON,
 } from '../models/PortalToken';
 import {
+    type PublicKeys,
+    PublicKeysFromJSON,
+    PublicKeysToJSON,
+} from '../models/PublicKeys';
+import {
     type RedriveRequest,
     RedriveRequestFromJSON,
     RedriveRequestToJSON,
@@ -208,6 +213,13 @@ export interface ListEventTypesRequest {
      * Only types from this producer (`ce-source`).
      */
     source?: string;
+}
+
+export interface ListPublicKeysRequest {
+    /**
+     * Subscription id
+     */
+    id: string;
 }
 
 export interface ListSubscriptionsRequest {
@@ -770,6 +782,57 @@ export class SubscriptionsApi extends runtime.BaseAPI {
      */
     async listEventTypes(requestParameters: ListEventTypesRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<EventTypeList> {
         const response = await this.listEventTypesRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for listPublicKeys without sending the request
+     */
+    async listPublicKeysRequestOpts(requestParameters: ListPublicKeysRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['id'] == null) {
+            throw new runtime.RequiredError(
+                'id',
+                'Required parameter "id" was null or undefined when calling listPublicKeys().'
+            );
+        }
+
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("api_key", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/v1/subscriptions/{id}/public-keys`;
+        urlPath = urlPath.replace('{id}', encodeURIComponent(String(requestParameters['id'])));
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async listPublicKeysRaw(requestParameters: ListPublicKeysRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<PublicKeys>> {
+        const requestOptions = await this.listPublicKeysRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => PublicKeysFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async listPublicKeys(requestParameters: ListPublicKeysRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<PublicKeys> {
+        const response = await this.listPublicKeysRaw(requestParameters, initOverrides);
         return await response.value();
     }
 

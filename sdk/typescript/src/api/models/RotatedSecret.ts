@@ -24,9 +24,13 @@ export interface RotatedSecret {
      */
     previousSecretExpiresAt: Date;
     /**
-     * The new secret: shown in this response only.
+     * An `ed25519` webhook's new public key (`whpk_…`); its secret key never leaves the hub.
      */
-    signingSecret: string;
+    publicKey?: string | null;
+    /**
+     * The new shared secret: shown in this response only (not for an `ed25519` webhook).
+     */
+    signingSecret?: string | null;
 }
 
 /**
@@ -34,7 +38,6 @@ export interface RotatedSecret {
  */
 export function instanceOfRotatedSecret(value: object): value is RotatedSecret {
     if ((!('previousSecretExpiresAt' in (value as Record<string, any>)) && !('previous_secret_expires_at' in (value as Record<string, any>))) || ((value as Record<string, any>)['previousSecretExpiresAt'] === undefined && (value as Record<string, any>)['previous_secret_expires_at'] === undefined)) return false;
-    if ((!('signingSecret' in (value as Record<string, any>)) && !('signing_secret' in (value as Record<string, any>))) || ((value as Record<string, any>)['signingSecret'] === undefined && (value as Record<string, any>)['signing_secret'] === undefined)) return false;
     return true;
 }
 
@@ -49,7 +52,8 @@ export function RotatedSecretFromJSONTyped(json: any, ignoreDiscriminator: boole
     return {
         
         'previousSecretExpiresAt': (json['previous_secret_expires_at'] == null ? json['previous_secret_expires_at'] : parseDateTime(json['previous_secret_expires_at'])),
-        'signingSecret': json['signing_secret'],
+        'publicKey': json['public_key'] === undefined ? undefined : json['public_key'] === null ? null : json['public_key'],
+        'signingSecret': json['signing_secret'] === undefined ? undefined : json['signing_secret'] === null ? null : json['signing_secret'],
     };
 }
 
@@ -65,6 +69,7 @@ export function RotatedSecretToJSONTyped(value?: RotatedSecret | null, ignoreDis
     return {
         
         'previous_secret_expires_at': value['previousSecretExpiresAt'] == null ? value['previousSecretExpiresAt'] : serializeDateTime(value['previousSecretExpiresAt']),
+        'public_key': value['publicKey'],
         'signing_secret': value['signingSecret'],
     };
 }

@@ -20,6 +20,7 @@
 export const Signature = {
     Lerian: 'lerian',
     StandardWebhooks: 'standard-webhooks',
+    Ed25519: 'ed25519',
 } as const;
 export type Signature = typeof Signature[keyof typeof Signature];
 

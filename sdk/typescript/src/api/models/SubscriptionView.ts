@@ -124,6 +124,11 @@ export interface SubscriptionView {
      */
     origin?: string | null;
     /**
+     * An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key
+     * never leaves the hub. `GET …/public-keys` lists it again.
+     */
+    publicKey?: string | null;
+    /**
      * The webhook signing secret: in the creation response only.
      */
     signingSecret?: string | null;
@@ -195,6 +200,7 @@ export function SubscriptionViewFromJSONTyped(json: any, ignoreDiscriminator: bo
         'name': json['name'],
         'ordering': OrderingModeFromJSON(json['ordering']),
         'origin': json['origin'] === undefined ? undefined : json['origin'] === null ? null : json['origin'],
+        'publicKey': json['public_key'] === undefined ? undefined : json['public_key'] === null ? null : json['public_key'],
         'signingSecret': json['signing_secret'] === undefined ? undefined : json['signing_secret'] === null ? null : json['signing_secret'],
         'sink': SinkFromJSON(json['sink']),
         'updatedAt': (json['updated_at'] == null ? json['updated_at'] : parseDateTime(json['updated_at'])),
@@ -229,6 +235,7 @@ export function SubscriptionViewToJSONTyped(value?: SubscriptionView | null, ign
         'name': value['name'],
         'ordering': OrderingModeToJSON(value['ordering']),
         'origin': value['origin'],
+        'public_key': value['publicKey'],
         'signing_secret': value['signingSecret'],
         'sink': SinkToJSON(value['sink']),
         'updated_at': value['updatedAt'] == null ? value['updatedAt'] : serializeDateTime(value['updatedAt']),

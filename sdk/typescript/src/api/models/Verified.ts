@@ -131,6 +131,11 @@ export interface Verified {
      */
     origin?: string;
     /**
+     * An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key
+     * never leaves the hub. `GET …/public-keys` lists it again.
+     */
+    publicKey?: string;
+    /**
      * The webhook signing secret: in the creation response only.
      */
     signingSecret?: string;
@@ -206,6 +211,7 @@ export function VerifiedFromJSONTyped(json: any, ignoreDiscriminator: boolean): 
         'name': json['name'],
         'ordering': OrderingModeFromJSON(json['ordering']),
         'origin': json['origin'] == null ? undefined : json['origin'],
+        'publicKey': json['public_key'] == null ? undefined : json['public_key'],
         'signingSecret': json['signing_secret'] == null ? undefined : json['signing_secret'],
         'sink': SinkFromJSON(json['sink']),
         'updatedAt': (json['updated_at'] == null ? json['updated_at'] : parseDateTime(json['updated_at'])),
@@ -241,6 +247,7 @@ export function VerifiedToJSONTyped(value?: Verified | null, ignoreDiscriminator
         'name': value['name'],
         'ordering': OrderingModeToJSON(value['ordering']),
         'origin': value['origin'],
+        'public_key': value['publicKey'],
         'signing_secret': value['signingSecret'],
         'sink': SinkToJSON(value['sink']),
         'updated_at': value['updatedAt'] == null ? value['updatedAt'] : serializeDateTime(value['updatedAt']),

@@ -54,8 +54,9 @@ export interface WebhookSink {
      */
     headers?: { [key: string]: string; } | null;
     /**
-     * How requests are signed: `lerian` (default; `X-Webhook-Signature`) or
-     * `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`).
+     * How requests are signed: `lerian` (default; `X-Webhook-Signature`),
+     * `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`) or
+     * `ed25519` (the same headers, an asymmetric signature).
      */
     signature?: Signature | null;
     /**

@@ -47,6 +47,8 @@ export * from './OrderingMode';
 export * from './OrderingView';
 export * from './PortalToken';
 export * from './PrefixFilter';
+export * from './PublicKey';
+export * from './PublicKeys';
 export * from './PullItem';
 export * from './PullPage';
 export * from './PullSink';
