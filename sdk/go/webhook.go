@@ -13,8 +13,10 @@
 package receiver
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -45,6 +47,10 @@ const (
 	HeaderSubject        = "X-Lerian-Subject"
 	// The timestamp header of Standard Webhooks mode.
 	headerStandardTimestamp = "Webhook-Timestamp"
+	// The other headers of Standard Webhooks and ed25519 mode.
+	HeaderWebhookID        = "Webhook-Id"
+	HeaderWebhookTimestamp = "Webhook-Timestamp"
+	HeaderWebhookSignature = "Webhook-Signature"
 )
 
 // Kind says why a delivery was refused.
@@ -125,6 +131,66 @@ func VerifyWith(secrets []string, header http.Header, body []byte, now time.Time
 		}
 	}
 	return &Error{Kind: NoMatchingSignature, Header: HeaderSignature}
+}
+
+// VerifyEd25519 checks a delivery of an ed25519 webhook (sink.signature "ed25519") with the
+// default tolerance: publicKeys are the subscription's public keys the receiver accepts
+// ("whpk_<base64>", as the API showed them; during a rotation, both).
+func VerifyEd25519(publicKeys []string, header http.Header, body []byte, now time.Time) error {
+	return VerifyEd25519With(publicKeys, header, body, now, Options{})
+}
+
+// VerifyEd25519With checks a single Webhook-Id, a single, numeric Webhook-Timestamp within the
+// tolerance of now, and at least one "v1a,<base64>" value of Webhook-Signature (space-separated)
+// that is an ed25519 signature of "{id}.{timestamp}.{body}" by one of the keys.
+func VerifyEd25519With(publicKeys []string, header http.Header, body []byte, now time.Time, opts Options) error {
+	tolerance := opts.Tolerance
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	id, err := single(header, HeaderWebhookID)
+	if err != nil {
+		return err
+	}
+	raw, err := single(header, HeaderWebhookTimestamp)
+	if err != nil {
+		return err
+	}
+	timestamp, ok := unsigned(raw)
+	if !ok {
+		return &Error{Kind: MalformedHeader, Header: HeaderWebhookTimestamp}
+	}
+	signatures := header.Values(HeaderWebhookSignature)
+	if len(signatures) == 0 {
+		return &Error{Kind: MissingHeader, Header: HeaderWebhookSignature}
+	}
+	limit := int64(tolerance / time.Second)
+	switch age := now.Unix() - timestamp; {
+	case age > limit:
+		return &Error{Kind: TimestampTooOld, Header: HeaderWebhookTimestamp}
+	case -age > limit:
+		return &Error{Kind: TimestampTooNew, Header: HeaderWebhookTimestamp}
+	}
+	message := append([]byte(id+"."+raw+"."), body...)
+	for _, value := range signatures {
+		for _, token := range strings.Fields(value) {
+			encoded, ok := strings.CutPrefix(token, "v1a,")
+			if !ok {
+				continue
+			}
+			signature, err := base64.StdEncoding.DecodeString(encoded)
+			if err != nil || len(signature) != ed25519.SignatureSize {
+				continue
+			}
+			for _, k := range publicKeys {
+				key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(k, "whpk_"))
+				if err == nil && len(key) == ed25519.PublicKeySize && ed25519.Verify(ed25519.PublicKey(key), message, signature) {
+					return nil
+				}
+			}
+		}
+	}
+	return &Error{Kind: NoMatchingSignature, Header: HeaderWebhookSignature}
 }
 
 // Sign returns the X-Webhook-Signature value the hub sends for a body at a timestamp; for tests

@@ -21,6 +21,15 @@ type vectors struct {
 		Valid   bool                `json:"valid"`
 		Error   Kind                `json:"error"`
 	} `json:"verify"`
+	VerifyEd25519 []struct {
+		Name       string              `json:"name"`
+		PublicKeys []string            `json:"public_keys"`
+		Now        int64               `json:"now"`
+		Headers    map[string][]string `json:"headers"`
+		Body       string              `json:"body"`
+		Valid      bool                `json:"valid"`
+		Error      Kind                `json:"error"`
+	} `json:"verify_ed25519"`
 	Headers []struct {
 		Name     string              `json:"name"`
 		Headers  map[string][]string `json:"headers"`
@@ -54,6 +63,28 @@ func header(values map[string][]string) http.Header {
 		}
 	}
 	return h
+}
+
+func TestVerifyEd25519Vectors(t *testing.T) {
+	v := load(t)
+	if len(v.VerifyEd25519) == 0 {
+		t.Fatal("no ed25519 cases")
+	}
+	for _, c := range v.VerifyEd25519 {
+		t.Run(c.Name, func(t *testing.T) {
+			err := VerifyEd25519(c.PublicKeys, header(c.Headers), []byte(c.Body), time.Unix(c.Now, 0))
+			if c.Valid {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Kind != c.Error {
+				t.Fatalf("want %s, got %v", c.Error, err)
+			}
+		})
+	}
 }
 
 func TestVerifyVectors(t *testing.T) {

@@ -377,14 +377,19 @@ function actions(s) {
 }
 
 function secretShownOnce(s, r, kind) {
-  const text = r.previous_secret_expires_at
-    ? `New signing secret of ${s.name}. It is shown this once; both secrets sign until ${time(r.previous_secret_expires_at)}.`
-    : `Signing secret of ${s.name}. It is shown this once: store it where the receiver reads it.`;
+  // An ed25519 webhook has a public key to give the receiver, never a secret.
+  const text = r.public_key
+    ? (r.previous_secret_expires_at
+      ? `New public key of ${s.name}. Both keys sign until ${time(r.previous_secret_expires_at)}; the receiver verifies with either (GET …/public-keys lists them).`
+      : `Public key of ${s.name}: the receiver verifies deliveries with it (GET …/public-keys lists it again).`)
+    : r.previous_secret_expires_at
+      ? `New signing secret of ${s.name}. It is shown this once; both secrets sign until ${time(r.previous_secret_expires_at)}.`
+      : `Signing secret of ${s.name}. It is shown this once: store it where the receiver reads it.`;
   const box = h(
     "div",
     { class: "secret", role: "dialog", "aria-label": kind || "New signing secret", testid: "secret" },
     h("p", {}, text),
-    h("code", { testid: "secret-value" }, r.signing_secret),
+    h("code", { testid: "secret-value" }, r.public_key || r.signing_secret),
     h("button", { type: "button", testid: "secret-close", onclick: () => box.remove() }, "I have stored it"),
   );
   document.getElementById("main").prepend(box);

@@ -18,7 +18,8 @@ const SINK_FIELDS = {
   webhook: [
     { key: "url", label: "URL", required: true, type: "url", placeholder: "https://receiver.example.com/hooks" },
     { key: "timeout_ms", label: "Timeout (ms, 100 to 60 000)", type: "number" },
-    { key: "signature", label: "Signature scheme", options: ["lerian", "standard-webhooks"] },
+    { key: "signature", label: "Signature scheme (ed25519: a key pair, fixed once created)",
+      options: ["lerian", "standard-webhooks", "ed25519"] },
     { key: "auth.type", label: "Authentication beside the signature (its secret is asked again on every change)",
       options: ["", "basic", "oauth2_client_credentials", "mtls"] },
     { key: "auth.username", label: "Basic: user name", auth: "basic" },
@@ -376,8 +377,10 @@ function subscriptionForm(types, sub) {
       await route();
       notice(`${saved.name}: ${sub ? "saved" : "created"}.`, "ok");
       for (const w of saved.warnings || []) notice(`Warning, ${w.field}: ${w.message}`, "warn");
-      if (saved.signing_secret) {
-        secretShownOnce(saved, { signing_secret: saved.signing_secret, previous_secret_expires_at: null }, "Signing secret");
+      if (saved.signing_secret || saved.public_key) {
+        secretShownOnce(saved, {
+          signing_secret: saved.signing_secret, public_key: saved.public_key, previous_secret_expires_at: null,
+        }, saved.public_key ? "Public key" : "Signing secret");
       }
     } catch (e) {
       if (!showFieldError(prefix, e)) notice(e.message, "error");

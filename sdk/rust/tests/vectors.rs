@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
-use streaming_hub_receiver::{DEFAULT_TOLERANCE, Headers, parse_headers, sign, verify};
+use streaming_hub_receiver::{DEFAULT_TOLERANCE, Headers, parse_headers, sign, verify, verify_ed25519};
 
 fn vectors() -> Value {
     // Where `cargo test` runs this package now (a build cached from another checkout keeps the
@@ -57,6 +57,56 @@ fn verify_vectors() {
             }
         }
     }
+}
+
+#[test]
+fn verify_ed25519_vectors() {
+    let v = vectors();
+    let cases = v["verify_ed25519"].as_array().expect("cases");
+    assert!(cases.len() >= 10);
+    for case in cases {
+        let keys: Vec<&str> = case["public_keys"].as_array().expect("keys").iter().filter_map(Value::as_str).collect();
+        let body = case["body"].as_str().expect("body").as_bytes();
+        let name = case["name"].as_str().expect("name");
+        for got in [
+            verify_ed25519(&keys, &pairs(&case["headers"]), body, at(&case["now"])),
+            verify_ed25519(&keys, &header_map(&case["headers"]), body, at(&case["now"])),
+        ] {
+            match case["error"].as_str() {
+                None => assert_eq!(got, Ok(()), "{name}"),
+                Some(kind) => {
+                    assert_eq!(got.err().map(|e| e.kind.as_str().to_owned()), Some(kind.to_owned()), "{name}")
+                }
+            }
+        }
+    }
+}
+
+/// The hub's own ed25519 signer, checked by this package: a signature it makes verifies with its
+/// public key, during a rotation with either key.
+#[test]
+fn the_hubs_ed25519_signatures_verify() {
+    use hub_core::signature::asymmetric;
+    let (new, old) = (asymmetric::secret_key([1; 32]), asymmetric::secret_key([2; 32]));
+    let body = br#"{"amount":100}"#;
+    let id = "0192a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b";
+    let header = format!(
+        "{} {}",
+        asymmetric::sign(&new, id, 1_700_000_000, body).expect("signed"),
+        asymmetric::sign(&old, id, 1_700_000_000, body).expect("signed")
+    );
+    let headers = vec![
+        ("webhook-id", id.to_owned()),
+        ("webhook-timestamp", "1700000000".to_owned()),
+        ("webhook-signature", header),
+    ];
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    for key in [&new, &old] {
+        let public = asymmetric::public_key(key).expect("public");
+        assert_eq!(verify_ed25519(&[public], &headers, body, now), Ok(()));
+    }
+    let stranger = asymmetric::public_key(&asymmetric::secret_key([3; 32])).expect("public");
+    assert!(verify_ed25519(&[stranger], &headers, body, now).is_err());
 }
 
 /// Runs `verify` over either header holder.

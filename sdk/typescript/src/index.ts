@@ -5,6 +5,7 @@ export {
   parseHeaders,
   sign,
   verify,
+  verifyEd25519,
 } from "./webhook";
 export type { Delivery, ErrorKind, HeadersLike, VerifyOptions } from "./webhook";
 export { ApiError, PullConsumer, parsePage, retryAfterMs, splitPage } from "./pull";

@@ -1,4 +1,4 @@
-import { createHmac, timingSafeEqual } from "node:crypto";
+import { createHmac, createPublicKey, timingSafeEqual, verify as verifySignature } from "node:crypto";
 
 export const DEFAULT_TOLERANCE_SECONDS = 300;
 export const VERIFICATION_EVENT_TYPE = "streaming_hub.verification";
@@ -131,6 +131,55 @@ export function verify(
     if (found.some((c) => c.length === expected.length && timingSafeEqual(c, expected))) return;
   }
   throw new InvalidDelivery("no_matching_signature", SIGNATURE);
+}
+
+const WEBHOOK_ID = "webhook-id";
+const WEBHOOK_SIGNATURE = "webhook-signature";
+
+/**
+ * Checks a delivery of an ed25519 webhook (`sink.signature` `"ed25519"`) on its raw body; throws
+ * InvalidDelivery when it must be refused. `publicKeys` are the subscription's public keys you
+ * accept (`whpk_…`, as the API showed them; both during a rotation). One `v1a,<base64>` value of
+ * `webhook-signature` (space-separated) must be an ed25519 signature of `{id}.{timestamp}.{body}`.
+ */
+export function verifyEd25519(
+  publicKeys: string | string[],
+  headers: HeadersLike,
+  body: Uint8Array,
+  options: VerifyOptions = {},
+): void {
+  if (typeof body === "string") throw new TypeError("verify the raw body bytes, not a decoded string");
+  const accepted = typeof publicKeys === "string" ? [publicKeys] : publicKeys;
+  const tolerance = options.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS;
+  const id = single(headers, WEBHOOK_ID);
+  const raw = single(headers, STANDARD_TIMESTAMP);
+  const timestamp = unsigned(raw);
+  if (timestamp === null) throw new InvalidDelivery("malformed_header", STANDARD_TIMESTAMP);
+  const signatures = values(headers, WEBHOOK_SIGNATURE);
+  if (signatures.length === 0) throw new InvalidDelivery("missing_header", WEBHOOK_SIGNATURE);
+  const now = Math.floor(options.now ?? Date.now() / 1000);
+  const age = now - timestamp;
+  if (age > tolerance) throw new InvalidDelivery("timestamp_too_old", STANDARD_TIMESTAMP);
+  if (-age > tolerance) throw new InvalidDelivery("timestamp_too_new", STANDARD_TIMESTAMP);
+  const message = Buffer.concat([Buffer.from(`${id}.${raw}.`, "utf8"), body]);
+  const keys = accepted.flatMap((k) => {
+    const bytes = Buffer.from(k.replace(/^whpk_/, ""), "base64");
+    if (bytes.length !== 32) return [];
+    try {
+      return [createPublicKey({ key: { kty: "OKP", crv: "Ed25519", x: bytes.toString("base64url") }, format: "jwk" })];
+    } catch {
+      return [];
+    }
+  });
+  for (const token of signatures.flatMap((v) => v.split(" "))) {
+    if (!token.startsWith("v1a,")) continue;
+    const encoded = token.slice(4);
+    if (!/^[A-Za-z0-9+/]+={0,2}$/.test(encoded)) continue;
+    const signature = Buffer.from(encoded, "base64");
+    if (signature.length !== 64) continue;
+    if (keys.some((key) => verifySignature(null, message, key, signature))) return;
+  }
+  throw new InvalidDelivery("no_matching_signature", WEBHOOK_SIGNATURE);
 }
 
 /** What the hub's headers say about one delivery. */

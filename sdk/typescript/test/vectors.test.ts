@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
-import { DEFAULT_TOLERANCE_SECONDS, InvalidDelivery, parseHeaders, sign, verify } from "../src";
+import { DEFAULT_TOLERANCE_SECONDS, InvalidDelivery, parseHeaders, sign, verify, verifyEd25519 } from "../src";
 
 // Run from sdk/typescript (as `npm test` does): the shared vectors sit in sdk/vectors.
 const VECTORS = JSON.parse(readFileSync(join(process.cwd(), "..", "vectors", "webhooks.json"), "utf8"));
@@ -34,6 +34,22 @@ for (const c of VECTORS.verify) {
       }
     });
   }
+}
+
+test("the vectors hold ed25519 cases", () => assert.ok(VECTORS.verify_ed25519.length >= 10));
+
+for (const c of VECTORS.verify_ed25519) {
+  test(`verifyEd25519: ${c.name}`, () => {
+    const body = Buffer.from(c.body, "utf8");
+    if (c.valid) {
+      verifyEd25519(c.public_keys, pairs(c.headers), body, { now: c.now });
+    } else {
+      assert.throws(
+        () => verifyEd25519(c.public_keys, pairs(c.headers), body, { now: c.now }),
+        (e: unknown) => e instanceof InvalidDelivery && e.kind === c.error,
+      );
+    }
+  });
 }
 
 for (const c of VECTORS.headers) {

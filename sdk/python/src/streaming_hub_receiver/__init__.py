@@ -9,6 +9,7 @@ from .webhook import (
     parse_headers,
     sign,
     verify,
+    verify_ed25519,
 )
 
 __all__ = [
@@ -21,4 +22,5 @@ __all__ = [
     "parse_headers",
     "sign",
     "verify",
+    "verify_ed25519",
 ]

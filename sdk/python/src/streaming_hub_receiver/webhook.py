@@ -132,6 +132,65 @@ def verify(
     raise InvalidDelivery("no_matching_signature", SIGNATURE)
 
 
+WEBHOOK_ID = "webhook-id"
+WEBHOOK_SIGNATURE = "webhook-signature"
+
+
+def verify_ed25519(
+    public_keys: Union[str, Sequence[str]],
+    headers: Any,
+    body: bytes,
+    *,
+    now: Optional[float] = None,
+    tolerance: int = DEFAULT_TOLERANCE_SECONDS,
+) -> None:
+    """Checks a delivery of an ed25519 webhook (`sink.signature` "ed25519") on its raw body;
+    raises InvalidDelivery when it must be refused.
+
+    `public_keys` are the subscription's public keys you accept (`whpk_...` as the API showed
+    them; both during a rotation). One `v1a,<base64>` value of `webhook-signature`
+    (space-separated) must be an ed25519 signature of "{webhook-id}.{webhook-timestamp}.{body}"."""
+    import base64
+    import binascii
+
+    from . import ed25519
+
+    if isinstance(public_keys, str):
+        public_keys = [public_keys]
+    if isinstance(body, str):
+        raise TypeError("verify the raw body bytes, not a decoded string")
+    message_id = _single(headers, WEBHOOK_ID)
+    raw = _single(headers, _STANDARD_TIMESTAMP)
+    timestamp = _unsigned(raw)
+    if timestamp is None:
+        raise InvalidDelivery("malformed_header", _STANDARD_TIMESTAMP)
+    signatures = _values(headers, WEBHOOK_SIGNATURE)
+    if not signatures:
+        raise InvalidDelivery("missing_header", WEBHOOK_SIGNATURE)
+    age = int(time.time() if now is None else now) - timestamp
+    if age > tolerance:
+        raise InvalidDelivery("timestamp_too_old", _STANDARD_TIMESTAMP)
+    if -age > tolerance:
+        raise InvalidDelivery("timestamp_too_new", _STANDARD_TIMESTAMP)
+
+    def decode(text: str) -> Optional[bytes]:
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            return None
+
+    keys = [k for k in (decode(key[5:] if key.startswith("whpk_") else key) for key in public_keys) if k]
+    message = f"{message_id}.{raw}.".encode("utf-8") + bytes(body)
+    for value in signatures:
+        for token in value.split(" "):
+            if not token.startswith("v1a,"):
+                continue
+            signature = decode(token[4:])
+            if signature and any(ed25519.verify(key, message, signature) for key in keys):
+                return
+    raise InvalidDelivery("no_matching_signature", WEBHOOK_SIGNATURE)
+
+
 @dataclass(frozen=True)
 class Delivery:
     """What the hub's headers say about one delivery."""
