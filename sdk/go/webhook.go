@@ -114,12 +114,8 @@ func VerifyWith(secrets []string, header http.Header, body []byte, now time.Time
 	if len(signatures) == 0 {
 		return &Error{Kind: MissingHeader, Header: HeaderSignature}
 	}
-	limit := int64(tolerance / time.Second)
-	switch age := now.Unix() - timestamp; {
-	case age > limit:
-		return &Error{Kind: TimestampTooOld, Header: HeaderTimestamp}
-	case -age > limit:
-		return &Error{Kind: TimestampTooNew, Header: HeaderTimestamp}
+	if err := withinTolerance(timestamp, now, tolerance, HeaderTimestamp); err != nil {
+		return err
 	}
 	candidates := candidates(signatures)
 	for _, secret := range secrets {
@@ -131,6 +127,17 @@ func VerifyWith(secrets []string, header http.Header, body []byte, now time.Time
 		}
 	}
 	return &Error{Kind: NoMatchingSignature, Header: HeaderSignature}
+}
+
+func withinTolerance(timestamp int64, now time.Time, tolerance time.Duration, header string) error {
+	limit := int64(tolerance / time.Second)
+	switch age := now.Unix() - timestamp; {
+	case age > limit:
+		return &Error{Kind: TimestampTooOld, Header: header}
+	case -age > limit:
+		return &Error{Kind: TimestampTooNew, Header: header}
+	}
+	return nil
 }
 
 // VerifyEd25519 checks a delivery of an ed25519 webhook (sink.signature "ed25519") with the
@@ -164,12 +171,8 @@ func VerifyEd25519With(publicKeys []string, header http.Header, body []byte, now
 	if len(signatures) == 0 {
 		return &Error{Kind: MissingHeader, Header: HeaderWebhookSignature}
 	}
-	limit := int64(tolerance / time.Second)
-	switch age := now.Unix() - timestamp; {
-	case age > limit:
-		return &Error{Kind: TimestampTooOld, Header: HeaderWebhookTimestamp}
-	case -age > limit:
-		return &Error{Kind: TimestampTooNew, Header: HeaderWebhookTimestamp}
+	if err := withinTolerance(timestamp, now, tolerance, HeaderWebhookTimestamp); err != nil {
+		return err
 	}
 	message := append([]byte(id+"."+raw+"."), body...)
 	for _, value := range signatures {

@@ -145,6 +145,23 @@ fn candidates(values: &[String]) -> Vec<[u8; 32]> {
     out
 }
 
+/// Whether a delivery's `timestamp` (read from `header`) is within `tolerance` of `now`.
+fn within_tolerance(timestamp: i64, now: SystemTime, tolerance: Duration, header: &'static str) -> Result<(), Invalid> {
+    let now = match now.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        Err(_) => 0,
+    };
+    let limit = i64::try_from(tolerance.as_secs()).unwrap_or(i64::MAX);
+    let age = now.saturating_sub(timestamp);
+    if age > limit {
+        return Err(invalid(Kind::TimestampTooOld, header));
+    }
+    if age.saturating_neg() > limit {
+        return Err(invalid(Kind::TimestampTooNew, header));
+    }
+    Ok(())
+}
+
 /// Checks a delivery with the default tolerance; see [`verify_with`].
 pub fn verify<S: AsRef<str>>(
     secrets: &[S],
@@ -171,18 +188,7 @@ pub fn verify_with<S: AsRef<str>>(
     if signatures.is_empty() {
         return Err(invalid(Kind::MissingHeader, SIGNATURE));
     }
-    let now = match now.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        Err(_) => 0,
-    };
-    let limit = i64::try_from(tolerance.as_secs()).unwrap_or(i64::MAX);
-    let age = now.saturating_sub(timestamp);
-    if age > limit {
-        return Err(invalid(Kind::TimestampTooOld, TIMESTAMP));
-    }
-    if age.saturating_neg() > limit {
-        return Err(invalid(Kind::TimestampTooNew, TIMESTAMP));
-    }
+    within_tolerance(timestamp, now, tolerance, TIMESTAMP)?;
     let found = candidates(&signatures);
     for secret in secrets {
         let expected = mac(secret.as_ref(), &raw, body);
@@ -229,18 +235,7 @@ pub fn verify_ed25519_with<S: AsRef<str>>(
     if signatures.is_empty() {
         return Err(invalid(Kind::MissingHeader, WEBHOOK_SIGNATURE));
     }
-    let now = match now.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        Err(_) => 0,
-    };
-    let limit = i64::try_from(tolerance.as_secs()).unwrap_or(i64::MAX);
-    let age = now.saturating_sub(timestamp);
-    if age > limit {
-        return Err(invalid(Kind::TimestampTooOld, WEBHOOK_TIMESTAMP));
-    }
-    if age.saturating_neg() > limit {
-        return Err(invalid(Kind::TimestampTooNew, WEBHOOK_TIMESTAMP));
-    }
+    within_tolerance(timestamp, now, tolerance, WEBHOOK_TIMESTAMP)?;
     let mut message = Vec::with_capacity(id.len() + raw.len() + body.len() + 2);
     message.extend_from_slice(id.as_bytes());
     message.push(b'.');

@@ -96,6 +96,12 @@ function candidates(vals: string[]): Buffer[] {
   return out;
 }
 
+function withinTolerance(timestamp: number, now: number | undefined, tolerance: number, header: string): void {
+  const age = Math.floor(now ?? Date.now() / 1000) - timestamp;
+  if (age > tolerance) throw new InvalidDelivery("timestamp_too_old", header);
+  if (-age > tolerance) throw new InvalidDelivery("timestamp_too_new", header);
+}
+
 export interface VerifyOptions {
   /** Unix seconds; default now. */
   now?: number;
@@ -121,10 +127,7 @@ export function verify(
   if (timestamp === null) throw new InvalidDelivery("malformed_header", TIMESTAMP);
   const signatures = values(headers, SIGNATURE);
   if (signatures.length === 0) throw new InvalidDelivery("missing_header", SIGNATURE);
-  const now = Math.floor(options.now ?? Date.now() / 1000);
-  const age = now - timestamp;
-  if (age > tolerance) throw new InvalidDelivery("timestamp_too_old", TIMESTAMP);
-  if (-age > tolerance) throw new InvalidDelivery("timestamp_too_new", TIMESTAMP);
+  withinTolerance(timestamp, options.now, tolerance, TIMESTAMP);
   const found = candidates(signatures);
   for (const secret of accepted) {
     const expected = mac(secret, raw, body);
@@ -157,10 +160,7 @@ export function verifyEd25519(
   if (timestamp === null) throw new InvalidDelivery("malformed_header", STANDARD_TIMESTAMP);
   const signatures = values(headers, WEBHOOK_SIGNATURE);
   if (signatures.length === 0) throw new InvalidDelivery("missing_header", WEBHOOK_SIGNATURE);
-  const now = Math.floor(options.now ?? Date.now() / 1000);
-  const age = now - timestamp;
-  if (age > tolerance) throw new InvalidDelivery("timestamp_too_old", STANDARD_TIMESTAMP);
-  if (-age > tolerance) throw new InvalidDelivery("timestamp_too_new", STANDARD_TIMESTAMP);
+  withinTolerance(timestamp, options.now, tolerance, STANDARD_TIMESTAMP);
   const message = Buffer.concat([Buffer.from(`${id}.${raw}.`, "utf8"), body]);
   const keys = accepted.flatMap((k) => {
     const bytes = Buffer.from(k.replace(/^whpk_/, ""), "base64");

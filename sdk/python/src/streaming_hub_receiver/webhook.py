@@ -96,6 +96,14 @@ def _candidates(values: Sequence[str]) -> List[bytes]:
     return out
 
 
+def _within_tolerance(timestamp: int, now: Optional[float], tolerance: int, header: str) -> None:
+    age = int(time.time() if now is None else now) - timestamp
+    if age > tolerance:
+        raise InvalidDelivery("timestamp_too_old", header)
+    if -age > tolerance:
+        raise InvalidDelivery("timestamp_too_new", header)
+
+
 def verify(
     secrets: Union[str, Sequence[str]],
     headers: Any,
@@ -119,11 +127,7 @@ def verify(
     signatures = _values(headers, SIGNATURE)
     if not signatures:
         raise InvalidDelivery("missing_header", SIGNATURE)
-    age = int(time.time() if now is None else now) - timestamp
-    if age > tolerance:
-        raise InvalidDelivery("timestamp_too_old", TIMESTAMP)
-    if -age > tolerance:
-        raise InvalidDelivery("timestamp_too_new", TIMESTAMP)
+    _within_tolerance(timestamp, now, tolerance, TIMESTAMP)
     candidates = _candidates(signatures)
     for secret in secrets:
         expected = _mac(secret, raw, bytes(body))
@@ -167,11 +171,7 @@ def verify_ed25519(
     signatures = _values(headers, WEBHOOK_SIGNATURE)
     if not signatures:
         raise InvalidDelivery("missing_header", WEBHOOK_SIGNATURE)
-    age = int(time.time() if now is None else now) - timestamp
-    if age > tolerance:
-        raise InvalidDelivery("timestamp_too_old", _STANDARD_TIMESTAMP)
-    if -age > tolerance:
-        raise InvalidDelivery("timestamp_too_new", _STANDARD_TIMESTAMP)
+    _within_tolerance(timestamp, now, tolerance, _STANDARD_TIMESTAMP)
 
     def decode(text: str) -> Optional[bytes]:
         try:
