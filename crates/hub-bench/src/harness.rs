@@ -229,6 +229,16 @@ impl Receiver {
         Self::start_on("127.0.0.1:0", "fast", "").await
     }
 
+    /// A receiver as [`Receiver::start`] over HTTPS with `pki`'s server certificate, requiring a
+    /// client certificate of its CA when `client_certificates`.
+    pub async fn start_tls(pki: &hub_testkit::tls::Pki, client_certificates: bool) -> Self {
+        let tally: Tally = Arc::default();
+        let answering = Answering { tally: Arc::clone(&tally), plain: ("fast".to_owned(), String::new()) };
+        let app = axum::Router::new().fallback(receive).with_state(answering);
+        let base = pki.serve(app, client_certificates).await;
+        Self { base, tally }
+    }
+
     /// A receiver on `addr` that answers a request to `/` as `speed` says and counts it under
     /// `label`: the one endpoint a peer's start script points at.
     pub async fn start_on(addr: &str, speed: &str, label: &str) -> anyhow::Result<Self> {

@@ -2,6 +2,7 @@
 //! `streaming-hub` binary as a process of its own and drives it from this one.
 #![forbid(unsafe_code)]
 
+mod auth;
 mod catalog;
 mod fanout;
 mod harness;
@@ -162,6 +163,16 @@ enum BenchScenario {
         receiver: String,
         #[arg(long, default_value_t = 200)]
         latency_ms: u64,
+        #[arg(long, default_value_t = 4_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// What authenticating to a receiver costs a delivery: one webhook signed only, with HTTP
+    /// Basic, an OAuth2 bearer token, TLS to a private CA, and mutual TLS, a fresh hub each.
+    AuthCost {
         #[arg(long, default_value_t = 4_000, value_parser = at_least_one)]
         events: usize,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
@@ -358,6 +369,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Peer { peer, run, api, receiver, latency_ms, events, producers, json } => {
             peer::peer(peer, run, api, receiver, latency_ms, events, producers, &json_path(json, "peer")).await
+        }
+        BenchScenario::AuthCost { events, producers, json } => {
+            auth::auth_cost(events, producers, &json_path(json, "auth-cost")).await
         }
         BenchScenario::Hanging { subscriptions, flood, rate, json } => {
             slow::hanging(subscriptions, flood, rate, &json_path(json, "hanging")).await

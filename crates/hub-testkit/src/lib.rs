@@ -6,6 +6,7 @@
 
 pub mod forwarder;
 pub mod kafka;
+pub mod tls;
 
 use axum::http::HeaderMap;
 use hub_store::PgStore;

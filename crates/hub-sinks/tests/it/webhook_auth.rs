@@ -18,6 +18,8 @@ use hub_sinks::{FailureKind, Outcome, TypedSink, WebhookSink};
 use serde_json::json;
 use uuid::Uuid;
 
+use hub_testkit::tls::Pki;
+
 use crate::contract::message;
 use crate::webhook::{config, target_of};
 
@@ -207,87 +209,21 @@ async fn a_token_endpoint_at_a_private_address_is_refused_by_a_guarded_sink() {
 // ---------------------------------------------------------------------------------------------
 // Mutual TLS and a private CA
 
-struct Pki {
-    ca_pem: String,
-    server: (rustls::pki_types::CertificateDer<'static>, rustls::pki_types::PrivateKeyDer<'static>),
-    client_pem: String,
-    client_key_pem: String,
-    other_client_key_pem: String,
-}
-
-fn pki() -> Pki {
-    use rcgen::{
-        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-        KeyUsagePurpose,
-    };
-    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "bank test CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
-    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("ca");
-    let server_key = KeyPair::generate().expect("key");
-    let server = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .expect("params")
-        .signed_by(&server_key, &ca)
-        .expect("server cert");
-    let client_key = KeyPair::generate().expect("key");
-    let mut client = CertificateParams::new(Vec::<String>::new()).expect("params");
-    client.distinguished_name.push(DnType::CommonName, "streaming-hub");
-    client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client = client.signed_by(&client_key, &ca).expect("client cert");
-    Pki {
-        ca_pem: ca.pem(),
-        server: (server.der().clone(), rustls::pki_types::PrivateKeyDer::Pkcs8(server_key.serialize_der().into())),
-        client_pem: client.pem(),
-        client_key_pem: client_key.serialize_pem(),
-        other_client_key_pem: KeyPair::generate().expect("key").serialize_pem(),
-    }
-}
-
 /// An HTTPS receiver that requires a client certificate issued by the test CA; it echoes bodies
 /// and counts the requests that got through the handshake.
 async fn mtls_receiver(pki: &Pki) -> (String, Arc<AtomicUsize>) {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    let ca = rustls::pki_types::pem::PemObject::from_pem_slice(pki.ca_pem.as_bytes()).expect("ca der");
-    roots.add(ca).expect("root");
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
-        .build()
-        .expect("verifier");
-    let config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_client_cert_verifier(verifier)
-        .with_single_cert(vec![pki.server.0.clone()], pki.server.1.clone_key())
-        .expect("server config");
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("https://127.0.0.1:{}/hook", listener.local_addr().expect("addr").port());
     let served = Arc::new(AtomicUsize::new(0));
     let count = Arc::clone(&served);
     let app = axum::Router::new().fallback(move |body: Bytes| {
         count.fetch_add(1, Ordering::SeqCst);
         async move { (StatusCode::OK, body) }
     });
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                if let Ok(tls) = acceptor.accept(tcp).await {
-                    let service = hyper_util::service::TowerToHyperService::new(app);
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                        .await;
-                }
-            });
-        }
-    });
-    (url, served)
+    (format!("{}/hook", pki.serve(app, true).await), served)
 }
 
 #[tokio::test]
 async fn mtls_presents_the_client_certificate_to_a_server_of_a_private_ca() {
-    let pki = pki();
+    let pki = Pki::new();
     let sink = WebhookSink::new(true).expect("sink");
     let (url, served) = mtls_receiver(&pki).await;
     let tls = Some(TlsConfig { ca_pem: pki.ca_pem.clone() });
@@ -315,14 +251,14 @@ async fn mtls_presents_the_client_certificate_to_a_server_of_a_private_ca() {
 
 #[test]
 fn a_client_key_or_ca_that_cannot_be_used_is_refused_at_validation_naming_its_field() {
-    let pki = pki();
+    let pki = Pki::new();
     let parse = |auth: serde_json::Value, tls: serde_json::Value| {
         let sink = json!({"type": "webhook", "url": "https://receiver.example/hook", "auth": auth, "tls": tls});
         hub_sinks::destination::request::parse(&sink, false).map(|_| ()).map_err(|e| e.to_string())
     };
     let mtls = |key: &str| json!({"type": "mtls", "certificate_pem": pki.client_pem, "private_key_pem": key});
     assert_eq!(parse(mtls(&pki.client_key_pem), json!({"ca_pem": pki.ca_pem})), Ok(()));
-    let err = parse(mtls(&pki.other_client_key_pem), json!(null)).expect_err("another key");
+    let err = parse(mtls(&pki.other_key_pem), json!(null)).expect_err("another key");
     assert!(err.starts_with("sink.auth.private_key_pem:"), "{err}");
     let err =
         parse(mtls("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----"), json!(null)).expect_err("garbage");
