@@ -6,7 +6,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde_json::{Value, json};
@@ -15,25 +15,33 @@ use crate::fanout::wait;
 use crate::harness::{BenchHub, Receiver, f0, f1, write_json};
 use crate::scenarios::cpu_json;
 
-/// A token endpoint that gives an hour-long token to anyone, counting the requests.
-async fn token_endpoint() -> anyhow::Result<(String, Arc<AtomicUsize>)> {
+/// A token endpoint that gives a token of `lifetime` seconds to anyone, counting the requests,
+/// until `revoked` is set; then it answers `401 invalid_client`.
+async fn token_endpoint(lifetime: u64) -> anyhow::Result<(String, Arc<AtomicUsize>, Arc<AtomicBool>)> {
     let asked = Arc::new(AtomicUsize::new(0));
-    let count = Arc::clone(&asked);
+    let revoked = Arc::new(AtomicBool::new(false));
+    let (count, refuse) = (Arc::clone(&asked), Arc::clone(&revoked));
     let app = axum::Router::new().fallback(move || {
         let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+        let refused = refuse.load(Ordering::SeqCst);
         async move {
-            axum::Json(json!({"access_token": format!("bench-token-{n}"), "token_type": "Bearer", "expires_in": 3600}))
+            if refused {
+                return (axum::http::StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "invalid_client"})));
+            }
+            let token =
+                json!({"access_token": format!("bench-token-{n}"), "token_type": "Bearer", "expires_in": lifetime});
+            (axum::http::StatusCode::OK, axum::Json(token))
         }
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/token", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Ok((url, asked))
+    Ok((url, asked, revoked))
 }
 
 pub async fn auth_cost(events: usize, producers: usize, json_out: &Path) -> anyhow::Result<()> {
     let pki = hub_testkit::tls::Pki::new();
-    let (token_url, asked) = token_endpoint().await?;
+    let (token_url, asked, _) = token_endpoint(3600).await?;
     let mut rows = Vec::new();
     let mut figures = serde_json::Map::new();
     for mode in ["hmac", "basic", "oauth2", "tls", "mtls"] {
@@ -87,6 +95,33 @@ pub async fn auth_cost(events: usize, producers: usize, json_out: &Path) -> anyh
                 "hub_peak_rss_mib": usage.hub_peak_rss_mib}),
         );
     }
+    // A client secret revoked once the subscription is verified (its tokens last 61 s, used for
+    // one): however many attempts wait, the token endpoint is asked once per pause (10 s).
+    let (wrong_url, wrong_asked, revoke) = token_endpoint(61).await?;
+    let hub = BenchHub::start(None).await?;
+    let key = hub.tenant("wrong").await?;
+    let receiver = Receiver::start().await?;
+    let sink = json!({"type": "webhook", "url": receiver.url_as("fast", "wrong"), "auth": {"type": "oauth2_client_credentials",
+        "token_url": wrong_url, "client_id": "bench", "client_secret": "bench-secret"}});
+    hub.subscribe_with(&key, json!({"name": "wrong", "event_types": ["*.*"], "sink": sink})).await?;
+    revoke.store(true, Ordering::SeqCst);
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let asked_before = wrong_asked.load(Ordering::SeqCst);
+    let watched = std::time::Duration::from_secs(30);
+    let started = Instant::now();
+    hub.post_many(&[(key, "wrong".to_owned())], events.min(1000), producers).await?;
+    tokio::time::sleep(watched.saturating_sub(started.elapsed())).await;
+    let metrics = hub.metrics().await?;
+    let attempts =
+        crate::harness::metric_sum(&metrics, "streaming_hub_delivery_attempts_total", &["sink=\"webhook\"".to_owned()]);
+    let wrong_tokens = wrong_asked.load(Ordering::SeqCst) - asked_before;
+    hub.finish().await?;
+    figures.insert(
+        "oauth2_wrong_secret".to_owned(),
+        json!({"seconds": watched.as_secs(), "attempts": attempts, "token_requests": wrong_tokens,
+            "delivered": receiver.delivered("wrong")}),
+    );
+
     println!("auth-cost ({events} events of ~1 KiB to one webhook at once, a fresh hub each way)");
     println!(
         "  {:<8} {:>12} {:>16} {:>22} {:>8} {:>9}",
@@ -105,6 +140,10 @@ pub async fn auth_cost(events: usize, producers: usize, json_out: &Path) -> anyh
             f1(*rss),
         );
     }
+    println!(
+        "  a wrong client secret, {} s: {attempts} attempts failed, {wrong_tokens} token requests",
+        watched.as_secs()
+    );
     let mut figures = Value::Object(figures);
     figures["scenario"] = json!("auth-cost");
     figures["events"] = json!(events);

@@ -198,10 +198,14 @@ impl JobQueue for PgStore {
     }
 
     async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool> {
+        // The job is found by its primary key alone, its lease checked on the row: naming the
+        // state in the lookup let a plan cached while the table was nearly empty read the whole
+        // partial index of leased jobs instead (see migration 0026).
         let done = sqlx::query(
             "UPDATE delivery_jobs SET state = 'pending', due_at = $3, lease_expires_at = NULL, lease_token = NULL,
                 updated_at = now()
-             WHERE id = $1 AND lease_token = $2 AND state = 'leased'",
+             WHERE ctid = (SELECT ctid FROM delivery_jobs WHERE id = $1)
+               AND lease_token = $2 AND state = 'leased'",
         )
         .bind(job)
         .bind(token)
