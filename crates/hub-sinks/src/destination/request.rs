@@ -208,7 +208,7 @@ mod tests {
         assert_eq!(standard.public["signature"], "standard-webhooks");
         assert_eq!(
             err(json!({"type": "webhook", "url": "https://e.com", "signature": "svix"}), false),
-            "sink.signature: must be one of lerian, standard-webhooks"
+            "sink.signature: must be one of lerian, standard-webhooks, ed25519"
         );
         assert!(
             err(json!({"type": "webhook", "url": "https://e.com", "headers": {"Webhook-Id": "x"}}), false)
