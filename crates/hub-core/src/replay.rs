@@ -76,6 +76,42 @@ pub fn decide(existing: &[Existing], include_delivered: bool) -> Decision {
     Decision::Create
 }
 
+/// Which matched events a replay gives again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Selection {
+    /// Those not delivered and not waiting (the default; [`decide`] with `include_delivered`
+    /// false).
+    #[default]
+    NotDelivered,
+    /// Those not waiting, delivered ones too (`include_delivered`).
+    Everything,
+    /// Those the subscription had and never got (`only_undelivered`): a job of it ended dead or
+    /// cancelled, none succeeded and none is waiting. Events it never had are left alone.
+    OnlyUndelivered,
+}
+
+impl Selection {
+    /// From a replay's request flags; `None` when both are asked (they contradict each other).
+    pub fn of(include_delivered: bool, only_undelivered: bool) -> Option<Self> {
+        match (include_delivered, only_undelivered) {
+            (false, false) => Some(Self::NotDelivered),
+            (true, false) => Some(Self::Everything),
+            (false, true) => Some(Self::OnlyUndelivered),
+            (true, true) => None,
+        }
+    }
+}
+
+/// [`decide`] for a [`Selection`].
+pub fn select(existing: &[Existing], selection: Selection) -> Decision {
+    match selection {
+        Selection::NotDelivered => decide(existing, false),
+        Selection::Everything => decide(existing, true),
+        Selection::OnlyUndelivered if existing.iter().any(|e| matches!(e, Existing::Job(_))) => decide(existing, false),
+        Selection::OnlyUndelivered => Decision::Skip,
+    }
+}
+
 /// A replay's progress counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Progress {
@@ -287,6 +323,19 @@ mod tests {
             if decide(&has, false) == Decision::Create {
                 prop_assert_eq!(decide(&has, true), Decision::Create);
             }
+        }
+
+        /// Only what was missed is a subset of what was not delivered, never something the
+        /// subscription did not have, and a second pass creates nothing.
+        #[test]
+        fn only_undelivered_is_what_it_had_and_missed(mut has in prop::collection::vec(existing(), 0..5)) {
+            if select(&has, Selection::OnlyUndelivered) == Decision::Create {
+                prop_assert_eq!(select(&has, Selection::NotDelivered), Decision::Create);
+                prop_assert!(has.iter().any(|e| matches!(e, Existing::Job(JobState::Dead | JobState::Cancelled))));
+                has.push(Existing::Job(JobState::Pending));
+                prop_assert_eq!(select(&has, Selection::OnlyUndelivered), Decision::Skip);
+            }
+            prop_assert_eq!(select(&[], Selection::OnlyUndelivered), Decision::Skip);
         }
 
         /// A replay never gives more than its rate earned, nor more than a batch, and never

@@ -69,6 +69,8 @@ pub struct NewReplay {
     pub from_seq: Option<i64>,
     pub to_seq: Option<i64>,
     pub include_delivered: bool,
+    /// Only events the subscription had and never got (`hub_core::replay::Selection`).
+    pub only_undelivered: bool,
     /// Wanted events given per second at most (`hub_core::replay::next_step`).
     pub rate: u32,
     pub now: DateTime<Utc>,
@@ -86,6 +88,7 @@ pub struct ReplayRecord {
     pub from_seq: i64,
     pub to_seq: i64,
     pub include_delivered: bool,
+    pub only_undelivered: bool,
     pub state: ReplayState,
     /// The last seq walked.
     pub walked_to: i64,
@@ -175,14 +178,14 @@ pub(crate) fn wanted(target: &MatchTarget, window: &TimeWindow, walked: &[Walked
 /// core's rules (`hub_core::replay::decide`), given what the subscription already has of each.
 pub(crate) fn plan_replay(
     wanted: &[i64],
-    include_delivered: bool,
+    selection: hub_core::replay::Selection,
     existing: &std::collections::HashMap<i64, Vec<hub_core::replay::Existing>>,
 ) -> (Vec<i64>, hub_core::replay::Progress) {
     let mut progress = hub_core::replay::Progress::default();
     let mut create = Vec::new();
     for seq in wanted {
         let has = existing.get(seq).map_or(&[][..], Vec::as_slice);
-        let decision = hub_core::replay::decide(has, include_delivered);
+        let decision = hub_core::replay::select(has, selection);
         progress.count(decision);
         if decision == hub_core::replay::Decision::Create {
             create.push(*seq);

@@ -6,7 +6,7 @@ use super::*;
 use crate::model::{WalkedEvent, plan_replay, wanted};
 
 const REPLAY_COLUMNS: &str = "id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
-    state, walked_to, matched, created, skipped, created_at, updated_at, finished_at, rate";
+    only_undelivered, state, walked_to, matched, created, skipped, created_at, updated_at, finished_at, rate";
 
 /// Arrival times and seqs agree only up to the group commit (a batch takes its seqs when it
 /// commits, after its events were received): the seq bounds of a time window are widened by this
@@ -24,6 +24,7 @@ fn replay_from_row(row: &PgRow) -> StoreResult<ReplayRecord> {
         from_seq: row.try_get("from_seq")?,
         to_seq: row.try_get("to_seq")?,
         include_delivered: row.try_get("include_delivered")?,
+        only_undelivered: row.try_get("only_undelivered")?,
         state: ReplayState::parse(&state)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown replay state {state:?}")))?,
         walked_to: row.try_get("walked_to")?,
@@ -82,8 +83,8 @@ impl Replays for PgStore {
         let empty = to < from;
         let sql = format!(
             "INSERT INTO replays (id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
-                state, walked_to, created_at, updated_at, finished_at, rate)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13)
+                state, walked_to, created_at, updated_at, finished_at, rate, only_undelivered)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14)
              RETURNING {REPLAY_COLUMNS}"
         );
         let row = sqlx::query(&sql)
@@ -100,6 +101,7 @@ impl Replays for PgStore {
             .bind(r.now)
             .bind(empty.then_some(r.now))
             .bind(i64::from(r.rate))
+            .bind(r.only_undelivered)
             .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -274,7 +276,9 @@ impl Replays for PgStore {
                 }
             }
         }
-        let (create, progress) = plan_replay(&wanted, replay.include_delivered, &existing);
+        let selection = hub_core::replay::Selection::of(replay.include_delivered, replay.only_undelivered)
+            .unwrap_or(hub_core::replay::Selection::OnlyUndelivered);
+        let (create, progress) = plan_replay(&wanted, selection, &existing);
         if !create.is_empty() {
             if push {
                 let state = hub_core::delivery::waiting_state(

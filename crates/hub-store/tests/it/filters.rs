@@ -100,6 +100,7 @@ pub async fn replays_honour_filters(db: &TestDb) {
         from_seq: Some(1),
         to_seq: None,
         include_delivered: false,
+        only_undelivered: false,
         rate: hub_core::replay::MAX_RATE,
         now: Utc::now(),
     };

@@ -135,6 +135,7 @@ pub async fn replayed_jobs_carry_their_key(db: &TestDb) {
         from_seq: Some(1),
         to_seq: None,
         include_delivered: false,
+        only_undelivered: false,
         rate: hub_core::replay::MAX_RATE,
         now: Utc::now(),
     };

@@ -22,6 +22,7 @@ fn ask(sub: Uuid, from_seq: Option<i64>, window: TimeWindow) -> NewReplay {
         from_seq,
         to_seq: None,
         include_delivered: false,
+        only_undelivered: false,
         rate: hub_core::replay::MAX_RATE,
         now: Utc::now(),
     }

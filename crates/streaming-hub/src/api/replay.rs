@@ -40,6 +40,12 @@ pub struct ReplayRequest {
     /// never got, or got dead-lettered).
     #[serde(default)]
     pub include_delivered: bool,
+    /// Give again only what the subscription had and never got: events with a dead-lettered or
+    /// cancelled job of it and none delivered or waiting (what a receiver's outage cost). Events
+    /// it never had, and those whose jobs retention already removed, are left alone. Not with
+    /// `include_delivered`.
+    #[serde(default)]
+    pub only_undelivered: bool,
     /// Wanted events given per second at most, 1 to 100 000 (default: the operator's
     /// `STREAMING_HUB_REPLAY_RATE`, 250). Also bounded by the destination: a push replay waits
     /// while its subscription has 50 jobs waiting.
@@ -82,6 +88,12 @@ impl ReplayRequest {
                 return Err(ApiError::validation("to_seq", "must not be below from_seq"));
             }
         }
+        if self.include_delivered && self.only_undelivered {
+            return Err(ApiError::validation(
+                "only_undelivered",
+                "cannot be asked with include_delivered (one gives delivered events again, the other only missed ones)",
+            ));
+        }
         if self.rate.is_some_and(|r| !(1..=i64::from(MAX_RATE)).contains(&r)) {
             return Err(ApiError::validation("rate", format!("must be 1 to {MAX_RATE} events per second")));
         }
@@ -102,6 +114,7 @@ pub struct ReplayView {
     pub from_seq: i64,
     pub to_seq: i64,
     pub include_delivered: bool,
+    pub only_undelivered: bool,
     /// Wanted events given per second at most.
     pub rate: u32,
     /// The last seq walked.
@@ -127,6 +140,7 @@ impl ReplayView {
             from_seq: r.from_seq,
             to_seq: r.to_seq,
             include_delivered: r.include_delivered,
+            only_undelivered: r.only_undelivered,
             rate: r.rate,
             walked_to: r.walked_to,
             matched: r.progress.matched,
@@ -149,6 +163,7 @@ pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayReques
         from_seq: req.from_seq,
         to_seq: req.to_seq,
         include_delivered: req.include_delivered,
+        only_undelivered: req.only_undelivered,
         rate: req.rate.and_then(|r| u32::try_from(r).ok()).unwrap_or(state.replay_rate),
         now: state.clock.now(),
     };

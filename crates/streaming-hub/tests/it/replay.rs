@@ -17,6 +17,7 @@ on_both_backends!(
     a_disabled_subscription_recovers_its_disabled_window_with_verify,
     the_event_log_pages_and_filters_the_inbox,
     an_event_shows_what_became_of_it_in_each_subscription,
+    only_undelivered_gives_again_exactly_what_an_outage_cost,
 );
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -82,6 +83,60 @@ pub async fn webhook(hub: &TestHub, key: &str, receiver: &Receiver, types: Value
 
 fn event_ids(deliveries: &[crate::receiver::Delivery]) -> Vec<String> {
     deliveries.iter().map(|d| d.header("x-lerian-event-id")).collect()
+}
+
+/// A receiver refuses one subject's events until they are dead-lettered; fixed, a replay with
+/// `only_undelivered` over the whole window gives it exactly those events, once each, and nothing
+/// it had (delivered) or never had (an event from before the subscription existed).
+async fn only_undelivered_gives_again_exactly_what_an_outage_cost(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast()).await;
+    let key = hub.tenant_key("t1").await;
+    let since = chrono::Utc::now() - chrono::Duration::seconds(5);
+    let before = Event::new("t1");
+    assert_eq!(hub.post_event(&key, &before).await.0, StatusCode::ACCEPTED);
+    let receiver = Receiver::start(Script::FailSubject("payment-7".to_owned())).await;
+    let sub = webhook(&hub, &key, &receiver, json!(["*.*"])).await;
+    let mut lost = Vec::new();
+    for i in 0..6 {
+        let event = if i % 3 == 0 { Event::new("t1").set("ce-subject", "payment-7") } else { Event::new("t1") };
+        if i % 3 == 0 {
+            lost.push(event.id().to_string());
+        }
+        assert_eq!(hub.post_event(&key, &event).await.0, StatusCode::ACCEPTED);
+    }
+    // Four delivered, two dead-lettered (one attempt each on this curve).
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        let (_, dead) = hub.get(&key, &format!("/v1/subscriptions/{sub}/deliveries?state=dead")).await;
+        if dead["items"].as_array().is_some_and(|d| d.len() == 2) && receiver.accepted().len() == 4 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < end, "never 2 dead and 4 delivered: {dead}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    receiver.set_script(Script::Ok);
+
+    let both = json!({"since": since.to_rfc3339(), "only_undelivered": true, "include_delivered": true});
+    let (status, body) = hub.post_json(&key, &format!("/v1/subscriptions/{sub}/replay"), &both).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(body["message"].as_str().expect("message").starts_with("only_undelivered:"), "{body}");
+
+    let window = json!({"since": since.to_rfc3339(), "only_undelivered": true});
+    let done = replay(&hub, &key, &sub, window.clone()).await;
+    assert_eq!(done["only_undelivered"], true, "{done}");
+    assert_eq!(counts(&done), (7, 2, 5), "{done}");
+    let got = receiver.wait_for(6, WAIT).await;
+    let mut again: Vec<String> =
+        receiver.accepted().iter().map(|d| d.header("x-lerian-event-id")).filter(|id| lost.contains(id)).collect();
+    again.sort();
+    let mut expected = lost.clone();
+    expected.sort();
+    assert_eq!(again, expected, "each lost event delivered once");
+    assert!(event_ids(&got).iter().all(|id| *id != before.id().to_string()), "nothing it never had");
+    // Nothing is missed any more: the same replay creates nothing.
+    let again = replay(&hub, &key, &sub, window).await;
+    assert_eq!(counts(&again), (7, 0, 7), "{again}");
+    assert_eq!(receiver.accepted().len(), 6, "four delivered at first, the two lost ones once each");
 }
 
 /// 1 000 events arrive before the subscription exists; a replay gives each exactly once, signed;

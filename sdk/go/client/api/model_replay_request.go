@@ -23,6 +23,8 @@ type ReplayRequest struct {
 	FromSeq NullableInt64 `json:"from_seq,omitempty"`
 	// Give events again that the subscription already received (default false: only what it never got, or got dead-lettered).
 	IncludeDelivered *bool `json:"include_delivered,omitempty"`
+	// Give again only what the subscription had and never got: events with a dead-lettered or cancelled job of it and none delivered or waiting (what a receiver's outage cost). Events it never had, and those whose jobs retention already removed, are left alone. Not with `include_delivered`.
+	OnlyUndelivered *bool `json:"only_undelivered,omitempty"`
 	// Wanted events given per second at most, 1 to 100 000 (default: the operator's `STREAMING_HUB_REPLAY_RATE`, 250). Also bounded by the destination: a push replay waits while its subscription has 50 jobs waiting.
 	Rate NullableInt64 `json:"rate,omitempty"`
 	// RFC 3339.
@@ -122,6 +124,38 @@ func (o *ReplayRequest) HasIncludeDelivered() bool {
 // SetIncludeDelivered gets a reference to the given bool and assigns it to the IncludeDelivered field.
 func (o *ReplayRequest) SetIncludeDelivered(v bool) {
 	o.IncludeDelivered = &v
+}
+
+// GetOnlyUndelivered returns the OnlyUndelivered field value if set, zero value otherwise.
+func (o *ReplayRequest) GetOnlyUndelivered() bool {
+	if o == nil || IsNil(o.OnlyUndelivered) {
+		var ret bool
+		return ret
+	}
+	return *o.OnlyUndelivered
+}
+
+// GetOnlyUndeliveredOk returns a tuple with the OnlyUndelivered field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+func (o *ReplayRequest) GetOnlyUndeliveredOk() (*bool, bool) {
+	if o == nil || IsNil(o.OnlyUndelivered) {
+		return nil, false
+	}
+	return o.OnlyUndelivered, true
+}
+
+// HasOnlyUndelivered returns a boolean if a field has been set.
+func (o *ReplayRequest) HasOnlyUndelivered() bool {
+	if o != nil && !IsNil(o.OnlyUndelivered) {
+		return true
+	}
+
+	return false
+}
+
+// SetOnlyUndelivered gets a reference to the given bool and assigns it to the OnlyUndelivered field.
+func (o *ReplayRequest) SetOnlyUndelivered(v bool) {
+	o.OnlyUndelivered = &v
 }
 
 // GetRate returns the Rate field value if set, zero value otherwise (both if not set or set to explicit null).
@@ -311,6 +345,9 @@ func (o ReplayRequest) ToMap() (map[string]interface{}, error) {
 	}
 	if !IsNil(o.IncludeDelivered) {
 		toSerialize["include_delivered"] = o.IncludeDelivered
+	}
+	if !IsNil(o.OnlyUndelivered) {
+		toSerialize["only_undelivered"] = o.OnlyUndelivered
 	}
 	if o.Rate.IsSet() {
 		toSerialize["rate"] = o.Rate.Get()

@@ -30,7 +30,8 @@ type ReplayView struct {
 	FromSeq          int64 `json:"from_seq"`
 	IncludeDelivered bool  `json:"include_delivered"`
 	// Events of the window the subscription's filter wants.
-	Matched int64 `json:"matched"`
+	Matched         int64 `json:"matched"`
+	OnlyUndelivered bool  `json:"only_undelivered"`
 	// Wanted events given per second at most.
 	Rate     int32        `json:"rate"`
 	ReplayId string       `json:"replay_id"`
@@ -52,13 +53,14 @@ type _ReplayView ReplayView
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewReplayView(created int64, createdAt time.Time, fromSeq int64, includeDelivered bool, matched int64, rate int32, replayId string, skipped int64, state string, subscriptionId string, toSeq int64, walkedTo int64) *ReplayView {
+func NewReplayView(created int64, createdAt time.Time, fromSeq int64, includeDelivered bool, matched int64, onlyUndelivered bool, rate int32, replayId string, skipped int64, state string, subscriptionId string, toSeq int64, walkedTo int64) *ReplayView {
 	this := ReplayView{}
 	this.Created = created
 	this.CreatedAt = createdAt
 	this.FromSeq = fromSeq
 	this.IncludeDelivered = includeDelivered
 	this.Matched = matched
+	this.OnlyUndelivered = onlyUndelivered
 	this.Rate = rate
 	this.ReplayId = replayId
 	this.Skipped = skipped
@@ -238,6 +240,30 @@ func (o *ReplayView) GetMatchedOk() (*int64, bool) {
 // SetMatched sets field value
 func (o *ReplayView) SetMatched(v int64) {
 	o.Matched = v
+}
+
+// GetOnlyUndelivered returns the OnlyUndelivered field value
+func (o *ReplayView) GetOnlyUndelivered() bool {
+	if o == nil {
+		var ret bool
+		return ret
+	}
+
+	return o.OnlyUndelivered
+}
+
+// GetOnlyUndeliveredOk returns a tuple with the OnlyUndelivered field value
+// and a boolean to check if the value has been set.
+func (o *ReplayView) GetOnlyUndeliveredOk() (*bool, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return &o.OnlyUndelivered, true
+}
+
+// SetOnlyUndelivered sets field value
+func (o *ReplayView) SetOnlyUndelivered(v bool) {
+	o.OnlyUndelivered = v
 }
 
 // GetRate returns the Rate field value
@@ -512,6 +538,7 @@ func (o ReplayView) ToMap() (map[string]interface{}, error) {
 	toSerialize["from_seq"] = o.FromSeq
 	toSerialize["include_delivered"] = o.IncludeDelivered
 	toSerialize["matched"] = o.Matched
+	toSerialize["only_undelivered"] = o.OnlyUndelivered
 	toSerialize["rate"] = o.Rate
 	toSerialize["replay_id"] = o.ReplayId
 	if o.Since.IsSet() {
@@ -538,6 +565,7 @@ func (o *ReplayView) UnmarshalJSON(data []byte) (err error) {
 		"from_seq",
 		"include_delivered",
 		"matched",
+		"only_undelivered",
 		"rate",
 		"replay_id",
 		"skipped",

@@ -24,6 +24,9 @@ pub struct ReplayRequest {
     /// Give events again that the subscription already received (default false: only what it never got, or got dead-lettered).
     #[serde(rename = "include_delivered", skip_serializing_if = "Option::is_none")]
     pub include_delivered: Option<bool>,
+    /// Give again only what the subscription had and never got: events with a dead-lettered or cancelled job of it and none delivered or waiting (what a receiver's outage cost). Events it never had, and those whose jobs retention already removed, are left alone. Not with `include_delivered`.
+    #[serde(rename = "only_undelivered", skip_serializing_if = "Option::is_none")]
+    pub only_undelivered: Option<bool>,
     /// Wanted events given per second at most, 1 to 100 000 (default: the operator's `STREAMING_HUB_REPLAY_RATE`, 250). Also bounded by the destination: a push replay waits while its subscription has 50 jobs waiting.
     #[serde(
         rename = "rate",
@@ -60,6 +63,14 @@ pub struct ReplayRequest {
 impl ReplayRequest {
     /// A replay's window: arrival times (`since` inclusive, `until` exclusive) or inbox seqs (`from_seq` to `to_seq`, both inclusive). At least one bound; an open end runs to the newest event at the time of the request (what arrives later reaches the subscription live).
     pub fn new() -> ReplayRequest {
-        ReplayRequest { from_seq: None, include_delivered: None, rate: None, since: None, to_seq: None, until: None }
+        ReplayRequest {
+            from_seq: None,
+            include_delivered: None,
+            only_undelivered: None,
+            rate: None,
+            since: None,
+            to_seq: None,
+            until: None,
+        }
     }
 }

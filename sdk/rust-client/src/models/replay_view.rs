@@ -34,6 +34,8 @@ pub struct ReplayView {
     /// Events of the window the subscription's filter wants.
     #[serde(rename = "matched")]
     pub matched: i64,
+    #[serde(rename = "only_undelivered")]
+    pub only_undelivered: bool,
     /// Wanted events given per second at most.
     #[serde(rename = "rate")]
     pub rate: i32,
@@ -76,6 +78,7 @@ impl ReplayView {
         from_seq: i64,
         include_delivered: bool,
         matched: i64,
+        only_undelivered: bool,
         rate: i32,
         replay_id: uuid::Uuid,
         skipped: i64,
@@ -91,6 +94,7 @@ impl ReplayView {
             from_seq,
             include_delivered,
             matched,
+            only_undelivered,
             rate,
             replay_id,
             since: None,

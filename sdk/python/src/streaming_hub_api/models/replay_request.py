@@ -31,11 +31,12 @@ class ReplayRequest(BaseModel):
     """ # noqa: E501
     from_seq: Optional[Annotated[int, Field(strict=True, ge=1)]] = None
     include_delivered: Optional[StrictBool] = Field(default=None, description="Give events again that the subscription already received (default false: only what it never got, or got dead-lettered).")
+    only_undelivered: Optional[StrictBool] = Field(default=None, description="Give again only what the subscription had and never got: events with a dead-lettered or cancelled job of it and none delivered or waiting (what a receiver's outage cost). Events it never had, and those whose jobs retention already removed, are left alone. Not with `include_delivered`.")
     rate: Optional[Annotated[int, Field(le=100000, strict=True, ge=1)]] = Field(default=None, description="Wanted events given per second at most, 1 to 100 000 (default: the operator's `STREAMING_HUB_REPLAY_RATE`, 250). Also bounded by the destination: a push replay waits while its subscription has 50 jobs waiting.")
     since: Optional[datetime] = Field(default=None, description="RFC 3339.", json_schema_extra={"examples": ["2026-11-30T00:00:00Z"]})
     to_seq: Optional[Annotated[int, Field(strict=True, ge=1)]] = None
     until: Optional[datetime] = Field(default=None, description="RFC 3339.")
-    __properties: ClassVar[List[str]] = ["from_seq", "include_delivered", "rate", "since", "to_seq", "until"]
+    __properties: ClassVar[List[str]] = ["from_seq", "include_delivered", "only_undelivered", "rate", "since", "to_seq", "until"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -115,6 +116,7 @@ class ReplayRequest(BaseModel):
         _obj = cls.model_validate({
             "from_seq": obj.get("from_seq"),
             "include_delivered": obj.get("include_delivered"),
+            "only_undelivered": obj.get("only_undelivered"),
             "rate": obj.get("rate"),
             "since": obj.get("since"),
             "to_seq": obj.get("to_seq"),

@@ -36,6 +36,7 @@ class ReplayView(BaseModel):
     from_seq: StrictInt = Field(description="The seqs the window was resolved to when the replay started.")
     include_delivered: StrictBool
     matched: Annotated[int, Field(strict=True, ge=0)] = Field(description="Events of the window the subscription's filter wants.")
+    only_undelivered: StrictBool
     rate: Annotated[int, Field(strict=True, ge=0)] = Field(description="Wanted events given per second at most.")
     replay_id: UUID
     since: Optional[datetime] = None
@@ -45,7 +46,7 @@ class ReplayView(BaseModel):
     to_seq: StrictInt
     until: Optional[datetime] = None
     walked_to: StrictInt = Field(description="The last seq walked.")
-    __properties: ClassVar[List[str]] = ["created", "created_at", "finished_at", "from_seq", "include_delivered", "matched", "rate", "replay_id", "since", "skipped", "state", "subscription_id", "to_seq", "until", "walked_to"]
+    __properties: ClassVar[List[str]] = ["created", "created_at", "finished_at", "from_seq", "include_delivered", "matched", "only_undelivered", "rate", "replay_id", "since", "skipped", "state", "subscription_id", "to_seq", "until", "walked_to"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -119,6 +120,7 @@ class ReplayView(BaseModel):
             "from_seq": obj.get("from_seq"),
             "include_delivered": obj.get("include_delivered"),
             "matched": obj.get("matched"),
+            "only_undelivered": obj.get("only_undelivered"),
             "rate": obj.get("rate"),
             "replay_id": obj.get("replay_id"),
             "since": obj.get("since"),

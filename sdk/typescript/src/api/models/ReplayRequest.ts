@@ -31,6 +31,13 @@ export interface ReplayRequest {
      */
     includeDelivered?: boolean;
     /**
+     * Give again only what the subscription had and never got: events with a dead-lettered or
+     * cancelled job of it and none delivered or waiting (what a receiver's outage cost). Events
+     * it never had, and those whose jobs retention already removed, are left alone. Not with
+     * `include_delivered`.
+     */
+    onlyUndelivered?: boolean;
+    /**
      * Wanted events given per second at most, 1 to 100 000 (default: the operator's
      * `STREAMING_HUB_REPLAY_RATE`, 250). Also bounded by the destination: a push replay waits
      * while its subscription has 50 jobs waiting.
@@ -69,6 +76,7 @@ export function ReplayRequestFromJSONTyped(json: any, ignoreDiscriminator: boole
         
         'fromSeq': json['from_seq'] === undefined ? undefined : json['from_seq'] === null ? null : json['from_seq'],
         'includeDelivered': json['include_delivered'] == null ? undefined : json['include_delivered'],
+        'onlyUndelivered': json['only_undelivered'] == null ? undefined : json['only_undelivered'],
         'rate': json['rate'] === undefined ? undefined : json['rate'] === null ? null : json['rate'],
         'since': json['since'] === undefined ? undefined : json['since'] === null ? null : (parseDateTime(json['since'])),
         'toSeq': json['to_seq'] === undefined ? undefined : json['to_seq'] === null ? null : json['to_seq'],
@@ -89,6 +97,7 @@ export function ReplayRequestToJSONTyped(value?: ReplayRequest | null, ignoreDis
         
         'from_seq': value['fromSeq'],
         'include_delivered': value['includeDelivered'],
+        'only_undelivered': value['onlyUndelivered'],
         'rate': value['rate'],
         'since': value['since'] == null ? value['since'] : serializeDateTime(value['since']),
         'to_seq': value['toSeq'],

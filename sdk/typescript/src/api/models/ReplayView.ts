@@ -44,6 +44,10 @@ export interface ReplayView {
      */
     matched: number;
     /**
+     * 
+     */
+    onlyUndelivered: boolean;
+    /**
      * Wanted events given per second at most.
      */
     rate: number;
@@ -90,6 +94,7 @@ export function instanceOfReplayView(value: object): value is ReplayView {
     if ((!('fromSeq' in (value as Record<string, any>)) && !('from_seq' in (value as Record<string, any>))) || ((value as Record<string, any>)['fromSeq'] === undefined && (value as Record<string, any>)['from_seq'] === undefined)) return false;
     if ((!('includeDelivered' in (value as Record<string, any>)) && !('include_delivered' in (value as Record<string, any>))) || ((value as Record<string, any>)['includeDelivered'] === undefined && (value as Record<string, any>)['include_delivered'] === undefined)) return false;
     if (!('matched' in value) || value['matched'] === undefined) return false;
+    if ((!('onlyUndelivered' in (value as Record<string, any>)) && !('only_undelivered' in (value as Record<string, any>))) || ((value as Record<string, any>)['onlyUndelivered'] === undefined && (value as Record<string, any>)['only_undelivered'] === undefined)) return false;
     if (!('rate' in value) || value['rate'] === undefined) return false;
     if ((!('replayId' in (value as Record<string, any>)) && !('replay_id' in (value as Record<string, any>))) || ((value as Record<string, any>)['replayId'] === undefined && (value as Record<string, any>)['replay_id'] === undefined)) return false;
     if (!('skipped' in value) || value['skipped'] === undefined) return false;
@@ -116,6 +121,7 @@ export function ReplayViewFromJSONTyped(json: any, ignoreDiscriminator: boolean)
         'fromSeq': json['from_seq'],
         'includeDelivered': json['include_delivered'],
         'matched': json['matched'],
+        'onlyUndelivered': json['only_undelivered'],
         'rate': json['rate'],
         'replayId': json['replay_id'],
         'since': json['since'] === undefined ? undefined : json['since'] === null ? null : (parseDateTime(json['since'])),
@@ -145,6 +151,7 @@ export function ReplayViewToJSONTyped(value?: ReplayView | null, ignoreDiscrimin
         'from_seq': value['fromSeq'],
         'include_delivered': value['includeDelivered'],
         'matched': value['matched'],
+        'only_undelivered': value['onlyUndelivered'],
         'rate': value['rate'],
         'replay_id': value['replayId'],
         'since': value['since'] == null ? value['since'] : serializeDateTime(value['since']),
