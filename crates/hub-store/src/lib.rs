@@ -423,6 +423,18 @@ pub trait Replays: Send + Sync {
     /// subscription live) and stores a running replay, unless the subscription has one running.
     async fn start_replay(&self, replay: &NewReplay) -> StoreResult<ReplayStart>;
 
+    /// Events the subscription had and never got (SPEC §10, `…/undelivered`): each with a dead or
+    /// cancelled job of it and none delivered or waiting, received within `window`, after seq
+    /// `after`, oldest first, at most `limit`.
+    async fn undelivered(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        window: TimeWindow,
+        after: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<UndeliveredEvent>>;
+
     /// One replay of a tenant's subscription.
     async fn replay(&self, tenant: &str, subscription: Uuid, id: Uuid) -> StoreResult<Option<ReplayRecord>>;
 

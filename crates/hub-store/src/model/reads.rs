@@ -76,6 +76,22 @@ pub struct NewReplay {
     pub now: DateTime<Utc>,
 }
 
+/// An event a subscription had and never got: what `only_undelivered` replays.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UndeliveredEvent {
+    pub seq: i64,
+    pub ce_id: Uuid,
+    pub resource_type: String,
+    pub event_type: String,
+    pub received_at: DateTime<Utc>,
+    /// Its latest job's end: `dead` or `cancelled`.
+    pub state: JobState,
+    /// The most attempts one of its jobs made.
+    pub attempts: i64,
+    /// Its latest job's last error.
+    pub last_error: Option<String>,
+}
+
 /// A stored replay.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayRecord {

@@ -3,6 +3,7 @@
 use hub_core::replay::{Existing, Progress, TimeWindow, next_step, step_end};
 
 use super::*;
+use crate::UndeliveredEvent;
 use crate::model::{WalkedEvent, plan_replay, wanted};
 
 const REPLAY_COLUMNS: &str = "id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
@@ -106,6 +107,54 @@ impl Replays for PgStore {
             .await?;
         tx.commit().await?;
         Ok(ReplayStart::Started(replay_from_row(&row)?))
+    }
+
+    async fn undelivered(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        window: TimeWindow,
+        after: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<UndeliveredEvent>> {
+        let rows = sqlx::query(
+            "SELECT e.seq, e.ce_id, e.resource_type, e.event_type, e.received_at, g.attempts, g.state, g.last_error
+             FROM (SELECT j.event_seq, max(j.attempts)::bigint AS attempts,
+                          (array_agg(j.state ORDER BY j.updated_at DESC, j.id DESC))[1] AS state,
+                          (array_agg(j.last_error ORDER BY j.updated_at DESC, j.id DESC))[1] AS last_error
+                   FROM delivery_jobs j
+                   WHERE j.tenant_id = $1 AND j.subscription_id = $2 AND j.event_seq > $3
+                   GROUP BY j.event_seq
+                   HAVING bool_and(j.state IN ('dead', 'cancelled'))) g
+             JOIN events e ON e.tenant_id = $1 AND e.seq = g.event_seq
+             WHERE ($4::timestamptz IS NULL OR e.received_at >= $4) AND ($5::timestamptz IS NULL OR e.received_at < $5)
+             ORDER BY g.event_seq
+             LIMIT $6",
+        )
+        .bind(tenant)
+        .bind(subscription)
+        .bind(after.unwrap_or(0))
+        .bind(window.since)
+        .bind(window.until)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let state: String = row.try_get("state")?;
+                Ok(UndeliveredEvent {
+                    seq: row.try_get("seq")?,
+                    ce_id: row.try_get("ce_id")?,
+                    resource_type: row.try_get("resource_type")?,
+                    event_type: row.try_get("event_type")?,
+                    received_at: row.try_get("received_at")?,
+                    state: JobState::parse(&state)
+                        .ok_or_else(|| StoreError::Corrupt(format!("unknown job state {state:?}")))?,
+                    attempts: row.try_get("attempts")?,
+                    last_error: row.try_get("last_error")?,
+                })
+            })
+            .collect()
     }
 
     async fn replay(&self, tenant: &str, subscription: Uuid, id: Uuid) -> StoreResult<Option<ReplayRecord>> {

@@ -3,6 +3,7 @@
 use hub_core::replay::{Existing, Progress, TimeWindow, next_step, step_end};
 
 use super::*;
+use crate::UndeliveredEvent;
 use crate::model::{WalkedEvent, plan_replay, wanted};
 
 const REPLAY_COLUMNS: &str = "id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
@@ -108,6 +109,64 @@ impl Replays for SqliteStore {
             .await?;
         tx.commit().await?;
         Ok(ReplayStart::Started(replay_from_row(&row)?))
+    }
+
+    async fn undelivered(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        window: TimeWindow,
+        after: Option<i64>,
+        limit: u32,
+    ) -> StoreResult<Vec<UndeliveredEvent>> {
+        let latest = |column: &str| {
+            format!(
+                "(SELECT k.{column} FROM delivery_jobs k
+                  WHERE k.tenant_id = ?1 AND k.subscription_id = ?2 AND k.event_seq = g.event_seq
+                  ORDER BY k.updated_at DESC, k.id DESC LIMIT 1)"
+            )
+        };
+        let sql = format!(
+            "SELECT e.seq, e.ce_id, e.resource_type, e.event_type, e.received_at, g.attempts,
+                    {} AS state, {} AS last_error
+             FROM (SELECT j.event_seq, max(j.attempts) AS attempts
+                   FROM delivery_jobs j
+                   WHERE j.tenant_id = ?1 AND j.subscription_id = ?2 AND j.event_seq > ?3
+                   GROUP BY j.event_seq
+                   HAVING sum(j.state NOT IN ('dead', 'cancelled')) = 0) g
+             JOIN events e ON e.tenant_id = ?1 AND e.seq = g.event_seq
+             WHERE (?4 IS NULL OR e.received_at >= ?4) AND (?5 IS NULL OR e.received_at < ?5)
+             ORDER BY g.event_seq
+             LIMIT ?6",
+            latest("state"),
+            latest("last_error"),
+        );
+        let rows = sqlx::query(&sql)
+            .bind(tenant)
+            .bind(text(subscription))
+            .bind(after.unwrap_or(0))
+            .bind(window.since.map(micros))
+            .bind(window.until.map(micros))
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                let state: String = row.try_get("state")?;
+                let ce_id: String = row.try_get("ce_id")?;
+                Ok(UndeliveredEvent {
+                    seq: row.try_get("seq")?,
+                    ce_id: uuid_from_text(&ce_id)?,
+                    resource_type: row.try_get("resource_type")?,
+                    event_type: row.try_get("event_type")?,
+                    received_at: from_micros(row.try_get("received_at")?)?,
+                    state: JobState::parse(&state)
+                        .ok_or_else(|| StoreError::Corrupt(format!("unknown job state {state:?}")))?,
+                    attempts: row.try_get("attempts")?,
+                    last_error: row.try_get("last_error")?,
+                })
+            })
+            .collect()
     }
 
     async fn replay(&self, tenant: &str, subscription: Uuid, id: Uuid) -> StoreResult<Option<ReplayRecord>> {

@@ -167,6 +167,7 @@ fn links() -> Vec<(&'static str, &'static str, &'static str, String, &'static st
         "replaySubscription",
         "rotateSigningSecret",
         "listPublicKeys",
+        "listUndelivered",
         "verifySubscription",
     ]
     .into_iter()

@@ -154,6 +154,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(stats::read))
         .routes(routes!(replay::create))
         .routes(routes!(replay::read))
+        .routes(routes!(replay::undelivered))
         .routes(routes!(admin::create_api_key, admin::list_api_keys))
         .routes(routes!(admin::revoke_api_key))
         .routes(routes!(portal::create))

@@ -237,3 +237,97 @@ pub async fn read(
     let replay = state.store.replay(caller.tenant.as_str(), sub, replay_id).await?.ok_or_else(missing)?;
     Ok(AxumJson(ReplayView::of(&replay)))
 }
+
+/// The query of `GET …/undelivered`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct UndeliveredParams {
+    /// Events received at or after this time (RFC 3339).
+    #[param(format = DateTime)]
+    since: Option<String>,
+    /// Events received before this time (RFC 3339).
+    #[param(format = DateTime)]
+    until: Option<String>,
+    /// The `next_cursor` of the previous page.
+    #[param(pattern = "^[1-9][0-9]{0,17}$")]
+    cursor: Option<String>,
+    /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// An event the subscription had and never got.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UndeliveredView {
+    /// The event's id (`X-Lerian-Event-Id`).
+    pub ce_id: Uuid,
+    /// Its seq in the tenant's inbox.
+    pub seq: i64,
+    /// `<resourcetype>.<eventtype>`.
+    pub event_type: String,
+    pub received_at: DateTime<Utc>,
+    /// How its latest delivery ended: `dead` or `cancelled`.
+    pub state: String,
+    /// The most attempts one of its deliveries made.
+    pub attempts: i64,
+    /// Its latest delivery's last error.
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UndeliveredPage {
+    pub items: Vec<UndeliveredView>,
+    /// Pass as `cursor` for the next page; `null` on the last one.
+    pub next_cursor: Option<String>,
+}
+
+#[utoipa::path(
+    get, path = "/v1/subscriptions/{id}/undelivered", tag = "subscriptions", operation_id = "listUndelivered",
+    params(("id" = Uuid, Path, description = "Subscription id"), UndeliveredParams),
+    responses(
+        (status = 200, description = "Events the subscription had and never got (a dead-lettered or cancelled delivery, none delivered or waiting), oldest first: what `only_undelivered` replays", body = UndeliveredPage),
+        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn undelivered(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+    super::error::Query(params): super::error::Query<UndeliveredParams>,
+) -> Result<impl IntoResponse, ApiError> {
+    let limit = super::error::page_limit(params.limit)?;
+    let time = |name: &str, raw: &Option<String>| {
+        raw.as_deref().map(|s| rfc3339(s).ok_or_else(|| ApiError::query(name, RFC3339_EXPECTED))).transpose()
+    };
+    // An empty window (until at or before since) lists nothing, as the event log's does.
+    let window = TimeWindow { since: time("since", &params.since)?, until: time("until", &params.until)? };
+    let after = params
+        .cursor
+        .map(|c| {
+            c.parse::<i64>()
+                .ok()
+                .filter(|s| *s > 0)
+                .ok_or_else(|| ApiError::query("cursor", "is not a cursor this API returned"))
+        })
+        .transpose()?;
+    let sub = load(&state, &caller, &id).await?;
+    let found = state.store.undelivered(caller.tenant.as_str(), sub.id, window, after, limit).await?;
+    let next_cursor = super::error::next_cursor(&found, limit, |e| e.seq);
+    let items = found
+        .into_iter()
+        .map(|e| UndeliveredView {
+            ce_id: e.ce_id,
+            seq: e.seq,
+            event_type: format!("{}.{}", e.resource_type, e.event_type),
+            received_at: e.received_at,
+            state: e.state.as_str().to_owned(),
+            attempts: e.attempts,
+            last_error: e.last_error,
+        })
+        .collect();
+    Ok(AxumJson(UndeliveredPage { items, next_cursor }))
+}

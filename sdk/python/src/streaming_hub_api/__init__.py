@@ -110,6 +110,8 @@ __all__ = [
     "TenantSubscriptionPage",
     "TenantView",
     "TestDelivery",
+    "UndeliveredPage",
+    "UndeliveredView",
     "UpdateSubscription",
     "Verified",
     "VerifyRequest",
@@ -220,6 +222,8 @@ from streaming_hub_api.models.tenant_subscription import TenantSubscription as T
 from streaming_hub_api.models.tenant_subscription_page import TenantSubscriptionPage as TenantSubscriptionPage
 from streaming_hub_api.models.tenant_view import TenantView as TenantView
 from streaming_hub_api.models.test_delivery import TestDelivery as TestDelivery
+from streaming_hub_api.models.undelivered_page import UndeliveredPage as UndeliveredPage
+from streaming_hub_api.models.undelivered_view import UndeliveredView as UndeliveredView
 from streaming_hub_api.models.update_subscription import UpdateSubscription as UpdateSubscription
 from streaming_hub_api.models.verified import Verified as Verified
 from streaming_hub_api.models.verify_request import VerifyRequest as VerifyRequest

@@ -15,6 +15,7 @@ from pydantic import validate_call, Field, StrictFloat, StrictStr, StrictInt
 from typing import Any, Dict, List, Optional, Tuple, Union
 from typing_extensions import Annotated
 
+from datetime import datetime
 from pydantic import Field, field_validator
 from typing import Optional
 from typing_extensions import Annotated
@@ -37,6 +38,7 @@ from streaming_hub_api.models.stats_page import StatsPage
 from streaming_hub_api.models.subscription_page import SubscriptionPage
 from streaming_hub_api.models.subscription_view import SubscriptionView
 from streaming_hub_api.models.test_delivery import TestDelivery
+from streaming_hub_api.models.undelivered_page import UndeliveredPage
 from streaming_hub_api.models.update_subscription import UpdateSubscription
 from streaming_hub_api.models.verified import Verified
 from streaming_hub_api.models.verify_request import VerifyRequest
@@ -3147,6 +3149,359 @@ class SubscriptionsApi:
         return self.api_client.param_serialize(
             method='GET',
             resource_path='/v1/subscriptions',
+            path_params=_path_params,
+            query_params=_query_params,
+            header_params=_header_params,
+            body=_body_params,
+            post_params=_form_params,
+            files=_files,
+            auth_settings=_auth_settings,
+            collection_formats=_collection_formats,
+            _host=_host,
+            _request_auth=_request_auth
+        )
+
+
+
+
+    @validate_call
+    def list_undelivered(
+        self,
+        id: Annotated[UUID, Field(description="Subscription id")],
+        since: Annotated[Optional[datetime], Field(description="Events received at or after this time (RFC 3339).")] = None,
+        until: Annotated[Optional[datetime], Field(description="Events received before this time (RFC 3339).")] = None,
+        cursor: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The `next_cursor` of the previous page.")] = None,
+        limit: Annotated[Optional[Annotated[int, Field(le=1000, strict=True, ge=1)]], Field(description="1 to 1000, default 100.")] = None,
+        _request_timeout: Union[
+            None,
+            Annotated[StrictFloat, Field(gt=0)],
+            Tuple[
+                Annotated[StrictFloat, Field(gt=0)],
+                Annotated[StrictFloat, Field(gt=0)]
+            ]
+        ] = None,
+        _request_auth: Optional[Dict[StrictStr, Any]] = None,
+        _content_type: Optional[StrictStr] = None,
+        _headers: Optional[Dict[StrictStr, Any]] = None,
+        _host_index: Annotated[StrictInt, Field(ge=0, le=0)] = 0,
+    ) -> UndeliveredPage:
+        """list_undelivered
+
+
+        :param id: Subscription id (required)
+        :type id: UUID
+        :param since: Events received at or after this time (RFC 3339).
+        :type since: datetime
+        :param until: Events received before this time (RFC 3339).
+        :type until: datetime
+        :param cursor: The `next_cursor` of the previous page.
+        :type cursor: str
+        :param limit: 1 to 1000, default 100.
+        :type limit: int
+        :param _request_timeout: timeout setting for this request. If one
+                                 number provided, it will be total request
+                                 timeout. It can also be a pair (tuple) of
+                                 (connection, read) timeouts.
+        :type _request_timeout: int, tuple(int, int), optional
+        :param _request_auth: set to override the auth_settings for an a single
+                              request; this effectively ignores the
+                              authentication in the spec for a single request.
+        :type _request_auth: dict, optional
+        :param _content_type: force content-type for the request.
+        :type _content_type: str, Optional
+        :param _headers: set to override the headers for a single
+                         request; this effectively ignores the headers
+                         in the spec for a single request.
+        :type _headers: dict, optional
+        :param _host_index: set to override the host_index for a single
+                            request; this effectively ignores the host_index
+                            in the spec for a single request.
+        :type _host_index: int, optional
+        :return: Returns the result object.
+        """ # noqa: E501
+
+        _param = self._list_undelivered_serialize(
+            id=id,
+            since=since,
+            until=until,
+            cursor=cursor,
+            limit=limit,
+            _request_auth=_request_auth,
+            _content_type=_content_type,
+            _headers=_headers,
+            _host_index=_host_index
+        )
+
+        _response_types_map: Dict[str, Optional[str]] = {
+            '200': "UndeliveredPage",
+            '400': "ErrorBody",
+            '401': "ErrorBody",
+            '404': "ErrorBody",
+        }
+        response_data = self.api_client.call_api(
+            *_param,
+            _request_timeout=_request_timeout
+        )
+        response_data.read()
+        return self.api_client.response_deserialize(
+            response_data=response_data,
+            response_types_map=_response_types_map,
+        ).data
+
+
+    @validate_call
+    def list_undelivered_with_http_info(
+        self,
+        id: Annotated[UUID, Field(description="Subscription id")],
+        since: Annotated[Optional[datetime], Field(description="Events received at or after this time (RFC 3339).")] = None,
+        until: Annotated[Optional[datetime], Field(description="Events received before this time (RFC 3339).")] = None,
+        cursor: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The `next_cursor` of the previous page.")] = None,
+        limit: Annotated[Optional[Annotated[int, Field(le=1000, strict=True, ge=1)]], Field(description="1 to 1000, default 100.")] = None,
+        _request_timeout: Union[
+            None,
+            Annotated[StrictFloat, Field(gt=0)],
+            Tuple[
+                Annotated[StrictFloat, Field(gt=0)],
+                Annotated[StrictFloat, Field(gt=0)]
+            ]
+        ] = None,
+        _request_auth: Optional[Dict[StrictStr, Any]] = None,
+        _content_type: Optional[StrictStr] = None,
+        _headers: Optional[Dict[StrictStr, Any]] = None,
+        _host_index: Annotated[StrictInt, Field(ge=0, le=0)] = 0,
+    ) -> ApiResponse[UndeliveredPage]:
+        """list_undelivered
+
+
+        :param id: Subscription id (required)
+        :type id: UUID
+        :param since: Events received at or after this time (RFC 3339).
+        :type since: datetime
+        :param until: Events received before this time (RFC 3339).
+        :type until: datetime
+        :param cursor: The `next_cursor` of the previous page.
+        :type cursor: str
+        :param limit: 1 to 1000, default 100.
+        :type limit: int
+        :param _request_timeout: timeout setting for this request. If one
+                                 number provided, it will be total request
+                                 timeout. It can also be a pair (tuple) of
+                                 (connection, read) timeouts.
+        :type _request_timeout: int, tuple(int, int), optional
+        :param _request_auth: set to override the auth_settings for an a single
+                              request; this effectively ignores the
+                              authentication in the spec for a single request.
+        :type _request_auth: dict, optional
+        :param _content_type: force content-type for the request.
+        :type _content_type: str, Optional
+        :param _headers: set to override the headers for a single
+                         request; this effectively ignores the headers
+                         in the spec for a single request.
+        :type _headers: dict, optional
+        :param _host_index: set to override the host_index for a single
+                            request; this effectively ignores the host_index
+                            in the spec for a single request.
+        :type _host_index: int, optional
+        :return: Returns the result object.
+        """ # noqa: E501
+
+        _param = self._list_undelivered_serialize(
+            id=id,
+            since=since,
+            until=until,
+            cursor=cursor,
+            limit=limit,
+            _request_auth=_request_auth,
+            _content_type=_content_type,
+            _headers=_headers,
+            _host_index=_host_index
+        )
+
+        _response_types_map: Dict[str, Optional[str]] = {
+            '200': "UndeliveredPage",
+            '400': "ErrorBody",
+            '401': "ErrorBody",
+            '404': "ErrorBody",
+        }
+        response_data = self.api_client.call_api(
+            *_param,
+            _request_timeout=_request_timeout
+        )
+        response_data.read()
+        return self.api_client.response_deserialize(
+            response_data=response_data,
+            response_types_map=_response_types_map,
+        )
+
+
+    @validate_call
+    def list_undelivered_without_preload_content(
+        self,
+        id: Annotated[UUID, Field(description="Subscription id")],
+        since: Annotated[Optional[datetime], Field(description="Events received at or after this time (RFC 3339).")] = None,
+        until: Annotated[Optional[datetime], Field(description="Events received before this time (RFC 3339).")] = None,
+        cursor: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The `next_cursor` of the previous page.")] = None,
+        limit: Annotated[Optional[Annotated[int, Field(le=1000, strict=True, ge=1)]], Field(description="1 to 1000, default 100.")] = None,
+        _request_timeout: Union[
+            None,
+            Annotated[StrictFloat, Field(gt=0)],
+            Tuple[
+                Annotated[StrictFloat, Field(gt=0)],
+                Annotated[StrictFloat, Field(gt=0)]
+            ]
+        ] = None,
+        _request_auth: Optional[Dict[StrictStr, Any]] = None,
+        _content_type: Optional[StrictStr] = None,
+        _headers: Optional[Dict[StrictStr, Any]] = None,
+        _host_index: Annotated[StrictInt, Field(ge=0, le=0)] = 0,
+    ) -> RESTResponseType:
+        """list_undelivered
+
+
+        :param id: Subscription id (required)
+        :type id: UUID
+        :param since: Events received at or after this time (RFC 3339).
+        :type since: datetime
+        :param until: Events received before this time (RFC 3339).
+        :type until: datetime
+        :param cursor: The `next_cursor` of the previous page.
+        :type cursor: str
+        :param limit: 1 to 1000, default 100.
+        :type limit: int
+        :param _request_timeout: timeout setting for this request. If one
+                                 number provided, it will be total request
+                                 timeout. It can also be a pair (tuple) of
+                                 (connection, read) timeouts.
+        :type _request_timeout: int, tuple(int, int), optional
+        :param _request_auth: set to override the auth_settings for an a single
+                              request; this effectively ignores the
+                              authentication in the spec for a single request.
+        :type _request_auth: dict, optional
+        :param _content_type: force content-type for the request.
+        :type _content_type: str, Optional
+        :param _headers: set to override the headers for a single
+                         request; this effectively ignores the headers
+                         in the spec for a single request.
+        :type _headers: dict, optional
+        :param _host_index: set to override the host_index for a single
+                            request; this effectively ignores the host_index
+                            in the spec for a single request.
+        :type _host_index: int, optional
+        :return: Returns the result object.
+        """ # noqa: E501
+
+        _param = self._list_undelivered_serialize(
+            id=id,
+            since=since,
+            until=until,
+            cursor=cursor,
+            limit=limit,
+            _request_auth=_request_auth,
+            _content_type=_content_type,
+            _headers=_headers,
+            _host_index=_host_index
+        )
+
+        _response_types_map: Dict[str, Optional[str]] = {
+            '200': "UndeliveredPage",
+            '400': "ErrorBody",
+            '401': "ErrorBody",
+            '404': "ErrorBody",
+        }
+        response_data = self.api_client.call_api(
+            *_param,
+            _request_timeout=_request_timeout
+        )
+        return response_data.response
+
+
+    def _list_undelivered_serialize(
+        self,
+        id,
+        since,
+        until,
+        cursor,
+        limit,
+        _request_auth,
+        _content_type,
+        _headers,
+        _host_index,
+    ) -> RequestSerialized:
+
+        _host = None
+
+        _collection_formats: Dict[str, str] = {
+        }
+
+        _path_params: Dict[str, str] = {}
+        _query_params: List[Tuple[str, str]] = []
+        _header_params: Dict[str, Optional[str]] = _headers or {}
+        _form_params: List[Tuple[str, str]] = []
+        _files: Dict[
+            str, Union[str, bytes, List[str], List[bytes], List[Tuple[str, bytes]]]
+        ] = {}
+        _body_params: Optional[bytes] = None
+
+        # process the path parameters
+        if id is not None:
+            _path_params['id'] = id
+        # process the query parameters
+        if since is not None:
+            if isinstance(since, datetime):
+                _query_params.append(
+                    (
+                        'since',
+                        since.strftime(
+                            self.api_client.configuration.datetime_format
+                        )
+                    )
+                )
+            else:
+                _query_params.append(('since', since))
+            
+        if until is not None:
+            if isinstance(until, datetime):
+                _query_params.append(
+                    (
+                        'until',
+                        until.strftime(
+                            self.api_client.configuration.datetime_format
+                        )
+                    )
+                )
+            else:
+                _query_params.append(('until', until))
+            
+        if cursor is not None:
+            
+            _query_params.append(('cursor', cursor))
+            
+        if limit is not None:
+            
+            _query_params.append(('limit', limit))
+            
+        # process the header parameters
+        # process the form parameters
+        # process the body parameter
+
+
+        # set the HTTP header `Accept`
+        if 'Accept' not in _header_params:
+            _header_params['Accept'] = self.api_client.select_header_accept(
+                [
+                    'application/json'
+                ]
+            )
+
+
+        # authentication setting
+        _auth_settings: List[str] = [
+            'api_key'
+        ]
+
+        return self.api_client.param_serialize(
+            method='GET',
+            resource_path='/v1/subscriptions/{id}/undelivered',
             path_params=_path_params,
             query_params=_query_params,
             header_params=_header_params,

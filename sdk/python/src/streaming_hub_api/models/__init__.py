@@ -91,6 +91,8 @@ from streaming_hub_api.models.tenant_subscription import TenantSubscription
 from streaming_hub_api.models.tenant_subscription_page import TenantSubscriptionPage
 from streaming_hub_api.models.tenant_view import TenantView
 from streaming_hub_api.models.test_delivery import TestDelivery
+from streaming_hub_api.models.undelivered_page import UndeliveredPage
+from streaming_hub_api.models.undelivered_view import UndeliveredView
 from streaming_hub_api.models.update_subscription import UpdateSubscription
 from streaming_hub_api.models.verified import Verified
 from streaming_hub_api.models.verify_request import VerifyRequest

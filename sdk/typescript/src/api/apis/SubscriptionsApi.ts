@@ -109,6 +109,11 @@ import {
     TestDeliveryToJSON,
 } from '../models/TestDelivery';
 import {
+    type UndeliveredPage,
+    UndeliveredPageFromJSON,
+    UndeliveredPageToJSON,
+} from '../models/UndeliveredPage';
+import {
     type UpdateSubscription,
     UpdateSubscriptionFromJSON,
     UpdateSubscriptionToJSON,
@@ -223,6 +228,29 @@ export interface ListPublicKeysRequest {
 }
 
 export interface ListSubscriptionsRequest {
+    /**
+     * The `next_cursor` of the previous page.
+     */
+    cursor?: string;
+    /**
+     * 1 to 1000, default 100.
+     */
+    limit?: number;
+}
+
+export interface ListUndeliveredRequest {
+    /**
+     * Subscription id
+     */
+    id: string;
+    /**
+     * Events received at or after this time (RFC 3339).
+     */
+    since?: Date;
+    /**
+     * Events received before this time (RFC 3339).
+     */
+    until?: Date;
     /**
      * The `next_cursor` of the previous page.
      */
@@ -884,6 +912,73 @@ export class SubscriptionsApi extends runtime.BaseAPI {
      */
     async listSubscriptions(requestParameters: ListSubscriptionsRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<SubscriptionPage> {
         const response = await this.listSubscriptionsRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for listUndelivered without sending the request
+     */
+    async listUndeliveredRequestOpts(requestParameters: ListUndeliveredRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['id'] == null) {
+            throw new runtime.RequiredError(
+                'id',
+                'Required parameter "id" was null or undefined when calling listUndelivered().'
+            );
+        }
+
+        const queryParameters: any = {};
+
+        if (requestParameters['since'] != null) {
+            queryParameters['since'] = runtime.serializeDateTime(requestParameters['since'] as any);
+        }
+
+        if (requestParameters['until'] != null) {
+            queryParameters['until'] = runtime.serializeDateTime(requestParameters['until'] as any);
+        }
+
+        if (requestParameters['cursor'] != null) {
+            queryParameters['cursor'] = requestParameters['cursor'];
+        }
+
+        if (requestParameters['limit'] != null) {
+            queryParameters['limit'] = requestParameters['limit'];
+        }
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("api_key", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/v1/subscriptions/{id}/undelivered`;
+        urlPath = urlPath.replace('{id}', encodeURIComponent(String(requestParameters['id'])));
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async listUndeliveredRaw(requestParameters: ListUndeliveredRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<UndeliveredPage>> {
+        const requestOptions = await this.listUndeliveredRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => UndeliveredPageFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async listUndelivered(requestParameters: ListUndeliveredRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<UndeliveredPage> {
+        const response = await this.listUndeliveredRaw(requestParameters, initOverrides);
         return await response.value();
     }
 

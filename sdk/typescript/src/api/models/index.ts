@@ -78,6 +78,8 @@ export * from './TenantSubscription';
 export * from './TenantSubscriptionPage';
 export * from './TenantView';
 export * from './TestDelivery';
+export * from './UndeliveredPage';
+export * from './UndeliveredView';
 export * from './UpdateSubscription';
 export * from './Verified';
 export * from './VerifyRequest';
