@@ -71,6 +71,8 @@ pub struct NewReplay {
     pub include_delivered: bool,
     /// Only events the subscription had and never got (`hub_core::replay::Selection`).
     pub only_undelivered: bool,
+    /// Content filters selecting in place of the subscription's (validated); `None`: its own.
+    pub filters: Option<serde_json::Value>,
     /// Wanted events given per second at most (`hub_core::replay::next_step`).
     pub rate: u32,
     pub now: DateTime<Utc>,
@@ -105,6 +107,7 @@ pub struct ReplayRecord {
     pub to_seq: i64,
     pub include_delivered: bool,
     pub only_undelivered: bool,
+    pub filters: Option<serde_json::Value>,
     pub state: ReplayState,
     /// The last seq walked.
     pub walked_to: i64,

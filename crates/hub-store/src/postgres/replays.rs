@@ -7,7 +7,7 @@ use crate::UndeliveredEvent;
 use crate::model::{WalkedEvent, plan_replay, wanted};
 
 const REPLAY_COLUMNS: &str = "id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
-    only_undelivered, state, walked_to, matched, created, skipped, created_at, updated_at, finished_at, rate";
+    only_undelivered, filters, state, walked_to, matched, created, skipped, created_at, updated_at, finished_at, rate";
 
 /// Arrival times and seqs agree only up to the group commit (a batch takes its seqs when it
 /// commits, after its events were received): the seq bounds of a time window are widened by this
@@ -26,6 +26,10 @@ fn replay_from_row(row: &PgRow) -> StoreResult<ReplayRecord> {
         to_seq: row.try_get("to_seq")?,
         include_delivered: row.try_get("include_delivered")?,
         only_undelivered: row.try_get("only_undelivered")?,
+        filters: row
+            .try_get::<Option<String>, _>("filters")?
+            .map(|f| serde_json::from_str(&f).map_err(|e| StoreError::Corrupt(format!("a replay's filters: {e}"))))
+            .transpose()?,
         state: ReplayState::parse(&state)
             .ok_or_else(|| StoreError::Corrupt(format!("unknown replay state {state:?}")))?,
         walked_to: row.try_get("walked_to")?,
@@ -84,8 +88,8 @@ impl Replays for PgStore {
         let empty = to < from;
         let sql = format!(
             "INSERT INTO replays (id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
-                state, walked_to, created_at, updated_at, finished_at, rate, only_undelivered)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14)
+                state, walked_to, created_at, updated_at, finished_at, rate, only_undelivered, filters)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14, $15)
              RETURNING {REPLAY_COLUMNS}"
         );
         let row = sqlx::query(&sql)
@@ -103,6 +107,7 @@ impl Replays for PgStore {
             .bind(empty.then_some(r.now))
             .bind(i64::from(r.rate))
             .bind(r.only_undelivered)
+            .bind(r.filters.as_ref().map(serde_json::Value::to_string))
             .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -225,7 +230,8 @@ impl Replays for PgStore {
             sink,
             event_types,
             origin,
-            filters,
+            // A replay's own filters select in place of the subscription's.
+            filters: replay.filters.as_ref().map_or(filters, serde_json::Value::to_string),
             ordering,
             enabled,
             verification,

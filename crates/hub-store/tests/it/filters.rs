@@ -101,6 +101,7 @@ pub async fn replays_honour_filters(db: &TestDb) {
         to_seq: None,
         include_delivered: false,
         only_undelivered: false,
+        filters: None,
         rate: hub_core::replay::MAX_RATE,
         now: Utc::now(),
     };

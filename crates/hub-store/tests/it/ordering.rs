@@ -136,6 +136,7 @@ pub async fn replayed_jobs_carry_their_key(db: &TestDb) {
         to_seq: None,
         include_delivered: false,
         only_undelivered: false,
+        filters: None,
         rate: hub_core::replay::MAX_RATE,
         now: Utc::now(),
     };

@@ -23,6 +23,7 @@ fn ask(sub: Uuid, from_seq: Option<i64>, window: TimeWindow) -> NewReplay {
         to_seq: None,
         include_delivered: false,
         only_undelivered: false,
+        filters: None,
         rate: hub_core::replay::MAX_RATE,
         now: Utc::now(),
     }

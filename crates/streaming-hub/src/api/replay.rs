@@ -46,6 +46,12 @@ pub struct ReplayRequest {
     /// `include_delivered`.
     #[serde(default)]
     pub only_undelivered: bool,
+    /// Content filters that select in place of the subscription's own for this replay (its
+    /// event types still apply); `[]` selects without content filters. Omitted: the
+    /// subscription's.
+    #[schema(value_type = Option<Vec<super::filters::schema::Filter>>)]
+    #[serde(default)]
+    pub filters: Option<serde_json::Value>,
     /// Wanted events given per second at most, 1 to 100 000 (default: the operator's
     /// `STREAMING_HUB_REPLAY_RATE`, 250). Also bounded by the destination: a push replay waits
     /// while its subscription has 50 jobs waiting.
@@ -115,6 +121,10 @@ pub struct ReplayView {
     pub to_seq: i64,
     pub include_delivered: bool,
     pub only_undelivered: bool,
+    /// The content filters it selects by in place of the subscription's, when it was given some.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<super::filters::schema::Filter>>)]
+    pub filters: Option<serde_json::Value>,
     /// Wanted events given per second at most.
     pub rate: u32,
     /// The last seq walked.
@@ -141,6 +151,7 @@ impl ReplayView {
             to_seq: r.to_seq,
             include_delivered: r.include_delivered,
             only_undelivered: r.only_undelivered,
+            filters: r.filters.clone(),
             rate: r.rate,
             walked_to: r.walked_to,
             matched: r.progress.matched,
@@ -164,6 +175,11 @@ pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayReques
         to_seq: req.to_seq,
         include_delivered: req.include_delivered,
         only_undelivered: req.only_undelivered,
+        filters: match &req.filters {
+            // `null` is the subscription's own, as omitted.
+            None | Some(serde_json::Value::Null) => None,
+            Some(f) => Some(super::filters::valid_filters(Some(f.clone()))?),
+        },
         rate: req.rate.and_then(|r| u32::try_from(r).ok()).unwrap_or(state.replay_rate),
         now: state.clock.now(),
     };

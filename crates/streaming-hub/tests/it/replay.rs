@@ -18,6 +18,7 @@ on_both_backends!(
     the_event_log_pages_and_filters_the_inbox,
     an_event_shows_what_became_of_it_in_each_subscription,
     only_undelivered_gives_again_exactly_what_an_outage_cost,
+    a_replays_own_filters_select_in_place_of_the_subscriptions,
 );
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -83,6 +84,55 @@ pub async fn webhook(hub: &TestHub, key: &str, receiver: &Receiver, types: Value
 
 fn event_ids(deliveries: &[crate::receiver::Delivery]) -> Vec<String> {
     deliveries.iter().map(|d| d.header("x-lerian-event-id")).collect()
+}
+
+/// A replay with filters of its own selects by them instead of the subscription's, within the
+/// subscription's event types; bad filters are refused naming the filter.
+async fn a_replays_own_filters_select_in_place_of_the_subscriptions(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast()).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
+    let sub = hub
+        .subscribe(
+            &key,
+            json!({"name": "a-only", "event_types": ["loan_application.*"], "filters": [{"sql": "subject = 'a'"}],
+                "sink": {"type": "webhook", "url": receiver.url}}),
+        )
+        .await;
+    let sub = sub["id"].as_str().expect("id").to_owned();
+    hub.wait_until_active(&key, &sub).await;
+    let a = Event::new("t1").set("ce-subject", "a");
+    let b1 = Event::new("t1").set("ce-subject", "b");
+    let b2 = Event::new("t1").set("ce-subject", "b");
+    let other_type = Event::of("t1", "payment", "settled").set("ce-subject", "b");
+    for e in [&a, &b1, &b2, &other_type] {
+        assert_eq!(hub.post_event(&key, e).await.0, StatusCode::ACCEPTED);
+    }
+    let first = receiver.wait_for(1, WAIT).await;
+    assert_eq!(event_ids(&first), vec![a.id().to_string()], "the subscription's own filter");
+
+    let (status, bad) = hub
+        .post_json(
+            &key,
+            &format!("/v1/subscriptions/{sub}/replay"),
+            &json!({"from_seq": 1, "filters": [{"sql": "subject ="}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{bad}");
+    assert!(bad["message"].as_str().expect("message").starts_with("filters[0]"), "{bad}");
+
+    let done = replay(&hub, &key, &sub, json!({"from_seq": 1, "filters": [{"sql": "subject = 'b'"}]})).await;
+    assert_eq!(done["filters"], json!([{"sql": "subject = 'b'"}]), "{done}");
+    assert_eq!(counts(&done), (2, 2, 0), "the two b events of its types, not the payment: {done}");
+    let got = receiver.wait_for(3, WAIT).await;
+    let mut replayed = event_ids(&got[1..]);
+    replayed.sort();
+    let mut expected = vec![b1.id().to_string(), b2.id().to_string()];
+    expected.sort();
+    assert_eq!(replayed, expected);
+    // Without filters of its own, the replay selects by the subscription's: a, delivered already.
+    let plain = replay(&hub, &key, &sub, json!({"from_seq": 1})).await;
+    assert_eq!(counts(&plain), (1, 0, 1), "{plain}");
 }
 
 fn urlencode(raw: &str) -> String {

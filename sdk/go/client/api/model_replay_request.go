@@ -20,6 +20,8 @@ var _ MappedNullable = &ReplayRequest{}
 
 // ReplayRequest A replay's window: arrival times (`since` inclusive, `until` exclusive) or inbox seqs (`from_seq` to `to_seq`, both inclusive). At least one bound; an open end runs to the newest event at the time of the request (what arrives later reaches the subscription live).
 type ReplayRequest struct {
+	// Content filters that select in place of the subscription's own for this replay (its event types still apply); `[]` selects without content filters. Omitted: the subscription's.
+	Filters []Filter      `json:"filters,omitempty"`
 	FromSeq NullableInt64 `json:"from_seq,omitempty"`
 	// Give events again that the subscription already received (default false: only what it never got, or got dead-lettered).
 	IncludeDelivered *bool `json:"include_delivered,omitempty"`
@@ -49,6 +51,39 @@ func NewReplayRequest() *ReplayRequest {
 func NewReplayRequestWithDefaults() *ReplayRequest {
 	this := ReplayRequest{}
 	return &this
+}
+
+// GetFilters returns the Filters field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *ReplayRequest) GetFilters() []Filter {
+	if o == nil {
+		var ret []Filter
+		return ret
+	}
+	return o.Filters
+}
+
+// GetFiltersOk returns a tuple with the Filters field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *ReplayRequest) GetFiltersOk() ([]Filter, bool) {
+	if o == nil || IsNil(o.Filters) {
+		return nil, false
+	}
+	return o.Filters, true
+}
+
+// HasFilters returns a boolean if a field has been set.
+func (o *ReplayRequest) HasFilters() bool {
+	if o != nil && !IsNil(o.Filters) {
+		return true
+	}
+
+	return false
+}
+
+// SetFilters gets a reference to the given []Filter and assigns it to the Filters field.
+func (o *ReplayRequest) SetFilters(v []Filter) {
+	o.Filters = v
 }
 
 // GetFromSeq returns the FromSeq field value if set, zero value otherwise (both if not set or set to explicit null).
@@ -340,6 +375,9 @@ func (o ReplayRequest) MarshalJSON() ([]byte, error) {
 
 func (o ReplayRequest) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
+	if o.Filters != nil {
+		toSerialize["filters"] = o.Filters
+	}
 	if o.FromSeq.IsSet() {
 		toSerialize["from_seq"] = o.FromSeq.Get()
 	}

@@ -23,8 +23,10 @@ var _ MappedNullable = &ReplayView{}
 // ReplayView A replay as the API shows it.
 type ReplayView struct {
 	// Of those, given to the subscription again (a job, or an entry at the end of its stream).
-	Created    int64        `json:"created"`
-	CreatedAt  time.Time    `json:"created_at"`
+	Created   int64     `json:"created"`
+	CreatedAt time.Time `json:"created_at"`
+	// The content filters it selects by in place of the subscription's, when it was given some.
+	Filters    []Filter     `json:"filters,omitempty"`
 	FinishedAt NullableTime `json:"finished_at,omitempty"`
 	// The seqs the window was resolved to when the replay started.
 	FromSeq          int64 `json:"from_seq"`
@@ -125,6 +127,39 @@ func (o *ReplayView) GetCreatedAtOk() (*time.Time, bool) {
 // SetCreatedAt sets field value
 func (o *ReplayView) SetCreatedAt(v time.Time) {
 	o.CreatedAt = v
+}
+
+// GetFilters returns the Filters field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *ReplayView) GetFilters() []Filter {
+	if o == nil {
+		var ret []Filter
+		return ret
+	}
+	return o.Filters
+}
+
+// GetFiltersOk returns a tuple with the Filters field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *ReplayView) GetFiltersOk() ([]Filter, bool) {
+	if o == nil || IsNil(o.Filters) {
+		return nil, false
+	}
+	return o.Filters, true
+}
+
+// HasFilters returns a boolean if a field has been set.
+func (o *ReplayView) HasFilters() bool {
+	if o != nil && !IsNil(o.Filters) {
+		return true
+	}
+
+	return false
+}
+
+// SetFilters gets a reference to the given []Filter and assigns it to the Filters field.
+func (o *ReplayView) SetFilters(v []Filter) {
+	o.Filters = v
 }
 
 // GetFinishedAt returns the FinishedAt field value if set, zero value otherwise (both if not set or set to explicit null).
@@ -532,6 +567,9 @@ func (o ReplayView) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
 	toSerialize["created"] = o.Created
 	toSerialize["created_at"] = o.CreatedAt
+	if o.Filters != nil {
+		toSerialize["filters"] = o.Filters
+	}
 	if o.FinishedAt.IsSet() {
 		toSerialize["finished_at"] = o.FinishedAt.Get()
 	}

@@ -14,6 +14,14 @@ use serde::{Deserialize, Serialize};
 /// ReplayRequest : A replay's window: arrival times (`since` inclusive, `until` exclusive) or inbox seqs (`from_seq` to `to_seq`, both inclusive). At least one bound; an open end runs to the newest event at the time of the request (what arrives later reaches the subscription live).
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ReplayRequest {
+    /// Content filters that select in place of the subscription's own for this replay (its event types still apply); `[]` selects without content filters. Omitted: the subscription's.
+    #[serde(
+        rename = "filters",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub filters: Option<Option<Vec<models::Filter>>>,
     #[serde(
         rename = "from_seq",
         default,
@@ -64,6 +72,7 @@ impl ReplayRequest {
     /// A replay's window: arrival times (`since` inclusive, `until` exclusive) or inbox seqs (`from_seq` to `to_seq`, both inclusive). At least one bound; an open end runs to the newest event at the time of the request (what arrives later reaches the subscription live).
     pub fn new() -> ReplayRequest {
         ReplayRequest {
+            filters: None,
             from_seq: None,
             include_delivered: None,
             only_undelivered: None,

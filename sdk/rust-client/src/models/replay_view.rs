@@ -19,6 +19,14 @@ pub struct ReplayView {
     pub created: i64,
     #[serde(rename = "created_at")]
     pub created_at: chrono::DateTime<chrono::FixedOffset>,
+    /// The content filters it selects by in place of the subscription's, when it was given some.
+    #[serde(
+        rename = "filters",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub filters: Option<Option<Vec<models::Filter>>>,
     #[serde(
         rename = "finished_at",
         default,
@@ -90,6 +98,7 @@ impl ReplayView {
         ReplayView {
             created,
             created_at,
+            filters: None,
             finished_at: None,
             from_seq,
             include_delivered,

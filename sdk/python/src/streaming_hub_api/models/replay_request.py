@@ -21,6 +21,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from typing import Any, ClassVar, Dict, List, Optional
 from typing_extensions import Annotated
+from streaming_hub_api.models.filter import Filter
 from typing import Optional, Set
 from typing_extensions import Self
 from pydantic_core import to_jsonable_python
@@ -29,6 +30,7 @@ class ReplayRequest(BaseModel):
     """
     A replay's window: arrival times (`since` inclusive, `until` exclusive) or inbox seqs (`from_seq` to `to_seq`, both inclusive). At least one bound; an open end runs to the newest event at the time of the request (what arrives later reaches the subscription live).
     """ # noqa: E501
+    filters: Optional[List[Filter]] = Field(default=None, description="Content filters that select in place of the subscription's own for this replay (its event types still apply); `[]` selects without content filters. Omitted: the subscription's.")
     from_seq: Optional[Annotated[int, Field(strict=True, ge=1)]] = None
     include_delivered: Optional[StrictBool] = Field(default=None, description="Give events again that the subscription already received (default false: only what it never got, or got dead-lettered).")
     only_undelivered: Optional[StrictBool] = Field(default=None, description="Give again only what the subscription had and never got: events with a dead-lettered or cancelled job of it and none delivered or waiting (what a receiver's outage cost). Events it never had, and those whose jobs retention already removed, are left alone. Not with `include_delivered`.")
@@ -36,7 +38,7 @@ class ReplayRequest(BaseModel):
     since: Optional[datetime] = Field(default=None, description="RFC 3339.", json_schema_extra={"examples": ["2026-11-30T00:00:00Z"]})
     to_seq: Optional[Annotated[int, Field(strict=True, ge=1)]] = None
     until: Optional[datetime] = Field(default=None, description="RFC 3339.")
-    __properties: ClassVar[List[str]] = ["from_seq", "include_delivered", "only_undelivered", "rate", "since", "to_seq", "until"]
+    __properties: ClassVar[List[str]] = ["filters", "from_seq", "include_delivered", "only_undelivered", "rate", "since", "to_seq", "until"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -77,6 +79,17 @@ class ReplayRequest(BaseModel):
             exclude=excluded_fields,
             exclude_none=True,
         )
+        # override the default output from pydantic by calling `to_dict()` of each item in filters (list)
+        _items = []
+        if self.filters:
+            for _item_filters in self.filters:
+                _items.append(_item_filters.to_dict() if _item_filters is not None else None)
+            _dict['filters'] = _items
+        # set to None if filters (nullable) is None
+        # and model_fields_set contains the field
+        if self.filters is None and "filters" in self.model_fields_set:
+            _dict['filters'] = None
+
         # set to None if from_seq (nullable) is None
         # and model_fields_set contains the field
         if self.from_seq is None and "from_seq" in self.model_fields_set:
@@ -114,6 +127,7 @@ class ReplayRequest(BaseModel):
             return cls.model_validate(obj)
 
         _obj = cls.model_validate({
+            "filters": [Filter.from_dict(_item) for _item in obj["filters"]] if obj.get("filters") is not None else None,
             "from_seq": obj.get("from_seq"),
             "include_delivered": obj.get("include_delivered"),
             "only_undelivered": obj.get("only_undelivered"),

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from typing import Any, ClassVar, Dict, List, Optional
 from typing_extensions import Annotated
 from uuid import UUID
+from streaming_hub_api.models.filter import Filter
 from typing import Optional, Set
 from typing_extensions import Self
 from pydantic_core import to_jsonable_python
@@ -32,6 +33,7 @@ class ReplayView(BaseModel):
     """ # noqa: E501
     created: Annotated[int, Field(strict=True, ge=0)] = Field(description="Of those, given to the subscription again (a job, or an entry at the end of its stream).")
     created_at: datetime
+    filters: Optional[List[Filter]] = Field(default=None, description="The content filters it selects by in place of the subscription's, when it was given some.")
     finished_at: Optional[datetime] = None
     from_seq: StrictInt = Field(description="The seqs the window was resolved to when the replay started.")
     include_delivered: StrictBool
@@ -46,7 +48,7 @@ class ReplayView(BaseModel):
     to_seq: StrictInt
     until: Optional[datetime] = None
     walked_to: StrictInt = Field(description="The last seq walked.")
-    __properties: ClassVar[List[str]] = ["created", "created_at", "finished_at", "from_seq", "include_delivered", "matched", "only_undelivered", "rate", "replay_id", "since", "skipped", "state", "subscription_id", "to_seq", "until", "walked_to"]
+    __properties: ClassVar[List[str]] = ["created", "created_at", "filters", "finished_at", "from_seq", "include_delivered", "matched", "only_undelivered", "rate", "replay_id", "since", "skipped", "state", "subscription_id", "to_seq", "until", "walked_to"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -87,6 +89,17 @@ class ReplayView(BaseModel):
             exclude=excluded_fields,
             exclude_none=True,
         )
+        # override the default output from pydantic by calling `to_dict()` of each item in filters (list)
+        _items = []
+        if self.filters:
+            for _item_filters in self.filters:
+                _items.append(_item_filters.to_dict() if _item_filters is not None else None)
+            _dict['filters'] = _items
+        # set to None if filters (nullable) is None
+        # and model_fields_set contains the field
+        if self.filters is None and "filters" in self.model_fields_set:
+            _dict['filters'] = None
+
         # set to None if finished_at (nullable) is None
         # and model_fields_set contains the field
         if self.finished_at is None and "finished_at" in self.model_fields_set:
@@ -116,6 +129,7 @@ class ReplayView(BaseModel):
         _obj = cls.model_validate({
             "created": obj.get("created"),
             "created_at": obj.get("created_at"),
+            "filters": [Filter.from_dict(_item) for _item in obj["filters"]] if obj.get("filters") is not None else None,
             "finished_at": obj.get("finished_at"),
             "from_seq": obj.get("from_seq"),
             "include_delivered": obj.get("include_delivered"),

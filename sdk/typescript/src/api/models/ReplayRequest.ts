@@ -13,6 +13,14 @@
  */
 
 import { mapValues, parseDate, parseDateTime, serializeDate, serializeDateTime } from '../runtime';
+import type { Filter } from './Filter';
+import {
+    FilterFromJSON,
+    FilterFromJSONTyped,
+    FilterToJSON,
+    FilterToJSONTyped,
+} from './Filter';
+
 /**
  * A replay's window: arrival times (`since` inclusive, `until` exclusive) or inbox seqs
  * (`from_seq` to `to_seq`, both inclusive). At least one bound; an open end runs to the newest
@@ -21,6 +29,12 @@ import { mapValues, parseDate, parseDateTime, serializeDate, serializeDateTime }
  * @interface ReplayRequest
  */
 export interface ReplayRequest {
+    /**
+     * Content filters that select in place of the subscription's own for this replay (its
+     * event types still apply); `[]` selects without content filters. Omitted: the
+     * subscription's.
+     */
+    filters?: Array<Filter> | null;
     /**
      * 
      */
@@ -74,6 +88,7 @@ export function ReplayRequestFromJSONTyped(json: any, ignoreDiscriminator: boole
     }
     return {
         
+        'filters': json['filters'] === undefined ? undefined : json['filters'] === null ? null : ((json['filters'] as Array<any>).map(FilterFromJSON)),
         'fromSeq': json['from_seq'] === undefined ? undefined : json['from_seq'] === null ? null : json['from_seq'],
         'includeDelivered': json['include_delivered'] == null ? undefined : json['include_delivered'],
         'onlyUndelivered': json['only_undelivered'] == null ? undefined : json['only_undelivered'],
@@ -95,6 +110,7 @@ export function ReplayRequestToJSONTyped(value?: ReplayRequest | null, ignoreDis
 
     return {
         
+        'filters': value['filters'] == null ? undefined : ((value['filters'] as Array<any>).map(FilterToJSON)),
         'from_seq': value['fromSeq'],
         'include_delivered': value['includeDelivered'],
         'only_undelivered': value['onlyUndelivered'],

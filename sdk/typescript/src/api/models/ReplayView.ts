@@ -13,6 +13,14 @@
  */
 
 import { mapValues, parseDate, parseDateTime, serializeDate, serializeDateTime } from '../runtime';
+import type { Filter } from './Filter';
+import {
+    FilterFromJSON,
+    FilterFromJSONTyped,
+    FilterToJSON,
+    FilterToJSONTyped,
+} from './Filter';
+
 /**
  * A replay as the API shows it.
  * @export
@@ -27,6 +35,10 @@ export interface ReplayView {
      * 
      */
     createdAt: Date;
+    /**
+     * The content filters it selects by in place of the subscription's, when it was given some.
+     */
+    filters?: Array<Filter> | null;
     /**
      * 
      */
@@ -117,6 +129,7 @@ export function ReplayViewFromJSONTyped(json: any, ignoreDiscriminator: boolean)
         
         'created': json['created'],
         'createdAt': (json['created_at'] == null ? json['created_at'] : parseDateTime(json['created_at'])),
+        'filters': json['filters'] === undefined ? undefined : json['filters'] === null ? null : ((json['filters'] as Array<any>).map(FilterFromJSON)),
         'finishedAt': json['finished_at'] === undefined ? undefined : json['finished_at'] === null ? null : (parseDateTime(json['finished_at'])),
         'fromSeq': json['from_seq'],
         'includeDelivered': json['include_delivered'],
@@ -147,6 +160,7 @@ export function ReplayViewToJSONTyped(value?: ReplayView | null, ignoreDiscrimin
         
         'created': value['created'],
         'created_at': value['createdAt'] == null ? value['createdAt'] : serializeDateTime(value['createdAt']),
+        'filters': value['filters'] == null ? undefined : ((value['filters'] as Array<any>).map(FilterToJSON)),
         'finished_at': value['finishedAt'] == null ? value['finishedAt'] : serializeDateTime(value['finishedAt']),
         'from_seq': value['fromSeq'],
         'include_delivered': value['includeDelivered'],
