@@ -168,6 +168,7 @@ fn links() -> Vec<(&'static str, &'static str, &'static str, String, &'static st
         "rotateSigningSecret",
         "listPublicKeys",
         "listUndelivered",
+        "simulateSelection",
         "verifySubscription",
     ]
     .into_iter()

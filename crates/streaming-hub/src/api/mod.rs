@@ -23,6 +23,7 @@ pub mod portal;
 pub mod pull;
 mod receiver_doc;
 pub mod replay;
+pub mod simulate;
 pub mod stats;
 pub mod test_delivery;
 
@@ -155,6 +156,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(replay::create))
         .routes(routes!(replay::read))
         .routes(routes!(replay::undelivered))
+        .routes(routes!(simulate::simulate))
         .routes(routes!(admin::create_api_key, admin::list_api_keys))
         .routes(routes!(admin::revoke_api_key))
         .routes(routes!(portal::create))

@@ -294,7 +294,7 @@ pub struct CreateSubscription {
     enabled: Option<bool>,
 }
 
-fn valid_event_types(types: &[String], max: u32) -> Result<(), ApiError> {
+pub(super) fn valid_event_types(types: &[String], max: u32) -> Result<(), ApiError> {
     if types.len() > max as usize {
         return Err(ApiError::validation(
             "event_types",

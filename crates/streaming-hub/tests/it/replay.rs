@@ -19,6 +19,7 @@ on_both_backends!(
     an_event_shows_what_became_of_it_in_each_subscription,
     only_undelivered_gives_again_exactly_what_an_outage_cost,
     a_replays_own_filters_select_in_place_of_the_subscriptions,
+    simulate_compares_a_draft_with_the_current_selection_and_changes_nothing,
 );
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -133,6 +134,95 @@ async fn a_replays_own_filters_select_in_place_of_the_subscriptions(backend: Bac
     // Without filters of its own, the replay selects by the subscription's: a, delivered already.
     let plain = replay(&hub, &key, &sub, json!({"from_seq": 1})).await;
     assert_eq!(counts(&plain), (1, 0, 1), "{plain}");
+}
+
+/// `simulate` counts what a draft selection would have matched beside the current one, with the
+/// differences sampled first, changes nothing, and agrees with a replay selecting by the draft.
+async fn simulate_compares_a_draft_with_the_current_selection_and_changes_nothing(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast()).await;
+    let key = hub.tenant_key("t1").await;
+    let since = (chrono::Utc::now() - chrono::Duration::seconds(5)).to_rfc3339();
+    let receiver = Receiver::start(Script::Ok).await;
+    let filters = json!([{"sql": "subject = 'a'"}]);
+    let sub = hub
+        .subscribe(
+            &key,
+            json!({"name": "a-only", "event_types": ["loan_application.*"], "filters": filters,
+                "sink": {"type": "webhook", "url": receiver.url}}),
+        )
+        .await;
+    let sub = sub["id"].as_str().expect("id").to_owned();
+    hub.wait_until_active(&key, &sub).await;
+    let a = Event::new("t1").set("ce-subject", "a");
+    let b1 = Event::new("t1").set("ce-subject", "b");
+    let b2 = Event::new("t1").set("ce-subject", "b");
+    let payment = Event::of("t1", "payment", "settled").set("ce-subject", "b");
+    for e in [&a, &b1, &b2, &payment] {
+        assert_eq!(hub.post_event(&key, e).await.0, StatusCode::ACCEPTED);
+    }
+    receiver.wait_for(1, WAIT).await;
+    let path = format!("/v1/subscriptions/{sub}/simulate");
+    let simulate = |body: Value| {
+        let (hub, key, path) = (&hub, &key, &path);
+        async move { hub.post_json(key, path, &body).await }
+    };
+
+    let draft = json!([{"sql": "subject IN ('a', 'b')"}]);
+    let (status, got) = simulate(json!({"since": since, "filters": draft})).await;
+    assert_eq!(status, StatusCode::OK, "{got}");
+    let count = |v: &Value, k: &str| v[k].as_u64().expect(k);
+    assert_eq!(
+        [count(&got, "current"), count(&got, "draft"), count(&got, "only_current"), count(&got, "only_draft")],
+        [1, 3, 0, 2],
+        "{got}"
+    );
+    // The window also holds the hub's own operational event of the verification, matched by neither.
+    assert!(count(&got, "scanned") >= 4 && got["complete"] == true, "{got}");
+    let samples: Vec<(String, String)> = got["samples"]
+        .as_array()
+        .expect("samples")
+        .iter()
+        .map(|s| (s["ce_id"].as_str().expect("id").to_owned(), s["in"].as_str().expect("in").to_owned()))
+        .collect();
+    assert_eq!(
+        samples,
+        vec![
+            (b1.id().to_string(), "draft".to_owned()),
+            (b2.id().to_string(), "draft".to_owned()),
+            (a.id().to_string(), "both".to_owned())
+        ],
+        "differences first"
+    );
+    let (_, got) = simulate(
+        json!({"since": since, "event_types": ["payment.*"], "filters": [{"sql": "subject = 'b'"}], "limit": 1}),
+    )
+    .await;
+    assert_eq!(
+        [count(&got, "current"), count(&got, "draft"), count(&got, "only_current"), count(&got, "only_draft")],
+        [1, 1, 1, 1],
+        "{got}"
+    );
+    assert_eq!(got["samples"].as_array().map(Vec::len), Some(1), "the limit");
+
+    // What a replay selecting by the draft matches is what the simulation counted.
+    let replayed = replay(&hub, &key, &sub, json!({"since": since, "filters": draft, "include_delivered": true})).await;
+    assert_eq!(counts(&replayed).0, 3, "{replayed}");
+
+    for (body, field) in [
+        (json!({"filters": draft}), "since: is required"),
+        (json!({"since": "yesterday"}), "since:"),
+        (json!({"since": since, "until": "2000-01-01T00:00:00Z"}), "until:"),
+        (json!({"since": since, "filters": [{"sql": "subject ="}]}), "filters[0]"),
+        (json!({"since": since, "event_types": ["nope"]}), "event_types[0]"),
+        (json!({"since": since, "limit": 0}), "limit:"),
+    ] {
+        let (status, err) = simulate(body.clone()).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {err}");
+        assert!(err["message"].as_str().expect("message").starts_with(field), "{body}: {err}");
+    }
+    let (_, read) = hub.get(&key, &format!("/v1/subscriptions/{sub}")).await;
+    assert_eq!(read["filters"], filters, "nothing changed");
+    assert_eq!(read["event_types"], json!(["loan_application.*"]));
 }
 
 fn urlencode(raw: &str) -> String {

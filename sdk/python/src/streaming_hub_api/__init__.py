@@ -93,7 +93,10 @@ __all__ = [
     "ReplayView",
     "RotatedSecret",
     "S3Sink",
+    "Sample",
     "Signature",
+    "SimulateRequest",
+    "Simulation",
     "Sink",
     "SnsSink",
     "SqlFilter",
@@ -205,7 +208,10 @@ from streaming_hub_api.models.replay_request import ReplayRequest as ReplayReque
 from streaming_hub_api.models.replay_view import ReplayView as ReplayView
 from streaming_hub_api.models.rotated_secret import RotatedSecret as RotatedSecret
 from streaming_hub_api.models.s3_sink import S3Sink as S3Sink
+from streaming_hub_api.models.sample import Sample as Sample
 from streaming_hub_api.models.signature import Signature as Signature
+from streaming_hub_api.models.simulate_request import SimulateRequest as SimulateRequest
+from streaming_hub_api.models.simulation import Simulation as Simulation
 from streaming_hub_api.models.sink import Sink as Sink
 from streaming_hub_api.models.sns_sink import SnsSink as SnsSink
 from streaming_hub_api.models.sql_filter import SqlFilter as SqlFilter

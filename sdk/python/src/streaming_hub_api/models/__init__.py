@@ -74,7 +74,10 @@ from streaming_hub_api.models.replay_request import ReplayRequest
 from streaming_hub_api.models.replay_view import ReplayView
 from streaming_hub_api.models.rotated_secret import RotatedSecret
 from streaming_hub_api.models.s3_sink import S3Sink
+from streaming_hub_api.models.sample import Sample
 from streaming_hub_api.models.signature import Signature
+from streaming_hub_api.models.simulate_request import SimulateRequest
+from streaming_hub_api.models.simulation import Simulation
 from streaming_hub_api.models.sink import Sink
 from streaming_hub_api.models.sns_sink import SnsSink
 from streaming_hub_api.models.sql_filter import SqlFilter

@@ -89,6 +89,16 @@ import {
     RotatedSecretToJSON,
 } from '../models/RotatedSecret';
 import {
+    type SimulateRequest,
+    SimulateRequestFromJSON,
+    SimulateRequestToJSON,
+} from '../models/SimulateRequest';
+import {
+    type Simulation,
+    SimulationFromJSON,
+    SimulationToJSON,
+} from '../models/Simulation';
+import {
     type StatsPage,
     StatsPageFromJSON,
     StatsPageToJSON,
@@ -288,6 +298,17 @@ export interface RotateSigningSecretRequest {
      * Subscription id
      */
     id: string;
+}
+
+export interface SimulateSelectionRequest {
+    /**
+     * Subscription id
+     */
+    id: string;
+    /**
+     * 
+     */
+    simulateRequest: SimulateRequest;
 }
 
 export interface TestFiltersRequest {
@@ -1138,6 +1159,67 @@ export class SubscriptionsApi extends runtime.BaseAPI {
      */
     async rotateSigningSecret(requestParameters: RotateSigningSecretRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<RotatedSecret> {
         const response = await this.rotateSigningSecretRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for simulateSelection without sending the request
+     */
+    async simulateSelectionRequestOpts(requestParameters: SimulateSelectionRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['id'] == null) {
+            throw new runtime.RequiredError(
+                'id',
+                'Required parameter "id" was null or undefined when calling simulateSelection().'
+            );
+        }
+
+        if (requestParameters['simulateRequest'] == null) {
+            throw new runtime.RequiredError(
+                'simulateRequest',
+                'Required parameter "simulateRequest" was null or undefined when calling simulateSelection().'
+            );
+        }
+
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        headerParameters['Content-Type'] = 'application/json';
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("api_key", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/v1/subscriptions/{id}/simulate`;
+        urlPath = urlPath.replace('{id}', encodeURIComponent(String(requestParameters['id'])));
+
+        return {
+            path: urlPath,
+            method: 'POST',
+            headers: headerParameters,
+            query: queryParameters,
+            body: SimulateRequestToJSON(requestParameters['simulateRequest']),
+        };
+    }
+
+    /**
+     */
+    async simulateSelectionRaw(requestParameters: SimulateSelectionRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<Simulation>> {
+        const requestOptions = await this.simulateSelectionRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => SimulationFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async simulateSelection(requestParameters: SimulateSelectionRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<Simulation> {
+        const response = await this.simulateSelectionRaw(requestParameters, initOverrides);
         return await response.value();
     }
 

@@ -1,0 +1,197 @@
+//! `POST /v1/subscriptions/{id}/simulate` (SPEC §10, "History tools"): what a draft selection
+//! (event types and/or content filters) would have matched of the inbox in a window, beside
+//! what the subscription's own matched, with samples of the difference. Nothing changes.
+//!
+//! The window is read a page at a time, oldest first; each page is judged off the threads that
+//! serve HTTP (filters run within the filter budget, as at ingest). At most [`MAX_SCANNED`]
+//! events are read: past that the answer says it is not `complete`.
+
+use axum::Json as AxumJson;
+use axum::extract::{Path, State};
+use hub_core::{EventKey, EventPattern, wants};
+use hub_store::{EventQuery, StoredEvent};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::TenantCaller;
+use super::error::{ApiError, ErrorBody, RFC3339_EXPECTED, RawBody, optional_json, rfc3339};
+use super::subscriptions::{load, valid_event_types};
+
+/// Events one simulation reads at most.
+pub const MAX_SCANNED: u64 = 1_000_000;
+/// Events read a page.
+const PAGE: u32 = 1_000;
+
+/// A draft selection and the window to try it on.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SimulateRequest {
+    /// Draft content filters (omitted: the subscription's own; `[]`: none).
+    #[schema(value_type = Option<Vec<super::filters::schema::Filter>>)]
+    #[serde(default)]
+    pub filters: Option<Value>,
+    /// Draft event-type patterns (omitted: the subscription's own).
+    pub event_types: Option<Vec<String>>,
+    /// Events received at or after this time (RFC 3339). Required.
+    #[schema(format = DateTime, example = "2026-12-01T00:00:00Z", required = true)]
+    pub since: Option<String>,
+    /// Events received before this time (RFC 3339; default now).
+    #[schema(format = DateTime)]
+    pub until: Option<String>,
+    /// Samples at most, 1 to 100 (default 20): differences first.
+    #[schema(minimum = 1, maximum = 100)]
+    pub limit: Option<u32>,
+}
+
+/// One sampled event, and which selection matched it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Sample {
+    pub ce_id: Uuid,
+    pub seq: i64,
+    /// `draft`, `current` or `both`.
+    #[serde(rename = "in")]
+    pub within: &'static str,
+}
+
+/// How the draft and the current selection differ over the window.
+#[derive(Debug, Default, Serialize, ToSchema)]
+pub struct Simulation {
+    /// Events the subscription's own selection matched.
+    pub current: u64,
+    /// Events the draft matched.
+    pub draft: u64,
+    pub only_current: u64,
+    pub only_draft: u64,
+    /// Events of the window read.
+    pub scanned: u64,
+    /// False when the window held more than the events one simulation reads.
+    pub complete: bool,
+    pub samples: Vec<Sample>,
+}
+
+/// One selection: patterns, an origin, content filters.
+struct Selection {
+    patterns: Vec<EventPattern>,
+    origin: Option<String>,
+    filters: hub_core::routing::Filters,
+}
+
+impl Selection {
+    fn of(types: &[String], origin: Option<String>, filters: &Value) -> Result<Self, ApiError> {
+        let patterns = types
+            .iter()
+            .map(|t| EventPattern::parse(t).map_err(|e| ApiError::internal(format!("a stored pattern: {e}"))))
+            .collect::<Result<_, _>>()?;
+        let filters =
+            hub_core::routing::Filters::compile(filters).map_err(|e| ApiError::validation(&e.path, e.message))?;
+        Ok(Self { patterns, origin, filters })
+    }
+
+    fn matches(&self, e: &StoredEvent) -> bool {
+        EventKey::new(&e.resource_type, &e.event_type)
+            .is_ok_and(|key| wants(&self.patterns, self.origin.as_deref(), &key, &e.source))
+            && e.passes(&self.filters)
+    }
+}
+
+#[utoipa::path(
+    post, path = "/v1/subscriptions/{id}/simulate", tag = "subscriptions", operation_id = "simulateSelection",
+    params(("id" = Uuid, Path, description = "Subscription id")),
+    request_body = SimulateRequest,
+    responses(
+        (status = 200, description = "What the draft and the current selection matched in the window; nothing changes", body = Simulation),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
+        (status = 422, description = "A field is invalid (named in the message)", body = ErrorBody),
+    ),
+    security(("api_key" = []))
+)]
+pub async fn simulate(
+    State(state): State<AppState>,
+    caller: TenantCaller,
+    Path(id): Path<String>,
+    RawBody(body): RawBody,
+) -> Result<AxumJson<Simulation>, ApiError> {
+    let req: SimulateRequest = optional_json(&body)?;
+    let since = req.since.as_deref().ok_or_else(|| ApiError::validation("since", "is required"))?;
+    let since = rfc3339(since).ok_or_else(|| ApiError::validation("since", RFC3339_EXPECTED))?;
+    let until = match &req.until {
+        Some(raw) => rfc3339(raw).ok_or_else(|| ApiError::validation("until", RFC3339_EXPECTED))?,
+        None => state.clock.now(),
+    };
+    if until <= since {
+        return Err(ApiError::validation("until", "must be after since"));
+    }
+    let limit = match req.limit {
+        None => 20,
+        Some(n) if (1..=100).contains(&n) => n as usize,
+        Some(_) => return Err(ApiError::validation("limit", "must be from 1 to 100")),
+    };
+    if let Some(types) = &req.event_types {
+        valid_event_types(types, state.quotas.patterns_per_subscription)?;
+    }
+    let draft_filters = match &req.filters {
+        None | Some(Value::Null) => None,
+        Some(f) => Some(super::filters::valid_filters(Some(f.clone()))?),
+    };
+    let sub = load(&state, &caller, &id).await?;
+    let current = Selection::of(&sub.event_types, sub.origin.clone(), &sub.filters)?;
+    let draft = Selection::of(
+        req.event_types.as_deref().unwrap_or(&sub.event_types),
+        sub.origin.clone(),
+        draft_filters.as_ref().unwrap_or(&sub.filters),
+    )?;
+    let selections = std::sync::Arc::new((current, draft));
+    let mut out = Simulation { complete: true, ..Simulation::default() };
+    let (mut differ, mut both) = (Vec::new(), Vec::new());
+    let mut after = 0;
+    loop {
+        if out.scanned >= MAX_SCANNED {
+            out.complete = false;
+            break;
+        }
+        let query = EventQuery { after, limit: PAGE, since: Some(since), until: Some(until), ..EventQuery::default() };
+        let page = state.store.list_events(caller.tenant.as_str(), &query).await?;
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        let judged = {
+            let selections = std::sync::Arc::clone(&selections);
+            tokio::task::spawn_blocking(move || {
+                page.into_iter()
+                    .map(|e| (e.ce_id, e.seq, selections.0.matches(&e), selections.1.matches(&e)))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .map_err(|_| ApiError::internal("a simulation's page could not be judged"))?
+        };
+        for (ce_id, seq, current, draft) in judged {
+            out.scanned += 1;
+            out.current += u64::from(current);
+            out.draft += u64::from(draft);
+            match (current, draft) {
+                (true, false) => {
+                    out.only_current += 1;
+                    if differ.len() < limit {
+                        differ.push(Sample { ce_id, seq, within: "current" });
+                    }
+                }
+                (false, true) => {
+                    out.only_draft += 1;
+                    if differ.len() < limit {
+                        differ.push(Sample { ce_id, seq, within: "draft" });
+                    }
+                }
+                (true, true) if both.len() < limit => both.push(Sample { ce_id, seq, within: "both" }),
+                _ => {}
+            }
+        }
+    }
+    let room = limit.saturating_sub(differ.len());
+    differ.extend(both.into_iter().take(room));
+    out.samples = differ;
+    Ok(AxumJson(out))
+}
