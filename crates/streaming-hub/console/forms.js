@@ -254,6 +254,39 @@ function filtersEditor(prefix, current, patterns) {
 }
 
 /**
+ * Before saving an edit: what the edited event types and filters would have matched of the last
+ * 24 hours beside what the subscription matched (`POST …/simulate`; nothing changes).
+ */
+function simulation(sub, patterns) {
+  const out = h("p", { class: "simulation", testid: "edit-simulation", "aria-live": "polite" });
+  const run = async () => {
+    out.textContent = "Reading the last 24 hours…";
+    let filters;
+    try {
+      filters = JSON.parse(document.getElementById("edit-filters").value || "[]");
+    } catch (e) {
+      out.textContent = `The filters are not JSON (${e.message}).`;
+      return;
+    }
+    try {
+      const since = new Date(Date.now() - 24 * 3600 * 1000).toISOString();
+      const r = await api(`/v1/subscriptions/${sub.id}/simulate`, {
+        method: "POST", body: { since, event_types: patterns(), filters, limit: 5 },
+      });
+      const more = r.complete ? "" : " (the first million events only)";
+      out.textContent = `Last 24 hours${more}: ${r.current} events matched now, ${r.draft} with these changes ` +
+        `(${r.only_current} only now, ${r.only_draft} only with the changes).`;
+    } catch (e) {
+      out.textContent = e.message;
+    }
+  };
+  return [
+    h("button", { type: "button", testid: "edit-simulate", onclick: run }, "Preview the change on the last 24 hours"),
+    out,
+  ];
+}
+
+/**
  * The subscription form: a new subscription (`sub` null) or changes to one. Only what changed
  * is sent on an edit; a secret left blank is kept.
  */
@@ -328,6 +361,7 @@ function subscriptionForm(types, sub) {
     formField(`${prefix}-max-in-flight`, "Attempts in flight at most (per replica; empty: adaptive)", maxInFlight),
     formField(`${prefix}-per-second`, "Attempts per second at most (per replica; empty: no limit)", perSecond),
     ...filtersEditor(prefix, sub ? sub.filters : [], patterns),
+    ...(sub ? simulation(sub, patterns) : []),
     h("button", { type: "submit", testid: `${prefix}-submit` }, sub ? "Save changes" : "Create"),
   );
   if (sub) showMatches();

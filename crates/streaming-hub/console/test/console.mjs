@@ -264,6 +264,13 @@ try {
   await page.getByTestId("edit-filters").fill('[{"sql": "source = \'crm\'"}]');
   await page.getByTestId("edit-filters-result").filter({ hasText: "does not match" }).waitFor();
   assert.ok((await sample.inputValue()).includes('"type": "studio.lerian.lender.loan_application.approved"'));
+  // Before saving, what the change would have matched of the last day: nothing from crm.
+  await page.getByTestId("edit-simulate").click();
+  await page.getByTestId("edit-simulation").filter({ hasText: "with these changes" }).waitFor();
+  assert.match(
+    await page.getByTestId("edit-simulation").textContent(),
+    /^Last 24 hours: [1-9][0-9]* events matched now, 0 with these changes \([1-9][0-9]* only now, 0 only with the changes\)\.$/,
+  );
   await shot(page, "edit-filters");
   await page.getByTestId("edit-filters").fill('[{"exact": {"source": "lender"}}]');
   await page.getByTestId("edit-ordering").selectOption("key");
@@ -278,7 +285,7 @@ try {
   await page.getByTestId("delete").click();
   await page.getByTestId("notice").filter({ hasText: "to-sqs: deleted." }).waitFor();
   assert.ok(!(await page.getByTestId("subscriptions").textContent()).includes("to-sqs"));
-  step("change a subscription (filters tested live, ordering), a refused filter shown, delete it");
+  step("change a subscription (filters tested live, the change previewed, ordering), a refused filter shown, delete it");
 
   await page.getByTestId("nav-event-types").click();
   await page.getByTestId("event-types").waitFor();
