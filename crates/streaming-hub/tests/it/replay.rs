@@ -87,28 +87,38 @@ fn event_ids(deliveries: &[crate::receiver::Delivery]) -> Vec<String> {
     deliveries.iter().map(|d| d.header("x-lerian-event-id")).collect()
 }
 
-/// A replay with filters of its own selects by them instead of the subscription's, within the
-/// subscription's event types; bad filters are refused naming the filter.
-async fn a_replays_own_filters_select_in_place_of_the_subscriptions(backend: Backend) {
-    let hub = TestHub::start_with(backend, &fast()).await;
-    let key = hub.tenant_key("t1").await;
+/// A webhook subscription to `loan_application.*` events whose subject is `a`, verified; then
+/// events with subjects a, b, b of its types and one b of another type: its receiver, its id and
+/// the events.
+async fn a_only(hub: &TestHub, key: &str) -> (Receiver, String, [Event; 4]) {
     let receiver = Receiver::start(Script::Ok).await;
     let sub = hub
         .subscribe(
-            &key,
+            key,
             json!({"name": "a-only", "event_types": ["loan_application.*"], "filters": [{"sql": "subject = 'a'"}],
                 "sink": {"type": "webhook", "url": receiver.url}}),
         )
         .await;
     let sub = sub["id"].as_str().expect("id").to_owned();
-    hub.wait_until_active(&key, &sub).await;
-    let a = Event::new("t1").set("ce-subject", "a");
-    let b1 = Event::new("t1").set("ce-subject", "b");
-    let b2 = Event::new("t1").set("ce-subject", "b");
-    let other_type = Event::of("t1", "payment", "settled").set("ce-subject", "b");
-    for e in [&a, &b1, &b2, &other_type] {
-        assert_eq!(hub.post_event(&key, e).await.0, StatusCode::ACCEPTED);
+    hub.wait_until_active(key, &sub).await;
+    let events = [
+        Event::new("t1").set("ce-subject", "a"),
+        Event::new("t1").set("ce-subject", "b"),
+        Event::new("t1").set("ce-subject", "b"),
+        Event::of("t1", "payment", "settled").set("ce-subject", "b"),
+    ];
+    for e in &events {
+        assert_eq!(hub.post_event(key, e).await.0, StatusCode::ACCEPTED);
     }
+    (receiver, sub, events)
+}
+
+/// A replay with filters of its own selects by them instead of the subscription's, within the
+/// subscription's event types; bad filters are refused naming the filter.
+async fn a_replays_own_filters_select_in_place_of_the_subscriptions(backend: Backend) {
+    let hub = TestHub::start_with(backend, &fast()).await;
+    let key = hub.tenant_key("t1").await;
+    let (receiver, sub, [a, b1, b2, _]) = a_only(&hub, &key).await;
     let first = receiver.wait_for(1, WAIT).await;
     assert_eq!(event_ids(&first), vec![a.id().to_string()], "the subscription's own filter");
 
@@ -142,24 +152,8 @@ async fn simulate_compares_a_draft_with_the_current_selection_and_changes_nothin
     let hub = TestHub::start_with(backend, &fast()).await;
     let key = hub.tenant_key("t1").await;
     let since = (chrono::Utc::now() - chrono::Duration::seconds(5)).to_rfc3339();
-    let receiver = Receiver::start(Script::Ok).await;
     let filters = json!([{"sql": "subject = 'a'"}]);
-    let sub = hub
-        .subscribe(
-            &key,
-            json!({"name": "a-only", "event_types": ["loan_application.*"], "filters": filters,
-                "sink": {"type": "webhook", "url": receiver.url}}),
-        )
-        .await;
-    let sub = sub["id"].as_str().expect("id").to_owned();
-    hub.wait_until_active(&key, &sub).await;
-    let a = Event::new("t1").set("ce-subject", "a");
-    let b1 = Event::new("t1").set("ce-subject", "b");
-    let b2 = Event::new("t1").set("ce-subject", "b");
-    let payment = Event::of("t1", "payment", "settled").set("ce-subject", "b");
-    for e in [&a, &b1, &b2, &payment] {
-        assert_eq!(hub.post_event(&key, e).await.0, StatusCode::ACCEPTED);
-    }
+    let (receiver, sub, [a, b1, b2, _]) = a_only(&hub, &key).await;
     receiver.wait_for(1, WAIT).await;
     let path = format!("/v1/subscriptions/{sub}/simulate");
     let simulate = |body: Value| {
