@@ -6,6 +6,7 @@ mod auth;
 mod catalog;
 mod fanout;
 mod harness;
+mod history;
 mod ingest;
 mod peer;
 mod portal;
@@ -167,6 +168,14 @@ enum BenchScenario {
         events: usize,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
         producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// A draft selection tried on a large inbox: `--events` events over the last 24 hours loaded
+    /// with COPY, then `POST …/simulate` over that day, three times (PostgreSQL only).
+    Simulate {
+        #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
+        events: usize,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -370,6 +379,7 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         BenchScenario::Peer { peer, run, api, receiver, latency_ms, events, producers, json } => {
             peer::peer(peer, run, api, receiver, latency_ms, events, producers, &json_path(json, "peer")).await
         }
+        BenchScenario::Simulate { events, json } => history::simulate(events, &json_path(json, "simulate")).await,
         BenchScenario::AuthCost { events, producers, json } => {
             auth::auth_cost(events, producers, &json_path(json, "auth-cost")).await
         }

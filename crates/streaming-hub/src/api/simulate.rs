@@ -116,6 +116,8 @@ pub async fn simulate(
     Path(id): Path<String>,
     RawBody(body): RawBody,
 ) -> Result<AxumJson<Simulation>, ApiError> {
+    // Another tenant's subscription is not found whatever the body says.
+    let sub = load(&state, &caller, &id).await?;
     let req: SimulateRequest = optional_json(&body)?;
     let since = req.since.as_deref().ok_or_else(|| ApiError::validation("since", "is required"))?;
     let since = rfc3339(since).ok_or_else(|| ApiError::validation("since", RFC3339_EXPECTED))?;
@@ -138,7 +140,6 @@ pub async fn simulate(
         None | Some(Value::Null) => None,
         Some(f) => Some(super::filters::valid_filters(Some(f.clone()))?),
     };
-    let sub = load(&state, &caller, &id).await?;
     let current = Selection::of(&sub.event_types, sub.origin.clone(), &sub.filters)?;
     let draft = Selection::of(
         req.event_types.as_deref().unwrap_or(&sub.event_types),

@@ -1,0 +1,111 @@
+//! `simulate`: a draft selection tried on a large inbox (SPEC §10, "History tools"). The hub's
+//! schema is loaded with `--events` events of one tenant spread over the last 24 hours with
+//! `COPY` (one in a thousand of them for the subject the subscription's filter names), then
+//! `POST …/simulate` is timed over that day with a draft filter, three times.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use uuid::{NoContext, Timestamp, Uuid};
+
+use crate::harness::{BenchHub, Db, f0, f2, write_json};
+
+const TENANT: &str = "sim";
+
+/// Loads `events` events of [`TENANT`] received evenly from `first` to `until` with one `COPY`;
+/// event `i`'s subject is `customer-<i % 1000>`.
+async fn load(pool: &sqlx::PgPool, first: DateTime<Utc>, until: DateTime<Utc>, events: usize) -> anyhow::Result<()> {
+    use std::fmt::Write as _;
+    let mut conn = pool.acquire().await?;
+    let mut copy = conn
+        .copy_in_raw(
+            "COPY events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type, event_time, \
+             schema_version, subject, extensions, payload, origin, received_at) FROM STDIN",
+        )
+        .await?;
+    let span_us = (until - first).num_microseconds().context("span")?;
+    let mut chunk = String::with_capacity(8 << 20);
+    for i in 0..events {
+        let at = first + chrono::Duration::microseconds(span_us * i as i64 / events as i64);
+        let id = Uuid::new_v7(Timestamp::from_unix(
+            NoContext,
+            u64::try_from(at.timestamp()).context("before 1970")?,
+            at.timestamp_subsec_nanos(),
+        ));
+        let body = format!(r#"{{"n":{i},"amount":{}}}"#, i % 997);
+        let stamp = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        write!(
+            chunk,
+            "{TENANT}\t{}\t{id}\tbench\tstudio.lerian.bench.payment.settled\tpayment\tsettled\t{stamp}\t1.0.0\tcustomer-{}\t{{}}\t\\\\x",
+            i + 1,
+            i % 1000
+        )?;
+        for b in body.as_bytes() {
+            write!(chunk, "{b:02x}")?;
+        }
+        writeln!(chunk, "\thttp\t{stamp}")?;
+        if chunk.len() >= 4 << 20 {
+            copy.send(chunk.as_bytes()).await?;
+            chunk.clear();
+        }
+    }
+    copy.send(chunk.as_bytes()).await?;
+    copy.finish().await?;
+    sqlx::query(
+        "INSERT INTO tenant_sequences (tenant_id, last_seq) VALUES ($1, $2)
+         ON CONFLICT (tenant_id) DO UPDATE SET last_seq = excluded.last_seq",
+    )
+    .bind(TENANT)
+    .bind(i64::try_from(events)?)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("ANALYZE events").execute(&mut *conn).await?;
+    Ok(())
+}
+
+pub async fn simulate(events: usize, json_out: &Path) -> anyhow::Result<()> {
+    let hub = BenchHub::start(None).await?;
+    let Db::Postgres { pool, .. } = &hub.db else {
+        anyhow::bail!("the simulate bench loads PostgreSQL with COPY (set STREAMING_HUB_POSTGRES_DSN)");
+    };
+    let key = hub.tenant(TENANT).await?;
+    let sub = hub
+        .subscribe_with(
+            &key,
+            json!({"name": "one-customer", "event_types": ["payment.*"], "filters": [{"sql": "subject = 'customer-7'"}],
+                "sink": {"type": "pull"}}),
+        )
+        .await?;
+    let now = Utc::now();
+    let since = now - chrono::Duration::hours(24);
+    let started = Instant::now();
+    load(pool, since + chrono::Duration::seconds(1), now - chrono::Duration::seconds(1), events).await?;
+    let loaded = started.elapsed();
+    let body = json!({"since": since.to_rfc3339(), "until": now.to_rfc3339(),
+        "filters": [{"sql": "subject IN ('customer-7', 'customer-8') AND amount > 100"}]});
+    let mut runs = Vec::new();
+    let mut last = Value::Null;
+    for _ in 0..3 {
+        let (status, answer, took) = hub
+            .call(reqwest::Method::POST, &format!("/v1/subscriptions/{sub}/simulate"), Some(&key), Some(&body))
+            .await?;
+        anyhow::ensure!(status == 200, "simulate answered {status}: {answer}");
+        runs.push(took.as_secs_f64());
+        last = answer;
+    }
+    hub.finish().await?;
+    println!("simulate (postgres, {events} events of one tenant over the last 24 h, a draft filter)");
+    println!("  {:<38} {:>12}", "load with COPY s", f2(loaded.as_secs_f64()));
+    for (i, s) in runs.iter().enumerate() {
+        println!("  {:<38} {:>12}", format!("simulate {} s", i + 1), f2(*s));
+    }
+    println!("  {:<38} {:>12}", "scanned", f0(last["scanned"].as_f64().unwrap_or(f64::NAN)));
+    println!("  {:<38} {:>12}", "current / draft", format!("{} / {}", last["current"], last["draft"]));
+    let figures = json!({"scenario": "simulate", "events": events, "load_s": loaded.as_secs_f64(),
+        "simulate_s": runs, "answer": {"current": last["current"], "draft": last["draft"],
+        "scanned": last["scanned"], "complete": last["complete"]}});
+    write_json(&figures, json_out)
+}
