@@ -3,8 +3,8 @@
 //! what the subscription's own matched, with samples of the difference. Nothing changes.
 //!
 //! The window is read a page at a time, oldest first; each page is judged off the threads that
-//! serve HTTP (filters run within the filter budget, as at ingest). At most [`MAX_SCANNED`]
-//! events are read: past that the answer says it is not `complete`.
+//! serve HTTP (filters run within the filter budget, as at ingest) while the next page is read.
+//! At most [`MAX_SCANNED`] events are read: past that the answer says it is not `complete`.
 
 use axum::Json as AxumJson;
 use axum::extract::{Path, State};
@@ -22,7 +22,7 @@ use super::subscriptions::{load, valid_event_types};
 
 /// Events one simulation reads at most.
 pub const MAX_SCANNED: u64 = 1_000_000;
-/// Events read a page.
+/// Events read a page (the next is read while one is judged).
 const PAGE: u32 = 1_000;
 
 /// A draft selection and the window to try it on.
@@ -149,16 +149,18 @@ pub async fn simulate(
     let selections = std::sync::Arc::new((current, draft));
     let mut out = Simulation { complete: true, ..Simulation::default() };
     let (mut differ, mut both) = (Vec::new(), Vec::new());
-    let mut after = 0;
-    loop {
-        if out.scanned >= MAX_SCANNED {
-            out.complete = false;
-            break;
-        }
+    // The next page is read while this one is judged.
+    let tenant = caller.tenant.to_string();
+    let read = |after: i64| {
+        let (store, tenant) = (std::sync::Arc::clone(&state.store), tenant.clone());
         let query = EventQuery { after, limit: PAGE, since: Some(since), until: Some(until), ..EventQuery::default() };
-        let page = state.store.list_events(caller.tenant.as_str(), &query).await?;
+        tokio::spawn(async move { store.list_events(&tenant, &query).await })
+    };
+    let mut next = read(0);
+    loop {
+        let page = next.await.map_err(|_| ApiError::internal("a simulation's read failed"))??;
         let Some(last) = page.last() else { break };
-        after = last.seq;
+        next = read(last.seq);
         let judged = {
             let selections = std::sync::Arc::clone(&selections);
             tokio::task::spawn_blocking(move || {
@@ -189,6 +191,12 @@ pub async fn simulate(
                 (true, true) if both.len() < limit => both.push(Sample { ce_id, seq, within: "both" }),
                 _ => {}
             }
+        }
+        if out.scanned >= MAX_SCANNED {
+            // Complete only when nothing is left.
+            let more = next.await.map_err(|_| ApiError::internal("a simulation's read failed"))??;
+            out.complete = more.is_empty();
+            break;
         }
     }
     let room = limit.saturating_sub(differ.len());
