@@ -52,7 +52,11 @@ impl Inbox for PgStore {
             sql.push(" AND received_at < ").push_bind(until);
         }
         sql.push(" ORDER BY seq LIMIT ").push_bind(i64::from(q.limit));
-        sql.build().fetch_all(&self.pool).await?.iter().map(event_from_row).collect()
+        // Planned for its values every time (an unnamed statement): the generic plan a prepared
+        // one falls back to after five runs estimates a time window as a few rows, reads it
+        // through `received_at` and sorts, 200 ms a page of a million-event day, where the
+        // primary key gives the page in 3 ms.
+        sql.build().persistent(false).fetch_all(&self.pool).await?.iter().map(event_from_row).collect()
     }
 
     async fn stream_entries_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<StreamEntry>> {

@@ -23,7 +23,7 @@ use super::subscriptions::{load, valid_event_types};
 /// Events one simulation reads at most.
 pub const MAX_SCANNED: u64 = 1_000_000;
 /// Events read a page (the next is read while one is judged).
-const PAGE: u32 = 1_000;
+const PAGE: u32 = 5_000;
 
 /// A draft selection and the window to try it on.
 #[derive(Debug, Default, Deserialize, ToSchema)]
