@@ -346,11 +346,16 @@ pub(crate) fn usage_of(pid: &str) -> (f64, f64) {
 
 /// CPU seconds of every PostgreSQL process on this machine (the server and its backends).
 pub fn postgres_cpu() -> f64 {
+    cpu_of_named("postgres")
+}
+
+/// CPU seconds of every process on this machine whose name (`comm`) is `comm`.
+pub fn cpu_of_named(comm: &str) -> f64 {
     let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
     entries
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
-        .filter(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "postgres"))
+        .filter(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == comm))
         .map(|e| usage_of(&e.file_name().to_string_lossy()).0)
         .sum()
 }

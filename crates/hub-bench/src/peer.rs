@@ -17,7 +17,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use crate::fanout::wait;
-use crate::harness::{Latency, Receiver, body, f0, f1, now_us, postgres_cpu, usage_of, write_json};
+use crate::harness::{Latency, Receiver, body, cpu_of_named, f0, f1, now_us, postgres_cpu, usage_of, write_json};
 
 /// The services measured beside this hub.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -75,17 +75,6 @@ fn peer_usage(run: &Path, peer: Peer) -> anyhow::Result<(f64, f64)> {
         }
     }
     Ok((cpu, rss))
-}
-
-/// CPU seconds of every process named `comm` (RabbitMQ's `beam.smp`).
-fn cpu_of_named(comm: &str) -> f64 {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return 0.0 };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
-        .filter(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == comm))
-        .map(|e| usage_of(&e.file_name().to_string_lossy()).0)
-        .sum()
 }
 
 #[derive(Debug, Clone, Copy)]

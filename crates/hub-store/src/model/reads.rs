@@ -78,6 +78,15 @@ pub struct NewReplay {
     pub now: DateTime<Utc>,
 }
 
+impl ReplayRecord {
+    /// Which matched events it gives again (both flags cannot be stored: the API refuses them
+    /// together; were they, only the missed ones).
+    pub fn selection(&self) -> hub_core::replay::Selection {
+        hub_core::replay::Selection::of(self.include_delivered, self.only_undelivered)
+            .unwrap_or(hub_core::replay::Selection::OnlyUndelivered)
+    }
+}
+
 /// An event a subscription had and never got: what `only_undelivered` replays.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UndeliveredEvent {

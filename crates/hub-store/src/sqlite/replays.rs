@@ -349,9 +349,7 @@ impl Replays for SqliteStore {
                 }
             }
         }
-        let selection = hub_core::replay::Selection::of(replay.include_delivered, replay.only_undelivered)
-            .unwrap_or(hub_core::replay::Selection::OnlyUndelivered);
-        let (create, progress) = plan_replay(&wanted, selection, &existing);
+        let (create, progress) = plan_replay(&wanted, replay.selection(), &existing);
         if !create.is_empty() {
             if push {
                 let state = hub_core::delivery::waiting_state(
