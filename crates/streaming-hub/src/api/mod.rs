@@ -76,6 +76,8 @@ pub struct AppState {
     pub notices: crate::operational::Notices,
     /// Wakes the replay runner: a replay started.
     pub replays: Arc<tokio::sync::Notify>,
+    /// Simulations this replica may run at once (`simulate.rs`).
+    pub simulations: Arc<tokio::sync::Semaphore>,
     /// Breakers of this process's dispatcher, for listings.
     pub breakers: crate::delivery::BreakerBoard,
     /// What this replica's dispatcher has in flight (empty where it does not deliver).

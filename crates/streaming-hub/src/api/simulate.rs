@@ -8,6 +8,7 @@
 
 use axum::Json as AxumJson;
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use hub_core::{EventKey, EventPattern, wants};
 use hub_store::{EventQuery, StoredEvent};
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,11 @@ use super::subscriptions::{load, valid_event_types};
 
 /// Events one simulation reads at most.
 pub const MAX_SCANNED: u64 = 1_000_000;
+/// Simulations one replica runs at once: each may judge up to a million events against two
+/// selections of tenant filters, each within the filter budget, so their number, not only
+/// their size, is what keeps them from taking the CPU other tenants' ingest needs.
+pub const AT_ONCE: usize = 2;
+
 /// Events read a page (the next is read while one is judged).
 const PAGE: u32 = 5_000;
 
@@ -107,6 +113,7 @@ impl Selection {
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
         (status = 422, description = "A field is invalid (named in the message)", body = ErrorBody),
+        (status = 429, description = "As many simulations as this replica runs at once are running; `Retry-After` says when to try again", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
@@ -146,6 +153,15 @@ pub async fn simulate(
         sub.origin.clone(),
         draft_filters.as_ref().unwrap_or(&sub.filters),
     )?;
+    let _running = state.simulations.try_acquire().map_err(|_| {
+        let mut busy = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "simulations_busy",
+            format!("{AT_ONCE} simulations are running on this replica; try again shortly"),
+        );
+        busy.retry_after = Some(1);
+        busy
+    })?;
     let selections = std::sync::Arc::new((current, draft));
     let mut out = Simulation { complete: true, ..Simulation::default() };
     let (mut differ, mut both) = (Vec::new(), Vec::new());

@@ -182,6 +182,7 @@ pub enum SimulateSelectionError {
     Status413(models::ErrorBody),
     Status415(models::ErrorBody),
     Status422(models::ErrorBody),
+    Status429(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 

@@ -4464,6 +4464,7 @@ class SubscriptionsApi:
             '413': "ErrorBody",
             '415': "ErrorBody",
             '422': "ErrorBody",
+            '429': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -4540,6 +4541,7 @@ class SubscriptionsApi:
             '413': "ErrorBody",
             '415': "ErrorBody",
             '422': "ErrorBody",
+            '429': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -4616,6 +4618,7 @@ class SubscriptionsApi:
             '413': "ErrorBody",
             '415': "ErrorBody",
             '422': "ErrorBody",
+            '429': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
