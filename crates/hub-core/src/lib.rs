@@ -13,6 +13,7 @@ pub mod envelope;
 pub mod filter;
 pub mod ids;
 pub mod netpolicy;
+pub mod oidc;
 pub mod operational;
 pub mod pull;
 pub mod ratelimit;

@@ -32,8 +32,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use uuid::Uuid;
 
+pub use aws::web_identity::TokenIssuer;
 pub use aws::{AwsCredentials, AwsEndpoint, AwsSettings};
-pub use destination::{Destination, Secrets};
+pub use destination::{Destination, Owner, Secrets};
 pub use eventbridge::{EventBridgeSink, EventBridgeTarget};
 pub use kafka::{KafkaSink, KafkaTarget};
 pub use kinesis::{KinesisSink, KinesisTarget};

@@ -12,7 +12,7 @@ use uuid::Uuid;
 
 use crate::{
     AwsSettings, Destination, EventBridgeSink, Failure, KafkaSink, KinesisSink, Message, Outcome, Probed, RabbitSink,
-    S3Sink, Secrets, Sink, SnsSink, SqsSink, WebhookSink,
+    S3Sink, Secrets, Sink, SnsSink, SqsSink, TokenIssuer, WebhookSink,
 };
 
 /// Every sink of a process (each pools its connections), by the destination type it serves.
@@ -22,14 +22,21 @@ pub struct Sinks {
 }
 
 impl Sinks {
-    /// The sinks of a process. `allow_private`: sinks may connect to private addresses; `aws`:
-    /// how the AWS sinks' clients get their credentials and endpoint.
+    /// The sinks of a process. `allow_private`: sinks may connect to private addresses; the
+    /// rest is how the AWS sinks' clients get their credentials and endpoint (`issuer`: the hub's
+    /// OIDC issuer, for destinations that assume a role).
     pub fn new(
         allow_private: bool,
         aws_default_credentials: bool,
         aws_endpoint_url: Option<String>,
+        issuer: Option<Arc<dyn TokenIssuer>>,
     ) -> Result<Self, String> {
-        let aws = AwsSettings { default_chain: aws_default_credentials, endpoint_url: aws_endpoint_url, allow_private };
+        let aws = AwsSettings {
+            default_chain: aws_default_credentials,
+            endpoint_url: aws_endpoint_url,
+            allow_private,
+            issuer,
+        };
         let registry: Vec<(SinkKind, Arc<dyn Sink>)> = vec![
             (SinkKind::Webhook, Arc::new(WebhookSink::new(allow_private)?)),
             (SinkKind::Sqs, Arc::new(SqsSink::new(aws.clone()))),

@@ -153,6 +153,7 @@ pub trait Store:
     + Catalog
     + Stats
     + Sessions
+    + IssuerKeys
     + std::fmt::Debug
     + Send
     + Sync
@@ -169,6 +170,7 @@ impl<T> Store for T where
         + Catalog
         + Stats
         + Sessions
+        + IssuerKeys
         + std::fmt::Debug
         + Send
         + Sync
@@ -178,7 +180,7 @@ impl<T> Store for T where
 
 /// The role traits, for `use hub_store::prelude::*`.
 pub mod prelude {
-    pub use crate::{Catalog, Inbox, JobQueue, Operations, Replays, Sessions, Stats, Store, Subscriptions};
+    pub use crate::{Catalog, Inbox, IssuerKeys, JobQueue, Operations, Replays, Sessions, Stats, Store, Subscriptions};
 }
 
 /// The per-tenant inbox: accepted events, their seqs, and the pull streams over them.
@@ -569,6 +571,20 @@ pub trait Sessions: Send + Sync {
     /// Revokes a live session (its grant too); false when no session has that id, or it is
     /// already revoked or expired (SPEC §9: no live session is a 404).
     async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool>;
+}
+
+/// The hub's OIDC signing keys (keyless AWS destinations).
+#[async_trait]
+pub trait IssuerKeys: Send + Sync {
+    /// Every kept key, oldest first.
+    async fn issuer_keys(&self) -> StoreResult<Vec<IssuerKeyRecord>>;
+
+    /// Adds a key; when `retire_others` is set, every other key still signing is retired then
+    /// (a rotation), in the same transaction.
+    async fn add_issuer_key(&self, key: &IssuerKeyRecord, retire_others: Option<DateTime<Utc>>) -> StoreResult<()>;
+
+    /// Drops the keys retired before `before` (their overlap is over); how many.
+    async fn drop_issuer_keys(&self, before: DateTime<Utc>) -> StoreResult<u64>;
 }
 
 /// Where the hub keeps its state.

@@ -10,6 +10,10 @@ const AWS_FIELDS = [
   { key: "credentials.access_key_id", label: "Access key id (optional: the hub's own credentials otherwise)" },
   { key: "credentials.secret_access_key", label: "Secret access key", type: "password", secret: true },
   { key: "credentials.session_token", label: "Session token (optional)", type: "password", secret: true },
+  { key: "credentials.web_identity.role_arn",
+    label: "Or keyless: a role ARN the hub assumes with its own token (leave the keys empty)",
+    placeholder: "arn:aws:iam::123456789012:role/streaming-hub-delivery" },
+  { key: "credentials.web_identity.session_name", label: "Role session name (optional)" },
 ];
 
 /** Each sink type's fields, by their path in the API's `sink` object. */

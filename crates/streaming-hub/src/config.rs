@@ -216,6 +216,11 @@ pub struct Config {
     /// The AWS endpoint for SQS and EventBridge subscriptions that name none (an emulator, a VPC
     /// endpoint).
     pub aws_endpoint_url: Option<String>,
+    /// The hub as an OIDC issuer (its URL, the tokens' `iss`): AWS destinations may then assume a
+    /// role with its tokens, no key stored.
+    pub oidc_issuer: Option<String>,
+    /// After a rotation, how long the replaced signing key stays published.
+    pub oidc_key_overlap: Duration,
     pub kek_ref: Option<String>,
     pub dev_kek: Option<Secret>,
     pub shutdown_timeout: Duration,
@@ -320,6 +325,8 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
     "STREAMING_HUB_AWS_DEFAULT_CREDENTIALS",
     "STREAMING_HUB_AWS_ENDPOINT_URL",
+    "STREAMING_HUB_OIDC_ISSUER",
+    "STREAMING_HUB_OIDC_KEY_OVERLAP",
     "STREAMING_HUB_KEK_REF",
     "STREAMING_HUB_DEV_KEK",
     "STREAMING_HUB_SHUTDOWN_TIMEOUT",
@@ -691,6 +698,8 @@ impl Config {
                 Ok(u) if u.scheme() == "http" || u.scheme() == "https" => Ok(Some(raw.to_owned())),
                 _ => Err(format!("must be an http(s) URL (got {})", quoted(raw))),
             }),
+            oidc_issuer: r.parse("STREAMING_HUB_OIDC_ISSUER", None, oidc_issuer),
+            oidc_key_overlap: r.duration("STREAMING_HUB_OIDC_KEY_OVERLAP", "24h"),
             kek_ref: r.text("STREAMING_HUB_KEK_REF"),
             dev_kek: r.text("STREAMING_HUB_DEV_KEK").map(Secret),
             shutdown_timeout: r.duration("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30s"),
@@ -764,6 +773,35 @@ impl Config {
         s.insert("kafka", if self.kafka.is_some() { "configured" } else { "off" }.to_owned());
         s
     }
+}
+
+/// An issuer URL as OIDC wants it: https (http only for a loopback address, as tests and local
+/// emulators use), a host, no path, query or fragment, since discovery is read at
+/// `<issuer>/.well-known/openid-configuration` and the hub serves it at its root.
+fn oidc_issuer(raw: &str) -> Result<Option<String>, String> {
+    let bad = || {
+        format!(
+            "must be the https URL the hub is reached at, without a path, such as https://hub.example.com (got {})",
+            quoted(raw)
+        )
+    };
+    let url = url::Url::parse(raw).map_err(|_| bad())?;
+    let loopback = match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        None => return Err(bad()),
+    };
+    let scheme_ok = url.scheme() == "https" || (url.scheme() == "http" && loopback);
+    if !scheme_ok
+        || url.path() != "/"
+        || url.query().is_some()
+        || url.fragment().is_some()
+        || !url.username().is_empty()
+    {
+        return Err(bad());
+    }
+    Ok(Some(raw.trim_end_matches('/').to_owned()))
 }
 
 /// `STREAMING_HUB_PORTAL_FRAME_ANCESTORS`: CSP `frame-ancestors` sources, space-separated —

@@ -11,6 +11,7 @@ pub mod delivery;
 pub mod demo;
 pub mod ingest;
 pub mod keys;
+pub mod oidc;
 pub mod operational;
 pub mod retention;
 pub mod secrets;
@@ -200,15 +201,32 @@ pub async fn start_with_clock(
             stop.cancel();
         });
     }
+    let sealer = Arc::new(secrets::Sealer::new(kek));
+    let issuer = match &config.oidc_issuer {
+        Some(url) => {
+            let issuer = oidc::Issuer::start(
+                url.clone(),
+                config.oidc_key_overlap,
+                Arc::clone(&store),
+                Arc::clone(&sealer),
+                Arc::clone(&clock),
+            )
+            .await
+            .context("STREAMING_HUB_OIDC_ISSUER: the issuer's signing keys cannot be read or made")?;
+            tracing::info!(issuer = %url, "OIDC issuer: AWS destinations may assume roles with this hub's tokens");
+            Some(issuer)
+        }
+        None => None,
+    };
     let sinks: Arc<dyn hub_sinks::Sink> = Arc::new(
         hub_sinks::Sinks::new(
             config.allow_private_sinks,
             config.aws_default_credentials,
             config.aws_endpoint_url.clone(),
+            issuer.clone().map(|i| i as Arc<dyn hub_sinks::TokenIssuer>),
         )
         .map_err(anyhow::Error::msg)?,
     );
-    let sealer = Arc::new(secrets::Sealer::new(kek));
     let wake = Arc::new(tokio::sync::Notify::new());
     let (notices, notice_queue) = operational::Notices::channel();
     let breakers = delivery::BreakerBoard::default();
@@ -274,6 +292,9 @@ pub async fn start_with_clock(
         "event type learner",
         catalog::learn::run(Arc::clone(&catalog.learner), Arc::clone(&store), stop.clone()),
     ));
+    if let Some(issuer) = &issuer {
+        tasks.push(supervisor.spawn("issuer keys refresh", oidc::refresh_loop(Arc::clone(issuer), stop.clone())));
+    }
     let replays = Arc::new(tokio::sync::Notify::new());
     if config.role.delivers() {
         tasks.push(supervisor.spawn(
@@ -388,6 +409,7 @@ pub async fn start_with_clock(
         public_url: config.public_url.clone(),
         frame_ancestors: config.portal_frame_ancestors.clone(),
         test_waiting: Arc::default(),
+        issuer,
     };
     telemetry::prometheus();
     let router = api::router(state);

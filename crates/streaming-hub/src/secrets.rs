@@ -117,6 +117,8 @@ pub enum Purpose {
     SigningSecret,
     PreviousSecret,
     Credentials,
+    /// One of the hub's OIDC signing keys (owned by its kid).
+    IssuerKey,
 }
 
 impl Purpose {
@@ -125,6 +127,7 @@ impl Purpose {
             Purpose::SigningSecret => "signing_secret",
             Purpose::PreviousSecret => "previous_secret",
             Purpose::Credentials => "credentials",
+            Purpose::IssuerKey => "issuer_key",
         }
     }
 }

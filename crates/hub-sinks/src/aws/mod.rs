@@ -3,10 +3,12 @@
 //!
 //! Clients are built per (region, endpoint, credentials) and reused. Each makes exactly one
 //! request per attempt: the SDK's own retries are off, the dispatcher's curve decides. Credentials
-//! come from the subscription; the default provider chain (instance role, environment) is used
-//! only when the operator allows it.
+//! come from the subscription: sealed keys, or a role assumed with the hub's own token
+//! ([`web_identity`]); the default provider chain (instance role, environment) is used only when
+//! the operator allows it.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::retry::RetryConfig;
@@ -18,6 +20,10 @@ use serde_json::{Map, Value};
 use crate::{Failure, FailureKind};
 
 pub mod config;
+pub mod web_identity;
+
+use config::AwsAccess;
+use web_identity::{AssumedRole, Exchanges, TokenIssuer, WebIdentityProvider};
 
 /// Static AWS credentials from a subscription.
 #[derive(Clone)]
@@ -39,6 +45,8 @@ pub struct AwsEndpoint {
     pub region: String,
     pub endpoint_url: Option<String>,
     pub credentials: Option<AwsCredentials>,
+    /// The role assumed with the hub's token, in place of keys.
+    pub role: Option<AssumedRole>,
     pub timeout: Duration,
     /// `endpoint_url` is the tenant's own: its host must pass the address guard before a client
     /// is built for it (the operator's endpoint and AWS's own are trusted).
@@ -61,6 +69,7 @@ impl AwsEndpoint {
         if let Some(c) = &self.credentials {
             (&c.access_key_id, &c.secret_access_key, &c.session_token).hash(&mut h);
         }
+        self.role.hash(&mut h);
         h.finish()
     }
 }
@@ -68,6 +77,9 @@ impl AwsEndpoint {
 /// How a process's AWS sinks build their clients.
 #[derive(Debug, Clone, Default)]
 pub struct AwsSettings {
+    /// The hub's OIDC issuer, when it is one: destinations may then assume a role with its
+    /// tokens.
+    pub issuer: Option<Arc<dyn TokenIssuer>>,
     /// The default credential chain (instance role, environment) may serve destinations that
     /// carry no credentials.
     pub default_chain: bool,
@@ -83,14 +95,25 @@ impl AwsSettings {
         &self,
         region: &str,
         endpoint: Option<&str>,
+        access: Option<&AwsAccess>,
         secrets: &crate::Secrets,
         timeout: Duration,
     ) -> AwsEndpoint {
+        let owner = secrets.owner.as_ref();
+        let role = access.map(|a| AssumedRole {
+            role_arn: a.web_identity.role_arn.clone(),
+            session_name: a.web_identity.session_name.clone().unwrap_or_else(|| match owner {
+                Some(o) => format!("streaming-hub-{}", o.subscription.simple()),
+                None => "streaming-hub".to_owned(),
+            }),
+            subject: owner.map(|o| hub_core::oidc::subject(&o.tenant, o.subscription)),
+        });
         let text = |c: &Value, name: &str| c[name].as_str().unwrap_or_default().to_owned();
         AwsEndpoint {
             region: region.to_owned(),
             check_endpoint: endpoint.is_some() && !self.allow_private,
             endpoint_url: endpoint.map(str::to_owned).or_else(|| self.endpoint_url.clone()),
+            role,
             credentials: secrets.credentials.as_ref().map(|c| AwsCredentials {
                 access_key_id: text(c, "access_key_id"),
                 secret_access_key: text(c, "secret_access_key"),
@@ -113,7 +136,11 @@ pub(crate) struct Clients<C> {
 impl<C: Clone> Clients<C> {
     pub(crate) fn new(settings: AwsSettings) -> Self {
         crate::webhook::install_crypto_provider();
-        Self { configs: Configs::new(settings.default_chain), settings, cache: Default::default() }
+        Self {
+            configs: Configs::new(settings.default_chain, settings.issuer.clone()),
+            settings,
+            cache: Default::default(),
+        }
     }
 
     /// The client of `e`: the cached one, or one `make` builds once the address guard cleared
@@ -134,22 +161,35 @@ impl<C: Clone> Clients<C> {
 #[derive(Debug)]
 struct Configs {
     allow_default_chain: bool,
+    issuer: Option<Arc<dyn TokenIssuer>>,
+    exchanges: Exchanges,
     /// The HTTP client of a tenant's own endpoint: it resolves through the address guard.
     guarded: aws_smithy_runtime_api::client::http::SharedHttpClient,
 }
 
-impl Configs {
-    fn new(allow_default_chain: bool) -> Self {
-        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
-        let guarded = aws_smithy_http_client::Builder::new()
-            .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
-            .build_with_resolver(crate::guard::GuardedDns);
-        Self { allow_default_chain, guarded }
+/// Credentials refused before any request: the reason, as an attempt's failure.
+fn unauthorized(reason: &str) -> Failure {
+    Failure {
+        retryable: true,
+        kind: FailureKind::Unauthorized,
+        reason: reason.to_owned(),
+        status: None,
+        response: None,
+        retry_after: None,
     }
 }
 
 impl Configs {
-    async fn load(&self, e: &AwsEndpoint) -> Result<SdkConfig, Failure> {
+    fn new(allow_default_chain: bool, issuer: Option<Arc<dyn TokenIssuer>>) -> Self {
+        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+        let guarded = aws_smithy_http_client::Builder::new()
+            .tls_provider(Provider::Rustls(CryptoMode::AwsLc))
+            .build_with_resolver(crate::guard::GuardedDns);
+        Self { allow_default_chain, issuer, exchanges: Exchanges::default(), guarded }
+    }
+
+    /// Region, endpoint, timeouts and HTTP client of `e`, credentials left to the caller.
+    fn loader(&self, e: &AwsEndpoint) -> aws_config::ConfigLoader {
         let timeouts = TimeoutConfig::builder()
             .operation_timeout(e.timeout)
             .connect_timeout(e.timeout.min(Duration::from_secs(10)))
@@ -158,36 +198,52 @@ impl Configs {
             .region(Region::new(e.region.clone()))
             .retry_config(RetryConfig::disabled())
             .timeout_config(timeouts);
-        match &e.credentials {
-            Some(c) => {
-                loader = loader.credentials_provider(aws_credential_types::Credentials::new(
-                    c.access_key_id.clone(),
-                    c.secret_access_key.clone(),
-                    c.session_token.clone(),
-                    None,
-                    "streaming-hub",
-                ));
-            }
-            None if !self.allow_default_chain => {
-                return Err(Failure {
-                    retryable: true,
-                    kind: FailureKind::Unauthorized,
-                    reason: "no credentials are configured for this destination, and the default AWS credential \
-                             chain is not allowed (STREAMING_HUB_AWS_DEFAULT_CREDENTIALS)"
-                        .to_owned(),
-                    status: None,
-                    response: None,
-                    retry_after: None,
-                });
-            }
-            None => {}
-        }
         if let Some(url) = &e.endpoint_url {
             loader = loader.endpoint_url(url);
         }
         if e.check_endpoint {
             loader = loader.http_client(self.guarded.clone());
         }
+        loader
+    }
+
+    async fn load(&self, e: &AwsEndpoint) -> Result<SdkConfig, Failure> {
+        let loader = self.loader(e);
+        let loader = match (&e.role, &e.credentials) {
+            (Some(role), _) => {
+                let issuer = self.issuer.clone().ok_or_else(|| {
+                    unauthorized(
+                        "this destination assumes a role with the hub's token, and this hub is not an OIDC \
+                         issuer (STREAMING_HUB_OIDC_ISSUER)",
+                    )
+                })?;
+                // STS is asked where the destination's endpoint is (emulators serve it there too),
+                // else at the region's own.
+                let sts = aws_sdk_sts::Client::new(&self.loader(e).no_credentials().load().await);
+                let provider =
+                    WebIdentityProvider::new(issuer, sts, role.clone(), e.timeout, &self.exchanges, e.cache_key());
+                loader.credentials_provider(provider).identity_cache(
+                    aws_config::identity::IdentityCache::lazy()
+                        .buffer_time(Duration::from_secs(300))
+                        .load_timeout(e.timeout)
+                        .build(),
+                )
+            }
+            (None, Some(c)) => loader.credentials_provider(aws_credential_types::Credentials::new(
+                c.access_key_id.clone(),
+                c.secret_access_key.clone(),
+                c.session_token.clone(),
+                None,
+                "streaming-hub",
+            )),
+            (None, None) if !self.allow_default_chain => {
+                return Err(unauthorized(
+                    "no credentials are configured for this destination, and the default AWS credential chain is \
+                     not allowed (STREAMING_HUB_AWS_DEFAULT_CREDENTIALS)",
+                ));
+            }
+            (None, None) => loader,
+        };
         Ok(loader.load().await)
     }
 }
@@ -195,7 +251,7 @@ impl Configs {
 /// Classifies an SDK error by its class and service error code; never includes credentials. A
 /// service error whose code is in `permanent` (a resource that does not exist, a message the
 /// service can never take) is not retryable.
-pub(crate) fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
+pub(crate) fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug + 'static>(
     e: &SdkError<E, R>,
     timeout: Duration,
     service: &str,
@@ -209,6 +265,9 @@ pub(crate) fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R:
         response: None,
         retry_after: None,
     };
+    if let Some(reason) = web_identity::not_assumed(e) {
+        return failure(FailureKind::Unauthorized, reason);
+    }
     match e {
         SdkError::TimeoutError(_) => {
             failure(FailureKind::Timeout, format!("{service} did not answer within {} ms", timeout.as_millis()))

@@ -123,6 +123,19 @@ impl Destination {
         each_config!(self, c => c.credentials_field(), pull => "sink")
     }
 
+    /// The role an AWS destination assumes with the hub's own token, when it does.
+    pub fn web_identity(&self) -> Option<&crate::aws::config::WebIdentity> {
+        let access = match self {
+            Self::Sqs(c) => &c.credentials,
+            Self::Sns(c) => &c.credentials,
+            Self::Eventbridge(c) => &c.credentials,
+            Self::Kinesis(c) => &c.credentials,
+            Self::S3(c) => &c.credentials,
+            _ => return None,
+        };
+        access.as_ref().map(|a| &a.web_identity)
+    }
+
     /// [`SinkConfig::credential_origins`].
     pub fn credential_origins(&self) -> Vec<Origin> {
         each_config!(self, c => c.credential_origins(), pull => Vec::new())
@@ -136,6 +149,16 @@ pub struct Secrets {
     pub signing: Vec<String>,
     /// Sink credentials, as the API took them (a JSON object).
     pub credentials: Option<Value>,
+    /// Whose destination it is: what the hub's web identity tokens name (AWS sinks that assume
+    /// a role).
+    pub owner: Option<Owner>,
+}
+
+/// The subscription a destination belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub tenant: String,
+    pub subscription: Uuid,
 }
 
 impl std::fmt::Debug for Secrets {
@@ -143,6 +166,7 @@ impl std::fmt::Debug for Secrets {
         f.debug_struct("Secrets")
             .field("signing", &self.signing.len())
             .field("credentials", &self.credentials.is_some())
+            .field("owner", &self.owner)
             .finish()
     }
 }

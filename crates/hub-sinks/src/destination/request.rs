@@ -357,6 +357,67 @@ mod tests {
     }
 
     #[test]
+    fn an_aws_role_is_shown_drops_stored_keys_and_is_part_of_the_connection() {
+        let role = "arn:aws:iam::123456789012:role/path/streaming-hub";
+        for kind in [
+            json!({"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/q"}),
+            json!({"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:123456789012:t"}),
+            json!({"type": "eventbridge", "event_bus": "default"}),
+            json!({"type": "kinesis", "stream_name": "s"}),
+            json!({"type": "s3", "bucket": "lerian-events"}),
+        ] {
+            let mut sink = kind.clone();
+            sink["region"] = json!("us-east-1");
+            sink["credentials"] = json!({"web_identity": {"role_arn": role, "session_name": "hub@bank"}});
+            let d = parse(&sink, false).expect("valid");
+            assert_eq!(
+                d.public["credentials"],
+                json!({"web_identity": {"role_arn": role, "session_name": "hub@bank"}})
+            );
+            assert_eq!(d.credentials, Credentials::Cleared, "keys stored before are dropped");
+            assert_eq!(d.typed.web_identity().map(|w| w.role_arn.as_str()), Some(role));
+            let back = Destination::from_stored(&d.public).expect("reads back");
+            assert_eq!(back.web_identity(), d.typed.web_identity());
+            // Another role is another connection (a probe proves it again).
+            let mut other = sink.clone();
+            other["credentials"]["web_identity"]["role_arn"] = json!("arn:aws:iam::123456789012:role/other");
+            assert!(!same_connection(&d.public, &parse(&other, false).expect("valid").public), "{kind}");
+            assert!(same_connection(&d.public, &d.public));
+        }
+        let sqs = |credentials: Value| {
+            json!({"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/q", "region": "us-east-1",
+                   "credentials": credentials})
+        };
+        for (credentials, field) in [
+            (json!({"web_identity": {}}), "sink.credentials.web_identity.role_arn"),
+            (
+                json!({"web_identity": {"role_arn": "arn:aws:iam::123456789012:user/u"}}),
+                "sink.credentials.web_identity.role_arn",
+            ),
+            (
+                json!({"web_identity": {"role_arn": "arn:aws:iam:us-east-1:123456789012:role/r"}}),
+                "sink.credentials.web_identity.role_arn",
+            ),
+            (
+                json!({"web_identity": {"role_arn": "arn:aws:iam::123456789012:role/"}}),
+                "sink.credentials.web_identity.role_arn",
+            ),
+            (
+                json!({"web_identity": {"role_arn": role, "session_name": "x"}}),
+                "sink.credentials.web_identity.session_name",
+            ),
+            (json!({"web_identity": {"role_arn": role, "extra": 1}}), "sink.credentials.web_identity.extra"),
+            (json!({"web_identity": {"role_arn": role}, "secret_access_key": "s"}), "sink.credentials"),
+        ] {
+            let refused = err(sqs(credentials.clone()), false);
+            assert!(refused.starts_with(&format!("{field}:")), "{credentials}: {refused}");
+        }
+        // Keys are never shown.
+        let keys = parse(&sqs(json!({"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": "s"})), false);
+        assert!(keys.expect("valid").public.get("credentials").is_none());
+    }
+
+    #[test]
     fn kafka_rules_and_its_password_is_a_credential() {
         let d = parse(
             &json!({"type": "kafka", "brokers": "k1.example.com:9093, k2.example.com:9093", "topic": "lerian.events",

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aws::config::{aws_credentials, endpoint, region};
+use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
 use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
 
 /// An EventBridge bus.
@@ -12,6 +12,8 @@ pub struct EventBridgeConfig {
     pub region: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<AwsAccess>,
 }
 
 impl SinkConfig for EventBridgeConfig {
@@ -20,7 +22,8 @@ impl SinkConfig for EventBridgeConfig {
     }
 
     fn same_connection(&self, other: &Self) -> bool {
-        (&self.event_bus, &self.region, &self.endpoint_url) == (&other.event_bus, &other.region, &other.endpoint_url)
+        (&self.event_bus, &self.region, &self.endpoint_url, &self.credentials)
+            == (&other.event_bus, &other.region, &other.endpoint_url, &other.credentials)
     }
 
     fn credential_origins(&self) -> Vec<Origin> {
@@ -35,10 +38,12 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(Even
     if !bus.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b)) {
         return Err(Invalid::new("sink.event_bus", "must be an event bus name or ARN"));
     }
+    let (access, credentials) = aws_credentials(fields)?;
     let config = EventBridgeConfig {
         event_bus: bus.to_owned(),
         region: region(fields)?,
         endpoint_url: endpoint(fields, allow_private)?,
+        credentials: access,
     };
-    Ok((config, aws_credentials(fields)?))
+    Ok((config, credentials))
 }

@@ -91,7 +91,13 @@ impl TypedSink for EventBridgeSink {
             return Err(crate::misconfigured("not an EventBridge destination"));
         };
         let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
+        let endpoint = self.clients.settings.endpoint(
+            &c.region,
+            c.endpoint_url.as_deref(),
+            c.credentials.as_ref(),
+            secrets,
+            timeout,
+        );
         Ok(EventBridgeTarget { event_bus: c.event_bus.clone(), endpoint })
     }
 

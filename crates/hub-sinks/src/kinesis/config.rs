@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aws::config::{aws_credentials, endpoint, region};
+use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
 use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
 
 /// A Kinesis data stream.
@@ -12,6 +12,8 @@ pub struct KinesisConfig {
     pub region: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<AwsAccess>,
 }
 
 impl SinkConfig for KinesisConfig {
@@ -20,8 +22,8 @@ impl SinkConfig for KinesisConfig {
     }
 
     fn same_connection(&self, other: &Self) -> bool {
-        (&self.stream_name, &self.region, &self.endpoint_url)
-            == (&other.stream_name, &other.region, &other.endpoint_url)
+        (&self.stream_name, &self.region, &self.endpoint_url, &self.credentials)
+            == (&other.stream_name, &other.region, &other.endpoint_url, &other.credentials)
     }
 
     fn credential_origins(&self) -> Vec<Origin> {
@@ -36,10 +38,12 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(Kine
     if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
         return Err(Invalid::new("sink.stream_name", "may contain letters, digits, '_', '.' and '-'"));
     }
+    let (access, credentials) = aws_credentials(fields)?;
     let config = KinesisConfig {
         stream_name: name.to_owned(),
         region: region(fields)?,
         endpoint_url: endpoint(fields, allow_private)?,
+        credentials: access,
     };
-    Ok((config, aws_credentials(fields)?))
+    Ok((config, credentials))
 }

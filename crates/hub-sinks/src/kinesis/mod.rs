@@ -64,7 +64,13 @@ impl TypedSink for KinesisSink {
             return Err(crate::misconfigured("not a Kinesis destination"));
         };
         let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
+        let endpoint = self.clients.settings.endpoint(
+            &c.region,
+            c.endpoint_url.as_deref(),
+            c.credentials.as_ref(),
+            secrets,
+            timeout,
+        );
         Ok(KinesisTarget { stream_name: c.stream_name.clone(), endpoint })
     }
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aws::config::{aws_credentials, endpoint, region};
+use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
 use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
 
 /// An S3 bucket, with the prefix every object key starts with.
@@ -14,6 +14,8 @@ pub struct S3Config {
     pub region: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<AwsAccess>,
 }
 
 impl SinkConfig for S3Config {
@@ -22,7 +24,8 @@ impl SinkConfig for S3Config {
     }
 
     fn same_connection(&self, other: &Self) -> bool {
-        (&self.bucket, &self.region, &self.endpoint_url) == (&other.bucket, &other.region, &other.endpoint_url)
+        (&self.bucket, &self.region, &self.endpoint_url, &self.credentials)
+            == (&other.bucket, &other.region, &other.endpoint_url, &other.credentials)
     }
 
     fn credential_origins(&self) -> Vec<Origin> {
@@ -56,11 +59,13 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(S3Co
     if prefix.starts_with('/') {
         return Err(Invalid::new("sink.prefix", "must not begin with '/'"));
     }
+    let (access, credentials) = aws_credentials(fields)?;
     let config = S3Config {
         bucket: bucket.to_owned(),
         prefix: prefix.to_owned(),
         region: region(fields)?,
         endpoint_url: endpoint(fields, allow_private)?,
+        credentials: access,
     };
-    Ok((config, aws_credentials(fields)?))
+    Ok((config, credentials))
 }

@@ -80,7 +80,13 @@ impl TypedSink for S3Sink {
     fn target(&self, destination: &Destination, secrets: &Secrets, max_timeout: Duration) -> Result<S3Target, Failure> {
         let Destination::S3(c) = destination else { return Err(crate::misconfigured("not an S3 destination")) };
         let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
+        let endpoint = self.clients.settings.endpoint(
+            &c.region,
+            c.endpoint_url.as_deref(),
+            c.credentials.as_ref(),
+            secrets,
+            timeout,
+        );
         Ok(S3Target { bucket: c.bucket.clone(), prefix: c.prefix.clone(), endpoint })
     }
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aws::config::{aws_credentials, endpoint, region};
+use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
 use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
 
 /// An SNS topic.
@@ -12,6 +12,8 @@ pub struct SnsConfig {
     pub region: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<AwsAccess>,
 }
 
 impl SnsConfig {
@@ -27,7 +29,8 @@ impl SinkConfig for SnsConfig {
     }
 
     fn same_connection(&self, other: &Self) -> bool {
-        (&self.topic_arn, &self.region, &self.endpoint_url) == (&other.topic_arn, &other.region, &other.endpoint_url)
+        (&self.topic_arn, &self.region, &self.endpoint_url, &self.credentials)
+            == (&other.topic_arn, &other.region, &other.endpoint_url, &other.credentials)
     }
 
     fn credential_origins(&self) -> Vec<Origin> {
@@ -60,6 +63,12 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(SnsC
     if parts[3] != region {
         return Err(Invalid::new("sink.topic_arn", format!("is in region {}, not in sink.region {region}", parts[3])));
     }
-    let config = SnsConfig { topic_arn: arn.to_owned(), region, endpoint_url: endpoint(fields, allow_private)? };
-    Ok((config, aws_credentials(fields)?))
+    let (access, credentials) = aws_credentials(fields)?;
+    let config = SnsConfig {
+        topic_arn: arn.to_owned(),
+        region,
+        endpoint_url: endpoint(fields, allow_private)?,
+        credentials: access,
+    };
+    Ok((config, credentials))
 }

@@ -75,7 +75,13 @@ impl TypedSink for SnsSink {
     ) -> Result<SnsTarget, Failure> {
         let Destination::Sns(c) = destination else { return Err(crate::misconfigured("not an SNS destination")) };
         let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
+        let endpoint = self.clients.settings.endpoint(
+            &c.region,
+            c.endpoint_url.as_deref(),
+            c.credentials.as_ref(),
+            secrets,
+            timeout,
+        );
         Ok(SnsTarget { topic_arn: c.topic_arn.clone(), fifo: c.is_fifo(), endpoint })
     }
 

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aws::config::{aws_credentials, endpoint, region};
+use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
 use crate::fields::{Credentials, Fields, Invalid, MAX_URL, Origin, SinkConfig, destination_url, origin};
 
 /// An SQS queue.
@@ -12,6 +12,8 @@ pub struct SqsConfig {
     pub region: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<AwsAccess>,
 }
 
 impl SinkConfig for SqsConfig {
@@ -20,7 +22,8 @@ impl SinkConfig for SqsConfig {
     }
 
     fn same_connection(&self, other: &Self) -> bool {
-        (&self.queue_url, &self.region, &self.endpoint_url) == (&other.queue_url, &other.region, &other.endpoint_url)
+        (&self.queue_url, &self.region, &self.endpoint_url, &self.credentials)
+            == (&other.queue_url, &other.region, &other.endpoint_url, &other.credentials)
     }
 
     fn credential_origins(&self) -> Vec<Origin> {
@@ -33,7 +36,12 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(SqsC
     fields.only(&["queue_url", "region", "credentials", "endpoint_url"])?;
     let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
     let queue = destination_url("queue_url", fields.required("queue_url", MAX_URL)?, schemes, allow_private)?;
-    let config =
-        SqsConfig { queue_url: queue.into(), region: region(fields)?, endpoint_url: endpoint(fields, allow_private)? };
-    Ok((config, aws_credentials(fields)?))
+    let (access, credentials) = aws_credentials(fields)?;
+    let config = SqsConfig {
+        queue_url: queue.into(),
+        region: region(fields)?,
+        endpoint_url: endpoint(fields, allow_private)?,
+        credentials: access,
+    };
+    Ok((config, credentials))
 }

@@ -75,7 +75,13 @@ impl TypedSink for SqsSink {
     ) -> Result<SqsTarget, Failure> {
         let Destination::Sqs(c) = destination else { return Err(crate::misconfigured("not an SQS destination")) };
         let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(&c.region, c.endpoint_url.as_deref(), secrets, timeout);
+        let endpoint = self.clients.settings.endpoint(
+            &c.region,
+            c.endpoint_url.as_deref(),
+            c.credentials.as_ref(),
+            secrets,
+            timeout,
+        );
         Ok(SqsTarget { queue_url: c.queue_url.clone(), endpoint })
     }
 

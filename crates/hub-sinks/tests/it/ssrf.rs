@@ -121,7 +121,7 @@ fn secrets() -> Secrets {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_sink_connects_to_a_private_address_unless_allowed() {
     let (port, accepted) = listener().await;
-    let guarded = Sinks::new(false, false, None).expect("sinks");
+    let guarded = Sinks::new(false, false, None, None).expect("sinks");
     let ext = BTreeMap::new();
     // Every way of writing loopback a tenant might try, as each URL form carries it.
     let hosts = ["127.0.0.1", "2130706433", "0x7f000001", "127.1", "localhost", "[::1]", "[::ffff:127.0.0.1]"];
@@ -150,7 +150,7 @@ async fn no_sink_connects_to_a_private_address_unless_allowed() {
     assert_eq!(accepted.load(Ordering::SeqCst), 0, "the private listener saw a connection");
 
     // The same destinations, private sinks allowed: the sinks do connect.
-    let open = Sinks::new(true, false, None).expect("sinks");
+    let open = Sinks::new(true, false, None, None).expect("sinks");
     for destination in destinations("127.0.0.1", port) {
         let _ =
             open.deliver(&destination, &secrets(), &message(b"{}", &ext, Uuid::now_v7()), Duration::from_secs(2)).await;

@@ -58,3 +58,13 @@ pub struct NewPortalSession {
     pub session: PortalSession,
     pub grant_hash: Vec<u8>,
 }
+
+/// One of the hub's OIDC signing keys, its private half sealed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuerKeyRecord {
+    pub kid: Uuid,
+    pub sealed_key: Vec<u8>,
+    pub created_at: DateTime<Utc>,
+    /// When a newer key replaced it; `None` while it signs.
+    pub retired_at: Option<DateTime<Utc>>,
+}

@@ -34,6 +34,7 @@ mod catalog;
 pub(crate) mod failover;
 mod inbox;
 mod ingest;
+mod issuer;
 mod jobs;
 mod kept;
 mod operations;

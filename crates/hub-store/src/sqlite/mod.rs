@@ -33,6 +33,7 @@ use crate::{
 
 mod catalog;
 mod inbox;
+mod issuer;
 mod jobs;
 mod operations;
 mod replays;

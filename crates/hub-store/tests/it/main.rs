@@ -57,6 +57,7 @@ macro_rules! contract_suite {
 
 contract_suite!(
     a_grant_is_exchanged_once_and_a_session_ends_when_revoked_or_expired,
+    issuer_keys_rotate_and_retired_ones_are_dropped_after_their_overlap,
     minutes_add_up_and_backlogs_are_set,
     backlogs_count_pending_and_held_jobs,
     one_refresh_is_claimed_per_interval_and_at_once_when_the_sources_change,

@@ -62,3 +62,28 @@ pub async fn a_grant_is_exchanged_once_and_a_session_ends_when_revoked_or_expire
     // Expired sessions age out.
     assert_eq!(s.prune(PruneKind::PortalSessions, t0 + Duration::minutes(30), 100).await.expect("prune"), Some(2));
 }
+
+pub async fn issuer_keys_rotate_and_retired_ones_are_dropped_after_their_overlap(db: &TestDb) {
+    let s = &db.store;
+    let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    let key = |at| hub_store::IssuerKeyRecord {
+        kid: Uuid::now_v7(),
+        sealed_key: vec![7; 48],
+        created_at: at,
+        retired_at: None,
+    };
+    let first = key(t0);
+    s.add_issuer_key(&first, None).await.expect("first");
+    assert_eq!(s.issuer_keys().await.expect("read"), vec![first.clone()]);
+    // A rotation: the new key signs, the first is retired at that moment.
+    let second = key(t0 + Duration::hours(1));
+    s.add_issuer_key(&second, Some(t0 + Duration::hours(1))).await.expect("rotate");
+    let kept = s.issuer_keys().await.expect("read");
+    assert_eq!(kept.len(), 2);
+    assert_eq!((kept[0].kid, kept[0].retired_at), (first.kid, Some(t0 + Duration::hours(1))));
+    assert_eq!((kept[1].kid, kept[1].retired_at), (second.kid, None));
+    // Before the overlap ends nothing is dropped; after it, only the retired key.
+    assert_eq!(s.drop_issuer_keys(t0 + Duration::minutes(59)).await.expect("drop"), 0);
+    assert_eq!(s.drop_issuer_keys(t0 + Duration::hours(25)).await.expect("drop"), 1);
+    assert_eq!(s.issuer_keys().await.expect("read"), vec![second]);
+}

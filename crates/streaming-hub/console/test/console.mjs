@@ -241,6 +241,17 @@ try {
   assert.ok(!(await page.content()).includes("console-sqs-secret"), "a credential is never shown");
   step("create an SQS subscription: its own fields, its credentials never shown");
 
+  // Keyless: an SNS topic reached through a role the hub assumes; the role is shown again on edit.
+  await page.getByTestId("new-name").fill("to-sns-keyless");
+  await page.getByTestId("new-types").fill("loan_application.*");
+  await page.getByTestId("new-sink").selectOption("sns");
+  await page.getByTestId("new-sink-topic_arn").fill("arn:aws:sns:us-east-1:123456789012:ledger");
+  await page.getByTestId("new-sink-region").fill("us-east-1");
+  await page.getByTestId("new-sink-credentials-web_identity-role_arn").fill("arn:aws:iam::123456789012:role/hub");
+  await page.getByTestId("new-submit").click();
+  await page.getByTestId("notice").filter({ hasText: "to-sns-keyless: created." }).waitFor();
+  step("create an SNS subscription that assumes a role: no key asked");
+
   // From the keyboard alone: type, Tab from field to field, Enter on Create.
   await page.getByTestId("new-name").focus();
   await page.keyboard.type("by-keyboard");

@@ -10,9 +10,17 @@ fn invalid(e: hub_sinks::destination::request::Invalid) -> ApiError {
     ApiError::validation(&e.field, e.problem)
 }
 
-/// Parses and validates a `sink` object.
-pub fn parse(value: &Value, allow_private: bool) -> Result<Destination, ApiError> {
-    hub_sinks::destination::request::parse(value, allow_private).map_err(invalid)
+/// Parses and validates a `sink` object: a role assumed with the hub's token needs the hub to
+/// be an OIDC issuer.
+pub fn parse(value: &Value, state: &super::AppState) -> Result<Destination, ApiError> {
+    let dest = hub_sinks::destination::request::parse(value, state.allow_private_sinks).map_err(invalid)?;
+    if dest.typed.web_identity().is_some() && state.issuer.is_none() {
+        return Err(ApiError::validation(
+            "sink.credentials.web_identity",
+            "this hub is not an OIDC issuer (STREAMING_HUB_OIDC_ISSUER): give keys, or ask the operator to make it one",
+        ));
+    }
+    Ok(dest)
 }
 
 /// Stored credentials never follow a destination to another scheme, host or port.
@@ -136,13 +144,46 @@ pub mod schema {
         Ed25519,
     }
 
-    /// AWS credentials, sealed at rest and never shown; omit them to use the hub's own.
+    /// An AWS destination's credentials: keys (sealed at rest and never shown), or a role the
+    /// hub assumes with its own OIDC token (shown; no key stored). Omit them to use the hub's own.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[serde(untagged)]
+    #[allow(dead_code)]
+    pub enum AwsCredentials {
+        Keys(AwsKeys),
+        WebIdentity(AwsWebIdentityCredentials),
+    }
+
+    /// Static AWS keys, sealed at rest and never shown.
     #[derive(Debug, Deserialize, ToSchema)]
     #[allow(dead_code)]
-    pub struct AwsCredentials {
+    pub struct AwsKeys {
         pub access_key_id: String,
         pub secret_access_key: String,
         pub session_token: Option<String>,
+    }
+
+    /// Keyless: the hub signs a short-lived token as an OIDC issuer (`STREAMING_HUB_OIDC_ISSUER`)
+    /// and calls `AssumeRoleWithWebIdentity` for the role's credentials. The role's trust policy
+    /// names the hub's issuer, the audience `sts.amazonaws.com` and the subject
+    /// `tenant:<tenant>:subscription:<id>` (docs/SINKS.md).
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[schema(example = json!({"web_identity": {"role_arn": "arn:aws:iam::123456789012:role/streaming-hub-delivery"}}))]
+    #[allow(dead_code)]
+    pub struct AwsWebIdentityCredentials {
+        pub web_identity: AwsWebIdentity,
+    }
+
+    /// The role to assume.
+    #[derive(Debug, Deserialize, ToSchema)]
+    #[allow(dead_code)]
+    pub struct AwsWebIdentity {
+        /// An IAM role ARN.
+        #[schema(example = "arn:aws:iam::123456789012:role/streaming-hub-delivery")]
+        pub role_arn: String,
+        /// 2 to 64 of letters, digits and `+=,.@_-`; default `streaming-hub-<subscription id>`.
+        #[schema(min_length = 2, max_length = 64, pattern = "^[A-Za-z0-9+=,.@_-]+$")]
+        pub session_name: Option<String>,
     }
 
     /// An SQS queue; FIFO queues get a message group and deduplication id.

@@ -17,6 +17,7 @@ pub mod events;
 pub mod filters;
 pub mod health;
 pub mod limiter;
+pub mod oidc;
 pub mod ordering;
 pub mod overview;
 pub mod portal;
@@ -100,6 +101,8 @@ pub struct AppState {
     pub frame_ancestors: String,
     /// Test requests waiting for their attempts, per tenant.
     pub test_waiting: Arc<test_delivery::Waiting>,
+    /// The hub as an OIDC issuer (`STREAMING_HUB_OIDC_ISSUER`), when it is one.
+    pub issuer: Option<Arc<crate::oidc::Issuer>>,
 }
 
 #[derive(OpenApi)]
@@ -139,6 +142,9 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
         .routes(routes!(health::openapi))
+        .routes(routes!(oidc::discovery))
+        .routes(routes!(oidc::jwks))
+        .routes(routes!(oidc::rotate, oidc::keys))
         .routes(routes!(events::ingest, event_log::list))
         .routes(routes!(event_log::read))
         .routes(routes!(subscriptions::create, subscriptions::list))

@@ -434,7 +434,7 @@ pub async fn create(
     valid_event_types(&req.event_types, state.quotas.patterns_per_subscription)?;
     valid_origin(req.origin.as_deref())?;
     let filters = valid_filters(req.filters)?;
-    let dest = destination::parse(&req.sink, state.allow_private_sinks)?;
+    let dest = destination::parse(&req.sink, &state)?;
     let ordering = valid_ordering(req.ordering.as_ref(), dest.kind)?.unwrap_or_default();
     let limits = valid_limits(&req.limits, dest.kind)?;
     let limit = state.quotas.subscriptions_per_tenant;
@@ -641,7 +641,7 @@ pub async fn update(
         });
     }
     if let Some(sink) = &req.sink {
-        let dest = destination::parse(sink, state.allow_private_sinks)?;
+        let dest = destination::parse(sink, &state)?;
         if dest.kind != sub.sink {
             return Err(ApiError::validation("sink.type", "cannot be changed; create a new subscription instead"));
         }

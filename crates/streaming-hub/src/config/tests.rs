@@ -42,6 +42,8 @@ fn every_invalid_variable_is_named() {
         ("STREAMING_HUB_POSTGRES_DSN", "mysql://x"),
         ("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30"),
         ("STREAMING_HUB_DRAIN_DELAY", "soon"),
+        ("STREAMING_HUB_OIDC_ISSUER", "https://hub.example.com/oidc"),
+        ("STREAMING_HUB_OIDC_KEY_OVERLAP", "a day"),
     ]))
     .expect_err("invalid");
     let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
@@ -56,6 +58,8 @@ fn every_invalid_variable_is_named() {
         "STREAMING_HUB_POSTGRES_DSN",
         "STREAMING_HUB_SHUTDOWN_TIMEOUT",
         "STREAMING_HUB_DRAIN_DELAY",
+        "STREAMING_HUB_OIDC_ISSUER",
+        "STREAMING_HUB_OIDC_KEY_OVERLAP",
     ] {
         assert!(named.contains(&v), "{v} not named in {err}");
     }
@@ -478,5 +482,23 @@ fn the_filter_budget_is_a_bounded_duration() {
     for bad in ["0s", "2s", "5us", "soon"] {
         let err = Config::from_vars(vars(&[("STREAMING_HUB_FILTER_BUDGET", bad)])).expect_err(bad);
         assert!(err.0.iter().any(|p| p.variable == "STREAMING_HUB_FILTER_BUDGET"), "{err}");
+    }
+}
+
+#[test]
+fn an_oidc_issuer_is_an_https_origin() {
+    for bad in
+        ["http://hub.example.com", "https://hub.example.com/oidc", "https://hub.example.com?x=1", "hub.example.com"]
+    {
+        let err = Config::from_vars(vars(&[("STREAMING_HUB_OIDC_ISSUER", bad)])).expect_err(bad);
+        assert_eq!(err.0[0].variable, "STREAMING_HUB_OIDC_ISSUER", "{bad}");
+    }
+    for (good, issuer) in [
+        ("https://hub.example.com/", "https://hub.example.com"),
+        ("https://hub.example.com:8443", "https://hub.example.com:8443"),
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+    ] {
+        let config = Config::from_vars(vars(&[("STREAMING_HUB_OIDC_ISSUER", good)])).expect(good);
+        assert_eq!(config.oidc_issuer.as_deref(), Some(issuer));
     }
 }

@@ -65,5 +65,6 @@ pub fn secrets(sub: &SubscriptionRecord, sealer: &Sealer, now: DateTime<Utc>) ->
             Some(serde_json::from_slice(&bytes).map_err(|_| "the stored credentials are not readable".to_owned())?)
         }
     };
-    Ok(Secrets { signing, credentials })
+    let owner = Some(hub_sinks::Owner { tenant: sub.tenant_id.clone(), subscription: sub.id });
+    Ok(Secrets { signing, credentials, owner })
 }

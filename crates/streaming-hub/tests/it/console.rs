@@ -49,6 +49,8 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         &[
             ("STREAMING_HUB_MANIFEST_SOURCES", &sources),
             ("STREAMING_HUB_PORTAL_FRAME_ANCESTORS", &embed_origin),
+            // AWS forms offer a role the hub assumes as an OIDC issuer.
+            ("STREAMING_HUB_OIDC_ISSUER", "http://127.0.0.1:9"),
             // Statistics are rolled up and backlogs sampled every second.
             ("STREAMING_HUB_METRICS_INTERVAL", "1s"),
         ],

@@ -15,6 +15,7 @@ mod ingest;
 mod kafka;
 mod kafka_sink;
 mod kafka_support;
+mod keyless;
 mod limits;
 mod openapi;
 mod operational;

@@ -44,8 +44,17 @@ async fn the_document_lists_every_route_and_every_listed_route_is_served() {
             let responses = op["responses"].as_object().expect("responses");
             assert!(!responses.is_empty(), "{method} {path} documents no response");
             // The grant exchange is how a portal session starts: the grant is its credential.
-            let is_public = ["/healthz", "/readyz", "/metrics", "/openapi.json", "/v1/portal-sessions/exchange"]
-                .contains(&path.as_str());
+            // The issuer's discovery and keys are public, as OIDC requires.
+            let is_public = [
+                "/healthz",
+                "/readyz",
+                "/metrics",
+                "/openapi.json",
+                "/v1/portal-sessions/exchange",
+                "/.well-known/openid-configuration",
+                "/.well-known/jwks.json",
+            ]
+            .contains(&path.as_str());
             if !is_public {
                 assert!(responses.contains_key("401"), "{method} {path} does not document its auth error");
                 assert!(op.get("security").is_some(), "{method} {path} does not document its security");

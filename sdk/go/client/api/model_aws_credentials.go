@@ -11,187 +11,128 @@ API version: 0.1.0
 package api
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"gopkg.in/validator.v2"
 )
 
-// checks if the AwsCredentials type satisfies the MappedNullable interface at compile time
-var _ MappedNullable = &AwsCredentials{}
-
-// AwsCredentials AWS credentials, sealed at rest and never shown; omit them to use the hub's own.
+// AwsCredentials - An AWS destination's credentials: keys (sealed at rest and never shown), or a role the hub assumes with its own OIDC token (shown; no key stored). Omit them to use the hub's own.
 type AwsCredentials struct {
-	AccessKeyId     string         `json:"access_key_id"`
-	SecretAccessKey string         `json:"secret_access_key"`
-	SessionToken    NullableString `json:"session_token,omitempty"`
+	AwsKeys                   *AwsKeys
+	AwsWebIdentityCredentials *AwsWebIdentityCredentials
 }
 
-type _AwsCredentials AwsCredentials
-
-// NewAwsCredentials instantiates a new AwsCredentials object
-// This constructor will assign default values to properties that have it defined,
-// and makes sure properties required by API are set, but the set of arguments
-// will change when the set of required properties is changed
-func NewAwsCredentials(accessKeyId string, secretAccessKey string) *AwsCredentials {
-	this := AwsCredentials{}
-	this.AccessKeyId = accessKeyId
-	this.SecretAccessKey = secretAccessKey
-	return &this
-}
-
-// NewAwsCredentialsWithDefaults instantiates a new AwsCredentials object
-// This constructor will only assign default values to properties that have it defined,
-// but it doesn't guarantee that properties required by API are set
-func NewAwsCredentialsWithDefaults() *AwsCredentials {
-	this := AwsCredentials{}
-	return &this
-}
-
-// GetAccessKeyId returns the AccessKeyId field value
-func (o *AwsCredentials) GetAccessKeyId() string {
-	if o == nil {
-		var ret string
-		return ret
+// AwsKeysAsAwsCredentials is a convenience function that returns AwsKeys wrapped in AwsCredentials
+func AwsKeysAsAwsCredentials(v *AwsKeys) AwsCredentials {
+	return AwsCredentials{
+		AwsKeys: v,
 	}
-
-	return o.AccessKeyId
 }
 
-// GetAccessKeyIdOk returns a tuple with the AccessKeyId field value
-// and a boolean to check if the value has been set.
-func (o *AwsCredentials) GetAccessKeyIdOk() (*string, bool) {
-	if o == nil {
-		return nil, false
+// AwsWebIdentityCredentialsAsAwsCredentials is a convenience function that returns AwsWebIdentityCredentials wrapped in AwsCredentials
+func AwsWebIdentityCredentialsAsAwsCredentials(v *AwsWebIdentityCredentials) AwsCredentials {
+	return AwsCredentials{
+		AwsWebIdentityCredentials: v,
 	}
-	return &o.AccessKeyId, true
 }
 
-// SetAccessKeyId sets field value
-func (o *AwsCredentials) SetAccessKeyId(v string) {
-	o.AccessKeyId = v
-}
-
-// GetSecretAccessKey returns the SecretAccessKey field value
-func (o *AwsCredentials) GetSecretAccessKey() string {
-	if o == nil {
-		var ret string
-		return ret
-	}
-
-	return o.SecretAccessKey
-}
-
-// GetSecretAccessKeyOk returns a tuple with the SecretAccessKey field value
-// and a boolean to check if the value has been set.
-func (o *AwsCredentials) GetSecretAccessKeyOk() (*string, bool) {
-	if o == nil {
-		return nil, false
-	}
-	return &o.SecretAccessKey, true
-}
-
-// SetSecretAccessKey sets field value
-func (o *AwsCredentials) SetSecretAccessKey(v string) {
-	o.SecretAccessKey = v
-}
-
-// GetSessionToken returns the SessionToken field value if set, zero value otherwise (both if not set or set to explicit null).
-func (o *AwsCredentials) GetSessionToken() string {
-	if o == nil || IsNil(o.SessionToken.Get()) {
-		var ret string
-		return ret
-	}
-	return *o.SessionToken.Get()
-}
-
-// GetSessionTokenOk returns a tuple with the SessionToken field value if set, nil otherwise
-// and a boolean to check if the value has been set.
-// NOTE: If the value is an explicit nil, `nil, true` will be returned
-func (o *AwsCredentials) GetSessionTokenOk() (*string, bool) {
-	if o == nil {
-		return nil, false
-	}
-	return o.SessionToken.Get(), o.SessionToken.IsSet()
-}
-
-// HasSessionToken returns a boolean if a field has been set.
-func (o *AwsCredentials) HasSessionToken() bool {
-	if o != nil && o.SessionToken.IsSet() {
-		return true
-	}
-
-	return false
-}
-
-// SetSessionToken gets a reference to the given NullableString and assigns it to the SessionToken field.
-func (o *AwsCredentials) SetSessionToken(v string) {
-	o.SessionToken.Set(&v)
-}
-
-// SetSessionTokenNil sets the value for SessionToken to be an explicit nil
-func (o *AwsCredentials) SetSessionTokenNil() {
-	o.SessionToken.Set(nil)
-}
-
-// UnsetSessionToken ensures that no value is present for SessionToken, not even an explicit nil
-func (o *AwsCredentials) UnsetSessionToken() {
-	o.SessionToken.Unset()
-}
-
-func (o AwsCredentials) MarshalJSON() ([]byte, error) {
-	toSerialize, err := o.ToMap()
-	if err != nil {
-		return []byte{}, err
-	}
-	return json.Marshal(toSerialize)
-}
-
-func (o AwsCredentials) ToMap() (map[string]interface{}, error) {
-	toSerialize := map[string]interface{}{}
-	toSerialize["access_key_id"] = o.AccessKeyId
-	toSerialize["secret_access_key"] = o.SecretAccessKey
-	if o.SessionToken.IsSet() {
-		toSerialize["session_token"] = o.SessionToken.Get()
-	}
-	return toSerialize, nil
-}
-
-func (o *AwsCredentials) UnmarshalJSON(data []byte) (err error) {
-	// This validates that all required properties are included in the JSON object
-	// by unmarshalling the object into a generic map with string keys and checking
-	// that every required field exists as a key in the generic map.
-	requiredProperties := []string{
-		"access_key_id",
-		"secret_access_key",
-	}
-
-	allProperties := make(map[string]interface{})
-
-	err = json.Unmarshal(data, &allProperties)
-
-	if err != nil {
-		return err
-	}
-
-	for _, requiredProperty := range requiredProperties {
-		if _, exists := allProperties[requiredProperty]; !exists {
-			return fmt.Errorf("no value given for required property %v", requiredProperty)
+// Unmarshal JSON data into one of the pointers in the struct
+func (dst *AwsCredentials) UnmarshalJSON(data []byte) error {
+	var err error
+	match := 0
+	// try to unmarshal data into AwsKeys
+	err = newStrictDecoder(data).Decode(&dst.AwsKeys)
+	if err == nil {
+		jsonAwsKeys, _ := json.Marshal(dst.AwsKeys)
+		if string(jsonAwsKeys) == "{}" { // empty struct
+			dst.AwsKeys = nil
+		} else {
+			if err = validator.Validate(dst.AwsKeys); err != nil {
+				dst.AwsKeys = nil
+			} else {
+				match++
+			}
 		}
+	} else {
+		dst.AwsKeys = nil
 	}
 
-	varAwsCredentials := _AwsCredentials{}
-
-	decoder := json.NewDecoder(bytes.NewReader(data))
-	decoder.DisallowUnknownFields()
-	err = decoder.Decode(&varAwsCredentials)
-
-	if err != nil {
-		return err
+	// try to unmarshal data into AwsWebIdentityCredentials
+	err = newStrictDecoder(data).Decode(&dst.AwsWebIdentityCredentials)
+	if err == nil {
+		jsonAwsWebIdentityCredentials, _ := json.Marshal(dst.AwsWebIdentityCredentials)
+		if string(jsonAwsWebIdentityCredentials) == "{}" { // empty struct
+			dst.AwsWebIdentityCredentials = nil
+		} else {
+			if err = validator.Validate(dst.AwsWebIdentityCredentials); err != nil {
+				dst.AwsWebIdentityCredentials = nil
+			} else {
+				match++
+			}
+		}
+	} else {
+		dst.AwsWebIdentityCredentials = nil
 	}
 
-	*o = AwsCredentials(varAwsCredentials)
+	if match > 1 { // more than 1 match
+		// reset to nil
+		dst.AwsKeys = nil
+		dst.AwsWebIdentityCredentials = nil
 
-	return err
+		return fmt.Errorf("data matches more than one schema in oneOf(AwsCredentials)")
+	} else if match == 1 {
+		return nil // exactly one match
+	} else { // no match
+		if err != nil {
+			return fmt.Errorf("data failed to match schemas in oneOf(AwsCredentials): %v", err)
+		}
+
+		return fmt.Errorf("data failed to match schemas in oneOf(AwsCredentials)")
+	}
+}
+
+// Marshal data from the first non-nil pointers in the struct to JSON
+func (src AwsCredentials) MarshalJSON() ([]byte, error) {
+	if src.AwsKeys != nil {
+		return json.Marshal(&src.AwsKeys)
+	}
+
+	if src.AwsWebIdentityCredentials != nil {
+		return json.Marshal(&src.AwsWebIdentityCredentials)
+	}
+
+	return nil, nil // no data in oneOf schemas
+}
+
+// Get the actual instance
+func (obj *AwsCredentials) GetActualInstance() interface{} {
+	if obj == nil {
+		return nil
+	}
+	if obj.AwsKeys != nil {
+		return obj.AwsKeys
+	}
+
+	if obj.AwsWebIdentityCredentials != nil {
+		return obj.AwsWebIdentityCredentials
+	}
+
+	// all schemas are nil
+	return nil
+}
+
+// Get the actual instance value
+func (obj AwsCredentials) GetActualInstanceValue() interface{} {
+	if obj.AwsKeys != nil {
+		return *obj.AwsKeys
+	}
+
+	if obj.AwsWebIdentityCredentials != nil {
+		return *obj.AwsWebIdentityCredentials
+	}
+
+	// all schemas are nil
+	return nil
 }
 
 type NullableAwsCredentials struct {

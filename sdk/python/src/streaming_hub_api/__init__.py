@@ -39,6 +39,9 @@ __all__ = [
     "ApiKeyView",
     "AttemptView",
     "AwsCredentials",
+    "AwsKeys",
+    "AwsWebIdentity",
+    "AwsWebIdentityCredentials",
     "BlockedKeyView",
     "Bucket",
     "CreateApiKey",
@@ -67,10 +70,12 @@ __all__ = [
     "FlightView",
     "Health",
     "IngestAnswer",
+    "IssuerKeys",
     "JobCounts",
     "KafkaMechanism",
     "KafkaSasl",
     "KafkaSink",
+    "KeyView",
     "KinesisSink",
     "LimitsView",
     "ManifestSourceView",
@@ -154,6 +159,9 @@ from streaming_hub_api.models.api_key_page import ApiKeyPage as ApiKeyPage
 from streaming_hub_api.models.api_key_view import ApiKeyView as ApiKeyView
 from streaming_hub_api.models.attempt_view import AttemptView as AttemptView
 from streaming_hub_api.models.aws_credentials import AwsCredentials as AwsCredentials
+from streaming_hub_api.models.aws_keys import AwsKeys as AwsKeys
+from streaming_hub_api.models.aws_web_identity import AwsWebIdentity as AwsWebIdentity
+from streaming_hub_api.models.aws_web_identity_credentials import AwsWebIdentityCredentials as AwsWebIdentityCredentials
 from streaming_hub_api.models.blocked_key_view import BlockedKeyView as BlockedKeyView
 from streaming_hub_api.models.bucket import Bucket as Bucket
 from streaming_hub_api.models.create_api_key import CreateApiKey as CreateApiKey
@@ -182,10 +190,12 @@ from streaming_hub_api.models.filter_test_result import FilterTestResult as Filt
 from streaming_hub_api.models.flight_view import FlightView as FlightView
 from streaming_hub_api.models.health import Health as Health
 from streaming_hub_api.models.ingest_answer import IngestAnswer as IngestAnswer
+from streaming_hub_api.models.issuer_keys import IssuerKeys as IssuerKeys
 from streaming_hub_api.models.job_counts import JobCounts as JobCounts
 from streaming_hub_api.models.kafka_mechanism import KafkaMechanism as KafkaMechanism
 from streaming_hub_api.models.kafka_sasl import KafkaSasl as KafkaSasl
 from streaming_hub_api.models.kafka_sink import KafkaSink as KafkaSink
+from streaming_hub_api.models.key_view import KeyView as KeyView
 from streaming_hub_api.models.kinesis_sink import KinesisSink as KinesisSink
 from streaming_hub_api.models.limits_view import LimitsView as LimitsView
 from streaming_hub_api.models.manifest_source_view import ManifestSourceView as ManifestSourceView

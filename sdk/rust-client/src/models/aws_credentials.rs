@@ -11,25 +11,17 @@
 use crate::models;
 use serde::{Deserialize, Serialize};
 
-/// AwsCredentials : AWS credentials, sealed at rest and never shown; omit them to use the hub's own.
-#[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
-pub struct AwsCredentials {
-    #[serde(rename = "access_key_id")]
-    pub access_key_id: String,
-    #[serde(rename = "secret_access_key")]
-    pub secret_access_key: String,
-    #[serde(
-        rename = "session_token",
-        default,
-        with = "::serde_with::rust::double_option",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub session_token: Option<Option<String>>,
+/// AwsCredentials : An AWS destination's credentials: keys (sealed at rest and never shown), or a role the hub assumes with its own OIDC token (shown; no key stored). Omit them to use the hub's own.
+/// An AWS destination's credentials: keys (sealed at rest and never shown), or a role the hub assumes with its own OIDC token (shown; no key stored). Omit them to use the hub's own.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AwsCredentials {
+    AwsKeys(Box<models::AwsKeys>),
+    AwsWebIdentityCredentials(Box<models::AwsWebIdentityCredentials>),
 }
 
-impl AwsCredentials {
-    /// AWS credentials, sealed at rest and never shown; omit them to use the hub's own.
-    pub fn new(access_key_id: String, secret_access_key: String) -> AwsCredentials {
-        AwsCredentials { access_key_id, secret_access_key, session_token: None }
+impl Default for AwsCredentials {
+    fn default() -> Self {
+        Self::AwsKeys(Default::default())
     }
 }

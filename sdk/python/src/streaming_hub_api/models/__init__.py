@@ -20,6 +20,9 @@ from streaming_hub_api.models.api_key_page import ApiKeyPage
 from streaming_hub_api.models.api_key_view import ApiKeyView
 from streaming_hub_api.models.attempt_view import AttemptView
 from streaming_hub_api.models.aws_credentials import AwsCredentials
+from streaming_hub_api.models.aws_keys import AwsKeys
+from streaming_hub_api.models.aws_web_identity import AwsWebIdentity
+from streaming_hub_api.models.aws_web_identity_credentials import AwsWebIdentityCredentials
 from streaming_hub_api.models.blocked_key_view import BlockedKeyView
 from streaming_hub_api.models.bucket import Bucket
 from streaming_hub_api.models.create_api_key import CreateApiKey
@@ -48,10 +51,12 @@ from streaming_hub_api.models.filter_test_result import FilterTestResult
 from streaming_hub_api.models.flight_view import FlightView
 from streaming_hub_api.models.health import Health
 from streaming_hub_api.models.ingest_answer import IngestAnswer
+from streaming_hub_api.models.issuer_keys import IssuerKeys
 from streaming_hub_api.models.job_counts import JobCounts
 from streaming_hub_api.models.kafka_mechanism import KafkaMechanism
 from streaming_hub_api.models.kafka_sasl import KafkaSasl
 from streaming_hub_api.models.kafka_sink import KafkaSink
+from streaming_hub_api.models.key_view import KeyView
 from streaming_hub_api.models.kinesis_sink import KinesisSink
 from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.manifest_source_view import ManifestSourceView

@@ -13,85 +13,125 @@
 
 
 from __future__ import annotations
-import pprint
-import re  # noqa: F401
 import json
+import pprint
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
+from typing import Any, List, Optional
+from streaming_hub_api.models.aws_keys import AwsKeys
+from streaming_hub_api.models.aws_web_identity_credentials import AwsWebIdentityCredentials
+from pydantic import StrictStr, Field
+from typing import Union, List, Set, Optional, Dict
+from typing_extensions import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, StrictStr
-from typing import Any, ClassVar, Dict, List, Optional
-from typing import Optional, Set
-from typing_extensions import Self
-from pydantic_core import to_jsonable_python
+AWSCREDENTIALS_ONE_OF_SCHEMAS = ["AwsKeys", "AwsWebIdentityCredentials"]
 
 class AwsCredentials(BaseModel):
     """
-    AWS credentials, sealed at rest and never shown; omit them to use the hub's own.
-    """ # noqa: E501
-    access_key_id: StrictStr
-    secret_access_key: StrictStr
-    session_token: Optional[StrictStr] = None
-    __properties: ClassVar[List[str]] = ["access_key_id", "secret_access_key", "session_token"]
+    An AWS destination's credentials: keys (sealed at rest and never shown), or a role the hub assumes with its own OIDC token (shown; no key stored). Omit them to use the hub's own.
+    """
+    # data type: AwsKeys
+    oneof_schema_1_validator: Optional[AwsKeys] = None
+    # data type: AwsWebIdentityCredentials
+    oneof_schema_2_validator: Optional[AwsWebIdentityCredentials] = None
+    actual_instance: Optional[Union[AwsKeys, AwsWebIdentityCredentials]] = None
+    one_of_schemas: Set[str] = { "AwsKeys", "AwsWebIdentityCredentials" }
 
     model_config = ConfigDict(
-        validate_by_name=True,
-        validate_by_alias=True,
         validate_assignment=True,
         protected_namespaces=(),
     )
 
 
-    def to_str(self) -> str:
-        """Returns the string representation of the model using alias"""
-        return pprint.pformat(self.model_dump(by_alias=True))
+    def __init__(self, *args, **kwargs) -> None:
+        if args:
+            if len(args) > 1:
+                raise ValueError("If a position argument is used, only 1 is allowed to set `actual_instance`")
+            if kwargs:
+                raise ValueError("If a position argument is used, keyword arguments cannot be used.")
+            super().__init__(actual_instance=args[0])
+        else:
+            super().__init__(**kwargs)
+
+    @field_validator('actual_instance')
+    def actual_instance_must_validate_oneof(cls, v):
+        instance = AwsCredentials.model_construct()
+        error_messages = []
+        match = 0
+        # validate data type: AwsKeys
+        if not isinstance(v, AwsKeys):
+            error_messages.append(f"Error! Input type `{type(v)}` is not `AwsKeys`")
+        else:
+            match += 1
+        # validate data type: AwsWebIdentityCredentials
+        if not isinstance(v, AwsWebIdentityCredentials):
+            error_messages.append(f"Error! Input type `{type(v)}` is not `AwsWebIdentityCredentials`")
+        else:
+            match += 1
+        if match > 1:
+            # more than 1 match
+            raise ValueError("Multiple matches found when setting `actual_instance` in AwsCredentials with oneOf schemas: AwsKeys, AwsWebIdentityCredentials. Details: " + ", ".join(error_messages))
+        elif match == 0:
+            # no match
+            raise ValueError("No match found when setting `actual_instance` in AwsCredentials with oneOf schemas: AwsKeys, AwsWebIdentityCredentials. Details: " + ", ".join(error_messages))
+        else:
+            return v
+
+    @classmethod
+    def from_dict(cls, obj: Union[str, Dict[str, Any]]) -> Self:
+        return cls.from_json(json.dumps(obj))
+
+    @classmethod
+    def from_json(cls, json_str: str) -> Self:
+        """Returns the object represented by the json string"""
+        instance = cls.model_construct()
+        error_messages = []
+        match = 0
+
+        # deserialize data into AwsKeys
+        try:
+            instance.actual_instance = AwsKeys.from_json(json_str)
+            match += 1
+        except (ValidationError, ValueError) as e:
+            error_messages.append(str(e))
+        # deserialize data into AwsWebIdentityCredentials
+        try:
+            instance.actual_instance = AwsWebIdentityCredentials.from_json(json_str)
+            match += 1
+        except (ValidationError, ValueError) as e:
+            error_messages.append(str(e))
+
+        if match > 1:
+            # more than 1 match
+            raise ValueError("Multiple matches found when deserializing the JSON string into AwsCredentials with oneOf schemas: AwsKeys, AwsWebIdentityCredentials. Details: " + ", ".join(error_messages))
+        elif match == 0:
+            # no match
+            raise ValueError("No match found when deserializing the JSON string into AwsCredentials with oneOf schemas: AwsKeys, AwsWebIdentityCredentials. Details: " + ", ".join(error_messages))
+        else:
+            return instance
 
     def to_json(self) -> str:
-        """Returns the JSON representation of the model using alias"""
-        return json.dumps(to_jsonable_python(self.to_dict()))
+        """Returns the JSON representation of the actual instance"""
+        if self.actual_instance is None:
+            return "null"
 
-    @classmethod
-    def from_json(cls, json_str: str) -> Optional[Self]:
-        """Create an instance of AwsCredentials from a JSON string"""
-        return cls.from_dict(json.loads(json_str))
+        if hasattr(self.actual_instance, "to_json") and callable(self.actual_instance.to_json):
+            return self.actual_instance.to_json()
+        else:
+            return json.dumps(self.actual_instance)
 
-    def to_dict(self) -> Dict[str, Any]:
-        """Return the dictionary representation of the model using alias.
-
-        This has the following differences from calling pydantic's
-        `self.model_dump(by_alias=True)`:
-
-        * `None` is only added to the output dict for nullable fields that
-          were set at model initialization. Other fields with value `None`
-          are ignored.
-        """
-        excluded_fields: Set[str] = set([
-        ])
-
-        _dict = self.model_dump(
-            by_alias=True,
-            exclude=excluded_fields,
-            exclude_none=True,
-        )
-        # set to None if session_token (nullable) is None
-        # and model_fields_set contains the field
-        if self.session_token is None and "session_token" in self.model_fields_set:
-            _dict['session_token'] = None
-
-        return _dict
-
-    @classmethod
-    def from_dict(cls, obj: Optional[Dict[str, Any]]) -> Optional[Self]:
-        """Create an instance of AwsCredentials from a dict"""
-        if obj is None:
+    def to_dict(self) -> Optional[Union[Dict[str, Any], AwsKeys, AwsWebIdentityCredentials]]:
+        """Returns the dict representation of the actual instance"""
+        if self.actual_instance is None:
             return None
 
-        if not isinstance(obj, dict):
-            return cls.model_validate(obj)
+        if hasattr(self.actual_instance, "to_dict") and callable(self.actual_instance.to_dict):
+            return self.actual_instance.to_dict()
+        else:
+            # primitive type
+            return self.actual_instance
 
-        _obj = cls.model_validate({
-            "access_key_id": obj.get("access_key_id"),
-            "secret_access_key": obj.get("secret_access_key"),
-            "session_token": obj.get("session_token")
-        })
-        return _obj
+    def to_str(self) -> str:
+        """Returns the string representation of the actual instance"""
+        return pprint.pformat(self.model_dump())
 
 

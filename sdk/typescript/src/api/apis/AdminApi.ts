@@ -54,6 +54,11 @@ import {
     ErrorBodyToJSON,
 } from '../models/ErrorBody';
 import {
+    type IssuerKeys,
+    IssuerKeysFromJSON,
+    IssuerKeysToJSON,
+} from '../models/IssuerKeys';
+import {
     type QuarantinePage,
     QuarantinePageFromJSON,
     QuarantinePageToJSON,
@@ -550,6 +555,49 @@ export class AdminApi extends runtime.BaseAPI {
     }
 
     /**
+     * Creates request options for listIssuerKeys without sending the request
+     */
+    async listIssuerKeysRequestOpts(): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/oidc/keys`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async listIssuerKeysRaw(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<IssuerKeys>> {
+        const requestOptions = await this.listIssuerKeysRequestOpts();
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => IssuerKeysFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async listIssuerKeys(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<IssuerKeys> {
+        const response = await this.listIssuerKeysRaw(initOverrides);
+        return await response.value();
+    }
+
+    /**
      * Creates request options for listQuarantine without sending the request
      */
     async listQuarantineRequestOpts(requestParameters: ListQuarantineRequest): Promise<runtime.RequestOpts> {
@@ -765,6 +813,49 @@ export class AdminApi extends runtime.BaseAPI {
      */
     async revokePortalSession(requestParameters: RevokePortalSessionRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<void> {
         await this.revokePortalSessionRaw(requestParameters, initOverrides);
+    }
+
+    /**
+     * Creates request options for rotateIssuerKey without sending the request
+     */
+    async rotateIssuerKeyRequestOpts(): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/oidc/keys`;
+
+        return {
+            path: urlPath,
+            method: 'POST',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async rotateIssuerKeyRaw(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<IssuerKeys>> {
+        const requestOptions = await this.rotateIssuerKeyRequestOpts();
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => IssuerKeysFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async rotateIssuerKey(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<IssuerKeys> {
+        const response = await this.rotateIssuerKeyRaw(initOverrides);
+        return await response.value();
     }
 
 }

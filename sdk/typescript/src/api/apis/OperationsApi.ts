@@ -14,6 +14,11 @@
 
 import * as runtime from '../runtime';
 import {
+    type ErrorBody,
+    ErrorBodyFromJSON,
+    ErrorBodyToJSON,
+} from '../models/ErrorBody';
+import {
     type Status,
     StatusFromJSON,
     StatusToJSON,
@@ -56,6 +61,41 @@ export class OperationsApi extends runtime.BaseAPI {
      */
     async getHealth(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<Status> {
         const response = await this.getHealthRaw(initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for getJwks without sending the request
+     */
+    async getJwksRequestOpts(): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+
+        let urlPath = `/.well-known/jwks.json`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async getJwksRaw(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<object>> {
+        const requestOptions = await this.getJwksRequestOpts();
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse<any>(response);
+    }
+
+    /**
+     */
+    async getJwks(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<object> {
+        const response = await this.getJwksRaw(initOverrides);
         return await response.value();
     }
 
@@ -130,6 +170,41 @@ export class OperationsApi extends runtime.BaseAPI {
      */
     async getOpenApiDocument(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<object> {
         const response = await this.getOpenApiDocumentRaw(initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for getOpenIdConfiguration without sending the request
+     */
+    async getOpenIdConfigurationRequestOpts(): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+
+        let urlPath = `/.well-known/openid-configuration`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async getOpenIdConfigurationRaw(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<object>> {
+        const requestOptions = await this.getOpenIdConfigurationRequestOpts();
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse<any>(response);
+    }
+
+    /**
+     */
+    async getOpenIdConfiguration(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<object> {
+        const response = await this.getOpenIdConfigurationRaw(initOverrides);
         return await response.value();
     }
 

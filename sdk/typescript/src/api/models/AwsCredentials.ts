@@ -12,35 +12,29 @@
  * Do not edit the class manually.
  */
 
-import { mapValues } from '../runtime';
-/**
- * AWS credentials, sealed at rest and never shown; omit them to use the hub's own.
- * @export
- * @interface AwsCredentials
- */
-export interface AwsCredentials {
-    /**
-     * 
-     */
-    accessKeyId: string;
-    /**
-     * 
-     */
-    secretAccessKey: string;
-    /**
-     * 
-     */
-    sessionToken?: string | null;
-}
+import { parseDate, parseDateTime, serializeDate, serializeDateTime } from '../runtime';
+import type { AwsKeys } from './AwsKeys';
+import {
+    instanceOfAwsKeys,
+    AwsKeysFromJSON,
+    AwsKeysFromJSONTyped,
+    AwsKeysToJSON,
+} from './AwsKeys';
+import type { AwsWebIdentityCredentials } from './AwsWebIdentityCredentials';
+import {
+    instanceOfAwsWebIdentityCredentials,
+    AwsWebIdentityCredentialsFromJSON,
+    AwsWebIdentityCredentialsFromJSONTyped,
+    AwsWebIdentityCredentialsToJSON,
+} from './AwsWebIdentityCredentials';
 
 /**
- * Check if a given object implements the AwsCredentials interface.
+ * @type AwsCredentials
+ * An AWS destination's credentials: keys (sealed at rest and never shown), or a role the
+ * hub assumes with its own OIDC token (shown; no key stored). Omit them to use the hub's own.
+ * @export
  */
-export function instanceOfAwsCredentials(value: object): value is AwsCredentials {
-    if ((!('accessKeyId' in (value as Record<string, any>)) && !('access_key_id' in (value as Record<string, any>))) || ((value as Record<string, any>)['accessKeyId'] === undefined && (value as Record<string, any>)['access_key_id'] === undefined)) return false;
-    if ((!('secretAccessKey' in (value as Record<string, any>)) && !('secret_access_key' in (value as Record<string, any>))) || ((value as Record<string, any>)['secretAccessKey'] === undefined && (value as Record<string, any>)['secret_access_key'] === undefined)) return false;
-    return true;
-}
+export type AwsCredentials = AwsKeys | AwsWebIdentityCredentials;
 
 export function AwsCredentialsFromJSON(json: any): AwsCredentials {
     return AwsCredentialsFromJSONTyped(json, false);
@@ -50,15 +44,19 @@ export function AwsCredentialsFromJSONTyped(json: any, ignoreDiscriminator: bool
     if (json == null) {
         return json;
     }
-    return {
-        
-        'accessKeyId': json['access_key_id'],
-        'secretAccessKey': json['secret_access_key'],
-        'sessionToken': json['session_token'] === undefined ? undefined : json['session_token'] === null ? null : json['session_token'],
-    };
+    if (typeof json !== 'object') {
+        return json;
+    }
+    if (instanceOfAwsKeys(json)) {
+        return AwsKeysFromJSONTyped(json, true);
+    }
+    if (instanceOfAwsWebIdentityCredentials(json)) {
+        return AwsWebIdentityCredentialsFromJSONTyped(json, true);
+    }
+    return {} as any;
 }
 
-export function AwsCredentialsToJSON(json: any): AwsCredentials {
+export function AwsCredentialsToJSON(json: any): any {
     return AwsCredentialsToJSONTyped(json, false);
 }
 
@@ -66,12 +64,15 @@ export function AwsCredentialsToJSONTyped(value?: AwsCredentials | null, ignoreD
     if (value == null) {
         return value;
     }
-
-    return {
-        
-        'access_key_id': value['accessKeyId'],
-        'secret_access_key': value['secretAccessKey'],
-        'session_token': value['sessionToken'],
-    };
+    if (typeof value !== 'object') {
+        return value;
+    }
+    if (instanceOfAwsKeys(value)) {
+        return AwsKeysToJSON(value as AwsKeys);
+    }
+    if (instanceOfAwsWebIdentityCredentials(value)) {
+        return AwsWebIdentityCredentialsToJSON(value as AwsWebIdentityCredentials);
+    }
+    return {};
 }
 
