@@ -34,6 +34,7 @@ pub fn endpoint(url: &str, creds: Option<AwsCredentials>, timeout: Duration) -> 
         region: "us-east-1".into(),
         endpoint_url: Some(url.to_owned()),
         credentials: creds,
+        role: None,
         timeout,
         check_endpoint: false,
     }
@@ -49,7 +50,7 @@ pub fn secrets(with_credentials: bool) -> hub_sinks::Secrets {
     let c = credentials();
     let credentials = with_credentials
         .then(|| serde_json::json!({"access_key_id": c.access_key_id, "secret_access_key": c.secret_access_key}));
-    hub_sinks::Secrets { signing: Vec::new(), credentials }
+    hub_sinks::Secrets { signing: Vec::new(), credentials, owner: None }
 }
 
 pub async fn sdk() -> aws_config::SdkConfig {

@@ -47,7 +47,11 @@ fn target(
         tls: false,
         sasl: sasl.map(|(mechanism, _)| Sasl { mechanism, username: SASL_USER.to_owned() }),
     };
-    let secrets = Secrets { signing: Vec::new(), credentials: sasl.map(|(_, password)| json!({"password": password})) };
+    let secrets = Secrets {
+        signing: Vec::new(),
+        credentials: sasl.map(|(_, password)| json!({"password": password})),
+        owner: None,
+    };
     sink.target(&Destination::Kafka(config), &secrets, timeout).expect("a Kafka target")
 }
 

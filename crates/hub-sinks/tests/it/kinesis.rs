@@ -62,6 +62,7 @@ fn target(sink: &KinesisSink, stream: &str, url: &str, with_credentials: bool, t
         stream_name: stream.to_owned(),
         region: "us-east-1".into(),
         endpoint_url: Some(url.to_owned()),
+        credentials: None,
     };
     sink.target(&Destination::Kinesis(config), &secrets(with_credentials), timeout).expect("a Kinesis target")
 }

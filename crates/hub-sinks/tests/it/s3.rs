@@ -63,6 +63,7 @@ fn target(sink: &S3Sink, bucket: &str, prefix: &str, url: &str, with_credentials
         prefix: prefix.to_owned(),
         region: "us-east-1".into(),
         endpoint_url: Some(url.to_owned()),
+        credentials: None,
     };
     sink.target(&Destination::S3(config), &secrets(with_credentials), timeout).expect("an S3 target")
 }

@@ -42,8 +42,12 @@ impl Topic {
 }
 
 fn target(sink: &SnsSink, arn: &str, url: &str, with_credentials: bool, timeout: Duration) -> SnsTarget {
-    let config =
-        SnsConfig { topic_arn: arn.to_owned(), region: "us-east-1".into(), endpoint_url: Some(url.to_owned()) };
+    let config = SnsConfig {
+        topic_arn: arn.to_owned(),
+        region: "us-east-1".into(),
+        endpoint_url: Some(url.to_owned()),
+        credentials: None,
+    };
     sink.target(&Destination::Sns(config), &secrets(with_credentials), timeout).expect("an SNS target")
 }
 

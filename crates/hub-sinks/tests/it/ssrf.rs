@@ -71,11 +71,13 @@ fn destinations(host: &str, port: u16) -> Vec<Destination> {
             queue_url: "https://sqs.us-east-1.amazonaws.com/123456789012/q".into(),
             region: "us-east-1".into(),
             endpoint_url: Some(format!("http://{host}:{port}")),
+            credentials: None,
         }),
         Destination::Eventbridge(EventBridgeConfig {
             event_bus: "bus".into(),
             region: "us-east-1".into(),
             endpoint_url: Some(format!("http://{host}:{port}")),
+            credentials: None,
         }),
         // The same dialer serves the bootstrap brokers and every broker the cluster's metadata
         // names, so a bootstrap broker is where the guard is seen.
@@ -95,17 +97,20 @@ fn destinations(host: &str, port: u16) -> Vec<Destination> {
             topic_arn: "arn:aws:sns:us-east-1:123456789012:t".into(),
             region: "us-east-1".into(),
             endpoint_url: Some(format!("http://{host}:{port}")),
+            credentials: None,
         }),
         Destination::Kinesis(KinesisConfig {
             stream_name: "s".into(),
             region: "us-east-1".into(),
             endpoint_url: Some(format!("http://{host}:{port}")),
+            credentials: None,
         }),
         Destination::S3(S3Config {
             bucket: "b".into(),
             prefix: String::new(),
             region: "us-east-1".into(),
             endpoint_url: Some(format!("http://{host}:{port}")),
+            credentials: None,
         }),
     ]
 }
@@ -115,6 +120,7 @@ fn secrets() -> Secrets {
         signing: vec!["whsec_test".into()],
         credentials: Some(serde_json::json!({"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": "x",
             "password": "p", "client_secret": "s"})),
+        owner: None,
     }
 }
 

@@ -33,7 +33,7 @@ pub fn target_of(
     secrets: &[&str],
     credentials: Option<serde_json::Value>,
 ) -> WebhookTarget {
-    let secrets = Secrets { signing: secrets.iter().map(|s| (*s).to_owned()).collect(), credentials };
+    let secrets = Secrets { signing: secrets.iter().map(|s| (*s).to_owned()).collect(), credentials, owner: None };
     sink.target(&Destination::Webhook(config), &secrets, Duration::from_secs(60)).expect("a target")
 }
 
