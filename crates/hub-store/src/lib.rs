@@ -154,6 +154,7 @@ pub trait Store:
     + Stats
     + Sessions
     + IssuerKeys
+    + Erasures
     + std::fmt::Debug
     + Send
     + Sync
@@ -171,6 +172,7 @@ impl<T> Store for T where
         + Stats
         + Sessions
         + IssuerKeys
+        + Erasures
         + std::fmt::Debug
         + Send
         + Sync
@@ -180,7 +182,9 @@ impl<T> Store for T where
 
 /// The role traits, for `use hub_store::prelude::*`.
 pub mod prelude {
-    pub use crate::{Catalog, Inbox, IssuerKeys, JobQueue, Operations, Replays, Sessions, Stats, Store, Subscriptions};
+    pub use crate::{
+        Catalog, Erasures, Inbox, IssuerKeys, JobQueue, Operations, Replays, Sessions, Stats, Store, Subscriptions,
+    };
 }
 
 /// The per-tenant inbox: accepted events, their seqs, and the pull streams over them.
@@ -585,6 +589,46 @@ pub trait IssuerKeys: Send + Sync {
 
     /// Drops the keys retired before `before` (their overlap is over); how many.
     async fn drop_issuer_keys(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+}
+
+/// Erasures of a data subject's payloads (SPEC §10).
+#[async_trait]
+pub trait Erasures: Send + Sync {
+    async fn create_erasure(&self, new: &NewErasure) -> StoreResult<()>;
+
+    /// One erasure of a tenant; `None` when it has no such erasure (any tenant's when `tenant` is
+    /// `None`).
+    async fn erasure(&self, id: Uuid) -> StoreResult<Option<ErasureRecord>>;
+
+    /// A tenant's erasures still running, oldest first.
+    async fn running_erasures(&self, tenant: &str) -> StoreResult<Vec<ErasureRecord>>;
+
+    /// The oldest running erasure no runner holds at `now` (or whose runner's lease ran out),
+    /// leased until `lease_until`.
+    async fn claim_erasure(&self, now: DateTime<Utc>, lease_until: DateTime<Utc>)
+    -> StoreResult<Option<ErasureRecord>>;
+
+    /// Applies one step over the inbox in one transaction: the matched events become tombstones
+    /// (payload, subject and extensions replaced, `erased_by` set; events already erased are left
+    /// as they are), their pending and held jobs are cancelled, their jobs' ordering keys and
+    /// their attempts' response bodies removed, and the erasure's progress and counts move on.
+    /// Answers what this step changed.
+    async fn erase_events(&self, step: &ErasureStep<'_>) -> StoreResult<ErasureCounts>;
+
+    /// Turns these DLQ-plane or quarantined records of the erasure's tenant into tombstones
+    /// (body replaced, headers reduced to `ce-id`, `ce-type` and `ce-time`) and counts them.
+    async fn erase_kept(
+        &self,
+        erasure: Uuid,
+        tenant: &str,
+        kind: KeptRecords,
+        ids: &[i64],
+        tombstone: &[u8],
+    ) -> StoreResult<i64>;
+
+    /// Marks an erasure done and drops its sealed match (SQLite: and checkpoints its write-ahead
+    /// log, so the pages as they were before leave it).
+    async fn finish_erasure(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<()>;
 }
 
 /// Where the hub keeps its state.

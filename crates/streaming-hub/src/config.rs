@@ -221,6 +221,9 @@ pub struct Config {
     pub oidc_issuer: Option<String>,
     /// After a rotation, how long the replaced signing key stays published.
     pub oidc_key_overlap: Duration,
+    /// Inbox events an erasure reads and judges a page (each page's matches written in one
+    /// transaction).
+    pub erasure_page: u32,
     pub kek_ref: Option<String>,
     pub dev_kek: Option<Secret>,
     pub shutdown_timeout: Duration,
@@ -327,6 +330,7 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_AWS_ENDPOINT_URL",
     "STREAMING_HUB_OIDC_ISSUER",
     "STREAMING_HUB_OIDC_KEY_OVERLAP",
+    "STREAMING_HUB_ERASURE_PAGE",
     "STREAMING_HUB_KEK_REF",
     "STREAMING_HUB_DEV_KEK",
     "STREAMING_HUB_SHUTDOWN_TIMEOUT",
@@ -700,6 +704,10 @@ impl Config {
             }),
             oidc_issuer: r.parse("STREAMING_HUB_OIDC_ISSUER", None, oidc_issuer),
             oidc_key_overlap: r.duration("STREAMING_HUB_OIDC_KEY_OVERLAP", "24h"),
+            erasure_page: r.parse("STREAMING_HUB_ERASURE_PAGE", 2_000, |raw| match raw.parse::<u32>() {
+                Ok(n) if (1..=10_000).contains(&n) => Ok(n),
+                _ => Err(format!("must be a whole number from 1 to 10000 (got {})", quoted(raw))),
+            }),
             kek_ref: r.text("STREAMING_HUB_KEK_REF"),
             dev_kek: r.text("STREAMING_HUB_DEV_KEK").map(Secret),
             shutdown_timeout: r.duration("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30s"),

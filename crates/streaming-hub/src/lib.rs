@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod delivery;
 pub mod demo;
+pub mod erasure;
 pub mod ingest;
 pub mod keys;
 pub mod oidc;
@@ -292,6 +293,18 @@ pub async fn start_with_clock(
         "event type learner",
         catalog::learn::run(Arc::clone(&catalog.learner), Arc::clone(&store), stop.clone()),
     ));
+    let erasures = Arc::new(tokio::sync::Notify::new());
+    tasks.push(supervisor.spawn(
+        "erasure runner",
+        erasure::run(
+            Arc::clone(&store),
+            Arc::clone(&sealer),
+            Arc::clone(&clock),
+            erasure::Settings { page: config.erasure_page, ..erasure::Settings::default() },
+            Arc::clone(&erasures),
+            stop.clone(),
+        ),
+    ));
     if let Some(issuer) = &issuer {
         tasks.push(supervisor.spawn("issuer keys refresh", oidc::refresh_loop(Arc::clone(issuer), stop.clone())));
     }
@@ -410,6 +423,7 @@ pub async fn start_with_clock(
         frame_ancestors: config.portal_frame_ancestors.clone(),
         test_waiting: Arc::default(),
         issuer,
+        erasures,
     };
     telemetry::prometheus();
     let router = api::router(state);

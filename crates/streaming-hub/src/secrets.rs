@@ -119,6 +119,8 @@ pub enum Purpose {
     Credentials,
     /// One of the hub's OIDC signing keys (owned by its kid).
     IssuerKey,
+    /// What a running erasure matches (owned by the erasure).
+    ErasureMatch,
 }
 
 impl Purpose {
@@ -128,6 +130,7 @@ impl Purpose {
             Purpose::PreviousSecret => "previous_secret",
             Purpose::Credentials => "credentials",
             Purpose::IssuerKey => "issuer_key",
+            Purpose::ErasureMatch => "erasure_match",
         }
     }
 }

@@ -148,6 +148,9 @@ pub struct StoredEvent {
     /// See [`AcceptedEvent::trace`].
     #[serde(skip)]
     pub trace: Option<String>,
+    /// The erasure that replaced its payload with a tombstone, when one did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub erasure_id: Option<Uuid>,
 }
 
 impl Accepted for StoredEvent {
@@ -215,6 +218,7 @@ impl StoredEvent {
             // The stores keep microseconds.
             received_at: accepted.received_at.trunc_subsecs(6),
             trace: accepted.trace.clone(),
+            erasure_id: None,
         }
     }
 }

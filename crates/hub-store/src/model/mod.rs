@@ -1,6 +1,7 @@
 //! The records the store reads and writes, one file per concept; every type is re-exported here.
 
 mod catalog;
+mod erasures;
 mod events;
 mod jobs;
 mod keys;
@@ -9,6 +10,7 @@ mod reads;
 mod subscriptions;
 
 pub use catalog::*;
+pub use erasures::*;
 pub use events::*;
 pub use jobs::*;
 pub use keys::*;

@@ -31,6 +31,7 @@ use crate::{
 };
 
 mod catalog;
+mod erasures;
 pub(crate) mod failover;
 mod inbox;
 mod ingest;

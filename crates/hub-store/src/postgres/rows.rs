@@ -207,7 +207,7 @@ impl AttemptColumns {
 pub(super) const EVENT_COLUMNS: &str = "tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
     event_time, schema_version, subject, data_content_type, data_schema, traceparent, tracestate,
     extensions::text AS extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset,
-    received_at, hub_traceparent";
+    received_at, hub_traceparent, erased_by";
 
 pub(super) fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
     let extensions: String = row.try_get("extensions")?;
@@ -236,6 +236,7 @@ pub(super) fn event_from_row(row: &PgRow) -> StoreResult<StoredEvent> {
         ),
         received_at: row.try_get("received_at")?,
         trace: row.try_get("hub_traceparent")?,
+        erasure_id: row.try_get("erased_by")?,
     })
 }
 

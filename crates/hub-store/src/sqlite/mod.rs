@@ -32,6 +32,7 @@ use crate::{
 };
 
 mod catalog;
+mod erasures;
 mod inbox;
 mod issuer;
 mod jobs;
@@ -89,6 +90,9 @@ impl SqliteStore {
             // FULL: an acknowledged event survives a power loss, not only a process crash.
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(30))
+            // Deleted and overwritten content is zeroed in the file, not left in free space: an
+            // erasure (and retention) leaves no old payload for anyone who reads the file.
+            .pragma("secure_delete", "ON")
             .foreign_keys(true);
         let writer = SqlitePoolOptions::new().max_connections(1).connect_with(options.clone()).await?;
         let reader = SqlitePoolOptions::new().max_connections(4).connect_with(options.read_only(false)).await?;
@@ -419,7 +423,8 @@ impl SqliteStore {
 
 const EVENT_COLUMNS: &str = "tenant_id, seq, ce_id, source, ce_type, resource_type, event_type,
     event_time, schema_version, subject, data_content_type, data_schema, traceparent, tracestate,
-    extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset, received_at, hub_traceparent";
+    extensions, payload, origin, kafka_topic, kafka_partition, kafka_offset, received_at, hub_traceparent,
+    erased_by";
 
 fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
     let extensions: String = row.try_get("extensions")?;
@@ -449,6 +454,7 @@ fn event_from_row(row: &SqliteRow) -> StoreResult<StoredEvent> {
         ),
         received_at: from_micros(row.try_get("received_at")?)?,
         trace: row.try_get("hub_traceparent")?,
+        erasure_id: row.try_get::<Option<String>, _>("erased_by")?.as_deref().map(uuid_from_text).transpose()?,
     })
 }
 

@@ -5,6 +5,7 @@ mod catalog;
 mod connections;
 mod contract;
 mod dlq;
+mod erasures;
 mod filters;
 mod jobs;
 mod ordering;
@@ -21,6 +22,7 @@ mod suite {
     pub use crate::catalog::*;
     pub use crate::contract::*;
     pub use crate::dlq::*;
+    pub use crate::erasures::*;
     pub use crate::filters::*;
     pub use crate::jobs::*;
     pub use crate::ordering::*;
@@ -58,6 +60,7 @@ macro_rules! contract_suite {
 contract_suite!(
     a_grant_is_exchanged_once_and_a_session_ends_when_revoked_or_expired,
     issuer_keys_rotate_and_retired_ones_are_dropped_after_their_overlap,
+    an_erasure_is_leased_applied_once_and_forgets_its_match,
     minutes_add_up_and_backlogs_are_set,
     backlogs_count_pending_and_held_jobs,
     one_refresh_is_claimed_per_interval_and_at_once_when_the_sources_change,

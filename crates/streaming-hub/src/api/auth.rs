@@ -18,7 +18,10 @@ use crate::keys;
 /// Who is calling.
 #[derive(Debug, Clone)]
 pub enum Principal {
-    Admin,
+    /// The admin token (`key: None`) or an admin key.
+    Admin {
+        key: Option<uuid::Uuid>,
+    },
     Tenant {
         tenant: TenantId,
         key_id: uuid::Uuid,
@@ -51,7 +54,7 @@ impl FromRequestParts<AppState> for Principal {
         let token = bearer(parts)?;
         if state.admin_token.as_ref().is_some_and(|admin| bool::from(token.as_bytes().ct_eq(admin.expose().as_bytes())))
         {
-            return Ok(Principal::Admin);
+            return Ok(Principal::Admin { key: None });
         }
         if token.starts_with(super::portal::SESSION_PREFIX) {
             // Looked up on every request: a revoked or expired session ends at once, everywhere.
@@ -77,7 +80,7 @@ impl FromRequestParts<AppState> for Principal {
                         tenant: TenantId::stored(tenant).map_err(ApiError::internal)?,
                         key_id: key.id,
                     },
-                    None => Principal::Admin,
+                    None => Principal::Admin { key: Some(key.id) },
                 };
                 state.key_cache.put(hash, principal.clone(), key.expires_at);
                 return Ok(principal);
@@ -134,16 +137,29 @@ struct CachedKey {
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-/// A caller holding the admin token.
+/// A caller holding the admin token or an admin key.
 #[derive(Debug)]
-pub struct Admin;
+pub struct Admin {
+    /// The admin key; `None` for the admin token.
+    pub key: Option<uuid::Uuid>,
+}
+
+impl Admin {
+    /// Who this is, as an audit record names them (never the secret).
+    pub fn who(&self) -> String {
+        match self.key {
+            Some(id) => format!("admin key {id}"),
+            None => "admin token".to_owned(),
+        }
+    }
+}
 
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match Principal::from_request_parts(parts, state).await? {
-            Principal::Admin => Ok(Admin),
+            Principal::Admin { key } => Ok(Admin { key }),
             Principal::Tenant { .. } | Principal::Portal { .. } => {
                 Err(ApiError::forbidden("this route requires the admin token"))
             }
@@ -212,7 +228,7 @@ impl FromRequestParts<AppState> for TenantCaller {
             }
             // The operator acts for one tenant by naming it: the admin token can already mint
             // that tenant a key, so this adds no power, and it is logged.
-            Principal::Admin => match parts.headers.get(ACT_FOR) {
+            Principal::Admin { .. } => match parts.headers.get(ACT_FOR) {
                 Some(value) => {
                     let tenant = act_for_tenant(value).ok_or_else(|| {
                         ApiError::validation(

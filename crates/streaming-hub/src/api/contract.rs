@@ -182,6 +182,7 @@ fn links() -> Vec<(&'static str, &'static str, &'static str, String, &'static st
         "getReplay",
         json!({"id": "$request.path.id", "replay_id": "$response.body#/replay_id"}),
     ));
+    out.push(("/admin/erasures", "post", "202", "getErasure".to_owned(), "getErasure", by_id.clone()));
     out.push(("/admin/api-keys", "post", "201", "revokeApiKey".to_owned(), "revokeApiKey", by_id));
     out.push((
         "/v1/events",

@@ -73,6 +73,9 @@ pub struct EventView {
     pub payload: Box<RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload_encoding: Option<&'static str>,
+    /// The erasure that replaced its payload, subject and extensions with a tombstone (SPEC §10).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub erasure_id: Option<Uuid>,
 }
 
 impl EventView {
@@ -96,6 +99,7 @@ impl EventView {
             received_at: event.received_at,
             payload,
             payload_encoding,
+            erasure_id: event.erasure_id,
         }
     }
 }

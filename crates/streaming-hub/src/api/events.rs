@@ -128,7 +128,7 @@ pub async fn ingest(
 /// A portal session never ingests.
 fn authorize(principal: &Principal, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
     let tenant = match principal {
-        Principal::Admin => return Ok(()),
+        Principal::Admin { .. } => return Ok(()),
         Principal::Portal { read_only, .. } => {
             return super::auth::portal_may(&axum::http::Method::POST, "/v1/events", *read_only);
         }

@@ -11,6 +11,7 @@ mod console;
 mod contract;
 pub mod delivery;
 pub mod destination;
+pub mod erasures;
 pub mod error;
 pub mod event_log;
 pub mod events;
@@ -103,6 +104,8 @@ pub struct AppState {
     pub test_waiting: Arc<test_delivery::Waiting>,
     /// The hub as an OIDC issuer (`STREAMING_HUB_OIDC_ISSUER`), when it is one.
     pub issuer: Option<Arc<crate::oidc::Issuer>>,
+    /// Wakes the erasure runner: an erasure was requested.
+    pub erasures: Arc<tokio::sync::Notify>,
 }
 
 #[derive(OpenApi)]
@@ -170,6 +173,8 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(portal::create))
         .routes(routes!(portal::revoke))
         .routes(routes!(portal::exchange))
+        .routes(routes!(erasures::create))
+        .routes(routes!(erasures::read))
         .routes(routes!(admin::list_quarantine))
         .routes(routes!(admin::list_dlq))
         .routes(routes!(overview::tenants))

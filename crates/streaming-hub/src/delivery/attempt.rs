@@ -110,6 +110,15 @@ impl Dispatcher {
         let delivery_id = Uuid::now_v7();
         let clock_start = Instant::now();
         let outcome = match event {
+            // Erased while its job was leased: the tombstone is never sent in its place.
+            Some(StoredEvent { erasure_id: Some(erasure), .. }) => Outcome::Failed(Failure {
+                retryable: false,
+                kind: FailureKind::Refused,
+                reason: format!("the event was erased (erasure {erasure})"),
+                status: None,
+                response: None,
+                retry_after: None,
+            }),
             Some(event) => {
                 let span = if crate::trace::on() {
                     tracing::info_span!(

@@ -10,6 +10,7 @@ mod clients;
 mod console;
 mod crash;
 mod delivery;
+mod erasure;
 mod failover;
 mod ingest;
 mod kafka;

@@ -26,6 +26,8 @@ pub enum Script {
     Hang,
     /// 503 for events with this subject (`X-Lerian-Subject`), 204 for the others.
     FailSubject(String),
+    /// 500 with the delivered body echoed in the answer (what a receiver's error page may do).
+    FailEcho,
     /// Serves this many deliveries at once, each taking the duration, and answers 503 at once
     /// beyond them.
     Capacity(usize, Duration),
@@ -195,6 +197,10 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
             }
         }
         Script::Fail => (StatusCode::SERVICE_UNAVAILABLE, "down").into_response(),
+        Script::FailEcho => {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot take {}", String::from_utf8_lossy(&body)))
+                .into_response()
+        }
         Script::Slow(d) => {
             tokio::time::sleep(d).await;
             StatusCode::NO_CONTENT.into_response()

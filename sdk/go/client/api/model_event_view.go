@@ -24,10 +24,12 @@ var _ MappedNullable = &EventView{}
 type EventView struct {
 	CeId string `json:"ce_id"`
 	// The `ce-type` header as received.
-	CeType          string            `json:"ce_type"`
-	DataContentType string            `json:"data_content_type"`
-	DataSchema      NullableString    `json:"data_schema,omitempty"`
-	Extensions      map[string]string `json:"extensions"`
+	CeType          string         `json:"ce_type"`
+	DataContentType string         `json:"data_content_type"`
+	DataSchema      NullableString `json:"data_schema,omitempty"`
+	// The erasure that replaced its payload, subject and extensions with a tombstone (SPEC §10).
+	ErasureId  NullableString    `json:"erasure_id,omitempty"`
+	Extensions map[string]string `json:"extensions"`
 	// `{\"kind\": \"http\"}` or `{\"kind\": \"kafka\", \"topic\", \"partition\", \"offset\"}`.
 	Origin map[string]interface{} `json:"origin"`
 	// The body: JSON as received, or a string (base64 when `payload_encoding` says so).
@@ -189,6 +191,49 @@ func (o *EventView) SetDataSchemaNil() {
 // UnsetDataSchema ensures that no value is present for DataSchema, not even an explicit nil
 func (o *EventView) UnsetDataSchema() {
 	o.DataSchema.Unset()
+}
+
+// GetErasureId returns the ErasureId field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *EventView) GetErasureId() string {
+	if o == nil || IsNil(o.ErasureId.Get()) {
+		var ret string
+		return ret
+	}
+	return *o.ErasureId.Get()
+}
+
+// GetErasureIdOk returns a tuple with the ErasureId field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *EventView) GetErasureIdOk() (*string, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.ErasureId.Get(), o.ErasureId.IsSet()
+}
+
+// HasErasureId returns a boolean if a field has been set.
+func (o *EventView) HasErasureId() bool {
+	if o != nil && o.ErasureId.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetErasureId gets a reference to the given NullableString and assigns it to the ErasureId field.
+func (o *EventView) SetErasureId(v string) {
+	o.ErasureId.Set(&v)
+}
+
+// SetErasureIdNil sets the value for ErasureId to be an explicit nil
+func (o *EventView) SetErasureIdNil() {
+	o.ErasureId.Set(nil)
+}
+
+// UnsetErasureId ensures that no value is present for ErasureId, not even an explicit nil
+func (o *EventView) UnsetErasureId() {
+	o.ErasureId.Unset()
 }
 
 // GetExtensions returns the Extensions field value
@@ -553,6 +598,9 @@ func (o EventView) ToMap() (map[string]interface{}, error) {
 	toSerialize["data_content_type"] = o.DataContentType
 	if o.DataSchema.IsSet() {
 		toSerialize["data_schema"] = o.DataSchema.Get()
+	}
+	if o.ErasureId.IsSet() {
+		toSerialize["erasure_id"] = o.ErasureId.Get()
 	}
 	toSerialize["extensions"] = o.Extensions
 	toSerialize["origin"] = o.Origin

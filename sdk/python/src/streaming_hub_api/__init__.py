@@ -45,15 +45,20 @@ __all__ = [
     "BlockedKeyView",
     "Bucket",
     "CreateApiKey",
+    "CreateErasure",
     "CreatePortalSession",
     "CreateSubscription",
     "CreatedApiKey",
     "CreatedPortalSession",
     "DataFilter",
+    "DataMatch",
     "DeliveryPage",
     "DeliveryView",
     "DlqPage",
     "DlqView",
+    "Erasure",
+    "ErasureCountsView",
+    "ErasureMatch",
     "ErrorBody",
     "EventDetail",
     "EventPage",
@@ -82,6 +87,7 @@ __all__ = [
     "NotFilter",
     "OrderingMode",
     "OrderingView",
+    "PartitionKeyMatch",
     "PortalToken",
     "PrefixFilter",
     "PublicKey",
@@ -109,6 +115,7 @@ __all__ = [
     "StatsPage",
     "Status",
     "StreamEntryView",
+    "SubjectMatch",
     "SubscriptionOutcome",
     "SubscriptionPage",
     "SubscriptionView",
@@ -165,15 +172,20 @@ from streaming_hub_api.models.aws_web_identity_credentials import AwsWebIdentity
 from streaming_hub_api.models.blocked_key_view import BlockedKeyView as BlockedKeyView
 from streaming_hub_api.models.bucket import Bucket as Bucket
 from streaming_hub_api.models.create_api_key import CreateApiKey as CreateApiKey
+from streaming_hub_api.models.create_erasure import CreateErasure as CreateErasure
 from streaming_hub_api.models.create_portal_session import CreatePortalSession as CreatePortalSession
 from streaming_hub_api.models.create_subscription import CreateSubscription as CreateSubscription
 from streaming_hub_api.models.created_api_key import CreatedApiKey as CreatedApiKey
 from streaming_hub_api.models.created_portal_session import CreatedPortalSession as CreatedPortalSession
 from streaming_hub_api.models.data_filter import DataFilter as DataFilter
+from streaming_hub_api.models.data_match import DataMatch as DataMatch
 from streaming_hub_api.models.delivery_page import DeliveryPage as DeliveryPage
 from streaming_hub_api.models.delivery_view import DeliveryView as DeliveryView
 from streaming_hub_api.models.dlq_page import DlqPage as DlqPage
 from streaming_hub_api.models.dlq_view import DlqView as DlqView
+from streaming_hub_api.models.erasure import Erasure as Erasure
+from streaming_hub_api.models.erasure_counts_view import ErasureCountsView as ErasureCountsView
+from streaming_hub_api.models.erasure_match import ErasureMatch as ErasureMatch
 from streaming_hub_api.models.error_body import ErrorBody as ErrorBody
 from streaming_hub_api.models.event_detail import EventDetail as EventDetail
 from streaming_hub_api.models.event_page import EventPage as EventPage
@@ -202,6 +214,7 @@ from streaming_hub_api.models.manifest_source_view import ManifestSourceView as 
 from streaming_hub_api.models.not_filter import NotFilter as NotFilter
 from streaming_hub_api.models.ordering_mode import OrderingMode as OrderingMode
 from streaming_hub_api.models.ordering_view import OrderingView as OrderingView
+from streaming_hub_api.models.partition_key_match import PartitionKeyMatch as PartitionKeyMatch
 from streaming_hub_api.models.portal_token import PortalToken as PortalToken
 from streaming_hub_api.models.prefix_filter import PrefixFilter as PrefixFilter
 from streaming_hub_api.models.public_key import PublicKey as PublicKey
@@ -229,6 +242,7 @@ from streaming_hub_api.models.sqs_sink import SqsSink as SqsSink
 from streaming_hub_api.models.stats_page import StatsPage as StatsPage
 from streaming_hub_api.models.status import Status as Status
 from streaming_hub_api.models.stream_entry_view import StreamEntryView as StreamEntryView
+from streaming_hub_api.models.subject_match import SubjectMatch as SubjectMatch
 from streaming_hub_api.models.subscription_outcome import SubscriptionOutcome as SubscriptionOutcome
 from streaming_hub_api.models.subscription_page import SubscriptionPage as SubscriptionPage
 from streaming_hub_api.models.subscription_view import SubscriptionView as SubscriptionView

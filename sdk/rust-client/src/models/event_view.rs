@@ -28,6 +28,14 @@ pub struct EventView {
         skip_serializing_if = "Option::is_none"
     )]
     pub data_schema: Option<Option<String>>,
+    /// The erasure that replaced its payload, subject and extensions with a tombstone (SPEC §10).
+    #[serde(
+        rename = "erasure_id",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub erasure_id: Option<Option<uuid::Uuid>>,
     #[serde(rename = "extensions")]
     pub extensions: std::collections::HashMap<String, String>,
     /// `{\"kind\": \"http\"}` or `{\"kind\": \"kafka\", \"topic\", \"partition\", \"offset\"}`.
@@ -94,6 +102,7 @@ impl EventView {
             ce_type,
             data_content_type,
             data_schema: None,
+            erasure_id: None,
             extensions,
             origin,
             payload,

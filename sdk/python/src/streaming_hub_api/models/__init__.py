@@ -26,15 +26,20 @@ from streaming_hub_api.models.aws_web_identity_credentials import AwsWebIdentity
 from streaming_hub_api.models.blocked_key_view import BlockedKeyView
 from streaming_hub_api.models.bucket import Bucket
 from streaming_hub_api.models.create_api_key import CreateApiKey
+from streaming_hub_api.models.create_erasure import CreateErasure
 from streaming_hub_api.models.create_portal_session import CreatePortalSession
 from streaming_hub_api.models.create_subscription import CreateSubscription
 from streaming_hub_api.models.created_api_key import CreatedApiKey
 from streaming_hub_api.models.created_portal_session import CreatedPortalSession
 from streaming_hub_api.models.data_filter import DataFilter
+from streaming_hub_api.models.data_match import DataMatch
 from streaming_hub_api.models.delivery_page import DeliveryPage
 from streaming_hub_api.models.delivery_view import DeliveryView
 from streaming_hub_api.models.dlq_page import DlqPage
 from streaming_hub_api.models.dlq_view import DlqView
+from streaming_hub_api.models.erasure import Erasure
+from streaming_hub_api.models.erasure_counts_view import ErasureCountsView
+from streaming_hub_api.models.erasure_match import ErasureMatch
 from streaming_hub_api.models.error_body import ErrorBody
 from streaming_hub_api.models.event_detail import EventDetail
 from streaming_hub_api.models.event_page import EventPage
@@ -63,6 +68,7 @@ from streaming_hub_api.models.manifest_source_view import ManifestSourceView
 from streaming_hub_api.models.not_filter import NotFilter
 from streaming_hub_api.models.ordering_mode import OrderingMode
 from streaming_hub_api.models.ordering_view import OrderingView
+from streaming_hub_api.models.partition_key_match import PartitionKeyMatch
 from streaming_hub_api.models.portal_token import PortalToken
 from streaming_hub_api.models.prefix_filter import PrefixFilter
 from streaming_hub_api.models.public_key import PublicKey
@@ -90,6 +96,7 @@ from streaming_hub_api.models.sqs_sink import SqsSink
 from streaming_hub_api.models.stats_page import StatsPage
 from streaming_hub_api.models.status import Status
 from streaming_hub_api.models.stream_entry_view import StreamEntryView
+from streaming_hub_api.models.subject_match import SubjectMatch
 from streaming_hub_api.models.subscription_outcome import SubscriptionOutcome
 from streaming_hub_api.models.subscription_page import SubscriptionPage
 from streaming_hub_api.models.subscription_view import SubscriptionView

@@ -33,6 +33,7 @@ class EventView(BaseModel):
     ce_type: StrictStr = Field(description="The `ce-type` header as received.")
     data_content_type: StrictStr
     data_schema: Optional[StrictStr] = None
+    erasure_id: Optional[UUID] = Field(default=None, description="The erasure that replaced its payload, subject and extensions with a tombstone (SPEC §10).")
     extensions: Dict[str, StrictStr]
     origin: Dict[str, Any] = Field(description="`{\"kind\": \"http\"}` or `{\"kind\": \"kafka\", \"topic\", \"partition\", \"offset\"}`.")
     payload: Optional[Any] = Field(description="The body: JSON as received, or a string (base64 when `payload_encoding` says so).")
@@ -45,7 +46,7 @@ class EventView(BaseModel):
     time: StrictStr
     traceparent: Optional[StrictStr] = None
     type: StrictStr = Field(description="The event key `<resourcetype>.<eventtype>`.")
-    __properties: ClassVar[List[str]] = ["ce_id", "ce_type", "data_content_type", "data_schema", "extensions", "origin", "payload", "payload_encoding", "received_at", "schema_version", "seq", "source", "subject", "time", "traceparent", "type"]
+    __properties: ClassVar[List[str]] = ["ce_id", "ce_type", "data_content_type", "data_schema", "erasure_id", "extensions", "origin", "payload", "payload_encoding", "received_at", "schema_version", "seq", "source", "subject", "time", "traceparent", "type"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -91,6 +92,11 @@ class EventView(BaseModel):
         if self.data_schema is None and "data_schema" in self.model_fields_set:
             _dict['data_schema'] = None
 
+        # set to None if erasure_id (nullable) is None
+        # and model_fields_set contains the field
+        if self.erasure_id is None and "erasure_id" in self.model_fields_set:
+            _dict['erasure_id'] = None
+
         # set to None if payload (nullable) is None
         # and model_fields_set contains the field
         if self.payload is None and "payload" in self.model_fields_set:
@@ -127,6 +133,7 @@ class EventView(BaseModel):
             "ce_type": obj.get("ce_type"),
             "data_content_type": obj.get("data_content_type"),
             "data_schema": obj.get("data_schema"),
+            "erasure_id": obj.get("erasure_id"),
             "extensions": obj.get("extensions"),
             "origin": obj.get("origin"),
             "payload": obj.get("payload"),

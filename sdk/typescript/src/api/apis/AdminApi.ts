@@ -29,6 +29,11 @@ import {
     CreateApiKeyToJSON,
 } from '../models/CreateApiKey';
 import {
+    type CreateErasure,
+    CreateErasureFromJSON,
+    CreateErasureToJSON,
+} from '../models/CreateErasure';
+import {
     type CreatePortalSession,
     CreatePortalSessionFromJSON,
     CreatePortalSessionToJSON,
@@ -48,6 +53,11 @@ import {
     DlqPageFromJSON,
     DlqPageToJSON,
 } from '../models/DlqPage';
+import {
+    type Erasure,
+    ErasureFromJSON,
+    ErasureToJSON,
+} from '../models/Erasure';
 import {
     type ErrorBody,
     ErrorBodyFromJSON,
@@ -81,11 +91,25 @@ export interface CreateApiKeyRequest {
     createApiKey: CreateApiKey;
 }
 
+export interface CreateErasureRequest {
+    /**
+     * 
+     */
+    createErasure: CreateErasure;
+}
+
 export interface CreatePortalSessionRequest {
     /**
      * 
      */
     createPortalSession: CreatePortalSession;
+}
+
+export interface GetErasureRequest {
+    /**
+     * Erasure id
+     */
+    id: string;
 }
 
 export interface ListAllEventTypesRequest {
@@ -270,6 +294,59 @@ export class AdminApi extends runtime.BaseAPI {
     }
 
     /**
+     * Creates request options for createErasure without sending the request
+     */
+    async createErasureRequestOpts(requestParameters: CreateErasureRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['createErasure'] == null) {
+            throw new runtime.RequiredError(
+                'createErasure',
+                'Required parameter "createErasure" was null or undefined when calling createErasure().'
+            );
+        }
+
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        headerParameters['Content-Type'] = 'application/json';
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/erasures`;
+
+        return {
+            path: urlPath,
+            method: 'POST',
+            headers: headerParameters,
+            query: queryParameters,
+            body: CreateErasureToJSON(requestParameters['createErasure']),
+        };
+    }
+
+    /**
+     */
+    async createErasureRaw(requestParameters: CreateErasureRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<Erasure>> {
+        const requestOptions = await this.createErasureRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => ErasureFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async createErasure(requestParameters: CreateErasureRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<Erasure> {
+        const response = await this.createErasureRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
      * Creates request options for createPortalSession without sending the request
      */
     async createPortalSessionRequestOpts(requestParameters: CreatePortalSessionRequest): Promise<runtime.RequestOpts> {
@@ -319,6 +396,57 @@ export class AdminApi extends runtime.BaseAPI {
      */
     async createPortalSession(requestParameters: CreatePortalSessionRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<CreatedPortalSession> {
         const response = await this.createPortalSessionRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for getErasure without sending the request
+     */
+    async getErasureRequestOpts(requestParameters: GetErasureRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['id'] == null) {
+            throw new runtime.RequiredError(
+                'id',
+                'Required parameter "id" was null or undefined when calling getErasure().'
+            );
+        }
+
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/erasures/{id}`;
+        urlPath = urlPath.replace('{id}', encodeURIComponent(String(requestParameters['id'])));
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async getErasureRaw(requestParameters: GetErasureRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<Erasure>> {
+        const requestOptions = await this.getErasureRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => ErasureFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async getErasure(requestParameters: GetErasureRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<Erasure> {
+        const response = await this.getErasureRaw(requestParameters, initOverrides);
         return await response.value();
     }
 

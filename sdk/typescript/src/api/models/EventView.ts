@@ -36,6 +36,10 @@ export interface EventView {
      */
     dataSchema?: string | null;
     /**
+     * The erasure that replaced its payload, subject and extensions with a tombstone (SPEC §10).
+     */
+    erasureId?: string | null;
+    /**
      * 
      */
     extensions: { [key: string]: string; };
@@ -118,6 +122,7 @@ export function EventViewFromJSONTyped(json: any, ignoreDiscriminator: boolean):
         'ceType': json['ce_type'],
         'dataContentType': json['data_content_type'],
         'dataSchema': json['data_schema'] === undefined ? undefined : json['data_schema'] === null ? null : json['data_schema'],
+        'erasureId': json['erasure_id'] === undefined ? undefined : json['erasure_id'] === null ? null : json['erasure_id'],
         'extensions': json['extensions'],
         'origin': json['origin'],
         'payload': json['payload'],
@@ -148,6 +153,7 @@ export function EventViewToJSONTyped(value?: EventView | null, ignoreDiscriminat
         'ce_type': value['ceType'],
         'data_content_type': value['dataContentType'],
         'data_schema': value['dataSchema'],
+        'erasure_id': value['erasureId'],
         'extensions': value['extensions'],
         'origin': value['origin'],
         'payload': value['payload'],

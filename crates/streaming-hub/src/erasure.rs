@@ -1,0 +1,307 @@
+//! Erasure (SPEC §10, LGPD/GDPR): a data subject's payloads replaced by tombstones wherever the
+//! hub keeps them, by a background runner that survives a restart.
+//!
+//! `POST /admin/erasures` stores the request with its match sealed; a runner (any replica, one at
+//! a time per erasure through a lease) walks the tenant's inbox by seq a page at a time, judges
+//! each page off the async threads, and applies each page's matches in one transaction with the
+//! erasure's progress: killed at any point, the next runner goes on from the last page written.
+//! Then the tenant's DLQ-plane and quarantined records; then the erasure is done and its match is
+//! dropped, so the audit record keeps who, when, why and counts, never the values.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hub_core::routing::data::ContentPattern;
+use hub_store::{DlqFilter, ErasureRecord, ErasureStep, EventQuery, KeptRecords, QuarantineFilter, Store, StoredEvent};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::clock::Clock;
+use crate::secrets::{Purpose, Sealer};
+
+/// How long a runner holds an erasure without writing progress before another may take it (a
+/// page is written well within it; a runner killed mid-way is replaced after it).
+pub const LEASE: Duration = Duration::from_secs(10);
+
+/// What an erasure matches: the events (and kept records) of one data subject.
+#[derive(Debug, Clone)]
+pub enum Match {
+    /// The CloudEvents `subject`.
+    Subject(String),
+    /// The `partitionkey` extension.
+    PartitionKey(String),
+    /// A content pattern over the JSON body (the `data` filter dialect).
+    Data(Box<ContentPattern>),
+}
+
+/// The longest subject or partition key an erasure names.
+pub const MAX_VALUE: usize = 4096;
+
+impl Match {
+    /// `{"subject": "…"}`, `{"partitionkey": "…"}` or `{"data": <content pattern>}`; the error
+    /// names the field below `match`.
+    pub fn parse(value: &Value) -> Result<Self, (String, String)> {
+        let map = value.as_object().ok_or_else(|| ("match".to_owned(), "must be an object".to_owned()))?;
+        let [(kind, v)] = map.iter().collect::<Vec<_>>()[..] else {
+            return Err(("match".to_owned(), "must name exactly one of subject, partitionkey or data".to_owned()));
+        };
+        let text = |v: &Value| match v.as_str() {
+            Some(s) if !s.is_empty() && s.len() <= MAX_VALUE => Ok(s.to_owned()),
+            _ => Err((format!("match.{kind}"), format!("must be a string of 1 to {MAX_VALUE} bytes"))),
+        };
+        match kind.as_str() {
+            "subject" => Ok(Self::Subject(text(v)?)),
+            "partitionkey" => Ok(Self::PartitionKey(text(v)?)),
+            "data" => ContentPattern::compile(v)
+                .map(|p| Self::Data(Box::new(p)))
+                .map_err(|e| (format!("match.data{}", e.path), e.message)),
+            other => Err((format!("match.{other}"), "is not a match: use subject, partitionkey or data".to_owned())),
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Subject(_) => "subject",
+            Self::PartitionKey(_) => "partitionkey",
+            Self::Data(_) => "data",
+        }
+    }
+
+    /// Whether an inbox event is the subject's.
+    pub fn event(&self, e: &StoredEvent) -> bool {
+        match self {
+            Self::Subject(s) => e.subject.as_deref() == Some(s.as_str()),
+            Self::PartitionKey(k) => e.extensions.get("partitionkey").map(String::as_str) == Some(k.as_str()),
+            Self::Data(p) => body_matches(p, &e.payload),
+        }
+    }
+
+    /// Whether a kept record (its headers as received, its body) is the subject's.
+    pub fn record(&self, headers: &BTreeMap<String, String>, body: &[u8]) -> bool {
+        let header = |name: &str| {
+            headers.iter().find_map(|(k, v)| {
+                let k = k.to_ascii_lowercase();
+                let bare = k.strip_prefix("ce-").or_else(|| k.strip_prefix("ce_")).unwrap_or(&k);
+                (bare == name).then_some(v.as_str())
+            })
+        };
+        match self {
+            Self::Subject(s) => header("subject") == Some(s.as_str()),
+            Self::PartitionKey(k) => header("partitionkey") == Some(k.as_str()),
+            Self::Data(p) => body_matches(p, body),
+        }
+    }
+}
+
+fn body_matches(pattern: &ContentPattern, body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body).is_ok_and(|json| pattern.matches(&json))
+}
+
+/// What an erased payload (or kept record's body) becomes.
+pub fn tombstone(erasure: Uuid) -> Vec<u8> {
+    json!({"erased": {"erasure_id": erasure}}).to_string().into_bytes()
+}
+
+/// How the runner walks the inbox.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Events read and judged a page, each page's matches written in one transaction.
+    pub page: u32,
+    /// How long the runner waits for work when there is none and nobody wakes it.
+    pub idle: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self { page: 2_000, idle: Duration::from_secs(5) }
+    }
+}
+
+/// Runs erasures until `stop`: whichever is running and held by no other runner, oldest first.
+pub async fn run(
+    store: Arc<dyn Store>,
+    sealer: Arc<Sealer>,
+    clock: Arc<dyn Clock>,
+    settings: Settings,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+) {
+    loop {
+        let now = clock.now();
+        let lease = chrono::Duration::from_std(LEASE).unwrap_or_default();
+        match store.claim_erasure(now, now + lease).await {
+            Ok(Some(erasure)) => {
+                let id = erasure.id;
+                match erase(&*store, &sealer, &*clock, settings, erasure, &stop).await {
+                    Ok(true) => tracing::info!(erasure = %id, "erasure done"),
+                    Ok(false) => return,
+                    Err(e) => {
+                        tracing::warn!(erasure = %id, error = %e, "erasure interrupted; it goes on after its lease");
+                    }
+                }
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not look for erasures to run"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(settings.idle) => {}
+        }
+    }
+}
+
+/// Opens an erasure's sealed match.
+pub fn open_match(sealer: &Sealer, e: &ErasureRecord) -> anyhow::Result<Match> {
+    let sealed = e.sealed_match.as_deref().ok_or_else(|| anyhow::anyhow!("the erasure's match was dropped"))?;
+    let bytes = sealer.open(e.id, Purpose::ErasureMatch, sealed)?;
+    let value: Value = serde_json::from_slice(&bytes)?;
+    Match::parse(&value).map_err(|(field, problem)| anyhow::anyhow!("{field}: {problem}"))
+}
+
+/// Takes one erasure from where it stands to done; `false` when `stop` came first (the lease
+/// lets another runner go on).
+async fn erase(
+    store: &dyn Store,
+    sealer: &Sealer,
+    clock: &dyn Clock,
+    settings: Settings,
+    erasure: ErasureRecord,
+    stop: &CancellationToken,
+) -> anyhow::Result<bool> {
+    let matcher = Arc::new(open_match(sealer, &erasure)?);
+    let tombstone = tombstone(erasure.id);
+    let lease = chrono::Duration::from_std(LEASE)?;
+    let mut after = erasure.scanned_to;
+    loop {
+        if stop.is_cancelled() {
+            return Ok(false);
+        }
+        let query = EventQuery { after, limit: settings.page, ..EventQuery::default() };
+        let page = store.list_events(&erasure.tenant_id, &query).await?;
+        let Some(last) = page.last().map(|e| e.seq) else { break };
+        let scanned = page.len() as i64;
+        let judge = Arc::clone(&matcher);
+        let seqs: Vec<i64> = tokio::task::spawn_blocking(move || {
+            page.iter().filter(|e| e.erasure_id.is_none() && judge.event(e)).map(|e| e.seq).collect()
+        })
+        .await?;
+        let now = clock.now();
+        let step = ErasureStep {
+            erasure: erasure.id,
+            tenant_id: &erasure.tenant_id,
+            seqs: &seqs,
+            tombstone: &tombstone,
+            scanned_to: last,
+            scanned,
+            now,
+            lease_until: now + lease,
+        };
+        store.erase_events(&step).await?;
+        after = last;
+    }
+    for kind in [KeptRecords::Dlq, KeptRecords::Quarantine] {
+        let ids = kept_matches(store, &erasure.tenant_id, kind, &matcher).await?;
+        for chunk in ids.chunks(settings.page as usize) {
+            store.erase_kept(erasure.id, &erasure.tenant_id, kind, chunk, &tombstone).await?;
+            // An empty step renews the lease.
+            let now = clock.now();
+            let renew = ErasureStep {
+                erasure: erasure.id,
+                tenant_id: &erasure.tenant_id,
+                seqs: &[],
+                tombstone: &tombstone,
+                scanned_to: after,
+                scanned: 0,
+                now,
+                lease_until: now + lease,
+            };
+            store.erase_events(&renew).await?;
+        }
+    }
+    store.finish_erasure(erasure.id, clock.now()).await?;
+    Ok(true)
+}
+
+/// The ids of a tenant's DLQ-plane or quarantined records the match takes, newest first.
+async fn kept_matches(store: &dyn Store, tenant: &str, kind: KeptRecords, m: &Match) -> anyhow::Result<Vec<i64>> {
+    const PAGE: u32 = 500;
+    let mut ids = Vec::new();
+    let mut before = None;
+    loop {
+        let page: Vec<(i64, bool)> = match kind {
+            KeptRecords::Dlq => {
+                let filter = DlqFilter {
+                    tenant: Some(tenant.to_owned()),
+                    before_id: before,
+                    limit: PAGE,
+                    ..DlqFilter::default()
+                };
+                store
+                    .list_dlq(&filter)
+                    .await?
+                    .iter()
+                    .map(|d| (d.id, m.record(&d.record.headers, &d.record.body)))
+                    .collect()
+            }
+            KeptRecords::Quarantine => {
+                let filter = QuarantineFilter {
+                    tenant: Some(tenant.to_owned()),
+                    before_id: before,
+                    limit: PAGE,
+                    ..QuarantineFilter::default()
+                };
+                store.list_quarantine(&filter).await?.iter().map(|q| (q.id, m.record(&q.headers, &q.body))).collect()
+            }
+        };
+        let Some(&(last, _)) = page.last() else { break };
+        ids.extend(page.iter().filter(|(_, hit)| *hit).map(|(id, _)| *id));
+        before = Some(last);
+        if page.len() < PAGE as usize {
+            break;
+        }
+    }
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_match_names_one_field_and_says_which_is_wrong() {
+        assert_eq!(Match::parse(&json!({"subject": "cpf:123"})).map(|m| m.kind()), Ok("subject"));
+        assert_eq!(Match::parse(&json!({"partitionkey": "k"})).map(|m| m.kind()), Ok("partitionkey"));
+        assert_eq!(Match::parse(&json!({"data": {"customer": {"cpf": ["123"]}}})).map(|m| m.kind()), Ok("data"));
+        let field = |v: Value| Match::parse(&v).expect_err("invalid").0;
+        assert_eq!(field(json!("cpf")), "match");
+        assert_eq!(field(json!({})), "match");
+        assert_eq!(field(json!({"subject": "a", "partitionkey": "b"})), "match");
+        assert_eq!(field(json!({"subject": ""})), "match.subject");
+        assert_eq!(field(json!({"subject": "x".repeat(MAX_VALUE + 1)})), "match.subject");
+        assert_eq!(field(json!({"partitionkey": 7})), "match.partitionkey");
+        assert_eq!(field(json!({"email": "a@b"})), "match.email");
+        assert!(field(json!({"data": {"a": {"numeric": ["~", 1]}}})).starts_with("match.data"));
+    }
+
+    #[test]
+    fn kept_records_match_by_header_in_either_binding_or_by_body() {
+        let headers = |k: &str, v: &str| BTreeMap::from([(k.to_owned(), v.to_owned())]);
+        let subject = Match::Subject("cpf:1".into());
+        assert!(subject.record(&headers("ce-subject", "cpf:1"), b""));
+        assert!(subject.record(&headers("ce_subject", "cpf:1"), b""));
+        assert!(subject.record(&headers("CE-Subject", "cpf:1"), b""));
+        assert!(!subject.record(&headers("ce-subject", "cpf:2"), b""));
+        assert!(!subject.record(&headers("x-subject", "cpf:1"), b""));
+        let key = Match::PartitionKey("k".into());
+        assert!(key.record(&headers("ce_partitionkey", "k"), b""));
+        let data = Match::parse(&json!({"data": {"cpf": ["1"]}})).expect("pattern");
+        assert!(data.record(&BTreeMap::new(), br#"{"cpf": "1", "name": "Ana"}"#));
+        assert!(!data.record(&BTreeMap::new(), br#"{"cpf": "2"}"#));
+        assert!(!data.record(&BTreeMap::new(), b"not json"));
+    }
+}
