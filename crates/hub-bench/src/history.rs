@@ -116,3 +116,106 @@ pub async fn simulate(events: usize, json_out: &Path) -> anyhow::Result<()> {
         "scanned": last["scanned"], "complete": last["complete"]}});
     write_json(&figures, json_out)
 }
+
+/// How long the writer runs before the erasure starts.
+const BASELINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `erasure`: the same inbox as `simulate` (`customer-<i % 1000>`: a thousand events each), then
+/// one customer erased through `POST /admin/erasures` while a writer ingests `rate` events a
+/// second into the same inbox through the store (as the retention bench's writer does). Figures:
+/// how long the erasure takes from the request to `done`, what it changed, and the writer's
+/// p50/p99 before and during.
+pub async fn erasure(events: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use hub_store::prelude::*;
+
+    use crate::harness::quantile_ms;
+
+    let hub = BenchHub::start(None).await?;
+    let Db::Postgres { pool, schema } = &hub.db else {
+        anyhow::bail!("the erasure bench loads PostgreSQL with COPY (set STREAMING_HUB_POSTGRES_DSN)");
+    };
+    let now = Utc::now();
+    let started = Instant::now();
+    load(pool, schema, now - chrono::Duration::hours(24), now - chrono::Duration::seconds(1), events).await?;
+    let loaded = started.elapsed();
+    sqlx::query("CHECKPOINT").execute(pool).await?;
+
+    let dsn = std::env::var("STREAMING_HUB_POSTGRES_DSN").context("STREAMING_HUB_POSTGRES_DSN")?;
+    let store = hub_store::PgStore::connect(&dsn, Some(schema), 4).await?;
+    let samples: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (store, samples, stop) = (store.clone(), samples.clone(), stop.clone());
+        tokio::spawn(async move {
+            let gap = std::time::Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+            let mut next = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let record = hub_testkit::accepted_with(
+                    hub_testkit::event_headers("live", Uuid::now_v7(), "payment", "settled"),
+                    br#"{"amount":1}"#,
+                );
+                let began = Instant::now();
+                store.write_batch(&[record]).await?;
+                samples.lock().expect("samples").push((began, began.elapsed().as_micros() as u64));
+                next += gap;
+                tokio::time::sleep_until(next.into()).await;
+            }
+            anyhow::Ok(())
+        })
+    };
+    tokio::time::sleep(BASELINE).await;
+    let request = json!({"tenant_id": TENANT, "match": {"subject": "customer-7"}, "reason": "bench"});
+    let began = Instant::now();
+    let (status, answer, _) = hub.call(reqwest::Method::POST, "/admin/erasures", None, Some(&request)).await?;
+    anyhow::ensure!(status == 202, "the erasure was answered {status}: {answer}");
+    let id = answer["id"].as_str().context("an erasure id")?.to_owned();
+    let done = loop {
+        let record = hub.admin_get(&format!("/admin/erasures/{id}")).await?;
+        if record["state"] == "done" {
+            break record;
+        }
+        anyhow::ensure!(began.elapsed() < std::time::Duration::from_secs(600), "the erasure did not end: {record}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let took = began.elapsed();
+    tokio::time::sleep(std::time::Duration::from_secs(3).saturating_sub(took)).await;
+    let during_until = Instant::now().max(began + std::time::Duration::from_secs(3));
+    stop.store(true, Ordering::Relaxed);
+    writer.await??;
+    let samples = samples.lock().expect("samples").clone();
+    let phase = |from: Instant, to: Instant| {
+        let mut v: Vec<u64> = samples.iter().filter(|(at, _)| *at >= from && *at < to).map(|(_, us)| *us).collect();
+        v.sort_unstable();
+        v
+    };
+    let before = phase(began - BASELINE, began);
+    let during = phase(began, during_until);
+    anyhow::ensure!(!before.is_empty() && !during.is_empty(), "the writer wrote nothing");
+    store.pool().close().await;
+    hub.finish().await?;
+
+    let counts = &done["counts"];
+    println!("erasure (postgres, {events} events of one tenant, one customer's {} erased)", counts["events"]);
+    println!("  {:<38} {:>12}", "load with COPY s", f2(loaded.as_secs_f64()));
+    println!("  {:<38} {:>12}", "erasure, request to done s", f2(took.as_secs_f64()));
+    println!("  {:<38} {:>12}", "events scanned / erased", format!("{} / {}", counts["scanned"], counts["events"]));
+    println!(
+        "  {:<38} {:>12}",
+        "writer p50 ms before / during",
+        format!("{} / {}", f2(quantile_ms(&before, 0.5)), f2(quantile_ms(&during, 0.5)))
+    );
+    println!(
+        "  {:<38} {:>12}",
+        "writer p99 ms before / during",
+        format!("{} / {}", f2(quantile_ms(&before, 0.99)), f2(quantile_ms(&during, 0.99)))
+    );
+    let figures = json!({"scenario": "erasure", "events": events, "rate": rate, "load_s": loaded.as_secs_f64(),
+        "erasure_s": took.as_secs_f64(), "counts": counts,
+        "before_p50_ms": quantile_ms(&before, 0.5), "before_p99_ms": quantile_ms(&before, 0.99),
+        "during_p50_ms": quantile_ms(&during, 0.5), "during_p99_ms": quantile_ms(&during, 0.99),
+        "during_max_ms": quantile_ms(&during, 1.0), "during_writes": during.len()});
+    write_json(&figures, json_out)
+}

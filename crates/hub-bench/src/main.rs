@@ -179,6 +179,16 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// One customer's thousand events erased from a large inbox (`--events` loaded with COPY, as
+    /// `simulate` does) while a writer ingests `--rate` events a second (PostgreSQL only).
+    Erasure {
+        #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 200)]
+        rate: u32,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// What authenticating to a receiver costs a delivery: one webhook signed only, with HTTP
     /// Basic, an OAuth2 bearer token, TLS to a private CA, and mutual TLS, a fresh hub each.
     AuthCost {
@@ -380,6 +390,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
             peer::peer(peer, run, api, receiver, latency_ms, events, producers, &json_path(json, "peer")).await
         }
         BenchScenario::Simulate { events, json } => history::simulate(events, &json_path(json, "simulate")).await,
+        BenchScenario::Erasure { events, rate, json } => {
+            history::erasure(events, rate, &json_path(json, "erasure")).await
+        }
         BenchScenario::AuthCost { events, producers, json } => {
             auth::auth_cost(events, producers, &json_path(json, "auth-cost")).await
         }

@@ -285,7 +285,7 @@ mod tests {
         assert_eq!(field(json!({"subject": "x".repeat(MAX_VALUE + 1)})), "match.subject");
         assert_eq!(field(json!({"partitionkey": 7})), "match.partitionkey");
         assert_eq!(field(json!({"email": "a@b"})), "match.email");
-        assert!(field(json!({"data": {"a": {"numeric": ["~", 1]}}})).starts_with("match.data"));
+        assert!(field(json!({"data": {"a": [{"numeric": ["~", 1]}]}})).starts_with("match.data"), "a bad operator");
     }
 
     #[test]

@@ -15,6 +15,10 @@ use crate::support::{TestDb, accepted, subscription};
 /// The first migration after the partitioned inbox's (0021–0024): the layout-before schemas these
 /// tests build take it and every later one, since this build's store code reads their columns.
 const LATER_THAN_THE_INBOX: i64 = 25;
+/// The first later migration that alters the inbox table itself (erasure's `erased_by`, 0029): in
+/// any real upgrade it runs after the inbox's steps, so a schema stopped between those steps has
+/// not taken it.
+const ALTERS_THE_INBOX: i64 = 29;
 
 /// A UUIDv7 of the time `at`.
 fn id_at(at: DateTime<Utc>) -> Uuid {
@@ -223,7 +227,11 @@ async fn while_the_migration_runs_an_id_past_the_cutover_is_refused_for_a_retry(
     let all = sqlx::migrate!("./migrations/postgres");
     let first_step = sqlx::migrate::Migrator {
         migrations: Cow::Owned(
-            all.migrations.iter().filter(|m| m.version <= 21 || m.version >= LATER_THAN_THE_INBOX).cloned().collect(),
+            all.migrations
+                .iter()
+                .filter(|m| m.version <= 21 || (LATER_THAN_THE_INBOX..ALTERS_THE_INBOX).contains(&m.version))
+                .cloned()
+                .collect(),
         ),
         ..sqlx::migrate::Migrator::DEFAULT
     };
