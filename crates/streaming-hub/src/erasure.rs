@@ -181,7 +181,9 @@ async fn erase(
         if stop.is_cancelled() {
             return Ok(false);
         }
-        let query = EventQuery { after, limit: settings.page, ..EventQuery::default() };
+        // A subject or partition key is judged without the bodies.
+        let without_payload = !matches!(*matcher, Match::Data(_));
+        let query = EventQuery { after, limit: settings.page, without_payload, ..EventQuery::default() };
         let page = store.list_events(&erasure.tenant_id, &query).await?;
         let Some(last) = page.last().map(|e| e.seq) else { break };
         let scanned = page.len() as i64;

@@ -9,6 +9,8 @@ use super::*;
 #[derive(Debug, Clone, Default)]
 pub struct EventQuery {
     pub after: i64,
+    /// Only seqs below this one.
+    pub before: Option<i64>,
     pub limit: u32,
     /// The event key's resource type, when the pattern names one (not `*`).
     pub resource_type: Option<String>,
@@ -19,6 +21,8 @@ pub struct EventQuery {
     pub since: Option<DateTime<Utc>>,
     /// Received before.
     pub until: Option<DateTime<Utc>>,
+    /// Leave the bodies out (each event's `payload` empty): for readers that judge attributes only.
+    pub without_payload: bool,
 }
 
 /// One event read from a pull stream, at its position in the stream (the cursor's unit: the

@@ -34,8 +34,11 @@ impl Inbox for PgStore {
         // so every plan is made for its filters: a type names `events_by_key`, no filter walks the
         // primary key. A generic `($n IS NULL OR …)` plan could use neither.
         let mut sql =
-            sqlx::QueryBuilder::<sqlx::Postgres>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = "));
+            sqlx::QueryBuilder::<sqlx::Postgres>::new(format!("SELECT {} FROM events WHERE tenant_id = ", columns(q)));
         sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
+        if let Some(before) = q.before {
+            sql.push(" AND seq < ").push_bind(before);
+        }
         if let Some(resource_type) = &q.resource_type {
             sql.push(" AND resource_type = ").push_bind(resource_type);
         }
@@ -249,4 +252,13 @@ fn pull_page_sql() -> String {
 
 fn pulled(row: &PgRow) -> StoreResult<PulledEvent> {
     Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? })
+}
+
+/// The columns a page of the event log reads: every one, or all but the bodies.
+fn columns(q: &EventQuery) -> std::borrow::Cow<'static, str> {
+    if q.without_payload {
+        EVENT_COLUMNS.replace(", payload,", ", ''::bytea AS payload,").into()
+    } else {
+        EVENT_COLUMNS.into()
+    }
 }

@@ -33,8 +33,11 @@ impl Inbox for SqliteStore {
         // Only the filters given are in the statement, so the planner sees which index serves it
         // (a type names `events_by_key`); SQLite plans `(? IS NULL OR …)` without the values.
         let mut sql =
-            sqlx::QueryBuilder::<sqlx::Sqlite>::new(format!("SELECT {EVENT_COLUMNS} FROM events WHERE tenant_id = "));
+            sqlx::QueryBuilder::<sqlx::Sqlite>::new(format!("SELECT {} FROM events WHERE tenant_id = ", columns(q)));
         sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
+        if let Some(before) = q.before {
+            sql.push(" AND seq < ").push_bind(before);
+        }
         if let Some(resource_type) = &q.resource_type {
             sql.push(" AND resource_type = ").push_bind(resource_type);
         }
@@ -223,4 +226,13 @@ fn pull_page_sql() -> String {
 
 fn pulled(row: &SqliteRow) -> StoreResult<PulledEvent> {
     Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? })
+}
+
+/// The columns a page of the event log reads: every one, or all but the bodies.
+fn columns(q: &EventQuery) -> std::borrow::Cow<'static, str> {
+    if q.without_payload {
+        EVENT_COLUMNS.replace(", payload,", ", X'' AS payload,").into()
+    } else {
+        EVENT_COLUMNS.into()
+    }
 }

@@ -162,61 +162,154 @@ pub async fn simulate(
         busy.retry_after = Some(1);
         busy
     })?;
-    let selections = std::sync::Arc::new((current, draft));
-    let mut out = Simulation { complete: true, ..Simulation::default() };
-    let (mut differ, mut both) = (Vec::new(), Vec::new());
-    // The next page is read while this one is judged.
-    let tenant = caller.tenant.to_string();
-    let read = |after: i64| {
-        let (store, tenant) = (std::sync::Arc::clone(&state.store), tenant.clone());
-        let query = EventQuery { after, limit: PAGE, since: Some(since), until: Some(until), ..EventQuery::default() };
-        tokio::spawn(async move { store.list_events(&tenant, &query).await })
+    // Bodies are read only when a filter looks at them.
+    let without_payload = !current.filters.reads_data() && !draft.filters.reads_data();
+    let walk = Walk {
+        store: std::sync::Arc::clone(&state.store),
+        tenant: caller.tenant.to_string(),
+        since,
+        until,
+        without_payload,
+        selections: std::sync::Arc::new((current, draft)),
+        limit,
+        scanned: std::sync::Arc::default(),
     };
-    let mut next = read(0);
-    loop {
-        let page = next.await.map_err(|_| ApiError::internal("a simulation's read failed"))??;
-        let Some(last) = page.last() else { break };
-        next = read(last.seq);
-        let judged = {
-            let selections = std::sync::Arc::clone(&selections);
-            tokio::task::spawn_blocking(move || {
+    // The window is read as two halves of its seqs at once (a PostgreSQL backend reads one page
+    // at a time; two keep both of its and the hub's cores busy): the half below the middle seq
+    // first, so samples stay in seq order.
+    let first = walk.store.list_events(&walk.tenant, &walk.query(0, None, 1)).await?;
+    let Some(lo) = first.first().map(|e| e.seq) else {
+        return Ok(AxumJson(Simulation { complete: true, ..Simulation::default() }));
+    };
+    let hi = walk.store.newest_seq(&walk.tenant).await?;
+    let mid = lo + (hi - lo) / 2;
+    let (low, high) = tokio::try_join!(walk.run(lo - 1, Some(mid + 1)), walk.run(mid, None))?;
+    let mut out = low.out;
+    let high_out = high.out;
+    out.current += high_out.current;
+    out.draft += high_out.draft;
+    out.only_current += high_out.only_current;
+    out.only_draft += high_out.only_draft;
+    out.scanned += high_out.scanned;
+    out.complete = low.complete && high.complete;
+    let mut differ = low.differ;
+    differ.extend(high.differ);
+    differ.truncate(limit);
+    let mut both = low.both;
+    both.extend(high.both);
+    let room = limit.saturating_sub(differ.len());
+    differ.extend(both.into_iter().take(room));
+    out.samples = differ;
+    tracing::debug!(
+        scanned = out.scanned,
+        waited_ms = (low.waited + high.waited).as_millis() as u64,
+        judging_ms = (low.judging + high.judging).as_millis() as u64,
+        without_payload,
+        "simulated"
+    );
+    Ok(AxumJson(out))
+}
+
+/// One simulation's reading: the window, the selections judged, the samples kept.
+struct Walk {
+    store: std::sync::Arc<dyn hub_store::Store>,
+    tenant: String,
+    since: chrono::DateTime<chrono::Utc>,
+    until: chrono::DateTime<chrono::Utc>,
+    without_payload: bool,
+    selections: std::sync::Arc<(Selection, Selection)>,
+    limit: usize,
+    /// Events read so far by every part of the walk.
+    scanned: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// What one part of a walk found.
+struct Tally {
+    out: Simulation,
+    /// Samples of differences, in seq order, at most `limit`.
+    differ: Vec<Sample>,
+    /// Samples both matched, in seq order, at most `limit`.
+    both: Vec<Sample>,
+    complete: bool,
+    waited: std::time::Duration,
+    judging: std::time::Duration,
+}
+
+impl Walk {
+    fn query(&self, after: i64, before: Option<i64>, limit: u32) -> EventQuery {
+        EventQuery {
+            after,
+            before,
+            limit,
+            since: Some(self.since),
+            until: Some(self.until),
+            without_payload: self.without_payload,
+            ..EventQuery::default()
+        }
+    }
+
+    /// Reads the window's seqs in `(after, before)` a page at a time, the next page read while
+    /// one is judged off the threads that serve HTTP.
+    async fn run(&self, after: i64, before: Option<i64>) -> Result<Tally, ApiError> {
+        use std::sync::atomic::Ordering;
+        let read = |after: i64| {
+            let (store, tenant, query) =
+                (std::sync::Arc::clone(&self.store), self.tenant.clone(), self.query(after, before, PAGE));
+            tokio::spawn(async move { store.list_events(&tenant, &query).await })
+        };
+        let mut t = Tally {
+            out: Simulation::default(),
+            differ: Vec::new(),
+            both: Vec::new(),
+            complete: true,
+            waited: std::time::Duration::ZERO,
+            judging: std::time::Duration::ZERO,
+        };
+        let mut next = read(after);
+        loop {
+            let began = std::time::Instant::now();
+            let page = next.await.map_err(|_| ApiError::internal("a simulation's read failed"))??;
+            t.waited += began.elapsed();
+            let Some(last) = page.last() else { break };
+            if self.scanned.fetch_add(page.len() as u64, Ordering::Relaxed) >= MAX_SCANNED {
+                // Complete only when nothing is left.
+                t.complete = false;
+                break;
+            }
+            next = read(last.seq);
+            let began = std::time::Instant::now();
+            let selections = std::sync::Arc::clone(&self.selections);
+            let judged = tokio::task::spawn_blocking(move || {
                 page.into_iter()
                     .map(|e| (e.ce_id, e.seq, selections.0.matches(&e), selections.1.matches(&e)))
                     .collect::<Vec<_>>()
             })
             .await
-            .map_err(|_| ApiError::internal("a simulation's page could not be judged"))?
-        };
-        for (ce_id, seq, current, draft) in judged {
-            out.scanned += 1;
-            out.current += u64::from(current);
-            out.draft += u64::from(draft);
-            match (current, draft) {
-                (true, false) => {
-                    out.only_current += 1;
-                    if differ.len() < limit {
-                        differ.push(Sample { ce_id, seq, within: "current" });
+            .map_err(|_| ApiError::internal("a simulation's page could not be judged"))?;
+            t.judging += began.elapsed();
+            let out = &mut t.out;
+            for (ce_id, seq, current, draft) in judged {
+                out.scanned += 1;
+                out.current += u64::from(current);
+                out.draft += u64::from(draft);
+                match (current, draft) {
+                    (true, false) => {
+                        out.only_current += 1;
+                        if t.differ.len() < self.limit {
+                            t.differ.push(Sample { ce_id, seq, within: "current" });
+                        }
                     }
-                }
-                (false, true) => {
-                    out.only_draft += 1;
-                    if differ.len() < limit {
-                        differ.push(Sample { ce_id, seq, within: "draft" });
+                    (false, true) => {
+                        out.only_draft += 1;
+                        if t.differ.len() < self.limit {
+                            t.differ.push(Sample { ce_id, seq, within: "draft" });
+                        }
                     }
+                    (true, true) if t.both.len() < self.limit => t.both.push(Sample { ce_id, seq, within: "both" }),
+                    _ => {}
                 }
-                (true, true) if both.len() < limit => both.push(Sample { ce_id, seq, within: "both" }),
-                _ => {}
             }
         }
-        if out.scanned >= MAX_SCANNED {
-            // Complete only when nothing is left.
-            let more = next.await.map_err(|_| ApiError::internal("a simulation's read failed"))??;
-            out.complete = more.is_empty();
-            break;
-        }
+        Ok(t)
     }
-    let room = limit.saturating_sub(differ.len());
-    differ.extend(both.into_iter().take(room));
-    out.samples = differ;
-    Ok(AxumJson(out))
 }
