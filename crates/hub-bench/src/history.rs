@@ -126,11 +126,6 @@ const BASELINE: std::time::Duration = std::time::Duration::from_secs(10);
 /// how long the erasure takes from the request to `done`, what it changed, and the writer's
 /// p50/p99 before and during.
 pub async fn erasure(events: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::{Arc, Mutex};
-
-    use hub_store::prelude::*;
-
     use crate::harness::quantile_ms;
 
     let hub = BenchHub::start(None).await?;
@@ -145,27 +140,7 @@ pub async fn erasure(events: usize, rate: u32, json_out: &Path) -> anyhow::Resul
 
     let dsn = std::env::var("STREAMING_HUB_POSTGRES_DSN").context("STREAMING_HUB_POSTGRES_DSN")?;
     let store = hub_store::PgStore::connect(&dsn, Some(schema), 4).await?;
-    let samples: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = {
-        let (store, samples, stop) = (store.clone(), samples.clone(), stop.clone());
-        tokio::spawn(async move {
-            let gap = std::time::Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
-            let mut next = Instant::now();
-            while !stop.load(Ordering::Relaxed) {
-                let record = hub_testkit::accepted_with(
-                    hub_testkit::event_headers("live", Uuid::now_v7(), "payment", "settled"),
-                    br#"{"amount":1}"#,
-                );
-                let began = Instant::now();
-                store.write_batch(&[record]).await?;
-                samples.lock().expect("samples").push((began, began.elapsed().as_micros() as u64));
-                next += gap;
-                tokio::time::sleep_until(next.into()).await;
-            }
-            anyhow::Ok(())
-        })
-    };
+    let writer = crate::retention::PacedWriter::start(&store, rate);
     tokio::time::sleep(BASELINE).await;
     let request = json!({"tenant_id": TENANT, "match": {"subject": "customer-7"}, "reason": "bench"});
     let began = Instant::now();
@@ -183,14 +158,7 @@ pub async fn erasure(events: usize, rate: u32, json_out: &Path) -> anyhow::Resul
     let took = began.elapsed();
     tokio::time::sleep(std::time::Duration::from_secs(3).saturating_sub(took)).await;
     let during_until = Instant::now().max(began + std::time::Duration::from_secs(3));
-    stop.store(true, Ordering::Relaxed);
-    writer.await??;
-    let samples = samples.lock().expect("samples").clone();
-    let phase = |from: Instant, to: Instant| {
-        let mut v: Vec<u64> = samples.iter().filter(|(at, _)| *at >= from && *at < to).map(|(_, us)| *us).collect();
-        v.sort_unstable();
-        v
-    };
+    let phase = writer.stop().await?;
     let before = phase(began - BASELINE, began);
     let during = phase(began, during_until);
     anyhow::ensure!(!before.is_empty() && !during.is_empty(), "the writer wrote nothing");

@@ -136,28 +136,7 @@ async fn measure(
     sqlx::query("ANALYZE events").execute(store.pool()).await?;
     sqlx::query("CHECKPOINT").execute(store.pool()).await?;
 
-    // The writer: one event a call, paced at `rate`, each call's latency noted with when it began.
-    let samples: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer = {
-        let (store, samples, stop) = (store.clone(), samples.clone(), stop.clone());
-        tokio::spawn(async move {
-            let gap = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
-            let mut next = Instant::now();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let record = hub_testkit::accepted_with(
-                    hub_testkit::event_headers("live", Uuid::now_v7(), "payment", "settled"),
-                    br#"{"amount":1}"#,
-                );
-                let began = Instant::now();
-                store.write_batch(&[record]).await?;
-                samples.lock().expect("samples").push((began, began.elapsed().as_micros() as u64));
-                next += gap;
-                tokio::time::sleep_until(next.into()).await;
-            }
-            anyhow::Ok(())
-        })
-    };
+    let writer = PacedWriter::start(&store, rate);
     tokio::time::sleep(BASELINE).await;
     let cutoff = first + chrono::Duration::days(1);
     let cpu_before = postgres_cpu();
@@ -180,14 +159,7 @@ async fn measure(
     // At least a few seconds of writes during retention, however quick it was.
     tokio::time::sleep(Duration::from_secs(3).saturating_sub(retention_began.elapsed())).await;
     let during_until = Instant::now().max(retention_began + Duration::from_secs(3));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    writer.await??;
-    let samples = samples.lock().expect("samples").clone();
-    let phase = |from: Instant, to: Instant| {
-        let mut v: Vec<u64> = samples.iter().filter(|(at, _)| *at >= from && *at < to).map(|(_, us)| *us).collect();
-        v.sort_unstable();
-        v
-    };
+    let phase = writer.stop().await?;
     let before = phase(retention_began - BASELINE, retention_began);
     let during = phase(retention_began, during_until);
     anyhow::ensure!(!before.is_empty() && !during.is_empty(), "the writer wrote nothing");
@@ -310,5 +282,54 @@ async fn delete_in_batches(store: &PgStore, cutoff: DateTime<Utc>) -> anyhow::Re
         if gone.len() < BATCH as usize {
             return Ok(removed);
         }
+    }
+}
+
+/// A writer ingesting one event a statement through the store at a steady rate, each write's
+/// latency noted with when it began: what a quiet HTTP producer does to the inbox, beside
+/// whatever a scenario measures.
+pub struct PacedWriter {
+    samples: Arc<Mutex<Vec<(Instant, u64)>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl PacedWriter {
+    /// Starts writing `rate` events a second of tenant `live`.
+    pub fn start(store: &PgStore, rate: u32) -> Self {
+        let samples: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task = {
+            let (store, samples, stop) = (store.clone(), samples.clone(), stop.clone());
+            tokio::spawn(async move {
+                let gap = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+                let mut next = Instant::now();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let record = hub_testkit::accepted_with(
+                        hub_testkit::event_headers("live", Uuid::now_v7(), "payment", "settled"),
+                        br#"{"amount":1}"#,
+                    );
+                    let began = Instant::now();
+                    store.write_batch(&[record]).await?;
+                    samples.lock().expect("samples").push((began, began.elapsed().as_micros() as u64));
+                    next += gap;
+                    tokio::time::sleep_until(next.into()).await;
+                }
+                anyhow::Ok(())
+            })
+        };
+        Self { samples, stop, task }
+    }
+
+    /// Stops it; answers the sorted latencies (µs) of the writes begun in a span of time.
+    pub async fn stop(self) -> anyhow::Result<impl Fn(Instant, Instant) -> Vec<u64>> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await??;
+        let samples = self.samples.lock().expect("samples").clone();
+        Ok(move |from: Instant, to: Instant| {
+            let mut v: Vec<u64> = samples.iter().filter(|(at, _)| *at >= from && *at < to).map(|(_, us)| *us).collect();
+            v.sort_unstable();
+            v
+        })
     }
 }

@@ -596,9 +596,16 @@ pub trait IssuerKeys: Send + Sync {
 pub trait Erasures: Send + Sync {
     async fn create_erasure(&self, new: &NewErasure) -> StoreResult<()>;
 
-    /// One erasure of a tenant; `None` when it has no such erasure (any tenant's when `tenant` is
-    /// `None`).
+    /// One erasure; `None` when none has this id.
     async fn erasure(&self, id: Uuid) -> StoreResult<Option<ErasureRecord>>;
+
+    /// Erasures newest first (one tenant's when `tenant` is given); `before` is a cursor (an id).
+    async fn list_erasures(
+        &self,
+        tenant: Option<&str>,
+        before: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<ErasureRecord>>;
 
     /// A tenant's erasures still running, oldest first.
     async fn running_erasures(&self, tenant: &str) -> StoreResult<Vec<ErasureRecord>>;

@@ -57,6 +57,25 @@ impl Erasures for PgStore {
         row.as_ref().map(erasure_from_row).transpose()
     }
 
+    async fn list_erasures(
+        &self,
+        tenant: Option<&str>,
+        before: Option<Uuid>,
+        limit: u32,
+    ) -> StoreResult<Vec<ErasureRecord>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM erasures
+             WHERE ($1::text IS NULL OR tenant_id = $1) AND ($2::uuid IS NULL OR id < $2)
+             ORDER BY id DESC LIMIT $3"
+        ))
+        .bind(tenant)
+        .bind(before)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(erasure_from_row).collect()
+    }
+
     async fn running_erasures(&self, tenant: &str) -> StoreResult<Vec<ErasureRecord>> {
         let rows = sqlx::query(&format!(
             "SELECT {COLUMNS} FROM erasures WHERE tenant_id = $1 AND state = 'running' ORDER BY requested_at, id"

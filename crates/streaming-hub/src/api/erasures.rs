@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Admin;
-use super::error::{ApiError, ErrorBody, Json};
+use super::error::{ApiError, ErrorBody, Json, Query, cursor, next_cursor, page_limit};
 use super::subscriptions::sealing_error;
 use crate::erasure::Match;
 use crate::secrets::Purpose;
@@ -214,4 +214,49 @@ pub async fn read(
     let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
     let record = state.store.erasure(id).await?.ok_or_else(not_found)?;
     Ok(AxumJson(record.into()))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListErasures {
+    /// Only this tenant's.
+    tenant_id: Option<String>,
+    /// The `next_cursor` of the previous page.
+    #[param(format = Uuid)]
+    cursor: Option<String>,
+    /// 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<u32>,
+}
+
+/// A page of erasures, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErasurePage {
+    pub items: Vec<Erasure>,
+    /// Pass as `cursor` for the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+#[utoipa::path(
+    get, path = "/admin/erasures", tag = "admin", operation_id = "listErasures",
+    params(ListErasures),
+    responses(
+        (status = 200, description = "Erasures, newest first: the audit trail (who, when, why, counts; never the values)", body = ErasurePage),
+        (status = 400, description = "Invalid query parameter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
+    ),
+    security(("admin_token" = []))
+)]
+pub async fn list(
+    State(state): State<AppState>,
+    _: Admin,
+    Query(params): Query<ListErasures>,
+) -> Result<AxumJson<ErasurePage>, ApiError> {
+    let limit = page_limit(params.limit)?;
+    let before: Option<Uuid> = cursor(params.cursor)?;
+    let items = state.store.list_erasures(params.tenant_id.as_deref(), before, limit).await?;
+    let next_cursor = next_cursor(&items, limit, |e| e.id);
+    Ok(AxumJson(ErasurePage { items: items.into_iter().map(Erasure::from).collect(), next_cursor }))
 }

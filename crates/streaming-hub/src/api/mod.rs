@@ -173,7 +173,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(portal::create))
         .routes(routes!(portal::revoke))
         .routes(routes!(portal::exchange))
-        .routes(routes!(erasures::create))
+        .routes(routes!(erasures::create, erasures::list))
         .routes(routes!(erasures::read))
         .routes(routes!(admin::list_quarantine))
         .routes(routes!(admin::list_dlq))

@@ -180,6 +180,10 @@ async fn an_erasure_leaves_no_byte_of_the_subject_anywhere(backend: Backend) {
         (Some("admin token"), Some("LGPD art. 18 request 1187"))
     );
     assert!(!done.to_string().contains(&marker), "the record keeps no value: {done}");
+    let (_, listed) = hub.admin_get("/admin/erasures?tenant_id=t1").await;
+    assert_eq!(listed["items"][0]["id"], erasure.as_str(), "{listed}");
+    let (_, none) = hub.admin_get("/admin/erasures?tenant_id=t2").await;
+    assert_eq!(none["items"], json!([]));
 
     // Tombstones keep id, seq, type and time, and name the erasure; the others are untouched.
     for ce_id in &theirs {

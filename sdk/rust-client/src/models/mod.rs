@@ -52,6 +52,8 @@ pub mod erasure_counts_view;
 pub use self::erasure_counts_view::ErasureCountsView;
 pub mod erasure_match;
 pub use self::erasure_match::ErasureMatch;
+pub mod erasure_page;
+pub use self::erasure_page::ErasurePage;
 pub mod error_body;
 pub use self::error_body::ErrorBody;
 pub mod event_detail;

@@ -59,6 +59,11 @@ import {
     ErasureToJSON,
 } from '../models/Erasure';
 import {
+    type ErasurePage,
+    ErasurePageFromJSON,
+    ErasurePageToJSON,
+} from '../models/ErasurePage';
+import {
     type ErrorBody,
     ErrorBodyFromJSON,
     ErrorBodyToJSON,
@@ -174,6 +179,21 @@ export interface ListDlqRecordsRequest {
      * RFC 3339; received before.
      */
     until?: Date;
+    /**
+     * The `next_cursor` of the previous page.
+     */
+    cursor?: string;
+    /**
+     * 1 to 1000, default 100.
+     */
+    limit?: number;
+}
+
+export interface ListErasuresRequest {
+    /**
+     * Only this tenant's.
+     */
+    tenantId?: string;
     /**
      * The `next_cursor` of the previous page.
      */
@@ -679,6 +699,61 @@ export class AdminApi extends runtime.BaseAPI {
      */
     async listDlqRecords(requestParameters: ListDlqRecordsRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<DlqPage> {
         const response = await this.listDlqRecordsRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for listErasures without sending the request
+     */
+    async listErasuresRequestOpts(requestParameters: ListErasuresRequest): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        if (requestParameters['tenantId'] != null) {
+            queryParameters['tenant_id'] = requestParameters['tenantId'];
+        }
+
+        if (requestParameters['cursor'] != null) {
+            queryParameters['cursor'] = requestParameters['cursor'];
+        }
+
+        if (requestParameters['limit'] != null) {
+            queryParameters['limit'] = requestParameters['limit'];
+        }
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/erasures`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async listErasuresRaw(requestParameters: ListErasuresRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<ErasurePage>> {
+        const requestOptions = await this.listErasuresRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => ErasurePageFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async listErasures(requestParameters: ListErasuresRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<ErasurePage> {
+        const response = await this.listErasuresRaw(requestParameters, initOverrides);
         return await response.value();
     }
 

@@ -27,6 +27,7 @@ export * from './DlqView';
 export * from './Erasure';
 export * from './ErasureCountsView';
 export * from './ErasureMatch';
+export * from './ErasurePage';
 export * from './ErrorBody';
 export * from './EventDetail';
 export * from './EventPage';
