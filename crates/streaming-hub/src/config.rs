@@ -221,6 +221,9 @@ pub struct Config {
     pub oidc_issuer: Option<String>,
     /// After a rotation, how long the replaced signing key stays published.
     pub oidc_key_overlap: Duration,
+    /// What one run of a transformation may spend: CPU time and memory (bytes).
+    pub transform_cpu: Duration,
+    pub transform_memory: usize,
     /// Inbox events an erasure reads and judges a page (each page's matches written in one
     /// transaction).
     pub erasure_page: u32,
@@ -331,6 +334,8 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_OIDC_ISSUER",
     "STREAMING_HUB_OIDC_KEY_OVERLAP",
     "STREAMING_HUB_ERASURE_PAGE",
+    "STREAMING_HUB_TRANSFORM_CPU",
+    "STREAMING_HUB_TRANSFORM_MEMORY",
     "STREAMING_HUB_KEK_REF",
     "STREAMING_HUB_DEV_KEK",
     "STREAMING_HUB_SHUTDOWN_TIMEOUT",
@@ -704,6 +709,13 @@ impl Config {
             }),
             oidc_issuer: r.parse("STREAMING_HUB_OIDC_ISSUER", None, oidc_issuer),
             oidc_key_overlap: r.duration("STREAMING_HUB_OIDC_KEY_OVERLAP", "24h"),
+            transform_cpu: r.parse("STREAMING_HUB_TRANSFORM_CPU", Duration::from_millis(5), |raw| {
+                match humantime::parse_duration(raw) {
+                    Ok(d) if d >= Duration::from_micros(100) && d <= Duration::from_secs(1) => Ok(d),
+                    _ => Err(format!("must be a duration from 100us to 1s, such as 5ms (got {})", quoted(raw))),
+                }
+            }),
+            transform_memory: r.parse("STREAMING_HUB_TRANSFORM_MEMORY", 16 << 20, memory_size),
             erasure_page: r.parse("STREAMING_HUB_ERASURE_PAGE", 2_000, |raw| match raw.parse::<u32>() {
                 Ok(n) if (1..=10_000).contains(&n) => Ok(n),
                 _ => Err(format!("must be a whole number from 1 to 10000 (got {})", quoted(raw))),
@@ -781,6 +793,23 @@ impl Config {
         s.insert("kafka", if self.kafka.is_some() { "configured" } else { "off" }.to_owned());
         s
     }
+}
+
+/// A memory size: bytes, or a number with `KiB`, `MiB` or `GiB`, from 1 MiB to 1 GiB.
+fn memory_size(raw: &str) -> Result<usize, String> {
+    let bad = || format!("must be a size from 1MiB to 1GiB, such as 16MiB (got {})", quoted(raw));
+    let raw_t = raw.trim();
+    let (number, unit) = raw_t.find(|c: char| !c.is_ascii_digit()).map_or((raw_t, ""), |i| raw_t.split_at(i));
+    let n: usize = number.parse().map_err(|_| bad())?;
+    let bytes = match unit.trim() {
+        "" | "B" => Some(n),
+        "KiB" => n.checked_mul(1 << 10),
+        "MiB" => n.checked_mul(1 << 20),
+        "GiB" => n.checked_mul(1 << 30),
+        _ => None,
+    }
+    .ok_or_else(bad)?;
+    if (1 << 20..=1 << 30).contains(&bytes) { Ok(bytes) } else { Err(bad()) }
 }
 
 /// An issuer URL as OIDC wants it: https (http only for a loopback address, as tests and local

@@ -424,6 +424,7 @@ pub async fn start_with_clock(
         test_waiting: Arc::default(),
         issuer,
         erasures,
+        transform_limits: hub_transform::Limits { cpu: config.transform_cpu, memory: config.transform_memory },
     };
     telemetry::prometheus();
     let router = api::router(state);

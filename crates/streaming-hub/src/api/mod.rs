@@ -28,6 +28,7 @@ pub mod replay;
 pub mod simulate;
 pub mod stats;
 pub mod test_delivery;
+pub mod transforms;
 
 use receiver_doc::ReceiverWebhooks;
 pub mod subscriptions;
@@ -106,6 +107,8 @@ pub struct AppState {
     pub issuer: Option<Arc<crate::oidc::Issuer>>,
     /// Wakes the erasure runner: an erasure was requested.
     pub erasures: Arc<tokio::sync::Notify>,
+    /// What one run of a transform may spend (`STREAMING_HUB_TRANSFORM_CPU`, `…_MEMORY`).
+    pub transform_limits: hub_transform::Limits,
 }
 
 #[derive(OpenApi)]
@@ -153,6 +156,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(subscriptions::create, subscriptions::list))
         .routes(routes!(subscriptions::read, subscriptions::update, subscriptions::delete))
         .routes(routes!(filters::test))
+        .routes(routes!(transforms::test))
         .routes(routes!(catalog::list))
         .routes(routes!(catalog::list_all))
         .routes(routes!(pull::read))

@@ -44,6 +44,8 @@ fn every_invalid_variable_is_named() {
         ("STREAMING_HUB_DRAIN_DELAY", "soon"),
         ("STREAMING_HUB_OIDC_ISSUER", "https://hub.example.com/oidc"),
         ("STREAMING_HUB_OIDC_KEY_OVERLAP", "a day"),
+        ("STREAMING_HUB_TRANSFORM_CPU", "5 minutes"),
+        ("STREAMING_HUB_TRANSFORM_MEMORY", "16MB"),
     ]))
     .expect_err("invalid");
     let named: Vec<&str> = err.0.iter().map(|p| p.variable.as_str()).collect();
@@ -60,6 +62,8 @@ fn every_invalid_variable_is_named() {
         "STREAMING_HUB_DRAIN_DELAY",
         "STREAMING_HUB_OIDC_ISSUER",
         "STREAMING_HUB_OIDC_KEY_OVERLAP",
+        "STREAMING_HUB_TRANSFORM_CPU",
+        "STREAMING_HUB_TRANSFORM_MEMORY",
     ] {
         assert!(named.contains(&v), "{v} not named in {err}");
     }
@@ -500,5 +504,19 @@ fn an_oidc_issuer_is_an_https_origin() {
     ] {
         let config = Config::from_vars(vars(&[("STREAMING_HUB_OIDC_ISSUER", good)])).expect(good);
         assert_eq!(config.oidc_issuer.as_deref(), Some(issuer));
+    }
+}
+
+#[test]
+fn transform_limits_take_durations_and_sizes() {
+    let config =
+        Config::from_vars(vars(&[("STREAMING_HUB_TRANSFORM_CPU", "2ms"), ("STREAMING_HUB_TRANSFORM_MEMORY", "32MiB")]))
+            .expect("valid");
+    assert_eq!((config.transform_cpu, config.transform_memory), (Duration::from_millis(2), 32 << 20));
+    let defaults = Config::from_vars(vars(&[])).expect("valid");
+    assert_eq!((defaults.transform_cpu, defaults.transform_memory), (Duration::from_millis(5), 16 << 20));
+    for bad in ["0", "512KiB", "2GiB", "lots"] {
+        let err = Config::from_vars(vars(&[("STREAMING_HUB_TRANSFORM_MEMORY", bad)])).expect_err(bad);
+        assert_eq!(err.0[0].variable, "STREAMING_HUB_TRANSFORM_MEMORY", "{bad}");
     }
 }

@@ -35,3 +35,4 @@ mod subscriptions;
 mod support;
 mod test_delivery;
 mod traces;
+mod transforms;

@@ -126,6 +126,9 @@ __all__ = [
     "TenantSubscriptionPage",
     "TenantView",
     "TestDelivery",
+    "Transform",
+    "TransformResult",
+    "TransformTest",
     "UndeliveredPage",
     "UndeliveredView",
     "UpdateSubscription",
@@ -254,6 +257,9 @@ from streaming_hub_api.models.tenant_subscription import TenantSubscription as T
 from streaming_hub_api.models.tenant_subscription_page import TenantSubscriptionPage as TenantSubscriptionPage
 from streaming_hub_api.models.tenant_view import TenantView as TenantView
 from streaming_hub_api.models.test_delivery import TestDelivery as TestDelivery
+from streaming_hub_api.models.transform import Transform as Transform
+from streaming_hub_api.models.transform_result import TransformResult as TransformResult
+from streaming_hub_api.models.transform_test import TransformTest as TransformTest
 from streaming_hub_api.models.undelivered_page import UndeliveredPage as UndeliveredPage
 from streaming_hub_api.models.undelivered_view import UndeliveredView as UndeliveredView
 from streaming_hub_api.models.update_subscription import UpdateSubscription as UpdateSubscription

@@ -107,6 +107,9 @@ from streaming_hub_api.models.tenant_subscription import TenantSubscription
 from streaming_hub_api.models.tenant_subscription_page import TenantSubscriptionPage
 from streaming_hub_api.models.tenant_view import TenantView
 from streaming_hub_api.models.test_delivery import TestDelivery
+from streaming_hub_api.models.transform import Transform
+from streaming_hub_api.models.transform_result import TransformResult
+from streaming_hub_api.models.transform_test import TransformTest
 from streaming_hub_api.models.undelivered_page import UndeliveredPage
 from streaming_hub_api.models.undelivered_view import UndeliveredView
 from streaming_hub_api.models.update_subscription import UpdateSubscription

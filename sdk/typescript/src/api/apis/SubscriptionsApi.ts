@@ -119,6 +119,16 @@ import {
     TestDeliveryToJSON,
 } from '../models/TestDelivery';
 import {
+    type TransformResult,
+    TransformResultFromJSON,
+    TransformResultToJSON,
+} from '../models/TransformResult';
+import {
+    type TransformTest,
+    TransformTestFromJSON,
+    TransformTestToJSON,
+} from '../models/TransformTest';
+import {
     type UndeliveredPage,
     UndeliveredPageFromJSON,
     UndeliveredPageToJSON,
@@ -323,6 +333,13 @@ export interface TestSubscriptionRequest {
      * Subscription id
      */
     id: string;
+}
+
+export interface TestTransformRequest {
+    /**
+     * 
+     */
+    transformTest: TransformTest;
 }
 
 export interface UpdateSubscriptionRequest {
@@ -1324,6 +1341,59 @@ export class SubscriptionsApi extends runtime.BaseAPI {
      */
     async testSubscription(requestParameters: TestSubscriptionRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<TestDelivery> {
         const response = await this.testSubscriptionRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for testTransform without sending the request
+     */
+    async testTransformRequestOpts(requestParameters: TestTransformRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['transformTest'] == null) {
+            throw new runtime.RequiredError(
+                'transformTest',
+                'Required parameter "transformTest" was null or undefined when calling testTransform().'
+            );
+        }
+
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        headerParameters['Content-Type'] = 'application/json';
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("api_key", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/v1/transforms/test`;
+
+        return {
+            path: urlPath,
+            method: 'POST',
+            headers: headerParameters,
+            query: queryParameters,
+            body: TransformTestToJSON(requestParameters['transformTest']),
+        };
+    }
+
+    /**
+     */
+    async testTransformRaw(requestParameters: TestTransformRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<TransformResult>> {
+        const requestOptions = await this.testTransformRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => TransformResultFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async testTransform(requestParameters: TestTransformRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<TransformResult> {
+        const response = await this.testTransformRaw(requestParameters, initOverrides);
         return await response.value();
     }
 

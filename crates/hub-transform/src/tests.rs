@@ -1,0 +1,133 @@
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+
+fn event() -> Json {
+    json!({"type": "payment.settled", "source": "//lender", "subject": "c-1", "id": "e1", "time": "2026-12-05T00:00:00Z",
+           "extensions": {}, "data": {"amount": 100, "customer": {"name": "Ana"}}, "headers": {}, "path": ""})
+}
+
+fn limits() -> Limits {
+    Limits { cpu: Duration::from_millis(50), memory: 8 << 20 }
+}
+
+fn out(code: &str) -> Result<Output, Failure> {
+    run(code, &event(), &limits()).output
+}
+
+#[test]
+fn a_handler_reshapes_the_event_or_skips_it() {
+    let renamed = out("function handler(e) { e.data = {value: e.data.amount, who: e.data.customer.name}; return e; }");
+    let Ok(Output::Event(e)) = renamed else { panic!("{renamed:?}") };
+    assert_eq!(e["data"], json!({"value": 100, "who": "Ana"}));
+    assert_eq!(e["type"], "payment.settled");
+    assert_eq!(out("function handler(e) { return null; }"), Ok(Output::Skip));
+    assert!(matches!(out("function handler(e) { }"), Err(Failure::Invalid(_))));
+    assert!(matches!(out("function handler(e) { return 7; }"), Err(Failure::Invalid(_))));
+    assert!(matches!(out("function handler(e) { return [e]; }"), Err(Failure::Invalid(_))));
+}
+
+#[test]
+fn logs_are_captured_and_bounded() {
+    let run = run(
+        "function handler(e) { console.log('amount', e.data.amount, {a: 1}); for (let i = 0; i < 500; i++) console.log('x'.repeat(5000)); return e; }",
+        &event(),
+        &limits(),
+    );
+    assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
+    assert_eq!(run.logs[0], r#"amount 100 {"a":1}"#);
+    assert_eq!(run.logs.len(), MAX_LOG_LINES);
+    assert!(run.logs[1].len() <= MAX_LOG_LINE + '…'.len_utf8());
+    // Each run's lines are its own.
+    let again = super::run("function handler(e) { return e; }", &event(), &limits());
+    assert!(again.logs.is_empty());
+}
+
+#[test]
+fn code_that_does_not_compile_is_refused_with_its_position() {
+    let e = check("function handler(e) {\n  return e.;\n}", &limits()).expect_err("a syntax error");
+    assert_eq!(e.line, Some(2), "{e}");
+    assert!(e.column.is_some(), "{e}");
+    let missing = check("function transform(e) { return e; }", &limits()).expect_err("no handler");
+    assert!(missing.message.contains("handler"), "{missing}");
+    let long = check(&"x".repeat(MAX_CODE + 1), &limits()).expect_err("too long");
+    assert!(long.message.contains("bytes"));
+    check("function handler(e) { return e; }", &limits()).expect("valid");
+}
+
+#[test]
+fn hostile_handlers_fail_within_their_budget() {
+    let started = Instant::now();
+    assert_eq!(out("function handler(e) { for (;;) {} }"), Err(Failure::Cpu(50)));
+    assert!(started.elapsed() < Duration::from_secs(2), "stopped near its budget: {:?}", started.elapsed());
+    // A loop at the top level runs at load: refused the same way.
+    let at_load = check("for (;;) {} function handler(e) { return e; }", &limits()).expect_err("loops");
+    assert!(at_load.message.contains("CPU"), "{at_load}");
+    assert!(matches!(
+        out("function handler(e) { const a = []; for (;;) a.push('x'.repeat(1000) + a.length); }"),
+        Err(Failure::Memory(_) | Failure::Cpu(_))
+    ));
+    let deep = out("function handler(e) { const f = (n) => f(n + 1) + 1; return f(0); }");
+    assert!(matches!(deep, Err(Failure::Thrown(_) | Failure::Memory(_))), "{deep:?}");
+    assert!(
+        matches!(out("function handler(e) { throw new Error('no'); }"), Err(Failure::Thrown(m)) if m.contains("no"))
+    );
+    // The same code runs again cleanly after a failure.
+    assert!(matches!(out("function handler(e) { for (;;) {} }"), Err(Failure::Cpu(_))));
+}
+
+#[test]
+fn nothing_outside_the_language_is_reachable() {
+    let reach = out(
+        "function handler(e) { e.data = [typeof fetch, typeof require, typeof process, typeof Date, typeof performance,
+           typeof Math.random, typeof setTimeout, typeof XMLHttpRequest, typeof import_meta]; return e; }",
+    );
+    let Ok(Output::Event(e)) = reach else { panic!("{reach:?}") };
+    assert!(e["data"].as_array().expect("array").iter().all(|t| t == "undefined"), "{e}");
+    // Modules cannot be loaded.
+    assert!(check("import x from 'fs'; function handler(e) { return e; }", &limits()).is_err());
+    assert!(matches!(out("function handler(e) { return eval('import(\"fs\")'); }"), Err(_)));
+}
+
+#[test]
+fn prototype_tampering_stays_in_its_own_code() {
+    // A handler that poisons Object.prototype changes only what it returns itself.
+    let poisoned = "Object.prototype.toJSON = function () { return {hijacked: true}; };
+                    function handler(e) { return e; }";
+    let got = out(poisoned);
+    assert!(matches!(got, Ok(Output::Event(_)) | Err(Failure::Invalid(_))), "{got:?}");
+    // Another code is a runtime of its own: untouched.
+    let clean = out("function handler(e) { return e; }");
+    assert_eq!(clean, Ok(Output::Event(event())));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Arbitrary code and arbitrary events: an answer every time, never a panic.
+    #[test]
+    fn arbitrary_code_and_events_never_panic(code in ".{0,200}", body in "[ -~]{0,60}", n in any::<i64>()) {
+        let event = json!({"data": body, "n": n, "extensions": {}});
+        let limits = Limits { cpu: Duration::from_millis(5), memory: 4 << 20 };
+        let _ = run(&code, &event, &limits);
+        let wrapped = format!("function handler(e) {{ {code}\n return e; }}");
+        let _ = run(&wrapped, &event, &limits);
+    }
+}
+
+/// `import()` makes a promise the sandbox rejects (no module resolves); its runtime, dropped after
+/// (here, and at the thread's end), must leave nothing behind: QuickJS aborts the process when it
+/// frees a runtime that still holds objects, as it did without the Promise intrinsic.
+#[test]
+fn an_import_is_refused_and_its_runtime_is_freed_cleanly() {
+    let code = "function handler(e) { import('fs'); return e; }";
+    assert_eq!(out(code), Ok(Output::Event(event())));
+    let sandbox = Sandbox::new(code, &limits()).expect("compiles");
+    let (answer, _) = sandbox.call(&event(), &limits());
+    assert_eq!(answer, Ok(Output::Event(event())));
+    drop(sandbox);
+    // A promise is not an event.
+    let returned = out("function handler(e) { return eval('import(\"fs\")'); }");
+    assert!(matches!(returned, Err(Failure::Invalid(ref m)) if m.contains("synchronous")), "{returned:?}");
+}
