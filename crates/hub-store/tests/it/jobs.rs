@@ -771,7 +771,10 @@ async fn claims_and_records_read_no_more_than_they_take_whatever_the_statistics_
     let leased = read("delivery_jobs", Some("delivery_jobs_leased"));
     assert_eq!(leased, 0, "recording {jobs} outcomes read {leased} entries of the leased-jobs index");
     // A claim reads a window of eight due jobs per job it may lease (twice when the window
-    // falls short), and a record one entry per job.
+    // falls short), and a record one entry per job: about 51 entries a job here. The bound is
+    // half as much again: PostgreSQL flushes each connection's statistics on its own clock, so
+    // on a loaded machine some of the set-up's reads land after `before` (67 a job was seen).
+    // What it guards against reads hundreds to thousands of entries a job.
     let all_jobs = read("delivery_jobs", None);
-    assert!(all_jobs <= jobs * 64, "{jobs} jobs cost {all_jobs} job index entries read");
+    assert!(all_jobs <= jobs * 96, "{jobs} jobs cost {all_jobs} job index entries read");
 }
