@@ -99,9 +99,6 @@ pub struct Run {
 /// Checks that `code` compiles and defines `handler` (what a subscription's create or `PATCH`
 /// refuses), within `limits` (its top level runs once, as it would before the first event).
 pub fn check(code: &str, limits: &Limits) -> Result<(), CompileError> {
-    if code.len() > MAX_CODE {
-        return Err(CompileError { message: format!("code is at most {MAX_CODE} bytes"), line: None, column: None });
-    }
     Sandbox::new(code, limits).map(|_| ())
 }
 
@@ -113,25 +110,15 @@ pub fn run(code: &str, event: &Json, limits: &Limits) -> Run {
         Sha256::new().chain_update(code.as_bytes()).chain_update(limits.memory.to_le_bytes()).finalize().into();
     KEPT.with(|kept| {
         let mut kept = kept.borrow_mut();
-        if !kept.contains_key(&key) {
-            match Sandbox::new(code, limits) {
-                Ok(sandbox) => {
-                    if kept.len() >= KEPT_PER_THREAD {
-                        kept.clear();
-                    }
-                    kept.insert(key, sandbox);
-                }
-                Err(e) => {
-                    return Run { output: Err(Failure::Compile(e)), logs: Vec::new(), duration: started.elapsed() };
-                }
-            }
+        if !kept.contains_key(&key) && kept.len() >= KEPT_PER_THREAD {
+            kept.clear();
         }
-        let Some(sandbox) = kept.get(&key) else {
-            return Run {
-                output: Err(Failure::Invalid("no sandbox".into())),
-                logs: Vec::new(),
-                duration: started.elapsed(),
-            };
+        let sandbox = match kept.entry(key) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => match Sandbox::new(code, limits) {
+                Ok(sandbox) => v.insert(sandbox),
+                Err(e) => return compile_failed(e, started),
+            },
         };
         let (output, logs) = sandbox.call(event, limits);
         // A runtime that ran out of time or memory may be left in any state: the next event gets
@@ -141,6 +128,23 @@ pub fn run(code: &str, event: &Json, limits: &Limits) -> Run {
         }
         Run { output, logs, duration: started.elapsed() }
     })
+}
+
+/// Runs `code` once on `event` in a runtime of its own, kept by no cache: for code tried once
+/// (`POST /v1/transforms/test`), which must neither pay for a cache key nor stay in memory.
+pub fn run_once(code: &str, event: &Json, limits: &Limits) -> Run {
+    let started = Instant::now();
+    match Sandbox::new(code, limits) {
+        Ok(sandbox) => {
+            let (output, logs) = sandbox.call(event, limits);
+            Run { output, logs, duration: started.elapsed() }
+        }
+        Err(e) => compile_failed(e, started),
+    }
+}
+
+fn compile_failed(e: CompileError, started: Instant) -> Run {
+    Run { output: Err(Failure::Compile(e)), logs: Vec::new(), duration: started.elapsed() }
 }
 
 thread_local! {
@@ -176,6 +180,13 @@ const PRELUDE: &str = r#"
 
 impl Sandbox {
     fn new(code: &str, limits: &Limits) -> Result<Self, CompileError> {
+        if code.len() > MAX_CODE {
+            return Err(CompileError {
+                message: format!("code is at most {MAX_CODE} bytes"),
+                line: None,
+                column: None,
+            });
+        }
         let engine = |e: rquickjs::Error| CompileError { message: e.to_string(), line: None, column: None };
         let runtime = Runtime::new().map_err(engine)?;
         // Modules resolve to nothing: `import()` is refused at once.

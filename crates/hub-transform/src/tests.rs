@@ -42,6 +42,11 @@ fn logs_are_captured_and_bounded() {
     // Each run's lines are its own.
     let again = super::run("function handler(e) { return e; }", &event(), &limits());
     assert!(again.logs.is_empty());
+    // Run once, uncached, the same.
+    let once = run_once("function handler(e) { console.log('once'); return null; }", &event(), &limits());
+    assert_eq!((once.output, once.logs), (Ok(Output::Skip), vec!["once".to_owned()]));
+    let refused = run_once("function handler(e) {", &event(), &limits());
+    assert!(matches!(refused.output, Err(Failure::Compile(_))), "{:?}", refused.output);
 }
 
 #[test]

@@ -425,6 +425,7 @@ pub async fn start_with_clock(
         issuer,
         erasures,
         transform_limits: hub_transform::Limits { cpu: config.transform_cpu, memory: config.transform_memory },
+        transform_tests: Arc::new(tokio::sync::Semaphore::new(api::transforms::AT_ONCE)),
     };
     telemetry::prometheus();
     let router = api::router(state);

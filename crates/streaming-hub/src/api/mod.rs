@@ -109,6 +109,8 @@ pub struct AppState {
     pub erasures: Arc<tokio::sync::Notify>,
     /// What one run of a transform may spend (`STREAMING_HUB_TRANSFORM_CPU`, `…_MEMORY`).
     pub transform_limits: hub_transform::Limits,
+    /// Transform tries this replica runs at once (`transforms.rs`).
+    pub transform_tests: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(OpenApi)]

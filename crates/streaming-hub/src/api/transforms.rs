@@ -1,6 +1,9 @@
 //! `POST /v1/transforms/test` (SPEC §10, "Transformations"): a transform tried on an event, in the
 //! same sandbox and within the same budget a delivery gets (`hub-transform`), on a blocking
-//! thread, never one that serves HTTP. Nothing is stored or sent.
+//! thread, never one that serves HTTP. Nothing is stored or sent. Each try gets a runtime of its
+//! own, dropped after it, and a replica runs [`AT_ONCE`] at a time (the others wait their turn):
+//! each may hold up to `STREAMING_HUB_TRANSFORM_MEMORY`, so their number bounds what tenants'
+//! tries can take of the hub's memory.
 
 use axum::Json as AxumJson;
 use axum::extract::State;
@@ -11,6 +14,9 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::auth::TenantCaller;
 use super::error::{ApiError, ErrorBody, Json};
+
+/// Tries one replica runs at once.
+pub const AT_ONCE: usize = 4;
 
 /// A transform: its language and code.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -29,14 +35,18 @@ pub struct Transform {
 }
 
 impl Transform {
-    /// Checks the language and that the code compiles and defines `handler`: a 422 naming
-    /// `<field>.code` with the engine's message and position otherwise.
-    pub fn validate(&self, field: &str, limits: &hub_transform::Limits) -> Result<(), ApiError> {
-        if self.language != "javascript" {
-            return Err(ApiError::validation(&format!("{field}.language"), "must be javascript"));
+    /// A 422 naming `<field>.language` unless it is `javascript`.
+    fn language_is_known(&self, field: &str) -> Result<(), ApiError> {
+        if self.language == "javascript" {
+            Ok(())
+        } else {
+            Err(ApiError::validation(&format!("{field}.language"), "must be javascript"))
         }
-        hub_transform::check(&self.code, limits).map_err(|e| ApiError::validation(&format!("{field}.code"), e))
     }
+}
+
+fn code_refused(field: &str, e: hub_transform::CompileError) -> ApiError {
+    ApiError::validation(&format!("{field}.code"), e)
 }
 
 /// A transform and the event to try it on.
@@ -86,20 +96,16 @@ pub async fn test(
     if !req.event.is_object() {
         return Err(ApiError::validation("event", "must be an object"));
     }
-    let transform = req.transform;
-    let event = req.event;
-    let (checked, run) = tokio::task::spawn_blocking(move || {
-        let checked = transform.validate("transform", &limits);
-        let run = checked.is_ok().then(|| hub_transform::run(&transform.code, &event, &limits));
-        (checked, run)
-    })
-    .await
-    .map_err(ApiError::internal)?;
-    checked?;
-    let run = run.ok_or_else(|| ApiError::internal("the transform did not run"))?;
+    req.transform.language_is_known("transform")?;
+    let _turn = state.transform_tests.acquire().await.map_err(ApiError::internal)?;
+    let TransformTest { transform, event } = req;
+    let run = tokio::task::spawn_blocking(move || hub_transform::run_once(&transform.code, &event, &limits))
+        .await
+        .map_err(ApiError::internal)?;
     let (output, error) = match run.output {
         Ok(hub_transform::Output::Event(e)) => (Some(e), None),
         Ok(hub_transform::Output::Skip) => (Some(Value::Null), None),
+        Err(hub_transform::Failure::Compile(e)) => return Err(code_refused("transform", e)),
         Err(e) => (None, Some(e.to_string())),
     };
     Ok(AxumJson(TransformResult {
