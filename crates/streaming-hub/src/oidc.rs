@@ -4,7 +4,8 @@
 //!
 //! Every replica reads the keys from the store (again each minute, so a rotation anywhere is
 //! seen everywhere): the newest unretired key signs, and every key is published until its
-//! overlap after retirement ends (`STREAMING_HUB_OIDC_KEY_OVERLAP`), then dropped. The first
+//! overlap after retirement ends (`STREAMING_HUB_OIDC_KEY_OVERLAP`), then deleted by that same
+//! minute's pass. The first
 //! replica to start with no key makes one.
 
 use std::sync::{Arc, RwLock};
@@ -77,14 +78,14 @@ impl Issuer {
         &self.url
     }
 
-    /// Reads the keys again: drops those whose overlap is over, opens the rest.
+    /// Reads the keys again and opens those still published (a key whose overlap is over is
+    /// neither published nor listed; [`Issuer::prune`] deletes it).
     pub async fn refresh(&self) -> anyhow::Result<Vec<KeyView>> {
-        let now = self.clock.now();
-        self.store.drop_issuer_keys(now - self.overlap).await?;
+        let over = self.clock.now() - self.overlap;
         let records = self.store.issuer_keys().await?;
         let mut ring = Keyring::default();
         let mut views = Vec::with_capacity(records.len());
-        for r in &records {
+        for r in records.iter().filter(|r| r.retired_at.is_none_or(|at| at >= over)) {
             let key = Arc::new(self.open(r)?);
             ring.published.push(key.jwk());
             // Oldest first: the last unretired key is the newest.
@@ -102,6 +103,12 @@ impl Issuer {
             *keys = ring;
         }
         Ok(views)
+    }
+
+    /// Deletes the keys whose overlap is over.
+    pub async fn prune(&self) -> anyhow::Result<()> {
+        self.store.drop_issuer_keys(self.clock.now() - self.overlap).await?;
+        Ok(())
     }
 
     fn open(&self, r: &IssuerKeyRecord) -> anyhow::Result<SigningKey> {
@@ -158,12 +165,15 @@ impl hub_sinks::TokenIssuer for Issuer {
     }
 }
 
-/// Reads the keys again every [`REFRESH_INTERVAL`] until `stop`.
+/// Deletes the expired keys and reads the rest again every [`REFRESH_INTERVAL`] until `stop`.
 pub async fn refresh_loop(issuer: Arc<Issuer>, stop: tokio_util::sync::CancellationToken) {
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(REFRESH_INTERVAL) => {}
+        }
+        if let Err(e) = issuer.prune().await {
+            tracing::warn!(error = %e, "the OIDC issuer's expired keys could not be deleted; they are not published");
         }
         if let Err(e) = issuer.refresh().await {
             tracing::warn!(error = %e, "the OIDC issuer's keys could not be read again; the ones read before stay");
