@@ -96,9 +96,11 @@ pub fn claims(issuer: &str, subject: &str, audience: &str, now: i64, lifetime_se
 }
 
 /// The subject of a subscription's tokens: `tenant:<tenant>:subscription:<id>`. A tenant's trust
-/// policy conditions on it, so no other tenant of the hub can assume its role.
-pub fn subject(tenant: &str, subscription: uuid::Uuid) -> String {
-    format!("tenant:{tenant}:subscription:{subscription}")
+/// policy conditions on it (`tenant:acme:*`), so no other tenant of the hub can assume its role.
+/// `None` for a tenant id holding a `:` (only one stored before the tenant grammar could): its
+/// subject could pass for another tenant's (`acme:x` would match `tenant:acme:*`).
+pub fn subject(tenant: &str, subscription: uuid::Uuid) -> Option<String> {
+    (!tenant.contains(':')).then(|| format!("tenant:{tenant}:subscription:{subscription}"))
 }
 
 /// The claims of `token` when its signature verifies with one of the JWKS `keys` (by `kid`);
@@ -162,6 +164,16 @@ mod tests {
             (jwk["kty"].as_str(), jwk["crv"].as_str(), jwk["alg"].as_str()),
             (Some("EC"), Some("P-256"), Some("ES256"))
         );
+    }
+
+    #[test]
+    fn no_tenant_id_names_a_subject_that_passes_for_another_tenants() {
+        let id = uuid::Uuid::nil();
+        assert_eq!(
+            subject("acme", id).as_deref(),
+            Some("tenant:acme:subscription:00000000-0000-0000-0000-000000000000")
+        );
+        assert_eq!(subject("acme:x", id), None);
     }
 
     #[test]

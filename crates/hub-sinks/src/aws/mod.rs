@@ -106,7 +106,7 @@ impl AwsSettings {
                 Some(o) => format!("streaming-hub-{}", o.subscription.simple()),
                 None => "streaming-hub".to_owned(),
             }),
-            subject: owner.map(|o| hub_core::oidc::subject(&o.tenant, o.subscription)),
+            subject: owner.and_then(|o| hub_core::oidc::subject(&o.tenant, o.subscription)),
         });
         let text = |c: &Value, name: &str| c[name].as_str().unwrap_or_default().to_owned();
         AwsEndpoint {

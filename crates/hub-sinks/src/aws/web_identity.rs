@@ -28,7 +28,8 @@ const REMEMBER_FAILURE: Duration = Duration::from_secs(10);
 pub struct AssumedRole {
     pub role_arn: String,
     pub session_name: String,
-    /// The token's `sub`: the subscription, by tenant.
+    /// The token's `sub`: the subscription, by tenant; `None` when it cannot be named safely
+    /// (`hub_core::oidc::subject`).
     pub subject: Option<String>,
 }
 
@@ -115,7 +116,11 @@ impl WebIdentityProvider {
     }
 
     async fn exchange(&self) -> Result<Credentials, String> {
-        let subject = self.role.subject.as_deref().ok_or("the destination names no subscription")?;
+        let subject = self
+            .role
+            .subject
+            .as_deref()
+            .ok_or("no token subject names this subscription (a tenant id with ':' cannot assume a role)")?;
         let token = self.issuer.token(subject, hub_core::oidc::AWS_AUDIENCE)?;
         let answer = self
             .sts
