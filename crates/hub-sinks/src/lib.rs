@@ -103,6 +103,9 @@ pub enum FailureKind {
     Unauthorized,
     /// The hub's guard refused the destination (private address).
     Forbidden,
+    /// The subscription's transform threw, ran out of its budget or answered something that
+    /// cannot be sent (SPEC §10): the destination was not reached.
+    Transform,
 }
 
 impl FailureKind {
@@ -113,6 +116,7 @@ impl FailureKind {
             Self::Timeout => "timeout",
             Self::Unauthorized => "unauthorized",
             Self::Forbidden => "forbidden",
+            Self::Transform => "transform_failed",
         }
     }
 }
@@ -120,8 +124,13 @@ impl FailureKind {
 /// The outcome of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    Delivered { status: Option<u16>, response: Option<String> },
+    Delivered {
+        status: Option<u16>,
+        response: Option<String>,
+    },
     Failed(Failure),
+    /// The subscription's transform skipped the event (SPEC §10): nothing was sent.
+    Skipped,
 }
 
 impl Outcome {
@@ -160,6 +169,12 @@ pub trait Sink: Send + Sync + std::fmt::Debug {
         subscription: Uuid,
         max_timeout: Duration,
     ) -> Result<Probed, Failure>;
+
+    /// The headers (or message attributes) a delivery of `message` would carry, before any
+    /// signature: what a transform is shown (SPEC §10). By default the CloudEvents attributes.
+    fn headers(&self, _destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
+        attributes(message)
+    }
 }
 
 /// One destination type's own side: how it reads its destination into a target, and one attempt
@@ -183,6 +198,13 @@ pub trait TypedSink: Send + Sync + std::fmt::Debug {
 
     /// Verifies the destination: `Ok` when it acknowledged a test message.
     async fn check(&self, target: &Self::Target, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure>;
+
+    /// The headers or attributes a delivery carries before any signature: by default the
+    /// CloudEvents attributes ([`attributes`]), as the brokers' headers and AWS message attributes
+    /// carry them.
+    fn headers(&self, _destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
+        attributes(message)
+    }
 }
 
 #[async_trait]
@@ -210,6 +232,10 @@ impl<T: TypedSink> Sink for T {
     ) -> Result<Probed, Failure> {
         let target = self.target(destination, secrets, max_timeout)?;
         self.check(&target, tenant, subscription).await
+    }
+
+    fn headers(&self, destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
+        TypedSink::headers(self, destination, message)
     }
 }
 

@@ -27,8 +27,13 @@ pub struct Message<'a> {
     pub extensions: &'a BTreeMap<String, String>,
     /// The event's ordering key when its subscription orders by key (SQS FIFO queues group by it).
     pub ordering_key: Option<&'a str>,
-    /// The body exactly as received.
+    /// The body: exactly as received, or as the subscription's transform made it.
     pub payload: &'a [u8],
+    /// Headers the subscription's transform added or changed (SPEC §10), sent after the hub's own
+    /// in place of any of the same name, where the sink carries headers or attributes.
+    pub headers: &'a [(String, String)],
+    /// What the transform appended to a webhook's URL path (empty: nothing).
+    pub path: &'a str,
     /// 1-based.
     pub attempt: u32,
     /// New for every attempt.
@@ -79,7 +84,18 @@ pub fn attributes(m: &Message<'_>) -> Vec<(String, String)> {
     for (name, value) in m.extensions {
         a.push((format!("ce-{name}"), value.clone()));
     }
-    a
+    with_headers(a, m.headers)
+}
+
+/// `own` with `added` after it, each added header in place of any of the same name (names
+/// compared without case).
+pub fn with_headers(mut own: Vec<(String, String)>, added: &[(String, String)]) -> Vec<(String, String)> {
+    if added.is_empty() {
+        return own;
+    }
+    own.retain(|(k, _)| !added.iter().any(|(a, _)| a.eq_ignore_ascii_case(k)));
+    own.extend(added.iter().cloned());
+    own
 }
 
 /// The CloudEvent in structured JSON form: attributes plus `data` (or `data_base64`).

@@ -85,4 +85,8 @@ impl Sink for Sinks {
             None => Ok(Probed::default()),
         }
     }
+
+    fn headers(&self, destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
+        self.sink(destination.kind()).map(|sink| sink.headers(destination, message)).unwrap_or_default()
+    }
 }

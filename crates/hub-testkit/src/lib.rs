@@ -104,6 +104,7 @@ pub fn subscription(
         event_types: types.iter().map(|t| (*t).to_owned()).collect(),
         origin: origin.map(str::to_owned),
         filters: serde_json::json!([]),
+        transform: None,
         ordering: hub_core::Ordering::None,
         sink,
         limits: Default::default(),

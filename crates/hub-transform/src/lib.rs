@@ -4,10 +4,10 @@
 //! The sandbox is QuickJS (through `rquickjs`): a runtime of its own per code, with a memory limit
 //! its allocator enforces and a CPU budget its interrupt hook enforces, and a context holding only
 //! the language: no module loader, no I/O, no `Date`, no `performance`, no `Math.random`, no
-//! promises or timers. `console.log` lines are captured, bounded. A code's runtime is made once per
-//! thread and reused for its events; one that ran out of its budget or its memory is thrown away,
-//! so the next event starts clean. Nothing here blocks on I/O: callers run it on a blocking thread,
-//! never on the threads that serve HTTP or read Kafka.
+//! timers. `console.log` lines are captured, bounded. A code's runtime is made once per thread
+//! ([`Cache`], bounded in bytes) and reused for its events; one that ran out of its budget or its
+//! memory is thrown away, so the next event starts clean. The hub runs transforms on a [`Pool`] of
+//! threads of their own, never on the threads that serve HTTP or read Kafka.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,8 +28,6 @@ pub const MAX_LOG_LINES: usize = 50;
 pub const MAX_LOG_LINE: usize = 1024;
 /// The deepest a handler's calls may go (bytes of the engine's stack).
 const MAX_STACK: usize = 256 * 1024;
-/// Runtimes a thread keeps, one per code.
-const KEPT_PER_THREAD: usize = 64;
 
 /// What one run may spend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,15 +75,40 @@ pub enum Failure {
     /// The code itself did not load.
     #[error("the code does not compile: {0}")]
     Compile(CompileError),
+    /// The pool's threads are gone (the hub is stopping).
+    #[error("transforms are not running (the hub is stopping)")]
+    Stopped,
 }
 
 /// What a run gave.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Output {
     /// The event as the handler returned it.
-    Event(Json),
+    Event(Answer),
     /// `null`: do not deliver.
     Skip,
+}
+
+/// The event a handler returned, as the JSON text its `JSON.stringify` wrote: the order of its
+/// keys is the handler's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer(String);
+
+impl Answer {
+    /// An answer of this JSON text (what a handler's `JSON.stringify` would have written).
+    pub fn from_text(text: String) -> Self {
+        Self(text)
+    }
+
+    /// The JSON text.
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+
+    /// The answer as a JSON value (keys in the value's own order).
+    pub fn json(&self) -> Json {
+        serde_json::from_str(&self.0).unwrap_or(Json::Null)
+    }
 }
 
 /// One run: its output or why there is none, the lines it logged, and how long it took.
@@ -102,32 +125,198 @@ pub fn check(code: &str, limits: &Limits) -> Result<(), CompileError> {
     Sandbox::new(code, limits).map(|_| ())
 }
 
-/// Runs `code`'s handler on `event` (a JSON object) within `limits`, on this thread's runtime of
-/// that code (made when missing).
+/// Runs `code`'s handler on `event` (a JSON object) within `limits`, on this thread's own cache
+/// (for tools and tests; the hub runs transforms on a [`Pool`]).
 pub fn run(code: &str, event: &Json, limits: &Limits) -> Run {
-    let started = Instant::now();
-    let key: [u8; 32] =
-        Sha256::new().chain_update(code.as_bytes()).chain_update(limits.memory.to_le_bytes()).finalize().into();
-    KEPT.with(|kept| {
-        let mut kept = kept.borrow_mut();
-        if !kept.contains_key(&key) && kept.len() >= KEPT_PER_THREAD {
-            kept.clear();
+    thread_local! {
+        static KEPT: RefCell<Cache> = RefCell::new(Cache::new(CACHE_BYTES));
+    }
+    KEPT.with(|cache| cache.borrow_mut().run(&Code::new("", code), event, limits))
+}
+
+/// A code and who owns it, as a cache knows it: its key is computed once, not per run. Two owners
+/// never share a runtime, even with the same code (a handler's globals outlive a run).
+#[derive(Clone)]
+pub struct Code {
+    key: [u8; 32],
+    text: Arc<str>,
+}
+
+impl std::fmt::Debug for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Code").field("bytes", &self.text.len()).finish_non_exhaustive()
+    }
+}
+
+impl Code {
+    /// `owner` names whose code it is (a subscription); `text` is the JavaScript.
+    pub fn new(owner: &str, text: &str) -> Self {
+        let key = Sha256::new()
+            .chain_update((owner.len() as u64).to_le_bytes())
+            .chain_update(owner.as_bytes())
+            .chain_update(text.as_bytes())
+            .finalize()
+            .into();
+        Self { key, text: Arc::from(text) }
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// The bytes of compiled runtimes a cache keeps, by QuickJS's own account of each.
+pub const CACHE_BYTES: usize = 64 << 20;
+/// Runtimes a cache keeps, at most, whatever their size.
+const CACHE_ENTRIES: usize = 256;
+
+/// Compiled runtimes of one thread, one per code, reused across events: the least recently used
+/// go first past [`CACHE_BYTES`] or [`CACHE_ENTRIES`]. A runtime that ran out of its budget or
+/// its memory is dropped, so the next event starts clean.
+pub struct Cache {
+    kept: HashMap<[u8; 32], Kept>,
+    bytes: usize,
+    max_bytes: usize,
+    tick: u64,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").field("kept", &self.kept.len()).field("bytes", &self.bytes).finish_non_exhaustive()
+    }
+}
+
+struct Kept {
+    sandbox: Sandbox,
+    bytes: usize,
+    used: u64,
+    memory: usize,
+}
+
+impl Cache {
+    pub fn new(max_bytes: usize) -> Self {
+        Self { kept: HashMap::new(), bytes: 0, max_bytes, tick: 0 }
+    }
+
+    /// The runtimes kept, and their bytes when they were made.
+    pub fn len(&self) -> usize {
+        self.kept.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Runs `code`'s handler on `event` within `limits`, on its kept runtime (made when missing).
+    pub fn run(&mut self, code: &Code, event: &Json, limits: &Limits) -> Run {
+        let started = Instant::now();
+        self.tick += 1;
+        // A runtime made under another memory limit is made again.
+        if self.kept.get(&code.key).is_some_and(|k| k.memory != limits.memory) {
+            self.forget(&code.key);
         }
-        let sandbox = match kept.entry(key) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => match Sandbox::new(code, limits) {
-                Ok(sandbox) => v.insert(sandbox),
+        if !self.kept.contains_key(&code.key) {
+            let sandbox = match Sandbox::new(&code.text, limits) {
+                Ok(sandbox) => sandbox,
                 Err(e) => return compile_failed(e, started),
-            },
+            };
+            let bytes = usize::try_from(sandbox.runtime.memory_usage().memory_used_size).unwrap_or(0);
+            self.bytes += bytes;
+            self.kept.insert(code.key, Kept { sandbox, bytes, used: self.tick, memory: limits.memory });
+            self.trim(&code.key);
+        }
+        let Some(kept) = self.kept.get_mut(&code.key) else {
+            return compile_failed(CompileError { message: "no runtime".into(), line: None, column: None }, started);
         };
-        let (output, logs) = sandbox.call(event, limits);
-        // A runtime that ran out of time or memory may be left in any state: the next event gets
-        // a new one.
+        kept.used = self.tick;
+        let (output, logs) = kept.sandbox.call(event, limits);
+        // A runtime that ran out of time or memory may be left in any state.
         if matches!(output, Err(Failure::Cpu(_) | Failure::Memory(_))) {
-            kept.remove(&key);
+            self.forget(&code.key);
         }
         Run { output, logs, duration: started.elapsed() }
-    })
+    }
+
+    fn forget(&mut self, key: &[u8; 32]) {
+        if let Some(k) = self.kept.remove(key) {
+            self.bytes -= k.bytes;
+        }
+    }
+
+    /// Drops the least recently used runtimes, never `keep`, until within bounds.
+    fn trim(&mut self, keep: &[u8; 32]) {
+        while self.bytes > self.max_bytes || self.kept.len() > CACHE_ENTRIES {
+            let oldest = self.kept.iter().filter(|(k, _)| *k != keep).min_by_key(|(_, v)| v.used).map(|(k, _)| *k);
+            match oldest {
+                Some(key) => self.forget(&key),
+                None => return,
+            }
+        }
+    }
+}
+
+/// Threads of their own that run transforms, each with its [`Cache`]: what the dispatcher awaits,
+/// so no transform runs on the threads that serve HTTP or read Kafka. Runs queue for the next free
+/// thread; each is bounded by its CPU budget, so none holds a thread long.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    queue: tokio::sync::mpsc::Sender<Job>,
+    limits: Limits,
+}
+
+struct Job {
+    code: Code,
+    event: Json,
+    reply: tokio::sync::oneshot::Sender<Run>,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// Starts `threads` threads (at least one) that run within `limits`, each keeping at most
+    /// `cache_bytes` of compiled runtimes. They end when the last clone of the pool is dropped.
+    pub fn new(threads: usize, limits: Limits, cache_bytes: usize) -> std::io::Result<Self> {
+        let threads = threads.max(1);
+        let (queue, jobs) = tokio::sync::mpsc::channel::<Job>(threads * 64);
+        let jobs = Arc::new(std::sync::Mutex::new(jobs));
+        for i in 0..threads {
+            let jobs = Arc::clone(&jobs);
+            std::thread::Builder::new().name(format!("transform-{i}")).spawn(move || {
+                let mut cache = Cache::new(cache_bytes);
+                loop {
+                    // One thread waits on the queue at a time; the others wait for the lock.
+                    let job = jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).blocking_recv();
+                    let Some(job) = job else { return };
+                    let run = cache.run(&job.code, &job.event, &limits);
+                    let _ = job.reply.send(run);
+                }
+            })?;
+        }
+        Ok(Self { queue, limits })
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Runs `code` on `event` on the next free thread.
+    pub async fn run(&self, code: Code, event: Json) -> Run {
+        let started = Instant::now();
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let stopped = || Run { output: Err(Failure::Stopped), logs: Vec::new(), duration: started.elapsed() };
+        if self.queue.send(Job { code, event, reply }).await.is_err() {
+            return stopped();
+        }
+        answer.await.unwrap_or_else(|_| stopped())
+    }
 }
 
 /// Runs `code` once on `event` in a runtime of its own, kept by no cache: for code tried once
@@ -145,10 +334,6 @@ pub fn run_once(code: &str, event: &Json, limits: &Limits) -> Run {
 
 fn compile_failed(e: CompileError, started: Instant) -> Run {
     Run { output: Err(Failure::Compile(e)), logs: Vec::new(), duration: started.elapsed() }
-}
-
-thread_local! {
-    static KEPT: RefCell<HashMap<[u8; 32], Sandbox>> = RefCell::new(HashMap::new());
 }
 
 /// One code's runtime and context, with what its hooks read.
@@ -316,9 +501,10 @@ fn call_handler<'js>(ctx: &Ctx<'js>, event: &Json) -> Result<Output, CallError<'
         Some(s) => s.to_string().map_err(engine)?,
         None => return Err(invalid("the handler's answer is not JSON")),
     };
-    serde_json::from_str(&text)
-        .map(Output::Event)
-        .map_err(|e| CallError::Answer(Failure::Invalid(format!("the handler's answer is not JSON: {e}"))))
+    match serde_json::from_str::<&serde_json::value::RawValue>(&text) {
+        Ok(_) => Ok(Output::Event(Answer(text))),
+        Err(e) => Err(CallError::Answer(Failure::Invalid(format!("the handler's answer is not JSON: {e}")))),
+    }
 }
 
 fn clip(mut line: String) -> String {

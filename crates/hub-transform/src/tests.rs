@@ -16,13 +16,26 @@ fn out(code: &str) -> Result<Output, Failure> {
     run(code, &event(), &limits()).output
 }
 
+/// The answer of a run as a JSON value.
+fn answered(output: Result<Output, Failure>) -> Json {
+    match output {
+        Ok(Output::Event(answer)) => answer.json(),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn a_handler_reshapes_the_event_or_skips_it() {
     let renamed = out("function handler(e) { e.data = {value: e.data.amount, who: e.data.customer.name}; return e; }");
     let Ok(Output::Event(e)) = renamed else { panic!("{renamed:?}") };
+    let e = e.json();
     assert_eq!(e["data"], json!({"value": 100, "who": "Ana"}));
     assert_eq!(e["type"], "payment.settled");
     assert_eq!(out("function handler(e) { return null; }"), Ok(Output::Skip));
+    let Ok(Output::Event(ordered)) = out("function handler(e) { e.data = {z: 1, a: 2}; return e; }") else {
+        panic!("no answer")
+    };
+    assert!(ordered.text().contains(r#""data":{"z":1,"a":2}"#), "the handler's key order: {}", ordered.text());
     assert!(matches!(out("function handler(e) { }"), Err(Failure::Invalid(_))));
     assert!(matches!(out("function handler(e) { return 7; }"), Err(Failure::Invalid(_))));
     assert!(matches!(out("function handler(e) { return [e]; }"), Err(Failure::Invalid(_))));
@@ -89,6 +102,7 @@ fn nothing_outside_the_language_is_reachable() {
            typeof Math.random, typeof setTimeout, typeof XMLHttpRequest, typeof import_meta]; return e; }",
     );
     let Ok(Output::Event(e)) = reach else { panic!("{reach:?}") };
+    let e = e.json();
     assert!(e["data"].as_array().expect("array").iter().all(|t| t == "undefined"), "{e}");
     // Modules cannot be loaded.
     assert!(check("import x from 'fs'; function handler(e) { return e; }", &limits()).is_err());
@@ -104,7 +118,7 @@ fn prototype_tampering_stays_in_its_own_code() {
     assert!(matches!(got, Ok(Output::Event(_)) | Err(Failure::Invalid(_))), "{got:?}");
     // Another code is a runtime of its own: untouched.
     let clean = out("function handler(e) { return e; }");
-    assert_eq!(clean, Ok(Output::Event(event())));
+    assert_eq!(answered(clean), event());
 }
 
 proptest! {
@@ -127,12 +141,69 @@ proptest! {
 #[test]
 fn an_import_is_refused_and_its_runtime_is_freed_cleanly() {
     let code = "function handler(e) { import('fs'); return e; }";
-    assert_eq!(out(code), Ok(Output::Event(event())));
+    assert_eq!(answered(out(code)), event());
     let sandbox = Sandbox::new(code, &limits()).expect("compiles");
     let (answer, _) = sandbox.call(&event(), &limits());
-    assert_eq!(answer, Ok(Output::Event(event())));
+    assert_eq!(answered(answer), event());
     drop(sandbox);
     // A promise is not an event.
     let returned = out("function handler(e) { return eval('import(\"fs\")'); }");
     assert!(matches!(returned, Err(Failure::Invalid(ref m)) if m.contains("synchronous")), "{returned:?}");
+}
+
+#[test]
+fn a_cache_keeps_within_its_bytes_and_never_shares_a_runtime_between_owners() {
+    let limits = limits();
+    let counting = "var seen = 0; function handler(e) { seen += 1; e.data = {seen}; return e; }";
+    let mut cache = Cache::new(CACHE_BYTES);
+    let seen = |run: Run| match run.output {
+        Ok(Output::Event(e)) => e.json()["data"]["seen"].as_i64().expect("seen"),
+        other => panic!("{other:?}"),
+    };
+    let a = Code::new("subscription-a", counting);
+    let b = Code::new("subscription-b", counting);
+    assert_eq!(seen(cache.run(&a, &event(), &limits)), 1);
+    assert_eq!(seen(cache.run(&a, &event(), &limits)), 2, "a code's runtime is reused");
+    assert_eq!(seen(cache.run(&b, &event(), &limits)), 1, "another owner's same code has a runtime of its own");
+    assert_eq!(cache.len(), 2);
+    let one = cache.bytes() / 2;
+    assert!(one > 0);
+
+    // Room for three: the least recently used goes first.
+    let mut small = Cache::new(one * 3 + one / 2);
+    let codes: Vec<Code> = (0..5).map(|i| Code::new(&format!("s{i}"), counting)).collect();
+    for code in &codes[..3] {
+        seen(small.run(code, &event(), &limits));
+    }
+    seen(small.run(&codes[0], &event(), &limits));
+    for code in &codes[3..] {
+        seen(small.run(code, &event(), &limits));
+    }
+    assert!(small.len() <= 3 && small.bytes() <= one * 3 + one / 2, "{small:?}");
+    assert_eq!(seen(small.run(&codes[0], &event(), &limits)), 3, "the most recently used stayed");
+    assert_eq!(seen(small.run(&codes[1], &event(), &limits)), 1, "the least recently used was dropped");
+
+    // A runtime that ran out of its budget is made again.
+    let endless = Code::new(
+        "s",
+        "var seen = 0; function handler(e) { seen += 1; if (seen == 2) for(;;){} e.data = {seen}; return e; }",
+    );
+    assert_eq!(seen(cache.run(&endless, &event(), &limits)), 1);
+    assert!(matches!(cache.run(&endless, &event(), &limits).output, Err(Failure::Cpu(_))));
+    assert_eq!(seen(cache.run(&endless, &event(), &limits)), 1, "a fresh runtime after the budget ran out");
+}
+
+#[test]
+fn a_pool_runs_on_threads_of_its_own() {
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+    let pool = Pool::new(2, limits(), CACHE_BYTES).expect("pool");
+    rt.block_on(async {
+        let code = Code::new("s", "function handler(e) { e.data = {thread: 1}; return e; }");
+        for _ in 0..20 {
+            let run = pool.run(code.clone(), event()).await;
+            assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
+        }
+        let endless = Code::new("t", "function handler(e) { for(;;){} }");
+        assert!(matches!(pool.run(endless, event()).await.output, Err(Failure::Cpu(_))));
+    });
 }

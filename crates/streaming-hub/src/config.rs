@@ -224,6 +224,8 @@ pub struct Config {
     /// What one run of a transformation may spend: CPU time and memory (bytes).
     pub transform_cpu: Duration,
     pub transform_memory: usize,
+    /// Threads that run transformations (`STREAMING_HUB_TRANSFORM_THREADS`; default: the cores).
+    pub transform_threads: u32,
     /// Inbox events an erasure reads and judges a page (each page's matches written in one
     /// transaction).
     pub erasure_page: u32,
@@ -336,6 +338,7 @@ const KNOWN: &[&str] = &[
     "STREAMING_HUB_ERASURE_PAGE",
     "STREAMING_HUB_TRANSFORM_CPU",
     "STREAMING_HUB_TRANSFORM_MEMORY",
+    "STREAMING_HUB_TRANSFORM_THREADS",
     "STREAMING_HUB_KEK_REF",
     "STREAMING_HUB_DEV_KEK",
     "STREAMING_HUB_SHUTDOWN_TIMEOUT",
@@ -716,6 +719,12 @@ impl Config {
                 }
             }),
             transform_memory: r.parse("STREAMING_HUB_TRANSFORM_MEMORY", 16 << 20, memory_size),
+            transform_threads: r.number(
+                "STREAMING_HUB_TRANSFORM_THREADS",
+                std::thread::available_parallelism().map_or(2, |n| n.get().min(64) as u32),
+                1,
+                64,
+            ),
             erasure_page: r.parse("STREAMING_HUB_ERASURE_PAGE", 2_000, |raw| match raw.parse::<u32>() {
                 Ok(n) if (1..=10_000).contains(&n) => Ok(n),
                 _ => Err(format!("must be a whole number from 1 to 10000 (got {})", quoted(raw))),

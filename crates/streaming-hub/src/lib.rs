@@ -238,17 +238,26 @@ pub async fn start_with_clock(
     let mut tasks_early: Vec<JoinHandle<Option<()>>> = Vec::new();
     let dispatcher = if config.role.delivers() {
         store.listen_for_jobs(Arc::clone(&wake)).await.context("cannot listen for job notifications")?;
-        let dispatcher = Arc::new(delivery::Dispatcher::new(
-            Arc::clone(&store),
-            Arc::clone(&sealer),
-            Arc::clone(&sinks),
-            Arc::clone(&clock),
-            Arc::clone(&wake),
-            delivery::settings(&config),
-            notices.clone(),
-            breakers.clone(),
-            flights.clone(),
-        ));
+        let transforms = hub_transform::Pool::new(
+            config.transform_threads as usize,
+            hub_transform::Limits { cpu: config.transform_cpu, memory: config.transform_memory },
+            hub_transform::CACHE_BYTES,
+        )
+        .context("cannot start the transform threads")?;
+        let dispatcher = Arc::new(
+            delivery::Dispatcher::new(
+                Arc::clone(&store),
+                Arc::clone(&sealer),
+                Arc::clone(&sinks),
+                Arc::clone(&clock),
+                Arc::clone(&wake),
+                delivery::settings(&config),
+                notices.clone(),
+                breakers.clone(),
+                flights.clone(),
+            )
+            .with_transforms(transforms),
+        );
         local_dispatcher = Some(delivery::Handoff::new(Arc::clone(&dispatcher)));
         tasks_early.push(supervisor.spawn(
             "delivery statistics",

@@ -17,7 +17,7 @@ pub mod metric {
     pub const PULL_READS: &str = "streaming_hub_pull_reads_total";
     /// Events returned by pull reads.
     pub const PULL_EVENTS: &str = "streaming_hub_pull_events_total";
-    /// `{sink,outcome}`: delivered, failed.
+    /// `{sink,outcome}`: delivered, failed, skipped (by the subscription's transform).
     pub const DELIVERY_ATTEMPTS: &str = "streaming_hub_delivery_attempts_total";
     /// `{sink}`: how long attempts take.
     pub const ATTEMPT_SECONDS: &str = "streaming_hub_delivery_attempt_duration_seconds";
@@ -88,6 +88,11 @@ pub mod metric {
     /// `{mode}`: accepted-event bodies that did not satisfy their declared JSON Schema (`warn`:
     /// accepted and counted; `quarantine`: refused).
     pub const PAYLOAD_SCHEMA_MISMATCHES: &str = "streaming_hub_payload_schema_mismatches_total";
+    /// How long one run of a subscription's transform takes, its wait for a transform thread
+    /// included.
+    pub const TRANSFORM_SECONDS: &str = "streaming_hub_transform_duration_seconds";
+    /// `{result}`: transform runs that reshaped the event (`transformed`), skipped it, or failed.
+    pub const TRANSFORM_RUNS: &str = "streaming_hub_transform_runs_total";
 }
 
 /// The label of a failed attempt's kind.
@@ -101,11 +106,13 @@ pub fn failure_kind(kind: hub_sinks::FailureKind, status: Option<u16>) -> &'stat
         (K::Refused, Some(s)) if (400..500).contains(&s) => "4xx",
         (K::Refused, Some(s)) if s >= 500 => "5xx",
         (K::Refused, _) => "refused",
+        (K::Transform, _) => "transform_failed",
     }
 }
 
 /// Every failure-kind label, for pre-registration.
-pub const FAILURE_KINDS: [&str; 7] = ["timeout", "connect", "4xx", "5xx", "refused", "unauthorized", "forbidden"];
+pub const FAILURE_KINDS: [&str; 8] =
+    ["timeout", "connect", "4xx", "5xx", "refused", "unauthorized", "forbidden", "transform_failed"];
 
 /// Reports panics through the log (one structured line, in JSON outside `local`) instead of the
 /// bare standard-error text: a panic contained where it happened (a Kafka header rdkafka could not
@@ -247,6 +254,12 @@ fn describe() {
     metrics::describe_gauge!(metric::STORE_CONNECTIONS_MAX, "The most connections the store's pool may open");
     metrics::describe_gauge!(metric::STORE_UP, "1 when the last metrics refresh reached the store");
     metrics::describe_counter!(metric::HTTP_REFUSED_CONNECTIONS, "Connections refused over the connection cap");
+    metrics::describe_histogram!(
+        metric::TRANSFORM_SECONDS,
+        metrics::Unit::Seconds,
+        "Runs of subscriptions' transforms, their wait for a transform thread included"
+    );
+    metrics::describe_counter!(metric::TRANSFORM_RUNS, "Runs of subscriptions' transforms, by result");
     // Every series an alert reads exists from start, at zero.
     metrics::gauge!(
         metric::BUILD_INFO,
@@ -269,13 +282,16 @@ fn describe() {
     metrics::counter!(metric::HTTP_REFUSED_CONNECTIONS).increment(0);
     metrics::counter!(metric::DLQ_RECORDS).increment(0);
     for sink in hub_core::SinkKind::ALL.into_iter().filter(|k| k.is_push()).map(|k| k.as_str()) {
-        for outcome in ["delivered", "failed"] {
+        for outcome in ["delivered", "failed", "skipped"] {
             metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => outcome).increment(0);
         }
         metrics::counter!(metric::JOBS_DEAD, "sink" => sink).increment(0);
         for kind in FAILURE_KINDS {
             metrics::counter!(metric::DELIVERY_FAILURES, "sink" => sink, "kind" => kind).increment(0);
         }
+    }
+    for result in ["transformed", "skipped", "failed"] {
+        metrics::counter!(metric::TRANSFORM_RUNS, "result" => result).increment(0);
     }
     for outcome in ["served", "rate_limited"] {
         metrics::counter!(metric::PULL_READS, "outcome" => outcome).increment(0);

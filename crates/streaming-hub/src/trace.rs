@@ -149,6 +149,9 @@ pub fn attempted(span: &tracing::Span, outcome: &hub_sinks::Outcome) {
                 span.record("http.response.status_code", status);
             }
         }
+        hub_sinks::Outcome::Skipped => {
+            span.record("outcome", "skipped");
+        }
     }
 }
 

@@ -102,6 +102,14 @@ impl Breaker {
         (!was_closed).then_some(Transition::Closed)
     }
 
+    /// An attempt that never reached the destination (its transform skipped the event or
+    /// failed): a probe that was not made gives its turn to the next job at once.
+    pub fn on_untried(&mut self, now: DateTime<Utc>) {
+        if let BreakerState::HalfOpen { cooldown } = self.state {
+            self.state = BreakerState::Open { until: now, cooldown };
+        }
+    }
+
     pub fn on_failure(&mut self, now: DateTime<Utc>) -> Option<Transition> {
         match self.state {
             BreakerState::Closed { failures } => {
@@ -154,6 +162,17 @@ mod tests {
         assert_eq!(b.on_failure(open_until), Some(Transition::Opened));
         let reopened_until = open_until + chrono::Duration::seconds(60);
         assert_eq!(b.permit(open_until, false).0, Permit::Wait { until: reopened_until });
+
+        // A probe that never reached the destination (its transform skipped the event) hands
+        // the probe on at once, the cool-down as it was.
+        assert_eq!(b.permit(reopened_until, false).0, Permit::Probe);
+        b.on_untried(reopened_until);
+        assert_eq!(b.permit(reopened_until, false), (Permit::Probe, Some(Transition::HalfOpened)));
+        b.on_untried(reopened_until);
+        // An attempt not tried while closed changes nothing.
+        let mut closed = Breaker::new(BreakerConfig::default());
+        closed.on_untried(now);
+        assert!(closed.is_closed());
 
         // The next probe succeeds: closed, attempts flow.
         assert_eq!(b.permit(reopened_until, false).0, Permit::Probe);

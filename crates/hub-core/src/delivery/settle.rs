@@ -15,6 +15,9 @@ use super::{AfterFailure, DeadReason, RetryPolicy, should_auto_disable};
 pub enum OutcomeClass<'a> {
     /// The destination acknowledged the event.
     Delivered,
+    /// The subscription's transform skipped the event (SPEC §10): the job ends without a
+    /// delivery, and the destination, never reached, is neither healthier nor failing.
+    Skipped,
     /// It failed in a way another attempt may not (a status, a timeout, a refused connection).
     Retryable { reason: &'a str },
     /// It failed in a way no later attempt can change (the destination is not allowed, the
@@ -59,6 +62,8 @@ pub enum HealthChange {
     Success,
     /// Opens or extends it; with `disable`, also disables the subscription with that reason.
     Failure { at: DateTime<Utc>, disable: Option<String> },
+    /// Leaves it as it is (the destination was not reached).
+    Unchanged,
 }
 
 /// The decision for one attempt.
@@ -80,6 +85,9 @@ pub fn settle(
     let (reason, retryable) = match outcome {
         OutcomeClass::Delivered => {
             return Settlement { transition: JobTransition::Succeeded, health: HealthChange::Success };
+        }
+        OutcomeClass::Skipped => {
+            return Settlement { transition: JobTransition::Succeeded, health: HealthChange::Unchanged };
         }
         OutcomeClass::Retryable { reason } => (reason, true),
         OutcomeClass::Permanent { reason } => (reason, false),
@@ -137,6 +145,7 @@ mod tests {
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     enum Health {
+        Unchanged,
         Cleared,
         Failing,
         Disabled,
@@ -152,8 +161,9 @@ mod tests {
         //  jitter, job, health); times in minutes
         #[rustfmt::skip]
         #[allow(clippy::type_complexity)]
-        let cases: [(&str, u32, i64, i64, i64, Option<i64>, OutcomeClass<'_>, bool, f64, Job, Health); 11] = [
+        let cases: [(&str, u32, i64, i64, i64, Option<i64>, OutcomeClass<'_>, bool, f64, Job, Health); 12] = [
             ("delivered", 1, 0, 0, 0, None, OutcomeClass::Delivered, true, 0.5, Job::Succeeded, Cleared),
+            ("skipped by the transform: done, the failure period as it was", 3, 0, h(10), h(10), Some(-h(200)), OutcomeClass::Skipped, true, 0.5, Job::Succeeded, Unchanged),
             ("delivered after a long failure period clears it", 5, 0, h(10), h(10), Some(-h(200)), OutcomeClass::Delivered, true, 0.5, Job::Succeeded, Cleared),
             ("first failure: attempt 2 within 5 s", 1, 0, 0, 0, None, refused, true, 0.5, Job::RetryAfterSecs(2), Failing),
             ("third failure: attempt 4 within 30 min", 3, 0, 1, 1, Some(0), refused, true, 1.0, Job::RetryAfterSecs(1800), Failing),
@@ -185,6 +195,7 @@ mod tests {
             assert_eq!(got_job, job, "{case}");
             let got_health = match &s.health {
                 HealthChange::Success => Cleared,
+                HealthChange::Unchanged => Unchanged,
                 HealthChange::Failure { at, disable: None } => {
                     assert_eq!(*at, t(now), "{case}");
                     Failing

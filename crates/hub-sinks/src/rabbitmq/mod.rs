@@ -241,39 +241,13 @@ fn header(value: &str) -> AMQPValue {
     AMQPValue::LongString(LongString::from(value.as_bytes().to_vec()))
 }
 
-/// The message's CloudEvents attributes as AMQP headers (`ce-*`), plus trace context.
+/// The message's CloudEvents attributes as AMQP headers (`ce-*`), plus trace context and the
+/// attempt's identity.
 fn headers(message: &Message<'_>) -> FieldTable {
     let mut t = FieldTable::default();
-    let mut put = |k: &str, v: &str| {
-        t.insert(ShortString::from(k), header(v));
-    };
-    put("ce-specversion", "1.0");
-    put("ce-id", &message.ce_id.to_string());
-    put("ce-source", message.source);
-    put("ce-type", message.ce_type);
-    put("ce-time", message.time);
-    put("ce-tenantid", message.tenant);
-    put("ce-schemaversion", message.schema_version);
-    put("ce-resourcetype", message.resource_type);
-    put("ce-eventtype", message.event_type);
-    put("ce-datacontenttype", message.content_type);
-    if let Some(s) = message.subject {
-        put("ce-subject", s);
+    for (k, v) in crate::attributes(message) {
+        t.insert(ShortString::from(k), header(&v));
     }
-    if let Some(s) = message.data_schema {
-        put("ce-dataschema", s);
-    }
-    if let Some(tp) = message.traceparent {
-        put("traceparent", tp);
-    }
-    if let Some(ts) = message.tracestate {
-        put("tracestate", ts);
-    }
-    for (name, value) in message.extensions {
-        put(&format!("ce-{name}"), value);
-    }
-    put("x-lerian-delivery-id", &message.delivery_id.to_string());
-    put("x-lerian-attempt", &message.attempt.to_string());
     t
 }
 

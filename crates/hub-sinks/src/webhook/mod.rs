@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hub_core::signature::{Scheme, asymmetric, sign, standard};
 use rand::RngCore;
-use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use url::Url;
 use uuid::Uuid;
 
@@ -95,6 +95,11 @@ impl WebhookSink {
 
     fn headers(&self, target: &WebhookTarget, message: &Message<'_>, timestamp: i64) -> HeaderMap {
         let mut h = HeaderMap::new();
+        for (name, value) in unsigned_headers(&target.headers, message) {
+            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&value)) {
+                h.insert(n, v);
+            }
+        }
         let mut put = |name: &'static str, value: &str| {
             if let Ok(v) = HeaderValue::from_bytes(value.as_bytes()) {
                 h.append(HeaderName::from_static(name), v);
@@ -119,31 +124,6 @@ impl WebhookSink {
                 put("webhook-signature", &signatures.join(" "));
             }
         }
-        put("x-lerian-event-id", &message.ce_id.to_string());
-        put("x-lerian-delivery-id", &message.delivery_id.to_string());
-        put("x-lerian-event-type", &message.event_key());
-        put("x-lerian-tenant-id", message.tenant);
-        put("x-lerian-subscription-id", &message.subscription_id.to_string());
-        put("x-lerian-attempt", &message.attempt.to_string());
-        put("x-lerian-schema-version", message.schema_version);
-        put("x-lerian-event-time", message.time);
-        if let Some(subject) = message.subject {
-            put("x-lerian-subject", subject);
-        }
-        if let Some(tp) = message.traceparent {
-            put("traceparent", tp);
-        }
-        if let Some(ts) = message.tracestate {
-            put("tracestate", ts);
-        }
-        for (name, value) in &target.headers {
-            if let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) {
-                h.insert(n, v);
-            }
-        }
-        if let Ok(ct) = HeaderValue::from_bytes(message.content_type.as_bytes()) {
-            h.insert(CONTENT_TYPE, ct);
-        }
         h.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
         h
     }
@@ -154,24 +134,26 @@ impl WebhookSink {
     async fn send(
         &self,
         target: &WebhookTarget,
+        url: &Url,
         headers: HeaderMap,
         body: Vec<u8>,
         cap: usize,
     ) -> Result<Answer, Failure> {
-        if let Err(refused) = check_host(&target.url, self.allow_private) {
+        if let Err(refused) = check_host(url, self.allow_private) {
             return Err(not_allowed(&refused));
         }
         match &target.auth {
-            None => self.send_once(target, headers, body, None, cap).await,
-            Some(Auth::Basic(value)) => self.send_once(target, headers, body, Some(value.clone()), cap).await,
+            None => self.send_once(target, url, headers, body, None, cap).await,
+            Some(Auth::Basic(value)) => self.send_once(target, url, headers, body, Some(value.clone()), cap).await,
             Some(Auth::OAuth2(oauth)) => {
                 let token = oauth.token(&target.client, self.allow_private).await?;
-                let answer = self.send_once(target, headers.clone(), body.clone(), Some(bearer(&token)?), cap).await?;
+                let answer =
+                    self.send_once(target, url, headers.clone(), body.clone(), Some(bearer(&token)?), cap).await?;
                 if answer.status != 401 || !oauth.refused(&token).await {
                     return Ok(answer);
                 }
                 let token = oauth.token(&target.client, self.allow_private).await?;
-                self.send_once(target, headers, body, Some(bearer(&token)?), cap).await
+                self.send_once(target, url, headers, body, Some(bearer(&token)?), cap).await
             }
         }
     }
@@ -179,12 +161,13 @@ impl WebhookSink {
     async fn send_once(
         &self,
         target: &WebhookTarget,
+        url: &Url,
         headers: HeaderMap,
         body: Vec<u8>,
         authorization: Option<HeaderValue>,
         cap: usize,
     ) -> Result<Answer, Failure> {
-        let mut request = target.client.post(target.url.clone()).headers(headers).timeout(target.timeout).body(body);
+        let mut request = target.client.post(url.clone()).headers(headers).timeout(target.timeout).body(body);
         if let Some(mut value) = authorization {
             value.set_sensitive(true);
             request = request.header(reqwest::header::AUTHORIZATION, value);
@@ -206,6 +189,46 @@ impl WebhookSink {
         }
         Ok(Answer { status, body: read, retry_after, allowed_rate })
     }
+}
+
+/// A delivery's headers before it is signed: the hub's `x-lerian-*` and trace context, the
+/// destination's static headers, the content type, then those the subscription's transform added
+/// (SPEC §10). What a transform is shown as the headers the webhook would send.
+pub fn unsigned_headers(static_headers: &[(String, String)], message: &Message<'_>) -> Vec<(String, String)> {
+    let mut h: Vec<(String, String)> = vec![
+        ("x-lerian-event-id".into(), message.ce_id.to_string()),
+        ("x-lerian-delivery-id".into(), message.delivery_id.to_string()),
+        ("x-lerian-event-type".into(), message.event_key()),
+        ("x-lerian-tenant-id".into(), message.tenant.to_owned()),
+        ("x-lerian-subscription-id".into(), message.subscription_id.to_string()),
+        ("x-lerian-attempt".into(), message.attempt.to_string()),
+        ("x-lerian-schema-version".into(), message.schema_version.to_owned()),
+        ("x-lerian-event-time".into(), message.time.to_owned()),
+    ];
+    let optional = [
+        ("x-lerian-subject", message.subject),
+        ("traceparent", message.traceparent),
+        ("tracestate", message.tracestate),
+    ];
+    for (name, value) in optional {
+        if let Some(value) = value {
+            h.push((name.into(), value.to_owned()));
+        }
+    }
+    let h = crate::message::with_headers(h, static_headers);
+    let h = crate::message::with_headers(h, &[("content-type".to_owned(), message.content_type.to_owned())]);
+    crate::message::with_headers(h, message.headers)
+}
+
+/// `url` with `path` appended to its path (a transform's, SPEC §10).
+fn with_path(url: &Url, path: &str) -> Url {
+    if path.is_empty() {
+        return url.clone();
+    }
+    let mut joined = url.clone();
+    let base = url.path().trim_end_matches('/');
+    joined.set_path(&format!("{base}/{}", path.trim_start_matches('/')));
+    joined
 }
 
 /// `Authorization: Bearer <token>`.
@@ -342,7 +365,8 @@ impl TypedSink for WebhookSink {
     async fn attempt(&self, target: &WebhookTarget, message: &Message<'_>) -> Outcome {
         let timestamp = chrono::Utc::now().timestamp();
         let headers = self.headers(target, message, timestamp);
-        match self.send(target, headers, message.payload.to_vec(), RESPONSE_CAP).await {
+        let url = with_path(&target.url, message.path);
+        match self.send(target, &url, headers, message.payload.to_vec(), RESPONSE_CAP).await {
             Ok(Answer { status, body, retry_after, .. }) => {
                 let response = (!body.is_empty()).then(|| cap_text(&body, RESPONSE_CAP));
                 if (200..300).contains(&status) {
@@ -387,12 +411,14 @@ impl TypedSink for WebhookSink {
             extensions: &extensions,
             ordering_key: None,
             payload: &body,
+            headers: &[],
+            path: "",
             attempt: 1,
             delivery_id: id,
         };
         let headers = self.headers(target, &message, chrono::Utc::now().timestamp());
         let Answer { status, body: answer, allowed_rate, .. } =
-            self.send(target, headers, body.clone(), PROBE_READ_CAP).await?;
+            self.send(target, &target.url, headers, body.clone(), PROBE_READ_CAP).await?;
         let response = (!answer.is_empty()).then(|| cap_text(&answer, RESPONSE_CAP));
         if !(200..300).contains(&status) {
             let kind = if status == 401 || status == 403 { FailureKind::Unauthorized } else { FailureKind::Refused };
@@ -414,5 +440,13 @@ impl TypedSink for WebhookSink {
             ));
         }
         Ok(Probed { allowed_rate })
+    }
+
+    fn headers(&self, destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
+        let static_headers: Vec<(String, String)> = match destination {
+            Destination::Webhook(c) => c.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            _ => Vec::new(),
+        };
+        unsigned_headers(&static_headers, message)
     }
 }

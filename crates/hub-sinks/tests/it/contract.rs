@@ -58,6 +58,8 @@ pub fn message<'a>(payload: &'a [u8], extensions: &'a BTreeMap<String, String>, 
         extensions,
         ordering_key: None,
         payload,
+        headers: &[],
+        path: "",
         attempt: 1,
         delivery_id: Uuid::now_v7(),
     }

@@ -222,6 +222,8 @@ pub struct MinuteStats {
     pub failed: i64,
     /// Jobs dead-lettered.
     pub dead: i64,
+    /// Deliveries the subscription's transform skipped (SPEC §10).
+    pub skipped: i64,
     /// Attempt latencies by bucket (`hub_core::delivery::stats`).
     pub latency: hub_core::delivery::stats::Histogram,
     /// Pending and held jobs when the minute was sampled; `None` when it was not.

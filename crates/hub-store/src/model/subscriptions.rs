@@ -20,6 +20,9 @@ pub struct SubscriptionRecord {
     /// The content filters as written (a JSON array, `[]` for none), compiled by
     /// `hub_core::routing::Filters::compile` when matching reads them.
     pub filters: serde_json::Value,
+    /// The transform as written (`{"language", "code"}`, SPEC §10), checked to compile by the
+    /// caller; `None`: events go as they are.
+    pub transform: Option<serde_json::Value>,
     /// `key`: per ordering key one delivery at a time, in seq order (push sinks only).
     pub ordering: hub_core::Ordering,
     pub sink: hub_core::SinkKind,
@@ -65,6 +68,8 @@ pub struct SubscriptionPatch {
     pub origin: Option<Option<String>>,
     /// New content filters (already compiled once by the caller to be known valid).
     pub filters: Option<serde_json::Value>,
+    /// `Some(None)` removes the transform; `Some(Some(t))` sets it (already checked to compile).
+    pub transform: Option<Option<serde_json::Value>>,
     /// A new ordering, for jobs created after the change.
     pub ordering: Option<hub_core::Ordering>,
     /// New delivery limits.
@@ -121,6 +126,8 @@ pub use hub_core::delivery::JobState;
 pub(crate) struct PatchColumns {
     pub event_types: Option<String>,
     pub filters: Option<String>,
+    pub transform_set: bool,
+    pub transform: Option<String>,
     pub ordering: Option<&'static str>,
     pub limits: Option<String>,
     pub sink_config: Option<String>,
@@ -141,6 +148,8 @@ impl PatchColumns {
         Ok(Self {
             event_types,
             filters: patch.filters.as_ref().map(serde_json::Value::to_string),
+            transform_set: patch.transform.is_some(),
+            transform: patch.transform.clone().flatten().map(|t| t.to_string()),
             ordering: patch.ordering.map(hub_core::Ordering::as_str),
             limits: patch.limits.map(|l| l.to_json().to_string()),
             sink_config: destination.map(|d| d.sink_config.to_string()),

@@ -443,6 +443,7 @@ impl PgStore {
                 .await?;
                 matches!(done.map(|row| row.try_get::<bool, _>(0)).transpose()?, Some(true))
             }
+            HealthChange::Unchanged => false,
         })
     }
 

@@ -290,7 +290,7 @@ pub(super) fn bind_subscription<'q>(q: PgQuery<'q>, sub: &SubscriptionRecord) ->
 }
 
 pub(super) const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types::text AS event_types, origin,
-    filters::text AS filters, ordering, limits::text AS limits, allowed_rate, sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
+    filters::text AS filters, transform::text AS transform, ordering, limits::text AS limits, allowed_rate, sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
     previous_secret_expires_at, credentials, enabled, verification_state, verification_error,
     disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
 
@@ -309,6 +309,11 @@ pub(super) fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionReco
         event_types: serde_json::from_str(&event_types).map_err(|_| corrupt("event_types"))?,
         origin: row.try_get("origin")?,
         filters: serde_json::from_str(&filters).map_err(|_| corrupt("filters"))?,
+        transform: row
+            .try_get::<Option<String>, _>("transform")?
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|_| corrupt("transform"))?,
         ordering: hub_core::Ordering::parse(&row.try_get::<String, _>("ordering")?)
             .ok_or_else(|| corrupt("ordering"))?,
         sink: hub_core::SinkKind::parse(&sink).ok_or_else(|| corrupt("sink_type"))?,

@@ -26,13 +26,14 @@ impl Stats for PgStore {
             .collect();
         sqlx::query(
             "INSERT INTO subscription_minutes AS s
-                 (subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog)
-             SELECT t.sub, t.minute, t.tenant, t.delivered, t.failed, t.dead, t.latency::bigint[], t.backlog
+                 (subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog, skipped)
+             SELECT t.sub, t.minute, t.tenant, t.delivered, t.failed, t.dead, t.latency::bigint[], t.backlog, t.skipped
              FROM UNNEST($1::uuid[], $2::timestamptz[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[],
-                         $7::text[], $8::bigint[])
-                 AS t(sub, minute, tenant, delivered, failed, dead, latency, backlog)
+                         $7::text[], $8::bigint[], $9::bigint[])
+                 AS t(sub, minute, tenant, delivered, failed, dead, latency, backlog, skipped)
              ON CONFLICT (subscription_id, minute) DO UPDATE SET
                  delivered = s.delivered + excluded.delivered,
+                 skipped = s.skipped + excluded.skipped,
                  failed = s.failed + excluded.failed,
                  dead = s.dead + excluded.dead,
                  latency = ARRAY(SELECT a + b FROM UNNEST(s.latency, excluded.latency) AS l(a, b)),
@@ -46,6 +47,7 @@ impl Stats for PgStore {
         .bind(rows.iter().map(|m| m.dead).collect::<Vec<_>>())
         .bind(latency)
         .bind(rows.iter().map(|m| m.backlog).collect::<Vec<_>>())
+        .bind(rows.iter().map(|m| m.skipped).collect::<Vec<_>>())
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -53,7 +55,7 @@ impl Stats for PgStore {
 
     async fn minutes(&self, tenant: &str, subscription: Uuid, since: DateTime<Utc>) -> StoreResult<Vec<MinuteStats>> {
         let rows = sqlx::query(
-            "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog
+            "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, skipped, latency, backlog
              FROM subscription_minutes
              WHERE subscription_id = $1 AND tenant_id = $2 AND minute >= $3 ORDER BY minute",
         )
@@ -71,6 +73,7 @@ impl Stats for PgStore {
                     delivered: r.try_get("delivered")?,
                     failed: r.try_get("failed")?,
                     dead: r.try_get("dead")?,
+                    skipped: r.try_get("skipped")?,
                     latency: histogram(r.try_get("latency")?)?,
                     backlog: r.try_get("backlog")?,
                 })

@@ -175,6 +175,7 @@ impl SqliteStore {
                 .await?;
                 disable.is_some() && done.rows_affected() == 1
             }
+            HealthChange::Unchanged => false,
         };
         if disabled {
             Self::sync_waiting_jobs(tx, a.subscription_id).await?;
@@ -509,7 +510,7 @@ fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreR
 }
 
 const SUBSCRIPTION_COLUMNS: &str =
-    "id, tenant_id, name, event_types, origin, filters, ordering, limits, allowed_rate, sink_type, sink_config,
+    "id, tenant_id, name, event_types, origin, filters, transform, ordering, limits, allowed_rate, sink_type, sink_config,
     signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled, verification_state,
     verification_error, disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at,
     updated_at";
@@ -532,6 +533,11 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
         event_types: serde_json::from_str(&event_types).map_err(|_| corrupt("event_types"))?,
         origin: row.try_get("origin")?,
         filters: serde_json::from_str(&filters).map_err(|_| corrupt("filters"))?,
+        transform: row
+            .try_get::<Option<String>, _>("transform")?
+            .map(|t| serde_json::from_str(&t))
+            .transpose()
+            .map_err(|_| corrupt("transform"))?,
         ordering: hub_core::Ordering::parse(&row.try_get::<String, _>("ordering")?)
             .ok_or_else(|| corrupt("ordering"))?,
         sink: hub_core::SinkKind::parse(&sink).ok_or_else(|| corrupt("sink_type"))?,

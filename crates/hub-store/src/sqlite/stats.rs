@@ -19,6 +19,7 @@ fn minute_from_row(r: &SqliteRow) -> StoreResult<MinuteStats> {
         delivered: r.try_get("delivered")?,
         failed: r.try_get("failed")?,
         dead: r.try_get("dead")?,
+        skipped: r.try_get("skipped")?,
         latency: histogram(&r.try_get::<String, _>("latency")?)?,
         backlog: r.try_get("backlog")?,
     })
@@ -33,7 +34,7 @@ impl Stats for SqliteStore {
         let mut tx = self.begin_write().await?;
         for m in minutes {
             let stored = sqlx::query(
-                "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog
+                "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, skipped, latency, backlog
                  FROM subscription_minutes WHERE subscription_id = ?1 AND minute = ?2",
             )
             .bind(text(m.subscription_id))
@@ -47,14 +48,15 @@ impl Stats for SqliteStore {
                 sum.delivered += s.delivered;
                 sum.failed += s.failed;
                 sum.dead += s.dead;
+                sum.skipped += s.skipped;
                 hub_core::delivery::stats::add(&mut sum.latency, &s.latency);
                 sum.backlog = m.backlog.or(s.backlog);
             }
             let latency = to_json(&sum.latency.to_vec())?;
             sqlx::query(
                 "INSERT OR REPLACE INTO subscription_minutes
-                     (subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                     (subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog, skipped)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             )
             .bind(text(sum.subscription_id))
             .bind(micros(sum.minute))
@@ -64,6 +66,7 @@ impl Stats for SqliteStore {
             .bind(sum.dead)
             .bind(latency)
             .bind(sum.backlog)
+            .bind(sum.skipped)
             .execute(&mut *tx)
             .await?;
         }
@@ -73,7 +76,7 @@ impl Stats for SqliteStore {
 
     async fn minutes(&self, tenant: &str, subscription: Uuid, since: DateTime<Utc>) -> StoreResult<Vec<MinuteStats>> {
         let rows = sqlx::query(
-            "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, latency, backlog
+            "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, skipped, latency, backlog
              FROM subscription_minutes
              WHERE subscription_id = ?1 AND tenant_id = ?2 AND minute >= ?3 ORDER BY minute",
         )

@@ -25,8 +25,8 @@ impl Subscriptions for SqliteStore {
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
                 verification_state, verification_error, disabled_reason, updated_at, failing_since,
-                last_failure_at, pull_cursor, created_at, disabled_at, filters, ordering, limits, allowed_rate)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)",
+                last_failure_at, pull_cursor, created_at, disabled_at, filters, ordering, limits, allowed_rate, transform)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
         );
         bind_subscription(insert, sub)?
             .bind(sub.pull_cursor)
@@ -36,6 +36,7 @@ impl Subscriptions for SqliteStore {
             .bind(sub.ordering.as_str())
             .bind(sub.limits.to_json().to_string())
             .bind(sub.allowed_rate)
+            .bind(sub.transform.as_ref().map(serde_json::Value::to_string))
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -146,6 +147,7 @@ impl Subscriptions for SqliteStore {
                 filters = COALESCE(?14, filters),
                 ordering = COALESCE(?15, ordering),
                 limits = COALESCE(?16, limits),
+                transform = CASE WHEN ?17 THEN ?18 ELSE transform END,
                 origin = CASE WHEN ?5 THEN ?6 ELSE origin END,
                 sink_config = COALESCE(?7, sink_config),
                 credentials = CASE WHEN ?8 THEN ?9 ELSE credentials END,
@@ -179,6 +181,8 @@ impl Subscriptions for SqliteStore {
             .bind(p.filters)
             .bind(p.ordering)
             .bind(p.limits)
+            .bind(p.transform_set)
+            .bind(p.transform)
             .fetch_optional(&mut *tx)
             .await?;
         Self::changed(tx, row, id).await

@@ -19,6 +19,7 @@ fn minute(tenant: &str, sub: Uuid, at: i64, delivered: i64, latency_ms: &[i64], 
         delivered,
         failed: 1,
         dead: 0,
+        skipped: delivered % 2,
         latency,
         backlog,
     }
@@ -40,6 +41,7 @@ pub async fn minutes_add_up_and_backlogs_are_set(db: &TestDb) {
     let got = s.minutes("t1", a, start).await.expect("read");
     assert_eq!(got.len(), 2);
     assert_eq!((got[0].delivered, got[0].failed, got[0].backlog), (5, 2, Some(4)));
+    assert_eq!((got[0].skipped, got[1].skipped), (1, 2), "skipped deliveries add up too");
     assert_eq!(got[0].latency.iter().sum::<i64>(), 6);
     assert_eq!(got[0].latency[bucket_of(9)], 3, "8 and 9 ms share a bucket");
     assert_eq!((got[1].delivered, got[1].failed, got[1].backlog), (2, 2, Some(7)));

@@ -15,6 +15,8 @@ pub async fn subscriptions_round_trip_and_stay_within_their_tenant(db: &TestDb) 
     sub.signing_secret = Some(vec![1, 2, 3]);
     sub.credentials = Some(vec![4, 5]);
     sub.verification = VerificationState::Pending;
+    let transform = serde_json::json!({"language": "javascript", "code": "function handler(e) { return e; }"});
+    sub.transform = Some(transform.clone());
     db.store.create_subscription(&sub).await.expect("create");
 
     let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");
@@ -26,6 +28,7 @@ pub async fn subscriptions_round_trip_and_stay_within_their_tenant(db: &TestDb) 
     assert_eq!(read.signing_secret, sub.signing_secret);
     assert_eq!(read.credentials, sub.credentials);
     assert_eq!(read.verification, VerificationState::Pending);
+    assert_eq!(read.transform, Some(transform.clone()));
     assert!(read.enabled);
     assert!(db.store.subscription("t2", sub.id).await.expect("read").is_none(), "invisible to another tenant");
 
@@ -46,6 +49,15 @@ pub async fn subscriptions_round_trip_and_stay_within_their_tenant(db: &TestDb) 
     assert_eq!(patched.disabled_reason.as_deref(), Some("operator"));
     assert_eq!(patched.event_types, sub.event_types, "fields the patch does not name are kept");
     assert_eq!(patched.signing_secret, sub.signing_secret);
+    assert_eq!(patched.transform, Some(transform.clone()), "a patch that does not name the transform keeps it");
+    let other = serde_json::json!({"language": "javascript", "code": "function handler(e) { return null; }"});
+    let set =
+        SubscriptionPatch { transform: Some(Some(other.clone())), now: Utc::now(), ..SubscriptionPatch::default() };
+    let patched = db.store.patch_subscription("t1", sub.id, &set).await.expect("patch").expect("exists");
+    assert_eq!((patched.transform, patched.name.as_str()), (Some(other), "renamed"));
+    let removed = SubscriptionPatch { transform: Some(None), now: Utc::now(), ..SubscriptionPatch::default() };
+    let patched = db.store.patch_subscription("t1", sub.id, &removed).await.expect("patch").expect("exists");
+    assert_eq!(patched.transform, None);
 
     let rotation = SecretRotation {
         replaces: sub.signing_secret.clone().expect("secret"),
@@ -422,6 +434,17 @@ pub async fn delivery_limits_round_trip_and_reach_leased_writes(db: &TestDb) {
         leased.subscriptions.iter().find(|s| s.id == sub.id).expect("handed over").limits,
         new,
         "a write after another replica's change hands over the new limits"
+    );
+    // So does a new transform (its code is read by every attempt).
+    let code = serde_json::json!({"language": "javascript", "code": "function handler(e) { return null; }"});
+    let patch =
+        SubscriptionPatch { transform: Some(Some(code.clone())), now: Utc::now(), ..SubscriptionPatch::default() };
+    other.patch_subscription("t1", sub.id, &patch).await.expect("patch").expect("exists");
+    let (_, leased) = db.store.write_batch_leased(&[accepted("t1", Uuid::now_v7())], &lease(8)).await.expect("write");
+    assert_eq!(
+        leased.subscriptions.iter().find(|s| s.id == sub.id).expect("handed over").transform,
+        Some(code),
+        "a write after another replica's change hands over the new transform"
     );
 
     let verify = |error: Option<&str>, rate| hub_store::VerificationResult {

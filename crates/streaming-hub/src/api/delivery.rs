@@ -263,16 +263,28 @@ pub struct AttemptView {
     pub attempt: i32,
     pub started_at: DateTime<Utc>,
     pub latency_ms: i64,
-    /// `delivered` or `failed`.
+    /// `delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).
     pub outcome: String,
     pub status_code: Option<i32>,
+    /// Why it failed: `<kind>: <reason>`; `transform_failed: …` when the subscription's
+    /// transform threw, ran out of its budget or answered what cannot be sent.
     pub error: Option<String>,
     /// The start of the destination's answer (at most 4 KiB).
     pub response_body: Option<String>,
+    /// What a failed transform wrote with `console.log` (at most 4 KiB in all).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub logs: Vec<String>,
 }
 
 impl From<AttemptRecord> for AttemptView {
     fn from(a: AttemptRecord) -> Self {
+        // A failed transform reached no destination: what is kept in place of an answer is what
+        // the handler logged.
+        let transform_failed = a.error.as_deref().is_some_and(|e| e.starts_with("transform_failed:"));
+        let (response_body, logs) = match a.response_body {
+            Some(logs) if transform_failed => (None, logs.lines().map(str::to_owned).collect()),
+            body => (body, Vec::new()),
+        };
         Self {
             delivery_id: a.id,
             attempt: a.attempt,
@@ -281,7 +293,8 @@ impl From<AttemptRecord> for AttemptView {
             outcome: a.outcome,
             status_code: a.status_code,
             error: a.error,
-            response_body: a.response_body,
+            response_body,
+            logs,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `GET /v1/subscriptions/{id}/stats`: a subscription's deliveries per minute over the last hour
-//! or day — attempts delivered and failed, dead letters, attempt latency p50 and p99, and the
-//! backlog — from the per-minute roll-up (`crate::delivery::stats`).
+//! or day — attempts delivered and failed, dead letters, deliveries skipped by a transform,
+//! attempt latency p50 and p99, and the backlog — from the per-minute roll-up
+//! (`crate::delivery::stats`).
 
 use axum::Json as AxumJson;
 use axum::extract::{Path, State};
@@ -36,6 +37,8 @@ pub struct Bucket {
     pub failed: i64,
     /// Jobs dead-lettered.
     pub dead: i64,
+    /// Deliveries the subscription's transform skipped (not failed, not retried).
+    pub skipped: i64,
     /// Attempt latency, estimated from fixed buckets; `null` without attempts.
     pub latency_p50_ms: Option<f64>,
     pub latency_p99_ms: Option<f64>,
@@ -92,6 +95,7 @@ pub async fn read(
                         delivered: m.delivered,
                         failed: m.failed,
                         dead: m.dead,
+                        skipped: m.skipped,
                         latency_p50_ms: quantile(&m.latency, 0.5),
                         latency_p99_ms: quantile(&m.latency, 0.99),
                         backlog: last,
@@ -102,6 +106,7 @@ pub async fn read(
                     delivered: 0,
                     failed: 0,
                     dead: 0,
+                    skipped: 0,
                     latency_p50_ms: None,
                     latency_p99_ms: None,
                     backlog: last,

@@ -45,6 +45,10 @@ pub struct SubscriptionView {
     pub sink: Value,
     /// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
     pub limits: LimitsView,
+    /// The handler that reshapes each event for the destination, or skips it (push sinks;
+    /// `null`: events go as they are).
+    #[schema(value_type = Option<super::transforms::Transform>)]
+    pub transform: Option<Value>,
     /// The rate (requests per minute) the receiver declared in its last successful
     /// verification (`WebHook-Allowed-Rate`); deliveries never go faster.
     pub allowed_rate: Option<f64>,
@@ -238,6 +242,7 @@ impl SubscriptionView {
             ordering: sub.ordering.as_str(),
             sink: sub.sink_config.clone(),
             limits: sub.limits.into(),
+            transform: sub.transform.clone(),
             allowed_rate: sub.allowed_rate,
             enabled: sub.enabled,
             verification_state: sub.verification.as_str().to_owned(),
@@ -291,6 +296,12 @@ pub struct CreateSubscription {
     #[schema(value_type = Option<LimitsView>)]
     #[serde(default)]
     limits: Value,
+    /// Push sinks: a JavaScript handler that reshapes each event for the destination or skips
+    /// it (SPEC §10). Code that does not compile is refused with the engine's message and
+    /// position. Default none.
+    #[schema(value_type = Option<super::transforms::Transform>)]
+    #[serde(default)]
+    transform: Value,
     enabled: Option<bool>,
 }
 
@@ -437,6 +448,7 @@ pub async fn create(
     let dest = destination::parse(&req.sink, &state)?;
     let ordering = valid_ordering(req.ordering.as_ref(), dest.kind)?.unwrap_or_default();
     let limits = valid_limits(&req.limits, dest.kind)?;
+    let transform = super::transforms::valid_transform(&state, Some(&req.transform), dest.kind).await?;
     let limit = state.quotas.subscriptions_per_tenant;
     let quota_exceeded = || {
         ApiError::new(
@@ -467,6 +479,7 @@ pub async fn create(
         event_types: req.event_types,
         origin: req.origin,
         filters,
+        transform,
         ordering,
         sink: dest.kind,
         limits,
@@ -583,6 +596,10 @@ pub struct UpdateSubscription {
     #[schema(value_type = Option<LimitsView>)]
     #[serde(default)]
     limits: Value,
+    /// A new transform, for attempts made after the change; `null` removes it.
+    #[schema(value_type = Option<super::transforms::Transform>)]
+    #[serde(default)]
+    transform: Value,
     enabled: Option<bool>,
 }
 
@@ -607,7 +624,8 @@ pub async fn update(
 ) -> Result<impl IntoResponse, ApiError> {
     let sub = load(&state, &caller, &id).await?;
     if let Some(key) = body.keys().find(|k| {
-        !["name", "event_types", "origin", "filters", "ordering", "sink", "limits", "enabled"].contains(&k.as_str())
+        !["name", "event_types", "origin", "filters", "ordering", "sink", "limits", "transform", "enabled"]
+            .contains(&k.as_str())
     }) {
         return Err(ApiError::validation(key, "is not a field that can be changed"));
     }
@@ -629,6 +647,9 @@ pub async fn update(
     }
     if body.contains_key("limits") {
         patch.limits = Some(valid_limits(&req.limits, sub.sink)?);
+    }
+    if body.contains_key("transform") {
+        patch.transform = Some(super::transforms::valid_transform(&state, Some(&req.transform), sub.sink).await?);
     }
     if body.contains_key("origin") {
         patch.origin = Some(match req.origin {

@@ -49,15 +49,84 @@ fn code_refused(field: &str, e: hub_transform::CompileError) -> ApiError {
     ApiError::validation(&format!("{field}.code"), e)
 }
 
-/// A transform and the event to try it on.
+/// A subscription's `transform` as a request gives it (`null`: none), checked to compile in the
+/// sandbox (its top level runs once, within the budget, as a try does): what is stored.
+pub async fn valid_transform(
+    state: &AppState,
+    value: Option<&Value>,
+    sink: hub_core::SinkKind,
+) -> Result<Option<Value>, ApiError> {
+    let transform = match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(v @ Value::Object(_)) => serde_json::from_value::<Transform>(v.clone()).map_err(|e| {
+            ApiError::validation("transform", format!("must be {{\"language\": \"javascript\", \"code\"}}: {e}"))
+        })?,
+        Some(_) => return Err(ApiError::validation("transform", "must be an object or null")),
+    };
+    if !sink.is_push() {
+        return Err(ApiError::validation("transform", "only push subscriptions take a transform"));
+    }
+    transform.language_is_known("transform")?;
+    let limits = state.transform_limits;
+    let _turn = state.transform_tests.acquire().await.map_err(ApiError::internal)?;
+    let code = transform.code.clone();
+    tokio::task::spawn_blocking(move || hub_transform::check(&code, &limits))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|e| code_refused("transform", e))?;
+    Ok(Some(serde_json::json!({"language": transform.language, "code": transform.code})))
+}
+
+/// A transform and the event to try it on: one given whole (`event`), or one of the caller's
+/// stored events (`event_id`), shown as a delivery to `subscription_id` would show it.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransformTest {
     pub transform: Transform,
     /// What the handler gets: `{"type", "source", "subject", "id", "time", "extensions", "data",
-    /// "headers", "path"}` (any object is taken as it is).
-    #[schema(value_type = Object, example = json!({"type": "payment.settled", "source": "//lender", "id": "01890a5d-ac96-774b-bcce-b302099a8057", "time": "2026-12-05T12:00:00Z", "extensions": {}, "data": {"amount": 100}, "headers": {}, "path": ""}))]
-    pub event: Value,
+    /// "headers", "path"}` (any object is taken as it is). Give this or `event_id`.
+    #[schema(value_type = Option<Object>, example = json!({"type": "payment.settled", "source": "//lender", "id": "01890a5d-ac96-774b-bcce-b302099a8057", "time": "2026-12-05T12:00:00Z", "extensions": {}, "data": {"amount": 100}, "headers": {}, "path": ""}))]
+    pub event: Option<Value>,
+    /// The `ce-id` of an event in the caller's inbox, given to the handler as a delivery gives it.
+    pub event_id: Option<uuid::Uuid>,
+    /// With `event_id`: the subscription whose sink's headers the handler is shown.
+    pub subscription_id: Option<uuid::Uuid>,
+}
+
+/// The event a try runs on: given whole, or a stored one as its delivery would show it.
+async fn event_of(state: &AppState, caller: &TenantCaller, req: &TransformTest) -> Result<Value, ApiError> {
+    let id = match (&req.event, req.event_id) {
+        (Some(event), None) if event.is_object() => {
+            if req.subscription_id.is_some() {
+                return Err(ApiError::validation("subscription_id", "goes with event_id, not with event"));
+            }
+            return Ok(event.clone());
+        }
+        (Some(_), None) => return Err(ApiError::validation("event", "must be an object")),
+        (None, Some(id)) => id,
+        _ => return Err(ApiError::validation("event", "give either event or event_id")),
+    };
+    let tenant = caller.tenant.as_str();
+    let Some(event) = state.store.event_by_ce_id(tenant, id).await? else {
+        return Err(ApiError::validation("event_id", "no event with this id is in your inbox"));
+    };
+    let headers = match req.subscription_id {
+        None => Vec::new(),
+        Some(sub_id) => {
+            let Some(sub) = state.store.subscription(tenant, sub_id).await? else {
+                return Err(ApiError::validation("subscription_id", "no such subscription"));
+            };
+            let destination =
+                crate::delivery::targets::destination(&sub).map_err(|e| ApiError::validation("subscription_id", e))?;
+            let key = match sub.ordering {
+                hub_core::Ordering::Key => hub_core::routing::ordering_key(&event),
+                hub_core::Ordering::None => None,
+            };
+            let message = crate::delivery::targets::message(&event, &sub, key.as_deref(), 1, uuid::Uuid::now_v7());
+            state.sinks.headers(&destination, &message)
+        }
+    };
+    Ok(crate::delivery::transform::input(&event, &headers))
 }
 
 /// What the handler gave: `output` (the event, or `null` when it skips), or `error`.
@@ -66,7 +135,7 @@ pub struct TransformResult {
     /// The event as the handler returned it; `null` when it skips the delivery. Absent on error.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
-    pub output: Option<Value>,
+    pub output: Option<Box<serde_json::value::RawValue>>,
     /// Why there is no output: a throw, the CPU budget, the memory limit, or an answer that is not
     /// an event.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -83,28 +152,31 @@ pub struct TransformResult {
         (status = 200, description = "The handler's output or error, its logs and how long it ran", body = TransformResult),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
-        (status = 422, description = "The language is not javascript, the code does not compile (the engine's message and position) or defines no handler, or the event is not an object", body = ErrorBody),
+        (status = 422, description = "The language is not javascript, the code does not compile (the engine's message and position) or defines no handler, the event is not an object, or no such stored event or subscription", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
 pub async fn test(
     State(state): State<AppState>,
-    _caller: TenantCaller,
+    caller: TenantCaller,
     Json(req): Json<TransformTest>,
 ) -> Result<AxumJson<TransformResult>, ApiError> {
     let limits = state.transform_limits;
-    if !req.event.is_object() {
-        return Err(ApiError::validation("event", "must be an object"));
-    }
     req.transform.language_is_known("transform")?;
+    let event = event_of(&state, &caller, &req).await?;
     let _turn = state.transform_tests.acquire().await.map_err(ApiError::internal)?;
-    let TransformTest { transform, event } = req;
+    let transform = req.transform;
     let run = tokio::task::spawn_blocking(move || hub_transform::run_once(&transform.code, &event, &limits))
         .await
         .map_err(ApiError::internal)?;
     let (output, error) = match run.output {
-        Ok(hub_transform::Output::Event(e)) => (Some(e), None),
-        Ok(hub_transform::Output::Skip) => (Some(Value::Null), None),
+        // The answer as the handler wrote it, its keys in its order.
+        Ok(hub_transform::Output::Event(e)) => {
+            (Some(serde_json::value::RawValue::from_string(e.text().to_owned()).map_err(ApiError::internal)?), None)
+        }
+        Ok(hub_transform::Output::Skip) => {
+            (Some(serde_json::value::RawValue::from_string("null".to_owned()).map_err(ApiError::internal)?), None)
+        }
         Err(hub_transform::Failure::Compile(e)) => return Err(code_refused("transform", e)),
         Err(e) => (None, Some(e.to_string())),
     };

@@ -4,6 +4,7 @@
 use hub_core::delivery::inflight::Signal;
 
 use super::capacity::Admit;
+use super::transform;
 use super::*;
 
 impl Dispatcher {
@@ -150,11 +151,21 @@ impl Dispatcher {
         };
         let latency = clock_start.elapsed();
         let now = self.clock.now();
+        // What the destination's allowance and breaker learn: nothing from an attempt that never
+        // reached it (its transform skipped the event or failed).
         let felt = match &outcome {
-            Outcome::Delivered { .. } => (Signal::Success(latency), None),
-            Outcome::Failed(f) => (Signal::of(false, latency, f.status, f.kind == FailureKind::Timeout), f.retry_after),
+            Outcome::Delivered { .. } => Some((Signal::Success(latency), None)),
+            Outcome::Failed(f) if f.kind == FailureKind::Transform => None,
+            Outcome::Failed(f) => {
+                Some((Signal::of(false, latency, f.status, f.kind == FailureKind::Timeout), f.retry_after))
+            }
+            Outcome::Skipped => None,
         };
-        self.breaker_outcome(job, dest, outcome.is_delivered(), now);
+        if felt.is_some() {
+            self.breaker_outcome(job, dest, outcome.is_delivered(), now);
+        } else {
+            self.breaker_untried(job, dest, now);
+        }
         let attempted = Attempted { job, sub: &sub.record, number: attempt, delivery_id, started, latency, now };
         let result = self.record(&attempted, outcome);
         if sub.record.ordering == hub_core::Ordering::Key && !matches!(result.transition, JobTransition::Retry { .. }) {
@@ -183,7 +194,7 @@ impl Dispatcher {
                 );
             }
         }
-        (Some(result), Some(felt))
+        (Some(result), felt)
     }
 
     pub(super) async fn deliver(
@@ -195,42 +206,66 @@ impl Dispatcher {
         now: DateTime<Utc>,
     ) -> Outcome {
         let sub = &subscribed.record;
-        let content_type = event.data_content_type.as_deref().unwrap_or("application/json");
+        let shaped: transform::Shaped;
         let ordering_key = match sub.ordering {
             hub_core::Ordering::Key => hub_core::routing::ordering_key(event),
             hub_core::Ordering::None => None,
         };
-        let message = Message {
-            tenant: &event.tenant_id,
-            subscription_id: sub.id,
-            ce_id: event.ce_id,
-            source: &event.source,
-            ce_type: &event.ce_type,
-            resource_type: &event.resource_type,
-            event_type: &event.event_type,
-            time: &event.event_time,
-            schema_version: &event.schema_version,
-            subject: event.subject.as_deref(),
-            content_type,
-            data_schema: event.data_schema.as_deref(),
-            traceparent: event.traceparent.as_deref(),
-            tracestate: event.tracestate.as_deref(),
-            extensions: &event.extensions,
-            ordering_key: ordering_key.as_deref(),
-            payload: &event.payload,
-            attempt,
-            delivery_id,
-        };
+        let mut message = targets::message(event, sub, ordering_key.as_deref(), attempt, delivery_id);
         // The attempt must end well inside the lease, or another worker could take the job.
         let max_timeout = self.settings.lease.mul_f64(0.8);
         let destination = match &subscribed.destination {
             Ok(destination) => destination,
             Err(reason) => return config_failure(reason.clone()),
         };
+        if let Some(code) = &subscribed.transform {
+            match self.transformed(code, destination, event, &message).await {
+                Ok(Some(s)) => {
+                    shaped = s;
+                    message.payload = &shaped.body;
+                    message.headers = &shaped.headers;
+                    message.path = &shaped.path;
+                    message.content_type = &shaped.content_type;
+                }
+                Ok(None) => return Outcome::Skipped,
+                Err(failure) => return Outcome::Failed(failure),
+            }
+        }
         match targets::secrets(sub, &self.sealer, now) {
             Ok(secrets) => self.sinks.deliver(destination, &secrets, &message, max_timeout).await,
             Err(reason) => config_failure(reason),
         }
+    }
+
+    /// What the subscription's transform makes of the message: `None` when it skips the event.
+    /// Runs on the transform pool; what the sink would send is what the handler is shown.
+    async fn transformed(
+        &self,
+        code: &Result<hub_transform::Code, String>,
+        destination: &hub_sinks::Destination,
+        event: &StoredEvent,
+        message: &Message<'_>,
+    ) -> Result<Option<transform::Shaped>, Failure> {
+        let (code, pool) = match (code, &self.transforms) {
+            (Ok(code), Some(pool)) => (code, pool),
+            (Err(reason), _) => return Err(transform_failure(reason.clone(), &[])),
+            (_, None) => return Err(transform_failure("transformations do not run in this process".into(), &[])),
+        };
+        let shown = self.sinks.headers(destination, message);
+        let run = pool.run(code.clone(), transform::input(event, &shown)).await;
+        metrics::histogram!(metric::TRANSFORM_SECONDS).record(run.duration.as_secs_f64());
+        let result = match run.output {
+            Ok(hub_transform::Output::Skip) => Ok(None),
+            Ok(hub_transform::Output::Event(answer)) => transform::shape(&answer, event, &shown).map(Some),
+            Err(failure) => Err(failure.to_string()),
+        };
+        let label = match &result {
+            Ok(Some(_)) => "transformed",
+            Ok(None) => "skipped",
+            Err(_) => "failed",
+        };
+        metrics::counter!(metric::TRANSFORM_RUNS, "result" => label).increment(1);
+        result.map_err(|reason| transform_failure(reason, &run.logs))
     }
 
     /// The attempt's record and its settlement (`hub_core::delivery::settle`): what it does to the
@@ -248,6 +283,11 @@ impl Dispatcher {
         };
         let auto_disable = self.settings.auto_disable.map(|(window, spread)| AutoDisable { window, spread });
         let (class, status, error, response) = match &outcome {
+            Outcome::Skipped => {
+                metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "skipped").increment(1);
+                tracing::debug!(delivery = %delivery_id, "skipped by the transform");
+                (OutcomeClass::Skipped, None, None, None)
+            }
             Outcome::Delivered { status, response } => {
                 metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "delivered").increment(1);
                 tracing::debug!(delivery = %delivery_id, status = ?status, "delivered");
@@ -282,7 +322,12 @@ impl Dispatcher {
                 attempt: *number as i32,
                 started_at: *started,
                 latency_ms: latency.as_millis() as i64,
-                outcome: if outcome.is_delivered() { "delivered" } else { "failed" }.to_owned(),
+                outcome: match outcome {
+                    Outcome::Delivered { .. } => "delivered",
+                    Outcome::Failed(_) => "failed",
+                    Outcome::Skipped => "skipped",
+                }
+                .to_owned(),
                 status_code: status.map(i32::from),
                 error,
                 response_body: response,
@@ -303,4 +348,19 @@ pub(super) fn config_failure(reason: String) -> Outcome {
         response: None,
         retry_after: None,
     })
+}
+
+/// An attempt its transform failed: retried like any failure; the lines the handler logged are
+/// kept with the attempt in place of a destination's answer (there was none), at most
+/// [`hub_sinks::RESPONSE_CAP`] bytes.
+fn transform_failure(reason: String, logs: &[String]) -> Failure {
+    let logs = logs.join("\n");
+    Failure {
+        retryable: true,
+        kind: FailureKind::Transform,
+        reason,
+        status: None,
+        response: (!logs.is_empty()).then(|| hub_sinks::cap_text(logs.as_bytes(), hub_sinks::RESPONSE_CAP)),
+        retry_after: None,
+    }
 }

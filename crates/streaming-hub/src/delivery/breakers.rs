@@ -53,6 +53,14 @@ impl Dispatcher {
         self.notices.emit(Notice::new(&job.tenant_id, job.subscription_id, kind, serde_json::json!({})));
     }
 
+    /// An attempt that never reached its destination (see `Breaker::on_untried`).
+    pub(super) fn breaker_untried(&self, job: &ClaimedJob, dest: &str, now: DateTime<Utc>) {
+        let mut breakers = lock(&self.breakers);
+        if let Some(breaker) = breakers.get_mut(&(job.tenant_id.clone(), dest.to_owned())) {
+            breaker.on_untried(now);
+        }
+    }
+
     pub(super) fn breaker_outcome(&self, job: &ClaimedJob, dest: &str, delivered: bool, now: DateTime<Utc>) {
         let tenant = job.tenant_id.as_str();
         let mut breakers = lock(&self.breakers);

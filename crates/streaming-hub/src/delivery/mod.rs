@@ -27,6 +27,7 @@ mod record;
 pub mod replay;
 pub mod stats;
 pub mod targets;
+pub mod transform;
 pub mod verify;
 
 pub use breakers::BreakerBoard;
@@ -106,6 +107,8 @@ pub struct Dispatcher {
     intake: Mutex<Option<Intake>>,
     /// Recorded attempts rolled up by subscription and minute (`stats.rs`).
     stats: Arc<stats::Rollup>,
+    /// Where subscriptions' transforms run (`None`: a subscription with one fails its attempts).
+    transforms: Option<hub_transform::Pool>,
 }
 
 /// The ready queue of a running dispatcher and its slots.
@@ -196,7 +199,14 @@ impl Dispatcher {
             frees_key: Mutex::new(HashSet::new()),
             intake: Mutex::new(None),
             stats: Arc::default(),
+            transforms: None,
         }
+    }
+
+    /// Runs subscriptions' transforms on `pool`.
+    pub fn with_transforms(mut self, pool: hub_transform::Pool) -> Self {
+        self.transforms = Some(pool);
+        self
     }
 
     /// The per-minute statistics this dispatcher's recorder notes ([`stats::run`] flushes them).

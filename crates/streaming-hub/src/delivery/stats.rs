@@ -47,10 +47,14 @@ impl Rollup {
             std::collections::hash_map::Entry::Vacant(_) if full => return,
             std::collections::hash_map::Entry::Vacant(v) => v.insert(empty(&a.tenant_id, a.subscription_id, minute)),
         };
-        if a.outcome == "delivered" {
-            m.delivered += 1;
-        } else {
-            m.failed += 1;
+        match a.outcome.as_str() {
+            "delivered" => m.delivered += 1,
+            // Not a delivery: no latency of a destination either.
+            "skipped" => {
+                m.skipped += 1;
+                return;
+            }
+            _ => m.failed += 1,
         }
         if job_updated && matches!(recorded.transition, JobTransition::Dead { .. }) {
             m.dead += 1;
@@ -76,6 +80,7 @@ impl Rollup {
                         h.delivered += m.delivered;
                         h.failed += m.failed;
                         h.dead += m.dead;
+                        h.skipped += m.skipped;
                         hub_core::delivery::stats::add(&mut h.latency, &m.latency);
                     }
                     None => {
@@ -95,6 +100,7 @@ fn empty(tenant: &str, subscription: Uuid, minute: DateTime<Utc>) -> MinuteStats
         delivered: 0,
         failed: 0,
         dead: 0,
+        skipped: 0,
         latency: [0_i64; BUCKETS],
         backlog: None,
     }

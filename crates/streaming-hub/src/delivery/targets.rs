@@ -2,8 +2,9 @@
 //! store's JSON) and its secrets, opened in memory for one attempt or probe.
 
 use chrono::{DateTime, Utc};
-use hub_sinks::{Destination, Secrets};
-use hub_store::SubscriptionRecord;
+use hub_sinks::{Destination, Message, Secrets};
+use hub_store::{StoredEvent, SubscriptionRecord};
+use uuid::Uuid;
 
 use crate::secrets::{Purpose, Sealer};
 
@@ -20,13 +21,53 @@ pub struct Subscribed {
     pub destination: Result<Destination, String>,
     /// What identifies the destination for the breaker and the worker cap.
     pub key: String,
+    /// Its transform's code, keyed to this subscription (SPEC §10); the reason when the stored
+    /// one cannot be read.
+    pub transform: Option<Result<hub_transform::Code, String>>,
 }
 
 impl Subscribed {
     pub fn new(record: SubscriptionRecord) -> Self {
         let destination = destination(&record);
         let key = destination_key(&record, &destination);
-        Self { record, destination, key }
+        let transform = record.transform.as_ref().map(|t| match t["code"].as_str() {
+            Some(code) => Ok(hub_transform::Code::new(&format!("{}/{}", record.tenant_id, record.id), code)),
+            None => Err("the stored transform is not readable".to_owned()),
+        });
+        Self { record, destination, key, transform }
+    }
+}
+
+/// `event` as `sub`'s sink delivers it in attempt number `attempt` (before any transform).
+pub fn message<'a>(
+    event: &'a StoredEvent,
+    sub: &SubscriptionRecord,
+    ordering_key: Option<&'a str>,
+    attempt: u32,
+    delivery_id: Uuid,
+) -> Message<'a> {
+    Message {
+        tenant: &event.tenant_id,
+        subscription_id: sub.id,
+        ce_id: event.ce_id,
+        source: &event.source,
+        ce_type: &event.ce_type,
+        resource_type: &event.resource_type,
+        event_type: &event.event_type,
+        time: &event.event_time,
+        schema_version: &event.schema_version,
+        subject: event.subject.as_deref(),
+        content_type: event.data_content_type.as_deref().unwrap_or("application/json"),
+        data_schema: event.data_schema.as_deref(),
+        traceparent: event.traceparent.as_deref(),
+        tracestate: event.tracestate.as_deref(),
+        extensions: &event.extensions,
+        ordering_key,
+        payload: &event.payload,
+        headers: &[],
+        path: "",
+        attempt,
+        delivery_id,
     }
 }
 

@@ -36,6 +36,8 @@ pub enum Script {
 /// One delivery as received.
 #[derive(Debug, Clone)]
 pub struct Delivery {
+    /// The request's path (and query).
+    pub path: String,
     pub headers: HeaderMap,
     pub body: Vec<u8>,
     /// Whether a signature verified with one of the receiver's secrets.
@@ -154,7 +156,7 @@ impl Receiver {
     }
 }
 
-async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(State(s): State<Shared>, uri: axum::http::Uri, headers: HeaderMap, body: Bytes) -> Response {
     let is_probe = headers.get("x-lerian-event-type").is_some_and(|v| v == "streaming_hub.verification");
     if is_probe {
         s.probes.fetch_add(1, Ordering::SeqCst);
@@ -172,7 +174,8 @@ async fn handle(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Res
     let secrets = s.secrets.lock().expect("secrets").clone();
     let verified = hub_testkit::signature_verifies(&headers, &body, &secrets);
     let subject_header = headers.get("x-lerian-subject").map(|v| v.as_bytes().to_vec());
-    let delivery = Delivery { headers, body: body.to_vec(), verified, received_at: std::time::Instant::now() };
+    let path = uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
+    let delivery = Delivery { path, headers, body: body.to_vec(), verified, received_at: std::time::Instant::now() };
     s.deliveries.lock().expect("deliveries").push(delivery.clone());
     let now = s.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     s.max_in_flight.fetch_max(now, Ordering::SeqCst);

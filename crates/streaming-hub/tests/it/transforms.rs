@@ -1,10 +1,256 @@
-//! `POST /v1/transforms/test`: a transform tried on an event in the delivery sandbox, through the
-//! API: its output, a skip, a throw with its logs, a budget, and code refused with its position.
+//! Transformations (SPEC §10) through the API and real receivers: `POST /v1/transforms/test`
+//! (output, skip, throw with logs, budget, code refused with its position, a stored event as a
+//! delivery shows it); a subscription's transform reshaping what a webhook and RabbitMQ get, the
+//! webhook signed after it; skipped deliveries recorded and counted; failing transforms retried
+//! with their logs; hostile handlers against a hub process whose memory is measured.
+
+use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::{Backend, TestHub};
+use crate::on_both_backends;
+use crate::receiver::{Receiver, Script};
+use crate::support::{Backend, Event, TestHub};
+
+on_both_backends!(
+    a_webhook_gets_what_its_transform_makes_signed_after_it,
+    a_failing_transform_fails_its_attempts_with_its_logs_and_is_retried,
+);
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Fast retries (three attempts), a quick idle loop, one transform thread (so a handler's
+/// globals count its runs).
+const FAST: [(&str, &str); 3] = [
+    ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20"),
+    ("STREAMING_HUB_RETRY_CURVE", "0s,20ms,20ms"),
+    ("STREAMING_HUB_TRANSFORM_THREADS", "1"),
+];
+
+fn transform(code: &str) -> Value {
+    json!({"language": "javascript", "code": code})
+}
+
+/// A verified webhook subscription of `key` to `receiver` with `code` as its transform.
+async fn transformed_webhook(hub: &TestHub, key: &str, receiver: &Receiver, code: &str) -> String {
+    let sub = hub
+        .subscribe(
+            key,
+            json!({"name": "t", "event_types": ["loan_application.*"], "sink": {"type": "webhook", "url": receiver.url},
+                   "transform": transform(code)}),
+        )
+        .await;
+    assert_eq!(sub["transform"]["code"], code, "{sub}");
+    receiver.trust(sub["signing_secret"].as_str().expect("secret"));
+    let id = sub["id"].as_str().expect("id").to_owned();
+    hub.wait_until_active(key, &id).await;
+    id
+}
+
+/// The deliveries of subscription `id` once `done` holds (with a deadline).
+async fn deliveries_until(hub: &TestHub, key: &str, id: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    crate::support::until("the deliveries' expected state", WAIT, async || {
+        let (_, page) = hub.get(key, &format!("/v1/subscriptions/{id}/deliveries")).await;
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        done(&items).then_some(items)
+    })
+    .await
+}
+
+fn metric(text: &str, line_start: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(line_start))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+const MAPPING: &str = r#"
+function handler(event) {
+  if (event.data.skip) return null;
+  console.log("mapping", event.id);
+  event.data = { value: event.data.amount, customer: event.subject };
+  event.headers["x-team"] = "risk";
+  event.headers["x-amount"] = String(event.data.value);
+  event.path = "/loans/" + event.subject;
+  return event;
+}
+"#;
+
+async fn a_webhook_gets_what_its_transform_makes_signed_after_it(backend: Backend) {
+    let hub = TestHub::start_with(backend, &FAST).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
+    let id = transformed_webhook(&hub, &key, &receiver, MAPPING).await;
+
+    let sent = Event::new("t1").set("ce-subject", "loan-7").body(br#"{"amount":42,"cpf":"123.456.789-00"}"#.to_vec());
+    assert_eq!(hub.post_event(&key, &sent).await.0, StatusCode::ACCEPTED);
+    let got = receiver.wait_for(1, WAIT).await;
+    let d = &got[0];
+    assert_eq!(d.body, br#"{"value":42,"customer":"loan-7"}"#, "the new body, the CPF gone");
+    assert!(d.verified, "the signature covers the body as transformed");
+    assert_eq!(d.header("content-length"), d.body.len().to_string());
+    assert_eq!((d.header("x-team"), d.header("x-amount")), ("risk".to_owned(), "42".to_owned()));
+    assert_eq!(d.header("x-lerian-event-id"), sent.id().to_string(), "the hub's own headers stay");
+    assert_eq!(d.path, "/hook/loans/loan-7", "the path appended to the destination's");
+
+    // `null` skips: recorded as skipped, not failed, never sent; counted in stats and metrics.
+    let skipped = Event::new("t1").body(br#"{"amount":1,"skip":true}"#.to_vec());
+    assert_eq!(hub.post_event(&key, &skipped).await.0, StatusCode::ACCEPTED);
+    let items = deliveries_until(&hub, &key, &id, |items| {
+        items.iter().any(|i| i["ce_id"] == skipped.id().to_string() && i["state"] == "succeeded")
+    })
+    .await;
+    let job = items.iter().find(|i| i["ce_id"] == skipped.id().to_string()).expect("job");
+    assert_eq!(job["attempt_log"][0]["outcome"], "skipped", "{job}");
+    assert_eq!(job["attempts"], 1);
+    let after = Event::new("t1").set("ce-subject", "loan-8");
+    assert_eq!(hub.post_event(&key, &after).await.0, StatusCode::ACCEPTED);
+    let got = receiver.wait_for(2, WAIT).await;
+    assert_eq!(got[1].header("x-lerian-event-id"), after.id().to_string(), "the skipped event was never sent");
+    let stats = crate::support::until("the skip in the stats", WAIT, async || {
+        let (_, stats) = hub.get(&key, &format!("/v1/subscriptions/{id}/stats")).await;
+        let buckets = stats["buckets"].as_array()?.clone();
+        let sum = |f: &str| buckets.iter().map(|b| b[f].as_i64().unwrap_or(0)).sum::<i64>();
+        (sum("skipped") == 1 && sum("delivered") == 2).then_some(sum("failed"))
+    })
+    .await;
+    assert_eq!(stats, 0, "a skip is no failure");
+    let text = hub.client.get(hub.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(
+        metric(&text, r#"streaming_hub_delivery_attempts_total{sink="webhook",outcome="skipped"}"#) >= 1.0,
+        "{text}"
+    );
+    assert!(metric(&text, r#"streaming_hub_transform_runs_total{result="skipped"}"#) >= 1.0);
+    assert!(metric(&text, r#"streaming_hub_transform_runs_total{result="transformed"}"#) >= 2.0);
+
+    // A try against the stored event, as a delivery to this subscription shows it.
+    let (status, tried) = hub
+        .post_json(
+            &key,
+            "/v1/transforms/test",
+            &json!({"transform": transform(MAPPING), "event_id": sent.id(), "subscription_id": id}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{tried}");
+    assert_eq!(tried["output"]["data"], json!({"value": 42, "customer": "loan-7"}));
+    assert_eq!(tried["output"]["headers"]["x-lerian-event-id"], sent.id().to_string(), "the sink's headers shown");
+    assert_eq!(tried["output"]["headers"]["content-type"], "application/json");
+    assert_eq!(tried["logs"], json!([format!("mapping {}", sent.id())]));
+    let (status, other) = hub
+        .post_json(
+            &hub.tenant_key("t2").await,
+            "/v1/transforms/test",
+            &json!({"transform": transform(MAPPING), "event_id": sent.id()}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "another tenant's event is not found: {other}");
+    assert!(other["message"].as_str().unwrap_or_default().starts_with("event_id:"));
+
+    // Removed: events go as they are again.
+    let (status, patched) = hub.patch_json(&key, &format!("/v1/subscriptions/{id}"), &json!({"transform": null})).await;
+    assert_eq!((status, patched["transform"].clone()), (StatusCode::OK, Value::Null), "{patched}");
+    let plain = Event::new("t1").body(br#"{"amount":5}"#.to_vec());
+    assert_eq!(hub.post_event(&key, &plain).await.0, StatusCode::ACCEPTED);
+    let got = receiver.wait_for(3, WAIT).await;
+    assert_eq!((got[2].body.as_slice(), got[2].path.as_str()), (&br#"{"amount":5}"#[..], "/hook"));
+    assert!(got[2].verified && got[2].headers.get("x-team").is_none());
+}
+
+async fn a_failing_transform_fails_its_attempts_with_its_logs_and_is_retried(backend: Backend) {
+    // A breaker that would open after two failures of the destination.
+    let mut vars = FAST.to_vec();
+    vars.push(("STREAMING_HUB_BREAKER_FAILURES", "2"));
+    let hub = TestHub::start_with(backend, &vars).await;
+    let key = hub.tenant_key("t1").await;
+    let receiver = Receiver::start(Script::Ok).await;
+    // Throws on its first two runs: the third attempt delivers.
+    let flaky = "var runs = 0;\nfunction handler(e) { runs += 1; console.log('run', runs); if (runs < 3) throw new Error('not yet ' + runs); return e; }";
+    let id = transformed_webhook(&hub, &key, &receiver, flaky).await;
+    let sent = Event::new("t1");
+    assert_eq!(hub.post_event(&key, &sent).await.0, StatusCode::ACCEPTED);
+    let got = receiver.wait_for(1, WAIT).await;
+    assert_eq!((got[0].body.as_slice(), got[0].verified), (sent.body.as_slice(), true));
+    let items = deliveries_until(&hub, &key, &id, |i| i.len() == 1 && i[0]["state"] == "succeeded").await;
+    let log = items[0]["attempt_log"].as_array().expect("log");
+    let outcomes: Vec<&str> = log.iter().map(|a| a["outcome"].as_str().unwrap_or_default()).collect();
+    assert_eq!(outcomes, ["failed", "failed", "delivered"], "{log:#?}");
+    assert!(
+        log[0]["error"].as_str().unwrap_or_default().starts_with("transform_failed: the handler threw: not yet 1"),
+        "{log:#?}"
+    );
+    assert_eq!(log[0]["logs"], json!(["run 1"]));
+    assert_eq!(log[1]["logs"], json!(["run 2"]));
+    assert!(log[2].get("logs").is_none(), "a delivered attempt keeps no logs");
+    // The destination was never the problem: no breaker moved, no failure period for it.
+    let (_, list) = hub.get(&key, "/v1/subscriptions").await;
+    let listed = list["items"].as_array().and_then(|i| i.iter().find(|s| s["id"] == id.as_str())).expect("listed");
+    assert_eq!(listed["health"]["breaker"], "closed", "{listed}");
+
+    // A handler that forges what the hub signs fails every attempt, naming the header.
+    let forging = "function handler(e) { e.headers['webhook-signature'] = 'v1,forged'; return e; }";
+    let forger = Receiver::start(Script::Ok).await;
+    let forged = transformed_webhook(&hub, &key, &forger, forging).await;
+    let one = Event::new("t1");
+    assert_eq!(hub.post_event(&key, &one).await.0, StatusCode::ACCEPTED);
+    let items = deliveries_until(&hub, &key, &forged, |i| i.iter().any(|j| j["state"] == "dead")).await;
+    let dead = items.iter().find(|j| j["state"] == "dead").expect("dead");
+    assert_eq!(dead["attempts"], 3, "retried like any failure: {dead}");
+    assert!(
+        dead["attempt_log"][0]["error"].as_str().unwrap_or_default().contains("may not change the webhook-signature"),
+        "{dead}"
+    );
+    assert!(forger.deliveries().is_empty(), "nothing forged was sent");
+    let text = hub.client.get(hub.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(
+        metric(&text, r#"streaming_hub_delivery_failures_total{sink="webhook",kind="transform_failed"}"#) >= 5.0,
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriptions_transform_is_checked_when_set_and_only_on_push_sinks() {
+    let hub = TestHub::start_with(Backend::Sqlite, &[]).await;
+    let key = hub.tenant_key("t1").await;
+    let sink = json!({"type": "webhook", "url": "https://example.com/hook"});
+    let create = |t: Value| json!({"name": "t", "event_types": ["*.*"], "sink": sink, "transform": t});
+    for (body, field, words) in [
+        (create(transform("function handler(e) {\n  return e.;\n}")), "transform.code", "line 2"),
+        (create(transform("function other(e) { return e; }")), "transform.code", "handler"),
+        (create(transform("for (;;) {}\nfunction handler(e) { return e; }")), "transform.code", "CPU budget"),
+        (create(json!({"language": "lua", "code": "x"})), "transform.language", "javascript"),
+        (create(json!({"code": "function handler(e) { return e; }"})), "transform", "language"),
+        (create(json!("function handler(e) { return e; }")), "transform", "object"),
+        (
+            json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}, "transform": transform("function handler(e) { return e; }")}),
+            "transform",
+            "push",
+        ),
+        (create(transform(&"x".repeat(70_000))), "transform.code", "65536"),
+    ] {
+        let (status, refused) = hub.post_json(&key, "/v1/subscriptions", &body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}: {refused}");
+        let message = refused["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(&format!("{field}:")) && message.contains(words), "{words}: {refused}");
+    }
+    let (_, list) = hub.get(&key, "/v1/subscriptions").await;
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(0), "nothing refused was stored");
+
+    let sub = hub.subscribe(&key, create(transform("function handler(e) { return e; }"))).await;
+    let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+    let (status, refused) =
+        hub.patch_json(&key, &path, &json!({"transform": transform("function handler(e) {")})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    let (_, kept) = hub.get(&key, &path).await;
+    assert_eq!(kept["transform"], sub["transform"], "a refused change keeps the stored transform");
+    let (status, changed) =
+        hub.patch_json(&key, &path, &json!({"transform": transform("function handler(e) { return null; }")})).await;
+    assert_eq!(
+        (status, changed["transform"]["code"].as_str()),
+        (StatusCode::OK, Some("function handler(e) { return null; }"))
+    );
+}
 
 fn event() -> Value {
     json!({"type": "payment.settled", "source": "//lender", "id": "01890a5d-ac96-774b-bcce-b302099a8057",

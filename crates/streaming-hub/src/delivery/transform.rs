@@ -1,0 +1,280 @@
+//! Transformations in delivery (SPEC §10): the event a subscription's handler is given, and what
+//! its answer becomes (the body, the headers it added or changed, the path), or why it cannot be
+//! sent. The handler runs on the transform pool (`hub_transform::Pool`), never here.
+
+use std::collections::HashMap;
+
+use hub_core::envelope::is_json_media_type;
+use hub_store::StoredEvent;
+use hub_transform::Answer;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value as Json};
+
+/// Headers a transform may never change: the hub signs and frames what it sends after the
+/// transform, and authenticates on its own.
+const PROTECTED: [&str; 11] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "host",
+    "authorization",
+    "ce-id",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "x-webhook-timestamp",
+    "x-webhook-signature",
+];
+/// Headers a transform may add or change, at most, and the longest value.
+const MAX_HEADERS: usize = 64;
+const MAX_HEADER_VALUE: usize = 4096;
+/// The longest path a transform may append.
+const MAX_PATH: usize = 1024;
+
+/// What a delivery sends after its transform.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shaped {
+    pub body: Vec<u8>,
+    /// Headers added or changed (the content type apart), in the order the handler wrote them.
+    pub headers: Vec<(String, String)>,
+    /// Appended to a webhook's URL path (empty: nothing).
+    pub path: String,
+    pub content_type: String,
+}
+
+/// The event's media type (`application/json` unless it says otherwise).
+fn content_type(event: &StoredEvent) -> &str {
+    event.data_content_type.as_deref().unwrap_or("application/json")
+}
+
+/// The event's data as the handler sees it: JSON when its body is JSON, else the body in base64.
+fn data_of(event: &StoredEvent) -> (Json, bool) {
+    if is_json_media_type(content_type(event))
+        && let Ok(data) = serde_json::from_slice::<Json>(&event.payload)
+    {
+        return (data, true);
+    }
+    (Json::String(hub_sinks::message::b64(&event.payload)), false)
+}
+
+/// The event a handler is given: its attributes, its data, and `headers`, what the sink would send
+/// (names in lower case).
+pub fn input(event: &StoredEvent, headers: &[(String, String)]) -> Json {
+    let mut shown = Map::new();
+    for (name, value) in headers {
+        shown.insert(name.to_ascii_lowercase(), Json::String(value.clone()));
+    }
+    serde_json::json!({
+        "type": event.ce_type,
+        "source": event.source,
+        "subject": event.subject,
+        "id": event.ce_id.to_string(),
+        "time": event.event_time,
+        "extensions": event.extensions,
+        "data": data_of(event).0,
+        "headers": shown,
+        "path": "",
+    })
+}
+
+/// What the handler's `answer` makes of `event`, whose sink would send `shown`; the reason when it
+/// cannot be sent (the attempt fails as `transform_failed`). `data` goes out as the handler wrote
+/// it, its keys in its order.
+pub fn shape(answer: &Answer, event: &StoredEvent, shown: &[(String, String)]) -> Result<Shaped, String> {
+    let fields: HashMap<String, &RawValue> =
+        serde_json::from_str(answer.text()).map_err(|_| "the handler must return the event or null".to_owned())?;
+    let parsed = |name: &str| -> Result<Json, String> {
+        fields.get(name).map_or(Ok(Json::Null), |raw| serde_json::from_str(raw.get()).map_err(|e| e.to_string()))
+    };
+    let was = |name: &str| shown.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str());
+    let mut headers = Vec::new();
+    let mut media_type = content_type(event).to_owned();
+    match parsed("headers")? {
+        Json::Null => {}
+        Json::Object(map) => {
+            for (name, value) in map {
+                let Json::String(value) = value else {
+                    return Err(format!("headers[\"{name}\"] must be a string"));
+                };
+                let name = name.to_ascii_lowercase();
+                if was(&name) == Some(value.as_str()) {
+                    continue;
+                }
+                if PROTECTED.contains(&name.as_str()) {
+                    return Err(format!("the handler may not change the {name} header: the hub sets it"));
+                }
+                if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                    return Err(format!("\"{name}\" is not a valid header name"));
+                }
+                if value.len() > MAX_HEADER_VALUE || reqwest::header::HeaderValue::from_str(&value).is_err() {
+                    return Err(format!(
+                        "headers[\"{name}\"] must be a valid header value of at most {MAX_HEADER_VALUE} bytes"
+                    ));
+                }
+                if name == "content-type" || name == "ce-datacontenttype" {
+                    media_type = value;
+                    continue;
+                }
+                headers.push((name, value));
+                if headers.len() > MAX_HEADERS {
+                    return Err(format!("the handler may add or change at most {MAX_HEADERS} headers"));
+                }
+            }
+        }
+        _ => return Err("headers must be an object of strings".into()),
+    }
+    let path = match parsed("path")? {
+        Json::Null => String::new(),
+        Json::String(p) => checked_path(&p)?,
+        _ => return Err("path must be a string".into()),
+    };
+    let Some(data) = fields.get("data") else {
+        return Err("the answer has no data: set data (null for an empty JSON body)".into());
+    };
+    let (_, was_json) = data_of(event);
+    let text = data.get();
+    let body = if text.starts_with('"') && !is_json_media_type(&media_type) {
+        let text: String = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if was_json {
+            text.into_bytes()
+        } else {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .map_err(|_| "data must stay base64 for an event whose body is not JSON".to_owned())?
+        }
+    } else {
+        text.as_bytes().to_vec()
+    };
+    Ok(Shaped { body, headers, path, content_type: media_type })
+}
+
+/// A path a handler appends to a webhook's URL: path characters only (no query, no fragment, no
+/// `..`), at most [`MAX_PATH`] bytes.
+fn checked_path(path: &str) -> Result<String, String> {
+    if path.is_empty() {
+        return Ok(String::new());
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~!$&'()*+,;=:@/%".contains(c);
+    if path.len() > MAX_PATH || !path.chars().all(allowed) {
+        return Err(format!(
+            "path must be at most {MAX_PATH} bytes of URL path characters (no query or fragment): {}",
+            path.chars().take(64).collect::<String>()
+        ));
+    }
+    if path.split('/').any(|segment| segment == ".." || segment == "." || segment.eq_ignore_ascii_case("%2e%2e")) {
+        return Err("path must not hold . or .. segments".into());
+    }
+    Ok(path.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(content_type: Option<&str>, payload: &[u8]) -> StoredEvent {
+        StoredEvent {
+            tenant_id: "t1".into(),
+            seq: 1,
+            ce_id: uuid::Uuid::now_v7(),
+            source: "lender".into(),
+            ce_type: "studio.lerian.lender.loan_application.approved".into(),
+            resource_type: "loan_application".into(),
+            event_type: "approved".into(),
+            event_time: "2026-12-05T10:00:00Z".into(),
+            schema_version: "1.0.0".into(),
+            subject: Some("loan-42".into()),
+            data_content_type: content_type.map(str::to_owned),
+            data_schema: None,
+            traceparent: None,
+            tracestate: None,
+            extensions: Default::default(),
+            payload: payload.to_vec(),
+            origin: hub_store::Origin::Http,
+            received_at: chrono::Utc::now(),
+            trace: None,
+            erasure_id: None,
+        }
+    }
+
+    fn reply(answer: &Json) -> Answer {
+        Answer::from_text(answer.to_string())
+    }
+
+    fn shown() -> Vec<(String, String)> {
+        vec![
+            ("x-lerian-event-id".into(), "e1".into()),
+            ("content-type".into(), "application/json".into()),
+            ("ce-id".into(), "e1".into()),
+        ]
+    }
+
+    #[test]
+    fn the_input_holds_the_attributes_the_data_and_the_headers() {
+        let e = event(None, br#"{"amount": 100}"#);
+        let i = input(&e, &shown());
+        assert_eq!(i["data"], json!({"amount": 100}));
+        assert_eq!(i["headers"]["x-lerian-event-id"], "e1");
+        assert_eq!(i["type"], e.ce_type);
+        assert_eq!(i["id"], e.ce_id.to_string());
+        assert_eq!(i["path"], "");
+        let binary = event(Some("application/octet-stream"), &[0, 159, 146, 150]);
+        assert_eq!(input(&binary, &[])["data"], "AJ+Slg==");
+    }
+
+    #[test]
+    fn an_answer_becomes_a_body_headers_and_a_path() {
+        let e = event(None, br#"{"amount": 100}"#);
+        let mut answer = input(&e, &shown());
+        answer["data"] = json!({"value": 100});
+        answer["headers"]["x-team"] = json!("risk");
+        answer["path"] = json!("/loans/42");
+        let s = shape(&reply(&answer), &e, &shown()).expect("shaped");
+        assert_eq!(s.body, br#"{"value":100}"#);
+        assert_eq!(s.headers, vec![("x-team".to_owned(), "risk".to_owned())], "only what changed is added");
+        assert_eq!((s.path.as_str(), s.content_type.as_str()), ("/loans/42", "application/json"));
+
+        // Text for a chat tool.
+        answer["headers"]["content-type"] = json!("text/plain");
+        answer["data"] = json!("loan 42 approved");
+        let s = shape(&reply(&answer), &e, &shown()).expect("shaped");
+        assert_eq!((s.body.as_slice(), s.content_type.as_str()), (&b"loan 42 approved"[..], "text/plain"));
+        // A binary event left as it was goes as it came.
+        let binary = event(Some("application/octet-stream"), &[0, 159, 146, 150]);
+        let s = shape(&reply(&input(&binary, &[])), &binary, &[]).expect("shaped");
+        assert_eq!(s.body, vec![0, 159, 146, 150]);
+    }
+
+    #[test]
+    fn what_the_hub_sets_cannot_be_changed_and_bad_answers_are_named() {
+        let e = event(None, b"{}");
+        let refused = |change: Json| {
+            let mut answer = input(&e, &shown());
+            for (k, v) in change.as_object().expect("object") {
+                answer[k] = v.clone();
+            }
+            shape(&reply(&answer), &e, &shown()).expect_err("refused")
+        };
+        assert!(refused(json!({"headers": {"ce-id": "forged"}})).contains("ce-id"));
+        assert!(refused(json!({"headers": {"webhook-signature": "v1,x"}})).contains("webhook-signature"));
+        assert!(refused(json!({"headers": {"Content-Length": "1"}})).contains("content-length"));
+        assert!(refused(json!({"headers": {"x-n": 7}})).contains("must be a string"));
+        assert!(refused(json!({"headers": {"bad name": "v"}})).contains("not a valid header name"));
+        assert!(refused(json!({"headers": {"x-v": "a\nb"}})).contains("valid header value"));
+        assert!(refused(json!({"path": "/../admin"})).contains(".."));
+        assert!(refused(json!({"path": "/a?token=1"})).contains("no query"));
+        assert!(refused(json!({"path": 7})).contains("string"));
+        let mut answer = input(&e, &shown());
+        answer.as_object_mut().expect("object").remove("data");
+        assert!(shape(&reply(&answer), &e, &shown()).expect_err("no data").contains("no data"));
+        // The same value is no change.
+        let mut same = input(&e, &shown());
+        same["headers"]["ce-id"] = json!("e1");
+        assert!(shape(&reply(&same), &e, &shown()).expect("same").headers.is_empty());
+        let binary = event(Some("application/octet-stream"), &[1, 2]);
+        let mut answer = input(&binary, &[]);
+        answer["data"] = json!("not base64!");
+        assert!(shape(&reply(&answer), &binary, &[]).expect_err("base64").contains("base64"));
+    }
+}
