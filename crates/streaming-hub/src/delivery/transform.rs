@@ -277,4 +277,43 @@ mod tests {
         answer["data"] = json!("not base64!");
         assert!(shape(&reply(&answer), &binary, &[]).expect_err("base64").contains("base64"));
     }
+
+    fn arbitrary_json() -> impl proptest::strategy::Strategy<Value = Json> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Json::Null),
+            any::<bool>().prop_map(Json::Bool),
+            any::<i64>().prop_map(|n| json!(n)),
+            ".{0,12}".prop_map(Json::String),
+            "(/[a-z.%]{0,4}){0,3}".prop_map(Json::String),
+        ];
+        leaf.prop_recursive(3, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Json::Array),
+                prop::collection::btree_map(
+                    "(data|headers|path|content-type|ce-id|webhook-signature|x-[a-z]{1,6}|.{0,6})",
+                    inner,
+                    0..6
+                )
+                .prop_map(|m| Json::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Whatever a handler answers (any JSON, or any text), shaping never panics, and what it
+        /// lets through never changes what the hub sets nor climbs out of the destination's path.
+        #[test]
+        fn any_answer_is_shaped_or_refused_never_a_panic(answer in arbitrary_json(), text in ".{0,40}", binary in proptest::prelude::any::<bool>()) {
+            let e = if binary { event(Some("application/octet-stream"), &[1, 2, 3]) } else { event(None, br#"{"a":1}"#) };
+            let _ = shape(&Answer::from_text(text), &e, &shown());
+            if let Ok(s) = shape(&Answer::from_text(answer.to_string()), &e, &shown()) {
+                proptest::prop_assert!(s.headers.iter().all(|(k, _)| !PROTECTED.contains(&k.as_str())));
+                proptest::prop_assert!(s.path.split('/').all(|seg| seg != ".." && seg != "."));
+                proptest::prop_assert!(!s.path.contains('?') && !s.path.contains('#'));
+            }
+        }
+    }
 }

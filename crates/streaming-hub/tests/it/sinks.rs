@@ -85,8 +85,9 @@ async fn break_credentials(hub: &TestHub, id: &str, credentials: Value) {
     assert!(hub.store.patch_subscription("t1", id, &patch).await.expect("update").is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_event_reaches_a_rabbitmq_queue_and_failures_follow_the_curve() {
+/// A fresh topic exchange of the local RabbitMQ with a fresh queue bound to it by `pattern`:
+/// `(connection, channel, exchange, queue)`, both deleted once unused.
+pub async fn bound_queue(pattern: &str) -> (Connection, lapin::Channel, String, String) {
     let connection = Connection::connect("amqp://guest:guest@127.0.0.1:5672/%2f", ConnectionProperties::default())
         .await
         .expect("RabbitMQ is required for this test");
@@ -104,12 +105,41 @@ async fn an_event_reaches_a_rabbitmq_queue_and_failures_follow_the_curve() {
         .queue_bind(
             ShortString::from(queue.as_str()),
             ShortString::from(exchange.as_str()),
-            ShortString::from("lender.loan_application.*"),
+            ShortString::from(pattern),
             QueueBindOptions::default(),
             FieldTable::default(),
         )
         .await
         .expect("bind");
+    (connection, channel, exchange, queue)
+}
+
+/// The next message of `queue`, waited for with a deadline.
+pub async fn next_message(channel: &lapin::Channel, queue: &str) -> lapin::message::BasicGetMessage {
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(m) =
+            channel.basic_get(ShortString::from(queue), BasicGetOptions { no_ack: true }).await.expect("get")
+        {
+            return m;
+        }
+        assert!(tokio::time::Instant::now() < end, "nothing arrived in the queue");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A message's AMQP header `name`, as text.
+pub fn amqp_header(message: &lapin::message::BasicGetMessage, name: &str) -> Option<String> {
+    let headers = message.delivery.properties.headers().clone()?;
+    match headers.inner().get(&ShortString::from(name)) {
+        Some(AMQPValue::LongString(s)) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_reaches_a_rabbitmq_queue_and_failures_follow_the_curve() {
+    let (_connection, channel, exchange, queue) = bound_queue("lender.loan_application.*").await;
 
     let hub = fast_hub().await;
     let key = hub.tenant_key("t1").await;
@@ -123,25 +153,12 @@ async fn an_event_reaches_a_rabbitmq_queue_and_failures_follow_the_curve() {
     .await;
     let event = Event::new("t1").set("ce-subject", "loan-77");
     assert_eq!(hub.post_event(&key, &event).await.0, StatusCode::ACCEPTED);
-    let end = tokio::time::Instant::now() + WAIT;
-    let message = loop {
-        if let Some(m) =
-            channel.basic_get(ShortString::from(queue.as_str()), BasicGetOptions { no_ack: true }).await.expect("get")
-        {
-            break m;
-        }
-        assert!(tokio::time::Instant::now() < end, "nothing arrived in the queue");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let message = next_message(&channel, &queue).await;
     assert_eq!(message.delivery.data, event.body);
     let props = &message.delivery.properties;
     assert_eq!(props.message_id().as_ref().map(|s| s.to_string()), Some(event.id().to_string()));
     assert_eq!(props.delivery_mode(), &Some(2), "persistent");
-    let headers = props.headers().clone().expect("headers");
-    let h = |k: &str| match headers.inner().get(&ShortString::from(k)) {
-        Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        other => panic!("{k}: {other:?}"),
-    };
+    let h = |k: &str| amqp_header(&message, k).unwrap_or_else(|| panic!("{k}"));
     assert_eq!(h("ce-id"), event.id().to_string());
     assert_eq!(h("ce-subject"), "loan-77");
     assert_eq!(h("ce-tenantid"), "t1");

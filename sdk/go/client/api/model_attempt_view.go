@@ -24,10 +24,13 @@ var _ MappedNullable = &AttemptView{}
 type AttemptView struct {
 	Attempt int32 `json:"attempt"`
 	// The `X-Lerian-Delivery-Id` of the attempt.
-	DeliveryId string         `json:"delivery_id"`
-	Error      NullableString `json:"error,omitempty"`
-	LatencyMs  int64          `json:"latency_ms"`
-	// `delivered` or `failed`.
+	DeliveryId string `json:"delivery_id"`
+	// Why it failed: `<kind>: <reason>`; `transform_failed: …` when the subscription's transform threw, ran out of its budget or answered what cannot be sent.
+	Error     NullableString `json:"error,omitempty"`
+	LatencyMs int64          `json:"latency_ms"`
+	// What a failed transform wrote with `console.log` (at most 4 KiB in all).
+	Logs []string `json:"logs,omitempty"`
+	// `delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).
 	Outcome string `json:"outcome"`
 	// The start of the destination's answer (at most 4 KiB).
 	ResponseBody NullableString `json:"response_body,omitempty"`
@@ -172,6 +175,38 @@ func (o *AttemptView) GetLatencyMsOk() (*int64, bool) {
 // SetLatencyMs sets field value
 func (o *AttemptView) SetLatencyMs(v int64) {
 	o.LatencyMs = v
+}
+
+// GetLogs returns the Logs field value if set, zero value otherwise.
+func (o *AttemptView) GetLogs() []string {
+	if o == nil || IsNil(o.Logs) {
+		var ret []string
+		return ret
+	}
+	return o.Logs
+}
+
+// GetLogsOk returns a tuple with the Logs field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+func (o *AttemptView) GetLogsOk() ([]string, bool) {
+	if o == nil || IsNil(o.Logs) {
+		return nil, false
+	}
+	return o.Logs, true
+}
+
+// HasLogs returns a boolean if a field has been set.
+func (o *AttemptView) HasLogs() bool {
+	if o != nil && !IsNil(o.Logs) {
+		return true
+	}
+
+	return false
+}
+
+// SetLogs gets a reference to the given []string and assigns it to the Logs field.
+func (o *AttemptView) SetLogs(v []string) {
+	o.Logs = v
 }
 
 // GetOutcome returns the Outcome field value
@@ -324,6 +359,9 @@ func (o AttemptView) ToMap() (map[string]interface{}, error) {
 		toSerialize["error"] = o.Error.Get()
 	}
 	toSerialize["latency_ms"] = o.LatencyMs
+	if !IsNil(o.Logs) {
+		toSerialize["logs"] = o.Logs
+	}
 	toSerialize["outcome"] = o.Outcome
 	if o.ResponseBody.IsSet() {
 		toSerialize["response_body"] = o.ResponseBody.Get()

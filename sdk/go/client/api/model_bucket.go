@@ -35,6 +35,8 @@ type Bucket struct {
 	LatencyP99Ms NullableFloat64 `json:"latency_p99_ms,omitempty"`
 	// The minute's start.
 	Minute time.Time `json:"minute"`
+	// Deliveries the subscription's transform skipped (not failed, not retried).
+	Skipped int64 `json:"skipped"`
 }
 
 type _Bucket Bucket
@@ -43,12 +45,13 @@ type _Bucket Bucket
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewBucket(dead int64, delivered int64, failed int64, minute time.Time) *Bucket {
+func NewBucket(dead int64, delivered int64, failed int64, minute time.Time, skipped int64) *Bucket {
 	this := Bucket{}
 	this.Dead = dead
 	this.Delivered = delivered
 	this.Failed = failed
 	this.Minute = minute
+	this.Skipped = skipped
 	return &this
 }
 
@@ -285,6 +288,30 @@ func (o *Bucket) SetMinute(v time.Time) {
 	o.Minute = v
 }
 
+// GetSkipped returns the Skipped field value
+func (o *Bucket) GetSkipped() int64 {
+	if o == nil {
+		var ret int64
+		return ret
+	}
+
+	return o.Skipped
+}
+
+// GetSkippedOk returns a tuple with the Skipped field value
+// and a boolean to check if the value has been set.
+func (o *Bucket) GetSkippedOk() (*int64, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return &o.Skipped, true
+}
+
+// SetSkipped sets field value
+func (o *Bucket) SetSkipped(v int64) {
+	o.Skipped = v
+}
+
 func (o Bucket) MarshalJSON() ([]byte, error) {
 	toSerialize, err := o.ToMap()
 	if err != nil {
@@ -308,6 +335,7 @@ func (o Bucket) ToMap() (map[string]interface{}, error) {
 		toSerialize["latency_p99_ms"] = o.LatencyP99Ms.Get()
 	}
 	toSerialize["minute"] = o.Minute
+	toSerialize["skipped"] = o.Skipped
 	return toSerialize, nil
 }
 
@@ -320,6 +348,7 @@ func (o *Bucket) UnmarshalJSON(data []byte) (err error) {
 		"delivered",
 		"failed",
 		"minute",
+		"skipped",
 	}
 
 	allProperties := make(map[string]interface{})

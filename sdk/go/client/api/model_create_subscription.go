@@ -36,6 +36,8 @@ type CreateSubscription struct {
 	Origin NullableString `json:"origin,omitempty"`
 	// Where events go: one of the sink types, told apart by `type`.
 	Sink Sink `json:"sink"`
+	// Push sinks: a JavaScript handler that reshapes each event for the destination or skips it (SPEC §10). Code that does not compile is refused with the engine's message and position. Default none.
+	Transform NullableTransform `json:"transform,omitempty"`
 }
 
 type _CreateSubscription CreateSubscription
@@ -337,6 +339,49 @@ func (o *CreateSubscription) SetSink(v Sink) {
 	o.Sink = v
 }
 
+// GetTransform returns the Transform field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *CreateSubscription) GetTransform() Transform {
+	if o == nil || IsNil(o.Transform.Get()) {
+		var ret Transform
+		return ret
+	}
+	return *o.Transform.Get()
+}
+
+// GetTransformOk returns a tuple with the Transform field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *CreateSubscription) GetTransformOk() (*Transform, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.Transform.Get(), o.Transform.IsSet()
+}
+
+// HasTransform returns a boolean if a field has been set.
+func (o *CreateSubscription) HasTransform() bool {
+	if o != nil && o.Transform.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetTransform gets a reference to the given NullableTransform and assigns it to the Transform field.
+func (o *CreateSubscription) SetTransform(v Transform) {
+	o.Transform.Set(&v)
+}
+
+// SetTransformNil sets the value for Transform to be an explicit nil
+func (o *CreateSubscription) SetTransformNil() {
+	o.Transform.Set(nil)
+}
+
+// UnsetTransform ensures that no value is present for Transform, not even an explicit nil
+func (o *CreateSubscription) UnsetTransform() {
+	o.Transform.Unset()
+}
+
 func (o CreateSubscription) MarshalJSON() ([]byte, error) {
 	toSerialize, err := o.ToMap()
 	if err != nil {
@@ -365,6 +410,9 @@ func (o CreateSubscription) ToMap() (map[string]interface{}, error) {
 		toSerialize["origin"] = o.Origin.Get()
 	}
 	toSerialize["sink"] = o.Sink
+	if o.Transform.IsSet() {
+		toSerialize["transform"] = o.Transform.Get()
+	}
 	return toSerialize, nil
 }
 

@@ -48,9 +48,11 @@ type SubscriptionView struct {
 	// The webhook signing secret: in the creation response only.
 	SigningSecret NullableString `json:"signing_secret,omitempty"`
 	// The destination without secrets or credentials.
-	Sink              Sink           `json:"sink"`
-	UpdatedAt         time.Time      `json:"updated_at"`
-	VerificationError NullableString `json:"verification_error,omitempty"`
+	Sink Sink `json:"sink"`
+	// The handler that reshapes each event for the destination, or skips it (push sinks; `null`: events go as they are).
+	Transform         NullableTransform `json:"transform,omitempty"`
+	UpdatedAt         time.Time         `json:"updated_at"`
+	VerificationError NullableString    `json:"verification_error,omitempty"`
 	// `pending`, `active` or `failed`.
 	VerificationState string `json:"verification_state"`
 	// In the responses to a creation or a change: what was accepted but looks wrong (an `event_types` pattern that matches no type the catalog knows), never a refusal.
@@ -629,6 +631,49 @@ func (o *SubscriptionView) SetSink(v Sink) {
 	o.Sink = v
 }
 
+// GetTransform returns the Transform field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *SubscriptionView) GetTransform() Transform {
+	if o == nil || IsNil(o.Transform.Get()) {
+		var ret Transform
+		return ret
+	}
+	return *o.Transform.Get()
+}
+
+// GetTransformOk returns a tuple with the Transform field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *SubscriptionView) GetTransformOk() (*Transform, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.Transform.Get(), o.Transform.IsSet()
+}
+
+// HasTransform returns a boolean if a field has been set.
+func (o *SubscriptionView) HasTransform() bool {
+	if o != nil && o.Transform.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetTransform gets a reference to the given NullableTransform and assigns it to the Transform field.
+func (o *SubscriptionView) SetTransform(v Transform) {
+	o.Transform.Set(&v)
+}
+
+// SetTransformNil sets the value for Transform to be an explicit nil
+func (o *SubscriptionView) SetTransformNil() {
+	o.Transform.Set(nil)
+}
+
+// UnsetTransform ensures that no value is present for Transform, not even an explicit nil
+func (o *SubscriptionView) UnsetTransform() {
+	o.Transform.Unset()
+}
+
 // GetUpdatedAt returns the UpdatedAt field value
 func (o *SubscriptionView) GetUpdatedAt() time.Time {
 	if o == nil {
@@ -793,6 +838,9 @@ func (o SubscriptionView) ToMap() (map[string]interface{}, error) {
 		toSerialize["signing_secret"] = o.SigningSecret.Get()
 	}
 	toSerialize["sink"] = o.Sink
+	if o.Transform.IsSet() {
+		toSerialize["transform"] = o.Transform.Get()
+	}
 	toSerialize["updated_at"] = o.UpdatedAt
 	if o.VerificationError.IsSet() {
 		toSerialize["verification_error"] = o.VerificationError.Get()

@@ -19,11 +19,15 @@ import (
 // checks if the TransformTest type satisfies the MappedNullable interface at compile time
 var _ MappedNullable = &TransformTest{}
 
-// TransformTest A transform and the event to try it on.
+// TransformTest A transform and the event to try it on: one given whole (`event`), or one of the caller's stored events (`event_id`), shown as a delivery to `subscription_id` would show it.
 type TransformTest struct {
-	// What the handler gets: `{\"type\", \"source\", \"subject\", \"id\", \"time\", \"extensions\", \"data\", \"headers\", \"path\"}` (any object is taken as it is).
-	Event     map[string]interface{} `json:"event"`
-	Transform Transform              `json:"transform"`
+	// What the handler gets: `{\"type\", \"source\", \"subject\", \"id\", \"time\", \"extensions\", \"data\", \"headers\", \"path\"}` (any object is taken as it is). Give this or `event_id`.
+	Event map[string]interface{} `json:"event,omitempty"`
+	// The `ce-id` of an event in the caller's inbox, given to the handler as a delivery gives it.
+	EventId NullableString `json:"event_id,omitempty"`
+	// With `event_id`: the subscription whose sink's headers the handler is shown.
+	SubscriptionId NullableString `json:"subscription_id,omitempty"`
+	Transform      Transform      `json:"transform"`
 }
 
 type _TransformTest TransformTest
@@ -32,9 +36,8 @@ type _TransformTest TransformTest
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewTransformTest(event map[string]interface{}, transform Transform) *TransformTest {
+func NewTransformTest(transform Transform) *TransformTest {
 	this := TransformTest{}
-	this.Event = event
 	this.Transform = transform
 	return &this
 }
@@ -47,28 +50,123 @@ func NewTransformTestWithDefaults() *TransformTest {
 	return &this
 }
 
-// GetEvent returns the Event field value
+// GetEvent returns the Event field value if set, zero value otherwise (both if not set or set to explicit null).
 func (o *TransformTest) GetEvent() map[string]interface{} {
 	if o == nil {
 		var ret map[string]interface{}
 		return ret
 	}
-
 	return o.Event
 }
 
-// GetEventOk returns a tuple with the Event field value
+// GetEventOk returns a tuple with the Event field value if set, nil otherwise
 // and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
 func (o *TransformTest) GetEventOk() (map[string]interface{}, bool) {
-	if o == nil {
+	if o == nil || IsNil(o.Event) {
 		return map[string]interface{}{}, false
 	}
 	return o.Event, true
 }
 
-// SetEvent sets field value
+// HasEvent returns a boolean if a field has been set.
+func (o *TransformTest) HasEvent() bool {
+	if o != nil && !IsNil(o.Event) {
+		return true
+	}
+
+	return false
+}
+
+// SetEvent gets a reference to the given map[string]interface{} and assigns it to the Event field.
 func (o *TransformTest) SetEvent(v map[string]interface{}) {
 	o.Event = v
+}
+
+// GetEventId returns the EventId field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *TransformTest) GetEventId() string {
+	if o == nil || IsNil(o.EventId.Get()) {
+		var ret string
+		return ret
+	}
+	return *o.EventId.Get()
+}
+
+// GetEventIdOk returns a tuple with the EventId field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *TransformTest) GetEventIdOk() (*string, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.EventId.Get(), o.EventId.IsSet()
+}
+
+// HasEventId returns a boolean if a field has been set.
+func (o *TransformTest) HasEventId() bool {
+	if o != nil && o.EventId.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetEventId gets a reference to the given NullableString and assigns it to the EventId field.
+func (o *TransformTest) SetEventId(v string) {
+	o.EventId.Set(&v)
+}
+
+// SetEventIdNil sets the value for EventId to be an explicit nil
+func (o *TransformTest) SetEventIdNil() {
+	o.EventId.Set(nil)
+}
+
+// UnsetEventId ensures that no value is present for EventId, not even an explicit nil
+func (o *TransformTest) UnsetEventId() {
+	o.EventId.Unset()
+}
+
+// GetSubscriptionId returns the SubscriptionId field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *TransformTest) GetSubscriptionId() string {
+	if o == nil || IsNil(o.SubscriptionId.Get()) {
+		var ret string
+		return ret
+	}
+	return *o.SubscriptionId.Get()
+}
+
+// GetSubscriptionIdOk returns a tuple with the SubscriptionId field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *TransformTest) GetSubscriptionIdOk() (*string, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.SubscriptionId.Get(), o.SubscriptionId.IsSet()
+}
+
+// HasSubscriptionId returns a boolean if a field has been set.
+func (o *TransformTest) HasSubscriptionId() bool {
+	if o != nil && o.SubscriptionId.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetSubscriptionId gets a reference to the given NullableString and assigns it to the SubscriptionId field.
+func (o *TransformTest) SetSubscriptionId(v string) {
+	o.SubscriptionId.Set(&v)
+}
+
+// SetSubscriptionIdNil sets the value for SubscriptionId to be an explicit nil
+func (o *TransformTest) SetSubscriptionIdNil() {
+	o.SubscriptionId.Set(nil)
+}
+
+// UnsetSubscriptionId ensures that no value is present for SubscriptionId, not even an explicit nil
+func (o *TransformTest) UnsetSubscriptionId() {
+	o.SubscriptionId.Unset()
 }
 
 // GetTransform returns the Transform field value
@@ -105,7 +203,15 @@ func (o TransformTest) MarshalJSON() ([]byte, error) {
 
 func (o TransformTest) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
-	toSerialize["event"] = o.Event
+	if o.Event != nil {
+		toSerialize["event"] = o.Event
+	}
+	if o.EventId.IsSet() {
+		toSerialize["event_id"] = o.EventId.Get()
+	}
+	if o.SubscriptionId.IsSet() {
+		toSerialize["subscription_id"] = o.SubscriptionId.Get()
+	}
 	toSerialize["transform"] = o.Transform
 	return toSerialize, nil
 }
@@ -115,7 +221,6 @@ func (o *TransformTest) UnmarshalJSON(data []byte) (err error) {
 	// by unmarshalling the object into a generic map with string keys and checking
 	// that every required field exists as a key in the generic map.
 	requiredProperties := []string{
-		"event",
 		"transform",
 	}
 

@@ -31,6 +31,8 @@ type UpdateSubscription struct {
 	Origin   NullableString       `json:"origin,omitempty"`
 	// A new destination of the same type; omitted `credentials` are kept.
 	Sink NullableSink `json:"sink,omitempty"`
+	// A new transform, for attempts made after the change; `null` removes it.
+	Transform NullableTransform `json:"transform,omitempty"`
 }
 
 // NewUpdateSubscription instantiates a new UpdateSubscription object
@@ -374,6 +376,49 @@ func (o *UpdateSubscription) UnsetSink() {
 	o.Sink.Unset()
 }
 
+// GetTransform returns the Transform field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *UpdateSubscription) GetTransform() Transform {
+	if o == nil || IsNil(o.Transform.Get()) {
+		var ret Transform
+		return ret
+	}
+	return *o.Transform.Get()
+}
+
+// GetTransformOk returns a tuple with the Transform field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *UpdateSubscription) GetTransformOk() (*Transform, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.Transform.Get(), o.Transform.IsSet()
+}
+
+// HasTransform returns a boolean if a field has been set.
+func (o *UpdateSubscription) HasTransform() bool {
+	if o != nil && o.Transform.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetTransform gets a reference to the given NullableTransform and assigns it to the Transform field.
+func (o *UpdateSubscription) SetTransform(v Transform) {
+	o.Transform.Set(&v)
+}
+
+// SetTransformNil sets the value for Transform to be an explicit nil
+func (o *UpdateSubscription) SetTransformNil() {
+	o.Transform.Set(nil)
+}
+
+// UnsetTransform ensures that no value is present for Transform, not even an explicit nil
+func (o *UpdateSubscription) UnsetTransform() {
+	o.Transform.Unset()
+}
+
 func (o UpdateSubscription) MarshalJSON() ([]byte, error) {
 	toSerialize, err := o.ToMap()
 	if err != nil {
@@ -407,6 +452,9 @@ func (o UpdateSubscription) ToMap() (map[string]interface{}, error) {
 	}
 	if o.Sink.IsSet() {
 		toSerialize["sink"] = o.Sink.Get()
+	}
+	if o.Transform.IsSet() {
+		toSerialize["transform"] = o.Transform.Get()
 	}
 	return toSerialize, nil
 }

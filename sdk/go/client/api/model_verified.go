@@ -48,9 +48,11 @@ type Verified struct {
 	// The webhook signing secret: in the creation response only.
 	SigningSecret *string `json:"signing_secret,omitempty"`
 	// The destination without secrets or credentials.
-	Sink              Sink      `json:"sink"`
-	UpdatedAt         time.Time `json:"updated_at"`
-	VerificationError *string   `json:"verification_error,omitempty"`
+	Sink Sink `json:"sink"`
+	// The handler that reshapes each event for the destination, or skips it (push sinks; `null`: events go as they are).
+	Transform         *Transform `json:"transform,omitempty"`
+	UpdatedAt         time.Time  `json:"updated_at"`
+	VerificationError *string    `json:"verification_error,omitempty"`
 	// `pending`, `active` or `failed`.
 	VerificationState string `json:"verification_state"`
 	// In the responses to a creation or a change: what was accepted but looks wrong (an `event_types` pattern that matches no type the catalog knows), never a refusal.
@@ -554,6 +556,38 @@ func (o *Verified) SetSink(v Sink) {
 	o.Sink = v
 }
 
+// GetTransform returns the Transform field value if set, zero value otherwise.
+func (o *Verified) GetTransform() Transform {
+	if o == nil || IsNil(o.Transform) {
+		var ret Transform
+		return ret
+	}
+	return *o.Transform
+}
+
+// GetTransformOk returns a tuple with the Transform field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+func (o *Verified) GetTransformOk() (*Transform, bool) {
+	if o == nil || IsNil(o.Transform) {
+		return nil, false
+	}
+	return o.Transform, true
+}
+
+// HasTransform returns a boolean if a field has been set.
+func (o *Verified) HasTransform() bool {
+	if o != nil && !IsNil(o.Transform) {
+		return true
+	}
+
+	return false
+}
+
+// SetTransform gets a reference to the given Transform and assigns it to the Transform field.
+func (o *Verified) SetTransform(v Transform) {
+	o.Transform = &v
+}
+
 // GetUpdatedAt returns the UpdatedAt field value
 func (o *Verified) GetUpdatedAt() time.Time {
 	if o == nil {
@@ -750,6 +784,9 @@ func (o Verified) ToMap() (map[string]interface{}, error) {
 		toSerialize["signing_secret"] = o.SigningSecret
 	}
 	toSerialize["sink"] = o.Sink
+	if !IsNil(o.Transform) {
+		toSerialize["transform"] = o.Transform
+	}
 	toSerialize["updated_at"] = o.UpdatedAt
 	if !IsNil(o.VerificationError) {
 		toSerialize["verification_error"] = o.VerificationError

@@ -19,6 +19,7 @@ pub struct AttemptView {
     /// The `X-Lerian-Delivery-Id` of the attempt.
     #[serde(rename = "delivery_id")]
     pub delivery_id: uuid::Uuid,
+    /// Why it failed: `<kind>: <reason>`; `transform_failed: …` when the subscription's transform threw, ran out of its budget or answered what cannot be sent.
     #[serde(
         rename = "error",
         default,
@@ -28,7 +29,10 @@ pub struct AttemptView {
     pub error: Option<Option<String>>,
     #[serde(rename = "latency_ms")]
     pub latency_ms: i64,
-    /// `delivered` or `failed`.
+    /// What a failed transform wrote with `console.log` (at most 4 KiB in all).
+    #[serde(rename = "logs", skip_serializing_if = "Option::is_none")]
+    pub logs: Option<Vec<String>>,
+    /// `delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).
     #[serde(rename = "outcome")]
     pub outcome: String,
     /// The start of the destination's answer (at most 4 KiB).
@@ -64,6 +68,7 @@ impl AttemptView {
             delivery_id,
             error: None,
             latency_ms,
+            logs: None,
             outcome,
             response_body: None,
             started_at,

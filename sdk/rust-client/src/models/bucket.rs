@@ -49,11 +49,20 @@ pub struct Bucket {
     /// The minute's start.
     #[serde(rename = "minute")]
     pub minute: chrono::DateTime<chrono::FixedOffset>,
+    /// Deliveries the subscription's transform skipped (not failed, not retried).
+    #[serde(rename = "skipped")]
+    pub skipped: i64,
 }
 
 impl Bucket {
     /// One minute of a subscription's deliveries.
-    pub fn new(dead: i64, delivered: i64, failed: i64, minute: chrono::DateTime<chrono::FixedOffset>) -> Bucket {
-        Bucket { backlog: None, dead, delivered, failed, latency_p50_ms: None, latency_p99_ms: None, minute }
+    pub fn new(
+        dead: i64,
+        delivered: i64,
+        failed: i64,
+        minute: chrono::DateTime<chrono::FixedOffset>,
+        skipped: i64,
+    ) -> Bucket {
+        Bucket { backlog: None, dead, delivered, failed, latency_p50_ms: None, latency_p99_ms: None, minute, skipped }
     }
 }

@@ -61,6 +61,14 @@ pub struct CreateSubscription {
     /// Where events go: one of the sink types, told apart by `type`.
     #[serde(rename = "sink")]
     pub sink: Box<models::Sink>,
+    /// Push sinks: a JavaScript handler that reshapes each event for the destination or skips it (SPEC §10). Code that does not compile is refused with the engine's message and position. Default none.
+    #[serde(
+        rename = "transform",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub transform: Option<Option<Box<models::Transform>>>,
 }
 
 impl CreateSubscription {
@@ -74,6 +82,7 @@ impl CreateSubscription {
             ordering: None,
             origin: None,
             sink: Box::new(sink),
+            transform: None,
         }
     }
 }

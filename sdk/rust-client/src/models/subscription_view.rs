@@ -93,6 +93,14 @@ pub struct SubscriptionView {
     /// The destination without secrets or credentials.
     #[serde(rename = "sink")]
     pub sink: Box<models::Sink>,
+    /// The handler that reshapes each event for the destination, or skips it (push sinks; `null`: events go as they are).
+    #[serde(
+        rename = "transform",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub transform: Option<Option<Box<models::Transform>>>,
     #[serde(rename = "updated_at")]
     pub updated_at: chrono::DateTime<chrono::FixedOffset>,
     #[serde(
@@ -144,6 +152,7 @@ impl SubscriptionView {
             public_key: None,
             signing_secret: None,
             sink: Box::new(sink),
+            transform: None,
             updated_at,
             verification_error: None,
             verification_state,

@@ -58,6 +58,9 @@ pub struct TenantSubscription {
     /// The destination without secrets or credentials.
     #[serde(rename = "sink")]
     pub sink: Box<models::Sink>,
+    /// The handler that reshapes each event for the destination, or skips it (push sinks; `null`: events go as they are).
+    #[serde(rename = "transform", skip_serializing_if = "Option::is_none")]
+    pub transform: Option<Box<models::Transform>>,
     #[serde(rename = "updated_at")]
     pub updated_at: chrono::DateTime<chrono::FixedOffset>,
     #[serde(rename = "verification_error", skip_serializing_if = "Option::is_none")]
@@ -107,6 +110,7 @@ impl TenantSubscription {
             public_key: None,
             signing_secret: None,
             sink: Box::new(sink),
+            transform: None,
             updated_at,
             verification_error: None,
             verification_state,

@@ -11,19 +11,40 @@
 use crate::models;
 use serde::{Deserialize, Serialize};
 
-/// TransformTest : A transform and the event to try it on.
+/// TransformTest : A transform and the event to try it on: one given whole (`event`), or one of the caller's stored events (`event_id`), shown as a delivery to `subscription_id` would show it.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TransformTest {
-    /// What the handler gets: `{\"type\", \"source\", \"subject\", \"id\", \"time\", \"extensions\", \"data\", \"headers\", \"path\"}` (any object is taken as it is).
-    #[serde(rename = "event")]
-    pub event: serde_json::Value,
+    /// What the handler gets: `{\"type\", \"source\", \"subject\", \"id\", \"time\", \"extensions\", \"data\", \"headers\", \"path\"}` (any object is taken as it is). Give this or `event_id`.
+    #[serde(
+        rename = "event",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub event: Option<Option<serde_json::Value>>,
+    /// The `ce-id` of an event in the caller's inbox, given to the handler as a delivery gives it.
+    #[serde(
+        rename = "event_id",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub event_id: Option<Option<uuid::Uuid>>,
+    /// With `event_id`: the subscription whose sink's headers the handler is shown.
+    #[serde(
+        rename = "subscription_id",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub subscription_id: Option<Option<uuid::Uuid>>,
     #[serde(rename = "transform")]
     pub transform: Box<models::Transform>,
 }
 
 impl TransformTest {
-    /// A transform and the event to try it on.
-    pub fn new(event: serde_json::Value, transform: models::Transform) -> TransformTest {
-        TransformTest { event, transform: Box::new(transform) }
+    /// A transform and the event to try it on: one given whole (`event`), or one of the caller's stored events (`event_id`), shown as a delivery to `subscription_id` would show it.
+    pub fn new(transform: models::Transform) -> TransformTest {
+        TransformTest { event: None, event_id: None, subscription_id: None, transform: Box::new(transform) }
     }
 }

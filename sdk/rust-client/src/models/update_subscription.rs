@@ -74,6 +74,14 @@ pub struct UpdateSubscription {
         skip_serializing_if = "Option::is_none"
     )]
     pub sink: Option<Option<Box<models::Sink>>>,
+    /// A new transform, for attempts made after the change; `null` removes it.
+    #[serde(
+        rename = "transform",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub transform: Option<Option<Box<models::Transform>>>,
 }
 
 impl UpdateSubscription {
@@ -88,6 +96,7 @@ impl UpdateSubscription {
             ordering: None,
             origin: None,
             sink: None,
+            transform: None,
         }
     }
 }

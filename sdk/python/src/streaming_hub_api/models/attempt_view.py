@@ -31,13 +31,14 @@ class AttemptView(BaseModel):
     """ # noqa: E501
     attempt: StrictInt
     delivery_id: UUID = Field(description="The `X-Lerian-Delivery-Id` of the attempt.")
-    error: Optional[StrictStr] = None
+    error: Optional[StrictStr] = Field(default=None, description="Why it failed: `<kind>: <reason>`; `transform_failed: …` when the subscription's transform threw, ran out of its budget or answered what cannot be sent.")
     latency_ms: StrictInt
-    outcome: StrictStr = Field(description="`delivered` or `failed`.")
+    logs: Optional[List[StrictStr]] = Field(default=None, description="What a failed transform wrote with `console.log` (at most 4 KiB in all).")
+    outcome: StrictStr = Field(description="`delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).")
     response_body: Optional[StrictStr] = Field(default=None, description="The start of the destination's answer (at most 4 KiB).")
     started_at: datetime
     status_code: Optional[StrictInt] = None
-    __properties: ClassVar[List[str]] = ["attempt", "delivery_id", "error", "latency_ms", "outcome", "response_body", "started_at", "status_code"]
+    __properties: ClassVar[List[str]] = ["attempt", "delivery_id", "error", "latency_ms", "logs", "outcome", "response_body", "started_at", "status_code"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -109,6 +110,7 @@ class AttemptView(BaseModel):
             "delivery_id": obj.get("delivery_id"),
             "error": obj.get("error"),
             "latency_ms": obj.get("latency_ms"),
+            "logs": obj.get("logs"),
             "outcome": obj.get("outcome"),
             "response_body": obj.get("response_body"),
             "started_at": obj.get("started_at"),

@@ -35,7 +35,8 @@ class Bucket(BaseModel):
     latency_p50_ms: Optional[Union[StrictFloat, StrictInt]] = Field(default=None, description="Attempt latency, estimated from fixed buckets; `null` without attempts.")
     latency_p99_ms: Optional[Union[StrictFloat, StrictInt]] = None
     minute: datetime = Field(description="The minute's start.")
-    __properties: ClassVar[List[str]] = ["backlog", "dead", "delivered", "failed", "latency_p50_ms", "latency_p99_ms", "minute"]
+    skipped: StrictInt = Field(description="Deliveries the subscription's transform skipped (not failed, not retried).")
+    __properties: ClassVar[List[str]] = ["backlog", "dead", "delivered", "failed", "latency_p50_ms", "latency_p99_ms", "minute", "skipped"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -109,7 +110,8 @@ class Bucket(BaseModel):
             "failed": obj.get("failed"),
             "latency_p50_ms": obj.get("latency_p50_ms"),
             "latency_p99_ms": obj.get("latency_p99_ms"),
-            "minute": obj.get("minute")
+            "minute": obj.get("minute"),
+            "skipped": obj.get("skipped")
         })
         return _obj
 

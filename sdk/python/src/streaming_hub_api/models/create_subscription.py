@@ -24,6 +24,7 @@ from streaming_hub_api.models.filter import Filter
 from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.ordering_mode import OrderingMode
 from streaming_hub_api.models.sink import Sink
+from streaming_hub_api.models.transform import Transform
 from typing import Optional, Set
 from typing_extensions import Self
 from pydantic_core import to_jsonable_python
@@ -40,7 +41,8 @@ class CreateSubscription(BaseModel):
     ordering: Optional[OrderingMode] = Field(default=None, description="Push sinks: `key` delivers events with the same ordering key (`partitionkey`, else `subject`) one at a time in seq order. Default `none`.")
     origin: Optional[StrictStr] = Field(default=None, description="Only events of this `ce-source` match.")
     sink: Sink = Field(description="Where events go: one of the sink types, told apart by `type`.")
-    __properties: ClassVar[List[str]] = ["enabled", "event_types", "filters", "limits", "name", "ordering", "origin", "sink"]
+    transform: Optional[Transform] = Field(default=None, description="Push sinks: a JavaScript handler that reshapes each event for the destination or skips it (SPEC §10). Code that does not compile is refused with the engine's message and position. Default none.")
+    __properties: ClassVar[List[str]] = ["enabled", "event_types", "filters", "limits", "name", "ordering", "origin", "sink", "transform"]
 
     @field_validator('name', mode="before")
     def name_validate_regular_expression(cls, value):
@@ -100,6 +102,9 @@ class CreateSubscription(BaseModel):
         # override the default output from pydantic by calling `to_dict()` of sink
         if self.sink:
             _dict['sink'] = self.sink.to_dict()
+        # override the default output from pydantic by calling `to_dict()` of transform
+        if self.transform:
+            _dict['transform'] = self.transform.to_dict()
         # set to None if enabled (nullable) is None
         # and model_fields_set contains the field
         if self.enabled is None and "enabled" in self.model_fields_set:
@@ -125,6 +130,11 @@ class CreateSubscription(BaseModel):
         if self.origin is None and "origin" in self.model_fields_set:
             _dict['origin'] = None
 
+        # set to None if transform (nullable) is None
+        # and model_fields_set contains the field
+        if self.transform is None and "transform" in self.model_fields_set:
+            _dict['transform'] = None
+
         return _dict
 
     @classmethod
@@ -144,7 +154,8 @@ class CreateSubscription(BaseModel):
             "name": obj.get("name"),
             "ordering": obj.get("ordering"),
             "origin": obj.get("origin"),
-            "sink": Sink.from_dict(obj["sink"]) if obj.get("sink") is not None else None
+            "sink": Sink.from_dict(obj["sink"]) if obj.get("sink") is not None else None,
+            "transform": Transform.from_dict(obj["transform"]) if obj.get("transform") is not None else None
         })
         return _obj
 

@@ -18,7 +18,8 @@ import re  # noqa: F401
 import json
 
 from pydantic import BaseModel, ConfigDict, Field
-from typing import Any, ClassVar, Dict, List
+from typing import Any, ClassVar, Dict, List, Optional
+from uuid import UUID
 from streaming_hub_api.models.transform import Transform
 from typing import Optional, Set
 from typing_extensions import Self
@@ -26,11 +27,13 @@ from pydantic_core import to_jsonable_python
 
 class TransformTest(BaseModel):
     """
-    A transform and the event to try it on.
+    A transform and the event to try it on: one given whole (`event`), or one of the caller's stored events (`event_id`), shown as a delivery to `subscription_id` would show it.
     """ # noqa: E501
-    event: Dict[str, Any] = Field(description="What the handler gets: `{\"type\", \"source\", \"subject\", \"id\", \"time\", \"extensions\", \"data\", \"headers\", \"path\"}` (any object is taken as it is).")
+    event: Optional[Dict[str, Any]] = Field(default=None, description="What the handler gets: `{\"type\", \"source\", \"subject\", \"id\", \"time\", \"extensions\", \"data\", \"headers\", \"path\"}` (any object is taken as it is). Give this or `event_id`.")
+    event_id: Optional[UUID] = Field(default=None, description="The `ce-id` of an event in the caller's inbox, given to the handler as a delivery gives it.")
+    subscription_id: Optional[UUID] = Field(default=None, description="With `event_id`: the subscription whose sink's headers the handler is shown.")
     transform: Transform
-    __properties: ClassVar[List[str]] = ["event", "transform"]
+    __properties: ClassVar[List[str]] = ["event", "event_id", "subscription_id", "transform"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -74,6 +77,21 @@ class TransformTest(BaseModel):
         # override the default output from pydantic by calling `to_dict()` of transform
         if self.transform:
             _dict['transform'] = self.transform.to_dict()
+        # set to None if event (nullable) is None
+        # and model_fields_set contains the field
+        if self.event is None and "event" in self.model_fields_set:
+            _dict['event'] = None
+
+        # set to None if event_id (nullable) is None
+        # and model_fields_set contains the field
+        if self.event_id is None and "event_id" in self.model_fields_set:
+            _dict['event_id'] = None
+
+        # set to None if subscription_id (nullable) is None
+        # and model_fields_set contains the field
+        if self.subscription_id is None and "subscription_id" in self.model_fields_set:
+            _dict['subscription_id'] = None
+
         return _dict
 
     @classmethod
@@ -87,6 +105,8 @@ class TransformTest(BaseModel):
 
         _obj = cls.model_validate({
             "event": obj.get("event"),
+            "event_id": obj.get("event_id"),
+            "subscription_id": obj.get("subscription_id"),
             "transform": Transform.from_dict(obj["transform"]) if obj.get("transform") is not None else None
         })
         return _obj

@@ -24,6 +24,7 @@ from streaming_hub_api.models.filter import Filter
 from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.ordering_mode import OrderingMode
 from streaming_hub_api.models.sink import Sink
+from streaming_hub_api.models.transform import Transform
 from typing import Optional, Set
 from typing_extensions import Self
 from pydantic_core import to_jsonable_python
@@ -40,7 +41,8 @@ class UpdateSubscription(BaseModel):
     ordering: Optional[OrderingMode] = Field(default=None, description="A new ordering, for deliveries of events ingested after the change.")
     origin: Optional[StrictStr] = None
     sink: Optional[Sink] = Field(default=None, description="A new destination of the same type; omitted `credentials` are kept.")
-    __properties: ClassVar[List[str]] = ["enabled", "event_types", "filters", "limits", "name", "ordering", "origin", "sink"]
+    transform: Optional[Transform] = Field(default=None, description="A new transform, for attempts made after the change; `null` removes it.")
+    __properties: ClassVar[List[str]] = ["enabled", "event_types", "filters", "limits", "name", "ordering", "origin", "sink", "transform"]
 
     @field_validator('name', mode="before")
     def name_validate_regular_expression(cls, value):
@@ -103,6 +105,9 @@ class UpdateSubscription(BaseModel):
         # override the default output from pydantic by calling `to_dict()` of sink
         if self.sink:
             _dict['sink'] = self.sink.to_dict()
+        # override the default output from pydantic by calling `to_dict()` of transform
+        if self.transform:
+            _dict['transform'] = self.transform.to_dict()
         # set to None if enabled (nullable) is None
         # and model_fields_set contains the field
         if self.enabled is None and "enabled" in self.model_fields_set:
@@ -143,6 +148,11 @@ class UpdateSubscription(BaseModel):
         if self.sink is None and "sink" in self.model_fields_set:
             _dict['sink'] = None
 
+        # set to None if transform (nullable) is None
+        # and model_fields_set contains the field
+        if self.transform is None and "transform" in self.model_fields_set:
+            _dict['transform'] = None
+
         return _dict
 
     @classmethod
@@ -162,7 +172,8 @@ class UpdateSubscription(BaseModel):
             "name": obj.get("name"),
             "ordering": obj.get("ordering"),
             "origin": obj.get("origin"),
-            "sink": Sink.from_dict(obj["sink"]) if obj.get("sink") is not None else None
+            "sink": Sink.from_dict(obj["sink"]) if obj.get("sink") is not None else None,
+            "transform": Transform.from_dict(obj["transform"]) if obj.get("transform") is not None else None
         })
         return _obj
 

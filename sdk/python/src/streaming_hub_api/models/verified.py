@@ -27,6 +27,7 @@ from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.ordering_mode import OrderingMode
 from streaming_hub_api.models.replay_view import ReplayView
 from streaming_hub_api.models.sink import Sink
+from streaming_hub_api.models.transform import Transform
 from streaming_hub_api.models.warning import Warning
 from typing import Optional, Set
 from typing_extensions import Self
@@ -53,12 +54,13 @@ class Verified(BaseModel):
     public_key: Optional[StrictStr] = Field(default=None, description="An `ed25519` webhook's public key (`whpk_…`), in the creation response; the secret key never leaves the hub. `GET …/public-keys` lists it again.")
     signing_secret: Optional[StrictStr] = Field(default=None, description="The webhook signing secret: in the creation response only.")
     sink: Sink = Field(description="The destination without secrets or credentials.")
+    transform: Optional[Transform] = Field(default=None, description="The handler that reshapes each event for the destination, or skips it (push sinks; `null`: events go as they are).")
     updated_at: datetime
     verification_error: Optional[StrictStr] = None
     verification_state: StrictStr = Field(description="`pending`, `active` or `failed`.")
     warnings: Optional[List[Warning]] = Field(default=None, description="In the responses to a creation or a change: what was accepted but looks wrong (an `event_types` pattern that matches no type the catalog knows), never a refusal.")
     replay: Optional[ReplayView] = Field(default=None, description="The replay `replay_since_disabled` started.")
-    __properties: ClassVar[List[str]] = ["allowed_rate", "created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "limits", "name", "ordering", "origin", "public_key", "signing_secret", "sink", "updated_at", "verification_error", "verification_state", "warnings", "replay"]
+    __properties: ClassVar[List[str]] = ["allowed_rate", "created_at", "credentials_set", "disabled_at", "disabled_reason", "enabled", "event_types", "filters", "health", "id", "limits", "name", "ordering", "origin", "public_key", "signing_secret", "sink", "transform", "updated_at", "verification_error", "verification_state", "warnings", "replay"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -114,6 +116,9 @@ class Verified(BaseModel):
         # override the default output from pydantic by calling `to_dict()` of sink
         if self.sink:
             _dict['sink'] = self.sink.to_dict()
+        # override the default output from pydantic by calling `to_dict()` of transform
+        if self.transform:
+            _dict['transform'] = self.transform.to_dict()
         # override the default output from pydantic by calling `to_dict()` of each item in warnings (list)
         _items = []
         if self.warnings:
@@ -157,6 +162,7 @@ class Verified(BaseModel):
             "public_key": obj.get("public_key"),
             "signing_secret": obj.get("signing_secret"),
             "sink": Sink.from_dict(obj["sink"]) if obj.get("sink") is not None else None,
+            "transform": Transform.from_dict(obj["transform"]) if obj.get("transform") is not None else None,
             "updated_at": obj.get("updated_at"),
             "verification_error": obj.get("verification_error"),
             "verification_state": obj.get("verification_state"),

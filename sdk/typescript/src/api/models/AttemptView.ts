@@ -28,7 +28,8 @@ export interface AttemptView {
      */
     deliveryId: string;
     /**
-     * 
+     * Why it failed: `<kind>: <reason>`; `transform_failed: …` when the subscription's
+     * transform threw, ran out of its budget or answered what cannot be sent.
      */
     error?: string | null;
     /**
@@ -36,7 +37,11 @@ export interface AttemptView {
      */
     latencyMs: number;
     /**
-     * `delivered` or `failed`.
+     * What a failed transform wrote with `console.log` (at most 4 KiB in all).
+     */
+    logs?: Array<string>;
+    /**
+     * `delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).
      */
     outcome: string;
     /**
@@ -79,6 +84,7 @@ export function AttemptViewFromJSONTyped(json: any, ignoreDiscriminator: boolean
         'deliveryId': json['delivery_id'],
         'error': json['error'] === undefined ? undefined : json['error'] === null ? null : json['error'],
         'latencyMs': json['latency_ms'],
+        'logs': json['logs'] == null ? undefined : json['logs'],
         'outcome': json['outcome'],
         'responseBody': json['response_body'] === undefined ? undefined : json['response_body'] === null ? null : json['response_body'],
         'startedAt': (json['started_at'] == null ? json['started_at'] : parseDateTime(json['started_at'])),
@@ -101,6 +107,7 @@ export function AttemptViewToJSONTyped(value?: AttemptView | null, ignoreDiscrim
         'delivery_id': value['deliveryId'],
         'error': value['error'],
         'latency_ms': value['latencyMs'],
+        'logs': value['logs'],
         'outcome': value['outcome'],
         'response_body': value['responseBody'],
         'started_at': value['startedAt'] == null ? value['startedAt'] : serializeDateTime(value['startedAt']),

@@ -48,6 +48,10 @@ export interface Bucket {
      * The minute's start.
      */
     minute: Date;
+    /**
+     * Deliveries the subscription's transform skipped (not failed, not retried).
+     */
+    skipped: number;
 }
 
 /**
@@ -58,6 +62,7 @@ export function instanceOfBucket(value: object): value is Bucket {
     if (!('delivered' in value) || value['delivered'] === undefined) return false;
     if (!('failed' in value) || value['failed'] === undefined) return false;
     if (!('minute' in value) || value['minute'] === undefined) return false;
+    if (!('skipped' in value) || value['skipped'] === undefined) return false;
     return true;
 }
 
@@ -78,6 +83,7 @@ export function BucketFromJSONTyped(json: any, ignoreDiscriminator: boolean): Bu
         'latencyP50Ms': json['latency_p50_ms'] === undefined ? undefined : json['latency_p50_ms'] === null ? null : json['latency_p50_ms'],
         'latencyP99Ms': json['latency_p99_ms'] === undefined ? undefined : json['latency_p99_ms'] === null ? null : json['latency_p99_ms'],
         'minute': (json['minute'] == null ? json['minute'] : parseDateTime(json['minute'])),
+        'skipped': json['skipped'],
     };
 }
 
@@ -99,6 +105,7 @@ export function BucketToJSONTyped(value?: Bucket | null, ignoreDiscriminator: bo
         'latency_p50_ms': value['latencyP50Ms'],
         'latency_p99_ms': value['latencyP99Ms'],
         'minute': value['minute'] == null ? value['minute'] : serializeDateTime(value['minute']),
+        'skipped': value['skipped'],
     };
 }
 

@@ -41,6 +41,13 @@ import {
     FilterToJSON,
     FilterToJSONTyped,
 } from './Filter';
+import type { Transform } from './Transform';
+import {
+    TransformFromJSON,
+    TransformFromJSONTyped,
+    TransformToJSON,
+    TransformToJSONTyped,
+} from './Transform';
 
 /**
  * 
@@ -83,6 +90,12 @@ export interface CreateSubscription {
      * Where events go: one of the sink types, told apart by `type`.
      */
     sink: Sink;
+    /**
+     * Push sinks: a JavaScript handler that reshapes each event for the destination or skips
+     * it (SPEC §10). Code that does not compile is refused with the engine's message and
+     * position. Default none.
+     */
+    transform?: Transform | null;
 }
 
 
@@ -115,6 +128,7 @@ export function CreateSubscriptionFromJSONTyped(json: any, ignoreDiscriminator: 
         'ordering': json['ordering'] === undefined ? undefined : json['ordering'] === null ? null : OrderingModeFromJSON(json['ordering']),
         'origin': json['origin'] === undefined ? undefined : json['origin'] === null ? null : json['origin'],
         'sink': SinkFromJSON(json['sink']),
+        'transform': json['transform'] === undefined ? undefined : json['transform'] === null ? null : TransformFromJSON(json['transform']),
     };
 }
 
@@ -137,6 +151,7 @@ export function CreateSubscriptionToJSONTyped(value?: CreateSubscription | null,
         'ordering': OrderingModeToJSON(value['ordering']),
         'origin': value['origin'],
         'sink': SinkToJSON(value['sink']),
+        'transform': TransformToJSON(value['transform']),
     };
 }
 

@@ -55,6 +55,13 @@ import {
     HealthToJSON,
     HealthToJSONTyped,
 } from './Health';
+import type { Transform } from './Transform';
+import {
+    TransformFromJSON,
+    TransformFromJSONTyped,
+    TransformToJSON,
+    TransformToJSONTyped,
+} from './Transform';
 
 /**
  * A subscription as the API shows it: never a stored secret or credential.
@@ -137,6 +144,11 @@ export interface SubscriptionView {
      */
     sink: Sink;
     /**
+     * The handler that reshapes each event for the destination, or skips it (push sinks;
+     * `null`: events go as they are).
+     */
+    transform?: Transform | null;
+    /**
      * 
      */
     updatedAt: Date;
@@ -203,6 +215,7 @@ export function SubscriptionViewFromJSONTyped(json: any, ignoreDiscriminator: bo
         'publicKey': json['public_key'] === undefined ? undefined : json['public_key'] === null ? null : json['public_key'],
         'signingSecret': json['signing_secret'] === undefined ? undefined : json['signing_secret'] === null ? null : json['signing_secret'],
         'sink': SinkFromJSON(json['sink']),
+        'transform': json['transform'] === undefined ? undefined : json['transform'] === null ? null : TransformFromJSON(json['transform']),
         'updatedAt': (json['updated_at'] == null ? json['updated_at'] : parseDateTime(json['updated_at'])),
         'verificationError': json['verification_error'] === undefined ? undefined : json['verification_error'] === null ? null : json['verification_error'],
         'verificationState': json['verification_state'],
@@ -238,6 +251,7 @@ export function SubscriptionViewToJSONTyped(value?: SubscriptionView | null, ign
         'public_key': value['publicKey'],
         'signing_secret': value['signingSecret'],
         'sink': SinkToJSON(value['sink']),
+        'transform': TransformToJSON(value['transform']),
         'updated_at': value['updatedAt'] == null ? value['updatedAt'] : serializeDateTime(value['updatedAt']),
         'verification_error': value['verificationError'],
         'verification_state': value['verificationState'],

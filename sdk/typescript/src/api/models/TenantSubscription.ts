@@ -55,6 +55,13 @@ import {
     HealthToJSON,
     HealthToJSONTyped,
 } from './Health';
+import type { Transform } from './Transform';
+import {
+    TransformFromJSON,
+    TransformFromJSONTyped,
+    TransformToJSON,
+    TransformToJSONTyped,
+} from './Transform';
 
 /**
  * A subscription with its tenant.
@@ -137,6 +144,11 @@ export interface TenantSubscription {
      */
     sink: Sink;
     /**
+     * The handler that reshapes each event for the destination, or skips it (push sinks;
+     * `null`: events go as they are).
+     */
+    transform?: Transform;
+    /**
      * 
      */
     updatedAt: Date;
@@ -208,6 +220,7 @@ export function TenantSubscriptionFromJSONTyped(json: any, ignoreDiscriminator: 
         'publicKey': json['public_key'] == null ? undefined : json['public_key'],
         'signingSecret': json['signing_secret'] == null ? undefined : json['signing_secret'],
         'sink': SinkFromJSON(json['sink']),
+        'transform': json['transform'] == null ? undefined : TransformFromJSON(json['transform']),
         'updatedAt': (json['updated_at'] == null ? json['updated_at'] : parseDateTime(json['updated_at'])),
         'verificationError': json['verification_error'] == null ? undefined : json['verification_error'],
         'verificationState': json['verification_state'],
@@ -244,6 +257,7 @@ export function TenantSubscriptionToJSONTyped(value?: TenantSubscription | null,
         'public_key': value['publicKey'],
         'signing_secret': value['signingSecret'],
         'sink': SinkToJSON(value['sink']),
+        'transform': TransformToJSON(value['transform']),
         'updated_at': value['updatedAt'] == null ? value['updatedAt'] : serializeDateTime(value['updatedAt']),
         'verification_error': value['verificationError'],
         'verification_state': value['verificationState'],

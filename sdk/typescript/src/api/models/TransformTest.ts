@@ -22,16 +22,25 @@ import {
 } from './Transform';
 
 /**
- * A transform and the event to try it on.
+ * A transform and the event to try it on: one given whole (`event`), or one of the caller's
+ * stored events (`event_id`), shown as a delivery to `subscription_id` would show it.
  * @export
  * @interface TransformTest
  */
 export interface TransformTest {
     /**
      * What the handler gets: `{"type", "source", "subject", "id", "time", "extensions", "data",
-     * "headers", "path"}` (any object is taken as it is).
+     * "headers", "path"}` (any object is taken as it is). Give this or `event_id`.
      */
-    event: object;
+    event?: object | null;
+    /**
+     * The `ce-id` of an event in the caller's inbox, given to the handler as a delivery gives it.
+     */
+    eventId?: string | null;
+    /**
+     * With `event_id`: the subscription whose sink's headers the handler is shown.
+     */
+    subscriptionId?: string | null;
     /**
      * 
      */
@@ -42,7 +51,6 @@ export interface TransformTest {
  * Check if a given object implements the TransformTest interface.
  */
 export function instanceOfTransformTest(value: object): value is TransformTest {
-    if (!('event' in value) || value['event'] === undefined) return false;
     if (!('transform' in value) || value['transform'] === undefined) return false;
     return true;
 }
@@ -57,7 +65,9 @@ export function TransformTestFromJSONTyped(json: any, ignoreDiscriminator: boole
     }
     return {
         
-        'event': json['event'],
+        'event': json['event'] === undefined ? undefined : json['event'] === null ? null : json['event'],
+        'eventId': json['event_id'] === undefined ? undefined : json['event_id'] === null ? null : json['event_id'],
+        'subscriptionId': json['subscription_id'] === undefined ? undefined : json['subscription_id'] === null ? null : json['subscription_id'],
         'transform': TransformFromJSON(json['transform']),
     };
 }
@@ -74,6 +84,8 @@ export function TransformTestToJSONTyped(value?: TransformTest | null, ignoreDis
     return {
         
         'event': value['event'],
+        'event_id': value['eventId'],
+        'subscription_id': value['subscriptionId'],
         'transform': TransformToJSON(value['transform']),
     };
 }

@@ -41,6 +41,13 @@ import {
     FilterToJSON,
     FilterToJSONTyped,
 } from './Filter';
+import type { Transform } from './Transform';
+import {
+    TransformFromJSON,
+    TransformFromJSONTyped,
+    TransformToJSON,
+    TransformToJSONTyped,
+} from './Transform';
 
 /**
  * Fields a `PATCH` may change; `origin: null` removes the origin, a `sink` replaces the
@@ -81,6 +88,10 @@ export interface UpdateSubscription {
      * A new destination of the same type; omitted `credentials` are kept.
      */
     sink?: Sink | null;
+    /**
+     * A new transform, for attempts made after the change; `null` removes it.
+     */
+    transform?: Transform | null;
 }
 
 
@@ -110,6 +121,7 @@ export function UpdateSubscriptionFromJSONTyped(json: any, ignoreDiscriminator: 
         'ordering': json['ordering'] === undefined ? undefined : json['ordering'] === null ? null : OrderingModeFromJSON(json['ordering']),
         'origin': json['origin'] === undefined ? undefined : json['origin'] === null ? null : json['origin'],
         'sink': json['sink'] === undefined ? undefined : json['sink'] === null ? null : SinkFromJSON(json['sink']),
+        'transform': json['transform'] === undefined ? undefined : json['transform'] === null ? null : TransformFromJSON(json['transform']),
     };
 }
 
@@ -132,6 +144,7 @@ export function UpdateSubscriptionToJSONTyped(value?: UpdateSubscription | null,
         'ordering': OrderingModeToJSON(value['ordering']),
         'origin': value['origin'],
         'sink': SinkToJSON(value['sink']),
+        'transform': TransformToJSON(value['transform']),
     };
 }
 

@@ -55,6 +55,13 @@ import {
     HealthToJSON,
     HealthToJSONTyped,
 } from './Health';
+import type { Transform } from './Transform';
+import {
+    TransformFromJSON,
+    TransformFromJSONTyped,
+    TransformToJSON,
+    TransformToJSONTyped,
+} from './Transform';
 import type { ReplayView } from './ReplayView';
 import {
     ReplayViewFromJSON,
@@ -144,6 +151,11 @@ export interface Verified {
      */
     sink: Sink;
     /**
+     * The handler that reshapes each event for the destination, or skips it (push sinks;
+     * `null`: events go as they are).
+     */
+    transform?: Transform;
+    /**
      * 
      */
     updatedAt: Date;
@@ -214,6 +226,7 @@ export function VerifiedFromJSONTyped(json: any, ignoreDiscriminator: boolean): 
         'publicKey': json['public_key'] == null ? undefined : json['public_key'],
         'signingSecret': json['signing_secret'] == null ? undefined : json['signing_secret'],
         'sink': SinkFromJSON(json['sink']),
+        'transform': json['transform'] == null ? undefined : TransformFromJSON(json['transform']),
         'updatedAt': (json['updated_at'] == null ? json['updated_at'] : parseDateTime(json['updated_at'])),
         'verificationError': json['verification_error'] == null ? undefined : json['verification_error'],
         'verificationState': json['verification_state'],
@@ -250,6 +263,7 @@ export function VerifiedToJSONTyped(value?: Verified | null, ignoreDiscriminator
         'public_key': value['publicKey'],
         'signing_secret': value['signingSecret'],
         'sink': SinkToJSON(value['sink']),
+        'transform': TransformToJSON(value['transform']),
         'updated_at': value['updatedAt'] == null ? value['updatedAt'] : serializeDateTime(value['updatedAt']),
         'verification_error': value['verificationError'],
         'verification_state': value['verificationState'],
