@@ -449,6 +449,67 @@ function filtersBlock(sub) {
   );
 }
 
+const TRANSFORM_TEMPLATE = `function handler(event) {
+  // Change event.data, event.headers or event.path (webhooks); return null to skip the event.
+  return event;
+}
+`;
+
+/**
+ * A push subscription's transform: edited here, tried against the latest event of its types (as
+ * a delivery to it would show it), saved or removed.
+ */
+function transformBlock(sub) {
+  if (sub.sink.type === "pull") return null;
+  const code = h("textarea", {
+    id: "transform-code", testid: "transform-code", rows: 10, spellcheck: "false", "aria-describedby": "transform-help",
+    readonly: readOnly(),
+  });
+  code.value = sub.transform ? sub.transform.code : TRANSFORM_TEMPLATE;
+  const result = h("pre", { testid: "transform-result", "aria-live": "polite" });
+  const transform = () => ({ language: "javascript", code: code.value });
+  const run = h("button", { type: "button", testid: "transform-run", onclick: async () => {
+    result.textContent = "Running…";
+    try {
+      const r = await api("/v1/transforms/test", {
+        method: "POST",
+        body: { transform: transform(), subscription_id: sub.id, latest: true },
+      });
+      const lines = [];
+      if (r.error) lines.push(`Error: ${r.error}`);
+      else if (r.output === null) lines.push("Skipped: the handler returned null, so this event would not be sent.");
+      else lines.push(JSON.stringify(r.output, null, 2));
+      if (r.logs.length) lines.push("", "console.log:", ...r.logs);
+      lines.push("", `${r.duration_us} µs`);
+      result.textContent = lines.join("\n");
+    } catch (e) {
+      result.textContent = e.message;
+    }
+  } }, "Run against the latest event of its types");
+  const save = h("button", { type: "button", testid: "transform-save", onclick: () => act(async () => {
+    await api(`/v1/subscriptions/${sub.id}`, { method: "PATCH", body: { transform: transform() } });
+    return `${sub.name}: transform saved.`;
+  }) }, "Save");
+  const remove = sub.transform
+    ? h("button", { type: "button", class: "danger", testid: "transform-remove", onclick: () => act(async () => {
+      await api(`/v1/subscriptions/${sub.id}`, { method: "PATCH", body: { transform: null } });
+      return `${sub.name}: transform removed.`;
+    }) }, "Remove")
+    : null;
+  return h(
+    "section",
+    { "aria-label": "Transform", testid: "transform" },
+    h("h2", {}, "Transform"),
+    h("p", { id: "transform-help" }, sub.transform
+      ? "Each event goes through this handler before it is sent; the hub signs what it sends after it."
+      : "No transform: events go as they are. Write a handler, try it, then save it."),
+    h("label", { for: "transform-code" }, "JavaScript handler"),
+    code,
+    h("p", { class: "actions" }, run, " ", readOnly() ? null : save, " ", readOnly() ? null : remove),
+    result,
+  );
+}
+
 /** For a subscription ordered by key: the keys waiting behind an earlier delivery, oldest first. */
 function blockedKeysBlock(sub, ordering) {
   if (sub.ordering !== "key") {
@@ -706,6 +767,7 @@ async function subscriptionView(id) {
     sub.sink.type === "pull" ? null : await statsBlock(sub, "1h"),
     destinationBlock(sub),
     filtersBlock(sub),
+    transformBlock(sub),
     blockedKeysBlock(sub, ordering),
     readOnly() ? null : replayForm(sub),
     readOnly() ? null : editor,

@@ -23,6 +23,8 @@ pub struct EventQuery {
     pub until: Option<DateTime<Utc>>,
     /// Leave the bodies out (each event's `payload` empty): for readers that judge attributes only.
     pub without_payload: bool,
+    /// The newest first (seq descending), for "the latest event of a type"; oldest first otherwise.
+    pub newest_first: bool,
 }
 
 /// One event read from a pull stream, at its position in the stream (the cursor's unit: the

@@ -54,7 +54,8 @@ impl Inbox for PgStore {
         if let Some(until) = q.until {
             sql.push(" AND received_at < ").push_bind(until);
         }
-        sql.push(" ORDER BY seq LIMIT ").push_bind(i64::from(q.limit));
+        sql.push(if q.newest_first { " ORDER BY seq DESC LIMIT " } else { " ORDER BY seq LIMIT " })
+            .push_bind(i64::from(q.limit));
         // Planned for its values every time (an unnamed statement): the generic plan a prepared
         // one falls back to after five runs estimates a time window as a few rows, reads it
         // through `received_at` and sorts, 200 ms a page of a million-event day, where the

@@ -53,7 +53,8 @@ impl Inbox for SqliteStore {
         if let Some(until) = q.until {
             sql.push(" AND received_at < ").push_bind(micros(until));
         }
-        sql.push(" ORDER BY seq LIMIT ").push_bind(i64::from(q.limit));
+        sql.push(if q.newest_first { " ORDER BY seq DESC LIMIT " } else { " ORDER BY seq LIMIT " })
+            .push_bind(i64::from(q.limit));
         sql.build().fetch_all(&self.reader).await?.iter().map(event_from_row).collect()
     }
 

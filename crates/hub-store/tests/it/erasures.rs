@@ -35,6 +35,11 @@ pub async fn an_erasure_is_leased_applied_once_and_forgets_its_match(db: &TestDb
     assert_eq!(taken_over.map(|e| e.id), Some(id), "an expired lease is taken over");
 
     let events = s.list_events("t1", &EventQuery { after: 0, limit: 10, ..EventQuery::default() }).await.expect("list");
+    let newest = EventQuery { after: 0, limit: 2, newest_first: true, ..EventQuery::default() };
+    let newest: Vec<i64> = s.list_events("t1", &newest).await.expect("list").iter().map(|e| e.seq).collect();
+    let mut all: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    all.reverse();
+    assert_eq!(newest, all[..2], "the newest first, when asked");
     // Read without bodies, a page is the same but for them.
     let lean = s
         .list_events("t1", &EventQuery { after: 0, limit: 10, without_payload: true, ..EventQuery::default() })

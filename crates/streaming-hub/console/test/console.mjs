@@ -357,6 +357,26 @@ try {
   assert.match(await noticeText(page), /dead-lettered deliveries are pending again/);
   step("deliveries with attempts; redrive");
 
+  // A transform: tried against the latest event of its types, refused when it throws, saved, removed.
+  await page.getByTestId("transform-code").fill("function handler(e) { console.log('seen', e.type); e.data = { mapped: true }; return e; }");
+  await page.getByTestId("transform-run").click();
+  await page.getByTestId("transform-result").getByText(/"mapped": true/).waitFor();
+  const tried = await page.getByTestId("transform-result").textContent();
+  assert.match(tried, /"x-lerian-event-id"/, "shown the headers the webhook would send");
+  assert.match(tried, /console\.log:\s*seen /);
+  await page.getByTestId("transform-code").fill("function handler(e) { throw new Error('nope'); }");
+  await page.getByTestId("transform-run").click();
+  await page.getByTestId("transform-result").getByText(/Error: the handler threw: nope/).waitFor();
+  await page.getByTestId("transform-code").fill("function handler(e) { return e; }");
+  await page.getByTestId("transform-save").click();
+  assert.match(await noticeText(page), /transform saved/);
+  assert.equal(await page.getByTestId("transform-code").inputValue(), "function handler(e) { return e; }");
+  await audit(page, "a subscription with its transform");
+  await page.getByTestId("transform-remove").click();
+  assert.match(await noticeText(page), /transform removed/);
+  assert.equal(await page.getByTestId("transform-remove").count(), 0);
+  step("a transform tried against the latest event of its types, saved and removed");
+
   await page.getByTestId("replay-from-seq").fill("1");
   await page.getByTestId("replay-submit").click();
   assert.match(await noticeText(page), /Replay .* started/);

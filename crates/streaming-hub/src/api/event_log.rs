@@ -162,8 +162,7 @@ pub async fn list(
         source: params.source,
         since,
         until,
-        without_payload: false,
-        before: None,
+        ..EventQuery::default()
     };
     let events = state.store.list_events(caller.tenant.as_str(), &query).await?;
     let next_cursor = (events.len() as u32 >= limit).then(|| events.last().map(|e| e.seq)).flatten();

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use hub_store::StoredEvent;
+
 use super::AppState;
 use super::auth::TenantCaller;
 use super::error::{ApiError, ErrorBody, Json};
@@ -89,40 +91,75 @@ pub struct TransformTest {
     pub event: Option<Value>,
     /// The `ce-id` of an event in the caller's inbox, given to the handler as a delivery gives it.
     pub event_id: Option<uuid::Uuid>,
-    /// With `event_id`: the subscription whose sink's headers the handler is shown.
+    /// With `event_id` or `latest`: the subscription whose sink's headers the handler is shown.
     pub subscription_id: Option<uuid::Uuid>,
+    /// With `subscription_id`: the latest event in the caller's inbox of the subscription's event
+    /// types (and origin), in place of `event` or `event_id`.
+    #[serde(default)]
+    pub latest: bool,
+}
+
+/// The newest event of `sub`'s types (and origin) in the tenant's inbox.
+async fn latest_of(state: &AppState, sub: &hub_store::SubscriptionRecord) -> Result<Option<StoredEvent>, ApiError> {
+    let mut newest: Option<StoredEvent> = None;
+    for pattern in &sub.event_types {
+        let Ok(pattern) = hub_core::EventPattern::parse(pattern) else { continue };
+        let query = hub_store::EventQuery {
+            limit: 1,
+            newest_first: true,
+            resource_type: pattern.resource().map(str::to_owned),
+            event_type: pattern.event().map(str::to_owned),
+            source: sub.origin.clone(),
+            ..hub_store::EventQuery::default()
+        };
+        if let Some(e) = state.store.list_events(&sub.tenant_id, &query).await?.pop()
+            && newest.as_ref().is_none_or(|n| e.seq > n.seq)
+        {
+            newest = Some(e);
+        }
+    }
+    Ok(newest)
 }
 
 /// The event a try runs on: given whole, or a stored one as its delivery would show it.
 async fn event_of(state: &AppState, caller: &TenantCaller, req: &TransformTest) -> Result<Value, ApiError> {
-    let id = match (&req.event, req.event_id) {
-        (Some(event), None) if event.is_object() => {
-            if req.subscription_id.is_some() {
-                return Err(ApiError::validation("subscription_id", "goes with event_id, not with event"));
-            }
-            return Ok(event.clone());
-        }
-        (Some(_), None) => return Err(ApiError::validation("event", "must be an object")),
-        (None, Some(id)) => id,
-        _ => return Err(ApiError::validation("event", "give either event or event_id")),
-    };
     let tenant = caller.tenant.as_str();
-    let Some(event) = state.store.event_by_ce_id(tenant, id).await? else {
-        return Err(ApiError::validation("event_id", "no event with this id is in your inbox"));
+    let sub = match req.subscription_id {
+        None => None,
+        Some(_) if req.event.is_some() => {
+            return Err(ApiError::validation("subscription_id", "goes with event_id or latest, not with event"));
+        }
+        Some(id) => match state.store.subscription(tenant, id).await? {
+            Some(sub) => Some(sub),
+            None => return Err(ApiError::validation("subscription_id", "no such subscription")),
+        },
     };
-    let headers = match req.subscription_id {
+    let event = match (&req.event, req.event_id, req.latest, &sub) {
+        (Some(event), None, false, _) if event.is_object() => return Ok(event.clone()),
+        (Some(_), None, false, _) => return Err(ApiError::validation("event", "must be an object")),
+        (None, Some(id), false, _) => match state.store.event_by_ce_id(tenant, id).await? {
+            Some(event) => event,
+            None => return Err(ApiError::validation("event_id", "no event with this id is in your inbox")),
+        },
+        (None, None, true, Some(sub)) => match latest_of(state, sub).await? {
+            Some(event) => event,
+            None => {
+                return Err(ApiError::validation("latest", "no event of this subscription's types is in your inbox"));
+            }
+        },
+        (None, None, true, None) => return Err(ApiError::validation("latest", "needs subscription_id")),
+        _ => return Err(ApiError::validation("event", "give one of event, event_id or latest")),
+    };
+    let headers = match &sub {
         None => Vec::new(),
-        Some(sub_id) => {
-            let Some(sub) = state.store.subscription(tenant, sub_id).await? else {
-                return Err(ApiError::validation("subscription_id", "no such subscription"));
-            };
+        Some(sub) => {
             let destination =
-                crate::delivery::targets::destination(&sub).map_err(|e| ApiError::validation("subscription_id", e))?;
+                crate::delivery::targets::destination(sub).map_err(|e| ApiError::validation("subscription_id", e))?;
             let key = match sub.ordering {
                 hub_core::Ordering::Key => hub_core::routing::ordering_key(&event),
                 hub_core::Ordering::None => None,
             };
-            let message = crate::delivery::targets::message(&event, &sub, key.as_deref(), 1, uuid::Uuid::now_v7());
+            let message = crate::delivery::targets::message(&event, sub, key.as_deref(), 1, uuid::Uuid::now_v7());
             state.sinks.headers(&destination, &message)
         }
     };

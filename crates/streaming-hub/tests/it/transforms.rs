@@ -138,6 +138,19 @@ async fn a_webhook_gets_what_its_transform_makes_signed_after_it(backend: Backen
     assert_eq!(tried["output"]["headers"]["x-lerian-event-id"], sent.id().to_string(), "the sink's headers shown");
     assert_eq!(tried["output"]["headers"]["content-type"], "application/json");
     assert_eq!(tried["logs"], json!([format!("mapping {}", sent.id())]));
+    let (status, latest) = hub
+        .post_json(
+            &key,
+            "/v1/transforms/test",
+            &json!({"transform": transform(MAPPING), "latest": true, "subscription_id": id}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{latest}");
+    assert_eq!(latest["output"]["id"], after.id().to_string(), "the latest event of the subscription's types");
+    let (status, alone) =
+        hub.post_json(&key, "/v1/transforms/test", &json!({"transform": transform(MAPPING), "latest": true})).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(alone["message"].as_str().unwrap_or_default().starts_with("latest:"), "{alone}");
     let (status, other) = hub
         .post_json(
             &hub.tenant_key("t2").await,
