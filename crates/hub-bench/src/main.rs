@@ -17,6 +17,7 @@ mod scenarios;
 mod sinks;
 mod slow;
 mod stats;
+mod transform;
 
 use std::process::ExitCode;
 
@@ -192,6 +193,16 @@ enum BenchScenario {
     /// What authenticating to a receiver costs a delivery: one webhook signed only, with HTTP
     /// Basic, an OAuth2 bearer token, TLS to a private CA, and mutual TLS, a fresh hub each.
     AuthCost {
+        #[arg(long, default_value_t = 4_000, value_parser = at_least_one)]
+        events: usize,
+        #[arg(long, default_value_t = 32, value_parser = at_least_one)]
+        producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// What a transform costs a delivery: one webhook over TLS with no transform, a trivial one and
+    /// a realistic field mapping, a fresh hub each.
+    TransformCost {
         #[arg(long, default_value_t = 4_000, value_parser = at_least_one)]
         events: usize,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
@@ -395,6 +406,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::AuthCost { events, producers, json } => {
             auth::auth_cost(events, producers, &json_path(json, "auth-cost")).await
+        }
+        BenchScenario::TransformCost { events, producers, json } => {
+            transform::transform_cost(events, producers, &json_path(json, "transform-cost")).await
         }
         BenchScenario::Hanging { subscriptions, flood, rate, json } => {
             slow::hanging(subscriptions, flood, rate, &json_path(json, "hanging")).await

@@ -131,7 +131,29 @@ pub fn run(code: &str, event: &Json, limits: &Limits) -> Run {
     thread_local! {
         static KEPT: RefCell<Cache> = RefCell::new(Cache::new(CACHE_BYTES));
     }
-    KEPT.with(|cache| cache.borrow_mut().run(&Code::new("", code), event, limits))
+    KEPT.with(|cache| cache.borrow_mut().run(&Code::new("", code), &Input::from(event), limits))
+}
+
+/// The event a handler is given, as JSON text (what the engine parses): made once by the caller,
+/// with no tree of values in between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input(String);
+
+impl Input {
+    /// JSON text of an object; the engine refuses anything else as a thrown error.
+    pub fn from_text(text: String) -> Self {
+        Self(text)
+    }
+
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&Json> for Input {
+    fn from(event: &Json) -> Self {
+        Self(event.to_string())
+    }
 }
 
 /// A code and who owns it, as a cache knows it: its key is computed once, not per run. Two owners
@@ -212,7 +234,7 @@ impl Cache {
     }
 
     /// Runs `code`'s handler on `event` within `limits`, on its kept runtime (made when missing).
-    pub fn run(&mut self, code: &Code, event: &Json, limits: &Limits) -> Run {
+    pub fn run(&mut self, code: &Code, event: &Input, limits: &Limits) -> Run {
         let started = Instant::now();
         self.tick += 1;
         // A runtime made under another memory limit is made again.
@@ -270,7 +292,7 @@ pub struct Pool {
 
 struct Job {
     code: Code,
-    event: Json,
+    event: Input,
     reply: tokio::sync::oneshot::Sender<Run>,
 }
 
@@ -308,7 +330,7 @@ impl Pool {
     }
 
     /// Runs `code` on `event` on the next free thread.
-    pub async fn run(&self, code: Code, event: Json) -> Run {
+    pub async fn run(&self, code: Code, event: Input) -> Run {
         let started = Instant::now();
         let (reply, answer) = tokio::sync::oneshot::channel();
         let stopped = || Run { output: Err(Failure::Stopped), logs: Vec::new(), duration: started.elapsed() };
@@ -321,7 +343,7 @@ impl Pool {
 
 /// Runs `code` once on `event` in a runtime of its own, kept by no cache: for code tried once
 /// (`POST /v1/transforms/test`), which must neither pay for a cache key nor stay in memory.
-pub fn run_once(code: &str, event: &Json, limits: &Limits) -> Run {
+pub fn run_once(code: &str, event: &Input, limits: &Limits) -> Run {
     let started = Instant::now();
     match Sandbox::new(code, limits) {
         Ok(sandbox) => {
@@ -443,7 +465,7 @@ impl Sandbox {
         self.deadline.store(until.as_nanos() as u64, Ordering::Relaxed);
     }
 
-    fn call(&self, event: &Json, limits: &Limits) -> (Result<Output, Failure>, Vec<String>) {
+    fn call(&self, event: &Input, limits: &Limits) -> (Result<Output, Failure>, Vec<String>) {
         self.logs.borrow_mut().clear();
         self.arm(limits);
         let output = self.context.with(|ctx| {
@@ -478,11 +500,11 @@ enum CallError<'js> {
 }
 
 /// The handler called on the event.
-fn call_handler<'js>(ctx: &Ctx<'js>, event: &Json) -> Result<Output, CallError<'js>> {
+fn call_handler<'js>(ctx: &Ctx<'js>, event: &Input) -> Result<Output, CallError<'js>> {
     let engine = |e: rquickjs::Error| CallError::Caught(CaughtError::Error(e));
     let invalid = |m: &str| CallError::Answer(Failure::Invalid(m.to_owned()));
     let handler: Function = ctx.globals().get("handler").map_err(engine)?;
-    let input: Value = ctx.json_parse(event.to_string()).catch(ctx).map_err(CallError::Caught)?;
+    let input: Value = ctx.json_parse(event.text()).catch(ctx).map_err(CallError::Caught)?;
     let answer: Value = handler.call((input,)).catch(ctx).map_err(CallError::Caught)?;
     if answer.is_null() {
         return Ok(Output::Skip);

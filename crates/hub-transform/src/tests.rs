@@ -8,6 +8,10 @@ fn event() -> Json {
            "extensions": {}, "data": {"amount": 100, "customer": {"name": "Ana"}}, "headers": {}, "path": ""})
 }
 
+fn input() -> Input {
+    Input::from(&event())
+}
+
 fn limits() -> Limits {
     Limits { cpu: Duration::from_millis(50), memory: 8 << 20 }
 }
@@ -56,9 +60,9 @@ fn logs_are_captured_and_bounded() {
     let again = super::run("function handler(e) { return e; }", &event(), &limits());
     assert!(again.logs.is_empty());
     // Run once, uncached, the same.
-    let once = run_once("function handler(e) { console.log('once'); return null; }", &event(), &limits());
+    let once = run_once("function handler(e) { console.log('once'); return null; }", &input(), &limits());
     assert_eq!((once.output, once.logs), (Ok(Output::Skip), vec!["once".to_owned()]));
-    let refused = run_once("function handler(e) {", &event(), &limits());
+    let refused = run_once("function handler(e) {", &input(), &limits());
     assert!(matches!(refused.output, Err(Failure::Compile(_))), "{:?}", refused.output);
 }
 
@@ -143,7 +147,7 @@ fn an_import_is_refused_and_its_runtime_is_freed_cleanly() {
     let code = "function handler(e) { import('fs'); return e; }";
     assert_eq!(answered(out(code)), event());
     let sandbox = Sandbox::new(code, &limits()).expect("compiles");
-    let (answer, _) = sandbox.call(&event(), &limits());
+    let (answer, _) = sandbox.call(&input(), &limits());
     assert_eq!(answered(answer), event());
     drop(sandbox);
     // A promise is not an event.
@@ -162,9 +166,9 @@ fn a_cache_keeps_within_its_bytes_and_never_shares_a_runtime_between_owners() {
     };
     let a = Code::new("subscription-a", counting);
     let b = Code::new("subscription-b", counting);
-    assert_eq!(seen(cache.run(&a, &event(), &limits)), 1);
-    assert_eq!(seen(cache.run(&a, &event(), &limits)), 2, "a code's runtime is reused");
-    assert_eq!(seen(cache.run(&b, &event(), &limits)), 1, "another owner's same code has a runtime of its own");
+    assert_eq!(seen(cache.run(&a, &input(), &limits)), 1);
+    assert_eq!(seen(cache.run(&a, &input(), &limits)), 2, "a code's runtime is reused");
+    assert_eq!(seen(cache.run(&b, &input(), &limits)), 1, "another owner's same code has a runtime of its own");
     assert_eq!(cache.len(), 2);
     let one = cache.bytes() / 2;
     assert!(one > 0);
@@ -173,24 +177,24 @@ fn a_cache_keeps_within_its_bytes_and_never_shares_a_runtime_between_owners() {
     let mut small = Cache::new(one * 3 + one / 2);
     let codes: Vec<Code> = (0..5).map(|i| Code::new(&format!("s{i}"), counting)).collect();
     for code in &codes[..3] {
-        seen(small.run(code, &event(), &limits));
+        seen(small.run(code, &input(), &limits));
     }
-    seen(small.run(&codes[0], &event(), &limits));
+    seen(small.run(&codes[0], &input(), &limits));
     for code in &codes[3..] {
-        seen(small.run(code, &event(), &limits));
+        seen(small.run(code, &input(), &limits));
     }
     assert!(small.len() <= 3 && small.bytes() <= one * 3 + one / 2, "{small:?}");
-    assert_eq!(seen(small.run(&codes[0], &event(), &limits)), 3, "the most recently used stayed");
-    assert_eq!(seen(small.run(&codes[1], &event(), &limits)), 1, "the least recently used was dropped");
+    assert_eq!(seen(small.run(&codes[0], &input(), &limits)), 3, "the most recently used stayed");
+    assert_eq!(seen(small.run(&codes[1], &input(), &limits)), 1, "the least recently used was dropped");
 
     // A runtime that ran out of its budget is made again.
     let endless = Code::new(
         "s",
         "var seen = 0; function handler(e) { seen += 1; if (seen == 2) for(;;){} e.data = {seen}; return e; }",
     );
-    assert_eq!(seen(cache.run(&endless, &event(), &limits)), 1);
-    assert!(matches!(cache.run(&endless, &event(), &limits).output, Err(Failure::Cpu(_))));
-    assert_eq!(seen(cache.run(&endless, &event(), &limits)), 1, "a fresh runtime after the budget ran out");
+    assert_eq!(seen(cache.run(&endless, &input(), &limits)), 1);
+    assert!(matches!(cache.run(&endless, &input(), &limits).output, Err(Failure::Cpu(_))));
+    assert_eq!(seen(cache.run(&endless, &input(), &limits)), 1, "a fresh runtime after the budget ran out");
 }
 
 #[test]
@@ -200,10 +204,10 @@ fn a_pool_runs_on_threads_of_its_own() {
     rt.block_on(async {
         let code = Code::new("s", "function handler(e) { e.data = {thread: 1}; return e; }");
         for _ in 0..20 {
-            let run = pool.run(code.clone(), event()).await;
+            let run = pool.run(code.clone(), input()).await;
             assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
         }
         let endless = Code::new("t", "function handler(e) { for(;;){} }");
-        assert!(matches!(pool.run(endless, event()).await.output, Err(Failure::Cpu(_))));
+        assert!(matches!(pool.run(endless, input()).await.output, Err(Failure::Cpu(_))));
     });
 }

@@ -122,7 +122,11 @@ async fn latest_of(state: &AppState, sub: &hub_store::SubscriptionRecord) -> Res
 }
 
 /// The event a try runs on: given whole, or a stored one as its delivery would show it.
-async fn event_of(state: &AppState, caller: &TenantCaller, req: &TransformTest) -> Result<Value, ApiError> {
+async fn event_of(
+    state: &AppState,
+    caller: &TenantCaller,
+    req: &TransformTest,
+) -> Result<hub_transform::Input, ApiError> {
     let tenant = caller.tenant.as_str();
     let sub = match req.subscription_id {
         None => None,
@@ -135,7 +139,7 @@ async fn event_of(state: &AppState, caller: &TenantCaller, req: &TransformTest) 
         },
     };
     let event = match (&req.event, req.event_id, req.latest, &sub) {
-        (Some(event), None, false, _) if event.is_object() => return Ok(event.clone()),
+        (Some(event), None, false, _) if event.is_object() => return Ok(hub_transform::Input::from(event)),
         (Some(_), None, false, _) => return Err(ApiError::validation("event", "must be an object")),
         (None, Some(id), false, _) => match state.store.event_by_ce_id(tenant, id).await? {
             Some(event) => event,

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 
 use hub_core::envelope::is_json_media_type;
 use hub_store::StoredEvent;
-use hub_transform::Answer;
+use hub_transform::{Answer, Input};
+use serde_json::Value as Json;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value as Json};
 
 /// Headers a transform may never change: the hub signs and frames what it sends after the
 /// transform, and authenticates on its own.
@@ -47,34 +47,68 @@ fn content_type(event: &StoredEvent) -> &str {
     event.data_content_type.as_deref().unwrap_or("application/json")
 }
 
-/// The event's data as the handler sees it: JSON when its body is JSON, else the body in base64.
-fn data_of(event: &StoredEvent) -> (Json, bool) {
-    if is_json_media_type(content_type(event))
-        && let Ok(data) = serde_json::from_slice::<Json>(&event.payload)
-    {
-        return (data, true);
-    }
-    (Json::String(hub_sinks::message::b64(&event.payload)), false)
+/// Whether the handler sees the body as JSON: a JSON media type and a body that parses.
+fn body_is_json(event: &StoredEvent) -> bool {
+    is_json_media_type(content_type(event)) && serde_json::from_slice::<&RawValue>(&event.payload).is_ok()
 }
 
-/// The event a handler is given: its attributes, its data, and `headers`, what the sink would send
-/// (names in lower case).
-pub fn input(event: &StoredEvent, headers: &[(String, String)]) -> Json {
-    let mut shown = Map::new();
-    for (name, value) in headers {
-        shown.insert(name.to_ascii_lowercase(), Json::String(value.clone()));
+/// `value` as a JSON string, appended to `out`.
+fn push_str(out: &mut String, value: &str) {
+    // Writing a string to a `String` cannot fail.
+    out.push_str(&serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_owned()));
+}
+
+/// The event a handler is given: its attributes, its data (the body as it is when it is JSON,
+/// else the body in base64), and `headers`, what the sink would send (names in lower case). Made
+/// as JSON text at once: the body is spliced in, never parsed into values and written again.
+pub fn input(event: &StoredEvent, headers: &[(String, String)]) -> Input {
+    let mut out = String::with_capacity(event.payload.len() + 512);
+    let id = event.ce_id.to_string();
+    let attributes = [
+        ("type", Some(event.ce_type.as_str())),
+        ("source", Some(event.source.as_str())),
+        ("subject", event.subject.as_deref()),
+        ("id", Some(id.as_str())),
+        ("time", Some(event.event_time.as_str())),
+    ];
+    for (n, (name, value)) in attributes.into_iter().enumerate() {
+        out.push_str(if n == 0 { "{\"" } else { ",\"" });
+        out.push_str(name);
+        out.push_str("\":");
+        match value {
+            Some(v) => push_str(&mut out, v),
+            None => out.push_str("null"),
+        }
     }
-    serde_json::json!({
-        "type": event.ce_type,
-        "source": event.source,
-        "subject": event.subject,
-        "id": event.ce_id.to_string(),
-        "time": event.event_time,
-        "extensions": event.extensions,
-        "data": data_of(event).0,
-        "headers": shown,
-        "path": "",
-    })
+    out.push_str(",\"extensions\":{");
+    for (n, (name, value)) in event.extensions.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        push_str(&mut out, name);
+        out.push(':');
+        push_str(&mut out, value);
+    }
+    out.push_str("},\"data\":");
+    match std::str::from_utf8(&event.payload) {
+        Ok(text) if body_is_json(event) => out.push_str(text),
+        _ => push_str(&mut out, &hub_sinks::message::b64(&event.payload)),
+    }
+    out.push_str(",\"headers\":{");
+    let mut named = std::collections::BTreeMap::new();
+    for (name, value) in headers {
+        named.insert(name.to_ascii_lowercase(), value.as_str());
+    }
+    for (n, (name, value)) in named.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        push_str(&mut out, name);
+        out.push(':');
+        push_str(&mut out, value);
+    }
+    out.push_str("},\"path\":\"\"}");
+    Input::from_text(out)
 }
 
 /// What the handler's `answer` makes of `event`, whose sink would send `shown`; the reason when it
@@ -131,7 +165,7 @@ pub fn shape(answer: &Answer, event: &StoredEvent, shown: &[(String, String)]) -
     let Some(data) = fields.get("data") else {
         return Err("the answer has no data: set data (null for an empty JSON body)".into());
     };
-    let (_, was_json) = data_of(event);
+    let was_json = body_is_json(event);
     let text = data.get();
     let body = if text.starts_with('"') && !is_json_media_type(&media_type) {
         let text: String = serde_json::from_str(text).map_err(|e| e.to_string())?;
@@ -198,6 +232,11 @@ mod tests {
         }
     }
 
+    /// The input as the handler parses it.
+    fn given(e: &StoredEvent, shown: &[(String, String)]) -> Json {
+        serde_json::from_str(input(e, shown).text()).expect("the input is JSON")
+    }
+
     fn reply(answer: &Json) -> Answer {
         Answer::from_text(answer.to_string())
     }
@@ -213,20 +252,30 @@ mod tests {
     #[test]
     fn the_input_holds_the_attributes_the_data_and_the_headers() {
         let e = event(None, br#"{"amount": 100}"#);
-        let i = input(&e, &shown());
+        let i: Json = serde_json::from_str(input(&e, &shown()).text()).expect("the input is JSON");
         assert_eq!(i["data"], json!({"amount": 100}));
         assert_eq!(i["headers"]["x-lerian-event-id"], "e1");
         assert_eq!(i["type"], e.ce_type);
         assert_eq!(i["id"], e.ce_id.to_string());
         assert_eq!(i["path"], "");
         let binary = event(Some("application/octet-stream"), &[0, 159, 146, 150]);
-        assert_eq!(input(&binary, &[])["data"], "AJ+Slg==");
+        let i: Json = serde_json::from_str(input(&binary, &[]).text()).expect("json");
+        assert_eq!(i["data"], "AJ+Slg==");
+        let mut odd = event(None, "{\"ünï\": \"\\u0000\\\"\"}".as_bytes());
+        odd.subject = Some("quote \" and \\ and \n".into());
+        odd.extensions.insert("partitionkey".into(), "k\"1".into());
+        let i: Json = serde_json::from_str(input(&odd, &[("X-A".into(), "\"".into())]).text()).expect("escaped");
+        assert_eq!(
+            (i["subject"].as_str(), i["extensions"]["partitionkey"].as_str()),
+            (odd.subject.as_deref(), Some("k\"1"))
+        );
+        assert_eq!((i["data"]["ünï"].as_str(), i["headers"]["x-a"].as_str()), (Some("\u{0}\""), Some("\"")));
     }
 
     #[test]
     fn an_answer_becomes_a_body_headers_and_a_path() {
         let e = event(None, br#"{"amount": 100}"#);
-        let mut answer = input(&e, &shown());
+        let mut answer = given(&e, &shown());
         answer["data"] = json!({"value": 100});
         answer["headers"]["x-team"] = json!("risk");
         answer["path"] = json!("/loans/42");
@@ -242,7 +291,7 @@ mod tests {
         assert_eq!((s.body.as_slice(), s.content_type.as_str()), (&b"loan 42 approved"[..], "text/plain"));
         // A binary event left as it was goes as it came.
         let binary = event(Some("application/octet-stream"), &[0, 159, 146, 150]);
-        let s = shape(&reply(&input(&binary, &[])), &binary, &[]).expect("shaped");
+        let s = shape(&reply(&given(&binary, &[])), &binary, &[]).expect("shaped");
         assert_eq!(s.body, vec![0, 159, 146, 150]);
     }
 
@@ -250,7 +299,7 @@ mod tests {
     fn what_the_hub_sets_cannot_be_changed_and_bad_answers_are_named() {
         let e = event(None, b"{}");
         let refused = |change: Json| {
-            let mut answer = input(&e, &shown());
+            let mut answer = given(&e, &shown());
             for (k, v) in change.as_object().expect("object") {
                 answer[k] = v.clone();
             }
@@ -265,15 +314,15 @@ mod tests {
         assert!(refused(json!({"path": "/../admin"})).contains(".."));
         assert!(refused(json!({"path": "/a?token=1"})).contains("no query"));
         assert!(refused(json!({"path": 7})).contains("string"));
-        let mut answer = input(&e, &shown());
+        let mut answer = given(&e, &shown());
         answer.as_object_mut().expect("object").remove("data");
         assert!(shape(&reply(&answer), &e, &shown()).expect_err("no data").contains("no data"));
         // The same value is no change.
-        let mut same = input(&e, &shown());
+        let mut same = given(&e, &shown());
         same["headers"]["ce-id"] = json!("e1");
         assert!(shape(&reply(&same), &e, &shown()).expect("same").headers.is_empty());
         let binary = event(Some("application/octet-stream"), &[1, 2]);
-        let mut answer = input(&binary, &[]);
+        let mut answer = given(&binary, &[]);
         answer["data"] = json!("not base64!");
         assert!(shape(&reply(&answer), &binary, &[]).expect_err("base64").contains("base64"));
     }
@@ -302,6 +351,32 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Whatever the event holds (any text in its attributes, extensions and headers, any
+        /// bytes as its body), the handler's input is JSON holding exactly those values.
+        #[test]
+        fn the_input_is_json_whatever_the_event_holds(
+            subject in proptest::option::of(".{0,16}"),
+            ext in ".{0,12}",
+            header in ".{0,12}",
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            json_body in proptest::prelude::any::<bool>(),
+        ) {
+            let payload = if json_body { serde_json::to_vec(&json!({"t": String::from_utf8_lossy(&body)})).expect("json") } else { body };
+            let mut e = event(None, &payload);
+            e.subject = subject.clone();
+            e.extensions.insert("x".into(), ext.clone());
+            let i: Json = serde_json::from_str(input(&e, &[("X-H".into(), header.clone())]).text()).expect("the input is JSON");
+            proptest::prop_assert_eq!(i["subject"].as_str(), subject.as_deref());
+            proptest::prop_assert_eq!(i["extensions"]["x"].as_str(), Some(ext.as_str()));
+            proptest::prop_assert_eq!(i["headers"]["x-h"].as_str(), Some(header.as_str()));
+            if json_body {
+                proptest::prop_assert_eq!(i["data"].clone(), serde_json::from_slice::<Json>(&payload).expect("json"));
+            } else if serde_json::from_slice::<&RawValue>(&payload).is_err() {
+                let encoded = hub_sinks::message::b64(&payload);
+                proptest::prop_assert_eq!(i["data"].as_str(), Some(encoded.as_str()));
+            }
+        }
 
         /// Whatever a handler answers (any JSON, or any text), shaping never panics, and what it
         /// lets through never changes what the hub sets nor climbs out of the destination's path.

@@ -342,7 +342,16 @@ async fn a_topic_created_after_start_is_consumed() {
     let record = Record::event("latecomer", 1, "t1");
     produce(&peer.producer(), std::slice::from_ref(&record)).await;
     let id: uuid::Uuid = record.id().parse().expect("uuid");
-    until("the late topic's event", async || hub.store.event_by_ce_id("t1", id).await.expect("read")).await;
+    let end = tokio::time::Instant::now() + WAIT;
+    while hub.store.event_by_ce_id("t1", id).await.expect("read").is_none() {
+        // A failure says what the broker saw of the hub's consumer group.
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the late topic's event was not stored: {}",
+            peer.describe(GROUP, "lerian.streaming.latecomer")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Events of tenant `t1`, `per_partition` (ten unless said) on each partition of a fresh

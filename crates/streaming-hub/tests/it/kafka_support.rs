@@ -112,6 +112,42 @@ impl KafkaPeer {
             .collect()
     }
 
+    /// What the broker says of `group` and of `topic`: the group's state and each member's
+    /// assignment size, and each partition's high watermark; for a test that waited in vain.
+    pub fn describe(&self, group: &str, topic: &str) -> String {
+        let consumer = self.inspector("describe");
+        let timeout = Duration::from_secs(5);
+        let groups = match consumer.fetch_group_list(Some(group), timeout) {
+            Ok(list) => list
+                .groups()
+                .iter()
+                .map(|g| {
+                    let members: Vec<String> = g
+                        .members()
+                        .iter()
+                        .map(|m| {
+                            format!("{} ({} bytes assigned)", m.client_id(), m.assignment().map_or(0, <[u8]>::len))
+                        })
+                        .collect();
+                    format!("group {} {} {}: {members:?}", g.name(), g.state(), g.protocol())
+                })
+                .collect::<Vec<_>>()
+                .join("; "),
+            Err(e) => format!("group list: {e}"),
+        };
+        let marks = match consumer.fetch_metadata(Some(topic), timeout) {
+            Ok(m) => m
+                .topics()
+                .iter()
+                .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+                .map(|p| format!("{p}: {:?}", consumer.fetch_watermarks(topic, p, timeout)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Err(e) => format!("metadata: {e}"),
+        };
+        format!("{groups}; {topic} watermarks {marks}")
+    }
+
     /// Polls until the group has committed each partition up to `ends` (the offset after the
     /// partition's last record, which a test knows from what it produced).
     pub async fn wait_committed(&self, group: &str, topic: &str, ends: &[i64], deadline: Duration) {
