@@ -58,6 +58,20 @@ fn push_str(out: &mut String, value: &str) {
     out.push_str(&serde_json::to_string(value).unwrap_or_else(|_| "\"\"".to_owned()));
 }
 
+/// A JSON object of these string members, appended to `out`.
+fn push_object<'a>(out: &mut String, members: impl Iterator<Item = (&'a str, &'a str)>) {
+    out.push('{');
+    for (n, (name, value)) in members.enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        push_str(out, name);
+        out.push(':');
+        push_str(out, value);
+    }
+    out.push('}');
+}
+
 /// The event a handler is given: its attributes, its data (the body as it is when it is JSON,
 /// else the body in base64), and `headers`, what the sink would send (names in lower case). Made
 /// as JSON text at once: the body is spliced in, never parsed into values and written again.
@@ -80,34 +94,18 @@ pub fn input(event: &StoredEvent, headers: &[(String, String)]) -> Input {
             None => out.push_str("null"),
         }
     }
-    out.push_str(",\"extensions\":{");
-    for (n, (name, value)) in event.extensions.iter().enumerate() {
-        if n > 0 {
-            out.push(',');
-        }
-        push_str(&mut out, name);
-        out.push(':');
-        push_str(&mut out, value);
-    }
-    out.push_str("},\"data\":");
+    out.push_str(",\"extensions\":");
+    push_object(&mut out, event.extensions.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    out.push_str(",\"data\":");
     match std::str::from_utf8(&event.payload) {
         Ok(text) if body_is_json(event) => out.push_str(text),
         _ => push_str(&mut out, &hub_sinks::message::b64(&event.payload)),
     }
-    out.push_str(",\"headers\":{");
-    let mut named = std::collections::BTreeMap::new();
-    for (name, value) in headers {
-        named.insert(name.to_ascii_lowercase(), value.as_str());
-    }
-    for (n, (name, value)) in named.iter().enumerate() {
-        if n > 0 {
-            out.push(',');
-        }
-        push_str(&mut out, name);
-        out.push(':');
-        push_str(&mut out, value);
-    }
-    out.push_str("},\"path\":\"\"}");
+    out.push_str(",\"headers\":");
+    let named: std::collections::BTreeMap<String, &str> =
+        headers.iter().map(|(name, value)| (name.to_ascii_lowercase(), value.as_str())).collect();
+    push_object(&mut out, named.iter().map(|(k, v)| (k.as_str(), *v)));
+    out.push_str(",\"path\":\"\"}");
     Input::from_text(out)
 }
 
