@@ -25,7 +25,9 @@ type TransformTest struct {
 	Event map[string]interface{} `json:"event,omitempty"`
 	// The `ce-id` of an event in the caller's inbox, given to the handler as a delivery gives it.
 	EventId NullableString `json:"event_id,omitempty"`
-	// With `event_id`: the subscription whose sink's headers the handler is shown.
+	// With `subscription_id`: the latest event in the caller's inbox of the subscription's event types (and origin), in place of `event` or `event_id`.
+	Latest *bool `json:"latest,omitempty"`
+	// With `event_id` or `latest`: the subscription whose sink's headers the handler is shown.
 	SubscriptionId NullableString `json:"subscription_id,omitempty"`
 	Transform      Transform      `json:"transform"`
 }
@@ -126,6 +128,38 @@ func (o *TransformTest) UnsetEventId() {
 	o.EventId.Unset()
 }
 
+// GetLatest returns the Latest field value if set, zero value otherwise.
+func (o *TransformTest) GetLatest() bool {
+	if o == nil || IsNil(o.Latest) {
+		var ret bool
+		return ret
+	}
+	return *o.Latest
+}
+
+// GetLatestOk returns a tuple with the Latest field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+func (o *TransformTest) GetLatestOk() (*bool, bool) {
+	if o == nil || IsNil(o.Latest) {
+		return nil, false
+	}
+	return o.Latest, true
+}
+
+// HasLatest returns a boolean if a field has been set.
+func (o *TransformTest) HasLatest() bool {
+	if o != nil && !IsNil(o.Latest) {
+		return true
+	}
+
+	return false
+}
+
+// SetLatest gets a reference to the given bool and assigns it to the Latest field.
+func (o *TransformTest) SetLatest(v bool) {
+	o.Latest = &v
+}
+
 // GetSubscriptionId returns the SubscriptionId field value if set, zero value otherwise (both if not set or set to explicit null).
 func (o *TransformTest) GetSubscriptionId() string {
 	if o == nil || IsNil(o.SubscriptionId.Get()) {
@@ -208,6 +242,9 @@ func (o TransformTest) ToMap() (map[string]interface{}, error) {
 	}
 	if o.EventId.IsSet() {
 		toSerialize["event_id"] = o.EventId.Get()
+	}
+	if !IsNil(o.Latest) {
+		toSerialize["latest"] = o.Latest
 	}
 	if o.SubscriptionId.IsSet() {
 		toSerialize["subscription_id"] = o.SubscriptionId.Get()

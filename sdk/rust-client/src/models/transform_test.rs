@@ -30,7 +30,10 @@ pub struct TransformTest {
         skip_serializing_if = "Option::is_none"
     )]
     pub event_id: Option<Option<uuid::Uuid>>,
-    /// With `event_id`: the subscription whose sink's headers the handler is shown.
+    /// With `subscription_id`: the latest event in the caller's inbox of the subscription's event types (and origin), in place of `event` or `event_id`.
+    #[serde(rename = "latest", skip_serializing_if = "Option::is_none")]
+    pub latest: Option<bool>,
+    /// With `event_id` or `latest`: the subscription whose sink's headers the handler is shown.
     #[serde(
         rename = "subscription_id",
         default,
@@ -45,6 +48,12 @@ pub struct TransformTest {
 impl TransformTest {
     /// A transform and the event to try it on: one given whole (`event`), or one of the caller's stored events (`event_id`), shown as a delivery to `subscription_id` would show it.
     pub fn new(transform: models::Transform) -> TransformTest {
-        TransformTest { event: None, event_id: None, subscription_id: None, transform: Box::new(transform) }
+        TransformTest {
+            event: None,
+            event_id: None,
+            latest: None,
+            subscription_id: None,
+            transform: Box::new(transform),
+        }
     }
 }

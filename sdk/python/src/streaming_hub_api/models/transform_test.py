@@ -17,7 +17,7 @@ import pprint
 import re  # noqa: F401
 import json
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 from typing import Any, ClassVar, Dict, List, Optional
 from uuid import UUID
 from streaming_hub_api.models.transform import Transform
@@ -31,9 +31,10 @@ class TransformTest(BaseModel):
     """ # noqa: E501
     event: Optional[Dict[str, Any]] = Field(default=None, description="What the handler gets: `{\"type\", \"source\", \"subject\", \"id\", \"time\", \"extensions\", \"data\", \"headers\", \"path\"}` (any object is taken as it is). Give this or `event_id`.")
     event_id: Optional[UUID] = Field(default=None, description="The `ce-id` of an event in the caller's inbox, given to the handler as a delivery gives it.")
-    subscription_id: Optional[UUID] = Field(default=None, description="With `event_id`: the subscription whose sink's headers the handler is shown.")
+    latest: Optional[StrictBool] = Field(default=None, description="With `subscription_id`: the latest event in the caller's inbox of the subscription's event types (and origin), in place of `event` or `event_id`.")
+    subscription_id: Optional[UUID] = Field(default=None, description="With `event_id` or `latest`: the subscription whose sink's headers the handler is shown.")
     transform: Transform
-    __properties: ClassVar[List[str]] = ["event", "event_id", "subscription_id", "transform"]
+    __properties: ClassVar[List[str]] = ["event", "event_id", "latest", "subscription_id", "transform"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -106,6 +107,7 @@ class TransformTest(BaseModel):
         _obj = cls.model_validate({
             "event": obj.get("event"),
             "event_id": obj.get("event_id"),
+            "latest": obj.get("latest"),
             "subscription_id": obj.get("subscription_id"),
             "transform": Transform.from_dict(obj["transform"]) if obj.get("transform") is not None else None
         })

@@ -38,7 +38,12 @@ export interface TransformTest {
      */
     eventId?: string | null;
     /**
-     * With `event_id`: the subscription whose sink's headers the handler is shown.
+     * With `subscription_id`: the latest event in the caller's inbox of the subscription's event
+     * types (and origin), in place of `event` or `event_id`.
+     */
+    latest?: boolean;
+    /**
+     * With `event_id` or `latest`: the subscription whose sink's headers the handler is shown.
      */
     subscriptionId?: string | null;
     /**
@@ -67,6 +72,7 @@ export function TransformTestFromJSONTyped(json: any, ignoreDiscriminator: boole
         
         'event': json['event'] === undefined ? undefined : json['event'] === null ? null : json['event'],
         'eventId': json['event_id'] === undefined ? undefined : json['event_id'] === null ? null : json['event_id'],
+        'latest': json['latest'] == null ? undefined : json['latest'],
         'subscriptionId': json['subscription_id'] === undefined ? undefined : json['subscription_id'] === null ? null : json['subscription_id'],
         'transform': TransformFromJSON(json['transform']),
     };
@@ -85,6 +91,7 @@ export function TransformTestToJSONTyped(value?: TransformTest | null, ignoreDis
         
         'event': value['event'],
         'event_id': value['eventId'],
+        'latest': value['latest'],
         'subscription_id': value['subscriptionId'],
         'transform': TransformToJSON(value['transform']),
     };
