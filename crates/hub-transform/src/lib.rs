@@ -282,12 +282,80 @@ impl Cache {
 }
 
 /// Threads of their own that run transforms, each with its [`Cache`]: what the dispatcher awaits,
-/// so no transform runs on the threads that serve HTTP or read Kafka. Runs queue for the next free
-/// thread; each is bounded by its CPU budget, so none holds a thread long.
+/// so no transform runs on the threads that serve HTTP or read Kafka. Runs wait in one queue per
+/// tenant and free threads take them from the tenants in turn, so a tenant whose handlers spend
+/// their whole budget on many events delays another tenant's next run by at most one run per
+/// thread, not by its whole backlog. Each run is bounded by its CPU budget.
 #[derive(Debug, Clone)]
 pub struct Pool {
-    queue: tokio::sync::mpsc::Sender<Job>,
+    shared: Arc<Shared>,
+    /// Closes the queue when the last clone of the pool is dropped (the threads then end).
+    _closer: Arc<Closer>,
     limits: Limits,
+}
+
+/// Runs waiting, by tenant, and the tenants in the order their turns come.
+#[derive(Default)]
+struct Queue {
+    turns: std::collections::VecDeque<String>,
+    waiting: HashMap<String, std::collections::VecDeque<Job>>,
+    closed: bool,
+}
+
+impl Queue {
+    fn push(&mut self, tenant: &str, job: Job) {
+        let waiting = self.waiting.entry(tenant.to_owned()).or_default();
+        if waiting.is_empty() {
+            self.turns.push_back(tenant.to_owned());
+        }
+        waiting.push_back(job);
+    }
+
+    /// The next tenant's oldest run; that tenant goes to the back of the turns if it has more.
+    fn pop(&mut self) -> Option<Job> {
+        let tenant = self.turns.pop_front()?;
+        let waiting = self.waiting.get_mut(&tenant)?;
+        let job = waiting.pop_front();
+        if waiting.is_empty() {
+            self.waiting.remove(&tenant);
+        } else {
+            self.turns.push_back(tenant);
+        }
+        job
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    queue: std::sync::Mutex<Queue>,
+    ready: std::sync::Condvar,
+}
+
+impl Shared {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+struct Closer(Arc<Shared>);
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        self.0.queue().closed = true;
+        self.0.ready.notify_all();
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Closer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Closer").finish_non_exhaustive()
+    }
 }
 
 struct Job {
@@ -296,48 +364,55 @@ struct Job {
     reply: tokio::sync::oneshot::Sender<Run>,
 }
 
-impl std::fmt::Debug for Job {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").finish_non_exhaustive()
-    }
-}
-
 impl Pool {
     /// Starts `threads` threads (at least one) that run within `limits`, each keeping at most
     /// `cache_bytes` of compiled runtimes. They end when the last clone of the pool is dropped.
     pub fn new(threads: usize, limits: Limits, cache_bytes: usize) -> std::io::Result<Self> {
-        let threads = threads.max(1);
-        let (queue, jobs) = tokio::sync::mpsc::channel::<Job>(threads * 64);
-        let jobs = Arc::new(std::sync::Mutex::new(jobs));
-        for i in 0..threads {
-            let jobs = Arc::clone(&jobs);
+        let shared = Arc::new(Shared::default());
+        for i in 0..threads.max(1) {
+            let shared = Arc::clone(&shared);
             std::thread::Builder::new().name(format!("transform-{i}")).spawn(move || {
                 let mut cache = Cache::new(cache_bytes);
                 loop {
-                    // One thread waits on the queue at a time; the others wait for the lock.
-                    let job = jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).blocking_recv();
-                    let Some(job) = job else { return };
+                    let job = {
+                        let mut queue = shared.queue();
+                        loop {
+                            if let Some(job) = queue.pop() {
+                                break job;
+                            }
+                            if queue.closed {
+                                return;
+                            }
+                            queue = shared.ready.wait(queue).unwrap_or_else(std::sync::PoisonError::into_inner);
+                        }
+                    };
                     let run = cache.run(&job.code, &job.event, &limits);
                     let _ = job.reply.send(run);
                 }
             })?;
         }
-        Ok(Self { queue, limits })
+        let closer = Arc::new(Closer(Arc::clone(&shared)));
+        Ok(Self { shared, _closer: closer, limits })
     }
 
     pub fn limits(&self) -> Limits {
         self.limits
     }
 
-    /// Runs `code` on `event` on the next free thread.
-    pub async fn run(&self, code: Code, event: Input) -> Run {
+    /// Runs `code` of `tenant` on `event` when a thread is free and the tenant's turn comes.
+    pub async fn run(&self, tenant: &str, code: Code, event: Input) -> Run {
         let started = Instant::now();
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let stopped = || Run { output: Err(Failure::Stopped), logs: Vec::new(), duration: started.elapsed() };
-        if self.queue.send(Job { code, event, reply }).await.is_err() {
-            return stopped();
+        {
+            let mut queue = self.shared.queue();
+            queue.push(tenant, Job { code, event, reply });
         }
-        answer.await.unwrap_or_else(|_| stopped())
+        self.shared.ready.notify_one();
+        answer.await.unwrap_or_else(|_| Run {
+            output: Err(Failure::Stopped),
+            logs: Vec::new(),
+            duration: started.elapsed(),
+        })
     }
 }
 

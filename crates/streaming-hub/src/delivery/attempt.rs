@@ -252,7 +252,7 @@ impl Dispatcher {
             (_, None) => return Err(transform_failure("transformations do not run in this process".into(), &[])),
         };
         let shown = self.sinks.headers(destination, message);
-        let run = pool.run(code.clone(), transform::input(event, &shown)).await;
+        let run = pool.run(&event.tenant_id, code.clone(), transform::input(event, &shown)).await;
         metrics::histogram!(metric::TRANSFORM_SECONDS).record(run.duration.as_secs_f64());
         let result = match run.output {
             Ok(hub_transform::Output::Skip) => Ok(None),
