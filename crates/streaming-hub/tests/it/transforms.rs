@@ -483,3 +483,53 @@ async fn hostile_handlers_fail_alone_and_leave_the_hubs_memory_bounded() {
     // 9 MiB of growth).
     assert!(grown < 64 << 20, "the hub grew by {} MiB", grown >> 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sqs_queue_gets_the_new_body_and_attributes() {
+    use crate::sinks::{KEY, SECRET, aws_endpoint, sdk};
+    let sqs = aws_sdk_sqs::Client::new(&sdk().await);
+    let name = format!("sh-e2e-{}", uuid::Uuid::now_v7().simple());
+    let created = sqs.create_queue().queue_name(&name).send().await.expect("the AWS emulator is required");
+    let queue_url = created.queue_url().expect("url").to_owned();
+    let hub = TestHub::start_with(Backend::Sqlite, &FAST).await;
+    let key = hub.tenant_key("t1").await;
+    let code = r#"function handler(e) { e.data = { sqs: true, id: e.id }; e.headers["x-team"] = "risk"; return e; }"#;
+    let sub = hub
+        .subscribe(
+            &key,
+            json!({"name": "q", "event_types": ["loan_application.*"], "transform": transform(code),
+                   "sink": {"type": "sqs", "queue_url": queue_url, "region": "us-east-1", "endpoint_url": aws_endpoint(),
+                            "credentials": {"access_key_id": KEY, "secret_access_key": SECRET}}}),
+        )
+        .await;
+    hub.wait_until_active(&key, sub["id"].as_str().expect("id")).await;
+    let event = Event::new("t1");
+    assert_eq!(hub.post_event(&key, &event).await.0, StatusCode::ACCEPTED);
+    let message = crate::support::until("the transformed message in the queue", WAIT, async || {
+        let out = sqs
+            .receive_message()
+            .queue_url(&queue_url)
+            .message_attribute_names("All")
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("receive");
+        // The verification probe is a message too; skip it.
+        out.messages()
+            .iter()
+            .find(|m| {
+                m.message_attributes().and_then(|a| a.get("ce-id")).and_then(|v| v.string_value())
+                    == Some(&event.id().to_string())
+            })
+            .cloned()
+    })
+    .await;
+    let body: Value = serde_json::from_str(message.body().expect("body")).expect("json");
+    assert_eq!(body, json!({"sqs": true, "id": event.id().to_string()}));
+    let attr =
+        |k: &str| message.message_attributes().and_then(|a| a.get(k)).and_then(|v| v.string_value()).map(str::to_owned);
+    assert_eq!(attr("ce-type").as_deref(), event.get("ce-type"), "the event's own attributes stay");
+    let extra: Value = serde_json::from_str(&attr("x-lerian-extra-headers").expect("packed")).expect("json");
+    assert_eq!(extra["x-team"], "risk", "an added header travels as an attribute: {extra}");
+    sqs.delete_queue().queue_url(&queue_url).send().await.expect("delete");
+}
