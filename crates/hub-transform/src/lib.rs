@@ -300,15 +300,19 @@ struct Queue {
     turns: std::collections::VecDeque<String>,
     waiting: HashMap<String, std::collections::VecDeque<Job>>,
     closed: bool,
+    /// Threads waiting for a run: a push wakes one only when there is one to wake.
+    idle: usize,
 }
 
 impl Queue {
     fn push(&mut self, tenant: &str, job: Job) {
-        let waiting = self.waiting.entry(tenant.to_owned()).or_default();
-        if waiting.is_empty() {
-            self.turns.push_back(tenant.to_owned());
+        match self.waiting.get_mut(tenant) {
+            Some(waiting) => waiting.push_back(job),
+            None => {
+                self.waiting.insert(tenant.to_owned(), std::collections::VecDeque::from([job]));
+                self.turns.push_back(tenant.to_owned());
+            }
         }
-        waiting.push_back(job);
     }
 
     /// The next tenant's oldest run; that tenant goes to the back of the turns if it has more.
@@ -383,7 +387,9 @@ impl Pool {
                             if queue.closed {
                                 return;
                             }
+                            queue.idle += 1;
                             queue = shared.ready.wait(queue).unwrap_or_else(std::sync::PoisonError::into_inner);
+                            queue.idle -= 1;
                         }
                     };
                     let run = cache.run(&job.code, &job.event, &limits);
@@ -403,11 +409,14 @@ impl Pool {
     pub async fn run(&self, tenant: &str, code: Code, event: Input) -> Run {
         let started = Instant::now();
         let (reply, answer) = tokio::sync::oneshot::channel();
-        {
+        let wake = {
             let mut queue = self.shared.queue();
             queue.push(tenant, Job { code, event, reply });
+            queue.idle > 0
+        };
+        if wake {
+            self.shared.ready.notify_one();
         }
-        self.shared.ready.notify_one();
         answer.await.unwrap_or_else(|_| Run {
             output: Err(Failure::Stopped),
             logs: Vec::new(),
