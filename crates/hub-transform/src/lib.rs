@@ -291,7 +291,6 @@ pub struct Pool {
     shared: Arc<Shared>,
     /// Closes the queue when the last clone of the pool is dropped (the threads then end).
     _closer: Arc<Closer>,
-    limits: Limits,
 }
 
 /// Runs waiting, by tenant, and the tenants in the order their turns come.
@@ -398,11 +397,7 @@ impl Pool {
             })?;
         }
         let closer = Arc::new(Closer(Arc::clone(&shared)));
-        Ok(Self { shared, _closer: closer, limits })
-    }
-
-    pub fn limits(&self) -> Limits {
-        self.limits
+        Ok(Self { shared, _closer: closer })
     }
 
     /// Runs `code` of `tenant` on `event` when a thread is free and the tenant's turn comes.

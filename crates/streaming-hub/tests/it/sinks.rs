@@ -199,6 +199,29 @@ async fn an_event_reaches_a_rabbitmq_queue_and_failures_follow_the_curve() {
     assert!(!Value::from(items.clone()).to_string().contains("not-the-password"), "no credential in any error");
 }
 
+/// The message of event `ce_id` in the SQS queue at `queue_url`, with its attributes, waited for
+/// with a deadline (the verification probe is a message too; it is passed over).
+pub async fn sqs_message(sqs: &aws_sdk_sqs::Client, queue_url: &str, ce_id: Uuid) -> aws_sdk_sqs::types::Message {
+    let end = tokio::time::Instant::now() + WAIT;
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(queue_url)
+            .message_attribute_names("All")
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .expect("receive");
+        if let Some(m) = out.messages().iter().find(|m| {
+            m.message_attributes().and_then(|a| a.get("ce-id")).and_then(|v| v.string_value())
+                == Some(&ce_id.to_string())
+        }) {
+            return m.clone();
+        }
+        assert!(tokio::time::Instant::now() < end, "nothing arrived in the queue");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_reaches_an_sqs_queue_and_a_refusal_follows_the_curve() {
     let sqs = aws_sdk_sqs::Client::new(&sdk().await);
@@ -223,25 +246,7 @@ async fn an_event_reaches_an_sqs_queue_and_a_refusal_follows_the_curve() {
     .await;
     let event = Event::new("t1");
     hub.post_event(&key, &event).await;
-    let end = tokio::time::Instant::now() + WAIT;
-    let message = loop {
-        let out = sqs
-            .receive_message()
-            .queue_url(&queue_url)
-            .message_attribute_names("All")
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .expect("receive");
-        // The verification probe is a message too; skip it.
-        if let Some(m) = out.messages().iter().find(|m| {
-            m.message_attributes().and_then(|a| a.get("ce-id")).and_then(|v| v.string_value())
-                == Some(&event.id().to_string())
-        }) {
-            break m.clone();
-        }
-        assert!(tokio::time::Instant::now() < end, "nothing arrived in the queue");
-    };
+    let message = sqs_message(&sqs, &queue_url, event.id()).await;
     assert_eq!(message.body().map(str::as_bytes), Some(&event.body[..]));
     let attr =
         |k: &str| message.message_attributes().and_then(|a| a.get(k)).and_then(|v| v.string_value()).map(str::to_owned);

@@ -505,25 +505,7 @@ async fn an_sqs_queue_gets_the_new_body_and_attributes() {
     hub.wait_until_active(&key, sub["id"].as_str().expect("id")).await;
     let event = Event::new("t1");
     assert_eq!(hub.post_event(&key, &event).await.0, StatusCode::ACCEPTED);
-    let message = crate::support::until("the transformed message in the queue", WAIT, async || {
-        let out = sqs
-            .receive_message()
-            .queue_url(&queue_url)
-            .message_attribute_names("All")
-            .wait_time_seconds(1)
-            .send()
-            .await
-            .expect("receive");
-        // The verification probe is a message too; skip it.
-        out.messages()
-            .iter()
-            .find(|m| {
-                m.message_attributes().and_then(|a| a.get("ce-id")).and_then(|v| v.string_value())
-                    == Some(&event.id().to_string())
-            })
-            .cloned()
-    })
-    .await;
+    let message = crate::sinks::sqs_message(&sqs, &queue_url, event.id()).await;
     let body: Value = serde_json::from_str(message.body().expect("body")).expect("json");
     assert_eq!(body, json!({"sqs": true, "id": event.id().to_string()}));
     let attr =
