@@ -9,6 +9,11 @@ use streaming_hub::config::Config;
 use streaming_hub::{api, telemetry, trace};
 use tokio_util::sync::CancellationToken;
 
+/// mimalloc, built without transparent huge pages, for the process's Rust allocations (QuickJS
+/// keeps the C library's: docs/DECISIONS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "streaming-hub",
