@@ -512,7 +512,7 @@ impl BenchHub {
             .stderr(std::fs::File::create(&log)?);
         let mut child = cmd.spawn().context("starting the hub")?;
         let base = format!("http://127.0.0.1:{port}");
-        hub_sinks::webhook::install_crypto_provider();
+        hub_sinks::install_crypto_provider();
         // Idle connections are let go before the hub's header timeout closes them (10 s), so no
         // post goes out on a connection being closed.
         let http =

@@ -136,7 +136,7 @@ pub async fn peer(
     let token = token.lines().next().unwrap_or_default().trim().to_owned();
     let label = "peer";
     let sink = Receiver::start_on(&receiver, &format!("delay-{latency_ms}"), label).await?;
-    hub_sinks::webhook::install_crypto_provider();
+    hub_sinks::install_crypto_provider();
     let http = reqwest::Client::builder().pool_max_idle_per_host(producers).build()?;
 
     // Warm up (connections, the endpoint's first attempt), then forget it.

@@ -18,7 +18,9 @@ pub trait SinkConfig {
 
     /// Whether `other` connects to the same place in the same way (what a probe proved);
     /// timeouts and static headers do not count.
-    fn same_connection(&self, other: &Self) -> bool;
+    fn same_connection(&self, other: &Self) -> bool
+    where
+        Self: Sized;
 
     /// The scheme, host and port of each URL the destination's credentials are sent to: stored
     /// credentials may follow a change only while these stay the same.
@@ -29,6 +31,16 @@ pub trait SinkConfig {
     /// The request field its credentials are given in.
     fn credentials_field(&self) -> &'static str {
         "sink.credentials"
+    }
+
+    /// How its deliveries are signed, when the subscription's secret signs them.
+    fn signature(&self) -> Option<hub_core::signature::Scheme> {
+        None
+    }
+
+    /// Whether its credentials are tokens the hub signs as an OIDC issuer.
+    fn uses_hub_tokens(&self) -> bool {
+        false
     }
 }
 
@@ -67,7 +79,8 @@ pub enum Credentials {
 }
 
 /// The fields of a `sink` object, read with errors that name them.
-pub(crate) struct Fields<'a> {
+#[derive(Debug)]
+pub struct Fields<'a> {
     pub(crate) map: &'a Map<String, Value>,
 }
 

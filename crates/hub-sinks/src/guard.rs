@@ -82,8 +82,8 @@ fn checked(host: &str, addrs: Vec<SocketAddr>, allow_private: bool) -> Result<Ve
 /// The addresses a client may dial for `url`, checked by [`check_resolved`], as a classified
 /// failure for the tenant: a refusal says only [`NOT_ALLOWED`] (the operator's log says why); a
 /// name that does not resolve is worth another attempt.
-pub async fn dial_addrs(url: &str, allow_private: bool) -> Result<Vec<SocketAddr>, crate::Failure> {
-    use crate::{Failure, FailureKind};
+pub async fn dial_addrs(url: &str, allow_private: bool) -> Result<Vec<SocketAddr>, crate::sink::Failure> {
+    use crate::sink::{Failure, FailureKind};
     let failure = |retryable, kind, reason: &str| Failure {
         retryable,
         kind,

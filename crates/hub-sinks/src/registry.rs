@@ -1,19 +1,104 @@
-//! The one registry of sinks: every destination type with the sink that serves it.
-//!
-//! Adding a sink registers it here, once; the dispatcher and verification hold the registry as a
-//! `&dyn Sink` and never switch on the type.
+//! The registry, derived from the list of sinks in `lib.rs`: the [`Destination`] enum (one
+//! variant per sink, and `pull`), how it is stored and read back, the parse dispatch, the sinks of
+//! a process ([`Sinks`]) and the OpenAPI schema of a `sink` ([`SinkSchema`]). Nothing here names
+//! a sink: the list does, and each sink's [`TypedSink`] says the rest. The rest of the hub holds
+//! the sinks as a `&dyn Sink` and never switches on the type.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use hub_core::SinkKind;
+use hub_core::signature::Scheme;
+use serde_json::Value;
+use utoipa::openapi::extensions::ExtensionsBuilder;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::{AllOfBuilder, RefOr};
 use uuid::Uuid;
 
-use crate::{
-    AwsSettings, Destination, EventBridgeSink, Failure, KafkaSink, KinesisSink, Message, Outcome, Probed, RabbitSink,
-    S3Sink, Secrets, Sink, SnsSink, SqsSink, TokenIssuer, WebhookSink,
-};
+use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig};
+use crate::message::{Message, attributes};
+use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink, misconfigured};
+
+/// The `type` of a pull subscription's sink: the one sink the core knows by name.
+pub const PULL: &str = "pull";
+
+/// Delivers to destinations: what the dispatcher and verification hold (as `&dyn Sink`), and
+/// what [`Sinks`] is for every destination type at once.
+#[async_trait]
+pub trait Sink: Send + Sync + std::fmt::Debug {
+    /// Makes exactly one delivery attempt; `max_timeout` caps the destination's own timeout (an
+    /// attempt must end well inside its lease).
+    async fn deliver(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        message: &Message<'_>,
+        max_timeout: Duration,
+    ) -> Outcome;
+
+    /// Verifies the destination (SPEC §2.2): `Ok` when it acknowledged a test message.
+    async fn probe(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        tenant: &str,
+        subscription: Uuid,
+        max_timeout: Duration,
+    ) -> Result<Probed, Failure>;
+
+    /// The headers (or message attributes) a delivery of `message` would carry, before any
+    /// signature: what a transform is shown (SPEC §10). By default the CloudEvents attributes.
+    fn headers(&self, _destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
+        attributes(message)
+    }
+}
+
+/// A sink whose configuration a [`Destination`] can carry: every sink of the list.
+pub trait Carried: TypedSink {
+    /// The destination's configuration, when it is one of this sink's.
+    fn config(destination: &Destination) -> Option<&Self::Config>;
+}
+
+#[async_trait]
+impl<T: Carried> Sink for T {
+    async fn deliver(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        message: &Message<'_>,
+        max_timeout: Duration,
+    ) -> Outcome {
+        let Some(config) = T::config(destination) else {
+            return Outcome::Failed(misconfigured(&format!("not a {} destination", T::NAME)));
+        };
+        match self.target(config, secrets, max_timeout) {
+            Ok(target) => self.attempt(&target, message).await,
+            Err(failure) => Outcome::Failed(failure),
+        }
+    }
+
+    async fn probe(
+        &self,
+        destination: &Destination,
+        secrets: &Secrets,
+        tenant: &str,
+        subscription: Uuid,
+        max_timeout: Duration,
+    ) -> Result<Probed, Failure> {
+        let config = T::config(destination).ok_or_else(|| misconfigured(&format!("not a {} destination", T::NAME)))?;
+        let target = self.target(config, secrets, max_timeout)?;
+        self.check(&target, tenant, subscription).await
+    }
+
+    fn headers(&self, destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
+        match T::config(destination) {
+            Some(config) => TypedSink::headers(self, config, message),
+            None => attributes(message),
+        }
+    }
+}
 
 /// Every sink of a process (each pools its connections), by the destination type it serves.
 #[derive(Debug, Clone)]
@@ -29,25 +114,9 @@ impl Sinks {
         allow_private: bool,
         aws_default_credentials: bool,
         aws_endpoint_url: Option<String>,
-        issuer: Option<Arc<dyn TokenIssuer>>,
+        issuer: Option<Arc<dyn crate::sink::TokenIssuer>>,
     ) -> Result<Self, String> {
-        let aws = AwsSettings {
-            default_chain: aws_default_credentials,
-            endpoint_url: aws_endpoint_url,
-            allow_private,
-            issuer,
-        };
-        let registry: Vec<(SinkKind, Arc<dyn Sink>)> = vec![
-            (SinkKind::Webhook, Arc::new(WebhookSink::new(allow_private)?)),
-            (SinkKind::Sqs, Arc::new(SqsSink::new(aws.clone()))),
-            (SinkKind::Eventbridge, Arc::new(EventBridgeSink::new(aws.clone()))),
-            (SinkKind::Rabbitmq, Arc::new(RabbitSink::new(allow_private))),
-            (SinkKind::Kafka, Arc::new(KafkaSink::new(allow_private))),
-            (SinkKind::Sns, Arc::new(SnsSink::new(aws.clone()))),
-            (SinkKind::Kinesis, Arc::new(KinesisSink::new(aws.clone()))),
-            (SinkKind::S3, Arc::new(S3Sink::new(aws))),
-        ];
-        Ok(Self { registry })
+        Self::with(&Settings { allow_private, default_chain: aws_default_credentials, aws_endpoint_url, issuer })
     }
 
     /// The sink of a destination type; `None` for one that is not pushed (pull).
@@ -67,7 +136,7 @@ impl Sink for Sinks {
     ) -> Outcome {
         match self.sink(destination.kind()) {
             Some(sink) => sink.deliver(destination, secrets, message, max_timeout).await,
-            None => Outcome::Failed(crate::misconfigured("a pull subscription has no push destination")),
+            None => Outcome::Failed(misconfigured("a pull subscription has no push destination")),
         }
     }
 
@@ -88,5 +157,227 @@ impl Sink for Sinks {
 
     fn headers(&self, destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
         self.sink(destination.kind()).map(|sink| sink.headers(destination, message)).unwrap_or_default()
+    }
+}
+
+/// Events kept for `GET /v1/subscriptions/{id}/events` behind a durable cursor.
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({"type": "pull"}))]
+pub struct PullSink {}
+
+/// The OpenAPI schema of a `sink` (`Sink`): one schema per sink type, `type` telling them apart.
+#[derive(Debug)]
+pub struct SinkSchema;
+
+impl utoipa::ToSchema for SinkSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Sink")
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        for (_, name, schema, nested, _) in variants() {
+            schemas.push((name.into_owned(), schema));
+            nested(schemas);
+        }
+    }
+}
+
+impl utoipa::PartialSchema for SinkSchema {
+    fn schema() -> RefOr<Schema> {
+        let mut one_of = OneOfBuilder::new().description(Some("Where a subscription's events go."));
+        for (kind, name, _, _, summary) in variants() {
+            let tag = ObjectBuilder::new()
+                .property(
+                    "type",
+                    ObjectBuilder::new().schema_type(SchemaType::new(Type::String)).enum_values(Some([kind])),
+                )
+                .required("type");
+            let summary = (!summary.is_empty()).then(|| ExtensionsBuilder::new().add("x-summary", summary).build());
+            one_of = one_of.item(
+                AllOfBuilder::new().item(utoipa::openapi::Ref::from_schema_name(name)).item(tag).extensions(summary),
+            );
+        }
+        one_of.into()
+    }
+}
+
+/// Each sink type's name, schema name, schema, the schemas it refers to, and its one-line
+/// summary (`x-summary`, [`TypedSink::SUMMARY`]).
+type Variant = (&'static str, Cow<'static, str>, RefOr<Schema>, fn(&mut Vec<(String, RefOr<Schema>)>), &'static str);
+
+fn variant<R: utoipa::ToSchema>(kind: &'static str, summary: &'static str) -> Variant {
+    (kind, R::name(), R::schema(), R::schemas, summary)
+}
+
+/// Defines everything that has one arm per sink, from the list.
+macro_rules! registry {
+    ($($variant:ident: $module:ident :: $sink:ident),*) => {
+        /// Where a subscription's events go: one variant per sink type, and `Pull`.
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum Destination {
+            $($variant(<crate::$module::$sink as TypedSink>::Config),)*
+            Pull,
+        }
+
+        $(impl Carried for crate::$module::$sink {
+            fn config(destination: &Destination) -> Option<&Self::Config> {
+                match destination {
+                    Destination::$variant(c) => Some(c),
+                    _ => None,
+                }
+            }
+        })*
+
+        /// Every sink type's name, and `pull`.
+        pub const NAMES: &[&str] = &[$(<crate::$module::$sink as TypedSink>::NAME,)* PULL];
+
+        /// Whether deliveries of a sink type are signed with the subscription's secret.
+        pub fn signed(kind: SinkKind) -> bool {
+            $(if kind.as_str() == <crate::$module::$sink as TypedSink>::NAME {
+                return <crate::$module::$sink as TypedSink>::SIGNED;
+            })*
+            false
+        }
+
+        fn variants() -> Vec<Variant> {
+            vec![
+                $(variant::<<crate::$module::$sink as TypedSink>::Request>(
+                    <crate::$module::$sink as TypedSink>::NAME,
+                    <crate::$module::$sink as TypedSink>::SUMMARY,
+                ),)*
+                variant::<PullSink>(PULL, ""),
+            ]
+        }
+
+        impl Sinks {
+            /// The sinks of a process made with `settings`.
+            pub fn with(settings: &Settings) -> Result<Self, String> {
+                let registry: Vec<(SinkKind, Arc<dyn Sink>)> = vec![
+                    $((
+                        SinkKind::named(<crate::$module::$sink as TypedSink>::NAME),
+                        Arc::new(<crate::$module::$sink as TypedSink>::build(settings)?),
+                    ),)*
+                ];
+                Ok(Self { registry })
+            }
+        }
+
+        impl Destination {
+            /// Reads a destination as the store keeps it.
+            pub fn from_stored(value: &Value) -> Result<Self, String> {
+                let unreadable = |e: &dyn std::fmt::Display| format!("the stored destination is not readable: {e}");
+                let name = value.get("type").and_then(Value::as_str).ok_or_else(|| unreadable(&"it has no type"))?;
+                $(if name == <crate::$module::$sink as TypedSink>::NAME {
+                    return serde_json::from_value(value.clone()).map(Self::$variant).map_err(|e| unreadable(&e));
+                })*
+                if name == PULL {
+                    return Ok(Self::Pull);
+                }
+                Err(unreadable(&format!("unknown type {name:?}, expected one of {}", NAMES.join(", "))))
+            }
+
+            /// The destination as the store keeps it and the API shows it (it holds no secret).
+            pub fn to_stored(&self) -> Value {
+                let (name, mut value) = match self {
+                    $(Self::$variant(c) => (<crate::$module::$sink as TypedSink>::NAME, serde_json::to_value(c).unwrap_or(Value::Null)),)*
+                    Self::Pull => (PULL, Value::Object(serde_json::Map::new())),
+                };
+                if let Value::Object(map) = &mut value {
+                    map.insert("type".to_owned(), Value::String(name.to_owned()));
+                }
+                value
+            }
+
+            /// Its sink type's name.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Self::$variant(_) => <crate::$module::$sink as TypedSink>::NAME,)*
+                    Self::Pull => PULL,
+                }
+            }
+
+            /// The configuration of a push destination, as every sink's configuration answers.
+            fn config(&self) -> Option<&dyn SinkConfig> {
+                match self {
+                    $(Self::$variant(c) => Some(c),)*
+                    Self::Pull => None,
+                }
+            }
+
+            /// [`SinkConfig::same_connection`]; destinations of two types never are.
+            pub fn same_connection(&self, other: &Destination) -> bool {
+                match (self, other) {
+                    $((Self::$variant(a), Self::$variant(b)) => a.same_connection(b),)*
+                    (Self::Pull, Self::Pull) => true,
+                    _ => false,
+                }
+            }
+
+            /// Reads a request's `sink` object of the type `name`: `None` when no sink has that
+            /// name.
+            pub(crate) fn parse(
+                name: &str,
+                fields: &Fields<'_>,
+                allow_private: bool,
+            ) -> Option<Result<(Self, Credentials), Invalid>> {
+                $(if name == <crate::$module::$sink as TypedSink>::NAME {
+                    return Some(<crate::$module::$sink as TypedSink>::parse(fields, allow_private).map(|(c, k)| (Self::$variant(c), k)));
+                })*
+                if name == PULL {
+                    return Some(fields.only(&[]).map(|()| (Self::Pull, Credentials::Unchanged)));
+                }
+                None
+            }
+        }
+    };
+}
+
+with_sinks!(registry);
+
+/// The name of a sink type as a `'static` string (what metrics label with); `"unknown"` for a
+/// kind no sink has (a stored row of a sink since removed).
+pub fn name(kind: SinkKind) -> &'static str {
+    NAMES.iter().copied().find(|n| *n == kind.as_str()).unwrap_or("unknown")
+}
+
+/// The names of the push sink types.
+pub fn push_names() -> impl Iterator<Item = &'static str> {
+    NAMES.iter().copied().filter(|n| *n != PULL)
+}
+
+impl Destination {
+    /// How a webhook signs (`None` for other sinks).
+    pub fn signature(&self) -> Option<Scheme> {
+        self.config().and_then(SinkConfig::signature)
+    }
+
+    /// The signature scheme of a stored destination (`None` for other sinks or when unreadable).
+    pub fn stored_signature(value: &Value) -> Option<Scheme> {
+        Self::from_stored(value).ok()?.signature()
+    }
+
+    pub fn kind(&self) -> SinkKind {
+        SinkKind::named(self.name())
+    }
+
+    /// [`SinkConfig::key`]; a pull subscription is its own destination (`subscription`).
+    pub fn key(&self, subscription: Uuid) -> String {
+        self.config().map_or_else(|| format!("pull {subscription}"), SinkConfig::key)
+    }
+
+    /// [`SinkConfig::credentials_field`]; a pull destination has no credentials.
+    pub fn credentials_field(&self) -> &'static str {
+        self.config().map_or("sink", SinkConfig::credentials_field)
+    }
+
+    /// Whether its credentials are tokens the hub signs as an OIDC issuer (an AWS role assumed
+    /// with them).
+    pub fn uses_hub_tokens(&self) -> bool {
+        self.config().is_some_and(SinkConfig::uses_hub_tokens)
+    }
+
+    /// [`SinkConfig::credential_origins`].
+    pub fn credential_origins(&self) -> Vec<Origin> {
+        self.config().map(SinkConfig::credential_origins).unwrap_or_default()
     }
 }

@@ -401,21 +401,6 @@ function filterCount(s) {
 }
 
 /** A subscription's content filters as written (every one must match). */
-/** Where a sink delivers, in one line: its URL, queue, topic, stream or bucket. */
-function sinkWhere(sink) {
-  switch (sink.type) {
-    case "webhook": return sink.url;
-    case "sqs": return sink.queue_url;
-    case "rabbitmq": return `${sink.exchange} at ${sink.url}`;
-    case "eventbridge": return `${sink.event_bus} (${sink.region})`;
-    case "kafka": return `${sink.topic} at ${sink.brokers}${sink.tls ? " (TLS)" : ""}`;
-    case "sns": return sink.topic_arn;
-    case "kinesis": return `${sink.stream_name} (${sink.region})`;
-    case "s3": return `s3://${sink.bucket}/${sink.prefix || ""}`;
-    default: return "";
-  }
-}
-
 function sinkCell(s) {
   const where = sinkWhere(s.sink);
   return where ? `${s.sink.type} · ${where}` : s.sink.type;
@@ -944,6 +929,7 @@ async function render() {
   chrome();
   if (!state.token) return signInView();
   try {
+    await loadSinks();
     if (state.role === "admin") {
       if (view === "tenants" || !view) return await tenantsView();
       if (view === "catalog") return await catalogView();

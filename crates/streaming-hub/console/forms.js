@@ -4,75 +4,139 @@
 // route, …) it calls only at run time.
 "use strict";
 
-const AWS_FIELDS = [
-  { key: "region", label: "Region", required: true, placeholder: "us-east-1" },
-  { key: "endpoint_url", label: "Endpoint URL (optional: an emulator or VPC endpoint)", type: "url" },
-  { key: "credentials.access_key_id", label: "Access key id (optional: the hub's own credentials otherwise)" },
-  { key: "credentials.secret_access_key", label: "Secret access key", type: "password", secret: true },
-  { key: "credentials.session_token", label: "Session token (optional)", type: "password", secret: true },
-  { key: "credentials.web_identity.role_arn",
-    label: "Or keyless: a role ARN the hub assumes with its own token (leave the keys empty)",
-    placeholder: "arn:aws:iam::123456789012:role/streaming-hub-delivery" },
-  { key: "credentials.web_identity.session_name", label: "Role session name (optional)" },
-];
+/**
+ * Every sink type, read once from the API's own description (`GET /openapi.json`, the `Sink`
+ * schema the hub derives from its list of sinks): what each is, its fields by their path in the
+ * `sink` object, and how a destination of it reads in one line. Nothing here names a sink type:
+ * a new sink's form comes with its schema.
+ */
+let SINKS = null;
 
-/** Each sink type's fields, by their path in the API's `sink` object. */
-const SINK_FIELDS = {
-  pull: [],
-  webhook: [
-    { key: "url", label: "URL", required: true, type: "url", placeholder: "https://receiver.example.com/hooks" },
-    { key: "timeout_ms", label: "Timeout (ms, 100 to 60 000)", type: "number" },
-    { key: "signature", label: "Signature scheme (ed25519: a key pair, fixed once created)",
-      options: ["lerian", "standard-webhooks", "ed25519"] },
-    { key: "auth.type", label: "Authentication beside the signature (its secret is asked again on every change)",
-      options: ["", "basic", "oauth2_client_credentials", "mtls"] },
-    { key: "auth.username", label: "Basic: user name", auth: "basic" },
-    { key: "auth.password", label: "Basic: password", type: "password", secret: true, again: true, auth: "basic" },
-    { key: "auth.token_url", label: "OAuth2: token URL", type: "url", auth: "oauth2_client_credentials" },
-    { key: "auth.client_id", label: "OAuth2: client id", auth: "oauth2_client_credentials" },
-    { key: "auth.client_secret", label: "OAuth2: client secret", type: "password", secret: true, again: true,
-      auth: "oauth2_client_credentials" },
-    { key: "auth.scope", label: "OAuth2: scope (optional)", auth: "oauth2_client_credentials" },
-    { key: "auth.audience", label: "OAuth2: audience (optional)", auth: "oauth2_client_credentials" },
-    { key: "auth.certificate_pem", label: "mTLS: client certificate (PEM)", type: "textarea", auth: "mtls" },
-    { key: "auth.private_key_pem", label: "mTLS: private key (PEM)", type: "textarea", secret: true, again: true,
-      auth: "mtls" },
-    { key: "tls.ca_pem", label: "Private CA the receiver's certificate chains to (PEM, optional)", type: "textarea" },
-  ],
-  sqs: [{ key: "queue_url", label: "Queue URL", required: true, type: "url" }, ...AWS_FIELDS],
-  rabbitmq: [
-    { key: "url", label: "AMQP URL (amqps://user:password@host/vhost)", required: true, type: "password", secret: true },
-    { key: "exchange", label: "Exchange", required: true },
-    { key: "routing_key", label: "Routing key (optional; {resource}, {event}, {tenant})" },
-  ],
-  eventbridge: [{ key: "event_bus", label: "Event bus", required: true }, ...AWS_FIELDS],
-  kafka: [
-    { key: "brokers", label: "Brokers (host:port, comma-separated)", required: true },
-    { key: "topic", label: "Topic", required: true },
-    { key: "tls", label: "TLS", type: "checkbox" },
-    { key: "sasl.mechanism", label: "SASL mechanism (optional)", options: ["", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] },
-    { key: "sasl.username", label: "SASL user" },
-    { key: "sasl.password", label: "SASL password", type: "password", secret: true },
-  ],
-  sns: [{ key: "topic_arn", label: "Topic ARN", required: true }, ...AWS_FIELDS],
-  kinesis: [{ key: "stream_name", label: "Stream name", required: true }, ...AWS_FIELDS],
-  s3: [{ key: "bucket", label: "Bucket", required: true }, { key: "prefix", label: "Key prefix (optional)" }, ...AWS_FIELDS],
-};
+async function loadSinks() {
+  if (SINKS) return SINKS;
+  const res = await fetch("/openapi.json");
+  if (!res.ok) throw new Error(`The API's description could not be read (HTTP ${res.status}).`);
+  SINKS = sinksOf(await res.json());
+  return SINKS;
+}
 
-const SINK_LABELS = {
-  pull: "pull (read with a cursor)",
-  webhook: "webhook (HTTPS POST, signed)",
-  sqs: "Amazon SQS queue",
-  rabbitmq: "RabbitMQ exchange",
-  eventbridge: "Amazon EventBridge bus",
-  kafka: "Kafka topic",
-  sns: "Amazon SNS topic",
-  kinesis: "Amazon Kinesis stream",
-  s3: "Amazon S3 bucket",
-};
+const WORDS = { url: "URL", arn: "ARN", pem: "PEM", id: "ID", tls: "TLS", sasl: "SASL", ca: "CA", ms: "(ms)" };
+
+/** `credentials.web_identity.role_arn` → "Credentials › Web identity › Role ARN". */
+function label(key) {
+  return key.split(".").map((part) => {
+    const words = part.split("_").map((w) => WORDS[w] || w);
+    const text = words.join(" ");
+    return text.charAt(0).toUpperCase() + text.slice(1);
+  }).join(" › ");
+}
+
+/** The sink types of an OpenAPI document: `{type: {label, summary, fields}}`. */
+function sinksOf(doc) {
+  const schemas = doc.components.schemas;
+  const resolve = (s) => {
+    let seen = 0;
+    while (s && s.$ref && seen++ < 16) s = schemas[s.$ref.split("/").pop()];
+    return s || {};
+  };
+  // An optional value is `oneOf: [its schema, null]`: its schema, with the description kept.
+  const unwrap = (raw) => {
+    if (raw.oneOf && raw.oneOf.some((x) => x.type === "null")) {
+      const inner = raw.oneOf.find((x) => x.type !== "null");
+      return { ...resolve(inner), description: inner.description || raw.description };
+    }
+    return { ...resolve(raw), description: raw.description || resolve(raw).description };
+  };
+  const kinds = (s) => [].concat(s.type || []);
+  const tagged = (s) => s.oneOf && s.oneOf.every((v) => v.properties && v.properties.type && v.properties.type.enum);
+  // `required`: the fields the sink itself requires (a nested object's are required only when it
+  // is given, so not marked).
+  const fieldsOf = (schema, prefix, required, extra) => {
+    const out = [];
+    // The required fields first, in the schema's order; then the rest.
+    const order = schema.required || [];
+    const rank = (n) => (order.includes(n) ? order.indexOf(n) : order.length);
+    const names = Object.keys(schema.properties || {}).sort((a, b) => rank(a) - rank(b));
+    for (const name of names) {
+      const raw = schema.properties[name];
+      if (name === "type" && (!prefix || extra.variant)) continue;
+      const s = unwrap(raw);
+      const key = prefix + name;
+      const hint = s.description || "";
+      if (tagged(s)) {
+        // One of several kinds: the kind chosen, then that kind's own fields only.
+        const names = s.oneOf.map((v) => v.properties.type.enum[0]);
+        out.push({ key: `${key}.type`, label: label(key), hint, options: ["", ...names], ...extra });
+        for (const v of s.oneOf) {
+          out.push(...fieldsOf(v, `${key}.`, [], { ...extra, variant: [key, v.properties.type.enum[0]] }));
+        }
+      } else if (s.oneOf) {
+        // Alternatives told apart by their fields (keys or a role): every alternative's fields.
+        for (const v of s.oneOf) out.push(...fieldsOf(resolve(v), `${key}.`, [], extra));
+      } else if (kinds(s).includes("object") && s.properties) {
+        out.push(...fieldsOf(s, `${key}.`, [], extra));
+      } else if (kinds(s).includes("object") || kinds(s).includes("array")) {
+        // A map or a list (a webhook's static headers): set through the API, not this form.
+        continue;
+      } else {
+        const f = { key, label: label(key), hint, required: required.includes(name), ...extra };
+        if (s.enum) f.options = [...(f.required ? [] : [""]), ...s.enum];
+        else if (kinds(s).includes("boolean")) f.type = "checkbox";
+        else if (kinds(s).includes("integer") || kinds(s).includes("number")) f.type = "number";
+        else if (name.endsWith("_pem")) f.type = "textarea";
+        else if (s.writeOnly || s["x-secret"]) f.type = "password";
+        else if (s.format === "uri") f.type = "url";
+        // A secret is never shown; one of a chosen kind (an authentication) is given again on
+        // every change of the destination, the others are kept when left blank.
+        if (s.writeOnly || s["x-secret"]) {
+          f.secret = true;
+          f.again = Boolean(extra.variant);
+        }
+        out.push(f);
+      }
+    }
+    return out;
+  };
+  const sinks = {};
+  for (const item of resolve(schemas.Sink).oneOf || []) {
+    const [ref, tag] = item.allOf || [];
+    const type = tag && tag.properties.type.enum[0];
+    if (!type) continue;
+    const schema = resolve(ref);
+    const what = (schema.description || "").replace(/\s+/g, " ").split(/[.;:,](?:\s|$)/)[0].replace(/`/g, "");
+    sinks[type] = {
+      label: what ? `${type}: ${what}` : type,
+      summary: item["x-summary"] || "",
+      fields: fieldsOf(schema, "", schema.required || [], {}),
+    };
+  }
+  return sinks;
+}
+
+/** A destination in one line, by its sink type's summary (`{field}`, `{field?text}`). */
+function sinkWhere(sink) {
+  const type = SINKS && SINKS[sink.type];
+  if (!type || !type.summary) return "";
+  return type.summary.replace(/\{([a-z0-9_.]+)(\?([^}]*))?\}/g, (_, key, cond, text) => {
+    const value = getPath(sink, key);
+    if (cond !== undefined) return value !== undefined && value !== null && value !== false ? text : "";
+    return value === undefined || value === null ? "" : String(value);
+  });
+}
+
+function sinkFields(type) {
+  return (SINKS && SINKS[type] && SINKS[type].fields) || [];
+}
 
 function getPath(obj, path) {
   return path.split(".").reduce((o, k) => (o && typeof o === "object" ? o[k] : undefined), obj);
+}
+
+function deletePath(obj, path) {
+  const keys = path.split(".");
+  const parent = getPath(obj, keys.slice(0, -1).join("."));
+  if (keys.length === 1) delete obj[keys[0]];
+  else if (parent && typeof parent === "object") delete parent[keys[keys.length - 1]];
 }
 
 function setPath(obj, path, value) {
@@ -101,11 +165,12 @@ function formField(id, label, control, hint) {
 
 /** The inputs of one sink type, filled from `current` (secrets are never shown: blank keeps them). */
 function sinkInputs(prefix, type, current) {
-  return SINK_FIELDS[type].map((f) => {
+  return sinkFields(type).map((f) => {
     const id = fieldId(prefix, f.key);
     let control;
     if (f.options) {
-      control = h("select", { id, name: f.key, testid: id }, f.options.map((o) => h("option", { value: o }, o || "none")));
+      const unset = f.key.endsWith(".type") ? "none" : "default";
+      control = h("select", { id, name: f.key, testid: id }, f.options.map((o) => h("option", { value: o }, o || unset)));
       control.value = getPath(current, f.key) || f.options[0];
     } else if (f.type === "checkbox") {
       control = h("input", { id, name: f.key, type: "checkbox", testid: id });
@@ -125,14 +190,16 @@ function sinkInputs(prefix, type, current) {
         value: value === undefined || value === null ? "" : String(value),
       });
     }
-    return formField(id, f.label, control);
+    const hint = f.hint ? h("p", { class: "hint", id: `${id}-hint` }, f.hint.replace(/`/g, "")) : null;
+    return formField(id, f.required ? `${f.label} (required)` : f.label, control, hint);
   });
 }
 
 /** The `sink` object the fields describe (empty optional fields left out). */
 function sinkValue(prefix, type) {
   const sink = { type };
-  for (const f of SINK_FIELDS[type]) {
+  const fields = sinkFields(type);
+  for (const f of fields) {
     const el = document.getElementById(fieldId(prefix, f.key));
     if (!el) continue;
     if (f.type === "checkbox") {
@@ -141,15 +208,13 @@ function sinkValue(prefix, type) {
       setPath(sink, f.key, f.type === "number" ? Number(el.value) : el.value.trim());
     }
   }
-  // Only the chosen authentication's fields; none without a type.
-  if (sink.auth) {
-    const kind = sink.auth.type;
-    if (!kind) delete sink.auth;
-    else {
-      for (const f of SINK_FIELDS[type]) {
-        if (f.auth && f.auth !== kind) delete sink.auth[f.key.slice(5)];
-      }
-    }
+  // Only the chosen kind's fields (an authentication); nothing of it when none is chosen.
+  for (const f of fields) {
+    if (!f.variant) continue;
+    const [base, kind] = f.variant;
+    const chosen = getPath(sink, `${base}.type`);
+    if (!chosen) deletePath(sink, base);
+    else if (chosen !== kind) deletePath(sink, f.key);
   }
   return sink;
 }
@@ -321,17 +386,17 @@ function subscriptionForm(types, sub) {
   const sinkSelect = h(
     "select",
     { id: `${prefix}-sink`, name: "sink", testid: `${prefix}-sink`, disabled: Boolean(sub) },
-    Object.keys(SINK_FIELDS).map((k) => h("option", { value: k }, SINK_LABELS[k])),
+    Object.keys(SINKS || {}).map((k) => h("option", { value: k }, SINKS[k].label)),
   );
   sinkSelect.value = type;
   const sinkBox = h("fieldset", { class: "sink", testid: `${prefix}-sink-fields` }, h("legend", {}, "Destination settings"), sinkInputs(prefix, type, sub ? sub.sink : null));
   sinkSelect.addEventListener("change", () => {
     sinkBox.replaceChildren(h("legend", {}, "Destination settings"), ...sinkInputs(prefix, sinkSelect.value, null));
-    sinkBox.hidden = SINK_FIELDS[sinkSelect.value].length === 0;
+    sinkBox.hidden = sinkFields(sinkSelect.value).length === 0;
     ordering.disabled = sinkSelect.value === "pull";
     maxInFlight.disabled = perSecond.disabled = sinkSelect.value === "pull";
   });
-  sinkBox.hidden = SINK_FIELDS[type].length === 0;
+  sinkBox.hidden = sinkFields(type).length === 0;
   const ordering = h(
     "select",
     { id: `${prefix}-ordering`, name: "ordering", testid: `${prefix}-ordering`, disabled: type === "pull" },
@@ -403,7 +468,7 @@ function subscriptionForm(types, sub) {
       if (body.limits && JSON.stringify(body.limits) === JSON.stringify({
         max_in_flight: limits.max_in_flight ?? null, per_second: limits.per_second ?? null,
       })) delete body.limits;
-      const unchanged = SINK_FIELDS[sub.sink.type].every((f) => f.secret
+      const unchanged = sinkFields(sub.sink.type).every((f) => f.secret
         ? getPath(body.sink, f.key) === undefined
         : JSON.stringify(getPath(body.sink, f.key) ?? null) === JSON.stringify(getPath(sub.sink, f.key) ?? null));
       if (unchanged) delete body.sink;

@@ -103,7 +103,7 @@ pub async fn run() -> anyhow::Result<()> {
     let app = axum::Router::new().fallback(receive).with_state(Arc::clone(&shared));
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    hub_sinks::webhook::install_crypto_provider();
+    hub_sinks::install_crypto_provider();
     let http = reqwest::Client::new();
     let json_of = async |r: reqwest::RequestBuilder| -> anyhow::Result<(u16, Value)> {
         let response = r.send().await?;

@@ -281,7 +281,7 @@ fn describe() {
     metrics::counter!(metric::JOBS_POISONED).increment(0);
     metrics::counter!(metric::HTTP_REFUSED_CONNECTIONS).increment(0);
     metrics::counter!(metric::DLQ_RECORDS).increment(0);
-    for sink in hub_core::SinkKind::ALL.into_iter().filter(|k| k.is_push()).map(|k| k.as_str()) {
+    for sink in hub_sinks::registry::push_names() {
         for outcome in ["delivered", "failed", "skipped"] {
             metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => outcome).increment(0);
         }
@@ -316,7 +316,7 @@ fn describe() {
     metrics::counter!(metric::DESTINATION_PAUSES).increment(0);
     metrics::counter!(metric::RATE_WAITS).increment(0);
     metrics::counter!(metric::JOBS_LEASED_AT_INGEST).increment(0);
-    for sink in hub_core::SinkKind::ALL.into_iter().filter(|k| k.is_push()).map(|k| k.as_str()) {
+    for sink in hub_sinks::registry::push_names() {
         // A histogram with no sample yet is exported with its buckets at zero.
         let _ = metrics::histogram!(metric::ATTEMPT_SECONDS, "sink" => sink);
         for kind in FAILURE_KINDS {

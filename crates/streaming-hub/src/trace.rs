@@ -83,7 +83,7 @@ where
 
     let Wanted::Otlp(_) = wanted else { return Ok(None) };
     // The exporter's client speaks TLS to an https endpoint with the process's provider.
-    hub_sinks::webhook::install_crypto_provider();
+    hub_sinks::install_crypto_provider();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .build()

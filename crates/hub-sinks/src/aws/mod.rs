@@ -17,9 +17,10 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use serde_json::{Map, Value};
 
-use crate::{Failure, FailureKind};
+use crate::sink::{Failure, FailureKind};
 
 pub mod config;
+pub mod schema;
 pub mod web_identity;
 
 use config::AwsAccess;
@@ -89,6 +90,17 @@ pub struct AwsSettings {
     pub allow_private: bool,
 }
 
+impl From<&crate::sink::Settings> for AwsSettings {
+    fn from(s: &crate::sink::Settings) -> Self {
+        Self {
+            issuer: s.issuer.clone(),
+            default_chain: s.default_chain,
+            endpoint_url: s.aws_endpoint_url.clone(),
+            allow_private: s.allow_private,
+        }
+    }
+}
+
 impl AwsSettings {
     /// Where a destination's client connects, with its opened credentials.
     pub(crate) fn endpoint(
@@ -96,7 +108,7 @@ impl AwsSettings {
         region: &str,
         endpoint: Option<&str>,
         access: Option<&AwsAccess>,
-        secrets: &crate::Secrets,
+        secrets: &crate::sink::Secrets,
         timeout: Duration,
     ) -> AwsEndpoint {
         let owner = secrets.owner.as_ref();
@@ -135,7 +147,7 @@ pub(crate) struct Clients<C> {
 
 impl<C: Clone> Clients<C> {
     pub(crate) fn new(settings: AwsSettings) -> Self {
-        crate::webhook::install_crypto_provider();
+        crate::sink::install_crypto_provider();
         Self {
             configs: Configs::new(settings.default_chain, settings.issuer.clone()),
             settings,

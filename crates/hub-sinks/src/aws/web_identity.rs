@@ -12,13 +12,8 @@ use aws_credential_types::Credentials;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::{self, ProvideCredentials, future};
 
-use crate::Failure;
-
-/// Signs the short-lived tokens the hub presents to STS: the hub's OIDC issuer.
-pub trait TokenIssuer: Send + Sync + std::fmt::Debug {
-    /// A token naming `subject`, meant for `audience`.
-    fn token(&self, subject: &str, audience: &str) -> Result<String, String>;
-}
+use crate::sink::Failure;
+pub use crate::sink::TokenIssuer;
 
 /// How long a refused exchange stands before STS is asked again.
 const REMEMBER_FAILURE: Duration = Duration::from_secs(10);

@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::Destination;
 use crate::fields::Fields;
 pub use crate::fields::{Credentials, Invalid};
+use crate::registry::NAMES;
 
 /// A validated destination.
 #[derive(Debug, Clone)]
@@ -53,36 +54,16 @@ pub fn credentials_follow(stored: &Value, new: &Requested) -> Result<(), Invalid
     ))
 }
 
-/// Parses a `sink` object: its type here, the rest by that sink's own `config.rs`.
+/// Parses a `sink` object: its type here, the rest by that sink's own parse.
 pub fn parse(value: &Value, allow_private: bool) -> Result<Requested, Invalid> {
     let map = value.as_object().ok_or_else(|| Invalid::new("sink", "must be an object"))?;
     let fields = Fields { map };
-    let kind = match map.get("type") {
-        Some(Value::String(t)) => SinkKind::parse(t).ok_or_else(|| {
-            let names: Vec<&str> = SinkKind::ALL.iter().map(|k| k.as_str()).collect();
-            Invalid::new("sink.type", format!("must be one of {}", names.join(", ")))
-        })?,
+    let name = match map.get("type") {
+        Some(Value::String(t)) => t.as_str(),
         _ => return Err(Invalid::new("sink.type", "is required")),
     };
-    let p = allow_private;
-    let (typed, credentials) = match kind {
-        SinkKind::Webhook => crate::webhook::config::validate(&fields, p).map(|(c, k)| (Destination::Webhook(c), k))?,
-        SinkKind::Sqs => crate::sqs::config::validate(&fields, p).map(|(c, k)| (Destination::Sqs(c), k))?,
-        SinkKind::Eventbridge => {
-            crate::eventbridge::config::validate(&fields, p).map(|(c, k)| (Destination::Eventbridge(c), k))?
-        }
-        SinkKind::Rabbitmq => {
-            crate::rabbitmq::config::validate(&fields, p).map(|(c, k)| (Destination::Rabbitmq(c), k))?
-        }
-        SinkKind::Kafka => crate::kafka::config::validate(&fields, p).map(|(c, k)| (Destination::Kafka(c), k))?,
-        SinkKind::Sns => crate::sns::config::validate(&fields, p).map(|(c, k)| (Destination::Sns(c), k))?,
-        SinkKind::Kinesis => crate::kinesis::config::validate(&fields, p).map(|(c, k)| (Destination::Kinesis(c), k))?,
-        SinkKind::S3 => crate::s3::config::validate(&fields, p).map(|(c, k)| (Destination::S3(c), k))?,
-        SinkKind::Pull => {
-            fields.only(&[])?;
-            (Destination::Pull, Credentials::Unchanged)
-        }
-    };
+    let (typed, credentials) = Destination::parse(name, &fields, allow_private)
+        .ok_or_else(|| Invalid::new("sink.type", format!("must be one of {}", NAMES.join(", "))))??;
     Ok(Requested::new(typed, credentials))
 }
 
@@ -375,9 +356,11 @@ mod tests {
                 json!({"web_identity": {"role_arn": role, "session_name": "hub@bank"}})
             );
             assert_eq!(d.credentials, Credentials::Cleared, "keys stored before are dropped");
-            assert_eq!(d.typed.web_identity().map(|w| w.role_arn.as_str()), Some(role));
+            assert!(d.typed.uses_hub_tokens());
+            assert_eq!(d.public["credentials"]["web_identity"]["role_arn"], role);
             let back = Destination::from_stored(&d.public).expect("reads back");
-            assert_eq!(back.web_identity(), d.typed.web_identity());
+            assert_eq!(back, d.typed);
+            assert!(back.uses_hub_tokens());
             // Another role is another connection (a probe proves it again).
             let mut other = sink.clone();
             other["credentials"]["web_identity"]["role_arn"] = json!("arn:aws:iam::123456789012:role/other");

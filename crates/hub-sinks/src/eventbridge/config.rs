@@ -17,6 +17,10 @@ pub struct EventBridgeConfig {
 }
 
 impl SinkConfig for EventBridgeConfig {
+    fn uses_hub_tokens(&self) -> bool {
+        self.credentials.is_some()
+    }
+
     fn key(&self) -> String {
         format!("eventbridge {} {}", self.region, self.event_bus)
     }

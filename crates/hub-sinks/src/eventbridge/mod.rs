@@ -2,6 +2,7 @@
 //! structured JSON form as its detail.
 
 pub mod config;
+pub mod schema;
 
 use std::time::Duration;
 
@@ -10,8 +11,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
-use crate::destination::{Destination, Secrets};
-use crate::{Failure, FailureKind, Message, Outcome, Probed, TypedSink, structured};
+use crate::message::{Message, structured};
+use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink};
 
 /// An EventBridge bus.
 #[derive(Debug, Clone)]
@@ -79,18 +80,31 @@ impl EventBridgeSink {
 
 #[async_trait]
 impl TypedSink for EventBridgeSink {
+    const NAME: &'static str = "eventbridge";
+    const SUMMARY: &'static str = "{event_bus} ({region})";
+    type Config = config::EventBridgeConfig;
+    type Request = schema::EventbridgeSink;
     type Target = EventBridgeTarget;
+
+    fn parse(
+        fields: &crate::fields::Fields<'_>,
+        allow_private: bool,
+    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
+        config::validate(fields, allow_private)
+    }
+
+    fn build(settings: &Settings) -> Result<Self, String> {
+        Ok(Self::new(settings.into()))
+    }
 
     fn target(
         &self,
-        destination: &Destination,
+        config: &config::EventBridgeConfig,
         secrets: &Secrets,
         max_timeout: Duration,
     ) -> Result<EventBridgeTarget, Failure> {
-        let Destination::Eventbridge(c) = destination else {
-            return Err(crate::misconfigured("not an EventBridge destination"));
-        };
-        let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
+        let c = config;
+        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
         let endpoint = self.clients.settings.endpoint(
             &c.region,
             c.endpoint_url.as_deref(),

@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use super::config::Mechanism;
 use super::protocol::{self, code};
 use super::sasl::{Scram, plain};
-use crate::{Failure, FailureKind};
+use crate::sink::{Failure, FailureKind};
 
 /// The largest answer read from a broker: more is a broken or hostile one.
 const MAX_RESPONSE: usize = 8 * 1024 * 1024;
@@ -63,7 +63,7 @@ fn tls_config() -> Result<Arc<rustls::ClientConfig>, Failure> {
     static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
-            crate::webhook::install_crypto_provider();
+            crate::sink::install_crypto_provider();
             use rustls_platform_verifier::ConfigVerifierExt;
             rustls::ClientConfig::with_platform_verifier().map(Arc::new).map_err(|e| e.to_string())
         })

@@ -11,6 +11,7 @@
 //! dialled at exactly the checked addresses, which librdkafka's own resolver cannot be made to do.
 
 pub mod config;
+pub mod schema;
 mod conn;
 mod producer;
 pub mod protocol;
@@ -27,8 +28,8 @@ use self::conn::{Dialer, failure};
 use self::producer::Producer;
 use self::protocol::Record;
 use crate::cache::BoundedCache;
-use crate::destination::{Destination, Secrets};
-use crate::{Failure, FailureKind, Message, Outcome, Probed, TypedSink, attributes};
+use crate::message::{Message, attributes};
+use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink};
 
 /// A Kafka topic, with how to reach and log in to its cluster.
 #[derive(Debug, Clone)]
@@ -93,15 +94,30 @@ pub fn record(m: &Message<'_>) -> Record {
 
 #[async_trait]
 impl TypedSink for KafkaSink {
+    const NAME: &'static str = "kafka";
+    const SUMMARY: &'static str = "{topic} at {brokers}{tls? (TLS)}";
+    type Config = config::KafkaConfig;
+    type Request = schema::KafkaSink;
     type Target = KafkaTarget;
+
+    fn parse(
+        fields: &crate::fields::Fields<'_>,
+        allow_private: bool,
+    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
+        config::validate(fields, allow_private)
+    }
+
+    fn build(settings: &Settings) -> Result<Self, String> {
+        Ok(Self::new(settings.allow_private))
+    }
 
     fn target(
         &self,
-        destination: &Destination,
+        config: &config::KafkaConfig,
         secrets: &Secrets,
         max_timeout: Duration,
     ) -> Result<KafkaTarget, Failure> {
-        let Destination::Kafka(c) = destination else { return Err(crate::misconfigured("not a Kafka destination")) };
+        let c = config;
         let sasl = match &c.sasl {
             None => None,
             Some(s) => {
@@ -115,7 +131,7 @@ impl TypedSink for KafkaSink {
             tls: c.tls,
             sasl,
             allow_private: self.allow_private,
-            timeout: crate::BROKER_TIMEOUT.min(max_timeout),
+            timeout: crate::sink::BROKER_TIMEOUT.min(max_timeout),
         };
         Ok(KafkaTarget { topic: c.topic.clone(), bootstrap: c.bootstrap(), dialer })
     }

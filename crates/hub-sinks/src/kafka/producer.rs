@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::conn::{Conn, Dialer, failure};
 use super::protocol::{self, Metadata, ProducerId, Record, code};
-use crate::{Failure, FailureKind};
+use crate::sink::{Failure, FailureKind};
 
 /// Records sent in one round at most.
 const MAX_ROUND: usize = 512;

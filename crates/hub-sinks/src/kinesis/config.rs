@@ -17,6 +17,10 @@ pub struct KinesisConfig {
 }
 
 impl SinkConfig for KinesisConfig {
+    fn uses_hub_tokens(&self) -> bool {
+        self.credentials.is_some()
+    }
+
     fn key(&self) -> String {
         format!("kinesis {} {}", self.region, self.stream_name)
     }

@@ -3,6 +3,7 @@
 //! `subject`, else the tenant, so a key's events land on one shard in order.
 
 pub mod config;
+pub mod schema;
 
 use std::time::Duration;
 
@@ -12,8 +13,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
-use crate::destination::{Destination, Secrets};
-use crate::{Failure, Message, Outcome, Probed, TypedSink, structured};
+use crate::message::{Message, structured};
+use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink};
 
 /// Error codes retrying cannot help: no such stream, a record Kinesis never takes.
 const PERMANENT: &[&str] = &["ResourceNotFoundException", "InvalidArgumentException", "ValidationException"];
@@ -52,18 +53,31 @@ impl KinesisSink {
 
 #[async_trait]
 impl TypedSink for KinesisSink {
+    const NAME: &'static str = "kinesis";
+    const SUMMARY: &'static str = "{stream_name} ({region})";
+    type Config = config::KinesisConfig;
+    type Request = schema::KinesisSink;
     type Target = KinesisTarget;
+
+    fn parse(
+        fields: &crate::fields::Fields<'_>,
+        allow_private: bool,
+    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
+        config::validate(fields, allow_private)
+    }
+
+    fn build(settings: &Settings) -> Result<Self, String> {
+        Ok(Self::new(settings.into()))
+    }
 
     fn target(
         &self,
-        destination: &Destination,
+        config: &config::KinesisConfig,
         secrets: &Secrets,
         max_timeout: Duration,
     ) -> Result<KinesisTarget, Failure> {
-        let Destination::Kinesis(c) = destination else {
-            return Err(crate::misconfigured("not a Kinesis destination"));
-        };
-        let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
+        let c = config;
+        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
         let endpoint = self.clients.settings.endpoint(
             &c.region,
             c.endpoint_url.as_deref(),

@@ -18,10 +18,11 @@ use lapin::{AsyncTcpStream, BasicProperties, Channel, Connection, ConnectionProp
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
-use crate::destination::{Destination, Secrets};
-use crate::{Failure, FailureKind, Message, Outcome, Probed, TypedSink};
+use crate::message::{Message};
+use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink};
 
 pub mod config;
+pub mod schema;
 
 /// A RabbitMQ destination with its password opened.
 #[derive(Clone)]
@@ -68,7 +69,7 @@ impl RabbitTarget {
 }
 
 fn refused(reason: &str) -> Failure {
-    crate::refused(reason)
+    crate::sink::refused(reason)
 }
 
 /// Classifies a client error; the text never carries the URL (it may hold the password).
@@ -253,23 +254,36 @@ fn headers(message: &Message<'_>) -> FieldTable {
 
 #[async_trait]
 impl TypedSink for RabbitSink {
+    const NAME: &'static str = "rabbitmq";
+    const SUMMARY: &'static str = "{exchange} at {url}";
+    type Config = config::RabbitConfig;
+    type Request = schema::RabbitmqSink;
     type Target = RabbitTarget;
+
+    fn parse(
+        fields: &crate::fields::Fields<'_>,
+        allow_private: bool,
+    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
+        config::validate(fields, allow_private)
+    }
+
+    fn build(settings: &Settings) -> Result<Self, String> {
+        Ok(Self::new(settings.allow_private))
+    }
 
     fn target(
         &self,
-        destination: &Destination,
+        config: &config::RabbitConfig,
         secrets: &Secrets,
         max_timeout: Duration,
     ) -> Result<RabbitTarget, Failure> {
-        let Destination::Rabbitmq(c) = destination else {
-            return Err(crate::misconfigured("not a RabbitMQ destination"));
-        };
+        let c = config;
         Ok(RabbitTarget {
             url: c.url.clone(),
             password: secrets.credentials.as_ref().and_then(|v| v["password"].as_str().map(str::to_owned)),
             exchange: c.exchange.clone(),
             routing_key: c.routing_key.clone(),
-            timeout: crate::BROKER_TIMEOUT.min(max_timeout),
+            timeout: crate::sink::BROKER_TIMEOUT.min(max_timeout),
             allow_private: self.allow_private,
         })
     }

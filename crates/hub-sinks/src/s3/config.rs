@@ -19,6 +19,10 @@ pub struct S3Config {
 }
 
 impl SinkConfig for S3Config {
+    fn uses_hub_tokens(&self) -> bool {
+        self.credentials.is_some()
+    }
+
     fn key(&self) -> String {
         format!("s3 {} {}", self.region, self.bucket)
     }

@@ -4,6 +4,7 @@
 //! time in UTC: a repeated delivery overwrites the same object.
 
 pub mod config;
+pub mod schema;
 
 use std::time::Duration;
 
@@ -14,8 +15,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
-use crate::destination::{Destination, Secrets};
-use crate::{Failure, Message, Outcome, Probed, TypedSink, structured};
+use crate::message::{Message, structured};
+use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink};
 
 /// Error codes retrying cannot help: no such bucket, an object S3 never takes.
 const PERMANENT: &[&str] = &["NoSuchBucket", "InvalidBucketName", "EntityTooLarge", "KeyTooLongError"];
@@ -75,11 +76,26 @@ impl S3Sink {
 
 #[async_trait]
 impl TypedSink for S3Sink {
+    const NAME: &'static str = "s3";
+    const SUMMARY: &'static str = "s3://{bucket}/{prefix}";
+    type Config = config::S3Config;
+    type Request = schema::S3Sink;
     type Target = S3Target;
 
-    fn target(&self, destination: &Destination, secrets: &Secrets, max_timeout: Duration) -> Result<S3Target, Failure> {
-        let Destination::S3(c) = destination else { return Err(crate::misconfigured("not an S3 destination")) };
-        let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
+    fn parse(
+        fields: &crate::fields::Fields<'_>,
+        allow_private: bool,
+    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
+        config::validate(fields, allow_private)
+    }
+
+    fn build(settings: &Settings) -> Result<Self, String> {
+        Ok(Self::new(settings.into()))
+    }
+
+    fn target(&self, config: &config::S3Config, secrets: &Secrets, max_timeout: Duration) -> Result<S3Target, Failure> {
+        let c = config;
+        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
         let endpoint = self.clients.settings.endpoint(
             &c.region,
             c.endpoint_url.as_deref(),

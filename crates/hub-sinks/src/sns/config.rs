@@ -24,6 +24,10 @@ impl SnsConfig {
 }
 
 impl SinkConfig for SnsConfig {
+    fn uses_hub_tokens(&self) -> bool {
+        self.credentials.is_some()
+    }
+
     fn key(&self) -> String {
         format!("sns {}", self.topic_arn)
     }

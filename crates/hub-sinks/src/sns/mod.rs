@@ -4,6 +4,7 @@
 //! `MessageDeduplicationId`.
 
 pub mod config;
+pub mod schema;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -12,8 +13,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, Verification, classify, packed_attributes, text_body};
-use crate::destination::{Destination, Secrets};
-use crate::{Failure, Message, Outcome, Probed, TypedSink, attributes};
+use crate::message::{Message, attributes};
+use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink};
 
 /// Error codes retrying cannot help: no such topic, a message SNS never takes.
 const PERMANENT: &[&str] = &["NotFound", "InvalidParameter", "InvalidParameterValue"];
@@ -65,16 +66,31 @@ impl SnsSink {
 
 #[async_trait]
 impl TypedSink for SnsSink {
+    const NAME: &'static str = "sns";
+    const SUMMARY: &'static str = "{topic_arn}";
+    type Config = config::SnsConfig;
+    type Request = schema::SnsSink;
     type Target = SnsTarget;
+
+    fn parse(
+        fields: &crate::fields::Fields<'_>,
+        allow_private: bool,
+    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
+        config::validate(fields, allow_private)
+    }
+
+    fn build(settings: &Settings) -> Result<Self, String> {
+        Ok(Self::new(settings.into()))
+    }
 
     fn target(
         &self,
-        destination: &Destination,
+        config: &config::SnsConfig,
         secrets: &Secrets,
         max_timeout: Duration,
     ) -> Result<SnsTarget, Failure> {
-        let Destination::Sns(c) = destination else { return Err(crate::misconfigured("not an SNS destination")) };
-        let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
+        let c = config;
+        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
         let endpoint = self.clients.settings.endpoint(
             &c.region,
             c.endpoint_url.as_deref(),

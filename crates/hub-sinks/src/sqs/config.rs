@@ -17,6 +17,10 @@ pub struct SqsConfig {
 }
 
 impl SinkConfig for SqsConfig {
+    fn uses_hub_tokens(&self) -> bool {
+        self.credentials.is_some()
+    }
+
     fn key(&self) -> String {
         format!("sqs {}", self.queue_url)
     }

@@ -1,6 +1,7 @@
 //! The SQS sink (SPEC §3.7): one `SendMessage` per attempt, with the official AWS SDK.
 
 pub mod config;
+pub mod schema;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -9,8 +10,8 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use crate::aws::{AwsEndpoint, AwsSettings, Clients, Verification, classify, packed_attributes, text_body};
-use crate::destination::{Destination, Secrets};
-use crate::{Failure, Message, Outcome, Probed, TypedSink, attributes};
+use crate::message::{Message, attributes};
+use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink};
 
 /// The tenth attribute: every other header, as a JSON object.
 pub const SQS_EXTRA_HEADERS: &str = crate::aws::EXTRA_HEADERS;
@@ -65,16 +66,31 @@ impl SqsSink {
 
 #[async_trait]
 impl TypedSink for SqsSink {
+    const NAME: &'static str = "sqs";
+    const SUMMARY: &'static str = "{queue_url}";
+    type Config = config::SqsConfig;
+    type Request = schema::SqsSink;
     type Target = SqsTarget;
+
+    fn parse(
+        fields: &crate::fields::Fields<'_>,
+        allow_private: bool,
+    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
+        config::validate(fields, allow_private)
+    }
+
+    fn build(settings: &Settings) -> Result<Self, String> {
+        Ok(Self::new(settings.into()))
+    }
 
     fn target(
         &self,
-        destination: &Destination,
+        config: &config::SqsConfig,
         secrets: &Secrets,
         max_timeout: Duration,
     ) -> Result<SqsTarget, Failure> {
-        let Destination::Sqs(c) = destination else { return Err(crate::misconfigured("not an SQS destination")) };
-        let timeout = crate::BROKER_TIMEOUT.min(max_timeout);
+        let c = config;
+        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
         let endpoint = self.clients.settings.endpoint(
             &c.region,
             c.endpoint_url.as_deref(),

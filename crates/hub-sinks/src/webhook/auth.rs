@@ -24,7 +24,7 @@ use url::Url;
 use super::config::TlsConfig;
 use crate::cache::BoundedCache;
 use crate::guard::{GuardedResolver, check_host};
-use crate::{Failure, FailureKind};
+use crate::sink::{Failure, FailureKind};
 
 /// A token is used until this long before it expires.
 pub const EXPIRY_MARGIN: Duration = Duration::from_secs(60);
@@ -68,7 +68,7 @@ pub(crate) fn client(
     tls: Option<&TlsConfig>,
     identity: Option<reqwest::Identity>,
 ) -> Result<reqwest::Client, String> {
-    super::install_crypto_provider();
+    crate::sink::install_crypto_provider();
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .dns_resolver(Arc::new(GuardedResolver { allow_private }))
@@ -116,11 +116,11 @@ impl Clients {
         let identity = match identity {
             Some((certificate, private_key)) => Some(
                 self::identity(certificate, private_key)
-                    .map_err(|_| crate::misconfigured("the client certificate or its key cannot be used"))?,
+                    .map_err(|_| crate::sink::misconfigured("the client certificate or its key cannot be used"))?,
             ),
             None => None,
         };
-        let client = client(allow_private, tls, identity).map_err(|e| crate::misconfigured(&e))?;
+        let client = client(allow_private, tls, identity).map_err(|e| crate::sink::misconfigured(&e))?;
         lock(&self.cache).insert(key, client.clone(), now);
         Ok(client)
     }

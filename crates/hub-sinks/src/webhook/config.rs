@@ -103,6 +103,10 @@ impl SinkConfig for WebhookConfig {
         }
     }
 
+    fn signature(&self) -> Option<Scheme> {
+        Some(self.signature)
+    }
+
     fn credentials_field(&self) -> &'static str {
         match &self.auth {
             Some(AuthConfig::Basic { .. }) => "sink.auth.password",

@@ -14,14 +14,15 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use url::Url;
 use uuid::Uuid;
 
-use crate::destination::{Destination, Secrets};
 use crate::guard::check_host;
-use crate::{Failure, FailureKind, Message, Outcome, Probed, RESPONSE_CAP, TypedSink, cap_text};
+use crate::message::{Message};
+use crate::sink::{Failure, FailureKind, Outcome, Probed, RESPONSE_CAP, Secrets, Settings, TypedSink, cap_text};
 use base64::Engine as _;
 use config::AuthConfig;
 
 mod auth;
 pub mod config;
+pub mod schema;
 
 const VERIFICATION_KEY: &str = "streaming_hub.verification";
 const USER_AGENT_VALUE: &str = concat!("streaming-hub/", env!("CARGO_PKG_VERSION"));
@@ -79,12 +80,6 @@ pub struct WebhookSink {
     clients: Arc<auth::Clients>,
     /// OAuth2 tokens, shared by the attempts with the same credentials.
     tokens: Arc<auth::Tokens>,
-}
-
-/// Installs the process's TLS crypto provider once (ring, as the database driver uses).
-pub fn install_crypto_provider() {
-    // Fails only when a provider is already installed, which is what we want.
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 impl WebhookSink {
@@ -234,7 +229,7 @@ fn with_path(url: &Url, path: &str) -> Url {
 /// `Authorization: Bearer <token>`.
 fn bearer(token: &str) -> Result<HeaderValue, Failure> {
     HeaderValue::from_str(&format!("Bearer {token}"))
-        .map_err(|_| crate::misconfigured("the token endpoint's access_token cannot be sent in a header"))
+        .map_err(|_| crate::sink::misconfigured("the token endpoint's access_token cannot be sent in a header"))
 }
 
 /// A destination's answer: its status, the start of its body, and what its headers ask of us.
@@ -298,19 +293,33 @@ pub(crate) fn classify(e: &reqwest::Error, timeout: Duration) -> Failure {
 
 #[async_trait]
 impl TypedSink for WebhookSink {
+    const NAME: &'static str = "webhook";
+    const SUMMARY: &'static str = "{url}";
+    const SIGNED: bool = true;
+    type Config = config::WebhookConfig;
+    type Request = schema::WebhookSink;
     type Target = WebhookTarget;
+
+    fn parse(
+        fields: &crate::fields::Fields<'_>,
+        allow_private: bool,
+    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
+        config::validate(fields, allow_private)
+    }
+
+    fn build(settings: &Settings) -> Result<Self, String> {
+        Self::new(settings.allow_private)
+    }
 
     fn target(
         &self,
-        destination: &Destination,
+        config: &config::WebhookConfig,
         secrets: &Secrets,
         max_timeout: Duration,
     ) -> Result<WebhookTarget, Failure> {
-        let Destination::Webhook(c) = destination else {
-            return Err(crate::misconfigured("not a webhook destination"));
-        };
+        let c = config;
         if secrets.signing.is_empty() {
-            return Err(crate::misconfigured("the subscription has no signing secret"));
+            return Err(crate::sink::misconfigured("the subscription has no signing secret"));
         }
         let secret = |field: &str| -> Result<String, Failure> {
             secrets
@@ -318,7 +327,7 @@ impl TypedSink for WebhookSink {
                 .as_ref()
                 .and_then(|c| c[field].as_str())
                 .map(str::to_owned)
-                .ok_or_else(|| crate::misconfigured(&format!("the webhook's auth has no {field}")))
+                .ok_or_else(|| crate::sink::misconfigured(&format!("the webhook's auth has no {field}")))
         };
         let mut identity = None;
         let auth = match &c.auth {
@@ -327,11 +336,11 @@ impl TypedSink for WebhookSink {
                 let password = secret("password")?;
                 let encoded = base64::engine::general_purpose::STANDARD.encode(format!("{username}:{password}"));
                 let value = HeaderValue::from_str(&format!("Basic {encoded}"))
-                    .map_err(|_| crate::misconfigured("the webhook's basic credentials cannot be sent in a header"))?;
+                    .map_err(|_| crate::sink::misconfigured("the webhook's basic credentials cannot be sent in a header"))?;
                 Some(Auth::Basic(value))
             }
             Some(AuthConfig::OAuth2 { token_url, client_id, scope, audience }) => {
-                let url = token_url.parse().map_err(|_| crate::misconfigured("the token_url is not valid"))?;
+                let url = token_url.parse().map_err(|_| crate::sink::misconfigured("the token_url is not valid"))?;
                 let client_secret = secret("client_secret")?;
                 Some(Auth::OAuth2(self.tokens.oauth2(
                     url,
@@ -352,7 +361,7 @@ impl TypedSink for WebhookSink {
             self.client.clone()
         };
         Ok(WebhookTarget {
-            url: c.url.parse().map_err(|_| crate::misconfigured("the webhook url is not valid"))?,
+            url: c.url.parse().map_err(|_| crate::sink::misconfigured("the webhook url is not valid"))?,
             headers: c.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             timeout: Duration::from_millis(c.timeout_ms).min(max_timeout),
             scheme: c.signature,
@@ -442,11 +451,9 @@ impl TypedSink for WebhookSink {
         Ok(Probed { allowed_rate })
     }
 
-    fn headers(&self, destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
-        let static_headers: Vec<(String, String)> = match destination {
-            Destination::Webhook(c) => c.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            _ => Vec::new(),
-        };
+    fn headers(&self, config: &config::WebhookConfig, message: &Message<'_>) -> Vec<(String, String)> {
+        let static_headers: Vec<(String, String)> =
+            config.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         unsigned_headers(&static_headers, message)
     }
 }

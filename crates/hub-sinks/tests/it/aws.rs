@@ -6,10 +6,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use aws_config::{BehaviorVersion, Region};
-use hub_sinks::{
-    AwsCredentials, AwsEndpoint, AwsSettings, EventBridgeSink, EventBridgeTarget, Outcome, SqsSink, SqsTarget,
-    TypedSink,
-};
+use hub_sinks::eventbridge::{EventBridgeSink, EventBridgeTarget};
+use hub_sinks::sqs::{SqsSink, SqsTarget};
+use hub_sinks::{AwsCredentials, AwsEndpoint, AwsSettings, Outcome, TypedSink};
 use serde_json::Value;
 use uuid::Uuid;
 

@@ -5,9 +5,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use hub_sinks::destination::{KafkaConfig, Mechanism, Sasl};
+use hub_sinks::kafka::config::{KafkaConfig, Mechanism, Sasl};
 use hub_sinks::kafka::protocol::partition_for;
-use hub_sinks::{Destination, FailureKind, KafkaSink, KafkaTarget, Outcome, Secrets, TypedSink};
+use hub_sinks::kafka::{KafkaSink, KafkaTarget};
+use hub_sinks::{FailureKind, Outcome, Secrets, TypedSink};
 use hub_testkit::kafka::{Broker, ReadRecord, SASL_PASSWORD, SASL_USER};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -52,7 +53,7 @@ fn target(
         credentials: sasl.map(|(_, password)| json!({"password": password})),
         owner: None,
     };
-    sink.target(&Destination::Kafka(config), &secrets, timeout).expect("a Kafka target")
+    sink.target(&config, &secrets, timeout).expect("a Kafka target")
 }
 
 /// Reads every record of `topic` until `expected` arrived (or a deadline passed).

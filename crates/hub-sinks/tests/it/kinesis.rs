@@ -3,8 +3,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use hub_sinks::destination::KinesisConfig;
-use hub_sinks::{Destination, KinesisSink, KinesisTarget, Outcome, TypedSink};
+use hub_sinks::kinesis::config::KinesisConfig;
+use hub_sinks::kinesis::{KinesisSink, KinesisTarget};
+use hub_sinks::{Outcome, TypedSink};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -64,7 +65,7 @@ fn target(sink: &KinesisSink, stream: &str, url: &str, with_credentials: bool, t
         endpoint_url: Some(url.to_owned()),
         credentials: None,
     };
-    sink.target(&Destination::Kinesis(config), &secrets(with_credentials), timeout).expect("a Kinesis target")
+    sink.target(&config, &secrets(with_credentials), timeout).expect("a Kinesis target")
 }
 
 struct KinesisFixture {

@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use hub_sinks::{RabbitSink, RabbitTarget, TypedSink};
+use hub_sinks::TypedSink;
+use hub_sinks::rabbitmq::{RabbitSink, RabbitTarget};
 use lapin::options::{BasicGetOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};

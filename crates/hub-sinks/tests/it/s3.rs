@@ -3,8 +3,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use hub_sinks::destination::S3Config;
-use hub_sinks::{Destination, Outcome, S3Sink, S3Target, TypedSink};
+use hub_sinks::s3::config::S3Config;
+use hub_sinks::s3::{S3Sink, S3Target};
+use hub_sinks::{Outcome, TypedSink};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -65,7 +66,7 @@ fn target(sink: &S3Sink, bucket: &str, prefix: &str, url: &str, with_credentials
         endpoint_url: Some(url.to_owned()),
         credentials: None,
     };
-    sink.target(&Destination::S3(config), &secrets(with_credentials), timeout).expect("an S3 target")
+    sink.target(&config, &secrets(with_credentials), timeout).expect("an S3 target")
 }
 
 struct S3Fixture {

@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
-use hub_sinks::destination::SnsConfig;
-use hub_sinks::{Destination, Outcome, SnsSink, SnsTarget, TypedSink};
+use hub_sinks::sns::config::SnsConfig;
+use hub_sinks::sns::{SnsSink, SnsTarget};
+use hub_sinks::{Outcome, TypedSink};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -48,7 +49,7 @@ fn target(sink: &SnsSink, arn: &str, url: &str, with_credentials: bool, timeout:
         endpoint_url: Some(url.to_owned()),
         credentials: None,
     };
-    sink.target(&Destination::Sns(config), &secrets(with_credentials), timeout).expect("an SNS target")
+    sink.target(&config, &secrets(with_credentials), timeout).expect("an SNS target")
 }
 
 struct SnsFixture {

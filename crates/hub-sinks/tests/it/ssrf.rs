@@ -7,11 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hub_sinks::destination::{
-    EventBridgeConfig, KafkaConfig, KinesisConfig, Mechanism, RabbitConfig, S3Config, Sasl, SnsConfig, SqsConfig,
-    WebhookConfig,
-};
+use hub_sinks::eventbridge::config::EventBridgeConfig;
+use hub_sinks::kafka::config::{KafkaConfig, Mechanism, Sasl};
+use hub_sinks::kinesis::config::KinesisConfig;
+use hub_sinks::rabbitmq::config::RabbitConfig;
+use hub_sinks::s3::config::S3Config;
+use hub_sinks::sns::config::SnsConfig;
+use hub_sinks::sqs::config::SqsConfig;
 use hub_sinks::webhook::config::AuthConfig;
+use hub_sinks::webhook::config::WebhookConfig;
 use hub_sinks::{Destination, FailureKind, Outcome, Secrets, Sink, Sinks};
 use uuid::Uuid;
 

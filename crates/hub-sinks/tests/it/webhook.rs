@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use hub_core::signature::Scheme;
 use hub_sinks::webhook::config::WebhookConfig;
-use hub_sinks::{Destination, FailureKind, Outcome, Secrets, TypedSink, WebhookSink, WebhookTarget};
+use hub_sinks::webhook::{WebhookSink, WebhookTarget};
+use hub_sinks::{FailureKind, Outcome, Secrets, TypedSink};
 use uuid::Uuid;
 
 use crate::contract::{self, Case, Fixture, message};
@@ -34,7 +35,7 @@ pub fn target_of(
     credentials: Option<serde_json::Value>,
 ) -> WebhookTarget {
     let secrets = Secrets { signing: secrets.iter().map(|s| (*s).to_owned()).collect(), credentials, owner: None };
-    sink.target(&Destination::Webhook(config), &secrets, Duration::from_secs(60)).expect("a target")
+    sink.target(&config, &secrets, Duration::from_secs(60)).expect("a target")
 }
 
 fn target(sink: &WebhookSink, url: &str, secrets: &[&str]) -> WebhookTarget {

@@ -13,8 +13,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use hub_core::signature::Scheme;
+use hub_sinks::webhook::WebhookSink;
 use hub_sinks::webhook::config::{AuthConfig, TlsConfig, WebhookConfig};
-use hub_sinks::{FailureKind, Outcome, TypedSink, WebhookSink};
+use hub_sinks::{FailureKind, Outcome, TypedSink};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -32,13 +33,13 @@ fn failure(outcome: Outcome) -> hub_sinks::Failure {
     }
 }
 
-async fn attempt(sink: &WebhookSink, target: &hub_sinks::WebhookTarget) -> Outcome {
+async fn attempt(sink: &WebhookSink, target: &hub_sinks::webhook::WebhookTarget) -> Outcome {
     let ext = BTreeMap::new();
     sink.attempt(target, &message(b"{\"n\":1}", &ext, Uuid::now_v7())).await
 }
 
 /// `n` attempts at once, each a task of its own (as the dispatcher makes them).
-async fn at_once(n: usize, sink: &WebhookSink, target: &hub_sinks::WebhookTarget) -> Vec<Outcome> {
+async fn at_once(n: usize, sink: &WebhookSink, target: &hub_sinks::webhook::WebhookTarget) -> Vec<Outcome> {
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..n {
         let (sink, target) = (sink.clone(), target.clone());
@@ -146,7 +147,7 @@ async fn oauth_world() -> OAuthWorld {
 }
 
 impl OAuthWorld {
-    fn target(&self, secret: &str) -> hub_sinks::WebhookTarget {
+    fn target(&self, secret: &str) -> hub_sinks::webhook::WebhookTarget {
         let auth = AuthConfig::OAuth2 {
             token_url: self.token_url.clone(),
             client_id: "hub+client".into(),

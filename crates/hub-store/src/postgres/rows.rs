@@ -274,7 +274,7 @@ pub(super) fn bind_subscription<'q>(q: PgQuery<'q>, sub: &SubscriptionRecord) ->
         .bind(sub.name.clone())
         .bind(event_types)
         .bind(sub.origin.clone())
-        .bind(sub.sink.as_str())
+        .bind(sub.sink.as_str().to_owned())
         .bind(sub.sink_config.to_string())
         .bind(sub.signing_secret.clone())
         .bind(sub.previous_secret.clone())

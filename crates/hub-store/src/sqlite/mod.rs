@@ -494,7 +494,7 @@ fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreR
         .bind(sub.name.clone())
         .bind(event_types)
         .bind(sub.origin.clone())
-        .bind(sub.sink.as_str())
+        .bind(sub.sink.as_str().to_owned())
         .bind(sub.sink_config.to_string())
         .bind(sub.signing_secret.clone())
         .bind(sub.previous_secret.clone())

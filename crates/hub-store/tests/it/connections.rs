@@ -70,7 +70,7 @@ async fn end_every_session(schema: &str) -> usize {
 async fn connections_the_server_ended_while_pooled_cost_no_write() {
     let db = TestDb::postgres().await;
     let schema = db.schema().expect("a PostgreSQL store");
-    let sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let sub = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&sub).await.expect("create");
     // Every connection of the pool opened, and some kept between hot statements.
     let pool = db.postgres_store().expect("a PostgreSQL store").pool();

@@ -354,10 +354,10 @@ pub async fn a_large_mixed_batch_gives_each_event_its_seq_and_work(db: &TestDb) 
     let mut push = Vec::new();
     let mut pull = Vec::new();
     for t in tenants {
-        let p = crate::support::subscription(t, SinkKind::Webhook, &["*.*"], None);
+        let p = crate::support::subscription(t, SinkKind::named("webhook"), &["*.*"], None);
         db.store.create_subscription(&p).await.expect("create");
         push.push(p.id);
-        let q = crate::support::subscription(t, SinkKind::Pull, &["*.*"], None);
+        let q = crate::support::subscription(t, SinkKind::PULL, &["*.*"], None);
         db.store.create_subscription(&q).await.expect("create");
         pull.push(q.id);
     }

@@ -32,14 +32,14 @@ async fn pulled(db: &TestDb, sub: Uuid) -> Vec<i64> {
 }
 
 pub async fn filters_choose_what_ingest_matches(db: &TestDb) {
-    let by_sql = filtered(SinkKind::Webhook, json!([{"sql": "region = 'br' AND subject LIKE 'loan-%'"}]));
-    let by_data = filtered(SinkKind::Pull, json!([{"data": {"amount": [{"numeric": [">=", 1000]}]}}]));
+    let by_sql = filtered(SinkKind::named("webhook"), json!([{"sql": "region = 'br' AND subject LIKE 'loan-%'"}]));
+    let by_data = filtered(SinkKind::PULL, json!([{"data": {"amount": [{"numeric": [">=", 1000]}]}}]));
     let by_both = filtered(
-        SinkKind::Webhook,
+        SinkKind::named("webhook"),
         json!([{"any": [{"exact": {"region": "mx"}}, {"prefix": {"subject": "loan-9"}}]},
                {"data": {"currency": [{"anything-but": "USD"}]}}]),
     );
-    let unfiltered = subscription("t1", SinkKind::Pull, &["*.*"], None);
+    let unfiltered = subscription("t1", SinkKind::PULL, &["*.*"], None);
     for s in [&by_sql, &by_data, &by_both, &unfiltered] {
         db.store.create_subscription(s).await.expect("create");
     }
@@ -60,7 +60,7 @@ pub async fn filters_choose_what_ingest_matches(db: &TestDb) {
 
 pub async fn changed_filters_apply_to_later_events(db: &TestDb) {
     let other = db.replica().await;
-    let sub = filtered(SinkKind::Webhook, json!([{"exact": {"region": "br"}}]));
+    let sub = filtered(SinkKind::named("webhook"), json!([{"exact": {"region": "br"}}]));
     db.store.create_subscription(&sub).await.expect("create");
     db.store.write_batch(&[event("loan-1", "br", json!({})), event("loan-2", "mx", json!({}))]).await.expect("write");
     assert_eq!(job_seqs(db, sub.id).await, vec![1]);
@@ -90,7 +90,7 @@ pub async fn replays_honour_filters(db: &TestDb) {
         .await
         .expect("write");
     let sub =
-        filtered(SinkKind::Pull, json!([{"exact": {"region": "br"}}, {"data": {"amount": [{"numeric": [">", 1]}]}}]));
+        filtered(SinkKind::PULL, json!([{"exact": {"region": "br"}}, {"data": {"amount": [{"numeric": [">", 1]}]}}]));
     db.store.create_subscription(&sub).await.expect("create");
     let replay = NewReplay {
         id: Uuid::now_v7(),

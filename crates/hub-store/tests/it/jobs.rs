@@ -15,7 +15,7 @@ use uuid::Uuid;
 use crate::support::{TestDb, accepted, subscription};
 
 async fn push_subscription(db: &TestDb, tenant: &str) -> SubscriptionRecord {
-    let sub = subscription(tenant, SinkKind::Webhook, &["*.*"], None);
+    let sub = subscription(tenant, SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&sub).await.expect("create");
     sub
 }
@@ -445,7 +445,7 @@ pub async fn jobs_of_an_undeliverable_subscription_are_held_and_released(db: &Te
 /// A subscription verified before and pending verification again (its destination changed)
 /// keeps the events that arrive meanwhile, held; one never verified gets none.
 pub async fn a_destination_being_verified_again_holds_new_events(db: &TestDb) {
-    let mut sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let mut sub = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     sub.verification = hub_core::VerificationState::Pending;
     sub.sink_config = serde_json::json!({"type": "webhook", "url": "https://example.com/a"});
     db.store.create_subscription(&sub).await.expect("create");

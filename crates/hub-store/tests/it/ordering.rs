@@ -25,7 +25,10 @@ fn keyed(partition: Option<&str>, subject: Option<&str>) -> hub_store::IngestRec
 }
 
 async fn ordered(db: &TestDb) -> SubscriptionRecord {
-    let sub = SubscriptionRecord { ordering: Ordering::Key, ..subscription("t1", SinkKind::Webhook, &["*.*"], None) };
+    let sub = SubscriptionRecord {
+        ordering: Ordering::Key,
+        ..subscription("t1", SinkKind::named("webhook"), &["*.*"], None)
+    };
     db.store.create_subscription(&sub).await.expect("create");
     sub
 }
@@ -54,7 +57,7 @@ async fn settle(db: &TestDb, job: &ClaimedJob, transition: JobTransition) {
 
 pub async fn ordered_jobs_are_claimed_one_at_a_time_per_key(db: &TestDb) {
     let sub = ordered(db).await;
-    let unordered = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let unordered = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&unordered).await.expect("create");
     // seq: 1 A, 2 A, 3 B, 4 (no key), 5 A (by subject), 6 B, 7 (no key)
     let batch = [

@@ -89,9 +89,9 @@ async fn retention_drops_whole_days_and_deletes_rows_only_where_it_must() {
     assert!(before.contains(&day_name(-10)) && before.contains(&day_name(-1)), "{before:?}");
     assert!(!before.contains(&day_name(-8)), "no partition for eight days ago: {before:?}");
 
-    let pull = subscription("t2", SinkKind::Pull, &["*.*"], None);
+    let pull = subscription("t2", SinkKind::PULL, &["*.*"], None);
     db.store.create_subscription(&pull).await.expect("pull");
-    let push = subscription("t3", SinkKind::Webhook, &["*.*"], None);
+    let push = subscription("t3", SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&push).await.expect("push");
     // Nine days ago: one event, nothing refers to it. The day goes whole.
     let (gone, e1) = event("t1", noon(-9), noon(-9));
@@ -180,7 +180,7 @@ async fn a_database_of_the_layout_before_is_migrated_in_place() {
     assert!(plain, "the layout before is one table");
 
     let store: &dyn Store = &old;
-    let sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let sub = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     store.create_subscription(&sub).await.expect("subscription");
     let (aged, e1) = event("t1", Utc::now() - Duration::days(9), Utc::now() - Duration::days(9));
     let (kept, e2) = event("t1", Utc::now(), Utc::now());

@@ -62,7 +62,7 @@ async fn run_to_end(db: &TestDb, id: Uuid) -> ReplayRecord {
 pub async fn replays_walk_in_batches_pace_push_and_skip_what_a_subscription_has(db: &TestDb) {
     write(db, "t1", 30).await;
     write(db, "t2", 5).await;
-    let sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let sub = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&sub).await.expect("create");
 
     let first = start(db, &ask(sub.id, Some(1), TimeWindow::default())).await;
@@ -102,7 +102,7 @@ pub async fn replays_walk_in_batches_pace_push_and_skip_what_a_subscription_has(
 
 pub async fn pull_replays_append_after_the_cursor(db: &TestDb) {
     write(db, "t1", 12).await;
-    let sub = subscription("t1", SinkKind::Pull, &["*.*"], None);
+    let sub = subscription("t1", SinkKind::PULL, &["*.*"], None);
     db.store.create_subscription(&sub).await.expect("create");
     write(db, "t1", 1).await;
     // The reader took the live event: its cursor is past every seq of the window.
@@ -126,7 +126,7 @@ pub async fn pull_replays_append_after_the_cursor(db: &TestDb) {
 
 pub async fn a_replay_keeps_to_its_rate(db: &TestDb) {
     write(db, "t1", 40).await;
-    let sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let sub = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&sub).await.expect("create");
     let mut ask = ask(sub.id, Some(1), TimeWindow::default());
     ask.rate = 20;
@@ -145,7 +145,7 @@ pub async fn a_replay_keeps_to_its_rate(db: &TestDb) {
 
 pub async fn a_replay_stops_when_its_subscription_is_deleted(db: &TestDb) {
     write(db, "t1", 3).await;
-    let sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let sub = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&sub).await.expect("create");
     let r = start(db, &ask(sub.id, Some(1), TimeWindow::default())).await;
     assert!(db.store.delete_subscription("t1", sub.id).await.expect("delete"));

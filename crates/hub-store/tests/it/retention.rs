@@ -30,11 +30,11 @@ pub async fn retention_prunes_in_bounded_batches_and_keeps_what_is_needed(db: &T
     assert_eq!(left.len(), 1, "the recent record stays");
 
     // Events: an old one a push job still needs, an old one in a pull stream, a recent one.
-    let push = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let push = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&push).await.expect("push");
     db.store.write_batch(&[aged(accepted("t1", Uuid::now_v7()), 200)]).await.expect("write");
     db.store.delete_subscription("t1", push.id).await.expect("delete");
-    let pull = subscription("t1", SinkKind::Pull, &["*.*"], None);
+    let pull = subscription("t1", SinkKind::PULL, &["*.*"], None);
     db.store.create_subscription(&pull).await.expect("pull");
     db.store
         .write_batch(&[aged(accepted("t1", Uuid::now_v7()), 200), accepted("t1", Uuid::now_v7())])
@@ -52,7 +52,7 @@ pub async fn retention_prunes_in_bounded_batches_and_keeps_what_is_needed(db: &T
     assert_eq!(pulled, vec![3], "the pruned event left its pull stream too");
 
     // Finished jobs (and their attempts) go after their retention; then their events can go.
-    let live = subscription("t2", SinkKind::Webhook, &["*.*"], None);
+    let live = subscription("t2", SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&live).await.expect("live");
     db.store.write_batch(&[aged(accepted("t2", Uuid::now_v7()), 200)]).await.expect("write");
     let now = Utc::now();

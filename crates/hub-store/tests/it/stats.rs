@@ -58,9 +58,9 @@ pub async fn minutes_add_up_and_backlogs_are_set(db: &TestDb) {
 pub async fn backlogs_count_pending_and_held_jobs(db: &TestDb) {
     // No jobs: nothing to sample.
     assert!(db.store.backlogs().await.expect("backlogs").is_empty());
-    let push = crate::support::subscription("t1", hub_core::SinkKind::Webhook, &["*.*"], None);
+    let push = crate::support::subscription("t1", hub_core::SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&push).await.expect("push");
-    let pull = crate::support::subscription("t1", hub_core::SinkKind::Pull, &["*.*"], None);
+    let pull = crate::support::subscription("t1", hub_core::SinkKind::PULL, &["*.*"], None);
     db.store.create_subscription(&pull).await.expect("pull");
     let events: Vec<_> = (0..3).map(|_| crate::support::accepted("t1", Uuid::now_v7())).collect();
     db.store.write_batch(&events).await.expect("write");

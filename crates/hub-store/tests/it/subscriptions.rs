@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::support::{TestDb, accepted, accepted_with, headers, subscription};
 
 pub async fn subscriptions_round_trip_and_stay_within_their_tenant(db: &TestDb) {
-    let mut sub = subscription("t1", SinkKind::Webhook, &["loan_application.*"], Some("lender"));
+    let mut sub = subscription("t1", SinkKind::named("webhook"), &["loan_application.*"], Some("lender"));
     sub.sink_config = serde_json::json!({"type": "webhook", "url": "https://example.com/h", "timeout_ms": 5000});
     sub.signing_secret = Some(vec![1, 2, 3]);
     sub.credentials = Some(vec![4, 5]);
@@ -23,7 +23,7 @@ pub async fn subscriptions_round_trip_and_stay_within_their_tenant(db: &TestDb) 
     assert_eq!(read.name, sub.name);
     assert_eq!(read.event_types, sub.event_types);
     assert_eq!(read.origin, sub.origin);
-    assert_eq!(read.sink, SinkKind::Webhook);
+    assert_eq!(read.sink, SinkKind::named("webhook"));
     assert_eq!(read.sink_config, sub.sink_config);
     assert_eq!(read.signing_secret, sub.signing_secret);
     assert_eq!(read.credentials, sub.credentials);
@@ -90,11 +90,11 @@ pub async fn subscriptions_round_trip_and_stay_within_their_tenant(db: &TestDb) 
 pub async fn subscriptions_list_in_creation_order_with_a_cursor(db: &TestDb) {
     let mut ids = Vec::new();
     for _ in 0..5 {
-        let sub = subscription("t1", SinkKind::Pull, &["*.*"], None);
+        let sub = subscription("t1", SinkKind::PULL, &["*.*"], None);
         db.store.create_subscription(&sub).await.expect("create");
         ids.push(sub.id);
     }
-    db.store.create_subscription(&subscription("t2", SinkKind::Pull, &["*.*"], None)).await.expect("create");
+    db.store.create_subscription(&subscription("t2", SinkKind::PULL, &["*.*"], None)).await.expect("create");
     let first = db.store.list_subscriptions("t1", None, 3).await.expect("list");
     assert_eq!(first.iter().map(|s| s.id).collect::<Vec<_>>(), ids[..3]);
     let rest = db.store.list_subscriptions("t1", Some(ids[2]), 3).await.expect("list");
@@ -102,12 +102,12 @@ pub async fn subscriptions_list_in_creation_order_with_a_cursor(db: &TestDb) {
 }
 
 pub async fn accepted_events_create_work_only_for_admitting_subscriptions(db: &TestDb) {
-    let pull = subscription("t1", SinkKind::Pull, &["loan_application.*"], None);
-    let push = subscription("t1", SinkKind::Webhook, &["*.approved"], Some("lender"));
-    let other_origin = subscription("t1", SinkKind::Webhook, &["*.*"], Some("crm"));
-    let disabled = subscription("t1", SinkKind::Pull, &["*.*"], None);
-    let pending = subscription("t1", SinkKind::Webhook, &["*.*"], None);
-    let other_tenant = subscription("t2", SinkKind::Pull, &["*.*"], None);
+    let pull = subscription("t1", SinkKind::PULL, &["loan_application.*"], None);
+    let push = subscription("t1", SinkKind::named("webhook"), &["*.approved"], Some("lender"));
+    let other_origin = subscription("t1", SinkKind::named("webhook"), &["*.*"], Some("crm"));
+    let disabled = subscription("t1", SinkKind::PULL, &["*.*"], None);
+    let pending = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
+    let other_tenant = subscription("t2", SinkKind::PULL, &["*.*"], None);
     let disabled = hub_store::SubscriptionRecord { enabled: false, ..disabled };
     let pending = hub_store::SubscriptionRecord { verification: VerificationState::Pending, ..pending };
     for s in [&pull, &push, &other_origin, &disabled, &pending, &other_tenant] {
@@ -152,7 +152,7 @@ pub async fn a_write_sees_subscription_changes_made_by_another_replica(db: &Test
             .collect::<Vec<_>>()
     };
     write(1).await;
-    let push = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let push = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     other.create_subscription(&push).await.expect("create");
     write(2).await;
     assert_eq!(job_states(push.id).await, vec![hub_store::JobState::Pending], "created elsewhere, matched here");
@@ -181,7 +181,7 @@ pub async fn a_write_sees_subscription_changes_made_by_another_replica(db: &Test
         "resumed; the new pattern does not match"
     );
 
-    let pull = subscription("t1", SinkKind::Pull, &["*.*"], None);
+    let pull = subscription("t1", SinkKind::PULL, &["*.*"], None);
     other.create_subscription(&pull).await.expect("create pull");
     other.delete_subscription("t1", push.id).await.expect("delete");
     write(5).await;
@@ -196,7 +196,7 @@ pub async fn a_write_sees_subscription_changes_made_by_another_replica(db: &Test
 
 pub async fn only_events_after_creation_match(db: &TestDb) {
     db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
-    let pull = subscription("t1", SinkKind::Pull, &["loan_application.*"], None);
+    let pull = subscription("t1", SinkKind::PULL, &["loan_application.*"], None);
     db.store.create_subscription(&pull).await.expect("create");
     db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
     let pulled: Vec<i64> =
@@ -205,9 +205,9 @@ pub async fn only_events_after_creation_match(db: &TestDb) {
 }
 
 pub async fn deleting_a_subscription_cancels_its_work(db: &TestDb) {
-    let push = subscription("t1", SinkKind::Webhook, &["*.*"], None);
-    let pull = subscription("t1", SinkKind::Pull, &["*.*"], None);
-    let keep = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let push = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
+    let pull = subscription("t1", SinkKind::PULL, &["*.*"], None);
+    let keep = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     for s in [&push, &pull, &keep] {
         db.store.create_subscription(s).await.expect("create");
     }
@@ -232,7 +232,7 @@ pub async fn deleting_a_subscription_cancels_its_work(db: &TestDb) {
 }
 
 pub async fn pull_cursors_only_move_forward_even_under_concurrency(db: &TestDb) {
-    let pull = subscription("t1", SinkKind::Pull, &["*.*"], None);
+    let pull = subscription("t1", SinkKind::PULL, &["*.*"], None);
     db.store.create_subscription(&pull).await.expect("create");
     assert_eq!(db.store.advance_pull_cursor("t1", pull.id, 5).await.expect("advance"), 5);
     assert_eq!(db.store.advance_pull_cursor("t1", pull.id, 3).await.expect("advance"), 5, "never backwards");
@@ -255,7 +255,7 @@ pub async fn pull_cursors_only_move_forward_even_under_concurrency(db: &TestDb) 
 /// A PATCH, secret rotations, verification results and recorded outcomes racing on one
 /// subscription: each writes only its own columns, so the last write of each survives.
 pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
-    let mut sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let mut sub = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     sub.sink_config = serde_json::json!({"type": "webhook", "url": "https://example.com/a"});
     sub.signing_secret = Some(vec![0]);
     db.store.create_subscription(&sub).await.expect("create");
@@ -409,7 +409,7 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
 pub async fn delivery_limits_round_trip_and_reach_leased_writes(db: &TestDb) {
     use hub_core::delivery::inflight::Limits;
     let other = db.replica().await;
-    let mut sub = subscription("t1", SinkKind::Webhook, &["*.*"], None);
+    let mut sub = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     sub.limits = Limits { max_in_flight: Some(12), per_second: None };
     db.store.create_subscription(&sub).await.expect("create");
     let read = db.store.subscription("t1", sub.id).await.expect("read").expect("exists");

@@ -5,7 +5,6 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use chrono::{DateTime, Utc};
-use hub_core::SinkKind;
 use hub_store::{AttemptRecord, DeliveryJob, JobState, SecretRotation};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -158,7 +157,7 @@ pub async fn public_keys(
 ) -> Result<AxumJson<PublicKeys>, ApiError> {
     let sub = load(&state, &caller, &id).await?;
     let scheme = hub_sinks::Destination::stored_signature(&sub.sink_config);
-    if sub.sink != SinkKind::Webhook || !scheme.is_some_and(|s| s.is_asymmetric()) {
+    if !hub_sinks::registry::signed(sub.sink) || !scheme.is_some_and(|s| s.is_asymmetric()) {
         return Err(not_asymmetric());
     }
     let public = |sealed: &[u8], purpose: Purpose| -> Result<String, ApiError> {
@@ -199,7 +198,7 @@ pub async fn rotate_secret(
     // winner's secret and rotates from it, so the previous secret is always the one that signed.
     for _ in 0..3 {
         let sub = load(&state, &caller, &id).await?;
-        if sub.sink != SinkKind::Webhook {
+        if !hub_sinks::registry::signed(sub.sink) {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 "not_webhook_subscription",

@@ -251,8 +251,8 @@ pub async fn read(
             continue;
         }
         let state = match (sub.sink, deliveries.last(), stream.iter().any(|e| !e.read), stream.is_empty()) {
-            (SinkKind::Pull, _, true, _) => "unread".to_owned(),
-            (SinkKind::Pull, _, false, false) => "read".to_owned(),
+            (SinkKind::PULL, _, true, _) => "unread".to_owned(),
+            (SinkKind::PULL, _, false, false) => "read".to_owned(),
             (_, Some(newest), _, _) => newest.state.clone(),
             _ => "none".to_owned(),
         };

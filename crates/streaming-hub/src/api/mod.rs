@@ -122,7 +122,7 @@ pub struct AppState {
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
     modifiers(&Security, &ReceiverWebhooks),
-    components(schemas(error::ErrorBody, destination::schema::Sink)),
+    components(schemas(error::ErrorBody, hub_sinks::SinkSchema)),
     tags(
         (name = "events", description = "Ingest"),
         (name = "subscriptions", description = "A tenant's subscriptions"),

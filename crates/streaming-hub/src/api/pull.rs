@@ -134,7 +134,7 @@ pub async fn read(
         }
     }
     let sub = super::subscriptions::load(&state, &caller, &id).await?;
-    if sub.sink != SinkKind::Pull {
+    if sub.sink != SinkKind::PULL {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "not_pull_subscription",

@@ -41,7 +41,7 @@ pub struct SubscriptionView {
     #[schema(value_type = OrderingMode)]
     pub ordering: &'static str,
     /// The destination without secrets or credentials.
-    #[schema(value_type = super::destination::schema::Sink)]
+    #[schema(value_type = hub_sinks::SinkSchema)]
     pub sink: Value,
     /// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
     pub limits: LimitsView,
@@ -289,7 +289,7 @@ pub struct CreateSubscription {
     #[schema(value_type = Option<OrderingMode>)]
     ordering: Option<Value>,
     /// Where events go: one of the sink types, told apart by `type`.
-    #[schema(value_type = super::destination::schema::Sink)]
+    #[schema(value_type = hub_sinks::SinkSchema)]
     sink: Value,
     /// Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and
     /// the replica's bound apply).
@@ -461,7 +461,7 @@ pub async fn create(
     let id = Uuid::now_v7();
     let now = state.clock.now();
     let scheme = dest.typed.signature().unwrap_or_default();
-    let secret = (dest.kind == SinkKind::Webhook).then(|| new_signing_secret_for(scheme));
+    let secret = hub_sinks::registry::signed(dest.kind).then(|| new_signing_secret_for(scheme));
     let signing_secret = match &secret {
         Some(s) => Some(state.sealer.seal(id, Purpose::SigningSecret, s.as_bytes()).map_err(sealing_error)?),
         None => None,
@@ -590,7 +590,7 @@ pub struct UpdateSubscription {
     #[schema(value_type = Option<OrderingMode>)]
     ordering: Option<Value>,
     /// A new destination of the same type; omitted `credentials` are kept.
-    #[schema(value_type = Option<super::destination::schema::Sink>)]
+    #[schema(value_type = Option<hub_sinks::SinkSchema>)]
     sink: Option<Value>,
     /// New delivery limits (both fields: an omitted one is no limit); `null` removes them.
     #[schema(value_type = Option<LimitsView>)]

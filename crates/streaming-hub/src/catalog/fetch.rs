@@ -20,7 +20,7 @@ pub struct Fetcher {
 impl Fetcher {
     /// `allow_private`: whether private addresses may be reached (as for sinks).
     pub fn new(allow_private: bool) -> Result<Self, String> {
-        hub_sinks::webhook::install_crypto_provider();
+        hub_sinks::install_crypto_provider();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(hub_sinks::guard::GuardedResolver { allow_private }))

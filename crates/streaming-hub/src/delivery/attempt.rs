@@ -272,7 +272,7 @@ impl Dispatcher {
     /// job and to the subscription.
     pub(super) fn record(&self, attempt: &Attempted, outcome: Outcome) -> AttemptResult {
         let Attempted { job, sub, number, delivery_id, started, latency, now } = attempt;
-        let sink = sub.sink.as_str();
+        let sink = hub_sinks::registry::name(sub.sink);
         metrics::histogram!(metric::ATTEMPT_SECONDS, "sink" => sink).record(latency.as_secs_f64());
         let facts = AttemptFacts {
             attempt: *number,

@@ -218,7 +218,7 @@ impl Rig {
 
     /// A webhook subscription of `tenant` to `url` with `limits`.
     async fn subscribe_with(&self, tenant: &str, url: &str, event: &str, limits: Limits) -> SubscriptionRecord {
-        let mut sub = hub_testkit::subscription(tenant, SinkKind::Webhook, &[&format!("loan.{event}")], None);
+        let mut sub = hub_testkit::subscription(tenant, SinkKind::named("webhook"), &[&format!("loan.{event}")], None);
         sub.name = url.to_owned();
         sub.sink_config = serde_json::json!({"type": "webhook", "url": url});
         sub.limits = limits;

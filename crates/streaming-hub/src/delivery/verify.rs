@@ -28,7 +28,7 @@ pub async fn probe(
     let secrets = targets::secrets(sub, sealer, clock.now())?;
     sinks.probe(&destination, &secrets, &sub.tenant_id, sub.id, PROBE_TIMEOUT).await.map_err(|f| {
         let kind = crate::telemetry::failure_kind(f.kind, f.status);
-        metrics::counter!(crate::telemetry::metric::VERIFICATION_FAILURES, "sink" => sub.sink.as_str(), "kind" => kind)
+        metrics::counter!(crate::telemetry::metric::VERIFICATION_FAILURES, "sink" => hub_sinks::registry::name(sub.sink), "kind" => kind)
             .increment(1);
         tracing::warn!(
             tenant = %sub.tenant_id, subscription = %sub.id, kind, status = ?f.status, cause = %f.reason,

@@ -20,7 +20,7 @@ pub use hub_testkit::{fresh_schema, postgres_dsn};
 
 /// An HTTP client for tests (with the process's TLS provider installed).
 pub fn http_client() -> reqwest::Client {
-    hub_sinks::webhook::install_crypto_provider();
+    hub_sinks::install_crypto_provider();
     reqwest::Client::new()
 }
 

@@ -1,0 +1,96 @@
+//! What the API takes for this sink (its OpenAPI schema): read by the registry, checked against the
+//! parse by the tests that create a subscription from each schema's example.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+/// A signed `POST` of each event to `url`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"type": "webhook", "url": "https://receiver.example.com/hooks/lerian", "headers": {"X-Team": "risk"}, "timeout_ms": 5000, "signature": "lerian"}))]
+pub struct WebhookSink {
+    /// `https` (or `http` with private sinks allowed); no credentials in it.
+    #[schema(format = Uri)]
+    pub url: String,
+    /// Static headers sent with every delivery (at most 20; not `Authorization`, `X-Webhook-*`,
+    /// `X-Lerian-*`, `webhook-*` or transport headers).
+    pub headers: Option<BTreeMap<String, String>>,
+    /// 100 to 60000, default 10000.
+    #[schema(minimum = 100, maximum = 60000)]
+    pub timeout_ms: Option<u64>,
+    /// How requests are signed: `lerian` (default; `X-Webhook-Signature`),
+    /// `standard-webhooks` (`webhook-id`, `webhook-timestamp`, `webhook-signature`) or
+    /// `ed25519` (the same headers, an asymmetric signature).
+    pub signature: Option<Signature>,
+    /// How the hub authenticates to the receiver beside the signature. Its secret
+    /// (`password`, `client_secret`, `private_key_pem`) is sealed at rest and never shown;
+    /// the rest is. Give it whole (secret included) on every change of the sink; a sink
+    /// without it has no authentication.
+    pub auth: Option<WebhookAuth>,
+    /// TLS trust beyond the system's roots.
+    pub tls: Option<WebhookTls>,
+}
+
+/// A webhook's authentication.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WebhookAuth {
+    /// `Authorization: Basic` (RFC 7617).
+    #[schema(example = json!({"type": "basic", "username": "streaming-hub", "password": "secret"}))]
+    Basic {
+        /// Without `:`.
+        username: String,
+        /// Required in a request; never in an answer.
+        #[schema(write_only)]
+        password: Option<String>,
+    },
+    /// A bearer token from the token endpoint (OAuth 2.0 client credentials, RFC 6749 §4.4;
+    /// the client authenticates with HTTP Basic). Kept until 60 s before it expires and
+    /// fetched again on a `401` from the receiver; a failed fetch fails the attempt and the
+    /// endpoint is asked again after 10 s at the soonest.
+    #[serde(rename = "oauth2_client_credentials")]
+    #[schema(example = json!({"type": "oauth2_client_credentials", "token_url": "https://login.bank.example/oauth2/token", "client_id": "streaming-hub", "client_secret": "secret", "scope": "webhooks:write"}))]
+    Oauth2ClientCredentials {
+        /// `https` (or `http` with private sinks allowed); it passes the same address guard
+        /// as the receiver.
+        token_url: String,
+        client_id: String,
+        /// Required in a request; never in an answer.
+        #[schema(write_only)]
+        client_secret: Option<String>,
+        scope: Option<String>,
+        audience: Option<String>,
+    },
+    /// Mutual TLS: a client certificate (with its chain) and its private key (PKCS#8, PKCS#1
+    /// or SEC1), both PEM.
+    #[schema(example = json!({"type": "mtls", "certificate_pem": "-----BEGIN CERTIFICATE-----\n…\n-----END CERTIFICATE-----\n", "private_key_pem": "-----BEGIN PRIVATE KEY-----\n…\n-----END PRIVATE KEY-----\n"}))]
+    Mtls {
+        certificate_pem: String,
+        /// Required in a request; never in an answer.
+        #[schema(write_only)]
+        private_key_pem: Option<String>,
+    },
+}
+
+/// A webhook's TLS trust.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct WebhookTls {
+    /// PEM certificates of a private CA, trusted beside the system's roots.
+    pub ca_pem: String,
+}
+
+/// A webhook's signature scheme.
+#[derive(Debug, Deserialize, ToSchema)]
+pub enum Signature {
+    #[serde(rename = "lerian")]
+    Lerian,
+    #[serde(rename = "standard-webhooks")]
+    StandardWebhooks,
+    /// Standard Webhooks' asymmetric scheme (`webhook-signature: v1a,<base64>`): the
+    /// subscription gets a key pair, receivers verify with its public key (`whpk_…`).
+    /// Cannot be changed to or from on `PATCH`.
+    #[serde(rename = "ed25519")]
+    Ed25519,
+}
