@@ -1,8 +1,9 @@
 //! The `sinks` scenario: a burst of one tenant's events to one subscription of each new sink type
-//! (Kafka on Apache Kafka; SNS, Kinesis and S3 on the AWS API emulator), delivered/s and CPU per
+//! (Kafka on Apache Kafka; NATS on a real `nats-server` with JetStream; SNS, Kinesis and S3 on the
+//! AWS API emulator), delivered/s and CPU per
 //! event of the hub and PostgreSQL. Delivery is counted from the hub's own metrics (delivered
-//! attempts: no database work, so the count does not weigh on what it measures), and for Kafka
-//! and S3 read back from the destination as well. The AWS
+//! attempts: no database work, so the count does not weigh on what it measures), and for Kafka,
+//! NATS and S3 read back from the destination as well. The AWS
 //! figures are bounded by the emulator, a single Python process: they measure what the hub costs
 //! per event, not what AWS would take.
 
@@ -19,6 +20,7 @@ use crate::scenarios::{PATIENCE, cpu_json, cpu_rows};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
     Kafka,
+    Nats,
     Sns,
     Kinesis,
     S3,
@@ -28,6 +30,7 @@ impl Kind {
     fn name(self) -> &'static str {
         match self {
             Self::Kafka => "kafka",
+            Self::Nats => "nats",
             Self::Sns => "sns",
             Self::Kinesis => "kinesis",
             Self::S3 => "s3",
@@ -64,6 +67,7 @@ fn aws_sink(mut sink: Value) -> Value {
 /// A destination made for one run, and what is needed to read it back.
 enum Destination {
     Kafka(hub_testkit::kafka::Broker),
+    Nats(hub_testkit::nats::NatsServer),
     S3 { client: aws_sdk_s3::Client, bucket: String },
     Other,
 }
@@ -76,6 +80,12 @@ async fn destination(kind: Kind) -> anyhow::Result<(Value, Destination)> {
             broker.create_topic(4).await?;
             let sink = json!({"type": "kafka", "brokers": broker.brokers, "topic": crate::harness::TOPIC});
             Ok((sink, Destination::Kafka(broker)))
+        }
+        Kind::Nats => {
+            let server = hub_testkit::nats::NatsServer::start(hub_testkit::nats::Auth::None).await?;
+            server.client(json!({})).await?.create_stream("BENCH", &["bench.>"]).await?;
+            let sink = json!({"type": "nats", "servers": server.url(), "subject": "bench.events"});
+            Ok((sink, Destination::Nats(server)))
         }
         Kind::Sns => {
             let sns = aws_sdk_sns::Client::new(&aws_config().await);
@@ -108,6 +118,17 @@ impl Destination {
             Self::Kafka(broker) => {
                 broker.read_all(at_least).await?;
                 Ok(Some(at_least))
+            }
+            Self::Nats(server) => {
+                let mut client = server.client(json!({})).await?;
+                let deadline = Instant::now() + PATIENCE;
+                loop {
+                    let n = client.stream_messages("BENCH").await?;
+                    if n as usize >= at_least || Instant::now() > deadline {
+                        return Ok(Some(n as usize));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
             }
             Self::S3 { client, bucket } => {
                 let (mut n, mut token) = (0, None);

@@ -45,6 +45,7 @@ sinks! {
     Sns: sns::SnsSink,
     Kinesis: kinesis::KinesisSink,
     S3: s3::S3Sink,
+    Nats: nats::NatsSink,
 }
 
 pub mod destination;

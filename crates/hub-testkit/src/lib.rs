@@ -6,6 +6,7 @@
 
 pub mod forwarder;
 pub mod kafka;
+pub mod nats;
 pub mod tls;
 
 use axum::http::HeaderMap;

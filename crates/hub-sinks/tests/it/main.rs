@@ -5,6 +5,7 @@ mod aws;
 mod contract;
 mod kafka;
 mod kinesis;
+mod nats;
 mod rabbitmq;
 mod receiver;
 mod s3;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use hub_sinks::eventbridge::config::EventBridgeConfig;
 use hub_sinks::kafka::config::{KafkaConfig, Mechanism, Sasl};
 use hub_sinks::kinesis::config::KinesisConfig;
+use hub_sinks::nats::config::NatsConfig;
 use hub_sinks::rabbitmq::config::RabbitConfig;
 use hub_sinks::s3::config::S3Config;
 use hub_sinks::sns::config::SnsConfig;
@@ -115,6 +116,17 @@ fn destinations(host: &str, port: u16) -> Vec<Destination> {
             region: "us-east-1".into(),
             endpoint_url: Some(format!("http://{host}:{port}")),
             credentials: None,
+        }),
+        // Every listed server goes through the guard; a later one is tried when an earlier fails.
+        Destination::Nats(NatsConfig {
+            servers: format!("nats://{host}:{port}"),
+            subject: "events".into(),
+            jetstream: true,
+        }),
+        Destination::Nats(NatsConfig {
+            servers: format!("tls://nats.example.invalid:4222,tls://{host}:{port}"),
+            subject: "events".into(),
+            jetstream: false,
         }),
     ]
 }

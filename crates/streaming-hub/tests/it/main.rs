@@ -18,6 +18,7 @@ mod kafka_sink;
 mod kafka_support;
 mod keyless;
 mod limits;
+mod nats_sink;
 mod openapi;
 mod operational;
 mod operations;

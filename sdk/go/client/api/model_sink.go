@@ -21,6 +21,7 @@ type Sink struct {
 	EventbridgeSink *EventbridgeSink
 	KafkaSink       *KafkaSink
 	KinesisSink     *KinesisSink
+	NatsSink        *NatsSink
 	PullSink        *PullSink
 	RabbitmqSink    *RabbitmqSink
 	S3Sink          *S3Sink
@@ -47,6 +48,13 @@ func KafkaSinkAsSink(v *KafkaSink) Sink {
 func KinesisSinkAsSink(v *KinesisSink) Sink {
 	return Sink{
 		KinesisSink: v,
+	}
+}
+
+// NatsSinkAsSink is a convenience function that returns NatsSink wrapped in Sink
+func NatsSinkAsSink(v *NatsSink) Sink {
+	return Sink{
+		NatsSink: v,
 	}
 }
 
@@ -145,6 +153,23 @@ func (dst *Sink) UnmarshalJSON(data []byte) error {
 		}
 	} else {
 		dst.KinesisSink = nil
+	}
+
+	// try to unmarshal data into NatsSink
+	err = newStrictDecoder(data).Decode(&dst.NatsSink)
+	if err == nil {
+		jsonNatsSink, _ := json.Marshal(dst.NatsSink)
+		if string(jsonNatsSink) == "{}" { // empty struct
+			dst.NatsSink = nil
+		} else {
+			if err = validator.Validate(dst.NatsSink); err != nil {
+				dst.NatsSink = nil
+			} else {
+				match++
+			}
+		}
+	} else {
+		dst.NatsSink = nil
 	}
 
 	// try to unmarshal data into PullSink
@@ -254,6 +279,7 @@ func (dst *Sink) UnmarshalJSON(data []byte) error {
 		dst.EventbridgeSink = nil
 		dst.KafkaSink = nil
 		dst.KinesisSink = nil
+		dst.NatsSink = nil
 		dst.PullSink = nil
 		dst.RabbitmqSink = nil
 		dst.S3Sink = nil
@@ -285,6 +311,10 @@ func (src Sink) MarshalJSON() ([]byte, error) {
 
 	if src.KinesisSink != nil {
 		return json.Marshal(&src.KinesisSink)
+	}
+
+	if src.NatsSink != nil {
+		return json.Marshal(&src.NatsSink)
 	}
 
 	if src.PullSink != nil {
@@ -331,6 +361,10 @@ func (obj *Sink) GetActualInstance() interface{} {
 		return obj.KinesisSink
 	}
 
+	if obj.NatsSink != nil {
+		return obj.NatsSink
+	}
+
 	if obj.PullSink != nil {
 		return obj.PullSink
 	}
@@ -371,6 +405,10 @@ func (obj Sink) GetActualInstanceValue() interface{} {
 
 	if obj.KinesisSink != nil {
 		return *obj.KinesisSink
+	}
+
+	if obj.NatsSink != nil {
+		return *obj.NatsSink
 	}
 
 	if obj.PullSink != nil {

@@ -85,6 +85,11 @@ __all__ = [
     "KinesisSink",
     "LimitsView",
     "ManifestSourceView",
+    "NatsCredentials",
+    "NatsNkey",
+    "NatsSink",
+    "NatsToken",
+    "NatsUser",
     "NotFilter",
     "OrderingMode",
     "OrderingView",
@@ -216,6 +221,11 @@ from streaming_hub_api.models.key_view import KeyView as KeyView
 from streaming_hub_api.models.kinesis_sink import KinesisSink as KinesisSink
 from streaming_hub_api.models.limits_view import LimitsView as LimitsView
 from streaming_hub_api.models.manifest_source_view import ManifestSourceView as ManifestSourceView
+from streaming_hub_api.models.nats_credentials import NatsCredentials as NatsCredentials
+from streaming_hub_api.models.nats_nkey import NatsNkey as NatsNkey
+from streaming_hub_api.models.nats_sink import NatsSink as NatsSink
+from streaming_hub_api.models.nats_token import NatsToken as NatsToken
+from streaming_hub_api.models.nats_user import NatsUser as NatsUser
 from streaming_hub_api.models.not_filter import NotFilter as NotFilter
 from streaming_hub_api.models.ordering_mode import OrderingMode as OrderingMode
 from streaming_hub_api.models.ordering_view import OrderingView as OrderingView

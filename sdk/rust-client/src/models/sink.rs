@@ -31,6 +31,8 @@ pub enum Sink {
     Kinesis(Box<models::KinesisSink>),
     #[serde(rename = "s3")]
     S3(Box<models::S3Sink>),
+    #[serde(rename = "nats")]
+    Nats(Box<models::NatsSink>),
     /// Events kept for `GET /v1/subscriptions/{id}/events` behind a durable cursor.
     #[serde(rename = "pull")]
     Pull(serde_json::Value),

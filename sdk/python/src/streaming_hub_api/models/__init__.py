@@ -66,6 +66,11 @@ from streaming_hub_api.models.key_view import KeyView
 from streaming_hub_api.models.kinesis_sink import KinesisSink
 from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.manifest_source_view import ManifestSourceView
+from streaming_hub_api.models.nats_credentials import NatsCredentials
+from streaming_hub_api.models.nats_nkey import NatsNkey
+from streaming_hub_api.models.nats_sink import NatsSink
+from streaming_hub_api.models.nats_token import NatsToken
+from streaming_hub_api.models.nats_user import NatsUser
 from streaming_hub_api.models.not_filter import NotFilter
 from streaming_hub_api.models.ordering_mode import OrderingMode
 from streaming_hub_api.models.ordering_view import OrderingView

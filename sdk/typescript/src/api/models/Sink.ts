@@ -34,6 +34,13 @@ import {
     KinesisSinkFromJSONTyped,
     KinesisSinkToJSON,
 } from './KinesisSink';
+import type { NatsSink } from './NatsSink';
+import {
+    instanceOfNatsSink,
+    NatsSinkFromJSON,
+    NatsSinkFromJSONTyped,
+    NatsSinkToJSON,
+} from './NatsSink';
 import type { PullSink } from './PullSink';
 import {
     instanceOfPullSink,
@@ -82,7 +89,7 @@ import {
  * Where a subscription's events go.
  * @export
  */
-export type Sink = { type: 'eventbridge' } & EventbridgeSink | { type: 'kafka' } & KafkaSink | { type: 'kinesis' } & KinesisSink | { type: 'pull' } & PullSink | { type: 'rabbitmq' } & RabbitmqSink | { type: 's3' } & S3Sink | { type: 'sns' } & SnsSink | { type: 'sqs' } & SqsSink | { type: 'webhook' } & WebhookSink;
+export type Sink = { type: 'eventbridge' } & EventbridgeSink | { type: 'kafka' } & KafkaSink | { type: 'kinesis' } & KinesisSink | { type: 'nats' } & NatsSink | { type: 'pull' } & PullSink | { type: 'rabbitmq' } & RabbitmqSink | { type: 's3' } & S3Sink | { type: 'sns' } & SnsSink | { type: 'sqs' } & SqsSink | { type: 'webhook' } & WebhookSink;
 
 export function SinkFromJSON(json: any): Sink {
     return SinkFromJSONTyped(json, false);
@@ -99,6 +106,8 @@ export function SinkFromJSONTyped(json: any, ignoreDiscriminator: boolean): Sink
             return Object.assign({}, KafkaSinkFromJSONTyped(json, true), { type: 'kafka' } as const);
         case 'kinesis':
             return Object.assign({}, KinesisSinkFromJSONTyped(json, true), { type: 'kinesis' } as const);
+        case 'nats':
+            return Object.assign({}, NatsSinkFromJSONTyped(json, true), { type: 'nats' } as const);
         case 'pull':
             return Object.assign({}, PullSinkFromJSONTyped(json, true), { type: 'pull' } as const);
         case 'rabbitmq':
@@ -131,6 +140,8 @@ export function SinkToJSONTyped(value?: Sink | null, ignoreDiscriminator: boolea
             return Object.assign({}, KafkaSinkToJSON(value), { 'type': 'kafka' } as const);
         case 'kinesis':
             return Object.assign({}, KinesisSinkToJSON(value), { 'type': 'kinesis' } as const);
+        case 'nats':
+            return Object.assign({}, NatsSinkToJSON(value), { 'type': 'nats' } as const);
         case 'pull':
             return Object.assign({}, PullSinkToJSON(value), { 'type': 'pull' } as const);
         case 'rabbitmq':
