@@ -321,7 +321,7 @@ macro_rules! registry {
                 allow_private: bool,
             ) -> Option<Result<(Self, Credentials), Invalid>> {
                 $(if name == <crate::$module::$sink as TypedSink>::NAME {
-                    return Some(<crate::$module::$sink as TypedSink>::parse(fields, allow_private).map(|(c, k)| (Self::$variant(c), k)));
+                    return Some(crate::$module::config::validate(fields, allow_private).map(|(c, k)| (Self::$variant(c), k)));
                 })*
                 if name == PULL {
                     return Some(fields.only(&[]).map(|()| (Self::Pull, Credentials::Unchanged)));

@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
-use crate::fields::{Credentials, Fields, Invalid, SinkConfig};
+use crate::fields::SinkConfig;
 use crate::message::{Message, attributes};
 
 /// Installs the process's TLS crypto provider once (ring, as the database driver uses).
@@ -161,16 +161,14 @@ pub trait TypedSink: Sized + Send + Sync + std::fmt::Debug + 'static {
     const SIGNED: bool = false;
 
     /// Its destination as stored and shown: it holds no secret (those are sealed apart as
-    /// credentials).
+    /// credentials). Its folder's `config::validate(fields, allow_private)` reads a request's
+    /// `sink` object of this type into it, with errors that name the field, and says what the
+    /// request says of credentials (the registry calls it by that name).
     type Config: SinkConfig + Serialize + DeserializeOwned + Clone + PartialEq + Eq + std::fmt::Debug + Send + Sync;
     /// What the API takes for it: its OpenAPI schema, with every field and its rules.
     type Request: utoipa::ToSchema;
     /// Where and how to deliver: the destination with its secrets opened.
     type Target: Send + Sync;
-
-    /// Reads and validates a request's `sink` object of this type, with errors that name the
-    /// field: the configuration to store and what the request says of credentials.
-    fn parse(fields: &Fields<'_>, allow_private: bool) -> Result<(Self::Config, Credentials), Invalid>;
 
     /// The sink of a process (one for all its destinations of this type; it pools connections).
     fn build(settings: &Settings) -> Result<Self, String>;

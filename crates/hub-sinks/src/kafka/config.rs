@@ -6,8 +6,9 @@ use serde_json::{Value, json};
 
 use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, destination_url};
 
-/// How the hub authenticates to the cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+/// A SASL mechanism.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[schema(as = KafkaMechanism)]
 pub enum Mechanism {
     #[serde(rename = "PLAIN")]
     Plain,

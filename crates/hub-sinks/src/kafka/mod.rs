@@ -100,12 +100,6 @@ impl TypedSink for KafkaSink {
     type Request = schema::KafkaSink;
     type Target = KafkaTarget;
 
-    fn parse(
-        fields: &crate::fields::Fields<'_>,
-        allow_private: bool,
-    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
-        config::validate(fields, allow_private)
-    }
 
     fn build(settings: &Settings) -> Result<Self, String> {
         Ok(Self::new(settings.allow_private))

@@ -5,6 +5,8 @@
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::config::Mechanism as KafkaMechanism;
+
 /// A topic of the tenant's own Kafka cluster, written with the CloudEvents Kafka binding in
 /// binary mode (`ce_*` headers, the body as the value, `content-type`); the record key is the
 /// `partitionkey`, else the `subject`, else the tenant. Acknowledged by every in-sync replica,
@@ -32,15 +34,4 @@ pub struct KafkaSasl {
     /// Omitted on `PATCH` keeps the stored one.
     #[schema(write_only)]
     pub password: Option<String>,
-}
-
-/// A SASL mechanism.
-#[derive(Debug, Deserialize, ToSchema)]
-pub enum KafkaMechanism {
-    #[serde(rename = "PLAIN")]
-    Plain,
-    #[serde(rename = "SCRAM-SHA-256")]
-    ScramSha256,
-    #[serde(rename = "SCRAM-SHA-512")]
-    ScramSha512,
 }

@@ -59,12 +59,6 @@ impl TypedSink for KinesisSink {
     type Request = schema::KinesisSink;
     type Target = KinesisTarget;
 
-    fn parse(
-        fields: &crate::fields::Fields<'_>,
-        allow_private: bool,
-    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
-        config::validate(fields, allow_private)
-    }
 
     fn build(settings: &Settings) -> Result<Self, String> {
         Ok(Self::new(settings.into()))

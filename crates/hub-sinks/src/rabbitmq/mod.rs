@@ -260,12 +260,6 @@ impl TypedSink for RabbitSink {
     type Request = schema::RabbitmqSink;
     type Target = RabbitTarget;
 
-    fn parse(
-        fields: &crate::fields::Fields<'_>,
-        allow_private: bool,
-    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
-        config::validate(fields, allow_private)
-    }
 
     fn build(settings: &Settings) -> Result<Self, String> {
         Ok(Self::new(settings.allow_private))

@@ -82,12 +82,6 @@ impl TypedSink for S3Sink {
     type Request = schema::S3Sink;
     type Target = S3Target;
 
-    fn parse(
-        fields: &crate::fields::Fields<'_>,
-        allow_private: bool,
-    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
-        config::validate(fields, allow_private)
-    }
 
     fn build(settings: &Settings) -> Result<Self, String> {
         Ok(Self::new(settings.into()))

@@ -72,12 +72,6 @@ impl TypedSink for SqsSink {
     type Request = schema::SqsSink;
     type Target = SqsTarget;
 
-    fn parse(
-        fields: &crate::fields::Fields<'_>,
-        allow_private: bool,
-    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
-        config::validate(fields, allow_private)
-    }
 
     fn build(settings: &Settings) -> Result<Self, String> {
         Ok(Self::new(settings.into()))

@@ -300,12 +300,6 @@ impl TypedSink for WebhookSink {
     type Request = schema::WebhookSink;
     type Target = WebhookTarget;
 
-    fn parse(
-        fields: &crate::fields::Fields<'_>,
-        allow_private: bool,
-    ) -> Result<(Self::Config, crate::fields::Credentials), crate::fields::Invalid> {
-        config::validate(fields, allow_private)
-    }
 
     fn build(settings: &Settings) -> Result<Self, String> {
         Self::new(settings.allow_private)
