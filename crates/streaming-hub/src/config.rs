@@ -14,6 +14,13 @@ use hub_core::TenantId;
 
 pub mod dsn;
 pub mod file;
+mod names;
+mod values;
+
+pub use names::ALIASES;
+use names::{ADMIN_TOKEN_LEN, KNOWN, Reader, bounded};
+pub use values::{PayloadValidation, parse_duration, quoted};
+use values::{frame_ancestors, manifest_sources, memory_size, oidc_issuer};
 
 /// A secret value: never printed by `Debug` or `Display`.
 #[derive(Clone, PartialEq, Eq)]
@@ -241,7 +248,7 @@ pub struct Config {
     pub manifest_sources: Vec<String>,
     pub manifest_refresh_interval: Duration,
     /// What an accepted event whose body does not satisfy its declared schema becomes.
-    pub validate_payloads: crate::catalog::payloads::Mode,
+    pub validate_payloads: PayloadValidation,
     /// Where operators and tenants reach the hub (portal URLs start with it); the request's own
     /// host when unset.
     pub public_url: Option<String>,
@@ -274,219 +281,6 @@ impl fmt::Display for ConfigError {
         }
         Ok(())
     }
-}
-
-/// Variables this hub reads. Anything else with the prefix is reported as ignored.
-const KNOWN: &[&str] = &[
-    "STREAMING_HUB_ENV",
-    "STREAMING_HUB_ROLE",
-    "STREAMING_HUB_HTTP_LISTEN_ADDR",
-    "STREAMING_HUB_POSTGRES_DSN",
-    "STREAMING_HUB_POSTGRES_SCHEMA",
-    "STREAMING_HUB_POSTGRES_MAX_CONNECTIONS",
-    "STREAMING_HUB_POSTGRES_MAX_IDLE_CONNS",
-    "STREAMING_HUB_POSTGRES_CONN_MAX_LIFETIME",
-    "STREAMING_HUB_SQLITE_PATH",
-    "STREAMING_HUB_ADMIN_TOKEN",
-    "STREAMING_HUB_TENANT_ID",
-    "STREAMING_HUB_TENANTS",
-    "STREAMING_HUB_KAFKA_BROKERS",
-    "STREAMING_HUB_KAFKA_GROUP_ID",
-    "STREAMING_HUB_KAFKA_DLQ_GROUP_ID",
-    "STREAMING_HUB_KAFKA_CLIENT_ID",
-    "STREAMING_HUB_KAFKA_SCRAM_USERNAME",
-    "STREAMING_HUB_KAFKA_SCRAM_PASSWORD",
-    "STREAMING_HUB_KAFKA_SCRAM_MECHANISM",
-    "STREAMING_HUB_KAFKA_TLS_ENABLED",
-    "STREAMING_HUB_KAFKA_CA_CERT",
-    "STREAMING_HUB_KAFKA_SESSION_TIMEOUT",
-    "STREAMING_HUB_KAFKA_BATCH_SIZE",
-    "STREAMING_HUB_KAFKA_BATCH_WAIT",
-    "STREAMING_HUB_KAFKA_TOPIC_REFRESH",
-    "STREAMING_HUB_KAFKA_OUTAGE_LOG_INTERVAL",
-    "STREAMING_HUB_DLQ_ENABLED",
-    "STREAMING_HUB_DISPATCH_WORKERS",
-    "STREAMING_HUB_MAX_IN_FLIGHT",
-    "STREAMING_HUB_TENANT_IN_FLIGHT_SHARE",
-    "STREAMING_HUB_FILTER_BUDGET",
-    "STREAMING_HUB_DISPATCH_CLAIM_BATCH",
-    "STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS",
-    "STREAMING_HUB_DISPATCH_LEASE",
-    "STREAMING_HUB_BREAKER_FAILURES",
-    "STREAMING_HUB_BREAKER_COOLDOWN",
-    "STREAMING_HUB_BREAKER_MAX_COOLDOWN",
-    "STREAMING_HUB_POISON_THRESHOLD",
-    "STREAMING_HUB_RETRY_CURVE",
-    "STREAMING_HUB_RETRY_DEADLINE",
-    "STREAMING_HUB_PULL_RATE",
-    "STREAMING_HUB_PULL_BURST",
-    "STREAMING_HUB_REPLAY_RATE",
-    "STREAMING_HUB_AUTODISABLE_ENABLED",
-    "STREAMING_HUB_AUTODISABLE_FAILURE_WINDOW",
-    "STREAMING_HUB_AUTODISABLE_FAILURE_SPREAD",
-    "STREAMING_HUB_DLQ_RETENTION",
-    "STREAMING_HUB_DLQ_PRUNE_INTERVAL",
-    "STREAMING_HUB_QUARANTINE_RETENTION",
-    "STREAMING_HUB_JOB_RETENTION",
-    "STREAMING_HUB_EVENT_RETENTION",
-    "STREAMING_HUB_PRUNE_INTERVAL",
-    "STREAMING_HUB_ALLOW_PRIVATE_SINKS",
-    "STREAMING_HUB_AWS_DEFAULT_CREDENTIALS",
-    "STREAMING_HUB_AWS_ENDPOINT_URL",
-    "STREAMING_HUB_OIDC_ISSUER",
-    "STREAMING_HUB_OIDC_KEY_OVERLAP",
-    "STREAMING_HUB_ERASURE_PAGE",
-    "STREAMING_HUB_TRANSFORM_CPU",
-    "STREAMING_HUB_TRANSFORM_MEMORY",
-    "STREAMING_HUB_TRANSFORM_THREADS",
-    "STREAMING_HUB_KEK_REF",
-    "STREAMING_HUB_DEV_KEK",
-    "STREAMING_HUB_SHUTDOWN_TIMEOUT",
-    "STREAMING_HUB_DRAIN_DELAY",
-    "STREAMING_HUB_HTTP_MAX_CONNECTIONS",
-    "STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT",
-    "STREAMING_HUB_MAX_PATTERNS_PER_SUBSCRIPTION",
-    "STREAMING_HUB_INGEST_RATE",
-    "STREAMING_HUB_INGEST_BURST",
-    "STREAMING_HUB_HTTP_HEADER_TIMEOUT",
-    "STREAMING_HUB_HTTP_REQUEST_TIMEOUT",
-    "STREAMING_HUB_METRICS_INTERVAL",
-    "STREAMING_HUB_MANIFEST_SOURCES",
-    "STREAMING_HUB_MANIFEST_REFRESH_INTERVAL",
-    "STREAMING_HUB_VALIDATE_PAYLOADS",
-    "STREAMING_HUB_PUBLIC_URL",
-    "STREAMING_HUB_PORTAL_FRAME_ANCESTORS",
-    "STREAMING_HUB_LOG",
-];
-
-/// The original deployment's names for settings this hub names otherwise: `(alias, name)`. An
-/// alias is read when its name is not set; both set to different values is refused.
-pub const ALIASES: [(&str, &str); 4] = [
-    ("STREAMING_HUB_LOG_LEVEL", "STREAMING_HUB_LOG"),
-    ("STREAMING_HUB_POSTGRES_MAX_OPEN_CONNS", "STREAMING_HUB_POSTGRES_MAX_CONNECTIONS"),
-    ("STREAMING_HUB_PRE_STOP_DRAIN_TIMEOUT", "STREAMING_HUB_DRAIN_DELAY"),
-    ("STREAMING_HUB_DLQ_GROUP", "STREAMING_HUB_KAFKA_DLQ_GROUP_ID"),
-];
-
-/// How long a value may be, in bytes: every setting is short, but for a CA certificate bundle.
-/// A longer one is refused (and never echoed), so a stray value cannot fill the log or memory.
-fn max_value_len(name: &str) -> usize {
-    match name {
-        "STREAMING_HUB_KAFKA_CA_CERT" => 256 * 1024,
-        _ => 4096,
-    }
-}
-
-/// Settings whose absence chooses a mode of its own (`local`, the embedded store, no Kafka, no
-/// key): set to an empty value they are refused, never taken for unset, since an empty value
-/// usually means a deployment lost what it meant to put there.
-const NOT_EMPTY: &[&str] = &[
-    "STREAMING_HUB_ENV",
-    "STREAMING_HUB_POSTGRES_DSN",
-    "STREAMING_HUB_KAFKA_BROKERS",
-    "STREAMING_HUB_ADMIN_TOKEN",
-    "STREAMING_HUB_KEK_REF",
-    "STREAMING_HUB_DEV_KEK",
-];
-
-/// The admin token's length, in bytes.
-const ADMIN_TOKEN_LEN: std::ops::RangeInclusive<usize> = 16..=1024;
-
-/// How a value (or a name) is shown in a problem: at most a short prefix, with its length when
-/// cut, so a problem is one short line whatever was set.
-pub fn quoted(raw: &str) -> String {
-    const SHOWN: usize = 40;
-    let mut chars = raw.chars();
-    let prefix: String = chars.by_ref().take(SHOWN).collect();
-    if chars.next().is_none() { format!("{prefix:?}") } else { format!("{prefix:?}… ({} bytes)", raw.len()) }
-}
-
-/// Refuses what no setting may be (too long, or empty where empty means something else) before
-/// anything is read; the variable is removed, so nothing further reads or echoes its value.
-fn bounded(vars: &mut HashMap<String, String>) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    let named: Vec<String> = vars
-        .keys()
-        .filter(|k| KNOWN.contains(&k.as_str()) || ALIASES.iter().any(|(alias, _)| alias == k))
-        .cloned()
-        .collect();
-    for name in named {
-        let Some(value) = vars.get(&name) else { continue };
-        let max = max_value_len(&name);
-        if value.len() > max {
-            problems.push(Problem {
-                variable: name.clone(),
-                message: format!("is {} bytes long; at most {max} are accepted", value.len()),
-            });
-            vars.remove(&name);
-        } else if value.trim().is_empty() && NOT_EMPTY.contains(&name.as_str()) {
-            problems.push(Problem {
-                variable: name.clone(),
-                message: "is set but empty: give it a value, or unset it for the default".to_owned(),
-            });
-            vars.remove(&name);
-        }
-    }
-    problems
-}
-
-/// Reads typed values and collects every problem.
-struct Reader<'a> {
-    vars: &'a HashMap<String, String>,
-    problems: Vec<Problem>,
-}
-
-impl Reader<'_> {
-    fn raw(&self, name: &str) -> Option<&str> {
-        self.vars.get(name).map(|v| v.trim()).filter(|v| !v.is_empty())
-    }
-
-    fn problem(&mut self, name: &str, message: impl Into<String>) {
-        self.problems.push(Problem { variable: name.to_owned(), message: message.into() });
-    }
-
-    fn parse<T>(&mut self, name: &str, default: T, parse: impl FnOnce(&str) -> Result<T, String>) -> T {
-        match self.raw(name) {
-            None => default,
-            Some(raw) => match parse(raw) {
-                Ok(v) => v,
-                Err(message) => {
-                    self.problem(name, message);
-                    default
-                }
-            },
-        }
-    }
-
-    fn number(&mut self, name: &str, default: u32, min: u32, max: u32) -> u32 {
-        self.parse(name, default, |raw| match raw.parse::<u32>() {
-            Ok(n) if (min..=max).contains(&n) => Ok(n),
-            _ => Err(format!("must be a whole number from {min} to {max} (got {})", quoted(raw))),
-        })
-    }
-
-    fn flag(&mut self, name: &str, default: bool) -> bool {
-        self.parse(name, default, |raw| match raw.to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" => Ok(true),
-            "false" | "0" | "no" => Ok(false),
-            _ => Err(format!("must be true or false (got {})", quoted(raw))),
-        })
-    }
-
-    fn duration(&mut self, name: &str, default: &str) -> Duration {
-        let fallback = parse_duration(default).unwrap_or_default();
-        self.parse(name, fallback, parse_duration)
-    }
-
-    fn text(&mut self, name: &str) -> Option<String> {
-        self.raw(name).map(str::to_owned)
-    }
-}
-
-/// `250ms`, `30s`, `5m`, `2h`, `7d`, or combinations such as `1h30m`.
-pub fn parse_duration(raw: &str) -> Result<Duration, String> {
-    humantime::parse_duration(raw)
-        .map_err(|_| format!("must be a duration such as 30s, 5m or 2h (got {})", quoted(raw)))
 }
 
 impl Config {
@@ -751,8 +545,8 @@ impl Config {
             ),
             validate_payloads: r.parse(
                 "STREAMING_HUB_VALIDATE_PAYLOADS",
-                crate::catalog::payloads::Mode::Off,
-                crate::catalog::payloads::Mode::parse,
+                PayloadValidation::Off,
+                PayloadValidation::parse,
             ),
             log: r.parse("STREAMING_HUB_LOG", None, |raw| {
                 tracing_subscriber::EnvFilter::try_new(raw)
@@ -802,113 +596,6 @@ impl Config {
         s.insert("kafka", if self.kafka.is_some() { "configured" } else { "off" }.to_owned());
         s
     }
-}
-
-/// A memory size: bytes, or a number with `KiB`, `MiB` or `GiB`, from 1 MiB to 1 GiB.
-fn memory_size(raw: &str) -> Result<usize, String> {
-    let bad = || format!("must be a size from 1MiB to 1GiB, such as 16MiB (got {})", quoted(raw));
-    let raw_t = raw.trim();
-    let (number, unit) = raw_t.find(|c: char| !c.is_ascii_digit()).map_or((raw_t, ""), |i| raw_t.split_at(i));
-    let n: usize = number.parse().map_err(|_| bad())?;
-    let bytes = match unit.trim() {
-        "" | "B" => Some(n),
-        "KiB" => n.checked_mul(1 << 10),
-        "MiB" => n.checked_mul(1 << 20),
-        "GiB" => n.checked_mul(1 << 30),
-        _ => None,
-    }
-    .ok_or_else(bad)?;
-    if (1 << 20..=1 << 30).contains(&bytes) { Ok(bytes) } else { Err(bad()) }
-}
-
-/// An issuer URL as OIDC wants it: https (http only for a loopback address, as tests and local
-/// emulators use), a host, no path, query or fragment, since discovery is read at
-/// `<issuer>/.well-known/openid-configuration` and the hub serves it at its root.
-fn oidc_issuer(raw: &str) -> Result<Option<String>, String> {
-    let bad = || {
-        format!(
-            "must be the https URL the hub is reached at, without a path, such as https://hub.example.com (got {})",
-            quoted(raw)
-        )
-    };
-    let url = url::Url::parse(raw).map_err(|_| bad())?;
-    let loopback = match url.host() {
-        Some(url::Host::Domain(d)) => d == "localhost",
-        Some(url::Host::Ipv4(a)) => a.is_loopback(),
-        Some(url::Host::Ipv6(a)) => a.is_loopback(),
-        None => return Err(bad()),
-    };
-    let scheme_ok = url.scheme() == "https" || (url.scheme() == "http" && loopback);
-    if !scheme_ok
-        || url.path() != "/"
-        || url.query().is_some()
-        || url.fragment().is_some()
-        || !url.username().is_empty()
-    {
-        return Err(bad());
-    }
-    Ok(Some(raw.trim_end_matches('/').to_owned()))
-}
-
-/// `STREAMING_HUB_PORTAL_FRAME_ANCESTORS`: CSP `frame-ancestors` sources, space-separated —
-/// `'none'` alone, or any of `'self'`, a scheme (`https:`) and origins (`https://app.example.com`,
-/// `https://*.example.com:8443`).
-fn frame_ancestors(raw: &str) -> Result<String, String> {
-    let sources: Vec<&str> = raw.split_ascii_whitespace().collect();
-    if sources.is_empty() {
-        return Err("must name at least one source ('none' forbids embedding)".to_owned());
-    }
-    if sources.contains(&"'none'") {
-        return if sources.len() == 1 { Ok("'none'".to_owned()) } else { Err("'none' must stand alone".to_owned()) };
-    }
-    for source in &sources {
-        let ok = *source == "'self'"
-            || matches!(*source, "https:" | "http:")
-            || source.split_once("://").is_some_and(|(scheme, rest)| {
-                matches!(scheme, "https" | "http")
-                    && !rest.is_empty()
-                    && rest.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '*' | '/'))
-                    && !rest.starts_with('/')
-            });
-        if !ok {
-            return Err(format!(
-                "{} is not a frame source: use 'self', https:, or origins such as https://app.example.com",
-                quoted(source)
-            ));
-        }
-    }
-    Ok(sources.join(" "))
-}
-
-/// Manifest sources this many, at most.
-const MAX_MANIFEST_SOURCES: usize = 64;
-
-/// `STREAMING_HUB_MANIFEST_SOURCES`: comma-separated `http(s)` URLs and `file:` paths.
-fn manifest_sources(raw: &str) -> Result<Vec<String>, String> {
-    let mut sources: Vec<String> = Vec::new();
-    for (i, entry) in raw.split(',').map(str::trim).enumerate() {
-        let n = i + 1;
-        if entry.is_empty() {
-            return Err(format!("entry {n} is empty"));
-        }
-        if let Some(path) = entry.strip_prefix("file:") {
-            if path.trim_start_matches('/').is_empty() {
-                return Err(format!("entry {n} ({}) names no file", quoted(entry)));
-            }
-        } else {
-            match url::Url::parse(entry) {
-                Ok(u) if (u.scheme() == "http" || u.scheme() == "https") && u.host().is_some() => {}
-                _ => return Err(format!("entry {n} ({}) must be an http(s) URL or a file: path", quoted(entry))),
-            }
-        }
-        if !sources.iter().any(|s| s == entry) {
-            sources.push(entry.to_owned());
-        }
-    }
-    if sources.len() > MAX_MANIFEST_SOURCES {
-        return Err(format!("names more than {MAX_MANIFEST_SOURCES} sources"));
-    }
-    Ok(sources)
 }
 
 /// What `STREAMING_HUB_ENV=production` refuses to start with (SPEC §6.1), each by its variable.

@@ -12,35 +12,8 @@ use hub_core::{Envelope, QuarantineReason, ReasonCode};
 
 use crate::telemetry::metric;
 
-/// What a body that does not satisfy its schema becomes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Bodies are not checked.
-    Off,
-    /// Checked; a mismatch is accepted and counted.
-    Warn,
-    /// Checked; a mismatch is quarantined with reason `schema_mismatch`.
-    Quarantine,
-}
-
-impl Mode {
-    pub fn parse(raw: &str) -> Result<Self, String> {
-        match raw.trim().to_ascii_lowercase().as_str() {
-            "off" => Ok(Self::Off),
-            "warn" => Ok(Self::Warn),
-            "quarantine" => Ok(Self::Quarantine),
-            _ => Err(format!("must be off, warn or quarantine (got {})", crate::config::quoted(raw))),
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Off => "off",
-            Self::Warn => "warn",
-            Self::Quarantine => "quarantine",
-        }
-    }
-}
+/// What a body that does not satisfy its schema becomes (the configuration's own type).
+pub use crate::config::PayloadValidation as Mode;
 
 /// One declared schema: which events it checks.
 #[derive(Debug, Clone)]

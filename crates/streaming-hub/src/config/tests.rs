@@ -388,7 +388,7 @@ fn the_catalog_settings_are_read_and_each_bad_one_named() {
     let c = Config::from_vars(HashMap::new()).expect("defaults");
     assert!(c.manifest_sources.is_empty());
     assert_eq!(c.manifest_refresh_interval, Duration::from_secs(300));
-    assert_eq!(c.validate_payloads, crate::catalog::payloads::Mode::Off);
+    assert_eq!(c.validate_payloads, super::PayloadValidation::Off);
     let c = Config::from_vars(vars(&[
         (
             "STREAMING_HUB_MANIFEST_SOURCES",
@@ -404,7 +404,7 @@ fn the_catalog_settings_are_read_and_each_bad_one_named() {
         "trimmed, once each"
     );
     assert_eq!(c.manifest_refresh_interval, Duration::from_secs(45));
-    assert_eq!(c.validate_payloads, crate::catalog::payloads::Mode::Quarantine);
+    assert_eq!(c.validate_payloads, super::PayloadValidation::Quarantine);
     for (sources, says) in [
         ("https://a.example/streaming,,file:/x.json", "entry 2 is empty"),
         ("ftp://a.example/streaming", "entry 1"),
