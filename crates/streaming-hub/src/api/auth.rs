@@ -13,6 +13,10 @@ use subtle::ConstantTimeEq;
 
 use super::AppState;
 use super::error::ApiError;
+
+/// What every portal session token begins with (`api/portal.rs` issues them; this module reads
+/// them).
+pub const SESSION_PREFIX: &str = "shps_";
 use crate::keys;
 
 /// Who is calling.
@@ -56,7 +60,7 @@ impl FromRequestParts<AppState> for Principal {
         {
             return Ok(Principal::Admin { key: None });
         }
-        if token.starts_with(super::portal::SESSION_PREFIX) {
+        if token.starts_with(SESSION_PREFIX) {
             // Looked up on every request: a revoked or expired session ends at once, everywhere.
             if let Some(session) = state.store.portal_session(&keys::hash(token), state.clock.now()).await? {
                 return Ok(Principal::Portal {

@@ -21,14 +21,12 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use super::AppState;
-use super::auth::Admin;
+use super::auth::{Admin, SESSION_PREFIX};
 use super::error::{ApiError, ErrorBody, Json};
 use crate::keys;
 
 /// Prefix of a one-time grant.
 pub const GRANT_PREFIX: &str = "shpg_";
-/// Prefix of a session token.
-pub const SESSION_PREFIX: &str = "shps_";
 /// A session lasts at least this long, and at most [`MAX_TTL_SECONDS`].
 pub const MIN_TTL_SECONDS: u32 = 5;
 pub const MAX_TTL_SECONDS: u32 = 86_400;

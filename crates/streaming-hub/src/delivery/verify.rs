@@ -73,7 +73,7 @@ pub async fn verify(
         match store.subscription(&probed.tenant_id, probed.id).await? {
             Some(now)
                 if now.credentials == probed.credentials
-                    && crate::api::destination::same_connection(&probed.sink_config, &now.sink_config) =>
+                    && hub_sinks::destination::request::same_connection(&probed.sink_config, &now.sink_config) =>
             {
                 result.probed_config = now.sink_config;
             }
