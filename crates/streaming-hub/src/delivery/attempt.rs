@@ -1,11 +1,28 @@
 //! One attempt of a claimed job: its span, the sink call with the opened secrets, and the
 //! outcome settled into the job's transition (or a release when it cannot be attempted now).
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use hub_core::delivery::{AttemptFacts, AutoDisable, JobTransition, OutcomeClass, Permit, settle};
+use hub_core::operational::Kind as OperationalKind;
+use hub_sinks::{Failure, FailureKind, Message, Outcome};
+use hub_store::{AttemptRecord, AttemptResult, ClaimedJob, StoredEvent};
+use rand::Rng;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tracing::Instrument;
+use uuid::Uuid;
+
+use super::targets::Subscribed;
+use super::{Attempted, Dispatcher, Skip, Work, lock, targets};
+use crate::operational::Notice;
+use crate::telemetry::metric;
+
 use hub_core::delivery::inflight::Signal;
 
 use super::capacity::Admit;
 use super::transform;
-use super::*;
 
 impl Dispatcher {
     pub(super) async fn release(&self, job: &ClaimedJob, due_at: DateTime<Utc>) {

@@ -1,7 +1,18 @@
 //! Circuit breakers per destination as the dispatcher keeps them: permits, outcomes, the board
 //! the API reads, metrics and the operational events of their transitions.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use hub_core::delivery::{Breaker, Permit, Transition};
+use hub_core::operational::Kind as OperationalKind;
+use hub_store::ClaimedJob;
+use uuid::Uuid;
+
+use super::{Dispatcher, lock};
+use crate::operational::Notice;
+use crate::telemetry::metric;
 
 /// The breakers of this process that are not closed, by the subscription whose job last moved
 /// each: what listings show. Breakers are per destination; a subscription sharing one shows it

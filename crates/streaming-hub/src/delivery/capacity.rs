@@ -15,11 +15,19 @@
 //! for one; no subscription starts faster than its rate. The maps hold only what is at work, or
 //! what must be remembered (a learned allowance, a pace), and are bounded.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hub_store::{ClaimedJob, SubscriptionRecord};
+use uuid::Uuid;
+
+use super::targets::Subscribed;
+use super::{lock, targets};
+
 use std::time::Instant;
 
 use hub_core::delivery::inflight::{Allowance, Limits, Pace, Signal, tenant_may_start};
-
-use super::*;
 
 /// Idle destinations whose learned allowance is kept, at most.
 const ALLOWANCES_KEPT: usize = 4096;

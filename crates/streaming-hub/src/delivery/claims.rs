@@ -2,7 +2,18 @@
 //! leaving out destinations that have all they can take), and the first one also recovers
 //! expired leases and reconciles waiting jobs.
 
-use super::*;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hub_store::{ClaimRequest, StoredEvent};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::targets::Subscribed;
+use super::{Dispatcher, EMPTY_WINDOWS, RECONCILE_EVERY, Work, lock};
+use crate::telemetry::metric;
 
 impl Dispatcher {
     /// One of the claimers keeping the ready queue filled: once half a batch of the queue is free

@@ -37,31 +37,22 @@ pub use handoff::{Handoff, Reservation};
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use hub_core::delivery::{
-    AttemptFacts, AutoDisable, Breaker, BreakerConfig, JobTransition, OutcomeClass, Permit, RetryPolicy, Transition,
-    settle,
-};
-use hub_sinks::{Failure, FailureKind, Message, Outcome, Sink};
-use hub_store::{
-    AttemptRecord, AttemptResult, ClaimRequest, ClaimedJob, Completed, Store, StoredEvent, SubscriptionRecord,
-};
-use rand::Rng;
+use hub_core::delivery::{Breaker, BreakerConfig, RetryPolicy};
+use hub_sinks::Sink;
+use hub_store::{ClaimedJob, Store, StoredEvent, SubscriptionRecord};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 use uuid::Uuid;
 
 use self::targets::Subscribed;
 use crate::clock::Clock;
 use crate::operational::{Notice, Notices};
 use crate::secrets::Sealer;
-use crate::telemetry::metric;
-use hub_core::operational::Kind as OperationalKind;
 
 /// How the dispatcher runs.
 #[derive(Debug, Clone)]

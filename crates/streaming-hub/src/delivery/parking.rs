@@ -10,10 +10,20 @@
 //! Everything here runs on the loop's own task and only spawns what awaits (attempts, releases),
 //! so a destination that hangs never holds the loop.
 
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use hub_store::AttemptResult;
+use tokio::sync::{Semaphore, mpsc};
+
+use super::capacity::FlightBoard;
+use super::targets::Subscribed;
+use super::{Dispatcher, Skip, Work, lock};
+use crate::telemetry::metric;
+
 use std::time::Instant;
 
 use super::capacity::{Admit, Blocked};
-use super::*;
 
 /// A parked job and whether it waits for a slot (rather than for its destination or pace).
 struct Waiting {

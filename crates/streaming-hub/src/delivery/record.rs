@@ -1,7 +1,15 @@
 //! The recorder: outcomes written in groups (one transaction each), then what follows a record —
 //! operational events, metrics, and waking the claimers when an ordered key is released.
 
-use super::*;
+use std::sync::Arc;
+
+use hub_core::operational::Kind as OperationalKind;
+use hub_store::{AttemptResult, Completed};
+use tokio::sync::mpsc;
+
+use super::{Dispatcher, RECORD_BATCH, RECORD_LINGER, lock};
+use crate::operational::Notice;
+use crate::telemetry::metric;
 
 impl Dispatcher {
     /// Writes outcomes as they come, grouped: whatever is waiting when a write starts goes into
