@@ -1,6 +1,7 @@
 //! What ingest writes and reads back: accepted and quarantined records, stored events, the
 //! leases taken at ingest and the quarantine listing.
 
+use super::{ClaimedJob, JobState, NewJob, SubscriptionRecord};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
@@ -9,8 +10,6 @@ use hub_core::routing::{Accepted, Context, EventView, Filters};
 use hub_core::{Envelope, QuarantineReason};
 use serde::Serialize;
 use uuid::Uuid;
-
-use super::*;
 
 /// How much of a quarantined body is kept.
 pub const QUARANTINE_BODY_CAP: usize = hub_core::capture::BODY_CAP;

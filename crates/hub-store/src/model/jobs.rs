@@ -1,12 +1,11 @@
 //! Delivery jobs: claims, attempts, recoveries, dead-letter records and pruning.
 
+use super::JobState;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use uuid::Uuid;
-
-use super::*;
 
 fn job_state_str<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(state.as_str())

@@ -1,13 +1,12 @@
 //! Which subscriptions an event is for: targets as matching reads them, and the jobs it makes.
 
+use super::{AcceptedEvent, JobState};
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use chrono::{DateTime, Utc};
 use hub_core::routing::{EventView, Filters};
 use uuid::Uuid;
-
-use super::*;
 
 /// A subscription as matching sees it: its filter and its state, as stored.
 #[derive(Debug, Clone)]
@@ -285,6 +284,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::model::Origin;
 
     /// A subscription of the generated kind: patterns over a small alphabet, so that they often
     /// want the generated events.

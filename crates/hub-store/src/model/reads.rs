@@ -1,9 +1,8 @@
 //! Reads of a tenant's inbox: event queries, pull streams, replays and summaries.
 
+use super::{JobState, MatchTarget, StoredEvent};
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
-
-use super::*;
 
 /// A page of a tenant's inbox: events with `seq > after`, ascending, matching every filter given.
 #[derive(Debug, Clone, Default)]

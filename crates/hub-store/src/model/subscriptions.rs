@@ -1,12 +1,11 @@
 //! Subscriptions as stored, and the changes a patch, a rotation or a verification makes.
 
+use super::compiled_filters;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use hub_core::routing::Filters;
 use uuid::Uuid;
-
-use super::*;
 
 /// A subscription as stored. Secrets and credentials are sealed bytes (see `hub_core::seal`);
 /// this crate never sees them in clear.

@@ -1,6 +1,8 @@
 //! The event catalog: manifest sources and the types seen in each inbox.
 
-use super::*;
+use super::{Catalog, DateTime, PgStore, StoreResult, Utc, async_trait};
+use sqlx::Row;
+
 use crate::{ManifestFetch, ManifestRecord, SeenType};
 
 #[async_trait]

@@ -1,7 +1,9 @@
 //! Erasures: tombstones over the inbox, the jobs and attempts of erased events, the DLQ plane and
 //! the quarantine, and the erasure's own record.
 
-use super::*;
+use super::{DateTime, Erasures, PgRow, PgStore, StoreResult, Utc, Uuid, async_trait};
+use sqlx::Row;
+
 use crate::{ErasureCounts, ErasureRecord, ErasureStep, KeptRecords, NewErasure};
 
 const COLUMNS: &str = "id, tenant_id, match_kind, sealed_match, reason, requested_by, requested_at, state,

@@ -11,9 +11,15 @@
 //!
 //! Batches holding quarantine records take the multi-statement transaction (`PgStore::write`).
 
+use super::{
+    AcceptedEvent, ClaimedJob, DateTime, EventColumns, HashMap, IngestLease, IngestRecord, JobState, JobToWrite,
+    LeasedAtIngest, MatchRow, MatchTarget, PgStore, SUBSCRIPTION_COLUMNS, StoreError, StoreResult, SubscriptionRecord,
+    Targets, Utc, Uuid, WriteOutcome, accepted_by_tenant, lease_new_jobs, match_events, ordered, subscription_from_row,
+};
+use sqlx::Connection;
+use sqlx::Row;
 use std::sync::{Arc, Mutex};
 
-use super::*;
 use crate::model::NewJob;
 
 /// Tenants whose subscriptions are remembered at most; past it the memory starts again.

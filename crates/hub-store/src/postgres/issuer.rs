@@ -1,6 +1,8 @@
 //! The hub's OIDC signing keys.
 
-use super::*;
+use super::{DateTime, IssuerKeys, PgStore, StoreResult, Utc, async_trait};
+use sqlx::Row;
+
 use crate::IssuerKeyRecord;
 
 #[async_trait]

@@ -1,6 +1,13 @@
 //! The delivery job queue: claims with a lease, releases, recorded attempts, lease recovery and redrive.
 
-use super::*;
+use super::{
+    AttemptColumns, AttemptRecord, AttemptResult, BTreeMap, CLAIMED_COLUMNS, ClaimRequest, ClaimedJob, Completed,
+    DateTime, DeliveryJob, JOB_COLUMNS, JobQueue, JobState, PgStore, Recovery, SYNC_WAITING, StoreResult, Utc, Uuid,
+    async_trait, attempt_from_row, claimed_from_row, completions, delivered_only, job_from_row, job_state,
+    record_query, split_poison,
+};
+use sqlx::Row;
+
 use crate::{BlockedKey, Claim};
 
 /// A claim's condition on job `j` for `hub_core::Ordering::Key`: an ordered job is leased only when

@@ -1,8 +1,13 @@
 //! Replays: starting one (its window resolved to seqs) and walking it on, a batch per transaction.
 
+use super::{
+    DateTime, EVENT_COLUMNS, HashMap, JobState, MatchRow, MatchTarget, NewReplay, PgRow, PgStore, ReplayLimits,
+    ReplayRecord, ReplayStart, ReplayState, ReplayStep, Replays, StoreError, StoreResult, Utc, Uuid, async_trait,
+    event_from_row, job_state,
+};
 use hub_core::replay::{Existing, Progress, TimeWindow, next_step, step_end};
+use sqlx::Row;
 
-use super::*;
 use crate::UndeliveredEvent;
 use crate::model::{WalkedEvent, plan_replay, wanted};
 

@@ -1,6 +1,8 @@
 //! Portal sessions.
 
-use super::*;
+use super::{DateTime, PgRow, PgStore, Sessions, StoreResult, Utc, Uuid, async_trait};
+use sqlx::Row;
+
 use crate::{NewPortalSession, PortalSession};
 
 const COLUMNS: &str = "id, tenant_id, scope, created_at, expires_at, exchanged_at, revoked_at";

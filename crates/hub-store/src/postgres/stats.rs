@@ -1,6 +1,8 @@
 //! Per-minute delivery statistics of subscriptions.
 
-use super::*;
+use super::{DateTime, PgStore, Stats, StoreError, StoreResult, Utc, Uuid, async_trait};
+use sqlx::Row;
+
 use crate::{Backlog, MinuteStats};
 use hub_core::delivery::stats::{BUCKETS, Histogram};
 

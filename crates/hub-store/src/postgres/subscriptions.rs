@@ -1,6 +1,10 @@
 //! Subscriptions: creation, reads, and the intent-level changes that each write only their own columns.
 
-use super::*;
+use super::{
+    PgStore, SUBSCRIPTION_COLUMNS, StoreResult, SubscriptionRecord, Subscriptions, Uuid, async_trait,
+    bind_subscription, subscription_from_row,
+};
+
 use crate::model::PatchColumns;
 use crate::{SecretRotation, SubscriptionPatch, VerificationResult};
 

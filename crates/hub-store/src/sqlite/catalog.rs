@@ -1,6 +1,8 @@
 //! The event catalog: manifest sources and the types seen in each inbox.
 
-use super::*;
+use super::{Catalog, DateTime, SqliteStore, StoreResult, Utc, async_trait, from_micros, json, micros, to_json};
+use sqlx::Row;
+
 use crate::{ManifestFetch, ManifestRecord, SeenType};
 
 #[async_trait]

@@ -1,7 +1,12 @@
 //! Erasures: tombstones over the inbox, the jobs and attempts of erased events, the DLQ plane and
 //! the quarantine, and the erasure's own record.
 
-use super::*;
+use super::{
+    DateTime, Erasures, SqliteRow, SqliteStore, StoreResult, Utc, Uuid, async_trait, from_micros, micros, text,
+    uuid_from_text,
+};
+use sqlx::Row;
+
 use crate::{ErasureCounts, ErasureRecord, ErasureStep, KeptRecords, NewErasure};
 
 const COLUMNS: &str = "id, tenant_id, match_kind, sealed_match, reason, requested_by, requested_at, state,

@@ -1,6 +1,11 @@
 //! The inbox: batch writes (events, pull entries and jobs in one transaction), event reads and pull streams.
 
-use super::*;
+use super::{
+    EVENT_COLUMNS, EventQuery, Inbox, IngestLease, IngestRecord, LeasedAtIngest, PulledEvent, SqliteRow, SqliteStore,
+    StoreResult, StoredEvent, StreamEntry, Uuid, WriteOutcome, async_trait, event_from_row, micros, uuid_from_text,
+};
+use sqlx::Row;
+
 use crate::PullRead;
 
 #[async_trait]

@@ -1,6 +1,8 @@
 //! The hub's OIDC signing keys.
 
-use super::*;
+use super::{DateTime, IssuerKeys, SqliteStore, StoreResult, Utc, async_trait, from_micros, micros, uuid_from_text};
+use sqlx::Row;
+
 use crate::IssuerKeyRecord;
 
 #[async_trait]

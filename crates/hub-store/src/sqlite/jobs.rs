@@ -1,6 +1,13 @@
 //! The delivery job queue: claims with a lease, releases, recorded attempts, lease recovery and redrive.
 
-use super::*;
+use super::{
+    AttemptRecord, AttemptResult, CLAIMED_COLUMNS, ClaimRequest, ClaimedJob, Completed, DateTime, DeliveryJob,
+    JOB_COLUMNS, JobQueue, JobState, Recovery, SYNC_WAITING, SqliteStore, StoreError, StoreResult, Utc, Uuid,
+    async_trait, attempt_from_row, claimed_from_row, from_micros, job_from_row, job_state, micros, split_poison, text,
+    uuid_from_text,
+};
+use sqlx::Row;
+
 use crate::{BlockedKey, Claim};
 
 #[async_trait]

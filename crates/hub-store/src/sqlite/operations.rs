@@ -1,6 +1,12 @@
 //! Schema, health, quarantine, the DLQ plane, retention and API keys.
 
-use super::*;
+use super::{
+    ApiKeyRecord, DateTime, DlqEntry, DlqFilter, MIGRATOR, NewApiKey, NewDlqRecord, Operations, PruneKind,
+    QuarantineEntry, QuarantineFilter, SqliteStore, StoreError, StoreResult, Utc, Uuid, api_key_from_row, async_trait,
+    from_micros, micros, quarantine_from_row,
+};
+use sqlx::Row;
+
 use crate::Connections;
 
 #[async_trait]

@@ -1,6 +1,11 @@
 //! Portal sessions.
 
-use super::*;
+use super::{
+    DateTime, Sessions, SqliteRow, SqliteStore, StoreResult, Utc, Uuid, async_trait, from_micros, micros, text,
+    uuid_from_text,
+};
+use sqlx::Row;
+
 use crate::{NewPortalSession, PortalSession};
 
 const COLUMNS: &str = "id, tenant_id, scope, created_at, expires_at, exchanged_at, revoked_at";

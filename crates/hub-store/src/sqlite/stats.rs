@@ -1,7 +1,12 @@
 //! Per-minute delivery statistics of subscriptions. One writer: a roll-up is merged with the
 //! stored minute in Rust, inside the write transaction.
 
-use super::*;
+use super::{
+    DateTime, SqliteRow, SqliteStore, Stats, StoreError, StoreResult, Utc, Uuid, async_trait, from_micros, json,
+    micros, text, to_json, uuid_from_text,
+};
+use sqlx::Row;
+
 use crate::{Backlog, MinuteStats};
 use hub_core::delivery::stats::{BUCKETS, Histogram};
 

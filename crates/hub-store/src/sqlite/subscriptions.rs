@@ -1,6 +1,10 @@
 //! Subscriptions: creation, reads, and the intent-level changes that each write only their own columns.
 
-use super::*;
+use super::{
+    SUBSCRIPTION_COLUMNS, SqliteStore, StoreError, StoreResult, SubscriptionRecord, Subscriptions, Utc, Uuid,
+    async_trait, bind_subscription, micros, subscription_from_row, text, to_json,
+};
+
 use crate::model::PatchColumns;
 use crate::{SecretRotation, SubscriptionPatch, VerificationResult};
 
