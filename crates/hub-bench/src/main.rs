@@ -266,7 +266,7 @@ enum BenchScenario {
         #[arg(long, default_value_t = 16, value_parser = at_least_one)]
         producers: usize,
         /// Which sinks, comma-separated.
-        #[arg(long, value_enum, value_delimiter = ',', default_values_t = [sinks::Kind::Kafka, sinks::Kind::Nats, sinks::Kind::Sns, sinks::Kind::Kinesis, sinks::Kind::S3])]
+        #[arg(long, value_enum, value_delimiter = ',', default_values_t = [sinks::Kind::Kafka, sinks::Kind::Nats, sinks::Kind::Pubsub, sinks::Kind::Sns, sinks::Kind::Kinesis, sinks::Kind::S3])]
         sink: Vec<sinks::Kind>,
         #[arg(long)]
         json: Option<std::path::PathBuf>,

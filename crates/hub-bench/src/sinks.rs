@@ -1,9 +1,9 @@
 //! The `sinks` scenario: a burst of one tenant's events to one subscription of each new sink type
-//! (Kafka on Apache Kafka; NATS on a real `nats-server` with JetStream; SNS, Kinesis and S3 on the
-//! AWS API emulator), delivered/s and CPU per
+//! (Kafka on Apache Kafka; NATS on a real `nats-server` with JetStream; Pub/Sub on Google's
+//! in-memory server; SNS, Kinesis and S3 on the AWS API emulator), delivered/s and CPU per
 //! event of the hub and PostgreSQL. Delivery is counted from the hub's own metrics (delivered
 //! attempts: no database work, so the count does not weigh on what it measures), and for Kafka,
-//! NATS and S3 read back from the destination as well. The AWS
+//! NATS, Pub/Sub and S3 read back from the destination as well. The AWS
 //! figures are bounded by the emulator, a single Python process: they measure what the hub costs
 //! per event, not what AWS would take.
 
@@ -21,6 +21,7 @@ use crate::scenarios::{PATIENCE, cpu_json, cpu_rows};
 pub enum Kind {
     Kafka,
     Nats,
+    Pubsub,
     Sns,
     Kinesis,
     S3,
@@ -31,6 +32,7 @@ impl Kind {
         match self {
             Self::Kafka => "kafka",
             Self::Nats => "nats",
+            Self::Pubsub => "pubsub",
             Self::Sns => "sns",
             Self::Kinesis => "kinesis",
             Self::S3 => "s3",
@@ -68,6 +70,7 @@ fn aws_sink(mut sink: Value) -> Value {
 enum Destination {
     Kafka(hub_testkit::kafka::Broker),
     Nats(hub_testkit::nats::NatsServer),
+    Pubsub(hub_testkit::pubsub::PubSubServer),
     S3 { client: aws_sdk_s3::Client, bucket: String },
     Other,
 }
@@ -86,6 +89,13 @@ async fn destination(kind: Kind) -> anyhow::Result<(Value, Destination)> {
             server.client(json!({})).await?.create_stream("BENCH", &["bench.>"]).await?;
             let sink = json!({"type": "nats", "servers": server.url(), "subject": "bench.events"});
             Ok((sink, Destination::Nats(server)))
+        }
+        Kind::Pubsub => {
+            let server = hub_testkit::pubsub::PubSubServer::start().await?;
+            server.create_topic("lerian-bench", "bench").await?;
+            let sink = json!({"type": "pubsub", "project": "lerian-bench", "topic": "bench",
+                              "endpoint_url": server.endpoint_url()});
+            Ok((sink, Destination::Pubsub(server)))
         }
         Kind::Sns => {
             let sns = aws_sdk_sns::Client::new(&aws_config().await);
@@ -130,6 +140,7 @@ impl Destination {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
+            Self::Pubsub(server) => Ok(Some(server.wait_for(at_least).await?.len())),
             Self::S3 { client, bucket } => {
                 let (mut n, mut token) = (0, None);
                 loop {

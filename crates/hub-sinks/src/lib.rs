@@ -46,6 +46,7 @@ sinks! {
     Kinesis: kinesis::KinesisSink,
     S3: s3::S3Sink,
     Nats: nats::NatsSink,
+    Pubsub: pubsub::PubSubSink,
 }
 
 pub mod destination;

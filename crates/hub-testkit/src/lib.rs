@@ -7,6 +7,7 @@
 pub mod forwarder;
 pub mod kafka;
 pub mod nats;
+pub mod pubsub;
 pub mod tls;
 
 use axum::http::HeaderMap;

@@ -6,6 +6,7 @@ mod contract;
 mod kafka;
 mod kinesis;
 mod nats;
+mod pubsub;
 mod rabbitmq;
 mod receiver;
 mod s3;

@@ -11,6 +11,7 @@ use hub_sinks::eventbridge::config::EventBridgeConfig;
 use hub_sinks::kafka::config::{KafkaConfig, Mechanism, Sasl};
 use hub_sinks::kinesis::config::KinesisConfig;
 use hub_sinks::nats::config::NatsConfig;
+use hub_sinks::pubsub::config::PubSubConfig;
 use hub_sinks::rabbitmq::config::RabbitConfig;
 use hub_sinks::s3::config::S3Config;
 use hub_sinks::sns::config::SnsConfig;
@@ -127,6 +128,11 @@ fn destinations(host: &str, port: u16) -> Vec<Destination> {
             servers: format!("tls://nats.example.invalid:4222,tls://{host}:{port}"),
             subject: "events".into(),
             jetstream: false,
+        }),
+        Destination::Pubsub(PubSubConfig {
+            project: "lerian-test".into(),
+            topic: "events".into(),
+            endpoint_url: Some(format!("http://{host}:{port}")),
         }),
     ]
 }

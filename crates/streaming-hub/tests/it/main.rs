@@ -24,6 +24,7 @@ mod operational;
 mod operations;
 mod ordering;
 mod portal;
+mod pubsub_sink;
 mod pull;
 mod receiver;
 mod receivers;

@@ -22,6 +22,7 @@ type Sink struct {
 	KafkaSink       *KafkaSink
 	KinesisSink     *KinesisSink
 	NatsSink        *NatsSink
+	PubsubSink      *PubsubSink
 	PullSink        *PullSink
 	RabbitmqSink    *RabbitmqSink
 	S3Sink          *S3Sink
@@ -55,6 +56,13 @@ func KinesisSinkAsSink(v *KinesisSink) Sink {
 func NatsSinkAsSink(v *NatsSink) Sink {
 	return Sink{
 		NatsSink: v,
+	}
+}
+
+// PubsubSinkAsSink is a convenience function that returns PubsubSink wrapped in Sink
+func PubsubSinkAsSink(v *PubsubSink) Sink {
+	return Sink{
+		PubsubSink: v,
 	}
 }
 
@@ -172,6 +180,23 @@ func (dst *Sink) UnmarshalJSON(data []byte) error {
 		dst.NatsSink = nil
 	}
 
+	// try to unmarshal data into PubsubSink
+	err = newStrictDecoder(data).Decode(&dst.PubsubSink)
+	if err == nil {
+		jsonPubsubSink, _ := json.Marshal(dst.PubsubSink)
+		if string(jsonPubsubSink) == "{}" { // empty struct
+			dst.PubsubSink = nil
+		} else {
+			if err = validator.Validate(dst.PubsubSink); err != nil {
+				dst.PubsubSink = nil
+			} else {
+				match++
+			}
+		}
+	} else {
+		dst.PubsubSink = nil
+	}
+
 	// try to unmarshal data into PullSink
 	err = newStrictDecoder(data).Decode(&dst.PullSink)
 	if err == nil {
@@ -280,6 +305,7 @@ func (dst *Sink) UnmarshalJSON(data []byte) error {
 		dst.KafkaSink = nil
 		dst.KinesisSink = nil
 		dst.NatsSink = nil
+		dst.PubsubSink = nil
 		dst.PullSink = nil
 		dst.RabbitmqSink = nil
 		dst.S3Sink = nil
@@ -315,6 +341,10 @@ func (src Sink) MarshalJSON() ([]byte, error) {
 
 	if src.NatsSink != nil {
 		return json.Marshal(&src.NatsSink)
+	}
+
+	if src.PubsubSink != nil {
+		return json.Marshal(&src.PubsubSink)
 	}
 
 	if src.PullSink != nil {
@@ -365,6 +395,10 @@ func (obj *Sink) GetActualInstance() interface{} {
 		return obj.NatsSink
 	}
 
+	if obj.PubsubSink != nil {
+		return obj.PubsubSink
+	}
+
 	if obj.PullSink != nil {
 		return obj.PullSink
 	}
@@ -409,6 +443,10 @@ func (obj Sink) GetActualInstanceValue() interface{} {
 
 	if obj.NatsSink != nil {
 		return *obj.NatsSink
+	}
+
+	if obj.PubsubSink != nil {
+		return *obj.PubsubSink
 	}
 
 	if obj.PullSink != nil {

@@ -98,6 +98,7 @@ __all__ = [
     "PrefixFilter",
     "PublicKey",
     "PublicKeys",
+    "PubsubSink",
     "PullItem",
     "PullPage",
     "PullSink",
@@ -234,6 +235,7 @@ from streaming_hub_api.models.portal_token import PortalToken as PortalToken
 from streaming_hub_api.models.prefix_filter import PrefixFilter as PrefixFilter
 from streaming_hub_api.models.public_key import PublicKey as PublicKey
 from streaming_hub_api.models.public_keys import PublicKeys as PublicKeys
+from streaming_hub_api.models.pubsub_sink import PubsubSink as PubsubSink
 from streaming_hub_api.models.pull_item import PullItem as PullItem
 from streaming_hub_api.models.pull_page import PullPage as PullPage
 from streaming_hub_api.models.pull_sink import PullSink as PullSink

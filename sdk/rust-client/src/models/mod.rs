@@ -130,6 +130,8 @@ pub mod public_key;
 pub use self::public_key::PublicKey;
 pub mod public_keys;
 pub use self::public_keys::PublicKeys;
+pub mod pubsub_sink;
+pub use self::pubsub_sink::PubsubSink;
 pub mod pull_item;
 pub use self::pull_item::PullItem;
 pub mod pull_page;

@@ -33,6 +33,8 @@ pub enum Sink {
     S3(Box<models::S3Sink>),
     #[serde(rename = "nats")]
     Nats(Box<models::NatsSink>),
+    #[serde(rename = "pubsub")]
+    Pubsub(Box<models::PubsubSink>),
     /// Events kept for `GET /v1/subscriptions/{id}/events` behind a durable cursor.
     #[serde(rename = "pull")]
     Pull(serde_json::Value),

@@ -79,6 +79,7 @@ from streaming_hub_api.models.portal_token import PortalToken
 from streaming_hub_api.models.prefix_filter import PrefixFilter
 from streaming_hub_api.models.public_key import PublicKey
 from streaming_hub_api.models.public_keys import PublicKeys
+from streaming_hub_api.models.pubsub_sink import PubsubSink
 from streaming_hub_api.models.pull_item import PullItem
 from streaming_hub_api.models.pull_page import PullPage
 from streaming_hub_api.models.pull_sink import PullSink

@@ -21,6 +21,7 @@ from streaming_hub_api.models.eventbridge_sink import EventbridgeSink
 from streaming_hub_api.models.kafka_sink import KafkaSink
 from streaming_hub_api.models.kinesis_sink import KinesisSink
 from streaming_hub_api.models.nats_sink import NatsSink
+from streaming_hub_api.models.pubsub_sink import PubsubSink
 from streaming_hub_api.models.pull_sink import PullSink
 from streaming_hub_api.models.rabbitmq_sink import RabbitmqSink
 from streaming_hub_api.models.s3_sink import S3Sink
@@ -31,7 +32,7 @@ from pydantic import StrictStr, Field
 from typing import Union, List, Set, Optional, Dict
 from typing_extensions import Literal, Self
 
-SINK_ONE_OF_SCHEMAS = ["EventbridgeSink", "KafkaSink", "KinesisSink", "NatsSink", "PullSink", "RabbitmqSink", "S3Sink", "SnsSink", "SqsSink", "WebhookSink"]
+SINK_ONE_OF_SCHEMAS = ["EventbridgeSink", "KafkaSink", "KinesisSink", "NatsSink", "PubsubSink", "PullSink", "RabbitmqSink", "S3Sink", "SnsSink", "SqsSink", "WebhookSink"]
 
 class Sink(BaseModel):
     """
@@ -55,10 +56,12 @@ class Sink(BaseModel):
     oneof_schema_8_validator: Optional[S3Sink] = None
     # data type: NatsSink
     oneof_schema_9_validator: Optional[NatsSink] = None
+    # data type: PubsubSink
+    oneof_schema_10_validator: Optional[PubsubSink] = None
     # data type: PullSink
-    oneof_schema_10_validator: Optional[PullSink] = None
-    actual_instance: Optional[Union[EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink]] = None
-    one_of_schemas: Set[str] = { "EventbridgeSink", "KafkaSink", "KinesisSink", "NatsSink", "PullSink", "RabbitmqSink", "S3Sink", "SnsSink", "SqsSink", "WebhookSink" }
+    oneof_schema_11_validator: Optional[PullSink] = None
+    actual_instance: Optional[Union[EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PubsubSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink]] = None
+    one_of_schemas: Set[str] = { "EventbridgeSink", "KafkaSink", "KinesisSink", "NatsSink", "PubsubSink", "PullSink", "RabbitmqSink", "S3Sink", "SnsSink", "SqsSink", "WebhookSink" }
 
     model_config = ConfigDict(
         validate_assignment=True,
@@ -129,6 +132,11 @@ class Sink(BaseModel):
             error_messages.append(f"Error! Input type `{type(v)}` is not `NatsSink`")
         else:
             match += 1
+        # validate data type: PubsubSink
+        if not isinstance(v, PubsubSink):
+            error_messages.append(f"Error! Input type `{type(v)}` is not `PubsubSink`")
+        else:
+            match += 1
         # validate data type: PullSink
         if not isinstance(v, PullSink):
             error_messages.append(f"Error! Input type `{type(v)}` is not `PullSink`")
@@ -136,10 +144,10 @@ class Sink(BaseModel):
             match += 1
         if match > 1:
             # more than 1 match
-            raise ValueError("Multiple matches found when setting `actual_instance` in Sink with oneOf schemas: EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink. Details: " + ", ".join(error_messages))
+            raise ValueError("Multiple matches found when setting `actual_instance` in Sink with oneOf schemas: EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PubsubSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink. Details: " + ", ".join(error_messages))
         elif match == 0:
             # no match
-            raise ValueError("No match found when setting `actual_instance` in Sink with oneOf schemas: EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink. Details: " + ", ".join(error_messages))
+            raise ValueError("No match found when setting `actual_instance` in Sink with oneOf schemas: EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PubsubSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink. Details: " + ", ".join(error_messages))
         else:
             return v
 
@@ -208,6 +216,12 @@ class Sink(BaseModel):
             match += 1
         except (ValidationError, ValueError) as e:
             error_messages.append(str(e))
+        # deserialize data into PubsubSink
+        try:
+            instance.actual_instance = PubsubSink.from_json(json_str)
+            match += 1
+        except (ValidationError, ValueError) as e:
+            error_messages.append(str(e))
         # deserialize data into PullSink
         try:
             instance.actual_instance = PullSink.from_json(json_str)
@@ -217,10 +231,10 @@ class Sink(BaseModel):
 
         if match > 1:
             # more than 1 match
-            raise ValueError("Multiple matches found when deserializing the JSON string into Sink with oneOf schemas: EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink. Details: " + ", ".join(error_messages))
+            raise ValueError("Multiple matches found when deserializing the JSON string into Sink with oneOf schemas: EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PubsubSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink. Details: " + ", ".join(error_messages))
         elif match == 0:
             # no match
-            raise ValueError("No match found when deserializing the JSON string into Sink with oneOf schemas: EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink. Details: " + ", ".join(error_messages))
+            raise ValueError("No match found when deserializing the JSON string into Sink with oneOf schemas: EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PubsubSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink. Details: " + ", ".join(error_messages))
         else:
             return instance
 
@@ -234,7 +248,7 @@ class Sink(BaseModel):
         else:
             return json.dumps(self.actual_instance)
 
-    def to_dict(self) -> Optional[Union[Dict[str, Any], EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink]]:
+    def to_dict(self) -> Optional[Union[Dict[str, Any], EventbridgeSink, KafkaSink, KinesisSink, NatsSink, PubsubSink, PullSink, RabbitmqSink, S3Sink, SnsSink, SqsSink, WebhookSink]]:
         """Returns the dict representation of the actual instance"""
         if self.actual_instance is None:
             return None

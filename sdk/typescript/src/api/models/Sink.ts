@@ -41,6 +41,13 @@ import {
     NatsSinkFromJSONTyped,
     NatsSinkToJSON,
 } from './NatsSink';
+import type { PubsubSink } from './PubsubSink';
+import {
+    instanceOfPubsubSink,
+    PubsubSinkFromJSON,
+    PubsubSinkFromJSONTyped,
+    PubsubSinkToJSON,
+} from './PubsubSink';
 import type { PullSink } from './PullSink';
 import {
     instanceOfPullSink,
@@ -89,7 +96,7 @@ import {
  * Where a subscription's events go.
  * @export
  */
-export type Sink = { type: 'eventbridge' } & EventbridgeSink | { type: 'kafka' } & KafkaSink | { type: 'kinesis' } & KinesisSink | { type: 'nats' } & NatsSink | { type: 'pull' } & PullSink | { type: 'rabbitmq' } & RabbitmqSink | { type: 's3' } & S3Sink | { type: 'sns' } & SnsSink | { type: 'sqs' } & SqsSink | { type: 'webhook' } & WebhookSink;
+export type Sink = { type: 'eventbridge' } & EventbridgeSink | { type: 'kafka' } & KafkaSink | { type: 'kinesis' } & KinesisSink | { type: 'nats' } & NatsSink | { type: 'pubsub' } & PubsubSink | { type: 'pull' } & PullSink | { type: 'rabbitmq' } & RabbitmqSink | { type: 's3' } & S3Sink | { type: 'sns' } & SnsSink | { type: 'sqs' } & SqsSink | { type: 'webhook' } & WebhookSink;
 
 export function SinkFromJSON(json: any): Sink {
     return SinkFromJSONTyped(json, false);
@@ -108,6 +115,8 @@ export function SinkFromJSONTyped(json: any, ignoreDiscriminator: boolean): Sink
             return Object.assign({}, KinesisSinkFromJSONTyped(json, true), { type: 'kinesis' } as const);
         case 'nats':
             return Object.assign({}, NatsSinkFromJSONTyped(json, true), { type: 'nats' } as const);
+        case 'pubsub':
+            return Object.assign({}, PubsubSinkFromJSONTyped(json, true), { type: 'pubsub' } as const);
         case 'pull':
             return Object.assign({}, PullSinkFromJSONTyped(json, true), { type: 'pull' } as const);
         case 'rabbitmq':
@@ -142,6 +151,8 @@ export function SinkToJSONTyped(value?: Sink | null, ignoreDiscriminator: boolea
             return Object.assign({}, KinesisSinkToJSON(value), { 'type': 'kinesis' } as const);
         case 'nats':
             return Object.assign({}, NatsSinkToJSON(value), { 'type': 'nats' } as const);
+        case 'pubsub':
+            return Object.assign({}, PubsubSinkToJSON(value), { 'type': 'pubsub' } as const);
         case 'pull':
             return Object.assign({}, PullSinkToJSON(value), { 'type': 'pull' } as const);
         case 'rabbitmq':

@@ -66,6 +66,7 @@ export * from './PortalToken';
 export * from './PrefixFilter';
 export * from './PublicKey';
 export * from './PublicKeys';
+export * from './PubsubSink';
 export * from './PullItem';
 export * from './PullPage';
 export * from './PullSink';

@@ -1,0 +1,336 @@
+//! Pub/Sub's `Publish` as a gRPC call over HTTP/2 (`h2`), spoken here so that every connection
+//! goes through the address guard: the endpoint's name resolved once, every address checked, the
+//! checked addresses dialled, TLS (ALPN `h2`) checked by the platform's verifier. One connection
+//! per endpoint carries every attempt at once (HTTP/2 streams); a broken one is made again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+use crate::sink::{Failure, FailureKind};
+
+/// The largest answer read.
+const MAX_ANSWER: usize = 1 << 20;
+
+/// The messages of `google.pubsub.v1` the hub sends and reads.
+pub mod proto {
+    use std::collections::HashMap;
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PubsubMessage {
+        #[prost(bytes = "vec", tag = "1")]
+        pub data: Vec<u8>,
+        #[prost(map = "string, string", tag = "2")]
+        pub attributes: HashMap<String, String>,
+        #[prost(string, tag = "5")]
+        pub ordering_key: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PublishRequest {
+        #[prost(string, tag = "1")]
+        pub topic: String,
+        #[prost(message, repeated, tag = "2")]
+        pub messages: Vec<PubsubMessage>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct PublishResponse {
+        #[prost(string, repeated, tag = "1")]
+        pub message_ids: Vec<String>,
+    }
+}
+
+/// Where the publisher connects: `https://host[:port]` or, for an emulator, `http://…`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Endpoint {
+    pub fn parse(url: &str) -> Option<Self> {
+        let u = url::Url::parse(url).ok()?;
+        let tls = match u.scheme() {
+            "https" => true,
+            "http" => false,
+            _ => return None,
+        };
+        let host = u.host_str()?.trim_start_matches('[').trim_end_matches(']').to_owned();
+        Some(Self { tls, port: u.port_or_known_default()?, host })
+    }
+
+    fn authority(&self) -> String {
+        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        format!("{host}:{}", self.port)
+    }
+}
+
+pub(crate) fn failure(retryable: bool, kind: FailureKind, reason: impl Into<String>) -> Failure {
+    Failure { retryable, kind, reason: reason.into(), status: None, response: None, retry_after: None }
+}
+
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, Failure> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            crate::sink::install_crypto_provider();
+            use rustls_platform_verifier::ConfigVerifierExt;
+            rustls::ClientConfig::with_platform_verifier()
+                .map(|mut c| {
+                    c.alpn_protocols = vec![b"h2".to_vec()];
+                    Arc::new(c)
+                })
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|e| failure(true, FailureKind::Unreachable, format!("TLS is not available: {e}")))
+}
+
+/// HTTP/2 connections by endpoint.
+#[derive(Debug, Default)]
+pub struct Channels {
+    open: Mutex<HashMap<Endpoint, h2::client::SendRequest<Bytes>>>,
+}
+
+/// What a gRPC status means for an attempt.
+fn status_failure(code: u32, message: &str) -> Failure {
+    let text = |what: &str| format!("Pub/Sub {what} (gRPC {code}): {message}");
+    match code {
+        // INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION: this message or topic will not change.
+        3 => failure(false, FailureKind::Refused, text("refused the message")),
+        5 => failure(false, FailureKind::Refused, text("has no such topic")),
+        9 => failure(false, FailureKind::Refused, text("refused the message")),
+        7 | 16 => failure(true, FailureKind::Unauthorized, text("refused the credentials")),
+        4 => failure(true, FailureKind::Timeout, text("did not answer in time")),
+        14 => failure(true, FailureKind::Unreachable, text("is unavailable")),
+        _ => failure(true, FailureKind::Refused, text("refused the message")),
+    }
+}
+
+/// A gRPC message frame: not compressed, its length, its bytes.
+fn frame(message: &impl prost::Message) -> Bytes {
+    let body = message.encode_to_vec();
+    let mut out = BytesMut::with_capacity(5 + body.len());
+    out.extend_from_slice(&[0]);
+    out.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(&body);
+    out.freeze()
+}
+
+/// The message of an answer's frames.
+fn unframe(mut body: Bytes) -> Result<Bytes, String> {
+    if body.len() < 5 {
+        return Err("an answer without a message".into());
+    }
+    if body[0] != 0 {
+        return Err("a compressed answer, which was not asked for".into());
+    }
+    body.advance(1);
+    let len = body.get_u32() as usize;
+    if len > body.len() {
+        return Err("a truncated answer".into());
+    }
+    Ok(body.split_to(len))
+}
+
+fn grpc_status(headers: &http::HeaderMap) -> Option<(u32, String)> {
+    let code = headers.get("grpc-status")?.to_str().ok()?.parse().ok()?;
+    let message = headers
+        .get("grpc-message")
+        .and_then(|m| m.to_str().ok())
+        .map(|m| percent_encoding::percent_decode_str(m).decode_utf8_lossy().into_owned())
+        .unwrap_or_default();
+    Some((code, crate::sink::cap_text(message.as_bytes(), 512)))
+}
+
+impl Channels {
+    async fn connect(
+        &self,
+        endpoint: &Endpoint,
+        allow_private: bool,
+        timeout: Duration,
+    ) -> Result<h2::client::SendRequest<Bytes>, Failure> {
+        let (host, port) = (endpoint.host.as_str(), endpoint.port);
+        let addrs = crate::guard::check_resolved(host, port, allow_private).await.map_err(|e| match e {
+            crate::guard::Resolution::Refused(refused) => {
+                tracing::warn!(detail = %refused, "Pub/Sub endpoint refused by the address guard");
+                failure(false, FailureKind::Forbidden, crate::guard::NOT_ALLOWED)
+            }
+            crate::guard::Resolution::Unresolved => {
+                failure(true, FailureKind::Unreachable, format!("the endpoint {host}:{port} does not resolve"))
+            }
+        })?;
+        let handshake = async {
+            let mut tcp = None;
+            for addr in &addrs {
+                if let Ok(stream) = TcpStream::connect(addr).await {
+                    tcp = Some(stream);
+                    break;
+                }
+            }
+            let tcp = tcp.ok_or_else(|| {
+                failure(true, FailureKind::Unreachable, format!("the endpoint {host}:{port} could not be reached"))
+            })?;
+            let _ = tcp.set_nodelay(true);
+            let refused = |e: h2::Error| failure(true, FailureKind::Unreachable, format!("HTTP/2 with {host}:{port} failed: {e}"));
+            if endpoint.tls {
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|_| failure(false, FailureKind::Refused, format!("{host} is not a valid TLS server name")))?;
+                let tls = tokio_rustls::TlsConnector::from(tls_config()?)
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| failure(true, FailureKind::Unreachable, format!("TLS with {host}:{port} failed: {e}")))?;
+                let (send, connection) = h2::client::handshake(tls).await.map_err(refused)?;
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                Ok(send)
+            } else {
+                let (send, connection) = h2::client::handshake(tcp).await.map_err(refused)?;
+                tokio::spawn(async move {
+                    let _ = connection.await;
+                });
+                Ok(send)
+            }
+        };
+        tokio::time::timeout(timeout, handshake).await.map_err(|_| {
+            failure(true, FailureKind::Timeout, format!("{host}:{port} did not answer within {} ms", timeout.as_millis()))
+        })?
+    }
+
+    /// A ready connection to `endpoint`, made when there is none or the kept one is closed.
+    async fn channel(
+        &self,
+        endpoint: &Endpoint,
+        allow_private: bool,
+        timeout: Duration,
+    ) -> Result<h2::client::SendRequest<Bytes>, Failure> {
+        let mut open = self.open.lock().await;
+        if let Some(send) = open.get(endpoint).cloned() {
+            if let Ok(Ok(ready)) = tokio::time::timeout(timeout, send.ready()).await {
+                return Ok(ready);
+            }
+            open.remove(endpoint);
+        }
+        let send = self.connect(endpoint, allow_private, timeout).await?;
+        let ready = tokio::time::timeout(timeout, send.ready())
+            .await
+            .map_err(|_| failure(true, FailureKind::Timeout, "the endpoint did not accept a request in time"))?
+            .map_err(|e| failure(true, FailureKind::Unreachable, format!("the endpoint closed the connection: {e}")))?;
+        open.insert(endpoint.clone(), ready.clone());
+        Ok(ready)
+    }
+
+    /// Calls `method` (`/google.pubsub.v1.Publisher/Publish`) with `request`; the answer's message.
+    pub async fn call<Answer: prost::Message + Default>(
+        &self,
+        endpoint: &Endpoint,
+        method: &str,
+        request: &impl prost::Message,
+        token: Option<&str>,
+        allow_private: bool,
+        timeout: Duration,
+    ) -> Result<Answer, Failure> {
+        let exchange = async {
+            let mut send = self.channel(endpoint, allow_private, timeout).await?;
+            let scheme = if endpoint.tls { "https" } else { "http" };
+            let mut builder = http::Request::builder()
+                .method("POST")
+                .uri(format!("{scheme}://{}{method}", endpoint.authority()))
+                .header("content-type", "application/grpc")
+                .header("te", "trailers")
+                .header("grpc-timeout", format!("{}m", timeout.as_millis()))
+                .header("user-agent", concat!("streaming-hub/", env!("CARGO_PKG_VERSION")));
+            if let Some(token) = token {
+                builder = builder.header("authorization", format!("Bearer {token}"));
+            }
+            let request_head = builder.body(()).map_err(|e| failure(false, FailureKind::Refused, e.to_string()))?;
+            let broken = |e: h2::Error| failure(true, FailureKind::Unreachable, format!("the call failed: {e}"));
+            let (answer, mut body) = send.send_request(request_head, false).map_err(broken)?;
+            body.send_data(frame(request), true).map_err(broken)?;
+            let answer = answer.await.map_err(broken)?;
+            if answer.status() != http::StatusCode::OK {
+                return Err(failure(
+                    true,
+                    if answer.status().as_u16() == 401 || answer.status().as_u16() == 403 {
+                        FailureKind::Unauthorized
+                    } else {
+                        FailureKind::Refused
+                    },
+                    format!("Pub/Sub answered HTTP {}", answer.status().as_u16()),
+                ));
+            }
+            // A status in the headers is a call that ended at once (an error, usually).
+            if let Some((code, message)) = grpc_status(answer.headers()) {
+                if code != 0 {
+                    return Err(status_failure(code, &message));
+                }
+            }
+            let mut stream = answer.into_body();
+            let mut data = BytesMut::new();
+            while let Some(chunk) = stream.data().await {
+                let chunk = chunk.map_err(broken)?;
+                let _ = stream.flow_control().release_capacity(chunk.len());
+                data.extend_from_slice(&chunk);
+                if data.len() > MAX_ANSWER {
+                    return Err(failure(true, FailureKind::Refused, "Pub/Sub's answer is too large"));
+                }
+            }
+            if let Some((code, message)) = stream.trailers().await.map_err(broken)?.as_ref().and_then(grpc_status) {
+                if code != 0 {
+                    return Err(status_failure(code, &message));
+                }
+            }
+            let message = unframe(data.freeze()).map_err(|e| failure(true, FailureKind::Refused, format!("Pub/Sub sent {e}")))?;
+            Answer::decode(message).map_err(|e| failure(true, FailureKind::Refused, format!("Pub/Sub's answer is not readable: {e}")))
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => {
+                if matches!(&result, Err(f) if f.kind == FailureKind::Unreachable) {
+                    self.open.lock().await.remove(endpoint);
+                }
+                result
+            }
+            Err(_) => Err(failure(true, FailureKind::Timeout, format!("Pub/Sub did not answer within {} ms", timeout.as_millis()))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn a_message_is_framed_and_read_back() {
+        let answer = proto::PublishResponse { message_ids: vec!["42".into()] };
+        let read = unframe(frame(&answer)).expect("a frame");
+        assert_eq!(<proto::PublishResponse as prost::Message>::decode(read).expect("decodes"), answer);
+        assert!(unframe(Bytes::from_static(&[1, 0, 0, 0, 0])).is_err(), "compressed");
+        assert!(unframe(Bytes::from_static(&[0, 0, 0, 0, 9, 1])).is_err(), "truncated");
+    }
+
+    #[test]
+    fn statuses_become_classified_failures() {
+        assert!(!status_failure(5, "Topic not found").retryable);
+        assert_eq!(status_failure(16, "").kind, FailureKind::Unauthorized);
+        assert_eq!(status_failure(14, "").kind, FailureKind::Unreachable);
+        assert!(status_failure(8, "quota").retryable);
+    }
+
+    proptest! {
+        #[test]
+        fn any_answer_is_read_or_refused_never_a_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Ok(message) = unframe(Bytes::from(bytes)) {
+                let _ = <proto::PublishResponse as prost::Message>::decode(message);
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! What the API takes for this sink (its OpenAPI schema): read by the registry, checked against the
+//! parse by the tests that create a subscription from each schema's example.
+#![allow(dead_code)]
+
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+/// A Google Cloud Pub/Sub topic: each event one message, the body as its data, the CloudEvents
+/// attributes as message attributes (`ce-*`); with the subscription's `"ordering": "key"`, the
+/// event's ordering key as the message's. Acknowledged when Pub/Sub has stored it.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"type": "pubsub", "project": "lerian-prod", "topic": "lerian-events"}))]
+pub struct PubsubSink {
+    /// The project id.
+    #[schema(min_length = 6, max_length = 30)]
+    pub project: String,
+    /// The topic id (it must exist; it is never created).
+    #[schema(min_length = 3, max_length = 255)]
+    pub topic: String,
+    /// A service account key: the text of the JSON file Google issues (its object is taken too),
+    /// sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Omit it for
+    /// an emulator named by `endpoint_url`.
+    #[schema(write_only)]
+    pub credentials_json: Option<String>,
+    /// Another endpoint: an emulator, or a regional or private one (`https`; `http` only with
+    /// private sinks allowed and no key).
+    #[schema(format = Uri)]
+    pub endpoint_url: Option<String>,
+}
