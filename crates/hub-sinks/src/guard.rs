@@ -106,6 +106,27 @@ pub async fn dial_addrs(url: &str, allow_private: bool) -> Result<Vec<SocketAddr
     })
 }
 
+/// [`check_resolved`] for a server a sink dials by host and port (`what` names it in the log and
+/// the reason: "Kafka broker", "NATS server", "Pub/Sub endpoint"), as a classified failure: a
+/// refusal says only [`NOT_ALLOWED`]; a name that does not resolve is worth another attempt.
+pub async fn checked_server(
+    what: &str,
+    host: &str,
+    port: u16,
+    allow_private: bool,
+) -> Result<Vec<SocketAddr>, crate::sink::Failure> {
+    use crate::sink::{FailureKind, failure};
+    check_resolved(host, port, allow_private).await.map_err(|e| match e {
+        Resolution::Refused(refused) => {
+            tracing::warn!(detail = %refused, server = what, "server refused by the address guard");
+            failure(false, FailureKind::Forbidden, NOT_ALLOWED)
+        }
+        Resolution::Unresolved => {
+            failure(true, FailureKind::Unreachable, format!("the {what} {host}:{port} does not resolve"))
+        }
+    })
+}
+
 /// Why [`check_resolved`] did not clear a host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Resolution {

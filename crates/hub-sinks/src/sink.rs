@@ -190,6 +190,32 @@ pub trait TypedSink: Sized + Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
+/// A failure with nothing more to tell than its kind and reason.
+pub(crate) fn failure(retryable: bool, kind: FailureKind, reason: impl Into<String>) -> Failure {
+    Failure { retryable, kind, reason: reason.into(), status: None, response: None, retry_after: None }
+}
+
+/// The process's TLS client configuration, certificates checked by the platform's verifier;
+/// `h2`: offering HTTP/2 by ALPN (gRPC).
+pub(crate) fn platform_tls(h2: bool) -> Result<std::sync::Arc<rustls::ClientConfig>, Failure> {
+    use std::sync::{Arc, OnceLock};
+    static PLAIN: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    static H2: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    let made = |alpn: Vec<Vec<u8>>| {
+        install_crypto_provider();
+        use rustls_platform_verifier::ConfigVerifierExt;
+        rustls::ClientConfig::with_platform_verifier()
+            .map(|mut c| {
+                c.alpn_protocols = alpn;
+                Arc::new(c)
+            })
+            .map_err(|e| e.to_string())
+    };
+    let config =
+        if h2 { H2.get_or_init(|| made(vec![b"h2".to_vec()])) } else { PLAIN.get_or_init(|| made(Vec::new())) };
+    config.clone().map_err(|e| failure(true, FailureKind::Unreachable, format!("TLS is not available: {e}")))
+}
+
 /// A destination the hub cannot use as stored: retried (an operator may fix the key or data).
 pub(crate) fn misconfigured(reason: &str) -> Failure {
     refused(reason)

@@ -4,7 +4,6 @@
 //! SASL before anything else, then requests answered one at a time.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -13,7 +12,7 @@ use tokio::net::TcpStream;
 use super::config::Mechanism;
 use super::protocol::{self, code};
 use super::sasl::{Scram, plain};
-use crate::sink::{Failure, FailureKind};
+use crate::sink::{Failure, FailureKind, failure};
 
 /// The largest answer read from a broker: more is a broken or hostile one.
 const MAX_RESPONSE: usize = 8 * 1024 * 1024;
@@ -42,10 +41,6 @@ impl std::fmt::Debug for Dialer {
     }
 }
 
-/// A failure with the kind the tenant is told.
-pub(crate) fn failure(retryable: bool, kind: FailureKind, reason: impl Into<String>) -> Failure {
-    Failure { retryable, kind, reason: reason.into(), status: None, response: None, retry_after: None }
-}
 
 /// An open, logged-in connection.
 pub struct Conn {
@@ -59,36 +54,17 @@ impl std::fmt::Debug for Conn {
     }
 }
 
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, Failure> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            crate::sink::install_crypto_provider();
-            use rustls_platform_verifier::ConfigVerifierExt;
-            rustls::ClientConfig::with_platform_verifier().map(Arc::new).map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|e| failure(true, FailureKind::Unreachable, format!("TLS is not available: {e}")))
-}
 
 impl Dialer {
     /// Connects to `host:port` and logs in.
     pub async fn connect(&self, host: &str, port: u16) -> Result<Conn, Failure> {
-        let addrs = crate::guard::check_resolved(host, port, self.allow_private).await.map_err(|e| match e {
-            crate::guard::Resolution::Refused(refused) => {
-                tracing::warn!(detail = %refused, "Kafka broker refused by the address guard");
-                failure(false, FailureKind::Forbidden, crate::guard::NOT_ALLOWED)
-            }
-            crate::guard::Resolution::Unresolved => {
-                failure(true, FailureKind::Unreachable, format!("the broker {host}:{port} does not resolve"))
-            }
-        })?;
+        let addrs = crate::guard::checked_server("Kafka broker", host, port, self.allow_private).await?;
         let tcp = self.dial(&addrs, host, port).await?;
         let _ = tcp.set_nodelay(true);
         let stream: Box<dyn Stream> = if self.tls {
             let name = rustls::pki_types::ServerName::try_from(host.to_owned())
                 .map_err(|_| failure(false, FailureKind::Refused, format!("{host} is not a valid TLS server name")))?;
-            let tls = tokio_rustls::TlsConnector::from(tls_config()?);
+            let tls = tokio_rustls::TlsConnector::from(crate::sink::platform_tls(false)?);
             let stream = tokio::time::timeout(self.timeout, tls.connect(name, tcp))
                 .await
                 .map_err(|_| failure(true, FailureKind::Timeout, format!("TLS with {host}:{port} timed out")))?

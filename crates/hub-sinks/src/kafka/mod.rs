@@ -24,7 +24,8 @@ use async_trait::async_trait;
 use serde_json::json;
 use uuid::Uuid;
 
-use self::conn::{Dialer, failure};
+use self::conn::Dialer;
+use crate::sink::failure;
 use self::producer::Producer;
 use self::protocol::Record;
 use crate::cache::BoundedCache;

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::conn::{Conn, Dialer, failure};
+use super::conn::{Conn, Dialer};
+use crate::sink::failure;
 use super::protocol::{self, Metadata, ProducerId, Record, code};
 use crate::sink::{Failure, FailureKind};
 

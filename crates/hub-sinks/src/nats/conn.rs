@@ -7,7 +7,7 @@
 //! cluster advertises are never dialled: only the configured ones are.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 
 use super::config::Server;
 use super::nkey::KeyPair;
-use crate::sink::{Failure, FailureKind};
+use crate::sink::{Failure, FailureKind, failure};
 
 /// The longest protocol line read (`INFO` included): more is a broken or hostile server.
 const MAX_LINE: usize = 64 * 1024;
@@ -46,21 +46,7 @@ impl std::fmt::Debug for Login {
     }
 }
 
-pub(crate) fn failure(retryable: bool, kind: FailureKind, reason: impl Into<String>) -> Failure {
-    Failure { retryable, kind, reason: reason.into(), status: None, response: None, retry_after: None }
-}
 
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, Failure> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            crate::sink::install_crypto_provider();
-            use rustls_platform_verifier::ConfigVerifierExt;
-            rustls::ClientConfig::with_platform_verifier().map(Arc::new).map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|e| failure(true, FailureKind::Unreachable, format!("TLS is not available: {e}")))
-}
 
 /// What a publish came to.
 #[derive(Debug, PartialEq, Eq)]
@@ -182,15 +168,7 @@ impl Conn {
         timeout: Duration,
     ) -> Result<Conn, Failure> {
         let (host, port) = (server.host.as_str(), server.port);
-        let addrs = crate::guard::check_resolved(host, port, allow_private).await.map_err(|e| match e {
-            crate::guard::Resolution::Refused(refused) => {
-                tracing::warn!(detail = %refused, "NATS server refused by the address guard");
-                failure(false, FailureKind::Forbidden, crate::guard::NOT_ALLOWED)
-            }
-            crate::guard::Resolution::Unresolved => {
-                failure(true, FailureKind::Unreachable, format!("the server {host}:{port} does not resolve"))
-            }
-        })?;
+        let addrs = crate::guard::checked_server("NATS server", host, port, allow_private).await?;
         let opened = tokio::time::timeout(timeout, Self::handshake(server, &addrs, login, jetstream, timeout)).await;
         opened.map_err(|_| {
             failure(true, FailureKind::Timeout, format!("{host}:{port} did not complete the login within {} ms", timeout.as_millis()))
@@ -229,7 +207,7 @@ impl Conn {
         let stream: Box<dyn Stream> = if tls {
             let name = rustls::pki_types::ServerName::try_from(host.to_owned())
                 .map_err(|_| failure(false, FailureKind::Refused, format!("{host} is not a valid TLS server name")))?;
-            let connector = tokio_rustls::TlsConnector::from(tls_config()?);
+            let connector = tokio_rustls::TlsConnector::from(crate::sink::platform_tls(false)?);
             let stream = connector
                 .connect(name, tcp)
                 .await

@@ -23,9 +23,9 @@ use serde_json::json;
 use uuid::Uuid;
 
 use self::config::{NatsConfig, Server};
-use self::conn::{Conn, Login, Published, failure};
+use self::conn::{Conn, Login, Published};
 use crate::message::{Message, attributes};
-use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink};
+use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink, failure};
 
 /// Idle connections kept for one destination, at most.
 const IDLE_PER_DESTINATION: usize = 8;

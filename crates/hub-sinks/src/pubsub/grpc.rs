@@ -4,14 +4,13 @@
 //! per endpoint carries every attempt at once (HTTP/2 streams); a broken one is made again.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
-use crate::sink::{Failure, FailureKind};
+use crate::sink::{Failure, FailureKind, failure};
 
 /// The largest answer read.
 const MAX_ANSWER: usize = 1 << 20;
@@ -71,26 +70,7 @@ impl Endpoint {
     }
 }
 
-pub(crate) fn failure(retryable: bool, kind: FailureKind, reason: impl Into<String>) -> Failure {
-    Failure { retryable, kind, reason: reason.into(), status: None, response: None, retry_after: None }
-}
 
-fn tls_config() -> Result<Arc<rustls::ClientConfig>, Failure> {
-    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            crate::sink::install_crypto_provider();
-            use rustls_platform_verifier::ConfigVerifierExt;
-            rustls::ClientConfig::with_platform_verifier()
-                .map(|mut c| {
-                    c.alpn_protocols = vec![b"h2".to_vec()];
-                    Arc::new(c)
-                })
-                .map_err(|e| e.to_string())
-        })
-        .clone()
-        .map_err(|e| failure(true, FailureKind::Unreachable, format!("TLS is not available: {e}")))
-}
 
 /// HTTP/2 connections by endpoint.
 #[derive(Debug, Default)]
@@ -157,15 +137,7 @@ impl Channels {
         timeout: Duration,
     ) -> Result<h2::client::SendRequest<Bytes>, Failure> {
         let (host, port) = (endpoint.host.as_str(), endpoint.port);
-        let addrs = crate::guard::check_resolved(host, port, allow_private).await.map_err(|e| match e {
-            crate::guard::Resolution::Refused(refused) => {
-                tracing::warn!(detail = %refused, "Pub/Sub endpoint refused by the address guard");
-                failure(false, FailureKind::Forbidden, crate::guard::NOT_ALLOWED)
-            }
-            crate::guard::Resolution::Unresolved => {
-                failure(true, FailureKind::Unreachable, format!("the endpoint {host}:{port} does not resolve"))
-            }
-        })?;
+        let addrs = crate::guard::checked_server("Pub/Sub endpoint", host, port, allow_private).await?;
         let handshake = async {
             let mut tcp = None;
             for addr in &addrs {
@@ -182,7 +154,7 @@ impl Channels {
             if endpoint.tls {
                 let name = rustls::pki_types::ServerName::try_from(host.to_owned())
                     .map_err(|_| failure(false, FailureKind::Refused, format!("{host} is not a valid TLS server name")))?;
-                let tls = tokio_rustls::TlsConnector::from(tls_config()?)
+                let tls = tokio_rustls::TlsConnector::from(crate::sink::platform_tls(true)?)
                     .connect(name, tcp)
                     .await
                     .map_err(|e| failure(true, FailureKind::Unreachable, format!("TLS with {host}:{port} failed: {e}")))?;

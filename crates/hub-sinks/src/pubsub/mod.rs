@@ -22,9 +22,9 @@ use uuid::Uuid;
 
 pub use self::auth::ServiceAccount;
 use self::config::PubSubConfig;
-use self::grpc::{Channels, Endpoint, failure, proto};
+use self::grpc::{Channels, Endpoint, proto};
 use crate::message::{Message, attributes};
-use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink};
+use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink, failure};
 
 const PUBLISH: &str = "/google.pubsub.v1.Publisher/Publish";
 /// Pub/Sub's limits on an attribute.
