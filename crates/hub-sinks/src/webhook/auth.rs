@@ -21,7 +21,6 @@ use reqwest::header::HeaderValue;
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use super::config::TlsConfig;
 use crate::cache::BoundedCache;
 use crate::guard::{GuardedResolver, check_host};
 use crate::sink::{Failure, FailureKind};
@@ -65,7 +64,7 @@ pub(crate) fn identity(certificate_pem: &str, private_key_pem: &str) -> Result<r
 /// private CA trusted beside the system's roots and a client identity when given.
 pub(crate) fn client(
     allow_private: bool,
-    tls: Option<&TlsConfig>,
+    ca_pem: Option<&str>,
     identity: Option<reqwest::Identity>,
 ) -> Result<reqwest::Client, String> {
     crate::sink::install_crypto_provider();
@@ -77,8 +76,8 @@ pub(crate) fn client(
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true);
-    if let Some(tls) = tls {
-        let certs = reqwest::Certificate::from_pem_bundle(tls.ca_pem.as_bytes())
+    if let Some(ca_pem) = ca_pem {
+        let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())
             .map_err(|_| "the private CA is not PEM certificates".to_owned())?;
         builder = builder.tls_certs_merge(certs);
     }
@@ -99,11 +98,11 @@ impl Clients {
     pub(crate) fn get(
         &self,
         allow_private: bool,
-        tls: Option<&TlsConfig>,
+        ca_pem: Option<&str>,
         identity: Option<(&str, &str)>,
     ) -> Result<reqwest::Client, Failure> {
         let mut digest = Sha256::new();
-        for part in [tls.map(|t| t.ca_pem.as_str()), identity.map(|i| i.0), identity.map(|i| i.1)] {
+        for part in [ca_pem, identity.map(|i| i.0), identity.map(|i| i.1)] {
             let part = part.unwrap_or_default().as_bytes();
             digest.update((part.len() as u64).to_be_bytes());
             digest.update(part);
@@ -120,7 +119,7 @@ impl Clients {
             ),
             None => None,
         };
-        let client = client(allow_private, tls, identity).map_err(|e| crate::sink::misconfigured(&e))?;
+        let client = client(allow_private, ca_pem, identity).map_err(|e| crate::sink::misconfigured(&e))?;
         lock(&self.cache).insert(key, client.clone(), now);
         Ok(client)
     }

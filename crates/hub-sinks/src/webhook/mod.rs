@@ -350,7 +350,7 @@ impl TypedSink for WebhookSink {
             }
         };
         let client = if c.tls.is_some() || identity.is_some() {
-            self.clients.get(self.allow_private, c.tls.as_ref(), identity.as_ref().map(|(c, k)| (*c, k.as_str())))?
+            self.clients.get(self.allow_private, c.tls.as_ref().map(|t| t.ca_pem.as_str()), identity.as_ref().map(|(c, k)| (*c, k.as_str())))?
         } else {
             self.client.clone()
         };

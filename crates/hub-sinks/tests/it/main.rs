@@ -12,5 +12,6 @@ mod receiver;
 mod s3;
 mod sns;
 mod ssrf;
+mod stored;
 mod webhook;
 mod webhook_auth;
