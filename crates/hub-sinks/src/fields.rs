@@ -33,6 +33,12 @@ pub trait SinkConfig {
         "sink.credentials"
     }
 
+    /// Why it cannot be reached without credentials, when it cannot: such a destination is refused
+    /// at create, and at a change, without them.
+    fn needs_credentials(&self) -> Option<&'static str> {
+        None
+    }
+
     /// How its deliveries are signed, when the subscription's secret signs them.
     fn signature(&self) -> Option<hub_core::signature::Scheme> {
         None

@@ -370,6 +370,11 @@ impl Destination {
         self.config().map_or("sink", SinkConfig::credentials_field)
     }
 
+    /// [`SinkConfig::needs_credentials`].
+    pub fn needs_credentials(&self) -> Option<&'static str> {
+        self.config().and_then(SinkConfig::needs_credentials)
+    }
+
     /// Whether its credentials are tokens the hub signs as an OIDC issuer (an AWS role assumed
     /// with them).
     pub fn uses_hub_tokens(&self) -> bool {

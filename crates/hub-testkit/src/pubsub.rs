@@ -25,6 +25,19 @@ pub fn pstest_binary() -> PathBuf {
     crate::kafka::cache_dir().join("tools").join("pstest")
 }
 
+/// A service account key of the test's own for `project` (a fresh RSA key made with openssl),
+/// as Google's console hands one out.
+pub fn service_account_key(project: &str) -> Value {
+    let out = Command::new("openssl")
+        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
+        .output()
+        .expect("openssl makes an RSA key");
+    json!({"type": "service_account", "project_id": project, "private_key_id": "key-1",
+           "private_key": String::from_utf8(out.stdout).expect("a PEM key"),
+           "client_email": format!("hub@{project}.iam.gserviceaccount.com"),
+           "token_uri": "https://oauth2.googleapis.com/token"})
+}
+
 /// A running Pub/Sub test server; stopped when dropped.
 #[derive(Debug)]
 pub struct PubSubServer {

@@ -54,6 +54,20 @@ pub fn credentials_follow(stored: &Value, new: &Requested) -> Result<(), Invalid
     ))
 }
 
+/// A destination that cannot be reached without credentials has them: given now, or kept
+/// (`stored`: the subscription already has credentials, which this request leaves as they are).
+pub fn credentials_present(new: &Requested, stored: bool) -> Result<(), Invalid> {
+    let Some(why) = new.typed.needs_credentials() else {
+        return Ok(());
+    };
+    let present = match new.credentials {
+        Credentials::Set(_) => true,
+        Credentials::Unchanged => stored,
+        Credentials::Cleared => false,
+    };
+    if present { Ok(()) } else { Err(Invalid::new(new.typed.credentials_field(), format!("is required: {why}"))) }
+}
+
 /// Parses a `sink` object: its type here, the rest by that sink's own parse.
 pub fn parse(value: &Value, allow_private: bool) -> Result<Requested, Invalid> {
     let map = value.as_object().ok_or_else(|| Invalid::new("sink", "must be an object"))?;

@@ -96,16 +96,9 @@ pub fn now() -> u64 {
 pub(crate) mod tests {
     use super::*;
 
-    /// A service account key of the test's own (a fresh RSA key made with openssl).
+    /// A service account key of the test's own.
     pub fn key() -> Value {
-        let out = std::process::Command::new("openssl")
-            .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
-            .output()
-            .expect("openssl");
-        let pem = String::from_utf8(out.stdout).expect("pem");
-        json!({"type": "service_account", "project_id": "lerian-test", "private_key_id": "k1",
-               "private_key": pem, "client_email": "hub@lerian-test.iam.gserviceaccount.com",
-               "token_uri": "https://oauth2.googleapis.com/token"})
+        hub_testkit::pubsub::service_account_key("lerian-test")
     }
 
     #[test]

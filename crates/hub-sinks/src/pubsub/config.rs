@@ -48,6 +48,13 @@ impl SinkConfig for PubSubConfig {
     fn credentials_field(&self) -> &'static str {
         "sink.credentials_json"
     }
+
+    /// Google's endpoints take no request without a token; an emulator's endpoint may.
+    fn needs_credentials(&self) -> Option<&'static str> {
+        let host = url::Url::parse(self.endpoint()).ok()?.host_str()?.to_ascii_lowercase();
+        (host == "googleapis.com" || host.ends_with(".googleapis.com"))
+            .then_some("Google's Pub/Sub endpoints take no publish without a service account key")
+    }
 }
 
 /// A project id: 6 to 30 of lower-case letters, digits and `-`, starting with a letter, not ending
@@ -154,6 +161,21 @@ mod tests {
         let mut keyed = emulator;
         keyed["credentials_json"] = key;
         assert_eq!(parse(keyed, true).expect_err("key over http").field, "sink.endpoint_url");
+    }
+
+    #[test]
+    fn googles_endpoints_need_a_key_and_an_emulator_does_not() {
+        let at = |endpoint: Option<&str>| PubSubConfig {
+            project: "lerian-prod".into(),
+            topic: "events".into(),
+            endpoint_url: endpoint.map(str::to_owned),
+        };
+        for google in [None, Some("https://europe-west1-pubsub.googleapis.com"), Some("https://PubSub.GoogleApis.com:443")] {
+            assert!(at(google).needs_credentials().is_some(), "{google:?}");
+        }
+        for other in ["http://127.0.0.1:8085", "https://pubsub.example.com", "https://googleapis.com.example.com"] {
+            assert!(at(Some(other)).needs_credentials().is_none(), "{other}");
+        }
     }
 
     #[test]

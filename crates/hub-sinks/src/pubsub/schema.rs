@@ -9,7 +9,8 @@ use utoipa::ToSchema;
 /// attributes as message attributes (`ce-*`); with the subscription's `"ordering": "key"`, the
 /// event's ordering key as the message's. Acknowledged when Pub/Sub has stored it.
 #[derive(Debug, Deserialize, ToSchema)]
-#[schema(example = json!({"type": "pubsub", "project": "lerian-prod", "topic": "lerian-events"}))]
+#[schema(example = json!({"type": "pubsub", "project": "lerian-prod", "topic": "lerian-events",
+                          "endpoint_url": "http://127.0.0.1:8085"}))]
 pub struct PubsubSink {
     /// The project id.
     #[schema(min_length = 6, max_length = 30)]
@@ -18,8 +19,9 @@ pub struct PubsubSink {
     #[schema(min_length = 3, max_length = 255)]
     pub topic: String,
     /// A service account key: the text of the JSON file Google issues (its object is taken too),
-    /// sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Omit it for
-    /// an emulator named by `endpoint_url`.
+    /// sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Required
+    /// for Google's endpoints (`*.googleapis.com`); omit it for an emulator named by
+    /// `endpoint_url` (as in the example).
     #[schema(write_only)]
     pub credentials_json: Option<String>,
     /// Another endpoint: an emulator, or a regional or private one (`https`; `http` only with

@@ -25,15 +25,8 @@ fn target(sink: &PubSubSink, endpoint: &str, topic: &str, key: Option<Value>, ti
     sink.target(&config, &secrets, timeout).expect("a Pub/Sub target")
 }
 
-/// A service account key of the test's own (a fresh RSA key made with openssl).
 fn service_account_key() -> Value {
-    let out = std::process::Command::new("openssl")
-        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
-        .output()
-        .expect("openssl");
-    json!({"type": "service_account", "project_id": PROJECT, "private_key_id": "key-1",
-           "private_key": String::from_utf8(out.stdout).expect("pem"),
-           "client_email": "hub@lerian-test.iam.gserviceaccount.com"})
+    hub_testkit::pubsub::service_account_key(PROJECT)
 }
 
 /// An HTTP/2 server that answers every call `UNAUTHENTICATED` and keeps the `authorization` it got.

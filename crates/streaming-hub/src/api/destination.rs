@@ -23,6 +23,12 @@ pub fn parse(value: &Value, state: &super::AppState) -> Result<Destination, ApiE
     Ok(dest)
 }
 
+/// A destination that cannot be reached without credentials has them (`stored`: the
+/// subscription keeps credentials this request leaves unchanged).
+pub fn credentials_present(new: &Destination, stored: bool) -> Result<(), ApiError> {
+    hub_sinks::destination::request::credentials_present(new, stored).map_err(invalid)
+}
+
 /// Stored credentials never follow a destination to another scheme, host or port.
 pub fn credentials_follow(stored: &Value, new: &Destination) -> Result<(), ApiError> {
     hub_sinks::destination::request::credentials_follow(stored, new).map_err(invalid)

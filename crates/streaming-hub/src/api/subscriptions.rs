@@ -446,6 +446,7 @@ pub async fn create(
     valid_origin(req.origin.as_deref())?;
     let filters = valid_filters(req.filters)?;
     let dest = destination::parse(&req.sink, &state)?;
+    destination::credentials_present(&dest, false)?;
     let ordering = valid_ordering(req.ordering.as_ref(), dest.kind)?.unwrap_or_default();
     let limits = valid_limits(&req.limits, dest.kind)?;
     let transform = super::transforms::valid_transform(&state, Some(&req.transform), dest.kind).await?;
@@ -669,6 +670,7 @@ pub async fn update(
         if sub.credentials.is_some() {
             destination::credentials_follow(&sub.sink_config, &dest)?;
         }
+        destination::credentials_present(&dest, sub.credentials.is_some())?;
         let (was, now) = (
             hub_sinks::Destination::stored_signature(&sub.sink_config).unwrap_or_default(),
             dest.typed.signature().unwrap_or_default(),

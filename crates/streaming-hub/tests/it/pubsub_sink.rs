@@ -56,3 +56,67 @@ async fn an_event_reaches_a_pubsub_topic_with_its_ordering_key() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// Google's endpoints take no publish without a key: a destination there is refused without one,
+/// at create and at a change that moves to them or clears the key, naming the field; an
+/// emulator's endpoint takes none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pubsub_destination_at_google_needs_its_key() {
+    let hub = TestHub::start_with(Backend::Sqlite, &[]).await;
+    let key = hub.tenant_key("t1").await;
+    let refused = |body: &serde_json::Value| {
+        body["message"].as_str().unwrap_or_default().starts_with("sink.credentials_json: is required")
+    };
+    for endpoint in
+        [None, Some("https://europe-west1-pubsub.googleapis.com"), Some("https://PUBSUB.googleapis.com:443")]
+    {
+        let mut sink = json!({"type": "pubsub", "project": "lerian-test", "topic": "loans"});
+        if let Some(e) = endpoint {
+            sink["endpoint_url"] = json!(e);
+        }
+        let (status, body) =
+            hub.post_json(&key, "/v1/subscriptions", &json!({"name": "g", "event_types": ["*.*"], "sink": sink})).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{endpoint:?}: {body}");
+        assert!(refused(&body), "{endpoint:?}: {body}");
+    }
+
+    // An emulator's endpoint takes no key; moving it to Google's without one is refused, and the
+    // subscription keeps what it had.
+    let emulator = "http://127.0.0.1:8085";
+    let sub = hub
+        .subscribe(
+            &key,
+            json!({"name": "e", "event_types": ["*.*"], "sink": {"type": "pubsub", "project": "lerian-test", "topic": "loans", "endpoint_url": emulator}}),
+        )
+        .await;
+    let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+    let (status, body) = hub
+        .patch_json(&key, &path, &json!({"sink": {"type": "pubsub", "project": "lerian-test", "topic": "loans"}}))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(refused(&body), "{body}");
+    let (_, now) = hub.get(&key, &path).await;
+    assert_eq!(now["sink"]["endpoint_url"], emulator, "{now}");
+
+    // With a key the same destination is taken, and clearing the key is then refused.
+    let google = json!({"type": "pubsub", "project": "lerian-test", "topic": "loans",
+                        "credentials_json": hub_testkit::pubsub::service_account_key("lerian-test")});
+    let sub = hub.subscribe(&key, json!({"name": "k", "event_types": ["*.*"], "sink": google})).await;
+    assert!(sub["sink"].get("credentials_json").is_none(), "the key is never shown: {sub}");
+    let path = format!("/v1/subscriptions/{}", sub["id"].as_str().expect("id"));
+    let (status, body) = hub
+        .patch_json(
+            &key,
+            &path,
+            &json!({"sink": {"type": "pubsub", "project": "lerian-test", "topic": "other", "credentials_json": null}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(refused(&body), "{body}");
+    // A change that leaves the key as it is keeps it.
+    let (status, body) = hub
+        .patch_json(&key, &path, &json!({"sink": {"type": "pubsub", "project": "lerian-test", "topic": "other"}}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["sink"]["topic"], "other", "{body}");
+}

@@ -21,7 +21,7 @@ var _ MappedNullable = &PubsubSink{}
 
 // PubsubSink A Google Cloud Pub/Sub topic: each event one message, the body as its data, the CloudEvents attributes as message attributes (`ce-*`); with the subscription's `\"ordering\": \"key\"`, the event's ordering key as the message's. Acknowledged when Pub/Sub has stored it.
 type PubsubSink struct {
-	// A service account key: the text of the JSON file Google issues (its object is taken too), sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Omit it for an emulator named by `endpoint_url`.
+	// A service account key: the text of the JSON file Google issues (its object is taken too), sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Required for Google's endpoints (`*.googleapis.com`); omit it for an emulator named by `endpoint_url` (as in the example).
 	CredentialsJson NullableString `json:"credentials_json,omitempty"`
 	// Another endpoint: an emulator, or a regional or private one (`https`; `http` only with private sinks allowed and no key).
 	EndpointUrl NullableString `json:"endpoint_url,omitempty"`

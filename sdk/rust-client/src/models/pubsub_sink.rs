@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// PubsubSink : A Google Cloud Pub/Sub topic: each event one message, the body as its data, the CloudEvents attributes as message attributes (`ce-*`); with the subscription's `\"ordering\": \"key\"`, the event's ordering key as the message's. Acknowledged when Pub/Sub has stored it.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PubsubSink {
-    /// A service account key: the text of the JSON file Google issues (its object is taken too), sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Omit it for an emulator named by `endpoint_url`.
+    /// A service account key: the text of the JSON file Google issues (its object is taken too), sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Required for Google's endpoints (`*.googleapis.com`); omit it for an emulator named by `endpoint_url` (as in the example).
     #[serde(
         rename = "credentials_json",
         default,

@@ -28,7 +28,7 @@ class PubsubSink(BaseModel):
     """
     A Google Cloud Pub/Sub topic: each event one message, the body as its data, the CloudEvents attributes as message attributes (`ce-*`); with the subscription's `\"ordering\": \"key\"`, the event's ordering key as the message's. Acknowledged when Pub/Sub has stored it.
     """ # noqa: E501
-    credentials_json: Optional[StrictStr] = Field(default=None, description="A service account key: the text of the JSON file Google issues (its object is taken too), sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Omit it for an emulator named by `endpoint_url`.")
+    credentials_json: Optional[StrictStr] = Field(default=None, description="A service account key: the text of the JSON file Google issues (its object is taken too), sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Required for Google's endpoints (`*.googleapis.com`); omit it for an emulator named by `endpoint_url` (as in the example).")
     endpoint_url: Optional[StrictStr] = Field(default=None, description="Another endpoint: an emulator, or a regional or private one (`https`; `http` only with private sinks allowed and no key).")
     project: Annotated[str, Field(min_length=6, strict=True, max_length=30)] = Field(description="The project id.")
     topic: Annotated[str, Field(min_length=3, strict=True, max_length=255)] = Field(description="The topic id (it must exist; it is never created).")

@@ -23,8 +23,9 @@ import { mapValues } from '../runtime';
 export interface PubsubSink {
     /**
      * A service account key: the text of the JSON file Google issues (its object is taken too),
-     * sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Omit it for
-     * an emulator named by `endpoint_url`.
+     * sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Required
+     * for Google's endpoints (`*.googleapis.com`); omit it for an emulator named by
+     * `endpoint_url` (as in the example).
      */
     credentialsJson?: string | null;
     /**
