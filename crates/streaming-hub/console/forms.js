@@ -83,7 +83,7 @@ function sinksOf(doc) {
         if (s.enum) f.options = [...(f.required ? [] : [""]), ...s.enum];
         else if (kinds(s).includes("boolean")) f.type = "checkbox";
         else if (kinds(s).includes("integer") || kinds(s).includes("number")) f.type = "number";
-        else if (name.endsWith("_pem") || name.endsWith("_json")) f.type = "textarea";
+        else if (s.contentMediaType) f.type = "textarea"; // a document in a string: a key, certificates
         else if (s.writeOnly || s["x-secret"]) f.type = "password";
         else if (s.format === "uri") f.type = "url";
         // A secret is never shown; one of a chosen kind (an authentication) is given again on

@@ -22,7 +22,7 @@ pub struct PubsubSink {
     /// sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Required
     /// for Google's endpoints (`*.googleapis.com`); omit it for an emulator named by
     /// `endpoint_url` (as in the example).
-    #[schema(write_only)]
+    #[schema(write_only, content_media_type = "application/json")]
     pub credentials_json: Option<String>,
     /// Another endpoint: an emulator, or a regional or private one (`https`; `http` only with
     /// private sinks allowed and no key).

@@ -67,9 +67,10 @@ pub enum WebhookAuth {
     /// or SEC1), both PEM.
     #[schema(example = json!({"type": "mtls", "certificate_pem": "-----BEGIN CERTIFICATE-----\n…\n-----END CERTIFICATE-----\n", "private_key_pem": "-----BEGIN PRIVATE KEY-----\n…\n-----END PRIVATE KEY-----\n"}))]
     Mtls {
+        #[schema(content_media_type = "application/x-pem-file")]
         certificate_pem: String,
         /// Required in a request; never in an answer.
-        #[schema(write_only)]
+        #[schema(write_only, content_media_type = "application/x-pem-file")]
         private_key_pem: Option<String>,
     },
 }
@@ -78,6 +79,7 @@ pub enum WebhookAuth {
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct WebhookTls {
     /// PEM certificates of a private CA, trusted beside the system's roots.
+    #[schema(content_media_type = "application/x-pem-file")]
     pub ca_pem: String,
 }
 

@@ -252,6 +252,16 @@ try {
   await page.getByTestId("notice").filter({ hasText: "to-sns-keyless: created." }).waitFor();
   step("create an SNS subscription that assumes a role: no key asked");
 
+  // A field holding a document (a key file, PEM certificates) is a text area, from its schema.
+  await page.getByTestId("new-sink").selectOption("pubsub");
+  const tagOf = (id) => page.getByTestId(id).evaluate((e) => e.tagName);
+  assert.equal(await tagOf("new-sink-credentials_json"), "TEXTAREA");
+  assert.equal(await tagOf("new-sink-project"), "INPUT");
+  await page.getByTestId("new-sink").selectOption("webhook");
+  assert.equal(await tagOf("new-sink-tls-ca_pem"), "TEXTAREA");
+  await page.getByTestId("new-sink").selectOption("pull");
+  step("a key file or a PEM bundle is written in a text area");
+
   // From the keyboard alone: type, Tab from field to field, Enter on Create.
   await page.getByTestId("new-name").focus();
   await page.keyboard.type("by-keyboard");
