@@ -60,8 +60,11 @@ LABEL org.opencontainers.image.title="streaming-hub" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}"
 COPY --from=rootfs /rootfs/ /
+# MIMALLOC_PURGE_DELAY: the allocator gives freed memory back after 100 ms rather than its 1 s,
+# a quarter less peak memory under Kafka ingest for no measured CPU (docs/OPERATIONS.md, Memory).
 ENV PATH=/usr/local/bin \
     SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+    MIMALLOC_PURGE_DELAY=100 \
     STREAMING_HUB_HTTP_LISTEN_ADDR=:8080 \
     STREAMING_HUB_SQLITE_PATH=/data/streaming-hub.db
 WORKDIR /data
