@@ -190,6 +190,12 @@ pub trait TypedSink: Sized + Send + Sync + std::fmt::Debug + 'static {
     }
 }
 
+/// Locks a sink's shared state; a panic elsewhere while it was held leaves it usable (every such
+/// state is a cache or a pool, whole after each step).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A failure with nothing more to tell than its kind and reason.
 pub(crate) fn failure(retryable: bool, kind: FailureKind, reason: impl Into<String>) -> Failure {
     Failure { retryable, kind, reason: reason.into(), status: None, response: None, retry_after: None }
@@ -223,14 +229,7 @@ pub(crate) fn misconfigured(reason: &str) -> Failure {
 
 /// A refusal worth retrying, with nothing more to tell than its reason.
 pub(crate) fn refused(reason: &str) -> Failure {
-    Failure {
-        retryable: true,
-        kind: FailureKind::Refused,
-        reason: reason.to_owned(),
-        status: None,
-        response: None,
-        retry_after: None,
-    }
+    failure(true, FailureKind::Refused, reason)
 }
 
 /// Cuts text at a character boundary at most `max` bytes long.

@@ -1,16 +1,18 @@
 //! Pub/Sub's `Publish` as a gRPC call over HTTP/2 (`h2`), spoken here so that every connection
 //! goes through the address guard: the endpoint's name resolved once, every address checked, the
 //! checked addresses dialled, TLS (ALPN `h2`) checked by the platform's verifier. One connection
-//! per endpoint carries every attempt at once (HTTP/2 streams); a broken one is made again.
+//! per endpoint carries every attempt at once (HTTP/2 streams); a broken one is made again. Each
+//! endpoint's connection is made under a lock of its own: an endpoint that is slow to resolve,
+//! connect or shake hands holds back only its own attempts, never another tenant's.
 
-use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::net::TcpStream;
-use tokio::sync::Mutex;
 
-use crate::sink::{Failure, FailureKind, failure};
+use crate::cache::BoundedCache;
+use crate::sink::{Failure, FailureKind, failure, lock};
 
 /// The largest answer read.
 const MAX_ANSWER: usize = 1 << 20;
@@ -70,14 +72,20 @@ impl Endpoint {
     }
 }
 
-
-
-/// HTTP/2 connections by endpoint.
+/// HTTP/2 connections by endpoint (at most [`crate::cache::CAPACITY`] endpoints kept; a dropped
+/// one's connection closes with its last attempt).
 #[derive(Debug, Default)]
 pub struct Channels {
-    open: Mutex<HashMap<Endpoint, h2::client::SendRequest<Bytes>>>,
+    slots: std::sync::Mutex<BoundedCache<Endpoint, Arc<tokio::sync::Mutex<Slot>>>>,
 }
 
+/// An endpoint's connection, and how many times it was made (so that an attempt that found it
+/// broken replaces only the one it found).
+#[derive(Debug, Default)]
+struct Slot {
+    made: u64,
+    send: Option<h2::client::SendRequest<Bytes>>,
+}
 /// What a gRPC status means for an attempt.
 fn status_failure(code: u32, message: &str) -> Failure {
     let text = |what: &str| format!("Pub/Sub {what} (gRPC {code}): {message}");
@@ -176,27 +184,64 @@ impl Channels {
         })?
     }
 
-    /// A ready connection to `endpoint`, made when there is none or the kept one is closed.
+    /// The slot of `endpoint`'s connection.
+    fn slot(&self, endpoint: &Endpoint) -> Arc<tokio::sync::Mutex<Slot>> {
+        let now = Instant::now();
+        let mut slots = lock(&self.slots);
+        if let Some(slot) = slots.get(endpoint, now) {
+            return slot;
+        }
+        let slot = Arc::default();
+        slots.insert(endpoint.clone(), Arc::clone(&slot), now);
+        slot
+    }
+
+    /// A ready connection to `endpoint` and which one it is, made when there is none or the kept
+    /// one is closed. Waiting for a stream is done outside the lock; making a connection, under
+    /// the endpoint's own.
     async fn channel(
         &self,
         endpoint: &Endpoint,
         allow_private: bool,
         timeout: Duration,
-    ) -> Result<h2::client::SendRequest<Bytes>, Failure> {
-        let mut open = self.open.lock().await;
-        if let Some(send) = open.get(endpoint).cloned() {
+    ) -> Result<(u64, h2::client::SendRequest<Bytes>), Failure> {
+        let slot = self.slot(endpoint);
+        let (seen, kept) = {
+            let slot = slot.lock().await;
+            (slot.made, slot.send.clone())
+        };
+        if let Some(send) = kept {
             if let Ok(Ok(ready)) = tokio::time::timeout(timeout, send.ready()).await {
-                return Ok(ready);
+                return Ok((seen, ready));
             }
-            open.remove(endpoint);
         }
-        let send = self.connect(endpoint, allow_private, timeout).await?;
+        let mut slot = slot.lock().await;
+        let send = match slot.send.clone() {
+            // Another attempt made a new one meanwhile.
+            Some(send) if slot.made != seen => send,
+            _ => {
+                let send = self.connect(endpoint, allow_private, timeout).await?;
+                slot.made += 1;
+                slot.send = Some(send.clone());
+                send
+            }
+        };
+        let made = slot.made;
+        drop(slot);
         let ready = tokio::time::timeout(timeout, send.ready())
             .await
             .map_err(|_| failure(true, FailureKind::Timeout, "the endpoint did not accept a request in time"))?
             .map_err(|e| failure(true, FailureKind::Unreachable, format!("the endpoint closed the connection: {e}")))?;
-        open.insert(endpoint.clone(), ready.clone());
-        Ok(ready)
+        Ok((made, ready))
+    }
+
+    /// Drops `endpoint`'s connection `made`, found broken (not a newer one).
+    async fn forget(&self, endpoint: &Endpoint, made: u64) {
+        let slot = self.slot(endpoint);
+        let mut slot = slot.lock().await;
+        if slot.made == made {
+            slot.send = None;
+        }
     }
 
     /// Calls `method` (`/google.pubsub.v1.Publisher/Publish`) with `request`; the answer's message.
@@ -209,8 +254,10 @@ impl Channels {
         allow_private: bool,
         timeout: Duration,
     ) -> Result<Answer, Failure> {
+        let mut used = None;
         let exchange = async {
-            let mut send = self.channel(endpoint, allow_private, timeout).await?;
+            let (made, mut send) = self.channel(endpoint, allow_private, timeout).await?;
+            used = Some(made);
             let scheme = if endpoint.tls { "https" } else { "http" };
             let mut builder = http::Request::builder()
                 .method("POST")
@@ -264,8 +311,10 @@ impl Channels {
         };
         match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => {
-                if matches!(&result, Err(f) if f.kind == FailureKind::Unreachable) {
-                    self.open.lock().await.remove(endpoint);
+                if let (Err(f), Some(made)) = (&result, used) {
+                    if f.kind == FailureKind::Unreachable {
+                        self.forget(endpoint, made).await;
+                    }
                 }
                 result
             }

@@ -194,3 +194,40 @@ async fn the_key_signs_a_bearer_token_and_a_refused_one_is_unauthorized() {
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[0], seen[1], "the token is kept, not signed again per attempt");
 }
+
+/// An endpoint that takes the connection and never answers the TLS handshake holds back only its
+/// own attempts: another endpoint's attempt, started while the first waits, is delivered first.
+#[tokio::test]
+async fn a_hanging_endpoint_holds_back_only_its_own_attempts() {
+    let server = PubSubServer::start().await.expect("the Pub/Sub test server");
+    server.create_topic(PROJECT, "beside").await.expect("topic");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let hanging = format!("https://{}", listener.local_addr().expect("addr"));
+    let (accepted, mut connected) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+            let _ = accepted.try_send(());
+        }
+    });
+    let sink = Arc::new(PubSubSink::new(true));
+    let stuck = target(&sink, &hanging, "events", None, Duration::from_secs(10));
+    let ext = BTreeMap::new();
+    let waiting = {
+        let sink = Arc::clone(&sink);
+        tokio::spawn(async move {
+            let ext = BTreeMap::new();
+            sink.attempt(&stuck, &message(b"{}", &ext, Uuid::now_v7())).await
+        })
+    };
+    connected.recv().await.expect("the hanging endpoint was dialled");
+    let beside = target(&sink, &server.endpoint_url(), "beside", None, Duration::from_secs(10));
+    let outcome = sink.attempt(&beside, &message(b"{}", &ext, Uuid::now_v7())).await;
+    assert!(outcome.is_delivered(), "{outcome:?}");
+    assert!(!waiting.is_finished(), "the other endpoint's attempt waited for the hanging one");
+    match waiting.await.expect("the hanging attempt") {
+        Outcome::Failed(f) => assert_eq!(f.kind, FailureKind::Timeout, "{f:?}"),
+        other => panic!("{other:?}"),
+    }
+}
