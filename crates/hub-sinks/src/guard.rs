@@ -83,27 +83,13 @@ fn checked(host: &str, addrs: Vec<SocketAddr>, allow_private: bool) -> Result<Ve
 /// failure for the tenant: a refusal says only [`NOT_ALLOWED`] (the operator's log says why); a
 /// name that does not resolve is worth another attempt.
 pub async fn dial_addrs(url: &str, allow_private: bool) -> Result<Vec<SocketAddr>, crate::sink::Failure> {
-    use crate::sink::{Failure, FailureKind};
-    let failure = |retryable, kind, reason: &str| Failure {
-        retryable,
-        kind,
-        reason: reason.to_owned(),
-        status: None,
-        response: None,
-        retry_after: None,
-    };
+    use crate::sink::{FailureKind, failure};
     let parsed =
         url::Url::parse(url).map_err(|_| failure(true, FailureKind::Refused, "the destination URL is not valid"))?;
     let host =
         parsed.host_str().ok_or_else(|| failure(true, FailureKind::Refused, "the destination URL names no host"))?;
     let port = parsed.port_or_known_default().unwrap_or(if parsed.scheme() == "amqps" { 5671 } else { 5672 });
-    check_resolved(host, port, allow_private).await.map_err(|e| match e {
-        Resolution::Refused(refused) => {
-            tracing::warn!(detail = %refused, "destination refused by the address guard");
-            failure(false, FailureKind::Forbidden, NOT_ALLOWED)
-        }
-        Resolution::Unresolved => failure(true, FailureKind::Unreachable, "the destination's host does not resolve"),
-    })
+    checked_server("destination", host, port, allow_private).await
 }
 
 /// [`check_resolved`] for a server a sink dials by host and port (`what` names it in the log and

@@ -14,18 +14,18 @@ pub mod nkey;
 pub mod schema;
 
 use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use self::config::{NatsConfig, Server};
 use self::conn::{Conn, Login, Published};
 use crate::message::{Message, attributes};
-use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink, failure};
+use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink, failure, lock};
 
 /// Idle connections kept for one destination, at most.
 const IDLE_PER_DESTINATION: usize = 8;
@@ -41,8 +41,9 @@ pub struct NatsTarget {
     pub subject: String,
     pub jetstream: bool,
     login: Login,
-    /// The destination and login its idle connections are kept under.
-    pool: u64,
+    /// The destination and login its idle connections are kept under: a digest, so that no two
+    /// logins ever share a connection.
+    pool: [u8; 32],
     pub timeout: Duration,
 }
 
@@ -50,7 +51,7 @@ pub struct NatsTarget {
 #[derive(Debug)]
 pub struct NatsSink {
     allow_private: bool,
-    idle: Mutex<HashMap<u64, Vec<(Conn, Instant)>>>,
+    idle: Mutex<HashMap<[u8; 32], Vec<(Conn, Instant)>>>,
 }
 
 impl NatsSink {
@@ -58,8 +59,8 @@ impl NatsSink {
         Self { allow_private, idle: Mutex::new(HashMap::new()) }
     }
 
-    fn take(&self, pool: u64) -> Option<Conn> {
-        let mut idle = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn take(&self, pool: [u8; 32]) -> Option<Conn> {
+        let mut idle = lock(&self.idle);
         let conns = idle.get_mut(&pool)?;
         while let Some((conn, since)) = conns.pop() {
             if since.elapsed() < IDLE {
@@ -69,8 +70,8 @@ impl NatsSink {
         None
     }
 
-    fn put_back(&self, pool: u64, conn: Conn) {
-        let mut idle = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    fn put_back(&self, pool: [u8; 32], conn: Conn) {
+        let mut idle = lock(&self.idle);
         if idle.len() >= DESTINATIONS && !idle.contains_key(&pool) {
             idle.retain(|_, conns| conns.iter().any(|(_, since)| since.elapsed() < IDLE));
             if idle.len() >= DESTINATIONS {
@@ -170,21 +171,26 @@ impl TypedSink for NatsSink {
     type Request = schema::NatsSink;
     type Target = NatsTarget;
 
-
     fn build(settings: &Settings) -> Result<Self, String> {
         Ok(Self::new(settings.allow_private))
     }
 
     fn target(&self, config: &NatsConfig, secrets: &Secrets, max_timeout: Duration) -> Result<NatsTarget, Failure> {
         let login = login(secrets)?;
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        (&config.servers, config.jetstream, secrets.credentials.as_ref().map(|c| c.to_string())).hash(&mut h);
+        let mut pool = Sha256::new();
+        for part in [config.servers.as_str(), if config.jetstream { "js" } else { "core" }] {
+            pool.update(part.as_bytes());
+            pool.update([0]);
+        }
+        if let Some(credentials) = &secrets.credentials {
+            pool.update(credentials.to_string().as_bytes());
+        }
         Ok(NatsTarget {
             servers: config.servers(),
             subject: config.subject.clone(),
             jetstream: config.jetstream,
             login,
-            pool: h.finish(),
+            pool: pool.finalize().into(),
             timeout: crate::sink::BROKER_TIMEOUT.min(max_timeout),
         })
     }

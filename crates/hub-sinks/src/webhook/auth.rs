@@ -23,7 +23,7 @@ use url::Url;
 
 use crate::cache::BoundedCache;
 use crate::guard::{GuardedResolver, check_host};
-use crate::sink::{Failure, FailureKind};
+use crate::sink::{Failure, FailureKind, lock};
 
 /// A token is used until this long before it expires.
 pub const EXPIRY_MARGIN: Duration = Duration::from_secs(60);
@@ -37,10 +37,6 @@ pub const MIN_REFRESH: Duration = Duration::from_secs(10);
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(10);
 /// How much of a token endpoint's answer is read.
 const TOKEN_READ_CAP: usize = 64 * 1024;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 fn fail(kind: FailureKind, reason: String, status: Option<u16>) -> Failure {
     Failure { retryable: true, kind, reason, status, response: None, retry_after: None }
