@@ -268,7 +268,9 @@ macro_rules! registry {
                 let unreadable = |e: &dyn std::fmt::Display| format!("the stored destination is not readable: {e}");
                 let name = value.get("type").and_then(Value::as_str).ok_or_else(|| unreadable(&"it has no type"))?;
                 $(if name == <crate::$module::$sink as TypedSink>::NAME {
-                    return serde_json::from_value(value.clone()).map(Self::$variant).map_err(|e| unreadable(&e));
+                    return <<crate::$module::$sink as TypedSink>::Config as serde::Deserialize>::deserialize(value)
+                        .map(Self::$variant)
+                        .map_err(|e| unreadable(&e));
                 })*
                 if name == PULL {
                     return Ok(Self::Pull);

@@ -400,7 +400,7 @@ function filterCount(s) {
   return n === 0 ? "none" : `${n} filter${n === 1 ? "" : "s"}`;
 }
 
-/** A subscription's content filters as written (every one must match). */
+/** A subscription's sink in one line: its type and where it delivers. */
 function sinkCell(s) {
   const where = sinkWhere(s.sink);
   return where ? `${s.sink.type} · ${where}` : s.sink.type;
