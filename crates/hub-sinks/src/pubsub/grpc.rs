@@ -14,8 +14,9 @@ use tokio::net::TcpStream;
 use crate::cache::BoundedCache;
 use crate::sink::{Failure, FailureKind, failure, lock};
 
-/// The largest answer read.
-const MAX_ANSWER: usize = 1 << 20;
+/// The largest answer read: a `PublishResponse` for one message is a few dozen bytes, and an
+/// endpoint the tenant names must not make every attempt in flight hold a megabyte.
+const MAX_ANSWER: usize = 64 * 1024;
 
 /// The messages of `google.pubsub.v1` the hub sends and reads.
 pub mod proto {
