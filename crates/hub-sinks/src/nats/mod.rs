@@ -100,9 +100,27 @@ impl NatsSink {
         Err(last.unwrap_or_else(|| failure(false, FailureKind::Refused, "the destination lists no server")))
     }
 
+    /// Publishes once, within the target's timeout whatever it takes (resolving and trying up to
+    /// sixteen servers, logging in, a kept connection replaced): an attempt never outlives the cap
+    /// it was given.
+    async fn publish(&self, target: &NatsTarget, headers: &[(String, String)], payload: &[u8]) -> Result<Published, Failure> {
+        tokio::time::timeout(target.timeout, self.publish_once(target, headers, payload)).await.map_err(|_| {
+            failure(
+                true,
+                FailureKind::Timeout,
+                format!("the servers did not take the message within {} ms", target.timeout.as_millis()),
+            )
+        })?
+    }
+
     /// Publishes once, on an idle connection or a new one; a kept connection that turns out
     /// closed is replaced once (JetStream drops the duplicate if the first did go through).
-    async fn publish(&self, target: &NatsTarget, headers: &[(String, String)], payload: &[u8]) -> Result<Published, Failure> {
+    async fn publish_once(
+        &self,
+        target: &NatsTarget,
+        headers: &[(String, String)],
+        payload: &[u8],
+    ) -> Result<Published, Failure> {
         let (mut conn, kept) = match self.take(target.pool) {
             Some(conn) => (conn, true),
             None => (self.open(target).await?, false),

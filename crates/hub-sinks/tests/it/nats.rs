@@ -237,3 +237,24 @@ async fn a_kept_connection_the_server_dropped_is_replaced() {
     assert!(outcome.is_delivered(), "{outcome:?}");
     assert_eq!(world.stored(2).await.len(), 2);
 }
+
+/// Servers that take the connection and never greet: however many the destination lists, the
+/// attempt ends as a timeout within the cap it was given (not the cap once per server).
+#[tokio::test]
+async fn an_attempt_ends_within_its_cap_whatever_the_servers_listed() {
+    let mut servers = Vec::new();
+    for _ in 0..4 {
+        servers.push(format!("nats://{}", crate::receiver::silent_addr().await));
+    }
+    let sink = NatsSink::new(true);
+    let cap = Duration::from_millis(800);
+    let t = target(&sink, &servers.join(","), "x", true, None, cap);
+    let ext = BTreeMap::new();
+    let started = std::time::Instant::now();
+    match sink.attempt(&t, &message(b"{}", &ext, Uuid::now_v7())).await {
+        Outcome::Failed(f) => assert_eq!(f.kind, FailureKind::Timeout, "{f:?}"),
+        other => panic!("{other:?}"),
+    }
+    // Four servers each given the whole cap would take 3.2 s.
+    assert!(started.elapsed() < cap * 2, "the attempt took {:?} with a cap of {cap:?}", started.elapsed());
+}
