@@ -9,6 +9,24 @@ use std::collections::HashMap;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
+/// The SHA-256 digest of what `value` hashes: the key of a client or connection that carries a
+/// login, so that no two logins can ever share one (a 64-bit hash could collide).
+pub(crate) fn digest(value: &impl Hash) -> [u8; 32] {
+    use sha2::Digest as _;
+    struct Feed(sha2::Sha256);
+    impl std::hash::Hasher for Feed {
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+        fn finish(&self) -> u64 {
+            0
+        }
+    }
+    let mut feed = Feed(sha2::Sha256::new());
+    value.hash(&mut feed);
+    feed.0.finalize().into()
+}
+
 /// Clients kept per sink, at most.
 pub const CAPACITY: usize = 1024;
 /// A client unused this long is dropped first.
@@ -71,6 +89,16 @@ impl<K: Eq + Hash + Clone, V: Clone> BoundedCache<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_digest_tells_apart_what_its_parts_tell_apart() {
+        let key = |servers: &str, login: Option<&str>| digest(&(servers, true, login));
+        assert_eq!(key("nats://a:4222", Some("u")), key("nats://a:4222", Some("u")));
+        assert_ne!(key("nats://a:4222", Some("u")), key("nats://a:4222", Some("v")));
+        assert_ne!(key("nats://a:4222", Some("u")), key("nats://a:4222", None));
+        // Where one part ends and the next begins counts.
+        assert_ne!(digest(&("ab", "c")), digest(&("a", "bc")));
+    }
 
     #[test]
     fn never_holds_more_than_its_capacity_and_drops_the_idle_first() {

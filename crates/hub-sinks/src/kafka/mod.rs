@@ -17,7 +17,6 @@ mod producer;
 pub mod protocol;
 pub mod sasl;
 
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -41,11 +40,10 @@ pub struct KafkaTarget {
 }
 
 impl KafkaTarget {
-    fn cache_key(&self) -> u64 {
-        let mut h = DefaultHasher::new();
-        (&self.topic, &self.bootstrap, self.dialer.tls, self.dialer.allow_private, self.dialer.timeout).hash(&mut h);
-        self.dialer.sasl.hash(&mut h);
-        h.finish()
+    /// The producer's key: a digest, since it carries the login.
+    fn cache_key(&self) -> [u8; 32] {
+        let d = &self.dialer;
+        crate::cache::digest(&(&self.topic, &self.bootstrap, d.tls, d.allow_private, d.timeout, &d.sasl))
     }
 }
 
@@ -53,7 +51,7 @@ impl KafkaTarget {
 #[derive(Debug)]
 pub struct KafkaSink {
     allow_private: bool,
-    producers: tokio::sync::Mutex<BoundedCache<u64, Producer>>,
+    producers: tokio::sync::Mutex<BoundedCache<[u8; 32], Producer>>,
 }
 
 impl KafkaSink {

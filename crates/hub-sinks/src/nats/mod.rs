@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use self::config::{NatsConfig, Server};
@@ -195,20 +194,13 @@ impl TypedSink for NatsSink {
 
     fn target(&self, config: &NatsConfig, secrets: &Secrets, max_timeout: Duration) -> Result<NatsTarget, Failure> {
         let login = login(secrets)?;
-        let mut pool = Sha256::new();
-        for part in [config.servers.as_str(), if config.jetstream { "js" } else { "core" }] {
-            pool.update(part.as_bytes());
-            pool.update([0]);
-        }
-        if let Some(credentials) = &secrets.credentials {
-            pool.update(credentials.to_string().as_bytes());
-        }
+        let pool = crate::cache::digest(&(&config.servers, config.jetstream, secrets.credentials.as_ref().map(|c| c.to_string())));
         Ok(NatsTarget {
             servers: config.servers(),
             subject: config.subject.clone(),
             jetstream: config.jetstream,
             login,
-            pool: pool.finalize().into(),
+            pool,
             timeout: crate::sink::BROKER_TIMEOUT.min(max_timeout),
         })
     }
