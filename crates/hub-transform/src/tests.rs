@@ -1,7 +1,10 @@
 use proptest::prelude::*;
 use serde_json::json;
 
+use std::time::{Duration, Instant};
+
 use super::*;
+use crate::sandbox::Sandbox;
 
 fn event() -> Json {
     json!({"type": "payment.settled", "source": "//lender", "subject": "c-1", "id": "e1", "time": "2026-12-05T00:00:00Z",
@@ -195,48 +198,4 @@ fn a_cache_keeps_within_its_bytes_and_never_shares_a_runtime_between_owners() {
     assert_eq!(seen(cache.run(&endless, &input(), &limits)), 1);
     assert!(matches!(cache.run(&endless, &input(), &limits).output, Err(Failure::Cpu(_))));
     assert_eq!(seen(cache.run(&endless, &input(), &limits)), 1, "a fresh runtime after the budget ran out");
-}
-
-#[test]
-fn a_pool_runs_on_threads_of_its_own() {
-    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
-    let pool = Pool::new(2, limits(), CACHE_BYTES).expect("pool");
-    rt.block_on(async {
-        let code = Code::new("s", "function handler(e) { e.data = {thread: 1}; return e; }");
-        for _ in 0..20 {
-            let run = pool.run("t", code.clone(), input()).await;
-            assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
-        }
-        let endless = Code::new("t", "function handler(e) { for(;;){} }");
-        assert!(matches!(pool.run("t", endless, input()).await.output, Err(Failure::Cpu(_))));
-    });
-}
-
-/// A tenant with a backlog of slow runs delays another tenant's run by about one run, not by its
-/// backlog: free threads take the tenants in turn.
-#[test]
-fn a_pool_takes_tenants_in_turn() {
-    let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
-    let pool = Pool::new(1, limits(), CACHE_BYTES).expect("pool");
-    let slow = Code::new("a/1", "function handler(e) { for (let i = 0; i < 100000; i++) {} return e; }");
-    let quick = Code::new("b/1", "function handler(e) { return e; }");
-    let done = Arc::new(std::sync::Mutex::new(Vec::new()));
-    rt.block_on(async {
-        let mut tasks = Vec::new();
-        // Spawned in this order, each queues its run at its first poll, in the same order.
-        for (tenant, code) in std::iter::repeat_n(("a", &slow), 30).chain([("b", &quick)]) {
-            let (pool, code, done) = (pool.clone(), code.clone(), Arc::clone(&done));
-            tasks.push(tokio::spawn(async move {
-                let run = pool.run(tenant, code, input()).await;
-                assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
-                done.lock().expect("done").push(tenant);
-            }));
-        }
-        for task in tasks {
-            task.await.expect("run");
-        }
-    });
-    let done = done.lock().expect("done").clone();
-    let b = done.iter().position(|t| *t == "b").expect("b ran");
-    assert!(b <= 2, "tenant b waited behind {b} runs of tenant a: {done:?}");
 }

@@ -231,8 +231,12 @@ pub struct Config {
     /// What one run of a transformation may spend: CPU time and memory (bytes).
     pub transform_cpu: Duration,
     pub transform_memory: usize,
-    /// Threads that run transformations (`STREAMING_HUB_TRANSFORM_THREADS`; default: the cores).
+    /// Worker processes that run transformations, each driven by a thread of its own
+    /// (`STREAMING_HUB_TRANSFORM_THREADS`; default: the cores).
     pub transform_threads: u32,
+    /// The program run as a transform worker (`STREAMING_HUB_TRANSFORM_WORKER`; default: this
+    /// hub's own executable, in its `transform-worker` mode).
+    pub transform_worker: Option<std::path::PathBuf>,
     /// Inbox events an erasure reads and judges a page (each page's matches written in one
     /// transaction).
     pub erasure_page: u32,
@@ -519,6 +523,7 @@ impl Config {
                 1,
                 64,
             ),
+            transform_worker: r.text("STREAMING_HUB_TRANSFORM_WORKER").map(std::path::PathBuf::from),
             erasure_page: r.parse("STREAMING_HUB_ERASURE_PAGE", 2_000, |raw| match raw.parse::<u32>() {
                 Ok(n) if (1..=10_000).contains(&n) => Ok(n),
                 _ => Err(format!("must be a whole number from 1 to 10000 (got {})", quoted(raw))),

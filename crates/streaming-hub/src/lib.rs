@@ -229,6 +229,9 @@ pub async fn start_with_clock(
         .map_err(anyhow::Error::msg)?,
     );
     let wake = Arc::new(tokio::sync::Notify::new());
+    // Tenant code runs in worker processes (started when first needed): at delivery, and where
+    // the API checks or tries a transform.
+    let transforms = transform_pool(&config)?;
     let (notices, notice_queue) = operational::Notices::channel();
     let breakers = delivery::BreakerBoard::default();
     let flights = delivery::FlightBoard::new(config.max_in_flight as usize, config.tenant_in_flight_share);
@@ -238,12 +241,6 @@ pub async fn start_with_clock(
     let mut tasks_early: Vec<JoinHandle<Option<()>>> = Vec::new();
     let dispatcher = if config.role.delivers() {
         store.listen_for_jobs(Arc::clone(&wake)).await.context("cannot listen for job notifications")?;
-        let transforms = hub_transform::Pool::new(
-            config.transform_threads as usize,
-            hub_transform::Limits { cpu: config.transform_cpu, memory: config.transform_memory },
-            hub_transform::CACHE_BYTES,
-        )
-        .context("cannot start the transform threads")?;
         let dispatcher = Arc::new(
             delivery::Dispatcher::new(
                 Arc::clone(&store),
@@ -256,7 +253,7 @@ pub async fn start_with_clock(
                 breakers.clone(),
                 flights.clone(),
             )
-            .with_transforms(transforms),
+            .with_transforms(transforms.clone()),
         );
         local_dispatcher = Some(delivery::Handoff::new(Arc::clone(&dispatcher)));
         tasks_early.push(supervisor.spawn(
@@ -433,8 +430,7 @@ pub async fn start_with_clock(
         test_waiting: Arc::default(),
         issuer,
         erasures,
-        transform_limits: hub_transform::Limits { cpu: config.transform_cpu, memory: config.transform_memory },
-        transform_tests: Arc::new(tokio::sync::Semaphore::new(api::transforms::AT_ONCE)),
+        transforms,
     };
     telemetry::prometheus();
     let router = api::router(state);
@@ -450,4 +446,22 @@ pub async fn start_with_clock(
     }
     tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");
     Ok(Hub { addr, admin_token, admin_token_generated, store, http, tasks, supervisor })
+}
+
+/// The pool of transform workers the configuration asks for: its worker program (this
+/// executable unless `STREAMING_HUB_TRANSFORM_WORKER` names another), count and limits.
+fn transform_pool(config: &Config) -> anyhow::Result<hub_transform::Pool> {
+    let command = match &config.transform_worker {
+        Some(program) => {
+            hub_transform::WorkerCommand { program: program.clone(), args: vec!["transform-worker".into()] }
+        }
+        None => hub_transform::WorkerCommand::this_executable().context("cannot find this hub's executable")?,
+    };
+    hub_transform::Pool::new(
+        command,
+        config.transform_threads as usize,
+        hub_transform::Limits { cpu: config.transform_cpu, memory: config.transform_memory },
+        hub_transform::CACHE_BYTES,
+    )
+    .context("cannot start the transform threads")
 }

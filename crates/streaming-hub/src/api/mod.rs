@@ -107,10 +107,9 @@ pub struct AppState {
     pub issuer: Option<Arc<crate::oidc::Issuer>>,
     /// Wakes the erasure runner: an erasure was requested.
     pub erasures: Arc<tokio::sync::Notify>,
-    /// What one run of a transform may spend (`STREAMING_HUB_TRANSFORM_CPU`, `…_MEMORY`).
-    pub transform_limits: hub_transform::Limits,
-    /// Transform tries this replica runs at once (`transforms.rs`).
-    pub transform_tests: Arc<tokio::sync::Semaphore>,
+    /// The transform workers: where a transform is checked and tried, each run within
+    /// `STREAMING_HUB_TRANSFORM_CPU` and `…_MEMORY`, tenants taken in turn.
+    pub transforms: hub_transform::Pool,
 }
 
 #[derive(OpenApi)]

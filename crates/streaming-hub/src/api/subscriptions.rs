@@ -449,7 +449,8 @@ pub async fn create(
     destination::credentials_present(&dest, false)?;
     let ordering = valid_ordering(req.ordering.as_ref(), dest.kind)?.unwrap_or_default();
     let limits = valid_limits(&req.limits, dest.kind)?;
-    let transform = super::transforms::valid_transform(&state, Some(&req.transform), dest.kind).await?;
+    let transform =
+        super::transforms::valid_transform(&state, caller.tenant.as_str(), Some(&req.transform), dest.kind).await?;
     let limit = state.quotas.subscriptions_per_tenant;
     let quota_exceeded = || {
         ApiError::new(
@@ -650,7 +651,8 @@ pub async fn update(
         patch.limits = Some(valid_limits(&req.limits, sub.sink)?);
     }
     if body.contains_key("transform") {
-        patch.transform = Some(super::transforms::valid_transform(&state, Some(&req.transform), sub.sink).await?);
+        patch.transform =
+            Some(super::transforms::valid_transform(&state, &sub.tenant_id, Some(&req.transform), sub.sink).await?);
     }
     if body.contains_key("origin") {
         patch.origin = Some(match req.origin {

@@ -1,9 +1,7 @@
 //! `POST /v1/transforms/test` (SPEC §10, "Transformations"): a transform tried on an event, in the
-//! same sandbox and within the same budget a delivery gets (`hub-transform`), on a blocking
-//! thread, never one that serves HTTP. Nothing is stored or sent. Each try gets a runtime of its
-//! own, dropped after it, and a replica runs [`AT_ONCE`] at a time (the others wait their turn):
-//! each may hold up to `STREAMING_HUB_TRANSFORM_MEMORY`, so their number bounds what tenants'
-//! tries can take of the hub's memory.
+//! same worker processes and within the same budget a delivery gets (`hub-transform`'s pool, the
+//! tenants taken in turn), never in the hub's process. Nothing is stored or sent. Each try gets a
+//! runtime of its own, dropped after it; a try whose client hangs up before its turn is not run.
 
 use axum::Json as AxumJson;
 use axum::extract::State;
@@ -16,9 +14,6 @@ use hub_store::StoredEvent;
 use super::AppState;
 use super::auth::TenantCaller;
 use super::error::{ApiError, ErrorBody, Json};
-
-/// Tries one replica runs at once.
-pub const AT_ONCE: usize = 4;
 
 /// A transform: its language and code.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -55,6 +50,7 @@ fn code_refused(field: &str, e: hub_transform::CompileError) -> ApiError {
 /// sandbox (its top level runs once, within the budget, as a try does): what is stored.
 pub async fn valid_transform(
     state: &AppState,
+    tenant: &str,
     value: Option<&Value>,
     sink: hub_core::SinkKind,
 ) -> Result<Option<Value>, ApiError> {
@@ -69,13 +65,7 @@ pub async fn valid_transform(
         return Err(ApiError::validation("transform", "only push subscriptions take a transform"));
     }
     transform.language_is_known("transform")?;
-    let limits = state.transform_limits;
-    let _turn = state.transform_tests.acquire().await.map_err(ApiError::internal)?;
-    let code = transform.code.clone();
-    tokio::task::spawn_blocking(move || hub_transform::check(&code, &limits))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(|e| code_refused("transform", e))?;
+    state.transforms.check(tenant, transform.code.clone()).await.map_err(|e| code_refused("transform", e))?;
     Ok(Some(serde_json::json!({"language": transform.language, "code": transform.code})))
 }
 
@@ -202,14 +192,9 @@ pub async fn test(
     caller: TenantCaller,
     Json(req): Json<TransformTest>,
 ) -> Result<AxumJson<TransformResult>, ApiError> {
-    let limits = state.transform_limits;
     req.transform.language_is_known("transform")?;
     let event = event_of(&state, &caller, &req).await?;
-    let _turn = state.transform_tests.acquire().await.map_err(ApiError::internal)?;
-    let transform = req.transform;
-    let run = tokio::task::spawn_blocking(move || hub_transform::run_once(&transform.code, &event, &limits))
-        .await
-        .map_err(ApiError::internal)?;
+    let run = state.transforms.run_once(caller.tenant.as_str(), req.transform.code, event).await;
     let (output, error) = match run.output {
         // The answer as the handler wrote it, its keys in its order.
         Ok(hub_transform::Output::Event(e)) => {

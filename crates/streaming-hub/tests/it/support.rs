@@ -40,6 +40,8 @@ pub async fn base_vars(backend: Backend) -> HashMap<String, String> {
         ("STREAMING_HUB_DEV_KEK".to_owned(), "4b".repeat(32)),
         // Test receivers listen on loopback.
         ("STREAMING_HUB_ALLOW_PRIVATE_SINKS".to_owned(), "true".to_owned()),
+        // The hub runs in this test process: its transform workers are the hub's executable.
+        ("STREAMING_HUB_TRANSFORM_WORKER".to_owned(), env!("CARGO_BIN_EXE_streaming-hub").to_owned()),
     ]);
     match backend {
         Backend::Sqlite => {

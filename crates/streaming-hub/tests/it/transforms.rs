@@ -376,10 +376,26 @@ fn resident(pid: u32) -> u64 {
     kib * 1024
 }
 
-/// Handlers that try the worst: each fails its attempts as `transform_failed`, none reaches
-/// anything outside its sandbox, the process stays up and other subscriptions keep delivering,
-/// and what the hub holds afterwards is bounded by its transform threads' caches, not by what
-/// the handlers asked for.
+/// This process and its children's resident memory (the hub and its transform workers), bytes.
+fn resident_with_children(pid: u32) -> u64 {
+    let mut total = resident(pid);
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks").flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for child in children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()) {
+            if std::path::Path::new(&format!("/proc/{child}/status")).exists() {
+                total += resident(child);
+            }
+        }
+    }
+    total
+}
+
+/// Handlers that try the worst (SPEC §11, containment): each fails its attempts as
+/// `transform_failed` with a reason naming what happened, none reaches anything outside its
+/// sandbox, the process stays up and other subscriptions keep delivering; forty handlers that
+/// grow their globals on every run leave the hub and its workers within the documented bound
+/// (the caches count what a runtime holds now); and SIGTERM stops the hub while hostile handlers
+/// still run, its workers with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_handlers_fail_alone_and_leave_the_hubs_memory_bounded() {
     let admin = format!("admin-{}", uuid::Uuid::now_v7().simple());
@@ -404,7 +420,8 @@ async fn hostile_handlers_fail_alone_and_leave_the_hubs_memory_bounded() {
         (
             "allocation bomb",
             "function handler(e) { const a = []; for (;;) a.push(new Array(1 << 16).fill(e)); }",
-            "memory limit",
+            // Whichever the engine meets first.
+            "ran past its",
         ),
         ("deep recursion", "function handler(e) { function f(n) { return f(n + 1) + 1; } return f(0); }", ""),
         (
@@ -417,6 +434,13 @@ async fn hostile_handlers_fail_alone_and_leave_the_hubs_memory_bounded() {
         ("require", "function handler(e) { require('child_process').exec('id'); return e; }", "require"),
         ("process", "function handler(e) { process.exit(1); return e; }", "process"),
         ("a clock", "function handler(e) { e.data = {now: Date.now()}; return e; }", "Date"),
+        (
+            "a built-in that never checks the budget",
+            "function handler(e) { [].reverse.call({length: 2**53 - 1}); return e; }",
+            "CPU budget",
+        ),
+        ("toJSON trap", "function handler(e) { return {toJSON() { for (;;) {} }}; }", "CPU budget"),
+        ("throw null", "function handler(e) { throw null; }", "null"),
     ];
     let mut ids = Vec::new();
     for (name, code, _) in codes {
@@ -444,7 +468,25 @@ async fn hostile_handlers_fail_alone_and_leave_the_hubs_memory_bounded() {
             .await
             .expect("json")
     };
-    for id in &ids {
+    // Forty handlers that keep a quarter of a megabyte more in their globals on every run.
+    let growing = "var kept = []; function handler(e) { kept.push('x'.repeat(1 << 18) + kept.length); return e; }";
+    let grower = Receiver::start(Script::Ok).await;
+    let mut growers = Vec::new();
+    for i in 0..40 {
+        let created: Value = client
+            .post(format!("{}/v1/subscriptions", hub.base))
+            .bearer_auth(&key)
+            .json(&json!({"name": format!("growing {i}"), "event_types": ["*.*"], "sink": {"type": "webhook", "url": grower.url},
+                          "transform": transform(growing)}))
+            .send()
+            .await
+            .expect("create")
+            .json()
+            .await
+            .expect("json");
+        growers.push(created["id"].as_str().unwrap_or_else(|| panic!("growing {i}: {created}")).to_owned());
+    }
+    for id in ids.iter().chain(&growers) {
         crate::support::until("verified", WAIT, async || {
             (get(format!("/v1/subscriptions/{id}")).await["verification_state"] == "active").then_some(())
         })
@@ -475,13 +517,52 @@ async fn hostile_handlers_fail_alone_and_leave_the_hubs_memory_bounded() {
     // The benign subscription got every event meanwhile, and the process is still the same one.
     benign.wait_for(events, WAIT).await;
     assert!(hub.child.try_wait().expect("wait").is_none(), "the hub process is alive");
+    // Every growing handler's events delivered: the caches dropped runtimes as they grew.
+    grower.wait_for(events * growers.len(), Duration::from_secs(180)).await;
     let after = resident(pid);
-    let grown = after.saturating_sub(before);
-    eprintln!("hub memory: {} MiB before the hostile handlers, {} MiB after", before >> 20, after >> 20);
-    // Two transform threads, each at most one handler's 16 MiB at a time beside its bounded
-    // cache of small compiled handlers; the rest is the allocator's slack (measured here: 7 to
-    // 9 MiB of growth).
-    assert!(grown < 64 << 20, "the hub grew by {} MiB", grown >> 20);
+    let with_workers = resident_with_children(pid);
+    eprintln!(
+        "hub memory: {} MiB before the hostile handlers, {} MiB after; with its transform workers {} MiB",
+        before >> 20,
+        after >> 20,
+        with_workers >> 20
+    );
+    // No tenant code runs in the hub's process: what it grows by is its own (measured here: a
+    // few MiB).
+    assert!(after.saturating_sub(before) < 64 << 20, "the hub grew by {} MiB", after.saturating_sub(before) >> 20);
+    // docs/TRANSFORMS.md's bound: per worker, its share of the 64 MiB cache (counted by what
+    // each runtime holds now), one run's 16 MiB, and the worker's own ~16 MiB; two workers.
+    let bound = before + 2 * ((32 + 16 + 16) << 20);
+    assert!(with_workers < bound, "hub and workers hold {} MiB, over {} MiB", with_workers >> 20, bound >> 20);
+
+    // SIGTERM while hostile handlers run: the hub stops within its drain deadline, its workers
+    // with it.
+    for _ in 0..10 {
+        hub.post_event(&key, &Event::new("t1")).await;
+    }
+    let workers: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .flatten()
+        .flat_map(|t| {
+            std::fs::read_to_string(t.path().join("children"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect();
+    assert!(!workers.is_empty(), "the hub runs its transforms in worker processes");
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().expect("kill").success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while hub.child.try_wait().expect("wait").is_none() {
+        assert!(std::time::Instant::now() < deadline, "the hub did not stop within 30 s of SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let gone = std::time::Instant::now() + Duration::from_secs(10);
+    while workers.iter().any(|w| std::path::Path::new(&format!("/proc/{w}")).exists()) {
+        assert!(std::time::Instant::now() < gone, "transform workers outlived the hub: {workers:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
