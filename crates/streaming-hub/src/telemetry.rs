@@ -93,6 +93,29 @@ pub mod metric {
     pub const TRANSFORM_SECONDS: &str = "streaming_hub_transform_duration_seconds";
     /// `{result}`: transform runs that reshaped the event (`transformed`), skipped it, or failed.
     pub const TRANSFORM_RUNS: &str = "streaming_hub_transform_runs_total";
+    /// Attempts that panicked (recorded as failures and retried; the hub's log says where).
+    pub const ATTEMPT_PANICS: &str = "streaming_hub_attempt_panics_total";
+    /// `{state}`: transform worker processes `alive`, and `busy` with a run.
+    pub const TRANSFORM_WORKERS: &str = "streaming_hub_transform_workers";
+    /// Transform runs waiting for a worker.
+    pub const TRANSFORM_WAITING: &str = "streaming_hub_transform_waiting";
+    /// `{reason}`: transform workers stopped: killed past a run's CPU bound (`cpu`), killed by
+    /// the wall-time watchdog (`wall`), or ended by themselves (`crashed`: the engine crashed,
+    /// the system-call filter, killed from outside).
+    pub const TRANSFORM_WORKERS_STOPPED: &str = "streaming_hub_transform_workers_stopped_total";
+    /// 1 while no transform worker can be started (`/readyz` answers 503 then).
+    pub const TRANSFORM_WORKERS_UNAVAILABLE: &str = "streaming_hub_transform_workers_unavailable";
+}
+
+/// The transform pool's state as gauges and counters (read when `/metrics` is scraped).
+pub fn transform_workers(health: &hub_transform::Health) {
+    metrics::gauge!(metric::TRANSFORM_WORKERS, "state" => "alive").set(health.alive as f64);
+    metrics::gauge!(metric::TRANSFORM_WORKERS, "state" => "busy").set(health.busy as f64);
+    metrics::gauge!(metric::TRANSFORM_WAITING).set(health.waiting as f64);
+    for (reason, n) in [("cpu", health.killed_cpu), ("wall", health.killed_wall), ("crashed", health.crashed)] {
+        metrics::counter!(metric::TRANSFORM_WORKERS_STOPPED, "reason" => reason).absolute(n);
+    }
+    metrics::gauge!(metric::TRANSFORM_WORKERS_UNAVAILABLE).set(if health.cannot_start.is_some() { 1.0 } else { 0.0 });
 }
 
 /// The label of a failed attempt's kind.
@@ -260,6 +283,11 @@ fn describe() {
         "Runs of subscriptions' transforms, their wait for a transform thread included"
     );
     metrics::describe_counter!(metric::TRANSFORM_RUNS, "Runs of subscriptions' transforms, by result");
+    metrics::describe_gauge!(metric::TRANSFORM_WORKERS, "Transform worker processes, alive and busy");
+    metrics::describe_gauge!(metric::TRANSFORM_WAITING, "Transform runs waiting for a worker");
+    metrics::describe_counter!(metric::ATTEMPT_PANICS, "Attempts that panicked, recorded as failures");
+    metrics::describe_counter!(metric::TRANSFORM_WORKERS_STOPPED, "Transform workers stopped, by reason");
+    metrics::describe_gauge!(metric::TRANSFORM_WORKERS_UNAVAILABLE, "1 while no transform worker can be started");
     // Every series an alert reads exists from start, at zero.
     metrics::gauge!(
         metric::BUILD_INFO,
@@ -277,6 +305,7 @@ fn describe() {
         metrics::counter!(metric::BREAKER_TRANSITIONS, "to" => to).increment(0);
     }
     metrics::counter!(metric::AUTO_DISABLED).increment(0);
+    metrics::counter!(metric::ATTEMPT_PANICS).increment(0);
     metrics::counter!(metric::LEASES_RECOVERED).increment(0);
     metrics::counter!(metric::JOBS_POISONED).increment(0);
     metrics::counter!(metric::HTTP_REFUSED_CONNECTIONS).increment(0);

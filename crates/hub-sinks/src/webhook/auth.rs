@@ -325,16 +325,27 @@ impl OAuth2 {
                 Some(status),
             ));
         }
-        let lifetime = answer["expires_in"]
-            .as_u64()
-            .or_else(|| answer["expires_in"].as_str().and_then(|s| s.parse().ok()))
-            .map_or(UNDATED_TOKEN, Duration::from_secs);
+        let lifetime = token_lifetime(&answer["expires_in"]);
         Ok(Token {
             value: value.to_owned(),
             fetched: started,
-            use_until: started + lifetime.saturating_sub(EXPIRY_MARGIN),
+            // Bounded above, so no answer can overflow the clock.
+            use_until: started.checked_add(lifetime.saturating_sub(EXPIRY_MARGIN)).unwrap_or(started),
         })
     }
+}
+
+/// The longest a token is used, whatever its endpoint says (a token endpoint is a third party:
+/// `expires_in` may be any number, or none); a token refused before then is fetched again.
+pub(crate) const LONGEST_TOKEN: Duration = Duration::from_secs(24 * 3600);
+
+/// How long a token is used from its `expires_in` (seconds, as a number or a string of digits):
+/// at most [`LONGEST_TOKEN`], [`UNDATED_TOKEN`] when it is absent or not a whole number.
+pub(crate) fn token_lifetime(expires_in: &serde_json::Value) -> Duration {
+    expires_in
+        .as_u64()
+        .or_else(|| expires_in.as_str().and_then(|s| s.trim().parse().ok()))
+        .map_or(UNDATED_TOKEN, |secs| Duration::from_secs(secs).min(LONGEST_TOKEN))
 }
 
 /// An OAuth `error` code as it may be shown: RFC 6749 limits it to printable ASCII without `"`
@@ -352,6 +363,32 @@ mod tests {
         assert_eq!(oauth_error_code("invalid_client"), "invalid_client");
         assert_eq!(oauth_error_code("bad\"code\\\n<script>"), "badcode<script>");
         assert_eq!(oauth_error_code(&"x".repeat(500)).len(), 64);
+    }
+
+    /// Whatever a token endpoint says its token lasts (numbers up to `u64::MAX`, signed, floats,
+    /// strings of digits or not), the lifetime is bounded and adding it to now never overflows.
+    #[test]
+    fn any_expires_in_gives_a_bounded_lifetime() {
+        use proptest::prelude::*;
+        let values = prop_oneof![
+            any::<u64>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_map(|f| serde_json::json!(f)),
+            any::<u64>().prop_map(|n| serde_json::Value::from(n.to_string())),
+            ".{0,40}".prop_map(serde_json::Value::from),
+            Just(serde_json::Value::from(u64::MAX)),
+            Just(serde_json::Value::from("18446744073709551615")),
+            Just(serde_json::Value::Null),
+        ];
+        proptest!(|(value in values)| {
+            let lifetime = token_lifetime(&value);
+            prop_assert!(lifetime <= LONGEST_TOKEN);
+            let now = Instant::now();
+            prop_assert!(now.checked_add(lifetime).is_some());
+        });
+        assert_eq!(token_lifetime(&serde_json::json!(u64::MAX)), LONGEST_TOKEN);
+        assert_eq!(token_lifetime(&serde_json::json!("3600")), Duration::from_secs(3600));
+        assert_eq!(token_lifetime(&serde_json::json!(-5)), UNDATED_TOKEN);
     }
 
     fn token(value: &str, age: Duration) -> Token {

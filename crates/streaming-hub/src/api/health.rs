@@ -38,7 +38,7 @@ pub async fn healthz() -> impl IntoResponse {
 #[utoipa::path(get, path = "/readyz", tag = "operations", operation_id = "getReadiness",
     responses(
         (status = 200, description = "Ready for traffic", body = Status),
-        (status = 503, description = "Draining, the database or Kafka is unreachable, or a background task stopped", body = Status),
+        (status = 503, description = "Draining, the database or Kafka is unreachable, a background task stopped, or no transform worker can be started", body = Status),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(task) = state.supervisor.failed() {
@@ -47,6 +47,11 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     }
     if state.draining.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, Status::of("draining"));
+    }
+    // Transforms cannot run at all: no worker process can be started (the reason is logged
+    // with each failed start and counted in the metrics).
+    if state.transforms.health().cannot_start.is_some() {
+        return (StatusCode::SERVICE_UNAVAILABLE, Status::of("transform workers cannot be started"));
     }
     match tokio::time::timeout(Duration::from_secs(2), state.store.ping()).await {
         Ok(Ok(())) => {
@@ -68,7 +73,8 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 
 #[utoipa::path(get, path = "/metrics", tag = "operations", operation_id = "getMetrics",
     responses((status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain")))]
-pub async fn metrics() -> impl IntoResponse {
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    crate::telemetry::transform_workers(&state.transforms.health());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], crate::telemetry::prometheus().render())
 }
 

@@ -70,29 +70,20 @@ impl Dispatcher {
                 ],
             );
         }
+        // What was taken for this attempt is given back by this guard on every path: its end,
+        // a panic anywhere below, or the task being dropped.
+        let mut flying =
+            Flying { dispatcher: &self, job: &job, sub: &sub, finished: &finished, felt: None, recorded: false };
         let (recorded, felt) =
             self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt, &traced).instrument(span).await;
         drop(traced);
-        let (signal, pause) = felt.map_or((None, None), |(s, p)| (Some(s), p));
-        let cut = self.flights.lock().leave(&Admit::of(&job, &sub), signal, pause, std::time::Instant::now());
-        metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
-        if cut {
-            metrics::counter!(metric::ALLOWANCE_CUTS).increment(1);
-        }
-        if pause.is_some() {
-            metrics::counter!(metric::DESTINATION_PAUSES).increment(1);
-        }
-        // A job parked for this destination may go now.
-        let _ = finished.send(dest);
-        match recorded {
-            Some(result) => {
-                if recorder.send(result).await.is_err() {
-                    tracing::error!(job = %job.id, "the recorder stopped; the lease will expire");
-                }
-            }
-            None => {
-                lock(&self.in_flight).remove(&job.id);
-            }
+        flying.felt = felt;
+        flying.recorded = recorded.is_some();
+        drop(flying);
+        if let Some(result) = recorded
+            && recorder.send(result).await.is_err()
+        {
+            tracing::error!(job = %job.id, "the recorder stopped; the lease will expire");
         }
     }
 
@@ -127,6 +118,8 @@ impl Dispatcher {
         }
         let delivery_id = Uuid::now_v7();
         let clock_start = Instant::now();
+        // A panic is the hub's failure, not the destination's: it moves no breaker or allowance.
+        let mut panicked = false;
         let outcome = match event {
             // Erased while its job was leased: the tombstone is never sent in its place.
             Some(StoredEvent { erasure_id: Some(erasure), .. }) => Outcome::Failed(Failure {
@@ -153,7 +146,26 @@ impl Dispatcher {
                 } else {
                     tracing::Span::none()
                 };
-                let outcome = self.deliver(sub, event, attempt, delivery_id, started).await;
+                // A panic in a sink or in what it reads from a third party fails this attempt
+                // (retried on the curve), never the dispatcher (SPEC §11).
+                let delivered = std::panic::AssertUnwindSafe(self.deliver(sub, event, attempt, delivery_id, started));
+                let outcome = match futures_util::FutureExt::catch_unwind(delivered).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => {
+                        panicked = true;
+                        metrics::counter!(metric::ATTEMPT_PANICS).increment(1);
+                        tracing::error!(job = %job.id, "the attempt failed unexpectedly (a panic); recorded as a failure and retried");
+                        Outcome::Failed(Failure {
+                            retryable: true,
+                            kind: FailureKind::Refused,
+                            reason: "the hub failed unexpectedly while attempting this delivery; it will be retried"
+                                .to_owned(),
+                            status: None,
+                            response: None,
+                            retry_after: None,
+                        })
+                    }
+                };
                 crate::trace::attempted(&span, &outcome);
                 outcome
             }
@@ -171,6 +183,7 @@ impl Dispatcher {
         // What the destination's allowance and breaker learn: nothing from an attempt that never
         // reached it (its transform skipped the event or failed).
         let felt = match &outcome {
+            _ if panicked => None,
             Outcome::Delivered { .. } => Some((Signal::Success(latency), None)),
             Outcome::Failed(f) if f.kind == FailureKind::Transform => None,
             Outcome::Failed(f) => {
@@ -379,5 +392,39 @@ fn transform_failure(reason: String, logs: &[String]) -> Failure {
         status: None,
         response: (!logs.is_empty()).then(|| hub_sinks::cap_text(logs.as_bytes(), hub_sinks::RESPONSE_CAP)),
         retry_after: None,
+    }
+}
+
+/// An attempt's hold on its slot: its ledger entry, the in-flight gauge, its parked neighbours'
+/// wake-up, and its job's place among the jobs in flight. Dropped on every path (a panic
+/// included), it gives all of them back.
+struct Flying<'a> {
+    dispatcher: &'a Dispatcher,
+    job: &'a ClaimedJob,
+    sub: &'a Subscribed,
+    finished: &'a mpsc::UnboundedSender<String>,
+    /// What the outcome taught the destination (nothing when it never got one).
+    felt: Option<(Signal, Option<Duration>)>,
+    /// Whether an outcome goes to the recorder (which then forgets the job once recorded).
+    recorded: bool,
+}
+
+impl Drop for Flying<'_> {
+    fn drop(&mut self) {
+        let (signal, pause) = self.felt.map_or((None, None), |(s, p)| (Some(s), p));
+        let d = self.dispatcher;
+        let cut = d.flights.lock().leave(&Admit::of(self.job, self.sub), signal, pause, std::time::Instant::now());
+        metrics::gauge!(metric::IN_FLIGHT).decrement(1.0);
+        if cut {
+            metrics::counter!(metric::ALLOWANCE_CUTS).increment(1);
+        }
+        if pause.is_some() {
+            metrics::counter!(metric::DESTINATION_PAUSES).increment(1);
+        }
+        // A job parked for this destination may go now.
+        let _ = self.finished.send(self.sub.key.clone());
+        if !self.recorded {
+            lock(&d.in_flight).remove(&self.job.id);
+        }
     }
 }

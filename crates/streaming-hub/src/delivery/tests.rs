@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{BreakerBoard, Dispatcher, FlightBoard, Settings};
+use super::{BreakerBoard, Dispatcher, FlightBoard, Settings, lock};
 use crate::clock::SystemClock;
 use crate::operational::Notices;
 use crate::secrets::Sealer;
@@ -41,6 +41,8 @@ struct Seen {
     running: HashMap<String, usize>,
     most: HashMap<String, usize>,
     failing: HashSet<String>,
+    /// URLs whose attempts panic (a fault injected where a sink reads a third party's answer).
+    panicking: HashSet<String>,
     /// URLs that answer `429` with this `Retry-After`.
     pausing: HashMap<String, Duration>,
     gates: HashMap<String, Arc<Semaphore>>,
@@ -62,6 +64,10 @@ impl FakeSink {
 
     fn fail(&self, url: &str) {
         self.seen().failing.insert(url.to_owned());
+    }
+
+    fn panic_on(&self, url: &str) {
+        self.seen().panicking.insert(url.to_owned());
     }
 
     fn pause(&self, url: &str, retry_after: Duration) {
@@ -114,6 +120,10 @@ impl Sink for FakeSink {
         }
         let mut seen = self.seen();
         *seen.running.entry(url.clone()).or_default() -= 1;
+        if seen.panicking.contains(&url) {
+            drop(seen);
+            panic!("a sink panicked (injected)");
+        }
         if let Some(pause) = seen.pausing.get(&url) {
             Outcome::Failed(Failure {
                 retryable: true,
@@ -276,6 +286,7 @@ async fn until<F: std::future::Future<Output = bool>>(what: &str, mut check: imp
 
 const A: &str = "https://a.example/hook";
 const B: &str = "https://b.example/hook";
+const C: &str = "https://c.example/hook";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_destination_holds_its_initial_allowance_and_others_go_past_it() {
@@ -346,6 +357,44 @@ async fn a_tenant_whose_receivers_hang_leaves_slots_for_another() {
         gate.add_permits(100);
     }
     rig.stop().await;
+}
+
+/// SPEC §11: a panic in an attempt (here injected in the sink, where a third party's answer is
+/// read) gives back its slot, its ledger entry and the in-flight gauge; with sixteen slots, a
+/// thousand panicking attempts leave nothing held, each is recorded as a failure to retry (which
+/// moves no breaker: the hub failed, not the destination), and another tenant is delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn panicking_attempts_give_back_everything_they_took() {
+    let sink = FakeSink::default();
+    sink.panic_on(A);
+    let mut rig = Rig::start(16, sink, Duration::from_secs(5)).await;
+    let panicking = rig.subscribe_with("hostile", A, "approved", Limits::default()).await;
+    let other = rig.subscribe_with("other", B, "declined", Limits::default()).await;
+    let n = 1000;
+    rig.ingest_for("hostile", "approved", n).await;
+    rig.ingest_for("other", "declined", 20).await;
+    // Retries come on the curve's jittered delays: some jobs are on their second or third.
+    until("every panicking attempt is recorded as a failure to retry", || async {
+        let jobs = rig.jobs(&panicking).await;
+        let retried = jobs.iter().filter(|j| {
+            j.state == JobState::Pending
+                && j.attempts >= 1
+                && j.last_error.as_deref().is_some_and(|e| e.contains("failed unexpectedly"))
+        });
+        rig.sink.attempts(A) >= n && retried.count() == n
+    })
+    .await;
+    until("the other tenant is delivered", || async { rig.count(&other, JobState::Succeeded).await == 20 }).await;
+    rig.sink.seen().panicking.clear();
+    // Every slot came back: sixteen attempts run at once again.
+    let gate = rig.sink.hold(C);
+    rig.subscribe_with("third", C, "held", Limits::default()).await;
+    rig.ingest_for("third", "held", 4).await;
+    until("new attempts start", || async { rig.sink.running(C) == 4 }).await;
+    gate.add_permits(100);
+    rig.stop().await;
+    assert_eq!(rig.dispatcher.flights.lock().in_flight(), 0, "nothing is held in flight");
+    assert!(lock(&rig.dispatcher.in_flight).is_empty(), "no job is left counted as in flight");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
