@@ -407,8 +407,12 @@ impl Caught {
         if self.engine_oom || (exhausted && (self.valueless.is_some() || self.text.contains("out of memory"))) {
             return Failure::Memory(limits.memory);
         }
+        // The engine's out of memory can surface as a throw of no value once the handler's
+        // frames (and what they held) are freed: the message says both.
         if let Some(what) = self.valueless {
-            return Failure::Thrown(format!("{what} (a throw of no error)"));
+            return Failure::Thrown(format!(
+                "{what} (no error value: a `throw {what}`, or memory running out in the middle of a throw)"
+            ));
         }
         Failure::Thrown(clip(self.text.lines().next().unwrap_or_default().to_owned()))
     }
