@@ -8,7 +8,7 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -24,9 +24,14 @@ pub struct WorkerCommand {
 }
 
 impl WorkerCommand {
+    /// `program` (a build of the hub) in worker mode.
+    pub fn of(program: PathBuf) -> Self {
+        Self { program, args: vec![crate::worker::COMMAND.into()] }
+    }
+
     /// The running executable in worker mode.
     pub fn this_executable() -> io::Result<Self> {
-        Ok(Self { program: std::env::current_exe()?, args: vec!["transform-worker".into()] })
+        Ok(Self::of(std::env::current_exe()?))
     }
 }
 
@@ -62,7 +67,9 @@ pub struct Health {
     pub killed_wall: u64,
     /// Workers that stopped by themselves (a crash, the system-call filter), since the start.
     pub crashed: u64,
-    /// Set while workers cannot be started: the last error.
+    /// Set while workers cannot be started: why the last start failed, when it failed within
+    /// [`START_FAILURE_HELD`] and none has started since (a failure long past, with no run asking
+    /// for a worker since, says nothing of now).
     pub cannot_start: Option<String>,
 }
 
@@ -74,6 +81,8 @@ const CPU_GRACE: Duration = Duration::from_millis(5);
 const WALL_FLOOR: Duration = Duration::from_secs(2);
 /// How long a new worker may take to say it is confined and ready.
 const WORKER_START: Duration = Duration::from_secs(10);
+/// How long a failed start is reported (by [`Health::cannot_start`]) when no start follows.
+pub const START_FAILURE_HELD: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct Queue {
@@ -114,14 +123,13 @@ impl Queue {
 
 #[derive(Default)]
 struct Counters {
-    alive: AtomicUsize,
     busy: AtomicUsize,
     killed_cpu: AtomicU64,
     most_cpu_killed_ns: AtomicU64,
     killed_wall: AtomicU64,
     crashed: AtomicU64,
-    cannot_start: Mutex<Option<String>>,
-    failing: AtomicBool,
+    /// Why the last start of a worker failed and when, until one starts.
+    cannot_start: Mutex<Option<(String, Instant)>>,
     /// The process ids of the workers alive.
     pids: Mutex<Vec<u32>>,
 }
@@ -200,11 +208,6 @@ impl Pool {
         Ok(Self { shared, _closer: closer })
     }
 
-    /// The limits every run is held to.
-    pub fn limits(&self) -> Limits {
-        self.shared.limits
-    }
-
     /// Runs `code` of `tenant` on `event` when a worker is free and the tenant's turn comes; the
     /// code's compiled runtime is kept by the worker for its next events.
     pub async fn run(&self, tenant: &str, code: Code, event: Input) -> Run {
@@ -228,10 +231,6 @@ impl Pool {
     pub async fn check(&self, tenant: &str, code: String) -> Result<(), CompileError> {
         match self.ask(tenant, Work::Check { code }).await {
             Some(Reply::Checked(checked)) => checked,
-            Some(Reply::Ran(Run { output: Err(Failure::Compile(e)), .. })) => Err(e),
-            Some(Reply::Ran(Run { output: Err(failure), .. })) => {
-                Err(CompileError { message: failure.to_string(), line: None, column: None })
-            }
             _ => Err(CompileError { message: Failure::Stopped.to_string(), line: None, column: None }),
         }
     }
@@ -258,14 +257,17 @@ impl Pool {
     pub fn health(&self) -> Health {
         let c = &self.shared.counters;
         Health {
-            alive: c.alive.load(Ordering::Relaxed),
+            alive: lock(&c.pids).len(),
             busy: c.busy.load(Ordering::Relaxed),
             waiting: self.shared.queue().queued,
             killed_cpu: c.killed_cpu.load(Ordering::Relaxed),
             most_cpu_killed: Duration::from_nanos(c.most_cpu_killed_ns.load(Ordering::Relaxed)),
             killed_wall: c.killed_wall.load(Ordering::Relaxed),
             crashed: c.crashed.load(Ordering::Relaxed),
-            cannot_start: if c.failing.load(Ordering::Relaxed) { lock(&c.cannot_start).clone() } else { None },
+            cannot_start: lock(&c.cannot_start)
+                .as_ref()
+                .filter(|(_, at)| at.elapsed() < START_FAILURE_HELD)
+                .map(|(why, _)| why.clone()),
         }
     }
 }
@@ -277,6 +279,11 @@ fn stopped(started: Instant) -> Run {
 /// One thread of the pool: takes runs in turn and drives each to its worker.
 fn drive(shared: &Shared) {
     let mut worker: Option<Worker> = None;
+    let retire = |worker: &mut Option<Worker>| {
+        if let Some(w) = worker.take() {
+            let _ = w.retire(&shared.counters);
+        }
+    };
     loop {
         let job = {
             let mut queue = shared.queue();
@@ -285,6 +292,8 @@ fn drive(shared: &Shared) {
                     break job;
                 }
                 if queue.closed {
+                    drop(queue);
+                    retire(&mut worker);
                     return;
                 }
                 queue.idle += 1;
@@ -297,8 +306,14 @@ fn drive(shared: &Shared) {
             continue;
         }
         shared.counters.busy.fetch_add(1, Ordering::Relaxed);
-        let reply = serve(shared, &mut worker, &job.work);
+        // A panic here fails this run, not the thread: its worker (in whatever state) is
+        // retired and the count of busy runs given back.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(shared, &mut worker, &job.work)));
         shared.counters.busy.fetch_sub(1, Ordering::Relaxed);
+        let reply = served.unwrap_or_else(|_| {
+            retire(&mut worker);
+            failed(&job.work, Failure::Worker("the pool failed unexpectedly while driving it".into()), Instant::now())
+        });
         let _ = job.reply.send(reply);
     }
 }
@@ -310,32 +325,30 @@ fn serve(shared: &Shared, slot: &mut Option<Worker>, work: &Work) -> Reply {
     let limits = shared.limits;
     let mut with_code = false;
     loop {
-        if slot.is_none() {
-            match Worker::start(shared) {
-                Ok(w) => *slot = Some(w),
+        let worker = match slot {
+            Some(worker) => worker,
+            None => match Worker::start(shared) {
+                Ok(worker) => slot.insert(worker),
                 Err(e) => return failed(work, Failure::Worker(format!("it could not be started: {e}")), started),
-            }
-        }
-        let Some(worker) = slot.as_mut() else { continue };
-        let request = match work {
-            Work::Run { code, input } => Request::Run {
-                key: code.key,
-                code: with_code.then(|| code.text().to_owned()),
-                input: input.text().to_owned(),
-                limits,
             },
-            Work::Once { code, input } => Request::Once { code: code.clone(), input: input.text().to_owned(), limits },
-            Work::Check { code } => Request::Check { code: code.clone(), limits },
         };
-        match worker.ask(&request.encode(), &limits) {
+        let request = match work {
+            Work::Run { code, input } => {
+                Request::Run { key: code.key, code: with_code.then(|| code.text()), input: input.text(), limits }
+            }
+            Work::Once { code, input } => Request::Once { code, input: input.text(), limits },
+            Work::Check { code } => Request::Check { code, limits },
+        };
+        match worker.ask(&request.frame(), &limits) {
             Ok(Reply::NeedCode) if !with_code && matches!(work, Work::Run { .. }) => with_code = true,
-            Ok(Reply::NeedCode) => {
-                return failed(work, Failure::Worker("it asked twice for the same code".into()), started);
+            Ok(Reply::NeedCode | Reply::Ready) => {
+                let stop = Stop::Garbled("an answer that is not one to its request".into());
+                let failure = slot.take().map_or(Failure::Stopped, |w| w.end(stop, &limits, &shared.counters));
+                return failed(work, failure, started);
             }
             Ok(reply) => return reply,
             Err(stop) => {
-                let worker = slot.take();
-                let failure = worker.map_or(Failure::Stopped, |w| w.end(stop, &limits, &shared.counters));
+                let failure = slot.take().map_or(Failure::Stopped, |w| w.end(stop, &limits, &shared.counters));
                 return failed(work, failure, started);
             }
         }
@@ -344,16 +357,10 @@ fn serve(shared: &Shared, slot: &mut Option<Worker>, work: &Work) -> Reply {
 
 fn failed(work: &Work, failure: Failure, started: Instant) -> Reply {
     match work {
-        Work::Check { .. } => Reply::Checked(Err(CompileError {
-            message: match failure {
-                Failure::Cpu(_) => {
-                    format!("the code's top level {}", failure.to_string().trim_start_matches("the handler "))
-                }
-                other => other.to_string(),
-            },
-            line: None,
-            column: None,
-        })),
+        // As the worker says it of a check that fails the same way.
+        Work::Check { .. } => {
+            Reply::Checked(Err(CompileError { message: failure.to_string(), line: None, column: None }))
+        }
         _ => Reply::Ran(Run { output: Err(failure), logs: Vec::new(), duration: started.elapsed() }),
     }
 }
@@ -411,8 +418,8 @@ impl Worker {
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
-                *lock(&c.cannot_start) = Some(e.to_string());
-                c.failing.store(true, Ordering::Relaxed);
+                tracing::error!(program = %shared.command.program.display(), error = %e, "a transform worker could not be started");
+                *lock(&c.cannot_start) = Some((e.to_string(), Instant::now()));
                 return Err(e);
             }
         };
@@ -424,34 +431,39 @@ impl Worker {
         let pid = child.id();
         let mut worker = Self { child, stdin, stdout, pid, cpu: Duration::ZERO };
         // It says when it is confined and ready, with its CPU time so far.
-        let hello = if readable(&worker.stdout, WORKER_START) { worker.read(16).ok().flatten() } else { None };
-        match hello {
-            Some((cpu, rest)) if rest.is_empty() => worker.cpu = cpu,
-            _ => {
-                let why = match worker.child.try_wait() {
-                    Ok(Some(status)) if status.code() == Some(3) => "it could not confine itself".to_owned(),
-                    Ok(Some(status)) => format!("it stopped at its start ({status})"),
-                    _ => format!("it did not say it was ready within {} s", WORKER_START.as_secs()),
-                };
-                *lock(&c.cannot_start) = Some(why.clone());
-                c.failing.store(true, Ordering::Relaxed);
-                return Err(io::Error::other(why));
+        let ready = if readable(&worker.stdout, WORKER_START) { worker.answer(0).ok() } else { None };
+        let why = match ready {
+            // Its runs are bounded by its CPU time as the kernel shows it: without that, none is.
+            Some((cpu, Reply::Ready)) if worker.cpu_now().is_some() => {
+                worker.cpu = cpu;
+                None
             }
+            Some((_, Reply::Ready)) => Some(format!("the kernel does not show its CPU time (/proc/{pid}/schedstat)")),
+            _ => Some(match worker.child.try_wait() {
+                Ok(Some(status)) if status.code() == Some(3) => "it could not confine itself".to_owned(),
+                Ok(Some(status)) => format!("it stopped at its start ({status})"),
+                _ => format!("it did not say it was ready within {} s", WORKER_START.as_secs()),
+            }),
+        };
+        if let Some(why) = why {
+            tracing::error!(program = %shared.command.program.display(), reason = %why, "a transform worker could not be started");
+            *lock(&c.cannot_start) = Some((why.clone(), Instant::now()));
+            return Err(io::Error::other(why));
         }
-        c.failing.store(false, Ordering::Relaxed);
-        c.alive.fetch_add(1, Ordering::Relaxed);
+        *lock(&c.cannot_start) = None;
         lock(&c.pids).push(pid);
         Ok(worker)
     }
 
-    /// One frame of the worker's: the CPU time it reports and what follows.
-    fn read(&mut self, most: usize) -> io::Result<Option<(Duration, Vec<u8>)>> {
-        let Some(mut frame) = read_frame(&mut self.stdout, most.saturating_add(8))? else { return Ok(None) };
-        let Some(cpu) = frame.first_chunk::<8>().map(|b| Duration::from_nanos(u64::from_le_bytes(*b))) else {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "a frame without its CPU time"));
-        };
-        frame.drain(..8);
-        Ok(Some((cpu, frame)))
+    /// One answer of the worker's, of at most `most` bytes beside its fixed part: its CPU time
+    /// and what it says.
+    fn answer(&mut self, most: usize) -> Result<(Duration, Reply), Stop> {
+        match read_frame(&mut self.stdout, most.saturating_add(64)) {
+            Ok(Some(frame)) => Reply::decode(&frame).map_err(|e| Stop::Garbled(e.to_string())),
+            Ok(None) => Err(Stop::Gone),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(Stop::Garbled(e.to_string())),
+            Err(_) => Err(Stop::Gone),
+        }
     }
 
     /// Sends one request and waits for its answer, watching the worker's CPU time: on the fast
@@ -466,8 +478,12 @@ impl Worker {
         // CPU time never runs faster than the wall clock: nothing can pass the bound before
         // what is left of it has passed in wall time.
         let mut wait = bound;
+        // The run's start on the kernel's clock: what the worker last reported, but never past
+        // the kernel's first reading (a worker that lied about its clock gains at most one wait).
+        let mut start: Option<Duration> = None;
         while !readable(&self.stdout, wait) {
-            let used = self.cpu_now().ok_or(Stop::Gone)?.saturating_sub(self.cpu);
+            let now = self.cpu_now().ok_or(Stop::Gone)?;
+            let used = now.saturating_sub(*start.get_or_insert(self.cpu.min(now)));
             if used > bound {
                 return Err(Stop::Cpu(used));
             }
@@ -477,19 +493,14 @@ impl Worker {
             }
             wait = bound.saturating_sub(used).min(wall.saturating_sub(waited)).max(Duration::from_micros(200));
         }
-        let most = limits.memory.saturating_mul(2).saturating_add(1 << 20);
-        let (cpu, frame) = match self.read(most) {
-            Ok(Some(read)) => read,
-            Ok(None) => return Err(Stop::Gone),
-            Err(e) if e.kind() == io::ErrorKind::InvalidData => return Err(Stop::Garbled(e.to_string())),
-            Err(_) => return Err(Stop::Gone),
-        };
+        let (cpu, reply) = self.answer(limits.memory.saturating_mul(2).saturating_add(1 << 20))?;
         // An answer that came after the bound was passed still passed it.
-        if cpu.saturating_sub(self.cpu) > bound {
-            return Err(Stop::Cpu(cpu.saturating_sub(self.cpu)));
+        let spent = cpu.saturating_sub(start.unwrap_or(self.cpu));
+        if spent > bound {
+            return Err(Stop::Cpu(spent));
         }
         self.cpu = cpu;
-        Reply::decode(&frame).map_err(|e| Stop::Garbled(e.to_string()))
+        Ok(reply)
     }
 
     /// The worker's CPU time as the kernel counts it (its one thread's time on a CPU), or
@@ -499,19 +510,26 @@ impl Worker {
         text.split_whitespace().next()?.parse().ok().map(Duration::from_nanos)
     }
 
-    /// Ends a worker whose answer did not come, and says what happened to its run.
-    fn end(mut self, stop: Stop, limits: &Limits, c: &Counters) -> Failure {
+    /// Kills and reaps the worker, and forgets it: its CPU time when it was killed and how it
+    /// ended.
+    fn retire(mut self, c: &Counters) -> (Option<Duration>, io::Result<std::process::ExitStatus>) {
         let _ = self.child.kill();
         // Killed but not yet reaped: its CPU time can still be read, and no longer grows.
         let last = self.cpu_now();
         let status = self.child.wait();
-        c.alive.fetch_sub(1, Ordering::Relaxed);
         lock(&c.pids).retain(|p| *p != self.pid);
         self.pid = 0;
+        (last, status)
+    }
+
+    /// Ends a worker whose answer did not come, and says what happened to its run.
+    fn end(self, stop: Stop, limits: &Limits, c: &Counters) -> Failure {
+        let start = self.cpu;
+        let (last, status) = self.retire(c);
         match stop {
             Stop::Cpu(used) => {
                 // What it had spent by the time it was killed (its last tick included).
-                let spent = last.map_or(used, |now| now.saturating_sub(self.cpu)).max(used);
+                let spent = last.map_or(used, |now| now.saturating_sub(start)).max(used);
                 c.most_cpu_killed_ns.fetch_max(u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
                 c.killed_cpu.fetch_add(1, Ordering::Relaxed);
                 Failure::Cpu(limits.cpu.as_millis())
@@ -542,6 +560,7 @@ impl Worker {
     }
 }
 
+/// A worker dropped without being retired (its thread unwinding) is still killed and reaped.
 impl Drop for Worker {
     fn drop(&mut self) {
         if self.pid != 0 {

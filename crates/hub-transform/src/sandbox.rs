@@ -11,11 +11,9 @@ use std::time::{Duration, Instant};
 
 use rquickjs::context::intrinsic;
 use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Runtime, Value};
-use serde_json::Value as Json;
 
 use crate::{
-    Answer, CACHE_BYTES, Code, CompileError, Failure, Input, Limits, MAX_CODE, MAX_LOG_LINE, MAX_LOG_LINES, MAX_STACK,
-    Output, Run,
+    Answer, Code, CompileError, Failure, Input, Limits, MAX_CODE, MAX_LOG_LINE, MAX_LOG_LINES, MAX_STACK, Output, Run,
 };
 
 /// This thread's CPU time: what a run's budget is counted in (a busy machine slows a run down
@@ -29,15 +27,6 @@ pub(crate) fn thread_cpu() -> Duration {
 /// refuses), within `limits` (its top level runs once, as it would before the first event).
 pub fn check(code: &str, limits: &Limits) -> Result<(), CompileError> {
     Sandbox::new(code, limits).map(|_| ())
-}
-
-/// Runs `code`'s handler on `event` (a JSON object) within `limits`, on this thread's own cache
-/// (for tools and tests; the hub runs transforms on a [`crate::Pool`]).
-pub fn run(code: &str, event: &Json, limits: &Limits) -> Run {
-    thread_local! {
-        static KEPT: RefCell<Cache> = RefCell::new(Cache::new(CACHE_BYTES));
-    }
-    KEPT.with(|cache| cache.borrow_mut().run(&Code::new("", code), &Input::from(event), limits))
 }
 
 /// Runtimes a cache keeps, at most, whatever their size.
@@ -73,14 +62,12 @@ impl Cache {
     }
 
     /// The runtimes kept, and the bytes they held after their last run.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.kept.len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.kept.is_empty()
-    }
-
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
     }

@@ -5,6 +5,16 @@ use std::time::{Duration, Instant};
 
 use super::*;
 use crate::sandbox::Sandbox;
+use std::cell::RefCell;
+
+/// Runs `code`'s handler on `event` (a JSON object) within `limits`, on this thread's own cache
+/// (for this crate's tests; the hub runs transforms on a [`crate::Pool`]).
+fn run(code: &str, event: &Json, limits: &Limits) -> Run {
+    thread_local! {
+        static KEPT: RefCell<Cache> = RefCell::new(Cache::new(CACHE_BYTES));
+    }
+    KEPT.with(|cache| cache.borrow_mut().run(&Code::new("", code), &Input::from(event), limits))
+}
 
 fn event() -> Json {
     json!({"type": "payment.settled", "source": "//lender", "subject": "c-1", "id": "e1", "time": "2026-12-05T00:00:00Z",
@@ -50,17 +60,17 @@ fn a_handler_reshapes_the_event_or_skips_it() {
 
 #[test]
 fn logs_are_captured_and_bounded() {
-    let run = run(
+    let first = run(
         "function handler(e) { console.log('amount', e.data.amount, {a: 1}); for (let i = 0; i < 500; i++) console.log('x'.repeat(5000)); return e; }",
         &event(),
         &limits(),
     );
-    assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
-    assert_eq!(run.logs[0], r#"amount 100 {"a":1}"#);
-    assert_eq!(run.logs.len(), MAX_LOG_LINES);
-    assert!(run.logs[1].len() <= MAX_LOG_LINE + '…'.len_utf8());
+    assert!(matches!(first.output, Ok(Output::Event(_))), "{:?}", first.output);
+    assert_eq!(first.logs[0], r#"amount 100 {"a":1}"#);
+    assert_eq!(first.logs.len(), MAX_LOG_LINES);
+    assert!(first.logs[1].len() <= MAX_LOG_LINE + '…'.len_utf8());
     // Each run's lines are its own.
-    let again = super::run("function handler(e) { return e; }", &event(), &limits());
+    let again = run("function handler(e) { return e; }", &event(), &limits());
     assert!(again.logs.is_empty());
     // Run once, uncached, the same.
     let once = run_once("function handler(e) { console.log('once'); return null; }", &input(), &limits());
@@ -200,4 +210,110 @@ fn a_cache_keeps_within_its_bytes_and_never_shares_a_runtime_between_owners() {
     assert_eq!(seen(cache.run(&endless, &input(), &limits)), 1);
     assert!(matches!(cache.run(&endless, &input(), &limits).output, Err(Failure::Cpu(_))));
     assert_eq!(seen(cache.run(&endless, &input(), &limits)), 1, "a fresh runtime after the budget ran out");
+}
+
+/// The frames of a worker's are a third party's to the hub (a worker's engine may be subverted):
+/// any bytes give an answer or an error, never a panic, and what either end writes reads back
+/// as it was.
+mod wire_frames {
+    use proptest::prelude::*;
+
+    use crate::wire::{Reply, Request};
+    use crate::{Answer, CompileError, Failure, Limits, Output, Run};
+
+    fn limits() -> impl Strategy<Value = Limits> {
+        (0u64..u64::MAX / 2, any::<u32>())
+            .prop_map(|(us, memory)| Limits { cpu: std::time::Duration::from_micros(us), memory: memory as usize })
+    }
+
+    fn failure() -> impl Strategy<Value = Failure> {
+        prop_oneof![
+            ".{0,40}".prop_map(Failure::Thrown),
+            any::<u64>().prop_map(|ms| Failure::Cpu(u128::from(ms))),
+            any::<u32>().prop_map(|b| Failure::Memory(b as usize)),
+            ".{0,40}".prop_map(Failure::Invalid),
+            (".{0,40}", any::<Option<u32>>(), any::<Option<u32>>())
+                .prop_map(|(message, line, column)| Failure::Compile(CompileError { message, line, column })),
+            ".{0,40}".prop_map(Failure::Worker),
+            Just(Failure::Stopped),
+        ]
+    }
+
+    fn reply() -> impl Strategy<Value = Reply> {
+        let output = prop_oneof![
+            ".{0,60}".prop_map(|t| Ok(Output::Event(Answer::from_text(t)))),
+            Just(Ok(Output::Skip)),
+            failure().prop_map(Err),
+        ];
+        prop_oneof![
+            Just(Reply::Ready),
+            Just(Reply::NeedCode),
+            (output, proptest::collection::vec(".{0,20}", 0..crate::MAX_LOG_LINES), any::<u32>()).prop_map(
+                |(output, logs, us)| Reply::Ran(Run {
+                    output,
+                    logs,
+                    duration: std::time::Duration::from_micros(u64::from(us)),
+                })
+            ),
+            Just(Reply::Checked(Ok(()))),
+            (".{0,40}", any::<Option<u32>>(), any::<Option<u32>>())
+                .prop_map(|(message, line, column)| Reply::Checked(Err(CompileError { message, line, column }))),
+        ]
+    }
+
+    /// A frame's body (its length prefix off).
+    fn body(frame: &[u8]) -> &[u8] {
+        let len = u32::from_le_bytes(frame[..4].try_into().expect("a length")) as usize;
+        assert_eq!(len, frame.len() - 4, "the length prefix counts the body");
+        &frame[4..]
+    }
+
+    proptest! {
+        #[test]
+        fn any_bytes_are_a_message_or_an_error(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let _ = Reply::decode(&bytes);
+            let _ = Request::decode(&bytes);
+        }
+
+        /// Valid answers cut short or with bytes changed: still an answer or an error.
+        #[test]
+        fn a_changed_reply_is_an_answer_or_an_error(
+            reply in reply(),
+            cut in any::<prop::sample::Index>(),
+            changes in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..8),
+        ) {
+            let frame = reply.frame(std::time::Duration::from_nanos(7));
+            let mut bytes = body(&frame).to_vec();
+            for (at, value) in changes {
+                let i = at.index(bytes.len());
+                bytes[i] = value;
+            }
+            bytes.truncate(cut.index(bytes.len() + 1));
+            let _ = Reply::decode(&bytes);
+        }
+
+        #[test]
+        fn a_reply_reads_back_as_written(reply in reply(), cpu in any::<u32>()) {
+            let cpu = std::time::Duration::from_nanos(u64::from(cpu));
+            let frame = reply.frame(cpu);
+            prop_assert_eq!(Reply::decode(body(&frame)).expect("decodes"), (cpu, reply));
+        }
+
+        #[test]
+        fn a_request_reads_back_as_written(
+            key in any::<[u8; 32]>(),
+            code in proptest::option::of(".{0,60}"),
+            input in ".{0,60}",
+            limits in limits(),
+            kind in 0u8..3,
+        ) {
+            let request = match kind {
+                0 => Request::Run { key, code: code.as_deref(), input: &input, limits },
+                1 => Request::Once { code: code.as_deref().unwrap_or(""), input: &input, limits },
+                _ => Request::Check { code: code.as_deref().unwrap_or(""), limits },
+            };
+            let frame = request.frame();
+            prop_assert_eq!(Request::decode(body(&frame)).expect("decodes"), request);
+        }
+    }
 }

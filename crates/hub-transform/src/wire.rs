@@ -1,6 +1,8 @@
 //! What the pool and a worker say over the worker's pipes: frames of a little-endian `u32` length
 //! and that many bytes, the first of which names the message. Strings and bytes inside a frame are
-//! a `u32` length and the bytes; numbers are little-endian `u64`. Both ends bound what they read.
+//! a `u32` length and the bytes; numbers are little-endian `u64`. Every answer of a worker's starts
+//! with its CPU time (what the pool counts the next run from). Both ends bound what they read, and
+//! the pool reads a worker's frames as a third party's: any bytes give an answer or an error.
 
 use std::io::{self, Read, Write};
 use std::time::Duration;
@@ -10,20 +12,23 @@ use crate::{Answer, CompileError, Failure, Limits, Output, Run};
 /// The largest request a worker reads: the code and an event (events are bounded well below).
 pub const MAX_REQUEST: usize = 80 << 20;
 
-/// A request to a worker.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
+/// A request to a worker, borrowing what it carries (nothing is copied to send it but into its
+/// frame, nor to read it but out of its frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request<'a> {
     /// Run the code kept under `key` on `input`; `code` is sent when the worker asked for it.
-    Run { key: [u8; 32], code: Option<String>, input: String, limits: Limits },
+    Run { key: [u8; 32], code: Option<&'a str>, input: &'a str, limits: Limits },
     /// Run `code` once on `input` in a runtime kept by nothing.
-    Once { code: String, input: String, limits: Limits },
+    Once { code: &'a str, input: &'a str, limits: Limits },
     /// Compile `code` and run its top level, as before a first event.
-    Check { code: String, limits: Limits },
+    Check { code: &'a str, limits: Limits },
 }
 
 /// A worker's answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
+    /// A new worker is confined and reads requests (its first frame).
+    Ready,
     /// The code of a `Run` is not kept here: send it again with its code.
     NeedCode,
     /// What the run gave.
@@ -35,21 +40,18 @@ pub enum Reply {
 const RUN: u8 = b'R';
 const ONCE: u8 = b'O';
 const CHECK: u8 = b'C';
+const READY: u8 = b'Y';
 const NEED_CODE: u8 = b'N';
 const RAN: u8 = b'A';
 const CHECKED: u8 = b'K';
 
-/// Writes one frame.
-pub fn write_frame(out: &mut impl Write, body: &[u8]) -> io::Result<()> {
-    let len = u32::try_from(body.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
-    let mut frame = Vec::with_capacity(4 + body.len());
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(body);
-    out.write_all(&frame)?;
+/// Writes one whole frame (as [`Request::frame`] and [`Reply::frame`] make them).
+pub fn write_frame(out: &mut impl Write, frame: &[u8]) -> io::Result<()> {
+    out.write_all(frame)?;
     out.flush()
 }
 
-/// Reads one frame of at most `max` bytes; `None` at the end of the stream before a frame.
+/// Reads one frame's body of at most `max` bytes; `None` at the end of the stream before a frame.
 pub fn read_frame(input: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8>>> {
     let mut len = [0u8; 4];
     match input.read_exact(&mut len) {
@@ -66,10 +68,21 @@ pub fn read_frame(input: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8
     Ok(Some(body))
 }
 
-#[derive(Default)]
+/// A frame being written: its length is filled in when it is done.
 struct Out(Vec<u8>);
 
 impl Out {
+    fn new() -> Self {
+        Self(vec![0; 4])
+    }
+    /// The whole frame, its length first.
+    fn finish(mut self) -> Vec<u8> {
+        // Frames are bounded well below 4 GiB (a request by MAX_REQUEST, an answer by the
+        // run's memory limit).
+        let len = u32::try_from(self.0.len() - 4).unwrap_or(u32::MAX);
+        self.0[..4].copy_from_slice(&len.to_le_bytes());
+        self.0
+    }
     fn u8(&mut self, v: u8) -> &mut Self {
         self.0.push(v);
         self
@@ -120,8 +133,11 @@ impl<'a> In<'a> {
         self.0 = rest;
         Ok(v)
     }
+    fn str(&mut self) -> io::Result<&'a str> {
+        std::str::from_utf8(self.bytes()?).map_err(|_| malformed("text that is not UTF-8"))
+    }
     fn string(&mut self) -> io::Result<String> {
-        String::from_utf8(self.bytes()?.to_vec()).map_err(|_| malformed("text that is not UTF-8"))
+        self.str().map(str::to_owned)
     }
     fn limits(&mut self) -> io::Result<Limits> {
         let cpu = Duration::from_micros(self.u64()?);
@@ -136,43 +152,45 @@ impl<'a> In<'a> {
     }
 }
 
-impl Request {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut o = Out::default();
-        match self {
+impl<'a> Request<'a> {
+    /// The request as a whole frame.
+    pub fn frame(&self) -> Vec<u8> {
+        let mut o = Out::new();
+        match *self {
             Self::Run { key, code, input, limits } => {
-                o.u8(RUN).bytes(key).limits(limits).bytes(input.as_bytes());
+                o.u8(RUN).bytes(&key).limits(&limits).bytes(input.as_bytes());
                 if let Some(code) = code {
                     o.bytes(code.as_bytes());
                 }
             }
             Self::Once { code, input, limits } => {
-                o.u8(ONCE).limits(limits).bytes(code.as_bytes()).bytes(input.as_bytes());
+                o.u8(ONCE).limits(&limits).bytes(code.as_bytes()).bytes(input.as_bytes());
             }
             Self::Check { code, limits } => {
-                o.u8(CHECK).limits(limits).bytes(code.as_bytes());
+                o.u8(CHECK).limits(&limits).bytes(code.as_bytes());
             }
         }
-        o.0
+        o.finish()
     }
 
-    pub fn decode(frame: &[u8]) -> io::Result<Self> {
-        let mut i = In(frame);
+    /// A request from a frame's body.
+    pub fn decode(body: &'a [u8]) -> io::Result<Self> {
+        let mut i = In(body);
         let request = match i.u8()? {
             RUN => {
                 let key: [u8; 32] = i.bytes()?.try_into().map_err(|_| malformed("a key not of 32 bytes"))?;
                 let limits = i.limits()?;
-                let input = i.string()?;
-                let code = if i.0.is_empty() { None } else { Some(i.string()?) };
+                let input = i.str()?;
+                let code = if i.0.is_empty() { None } else { Some(i.str()?) };
                 Self::Run { key, code, input, limits }
             }
             ONCE => {
                 let limits = i.limits()?;
-                Self::Once { code: i.string()?, input: i.string()?, limits }
+                Self::Once { code: i.str()?, input: i.str()?, limits }
             }
             CHECK => {
                 let limits = i.limits()?;
-                Self::Check { code: i.string()?, limits }
+                Self::Check { code: i.str()?, limits }
             }
             other => return Err(malformed(&format!("unknown request {other}"))),
         };
@@ -192,9 +210,14 @@ const WORKER: u8 = 7;
 const STOPPED: u8 = 8;
 
 impl Reply {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut o = Out::default();
+    /// The answer as a whole frame, with the worker's CPU time so far.
+    pub fn frame(&self, cpu: Duration) -> Vec<u8> {
+        let mut o = Out::new();
+        o.u64(u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX));
         match self {
+            Self::Ready => {
+                o.u8(READY);
+            }
             Self::NeedCode => {
                 o.u8(NEED_CODE);
             }
@@ -222,12 +245,15 @@ impl Reply {
                 };
             }
         }
-        o.0
+        o.finish()
     }
 
-    pub fn decode(frame: &[u8]) -> io::Result<Self> {
-        let mut i = In(frame);
+    /// The worker's CPU time and its answer, from a frame's body.
+    pub fn decode(body: &[u8]) -> io::Result<(Duration, Self)> {
+        let mut i = In(body);
+        let cpu = Duration::from_nanos(i.u64()?);
         let reply = match i.u8()? {
+            READY => Self::Ready,
             NEED_CODE => Self::NeedCode,
             RAN => {
                 let duration = Duration::from_micros(i.u64()?);
@@ -250,7 +276,7 @@ impl Reply {
             other => return Err(malformed(&format!("unknown reply {other}"))),
         };
         i.end()?;
-        Ok(reply)
+        Ok((cpu, reply))
     }
 }
 

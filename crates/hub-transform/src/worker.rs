@@ -3,12 +3,15 @@
 //! ([`crate::wire`]) until the input ends. The pool that started it holds its CPU time.
 
 use std::collections::BTreeMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::AsFd;
 
 use crate::sandbox::{Cache, check, run_once, thread_cpu};
 use crate::wire::{MAX_REQUEST, Reply, Request, read_frame, write_frame};
 use crate::{Code, Input};
+
+/// The argument that puts the hub's executable in worker mode.
+pub const COMMAND: &str = "transform-worker";
 
 /// What a worker is started with (its command line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +50,18 @@ impl Settings {
     }
 }
 
+/// The worker's entry point, from the arguments after `transform-worker` (the hub's executable
+/// and this crate's test worker both start here): a bad argument is named, exit status 2.
+pub fn main(args: impl IntoIterator<Item = String>) -> std::process::ExitCode {
+    match Settings::from_args(args) {
+        Ok(settings) => serve(settings),
+        Err(e) => {
+            let _ = writeln!(io::stderr(), "error: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
 /// Serves requests until standard input ends; the exit status says why it stopped.
 pub fn serve(settings: Settings) -> std::process::ExitCode {
     if let Err(e) = confine(&settings) {
@@ -54,64 +69,39 @@ pub fn serve(settings: Settings) -> std::process::ExitCode {
         let _ = writeln!(io::stderr(), "transform worker: cannot confine itself: {e}");
         return std::process::ExitCode::from(3);
     }
-    let mut input = Pipe(io::stdin());
+    let mut input = io::stdin().lock();
     let mut output = PipeOut(io::stdout());
     let mut cache = Cache::new(settings.cache_bytes);
-    // Ready: its CPU time so far, with which the pool starts counting.
-    if write_frame(&mut output, &with_cpu(&[])).is_err() {
-        return std::process::ExitCode::from(5);
-    }
+    let mut reply = Reply::Ready;
     loop {
+        // Each answer carries the worker's CPU time, which the pool counts the next run from.
+        if write_frame(&mut output, &reply.frame(thread_cpu())).is_err() {
+            return std::process::ExitCode::from(5);
+        }
         let frame = match read_frame(&mut input, MAX_REQUEST) {
             Ok(Some(frame)) => frame,
             Ok(None) => return std::process::ExitCode::SUCCESS,
             Err(_) => return std::process::ExitCode::from(4),
         };
-        let reply = match Request::decode(&frame) {
+        reply = match Request::decode(&frame) {
             Ok(request) => answer(&mut cache, request),
             Err(_) => return std::process::ExitCode::from(4),
         };
-        if write_frame(&mut output, &with_cpu(&reply.encode())).is_err() {
-            return std::process::ExitCode::from(5);
-        }
     }
 }
 
-/// A frame's body: the worker's CPU time (nanoseconds, what the pool counts the next run from),
-/// then `body`.
-fn with_cpu(body: &[u8]) -> Vec<u8> {
-    let cpu = u64::try_from(thread_cpu().as_nanos()).unwrap_or(u64::MAX);
-    let mut frame = Vec::with_capacity(8 + body.len());
-    frame.extend_from_slice(&cpu.to_le_bytes());
-    frame.extend_from_slice(body);
-    frame
-}
-
-fn answer(cache: &mut Cache, request: Request) -> Reply {
+fn answer(cache: &mut Cache, request: Request<'_>) -> Reply {
     match request {
         Request::Run { key, code, input, limits } => {
-            let Some(code) = code.map(|text| Code::with_key(key, &text)).or_else(|| cache.code(&key)) else {
+            let Some(code) = code.map(|text| Code::with_key(key, text)).or_else(|| cache.code(&key)) else {
                 return Reply::NeedCode;
             };
-            Reply::Ran(cache.run(&code, &Input::from_text(input), &limits))
+            Reply::Ran(cache.run(&code, &Input::from_text(input.to_owned()), &limits))
         }
-        Request::Once { code, input, limits } => Reply::Ran(run_once(&code, &Input::from_text(input), &limits)),
-        Request::Check { code, limits } => Reply::Checked(check(&code, &limits)),
-    }
-}
-
-/// Standard input read straight from its descriptor (no buffer of the standard library's that a
-/// frame could be split across).
-struct Pipe(io::Stdin);
-
-impl Read for Pipe {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            match rustix::io::read(self.0.as_fd(), &mut *buf) {
-                Err(rustix::io::Errno::INTR) => continue,
-                other => return other.map_err(io::Error::from),
-            }
+        Request::Once { code, input, limits } => {
+            Reply::Ran(run_once(code, &Input::from_text(input.to_owned()), &limits))
         }
+        Request::Check { code, limits } => Reply::Checked(check(code, &limits)),
     }
 }
 

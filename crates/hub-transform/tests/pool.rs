@@ -327,3 +327,22 @@ fn a_busy_machine_never_refuses_code_within_its_cpu_budget() {
     }
     assert!(refused.is_empty(), "refused under a busy CPU: {refused:?}");
 }
+
+/// A worker that cannot be started fails its run with why, and the pool says so (what `/readyz`
+/// and `streaming_hub_transform_workers_unavailable` read); one that starts clears it.
+#[test]
+fn a_worker_that_cannot_start_is_named_and_reported() {
+    let missing = WorkerCommand { program: "/nonexistent/streaming-hub".into(), args: Vec::new() };
+    let quits = WorkerCommand { program: "/bin/false".into(), args: Vec::new() };
+    for (command, says) in [(missing, "could not be started"), (quits, "stopped at its start")] {
+        let pool = Pool::new(command, 1, limits(), CACHE_BYTES).expect("pool");
+        let run = runtime().block_on(pool.run("a", Code::new("a/1", "function handler(e) { return e; }"), input()));
+        assert!(matches!(run.output, Err(Failure::Worker(ref m)) if m.contains(says)), "{:?}", run.output);
+        let health = pool.health();
+        assert!(health.cannot_start.is_some() && health.alive == 0, "{health:?}");
+    }
+    let pool = pool(1, limits());
+    let run = runtime().block_on(pool.run("a", Code::new("a/1", "function handler(e) { return e; }"), input()));
+    assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
+    assert_eq!(pool.health().cannot_start, None);
+}

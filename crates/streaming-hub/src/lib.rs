@@ -452,9 +452,7 @@ pub async fn start_with_clock(
 /// executable unless `STREAMING_HUB_TRANSFORM_WORKER` names another), count and limits.
 fn transform_pool(config: &Config) -> anyhow::Result<hub_transform::Pool> {
     let command = match &config.transform_worker {
-        Some(program) => {
-            hub_transform::WorkerCommand { program: program.clone(), args: vec!["transform-worker".into()] }
-        }
+        Some(program) => hub_transform::WorkerCommand::of(program.clone()),
         None => hub_transform::WorkerCommand::this_executable().context("cannot find this hub's executable")?,
     };
     hub_transform::Pool::new(

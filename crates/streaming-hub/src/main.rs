@@ -48,17 +48,6 @@ enum Command {
         #[command(subcommand)]
         command: ApiKeyCommand,
     },
-    /// Run tenants' transforms for the hub that started this process, over its standard input
-    /// and output (the hub starts these itself; docs/TRANSFORMS.md).
-    #[command(hide = true)]
-    TransformWorker {
-        #[arg(long)]
-        cache_bytes: usize,
-        #[arg(long)]
-        data_limit: u64,
-        #[arg(long)]
-        parent: u32,
-    },
 }
 
 #[derive(Subcommand)]
@@ -82,11 +71,14 @@ enum ApiKeyCommand {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    // A transform worker confines itself and reads nothing of the hub's configuration.
-    if let Command::TransformWorker { cache_bytes, data_limit, parent } = cli.command {
-        return hub_transform::worker::serve(hub_transform::worker::Settings { cache_bytes, data_limit, parent });
+    // `transform-worker`: a process the hub starts to run tenants' transforms over its standard
+    // input and output (docs/TRANSFORMS.md). It confines itself and reads nothing of the hub's
+    // configuration, so it is told apart before anything else is parsed.
+    let mut args = std::env::args().skip(1);
+    if args.next().as_deref() == Some(hub_transform::worker::COMMAND) {
+        return hub_transform::worker::main(args);
     }
+    let cli = Cli::parse();
     if matches!(cli.command, Command::Openapi) {
         let doc = api::openapi_json();
         println!("{}", serde_json::to_string_pretty(&doc).expect("the document serialises"));
@@ -159,7 +151,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => serve(config).await,
         Command::Demo => streaming_hub::demo::run().await,
-        Command::CheckConfig | Command::Openapi | Command::TransformWorker { .. } => Ok(()),
+        Command::CheckConfig | Command::Openapi => Ok(()),
         Command::Migrate => {
             // Opening with `migrate` applies what is pending and logs which migrations those were.
             let store = streaming_hub::open_store(&config, true).await?;

@@ -48,8 +48,8 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     if state.draining.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, Status::of("draining"));
     }
-    // Transforms cannot run at all: no worker process can be started (the reason is logged
-    // with each failed start and counted in the metrics).
+    // Transforms cannot run at all: no worker process could be started in the last minute (the
+    // reason is logged with each failed start).
     if state.transforms.health().cannot_start.is_some() {
         return (StatusCode::SERVICE_UNAVAILABLE, Status::of("transform workers cannot be started"));
     }
