@@ -41,7 +41,6 @@ impl Dispatcher {
         recorder: mpsc::Sender<AttemptResult>,
         finished: mpsc::UnboundedSender<String>,
     ) {
-        let dest = sub.key.clone();
         let Work { job, event, .. } = work;
         let attempt = (job.attempts + 1).max(1) as u32;
         let span = tracing::info_span!(
@@ -75,7 +74,7 @@ impl Dispatcher {
         let mut flying =
             Flying { dispatcher: &self, job: &job, sub: &sub, finished: &finished, felt: None, recorded: false };
         let (recorded, felt) =
-            self.attempt_in_span(&job, &sub, event.as_deref(), &dest, attempt, &traced).instrument(span).await;
+            self.attempt_in_span(&job, &sub, event.as_deref(), &sub.key, attempt, &traced).instrument(span).await;
         drop(traced);
         flying.felt = felt;
         flying.recorded = recorded.is_some();
