@@ -83,17 +83,27 @@ impl NatsSink {
         }
     }
 
-    /// A new connection to the first server that takes it.
-    async fn open(&self, target: &NatsTarget) -> Result<Conn, Failure> {
+    /// A new connection to the first server that takes it, by `deadline`. Each server gets an
+    /// equal share of the time left when its turn comes, so one that accepts and never greets (or
+    /// whose name takes long to resolve) cannot keep a healthy server after it from being tried.
+    async fn open(&self, target: &NatsTarget, deadline: Instant) -> Result<Conn, Failure> {
         let mut last = None;
-        for server in &target.servers {
-            match Conn::open(server, &target.login, self.allow_private, target.jetstream, target.timeout).await {
-                Ok(conn) => return Ok(conn),
+        let count = target.servers.len();
+        for (i, server) in target.servers.iter().enumerate() {
+            let share = share_of(deadline.saturating_duration_since(Instant::now()), count - i);
+            let opened = Conn::open(server, &target.login, self.allow_private, target.jetstream, share);
+            match tokio::time::timeout(share, opened).await {
+                Ok(Ok(conn)) => return Ok(conn),
                 // A refused login or a forbidden address is the same on every server.
-                Err(f) if matches!(f.kind, FailureKind::Unauthorized | FailureKind::Forbidden) || !f.retryable => {
+                Ok(Err(f)) if matches!(f.kind, FailureKind::Unauthorized | FailureKind::Forbidden) || !f.retryable => {
                     return Err(f);
                 }
-                Err(f) => last = Some(f),
+                Ok(Err(f)) => last = Some(f),
+                Err(_) => {
+                    let (host, port) = (&server.host, server.port);
+                    let reason = format!("{host}:{port} did not complete the login within {} ms", share.as_millis());
+                    last = Some(failure(true, FailureKind::Timeout, reason));
+                }
             }
         }
         Err(last.unwrap_or_else(|| failure(false, FailureKind::Refused, "the destination lists no server")))
@@ -103,7 +113,8 @@ impl NatsSink {
     /// sixteen servers, logging in, a kept connection replaced): an attempt never outlives the cap
     /// it was given.
     async fn publish(&self, target: &NatsTarget, headers: &[(String, String)], payload: &[u8]) -> Result<Published, Failure> {
-        tokio::time::timeout(target.timeout, self.publish_once(target, headers, payload)).await.map_err(|_| {
+        let deadline = Instant::now() + target.timeout;
+        tokio::time::timeout(target.timeout, self.publish_once(target, headers, payload, deadline)).await.map_err(|_| {
             failure(
                 true,
                 FailureKind::Timeout,
@@ -119,14 +130,15 @@ impl NatsSink {
         target: &NatsTarget,
         headers: &[(String, String)],
         payload: &[u8],
+        deadline: Instant,
     ) -> Result<Published, Failure> {
         let (mut conn, kept) = match self.take(target.pool) {
             Some(conn) => (conn, true),
-            None => (self.open(target).await?, false),
+            None => (self.open(target, deadline).await?, false),
         };
         let mut result = self.publish_on(&mut conn, target, headers, payload).await;
         if kept && matches!(&result, Err(f) if f.kind == FailureKind::Unreachable) {
-            conn = self.open(target).await?;
+            conn = self.open(target, deadline).await?;
             result = self.publish_on(&mut conn, target, headers, payload).await;
         }
         // A connection stays usable after the stream refused a message, not after a broken read.
@@ -153,6 +165,11 @@ impl NatsSink {
                 )
             })?
     }
+}
+
+/// One server's share of `left` when `servers` (at least one) are still to be tried.
+fn share_of(left: Duration, servers: usize) -> Duration {
+    left / u32::try_from(servers.max(1)).unwrap_or(u32::MAX)
 }
 
 /// The headers of a message: its attributes, its content type and `Nats-Msg-Id`.

@@ -258,3 +258,18 @@ async fn an_attempt_ends_within_its_cap_whatever_the_servers_listed() {
     // Four servers each given the whole cap would take 3.2 s.
     assert!(started.elapsed() < cap * 2, "the attempt took {:?} with a cap of {cap:?}", started.elapsed());
 }
+
+/// A first server that takes the connection and never greets holds only its share of the cap:
+/// the healthy server listed after it is reached, and the message delivered.
+#[tokio::test]
+async fn a_silent_first_server_leaves_time_for_a_healthy_one() {
+    let world = World::new().await;
+    let sink = NatsSink::new(true);
+    let silent = crate::receiver::silent_addr().await;
+    let servers = format!("nats://{silent},{}", world.server.url());
+    let t = target(&sink, &servers, &world.subject(), true, world.login(), Duration::from_secs(4));
+    let ext = BTreeMap::new();
+    let outcome = sink.attempt(&t, &message(b"{}", &ext, Uuid::now_v7())).await;
+    assert!(outcome.is_delivered(), "{outcome:?}");
+    assert_eq!(world.stored(1).await.len(), 1);
+}
