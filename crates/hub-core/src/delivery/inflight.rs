@@ -265,8 +265,9 @@ pub struct Pace {
 impl Pace {
     /// Takes a start at `rate` per second, now; `Err(when)` when none may start before `when`.
     pub fn take(&mut self, rate: f64, now: Instant) -> Result<(), Instant> {
-        let rate = rate.clamp(Limits::MIN_PER_SECOND, Limits::MAX_PER_SECOND);
-        let interval = Duration::from_secs_f64(1.0 / rate);
+        // Not a positive number (NaN included): the slowest pace, never the fastest.
+        let rate = if rate > 0.0 { rate.min(Limits::MAX_PER_SECOND) } else { 0.0 };
+        let interval = interval_of(rate);
         // A hundredth of a second's worth may start at once (at least one): a fast rate needs
         // no timer finer than the runtime's.
         let burst = (rate / 100.0).floor().max(1.0);
@@ -277,7 +278,7 @@ impl Pace {
         {
             return Err(earliest);
         }
-        self.next = Some(next + interval);
+        self.next = Some(next.checked_add(interval).unwrap_or(next));
         Ok(())
     }
 
@@ -286,6 +287,15 @@ impl Pace {
     pub fn holds_after(&self, now: Instant) -> bool {
         self.next.is_some_and(|next| next > now)
     }
+}
+
+/// The longest wait between two starts: a rate slower than one per century (or none that can be
+/// read as a positive number) is held to one per century, longer than any event is kept.
+pub const LONGEST_INTERVAL: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The time between two starts at `rate` per second, however small the rate (never a panic).
+fn interval_of(rate: f64) -> Duration {
+    Duration::try_from_secs_f64(1.0 / rate).map_or(LONGEST_INTERVAL, |d| d.min(LONGEST_INTERVAL))
 }
 
 /// Whether a tenant holding `held` slots may start one more, in a replica of `max` slots with

@@ -49,6 +49,27 @@ fn the_lower_of_own_and_declared_rate_applies() {
     assert_eq!(parse_allowed_rate(&"9".repeat(40)), None);
 }
 
+/// A declared rate below the slowest a subscription may set is honoured as declared, not raised:
+/// 0.06 a minute is one start per 1 000 s.
+#[test]
+fn any_positive_declared_rate_is_honoured_exactly() {
+    let rate = Limits::default().rate(parse_allowed_rate("0.06")).expect("a rate");
+    assert!((rate - 0.001).abs() < 1e-12, "{rate}");
+    let t0 = Instant::now();
+    let mut pace = Pace::default();
+    assert!(pace.take(rate, t0).is_ok());
+    let when = pace.take(rate, t0 + Duration::from_secs(215)).expect_err("too soon");
+    assert!(when >= t0 + Duration::from_secs(999), "{:?}", when - t0);
+    assert!(pace.take(rate, when).is_ok());
+    // Rates no number can turn into an interval hold starts a century apart, never panic.
+    for rate in [f64::MIN_POSITIVE, 1e-300, 0.0, -1.0, f64::NAN] {
+        let mut pace = Pace::default();
+        assert!(pace.take(rate, t0).is_ok());
+        let when = pace.take(rate, t0).expect_err("held");
+        assert_eq!(when - t0, LONGEST_INTERVAL, "{rate}");
+    }
+}
+
 #[test]
 fn slow_start_doubles_per_round_trip_while_steady_and_used() {
     let now = Instant::now();
@@ -190,7 +211,7 @@ proptest! {
     /// window than the rate allows plus its burst.
     #[test]
     fn a_pace_is_never_faster_than_its_rate(
-        rate in prop_oneof![0.01f64..5.0, 5.0f64..500.0, 500.0f64..10_000.0],
+        rate in prop_oneof![1e-9f64..0.01, 0.01f64..5.0, 5.0f64..500.0, 500.0f64..10_000.0],
         gaps in proptest::collection::vec(0u64..50_000, 1..400),
     ) {
         let t0 = Instant::now();
