@@ -205,9 +205,9 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(Webh
             let tls = Fields { map };
             within("tls", tls.only(&["ca_pem"]))?;
             let pem = within("tls", tls.lines("ca_pem", MAX_PEM))?;
-            match reqwest::Certificate::from_pem_bundle(pem.as_bytes()) {
-                Ok(certs) if !certs.is_empty() && pem.contains("-----BEGIN CERTIFICATE-----") => {}
-                _ => return Err(Invalid::new("sink.tls.ca_pem", "must hold one or more PEM certificates")),
+            certificates("sink.tls.ca_pem", pem)?;
+            if super::auth::client(allow_private, Some(pem), None).is_err() {
+                return Err(Invalid::new("sink.tls.ca_pem", "cannot be trusted as a certificate authority"));
             }
             Some(TlsConfig { ca_pem: pem.to_owned() })
         }
@@ -223,6 +223,45 @@ pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(Webh
         Some(_) => return Err(Invalid::new("sink.auth", "must be an object")),
     };
     Ok((WebhookConfig { url: url.into(), headers, timeout_ms, signature, auth, tls }, credentials))
+}
+
+/// Checks a public PEM field: one or more X.509 certificates and nothing else. A private key
+/// pasted beside them (a combined `client.pem`) would be stored in clear and answered on every
+/// read, so any other block is refused, and the error never repeats what the field holds.
+fn certificates(field: &str, pem: &str) -> Result<(), Invalid> {
+    let refuse = |why: &str| Err(Invalid::new(field, why));
+    let mut begun = 0usize;
+    for line in pem.lines().map(str::trim) {
+        if line.starts_with("-----BEGIN") {
+            if line != "-----BEGIN CERTIFICATE-----" {
+                return refuse(
+                    "must hold only PEM certificates: a block other than CERTIFICATE (a private key goes in \
+                     sink.auth.private_key_pem, which is kept sealed) is not accepted here",
+                );
+            }
+            begun += 1;
+        }
+    }
+    let mut reader = pem.as_bytes();
+    let mut read = 0usize;
+    let mut anchors = rustls::RootCertStore::empty();
+    loop {
+        match rustls::pki_types::pem::from_buf(&mut reader) {
+            Ok(None) => break,
+            Ok(Some((rustls::pki_types::pem::SectionKind::Certificate, der))) => {
+                if anchors.add(rustls::pki_types::CertificateDer::from(der)).is_err() {
+                    return refuse("holds a PEM block that is not an X.509 certificate");
+                }
+                read += 1;
+            }
+            Ok(Some(_)) => return refuse("must hold only PEM certificates"),
+            Err(_) => return refuse("is not readable PEM"),
+        }
+    }
+    if read == 0 || read != begun {
+        return refuse("must hold one or more PEM certificates");
+    }
+    Ok(())
 }
 
 /// The longest PEM text taken (a certificate chain or a key).
@@ -266,11 +305,7 @@ fn auth(fields: &Fields<'_>, schemes: &[&str], allow_private: bool) -> Result<(A
         "mtls" => {
             within("auth", fields.only(&["certificate_pem", "private_key_pem"]))?;
             let certificate = within("auth", fields.lines("certificate_pem", MAX_PEM))?;
-            if !certificate.contains("-----BEGIN CERTIFICATE-----")
-                || reqwest::Certificate::from_pem_bundle(certificate.as_bytes()).map_or(true, |c| c.is_empty())
-            {
-                return Err(Invalid::new("sink.auth.certificate_pem", "must hold a PEM certificate (and its chain)"));
-            }
+            certificates("sink.auth.certificate_pem", certificate)?;
             let key = within("auth", fields.lines("private_key_pem", MAX_PEM))?;
             if !key.contains("PRIVATE KEY-----") || super::auth::identity(certificate, key).is_err() {
                 return Err(Invalid::new(

@@ -67,6 +67,7 @@ pub enum WebhookAuth {
     /// or SEC1), both PEM.
     #[schema(example = json!({"type": "mtls", "certificate_pem": "-----BEGIN CERTIFICATE-----\n…\n-----END CERTIFICATE-----\n", "private_key_pem": "-----BEGIN PRIVATE KEY-----\n…\n-----END PRIVATE KEY-----\n"}))]
     Mtls {
+        /// Only `CERTIFICATE` blocks: the key goes in `private_key_pem`, which is kept sealed.
         #[schema(content_media_type = "application/x-pem-file")]
         certificate_pem: String,
         /// Required in a request; never in an answer.
@@ -78,7 +79,8 @@ pub enum WebhookAuth {
 /// A webhook's TLS trust.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct WebhookTls {
-    /// PEM certificates of a private CA, trusted beside the system's roots.
+    /// PEM certificates of a private CA, trusted beside the system's roots. Only `CERTIFICATE`
+    /// blocks, each an X.509 certificate: any other block (a private key) is refused.
     #[schema(content_media_type = "application/x-pem-file")]
     pub ca_pem: String,
 }

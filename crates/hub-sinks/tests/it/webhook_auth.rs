@@ -270,4 +270,40 @@ fn a_client_key_or_ca_that_cannot_be_used_is_refused_at_validation_naming_its_fi
         parse(json!({"type": "mtls", "certificate_pem": "x", "private_key_pem": pki.client_key_pem}), json!(null))
             .expect_err("bad certificate");
     assert!(err.starts_with("sink.auth.certificate_pem:"), "{err}");
+
+    // A combined `client.pem` (the certificate and its key) in a public field is refused, and the
+    // key never appears in the error.
+    let combined = format!("{}\n{}", pki.client_pem.trim(), pki.client_key_pem.trim());
+    let key_line = pki.client_key_pem.lines().nth(1).expect("a key body line");
+    let err = parse(
+        mtls(&pki.client_key_pem),
+        json!({"ca_pem": format!("{}\n{}", pki.ca_pem.trim(), pki.client_key_pem.trim())}),
+    )
+    .expect_err("a key beside the CA");
+    assert!(err.starts_with("sink.tls.ca_pem:") && !err.contains(key_line), "{err}");
+    let err =
+        parse(json!({"type": "mtls", "certificate_pem": combined, "private_key_pem": pki.client_key_pem}), json!(null))
+            .expect_err("a key beside the certificate");
+    assert!(err.starts_with("sink.auth.certificate_pem:") && !err.contains(key_line), "{err}");
+    // Any other block, encrypted keys and unknown labels included.
+    for label in ["ENCRYPTED PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY", "PUBLIC KEY", "X"] {
+        let block = format!("{}\n-----BEGIN {label}-----\nAAAA\n-----END {label}-----\n", pki.ca_pem.trim());
+        let err = parse(json!(null), json!({"ca_pem": block})).expect_err(label);
+        assert!(err.starts_with("sink.tls.ca_pem:"), "{label}: {err}");
+    }
+    // PEM armour around what is not a certificate is refused at create, naming the field.
+    for junk in ["AA==", "MIIBAAAA", "aGVsbG8gd29ybGQ="] {
+        let armoured = format!("-----BEGIN CERTIFICATE-----\n{junk}\n-----END CERTIFICATE-----\n");
+        let err = parse(json!(null), json!({"ca_pem": armoured})).expect_err(junk);
+        assert!(err.starts_with("sink.tls.ca_pem:"), "{junk}: {err}");
+        let err = parse(
+            json!({"type": "mtls", "certificate_pem": armoured, "private_key_pem": pki.client_key_pem}),
+            json!(null),
+        )
+        .expect_err(junk);
+        assert!(err.starts_with("sink.auth.certificate_pem:"), "{junk}: {err}");
+        // A good certificate followed by a junk one is refused too.
+        let err = parse(json!(null), json!({"ca_pem": format!("{}\n{armoured}", pki.ca_pem.trim())})).expect_err(junk);
+        assert!(err.starts_with("sink.tls.ca_pem:"), "{junk}: {err}");
+    }
 }
