@@ -128,6 +128,17 @@ pub struct KafkaConfig {
     pub outage_log_interval: Duration,
 }
 
+/// How erasures read the inbox, and which need their count confirmed.
+#[derive(Debug, Clone, Copy)]
+pub struct ErasureSettings {
+    /// Inbox events an erasure reads and judges a page (`STREAMING_HUB_ERASURE_PAGE`; each
+    /// page's matches written in one transaction).
+    pub page: u32,
+    /// An erasure selecting more events than this runs only with its count confirmed
+    /// (`STREAMING_HUB_ERASURE_MAX_UNCONFIRMED`).
+    pub max_unconfirmed: u64,
+}
+
 /// What one tenant may use.
 #[derive(Debug, Clone, Copy)]
 pub struct Quotas {
@@ -237,9 +248,8 @@ pub struct Config {
     /// The program run as a transform worker (`STREAMING_HUB_TRANSFORM_WORKER`; default: this
     /// hub's own executable, in its `transform-worker` mode).
     pub transform_worker: Option<std::path::PathBuf>,
-    /// Inbox events an erasure reads and judges a page (each page's matches written in one
-    /// transaction).
-    pub erasure_page: u32,
+    /// How erasures read the inbox and which need their count confirmed.
+    pub erasure: ErasureSettings,
     pub kek_ref: Option<String>,
     pub dev_kek: Option<Secret>,
     pub shutdown_timeout: Duration,
@@ -524,10 +534,18 @@ impl Config {
                 64,
             ),
             transform_worker: r.text("STREAMING_HUB_TRANSFORM_WORKER").map(std::path::PathBuf::from),
-            erasure_page: r.parse("STREAMING_HUB_ERASURE_PAGE", 2_000, |raw| match raw.parse::<u32>() {
-                Ok(n) if (1..=10_000).contains(&n) => Ok(n),
-                _ => Err(format!("must be a whole number from 1 to 10000 (got {})", quoted(raw))),
-            }),
+            erasure: ErasureSettings {
+                page: r.parse("STREAMING_HUB_ERASURE_PAGE", 2_000, |raw| match raw.parse::<u32>() {
+                    Ok(n) if (1..=10_000).contains(&n) => Ok(n),
+                    _ => Err(format!("must be a whole number from 1 to 10000 (got {})", quoted(raw))),
+                }),
+                max_unconfirmed: r.parse("STREAMING_HUB_ERASURE_MAX_UNCONFIRMED", 1_000, |raw| {
+                    match raw.parse::<u64>() {
+                        Ok(n) if n <= 1_000_000_000 => Ok(n),
+                        _ => Err(format!("must be a whole number from 0 to 1000000000 (got {})", quoted(raw))),
+                    }
+                }),
+            },
             kek_ref: r.text("STREAMING_HUB_KEK_REF"),
             dev_kek: r.text("STREAMING_HUB_DEV_KEK").map(Secret),
             shutdown_timeout: r.duration("STREAMING_HUB_SHUTDOWN_TIMEOUT", "30s"),

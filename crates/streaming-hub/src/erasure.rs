@@ -155,6 +155,44 @@ pub async fn run(
     }
 }
 
+/// What a match selects now: of the tenant's inbox events not yet erased, how many it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Selection {
+    pub matched: u64,
+    pub events: u64,
+}
+
+impl Selection {
+    /// Whether an erasure of this selection runs only with its count confirmed: it takes every
+    /// event the tenant has, or more than `max_unconfirmed`.
+    pub fn needs_confirmation(self, max_unconfirmed: u64) -> bool {
+        self.matched > 0 && (self.matched == self.events || self.matched > max_unconfirmed)
+    }
+}
+
+/// Counts what `matcher` selects in a tenant's inbox now, a page at a time as the runner reads
+/// it (judged off the async threads), erasing nothing.
+pub async fn select(store: &dyn Store, tenant: &str, matcher: Arc<Match>, page: u32) -> anyhow::Result<Selection> {
+    let without_payload = !matches!(*matcher, Match::Data(_));
+    let mut after = 0;
+    let mut selection = Selection { matched: 0, events: 0 };
+    loop {
+        let query = EventQuery { after, limit: page, without_payload, ..EventQuery::default() };
+        let events = store.list_events(tenant, &query).await?;
+        let Some(last) = events.last().map(|e| e.seq) else { break };
+        let judge = Arc::clone(&matcher);
+        let (matched, live) = tokio::task::spawn_blocking(move || {
+            let live: Vec<&StoredEvent> = events.iter().filter(|e| e.erasure_id.is_none()).collect();
+            (live.iter().filter(|e| judge.event(e)).count() as u64, live.len() as u64)
+        })
+        .await?;
+        selection.matched += matched;
+        selection.events += live;
+        after = last;
+    }
+    Ok(selection)
+}
+
 /// Opens an erasure's sealed match.
 pub fn open_match(sealer: &Sealer, e: &ErasureRecord) -> anyhow::Result<Match> {
     let sealed = e.sealed_match.as_deref().ok_or_else(|| anyhow::anyhow!("the erasure's match was dropped"))?;

@@ -306,7 +306,7 @@ pub async fn start_with_clock(
             Arc::clone(&store),
             Arc::clone(&sealer),
             Arc::clone(&clock),
-            erasure::Settings { page: config.erasure_page, ..erasure::Settings::default() },
+            erasure::Settings { page: config.erasure.page, ..erasure::Settings::default() },
             Arc::clone(&erasures),
             stop.clone(),
         ),
@@ -430,6 +430,7 @@ pub async fn start_with_clock(
         test_waiting: Arc::default(),
         issuer,
         erasures,
+        erasure: config.erasure,
         transforms,
     };
     telemetry::prometheus();

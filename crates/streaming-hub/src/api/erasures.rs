@@ -6,7 +6,9 @@
 use axum::Json as AxumJson;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use std::sync::Arc;
+
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use hub_core::TenantId;
 use hub_store::{ErasureRecord, NewErasure};
@@ -19,7 +21,7 @@ use super::AppState;
 use super::auth::Admin;
 use super::error::{ApiError, ErrorBody, Json, Query, cursor, next_cursor, page_limit};
 use super::subscriptions::sealing_error;
-use crate::erasure::Match;
+use crate::erasure::{Match, Selection};
 use crate::secrets::Purpose;
 
 /// The longest reason kept.
@@ -39,6 +41,29 @@ pub struct CreateErasure {
     /// Why (a ticket, the legal basis); kept in the erasure's record.
     #[schema(example = "LGPD art. 18 request 2026-1187", min_length = 1, max_length = 1000)]
     pub reason: String,
+    /// `true`: answer `200` with how many events the match selects now, erasing nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// The count a dry run gave. Required when the match selects every event the tenant has, or
+    /// more than `STREAMING_HUB_ERASURE_MAX_UNCONFIRMED` (default 1 000); when given it must equal
+    /// what the match selects now, or nothing is erased (`409`).
+    #[schema(minimum = 0)]
+    #[serde(default)]
+    pub expected_count: Option<u64>,
+}
+
+/// What an erasure's match selects now (a dry run): nothing was erased.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErasurePreview {
+    pub tenant_id: String,
+    /// `subject`, `partitionkey` or `data`.
+    pub match_kind: String,
+    /// Inbox events (not yet erased) the match selects now.
+    pub count: u64,
+    /// The tenant's inbox events not yet erased.
+    pub events: u64,
+    /// Whether the erasure runs only with `"expected_count": count`.
+    pub confirmation_required: bool,
 }
 
 /// What an erasure matches: one field.
@@ -141,10 +166,12 @@ impl From<ErasureRecord> for Erasure {
     post, path = "/admin/erasures", tag = "admin", operation_id = "createErasure",
     request_body = CreateErasure,
     responses(
+        (status = 200, description = "A dry run: what the match selects now; nothing is erased", body = ErasurePreview),
         (status = 202, description = "Accepted: it runs in the background (`GET /admin/erasures/{id}`). The same match of the same tenant while one is still running answers that one", body = Erasure),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
+        (status = 409, description = "The match selects every event of the tenant, or more than `STREAMING_HUB_ERASURE_MAX_UNCONFIRMED`, and `expected_count` is missing; or `expected_count` is not what it selects now. The message names the count; nothing is erased", body = ErrorBody),
         (status = 422, description = "A field is invalid; the message names it", body = ErrorBody),
         (status = 503, description = "No key-encryption key is configured: the match cannot be kept sealed", body = ErrorBody),
     ),
@@ -154,12 +181,30 @@ pub async fn create(
     State(state): State<AppState>,
     admin: Admin,
     Json(req): Json<CreateErasure>,
-) -> Result<impl IntoResponse, ApiError> {
+) -> Result<Response, ApiError> {
     let tenant = TenantId::parse(&req.tenant_id).map_err(|e| ApiError::validation("tenant_id", e))?;
     let matched = Match::parse(&req.matches).map_err(|(field, problem)| ApiError::validation(&field, problem))?;
     let reason = req.reason.trim();
     if reason.is_empty() || reason.len() > MAX_REASON {
         return Err(ApiError::validation("reason", format!("must be 1 to {MAX_REASON} bytes")));
+    }
+    let kind = matched.kind();
+    let matched = Arc::new(matched);
+    let selected = || async {
+        crate::erasure::select(&*state.store, tenant.as_str(), Arc::clone(&matched), state.erasure.page)
+            .await
+            .map_err(ApiError::internal)
+    };
+    if req.dry_run {
+        let selection = selected().await?;
+        let preview = ErasurePreview {
+            tenant_id: tenant.to_string(),
+            match_kind: kind.to_owned(),
+            count: selection.matched,
+            events: selection.events,
+            confirmation_required: selection.needs_confirmation(state.erasure.max_unconfirmed),
+        };
+        return Ok((StatusCode::OK, AxumJson(preview)).into_response());
     }
     let wanted = req.matches.to_string();
     // The same erasure asked again while it runs is that one, not a second pass over the inbox.
@@ -168,15 +213,17 @@ pub async fn create(
             state.sealer.open(running.id, Purpose::ErasureMatch, sealed).is_ok_and(|b| b == wanted.as_bytes())
         });
         if same {
-            return Ok(accepted(running));
+            return Ok(accepted(running).into_response());
         }
     }
+    let selection = selected().await?;
+    confirmed(selection, req.expected_count, state.erasure.max_unconfirmed)?;
     let id = Uuid::now_v7();
     let sealed_match = state.sealer.seal(id, Purpose::ErasureMatch, wanted.as_bytes()).map_err(sealing_error)?;
     let new = NewErasure {
         id,
         tenant_id: tenant.to_string(),
-        match_kind: matched.kind().to_owned(),
+        match_kind: kind.to_owned(),
         sealed_match,
         reason: reason.to_owned(),
         requested_by: admin.who(),
@@ -186,7 +233,34 @@ pub async fn create(
     tracing::info!(erasure = %id, tenant = %tenant, by = %new.requested_by, kind = new.match_kind, "erasure requested");
     state.erasures.notify_one();
     let record = state.store.erasure(id).await?.ok_or_else(|| ApiError::internal("the erasure was not stored"))?;
-    Ok(accepted(record))
+    Ok(accepted(record).into_response())
+}
+
+/// Refuses an erasure whose count is unconfirmed where it must be, or not what was expected.
+fn confirmed(selection: Selection, expected: Option<u64>, max_unconfirmed: u64) -> Result<(), ApiError> {
+    let n = selection.matched;
+    let what = if n > 0 && n == selection.events {
+        format!("the match selects {n} events, every event the tenant has")
+    } else {
+        format!("the match selects {n} events")
+    };
+    match expected {
+        Some(expected) if expected == n => Ok(()),
+        Some(expected) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "erasure_count_changed",
+            format!("expected_count: is {expected} but {what} now; nothing was erased"),
+        )),
+        None if selection.needs_confirmation(max_unconfirmed) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "erasure_unconfirmed",
+            format!(
+                "expected_count: {what}; send the request again with \"expected_count\": {n} to erase them \
+                 (\"dry_run\": true previews the count); nothing was erased"
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn accepted(record: ErasureRecord) -> (StatusCode, [(header::HeaderName, String); 1], AxumJson<Erasure>) {

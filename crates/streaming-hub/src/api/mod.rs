@@ -107,6 +107,8 @@ pub struct AppState {
     pub issuer: Option<Arc<crate::oidc::Issuer>>,
     /// Wakes the erasure runner: an erasure was requested.
     pub erasures: Arc<tokio::sync::Notify>,
+    /// How erasures read the inbox and which need their count confirmed.
+    pub erasure: crate::config::ErasureSettings,
     /// The transform workers: where a transform is checked and tried, each run within
     /// `STREAMING_HUB_TRANSFORM_CPU` and `…_MEMORY`, tenants taken in turn.
     pub transforms: hub_transform::Pool,

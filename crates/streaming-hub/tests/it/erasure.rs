@@ -313,3 +313,81 @@ async fn an_erasure_killed_mid_way_completes_after_a_restart() {
     }
     hub.kill();
 }
+
+crate::on_both_backends!(a_broad_erasure_runs_only_with_its_count_confirmed);
+
+/// A match that selects every event of the tenant, or more than the unconfirmed bound, is
+/// previewed by a dry run and refused with its count until the request confirms that count;
+/// nothing is erased by a dry run or a refusal.
+async fn a_broad_erasure_runs_only_with_its_count_confirmed(backend: Backend) {
+    let hub = TestHub::start_with(backend, &[("STREAMING_HUB_ERASURE_MAX_UNCONFIRMED", "3")]).await;
+    let key = hub.tenant_key("t1").await;
+    let other_key = hub.tenant_key("t2").await;
+    for i in 0..5 {
+        let event = Event::new("t1").set("ce-subject", "customer:many").body(json!({"n": i}).to_string());
+        hub.post_event(&key, &event).await;
+    }
+    for i in 0..2 {
+        let event = Event::new("t1").set("ce-subject", "customer:few").body(json!({"n": i}).to_string());
+        hub.post_event(&key, &event).await;
+    }
+    hub.post_event(&other_key, &Event::new("t2").set("ce-subject", "customer:many").body("{}")).await;
+    let erase = async |body: Value| {
+        hub.send(hub.client.post(hub.url("/admin/erasures")).bearer_auth(&hub.admin).json(&body)).await
+    };
+    let everything = json!({"data": {"nosuchfield": [{"exists": false}]}});
+    let request = |m: &Value, extra: Value| {
+        let mut r = json!({"tenant_id": "t1", "match": m, "reason": "LGPD request 77"});
+        r.as_object_mut().expect("object").extend(extra.as_object().expect("object").clone());
+        r
+    };
+
+    // A dry run counts and erases nothing; the other tenant's events are not counted.
+    let (status, preview) = erase(request(&everything, json!({"dry_run": true}))).await;
+    assert_eq!(status, StatusCode::OK, "{preview}");
+    assert_eq!(
+        preview,
+        json!({"tenant_id": "t1", "match_kind": "data", "count": 7, "events": 7, "confirmation_required": true})
+    );
+    // Every event of the tenant, unconfirmed or confirmed wrongly: 409 naming the count.
+    let (status, refused) = erase(request(&everything, json!({}))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    let message = refused["message"].as_str().expect("message");
+    assert!(message.starts_with("expected_count:") && message.contains("7 events, every event"), "{message}");
+    let (status, refused) = erase(request(&everything, json!({"expected_count": 6}))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(refused["message"].as_str().expect("message").contains("is 6 but"), "{refused}");
+    // More than the bound: refused, then run once confirmed.
+    let many = json!({"subject": "customer:many"});
+    let (status, preview) = erase(request(&many, json!({"dry_run": true}))).await;
+    assert_eq!(
+        (status, &preview["count"], &preview["confirmation_required"]),
+        (StatusCode::OK, &json!(5), &json!(true))
+    );
+    let (status, refused) = erase(request(&many, json!({}))).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(refused["message"].as_str().expect("message").contains("\"expected_count\": 5"), "{refused}");
+    // Nothing was erased by any of it.
+    let (_, inbox) = hub.get(&key, "/v1/events?limit=100").await;
+    let items = inbox["items"].as_array().expect("items");
+    assert_eq!(items.len(), 7);
+    assert!(items.iter().all(|e| e.get("erasure_id").is_none()), "{inbox}");
+    let (_, listed) = hub.admin_get("/admin/erasures?tenant_id=t1").await;
+    assert_eq!(listed["items"], json!([]), "no erasure was recorded");
+
+    // A small match needs no confirmation.
+    let (status, started) = erase(request(&json!({"subject": "customer:few"}), json!({}))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let done = erased(&hub.base, &hub.admin, started["id"].as_str().expect("id")).await;
+    assert_eq!(done["counts"]["events"], 2, "{done}");
+    // An erased event is not selected again: what is left is every event the tenant has.
+    let (_, preview) = erase(request(&json!({"subject": "customer:few"}), json!({"dry_run": true}))).await;
+    assert_eq!((&preview["count"], &preview["events"]), (&json!(0), &json!(5)), "{preview}");
+    let (status, started) = erase(request(&many, json!({"expected_count": 5}))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let done = erased(&hub.base, &hub.admin, started["id"].as_str().expect("id")).await;
+    assert_eq!(done["counts"]["events"], 5, "{done}");
+    // The other tenant's event is untouched.
+    let (_, theirs) = hub.get(&other_key, "/v1/events?limit=10").await;
+    assert_eq!(theirs["items"][0]["subject"], "customer:many", "{theirs}");
+}

@@ -208,7 +208,7 @@ func (r ApiCreateErasureRequest) CreateErasure(createErasure CreateErasure) ApiC
 	return r
 }
 
-func (r ApiCreateErasureRequest) Execute() (*Erasure, *http.Response, error) {
+func (r ApiCreateErasureRequest) Execute() (*ErasurePreview, *http.Response, error) {
 	return r.ApiService.CreateErasureExecute(r)
 }
 
@@ -227,13 +227,13 @@ func (a *AdminAPIService) CreateErasure(ctx context.Context) ApiCreateErasureReq
 
 // Execute executes the request
 //
-//	@return Erasure
-func (a *AdminAPIService) CreateErasureExecute(r ApiCreateErasureRequest) (*Erasure, *http.Response, error) {
+//	@return ErasurePreview
+func (a *AdminAPIService) CreateErasureExecute(r ApiCreateErasureRequest) (*ErasurePreview, *http.Response, error) {
 	var (
 		localVarHTTPMethod  = http.MethodPost
 		localVarPostBody    interface{}
 		formFiles           []formFile
-		localVarReturnValue *Erasure
+		localVarReturnValue *ErasurePreview
 	)
 
 	localBasePath, err := a.client.cfg.ServerURLWithContext(r.ctx, "AdminAPIService.CreateErasure")
@@ -314,6 +314,17 @@ func (a *AdminAPIService) CreateErasureExecute(r ApiCreateErasureRequest) (*Eras
 			return localVarReturnValue, localVarHTTPResponse, newErr
 		}
 		if localVarHTTPResponse.StatusCode == 403 {
+			var v ErrorBody
+			err = a.client.decode(&v, localVarBody, localVarHTTPResponse.Header.Get("Content-Type"))
+			if err != nil {
+				newErr.error = err.Error()
+				return localVarReturnValue, localVarHTTPResponse, newErr
+			}
+			newErr.error = formatErrorMessage(localVarHTTPResponse.Status, &v)
+			newErr.model = v
+			return localVarReturnValue, localVarHTTPResponse, newErr
+		}
+		if localVarHTTPResponse.StatusCode == 409 {
 			var v ErrorBody
 			err = a.client.decode(&v, localVarBody, localVarHTTPResponse.Header.Get("Content-Type"))
 			if err != nil {

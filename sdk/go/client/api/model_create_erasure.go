@@ -21,6 +21,10 @@ var _ MappedNullable = &CreateErasure{}
 
 // CreateErasure Whose payloads to erase, and why.
 type CreateErasure struct {
+	// `true`: answer `200` with how many events the match selects now, erasing nothing.
+	DryRun *bool `json:"dry_run,omitempty"`
+	// The count a dry run gave. Required when the match selects every event the tenant has, or more than `STREAMING_HUB_ERASURE_MAX_UNCONFIRMED` (default 1 000); when given it must equal what the match selects now, or nothing is erased (`409`).
+	ExpectedCount NullableInt64 `json:"expected_count,omitempty"`
 	// Exactly one of `{\"subject\": \"…\"}` (the CloudEvents subject), `{\"partitionkey\": \"…\"}` or `{\"data\": <content pattern>}` (the `data` filter dialect over JSON bodies).
 	Match ErasureMatch `json:"match"`
 	// Why (a ticket, the legal basis); kept in the erasure's record.
@@ -48,6 +52,81 @@ func NewCreateErasure(match ErasureMatch, reason string, tenantId string) *Creat
 func NewCreateErasureWithDefaults() *CreateErasure {
 	this := CreateErasure{}
 	return &this
+}
+
+// GetDryRun returns the DryRun field value if set, zero value otherwise.
+func (o *CreateErasure) GetDryRun() bool {
+	if o == nil || IsNil(o.DryRun) {
+		var ret bool
+		return ret
+	}
+	return *o.DryRun
+}
+
+// GetDryRunOk returns a tuple with the DryRun field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+func (o *CreateErasure) GetDryRunOk() (*bool, bool) {
+	if o == nil || IsNil(o.DryRun) {
+		return nil, false
+	}
+	return o.DryRun, true
+}
+
+// HasDryRun returns a boolean if a field has been set.
+func (o *CreateErasure) HasDryRun() bool {
+	if o != nil && !IsNil(o.DryRun) {
+		return true
+	}
+
+	return false
+}
+
+// SetDryRun gets a reference to the given bool and assigns it to the DryRun field.
+func (o *CreateErasure) SetDryRun(v bool) {
+	o.DryRun = &v
+}
+
+// GetExpectedCount returns the ExpectedCount field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *CreateErasure) GetExpectedCount() int64 {
+	if o == nil || IsNil(o.ExpectedCount.Get()) {
+		var ret int64
+		return ret
+	}
+	return *o.ExpectedCount.Get()
+}
+
+// GetExpectedCountOk returns a tuple with the ExpectedCount field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *CreateErasure) GetExpectedCountOk() (*int64, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.ExpectedCount.Get(), o.ExpectedCount.IsSet()
+}
+
+// HasExpectedCount returns a boolean if a field has been set.
+func (o *CreateErasure) HasExpectedCount() bool {
+	if o != nil && o.ExpectedCount.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetExpectedCount gets a reference to the given NullableInt64 and assigns it to the ExpectedCount field.
+func (o *CreateErasure) SetExpectedCount(v int64) {
+	o.ExpectedCount.Set(&v)
+}
+
+// SetExpectedCountNil sets the value for ExpectedCount to be an explicit nil
+func (o *CreateErasure) SetExpectedCountNil() {
+	o.ExpectedCount.Set(nil)
+}
+
+// UnsetExpectedCount ensures that no value is present for ExpectedCount, not even an explicit nil
+func (o *CreateErasure) UnsetExpectedCount() {
+	o.ExpectedCount.Unset()
 }
 
 // GetMatch returns the Match field value
@@ -132,6 +211,12 @@ func (o CreateErasure) MarshalJSON() ([]byte, error) {
 
 func (o CreateErasure) ToMap() (map[string]interface{}, error) {
 	toSerialize := map[string]interface{}{}
+	if !IsNil(o.DryRun) {
+		toSerialize["dry_run"] = o.DryRun
+	}
+	if o.ExpectedCount.IsSet() {
+		toSerialize["expected_count"] = o.ExpectedCount.Get()
+	}
 	toSerialize["match"] = o.Match
 	toSerialize["reason"] = o.Reason
 	toSerialize["tenant_id"] = o.TenantId

@@ -21,6 +21,7 @@ var _ MappedNullable = &WebhookAuthOneOf2{}
 
 // WebhookAuthOneOf2 Mutual TLS: a client certificate (with its chain) and its private key (PKCS#8, PKCS#1 or SEC1), both PEM.
 type WebhookAuthOneOf2 struct {
+	// Only `CERTIFICATE` blocks: the key goes in `private_key_pem`, which is kept sealed.
 	CertificatePem string `json:"certificate_pem"`
 	// Required in a request; never in an answer.
 	PrivateKeyPem NullableString `json:"private_key_pem,omitempty"`

@@ -21,7 +21,7 @@ var _ MappedNullable = &WebhookTls{}
 
 // WebhookTls A webhook's TLS trust.
 type WebhookTls struct {
-	// PEM certificates of a private CA, trusted beside the system's roots.
+	// PEM certificates of a private CA, trusted beside the system's roots. Only `CERTIFICATE` blocks, each an X.509 certificate: any other block (a private key) is refused.
 	CaPem string `json:"ca_pem"`
 }
 

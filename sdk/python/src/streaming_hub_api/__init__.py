@@ -60,6 +60,7 @@ __all__ = [
     "ErasureCountsView",
     "ErasureMatch",
     "ErasurePage",
+    "ErasurePreview",
     "ErrorBody",
     "EventDetail",
     "EventPage",
@@ -197,6 +198,7 @@ from streaming_hub_api.models.erasure import Erasure as Erasure
 from streaming_hub_api.models.erasure_counts_view import ErasureCountsView as ErasureCountsView
 from streaming_hub_api.models.erasure_match import ErasureMatch as ErasureMatch
 from streaming_hub_api.models.erasure_page import ErasurePage as ErasurePage
+from streaming_hub_api.models.erasure_preview import ErasurePreview as ErasurePreview
 from streaming_hub_api.models.error_body import ErrorBody as ErrorBody
 from streaming_hub_api.models.event_detail import EventDetail as EventDetail
 from streaming_hub_api.models.event_page import EventPage as EventPage

@@ -33,6 +33,7 @@ pub enum CreateErasureError {
     Status400(models::ErrorBody),
     Status401(models::ErrorBody),
     Status403(models::ErrorBody),
+    Status409(models::ErrorBody),
     Status413(models::ErrorBody),
     Status415(models::ErrorBody),
     Status422(models::ErrorBody),
@@ -223,7 +224,7 @@ pub async fn create_api_key(
 pub async fn create_erasure(
     configuration: &configuration::Configuration,
     create_erasure: models::CreateErasure,
-) -> Result<models::Erasure, Error<CreateErasureError>> {
+) -> Result<models::ErasurePreview, Error<CreateErasureError>> {
     // add a prefix to parameters to efficiently prevent name collisions
     let p_body_create_erasure = create_erasure;
 
@@ -252,12 +253,12 @@ pub async fn create_erasure(
             ContentType::Json => serde_json::from_str(&content).map_err(Error::from),
             ContentType::Text => {
                 return Err(Error::from(serde_json::Error::custom(
-                    "Received `text/plain` content type response that cannot be converted to `models::Erasure`",
+                    "Received `text/plain` content type response that cannot be converted to `models::ErasurePreview`",
                 )));
             }
             ContentType::Unsupported(unknown_type) => {
                 return Err(Error::from(serde_json::Error::custom(format!(
-                    "Received `{unknown_type}` content type response that cannot be converted to `models::Erasure`"
+                    "Received `{unknown_type}` content type response that cannot be converted to `models::ErasurePreview`"
                 ))));
             }
         }

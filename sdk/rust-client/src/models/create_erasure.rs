@@ -14,6 +14,17 @@ use serde::{Deserialize, Serialize};
 /// CreateErasure : Whose payloads to erase, and why.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CreateErasure {
+    /// `true`: answer `200` with how many events the match selects now, erasing nothing.
+    #[serde(rename = "dry_run", skip_serializing_if = "Option::is_none")]
+    pub dry_run: Option<bool>,
+    /// The count a dry run gave. Required when the match selects every event the tenant has, or more than `STREAMING_HUB_ERASURE_MAX_UNCONFIRMED` (default 1 000); when given it must equal what the match selects now, or nothing is erased (`409`).
+    #[serde(
+        rename = "expected_count",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub expected_count: Option<Option<i64>>,
     /// Exactly one of `{\"subject\": \"…\"}` (the CloudEvents subject), `{\"partitionkey\": \"…\"}` or `{\"data\": <content pattern>}` (the `data` filter dialect over JSON bodies).
     #[serde(rename = "match")]
     pub r#match: Box<models::ErasureMatch>,
@@ -27,6 +38,6 @@ pub struct CreateErasure {
 impl CreateErasure {
     /// Whose payloads to erase, and why.
     pub fn new(r#match: models::ErasureMatch, reason: String, tenant_id: String) -> CreateErasure {
-        CreateErasure { r#match: Box::new(r#match), reason, tenant_id }
+        CreateErasure { dry_run: None, expected_count: None, r#match: Box::new(r#match), reason, tenant_id }
     }
 }

@@ -54,6 +54,8 @@ pub mod erasure_match;
 pub use self::erasure_match::ErasureMatch;
 pub mod erasure_page;
 pub use self::erasure_page::ErasurePage;
+pub mod erasure_preview;
+pub use self::erasure_preview::ErasurePreview;
 pub mod error_body;
 pub use self::error_body::ErrorBody;
 pub mod event_detail;

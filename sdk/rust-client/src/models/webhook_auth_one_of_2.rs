@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 /// WebhookAuthOneOf2 : Mutual TLS: a client certificate (with its chain) and its private key (PKCS#8, PKCS#1 or SEC1), both PEM.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WebhookAuthOneOf2 {
+    /// Only `CERTIFICATE` blocks: the key goes in `private_key_pem`, which is kept sealed.
     #[serde(rename = "certificate_pem")]
     pub certificate_pem: String,
     /// Required in a request; never in an answer.

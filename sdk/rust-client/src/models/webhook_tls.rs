@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// WebhookTls : A webhook's TLS trust.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WebhookTls {
-    /// PEM certificates of a private CA, trusted beside the system's roots.
+    /// PEM certificates of a private CA, trusted beside the system's roots. Only `CERTIFICATE` blocks, each an X.509 certificate: any other block (a private key) is refused.
     #[serde(rename = "ca_pem")]
     pub ca_pem: String,
 }

@@ -30,6 +30,7 @@ from streaming_hub_api.models.created_portal_session import CreatedPortalSession
 from streaming_hub_api.models.dlq_page import DlqPage
 from streaming_hub_api.models.erasure import Erasure
 from streaming_hub_api.models.erasure_page import ErasurePage
+from streaming_hub_api.models.erasure_preview import ErasurePreview
 from streaming_hub_api.models.issuer_keys import IssuerKeys
 from streaming_hub_api.models.quarantine_page import QuarantinePage
 from streaming_hub_api.models.tenant_list import TenantList
@@ -358,7 +359,7 @@ class AdminApi:
         _content_type: Optional[StrictStr] = None,
         _headers: Optional[Dict[StrictStr, Any]] = None,
         _host_index: Annotated[StrictInt, Field(ge=0, le=0)] = 0,
-    ) -> Erasure:
+    ) -> ErasurePreview:
         """create_erasure
 
 
@@ -395,10 +396,12 @@ class AdminApi:
         )
 
         _response_types_map: Dict[str, Optional[str]] = {
+            '200': "ErasurePreview",
             '202': "Erasure",
             '400': "ErrorBody",
             '401': "ErrorBody",
             '403': "ErrorBody",
+            '409': "ErrorBody",
             '413': "ErrorBody",
             '415': "ErrorBody",
             '422': "ErrorBody",
@@ -431,7 +434,7 @@ class AdminApi:
         _content_type: Optional[StrictStr] = None,
         _headers: Optional[Dict[StrictStr, Any]] = None,
         _host_index: Annotated[StrictInt, Field(ge=0, le=0)] = 0,
-    ) -> ApiResponse[Erasure]:
+    ) -> ApiResponse[ErasurePreview]:
         """create_erasure
 
 
@@ -468,10 +471,12 @@ class AdminApi:
         )
 
         _response_types_map: Dict[str, Optional[str]] = {
+            '200': "ErasurePreview",
             '202': "Erasure",
             '400': "ErrorBody",
             '401': "ErrorBody",
             '403': "ErrorBody",
+            '409': "ErrorBody",
             '413': "ErrorBody",
             '415': "ErrorBody",
             '422': "ErrorBody",
@@ -541,10 +546,12 @@ class AdminApi:
         )
 
         _response_types_map: Dict[str, Optional[str]] = {
+            '200': "ErasurePreview",
             '202': "Erasure",
             '400': "ErrorBody",
             '401': "ErrorBody",
             '403': "ErrorBody",
+            '409': "ErrorBody",
             '413': "ErrorBody",
             '415': "ErrorBody",
             '422': "ErrorBody",

@@ -41,6 +41,7 @@ from streaming_hub_api.models.erasure import Erasure
 from streaming_hub_api.models.erasure_counts_view import ErasureCountsView
 from streaming_hub_api.models.erasure_match import ErasureMatch
 from streaming_hub_api.models.erasure_page import ErasurePage
+from streaming_hub_api.models.erasure_preview import ErasurePreview
 from streaming_hub_api.models.error_body import ErrorBody
 from streaming_hub_api.models.event_detail import EventDetail
 from streaming_hub_api.models.event_page import EventPage

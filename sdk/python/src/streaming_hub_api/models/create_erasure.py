@@ -17,8 +17,8 @@ import pprint
 import re  # noqa: F401
 import json
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
-from typing import Any, ClassVar, Dict, List
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from typing import Any, ClassVar, Dict, List, Optional
 from typing_extensions import Annotated
 from streaming_hub_api.models.erasure_match import ErasureMatch
 from typing import Optional, Set
@@ -29,10 +29,12 @@ class CreateErasure(BaseModel):
     """
     Whose payloads to erase, and why.
     """ # noqa: E501
+    dry_run: Optional[StrictBool] = Field(default=None, description="`true`: answer `200` with how many events the match selects now, erasing nothing.")
+    expected_count: Optional[Annotated[int, Field(strict=True, ge=0)]] = Field(default=None, description="The count a dry run gave. Required when the match selects every event the tenant has, or more than `STREAMING_HUB_ERASURE_MAX_UNCONFIRMED` (default 1 000); when given it must equal what the match selects now, or nothing is erased (`409`).")
     match: ErasureMatch = Field(description="Exactly one of `{\"subject\": \"…\"}` (the CloudEvents subject), `{\"partitionkey\": \"…\"}` or `{\"data\": <content pattern>}` (the `data` filter dialect over JSON bodies).")
     reason: Annotated[str, Field(min_length=1, strict=True, max_length=1000)] = Field(description="Why (a ticket, the legal basis); kept in the erasure's record.", json_schema_extra={"examples": ["LGPD art. 18 request 2026-1187"]})
     tenant_id: StrictStr = Field(json_schema_extra={"examples": ["acme"]})
-    __properties: ClassVar[List[str]] = ["match", "reason", "tenant_id"]
+    __properties: ClassVar[List[str]] = ["dry_run", "expected_count", "match", "reason", "tenant_id"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -76,6 +78,11 @@ class CreateErasure(BaseModel):
         # override the default output from pydantic by calling `to_dict()` of match
         if self.match:
             _dict['match'] = self.match.to_dict()
+        # set to None if expected_count (nullable) is None
+        # and model_fields_set contains the field
+        if self.expected_count is None and "expected_count" in self.model_fields_set:
+            _dict['expected_count'] = None
+
         return _dict
 
     @classmethod
@@ -88,6 +95,8 @@ class CreateErasure(BaseModel):
             return cls.model_validate(obj)
 
         _obj = cls.model_validate({
+            "dry_run": obj.get("dry_run"),
+            "expected_count": obj.get("expected_count"),
             "match": ErasureMatch.from_dict(obj["match"]) if obj.get("match") is not None else None,
             "reason": obj.get("reason"),
             "tenant_id": obj.get("tenant_id")

@@ -27,7 +27,7 @@ class WebhookAuthOneOf2(BaseModel):
     """
     Mutual TLS: a client certificate (with its chain) and its private key (PKCS#8, PKCS#1 or SEC1), both PEM.
     """ # noqa: E501
-    certificate_pem: StrictStr
+    certificate_pem: StrictStr = Field(description="Only `CERTIFICATE` blocks: the key goes in `private_key_pem`, which is kept sealed.")
     private_key_pem: Optional[StrictStr] = Field(default=None, description="Required in a request; never in an answer.")
     type: StrictStr
     __properties: ClassVar[List[str]] = ["certificate_pem", "private_key_pem", "type"]

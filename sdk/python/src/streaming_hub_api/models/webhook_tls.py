@@ -27,7 +27,7 @@ class WebhookTls(BaseModel):
     """
     A webhook's TLS trust.
     """ # noqa: E501
-    ca_pem: StrictStr = Field(description="PEM certificates of a private CA, trusted beside the system's roots.")
+    ca_pem: StrictStr = Field(description="PEM certificates of a private CA, trusted beside the system's roots. Only `CERTIFICATE` blocks, each an X.509 certificate: any other block (a private key) is refused.")
     __properties: ClassVar[List[str]] = ["ca_pem"]
 
     model_config = ConfigDict(

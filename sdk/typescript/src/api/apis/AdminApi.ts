@@ -64,6 +64,11 @@ import {
     ErasurePageToJSON,
 } from '../models/ErasurePage';
 import {
+    type ErasurePreview,
+    ErasurePreviewFromJSON,
+    ErasurePreviewToJSON,
+} from '../models/ErasurePreview';
+import {
     type ErrorBody,
     ErrorBodyFromJSON,
     ErrorBodyToJSON,
@@ -352,16 +357,16 @@ export class AdminApi extends runtime.BaseAPI {
 
     /**
      */
-    async createErasureRaw(requestParameters: CreateErasureRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<Erasure>> {
+    async createErasureRaw(requestParameters: CreateErasureRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<ErasurePreview>> {
         const requestOptions = await this.createErasureRequestOpts(requestParameters);
         const response = await this.request(requestOptions, initOverrides);
 
-        return new runtime.JSONApiResponse(response, (jsonValue) => ErasureFromJSON(jsonValue));
+        return new runtime.JSONApiResponse(response, (jsonValue) => ErasurePreviewFromJSON(jsonValue));
     }
 
     /**
      */
-    async createErasure(requestParameters: CreateErasureRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<Erasure> {
+    async createErasure(requestParameters: CreateErasureRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<ErasurePreview> {
         const response = await this.createErasureRaw(requestParameters, initOverrides);
         return await response.value();
     }

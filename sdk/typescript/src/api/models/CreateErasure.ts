@@ -28,6 +28,16 @@ import {
  */
 export interface CreateErasure {
     /**
+     * `true`: answer `200` with how many events the match selects now, erasing nothing.
+     */
+    dryRun?: boolean;
+    /**
+     * The count a dry run gave. Required when the match selects every event the tenant has, or
+     * more than `STREAMING_HUB_ERASURE_MAX_UNCONFIRMED` (default 1 000); when given it must equal
+     * what the match selects now, or nothing is erased (`409`).
+     */
+    expectedCount?: number | null;
+    /**
      * Exactly one of `{"subject": "…"}` (the CloudEvents subject), `{"partitionkey": "…"}` or
      * `{"data": <content pattern>}` (the `data` filter dialect over JSON bodies).
      */
@@ -62,6 +72,8 @@ export function CreateErasureFromJSONTyped(json: any, ignoreDiscriminator: boole
     }
     return {
         
+        'dryRun': json['dry_run'] == null ? undefined : json['dry_run'],
+        'expectedCount': json['expected_count'] === undefined ? undefined : json['expected_count'] === null ? null : json['expected_count'],
         'match': ErasureMatchFromJSON(json['match']),
         'reason': json['reason'],
         'tenantId': json['tenant_id'],
@@ -79,6 +91,8 @@ export function CreateErasureToJSONTyped(value?: CreateErasure | null, ignoreDis
 
     return {
         
+        'dry_run': value['dryRun'],
+        'expected_count': value['expectedCount'],
         'match': ErasureMatchToJSON(value['match']),
         'reason': value['reason'],
         'tenant_id': value['tenantId'],

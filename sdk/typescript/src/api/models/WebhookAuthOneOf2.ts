@@ -21,7 +21,7 @@ import { mapValues } from '../runtime';
  */
 export interface WebhookAuthOneOf2 {
     /**
-     * 
+     * Only `CERTIFICATE` blocks: the key goes in `private_key_pem`, which is kept sealed.
      */
     certificatePem: string;
     /**

@@ -20,7 +20,8 @@ import { mapValues } from '../runtime';
  */
 export interface WebhookTls {
     /**
-     * PEM certificates of a private CA, trusted beside the system's roots.
+     * PEM certificates of a private CA, trusted beside the system's roots. Only `CERTIFICATE`
+     * blocks, each an X.509 certificate: any other block (a private key) is refused.
      */
     caPem: string;
 }

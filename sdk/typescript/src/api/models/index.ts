@@ -28,6 +28,7 @@ export * from './Erasure';
 export * from './ErasureCountsView';
 export * from './ErasureMatch';
 export * from './ErasurePage';
+export * from './ErasurePreview';
 export * from './ErrorBody';
 export * from './EventDetail';
 export * from './EventPage';
