@@ -95,6 +95,8 @@ pub mod metric {
     pub const TRANSFORM_RUNS: &str = "streaming_hub_transform_runs_total";
     /// Attempts that panicked (recorded as failures and retried; the hub's log says where).
     pub const ATTEMPT_PANICS: &str = "streaming_hub_attempt_panics_total";
+    /// Requests whose handler panicked (answered `500` in the error shape; the log says where).
+    pub const HTTP_PANICS: &str = "streaming_hub_http_panics_total";
     /// `{state}`: transform worker processes `alive`, and `busy` with a run.
     pub const TRANSFORM_WORKERS: &str = "streaming_hub_transform_workers";
     /// Transform runs waiting for a worker.
@@ -286,6 +288,7 @@ fn describe() {
     metrics::describe_gauge!(metric::TRANSFORM_WORKERS, "Transform worker processes, alive and busy");
     metrics::describe_gauge!(metric::TRANSFORM_WAITING, "Transform runs waiting for a worker");
     metrics::describe_counter!(metric::ATTEMPT_PANICS, "Attempts that panicked, recorded as failures");
+    metrics::describe_counter!(metric::HTTP_PANICS, "Requests whose handler panicked, answered 500");
     metrics::describe_counter!(metric::TRANSFORM_WORKERS_STOPPED, "Transform workers stopped, by reason");
     metrics::describe_gauge!(metric::TRANSFORM_WORKERS_UNAVAILABLE, "1 while no transform worker can be started");
     // Every series an alert reads exists from start, at zero.
@@ -306,6 +309,7 @@ fn describe() {
     }
     metrics::counter!(metric::AUTO_DISABLED).increment(0);
     metrics::counter!(metric::ATTEMPT_PANICS).increment(0);
+    metrics::counter!(metric::HTTP_PANICS).increment(0);
     metrics::counter!(metric::LEASES_RECOVERED).increment(0);
     metrics::counter!(metric::JOBS_POISONED).increment(0);
     metrics::counter!(metric::HTTP_REFUSED_CONNECTIONS).increment(0);

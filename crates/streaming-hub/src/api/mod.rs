@@ -213,7 +213,22 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
         .layer(axum::middleware::from_fn(head_only_where_harmless))
         .layer(axum::middleware::from_fn(move |request, next| within(limit, request, next)))
+        .layer(axum::middleware::from_fn(unwound))
         .with_state(state)
+}
+
+/// A handler that panics answers `500` in the error shape rather than a dropped connection, and
+/// is counted (`streaming_hub_http_panics_total`); the panic's location is in the log.
+async fn unwound(request: axum::extract::Request, next: axum::middleware::Next) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    match futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(next.run(request))).await {
+        Ok(response) => response,
+        Err(_) => {
+            metrics::counter!(crate::telemetry::metric::HTTP_PANICS).increment(1);
+            ApiError::internal(format_args!("the handler of {method} {path} panicked")).into_response()
+        }
+    }
 }
 
 /// `HEAD` runs a route's `GET` handler (the body is dropped), so a `GET` with an effect — a pull
@@ -266,4 +281,41 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         "method_not_allowed",
         format!("{method} is not allowed on {}", uri.path()),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    /// A handler that panics answers 500 in the error shape, and the server keeps answering.
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_in_the_error_shape() {
+        let app = axum::Router::new()
+            .route(
+                "/boom",
+                axum::routing::get(|| async {
+                    if std::hint::black_box(true) {
+                        panic!("a handler broke");
+                    }
+                    "unreached"
+                }),
+            )
+            .route("/fine", axum::routing::get(|| async { "fine" }))
+            .layer(axum::middleware::from_fn(super::unwound));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        hub_sinks::install_crypto_provider();
+        let client = reqwest::Client::new();
+        for _ in 0..3 {
+            let answer = client.get(format!("{base}/boom")).send().await.expect("an answer, not a dropped connection");
+            assert_eq!(answer.status(), 500);
+            let body: serde_json::Value = answer.json().await.expect("json");
+            assert_eq!(
+                (&body["code"], &body["title"]),
+                (&serde_json::json!(500), &serde_json::json!("internal_error")),
+                "{body}"
+            );
+            assert!(!body.to_string().contains("broke"), "the panic's message is not answered: {body}");
+        }
+        assert_eq!(client.get(format!("{base}/fine")).send().await.expect("get").text().await.expect("text"), "fine");
+    }
 }
