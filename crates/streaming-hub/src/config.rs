@@ -205,6 +205,9 @@ pub struct Config {
     pub dispatch_idle_interval: Duration,
     /// How long a claimed job is held before it counts as abandoned; longer than any attempt.
     pub dispatch_lease: Duration,
+    /// Delivery with no progress this long (every slot held and no attempt ending, or the
+    /// dispatch loop not turning) makes `/readyz` answer 503 (`STREAMING_HUB_DISPATCH_STALL_TIMEOUT`).
+    pub dispatch_stall_timeout: Duration,
     pub breaker_failures: u32,
     pub breaker_cooldown: Duration,
     pub breaker_max_cooldown: Duration,
@@ -488,6 +491,7 @@ impl Config {
                 600_000,
             ))),
             dispatch_lease: r.duration("STREAMING_HUB_DISPATCH_LEASE", "90s"),
+            dispatch_stall_timeout: r.duration("STREAMING_HUB_DISPATCH_STALL_TIMEOUT", "2m"),
             breaker_failures: r.number("STREAMING_HUB_BREAKER_FAILURES", 5, 1, 10_000),
             breaker_cooldown: r.duration("STREAMING_HUB_BREAKER_COOLDOWN", "30s"),
             breaker_max_cooldown: r.duration("STREAMING_HUB_BREAKER_MAX_COOLDOWN", "10m"),
@@ -599,6 +603,12 @@ impl Config {
         }
         if config.dispatch_lease < Duration::from_secs(1) {
             r.problem("STREAMING_HUB_DISPATCH_LEASE", "must be at least 1s (and longer than any sink timeout)");
+        }
+        if config.dispatch_stall_timeout <= config.dispatch_lease {
+            r.problem(
+                "STREAMING_HUB_DISPATCH_STALL_TIMEOUT",
+                "must be longer than STREAMING_HUB_DISPATCH_LEASE (every attempt ends within 80 % of the lease)",
+            );
         }
         if r.problems.is_empty() { Ok(config) } else { Err(ConfigError(r.problems)) }
     }

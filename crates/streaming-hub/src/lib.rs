@@ -431,6 +431,7 @@ pub async fn start_with_clock(
         issuer,
         erasures,
         erasure: config.erasure,
+        stall_timeout: config.dispatch_stall_timeout,
         transforms,
     };
     telemetry::prometheus();

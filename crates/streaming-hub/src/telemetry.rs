@@ -95,6 +95,9 @@ pub mod metric {
     pub const TRANSFORM_RUNS: &str = "streaming_hub_transform_runs_total";
     /// Attempts that panicked (recorded as failures and retried; the hub's log says where).
     pub const ATTEMPT_PANICS: &str = "streaming_hub_attempt_panics_total";
+    /// `{reason}`: 1 while this replica's delivery makes no progress (`loop`: the dispatch loop
+    /// stopped turning; `slots`: every slot held and no attempt ending).
+    pub const DELIVERY_STALLED: &str = "streaming_hub_delivery_stalled";
     /// Requests whose handler panicked (answered `500` in the error shape; the log says where).
     pub const HTTP_PANICS: &str = "streaming_hub_http_panics_total";
     /// `{state}`: transform worker processes `alive`, and `busy` with a run.
@@ -118,6 +121,15 @@ pub fn transform_workers(health: &hub_transform::Health) {
         metrics::counter!(metric::TRANSFORM_WORKERS_STOPPED, "reason" => reason).absolute(n);
     }
     metrics::gauge!(metric::TRANSFORM_WORKERS_UNAVAILABLE).set(if health.cannot_start.is_some() { 1.0 } else { 0.0 });
+}
+
+/// Sets `streaming_hub_delivery_stalled{reason}`: 1 for the reason delivery is stalled, 0 for
+/// the other.
+pub fn delivery_stall(stall: Option<crate::delivery::Stall>) {
+    use crate::delivery::Stall;
+    for (reason, which) in [("loop", Stall::Loop), ("slots", Stall::Slots)] {
+        metrics::gauge!(metric::DELIVERY_STALLED, "reason" => reason).set(if stall == Some(which) { 1.0 } else { 0.0 });
+    }
 }
 
 /// The label of a failed attempt's kind.
@@ -289,6 +301,7 @@ fn describe() {
     metrics::describe_gauge!(metric::TRANSFORM_WAITING, "Transform runs waiting for a worker");
     metrics::describe_counter!(metric::ATTEMPT_PANICS, "Attempts that panicked, recorded as failures");
     metrics::describe_counter!(metric::HTTP_PANICS, "Requests whose handler panicked, answered 500");
+    metrics::describe_gauge!(metric::DELIVERY_STALLED, "1 while this replica's delivery makes no progress, by reason");
     metrics::describe_counter!(metric::TRANSFORM_WORKERS_STOPPED, "Transform workers stopped, by reason");
     metrics::describe_gauge!(metric::TRANSFORM_WORKERS_UNAVAILABLE, "1 while no transform worker can be started");
     // Every series an alert reads exists from start, at zero.
@@ -310,6 +323,7 @@ fn describe() {
     metrics::counter!(metric::AUTO_DISABLED).increment(0);
     metrics::counter!(metric::ATTEMPT_PANICS).increment(0);
     metrics::counter!(metric::HTTP_PANICS).increment(0);
+    delivery_stall(None);
     metrics::counter!(metric::LEASES_RECOVERED).increment(0);
     metrics::counter!(metric::JOBS_POISONED).increment(0);
     metrics::counter!(metric::HTTP_REFUSED_CONNECTIONS).increment(0);

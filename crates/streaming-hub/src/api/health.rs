@@ -16,9 +16,10 @@ use super::AppState;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Status {
     /// `ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`,
-    /// `background task stopped`.
+    /// `background task stopped`, `transform workers cannot be started`, `delivery stalled`.
     pub status: &'static str,
-    /// The background task that stopped, when that is why the hub is not ready.
+    /// The background task that stopped, or why delivery is stalled, when that is why the hub is
+    /// not ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
 }
@@ -38,7 +39,7 @@ pub async fn healthz() -> impl IntoResponse {
 #[utoipa::path(get, path = "/readyz", tag = "operations", operation_id = "getReadiness",
     responses(
         (status = 200, description = "Ready for traffic", body = Status),
-        (status = 503, description = "Draining, the database or Kafka is unreachable, a background task stopped, or no transform worker can be started", body = Status),
+        (status = 503, description = "Draining, the database or Kafka is unreachable, a background task stopped, no transform worker can be started, or delivery made no progress for `STREAMING_HUB_DISPATCH_STALL_TIMEOUT`", body = Status),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(task) = state.supervisor.failed() {
@@ -52,6 +53,11 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     // reason is logged with each failed start).
     if state.transforms.health().cannot_start.is_some() {
         return (StatusCode::SERVICE_UNAVAILABLE, Status::of("transform workers cannot be started"));
+    }
+    // Delivery made no progress for the stall timeout (the reason is in `task`).
+    if let Some(stall) = state.flights.stall(state.stall_timeout) {
+        let status = Json(Status { status: "delivery stalled", task: Some(stall.as_str().to_owned()) });
+        return (StatusCode::SERVICE_UNAVAILABLE, status);
     }
     match tokio::time::timeout(Duration::from_secs(2), state.store.ping()).await {
         Ok(Ok(())) => {
@@ -75,6 +81,7 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     responses((status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     crate::telemetry::transform_workers(&state.transforms.health());
+    crate::telemetry::delivery_stall(state.flights.stall(state.stall_timeout));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], crate::telemetry::prometheus().render())
 }
 

@@ -85,6 +85,8 @@ pub struct AppState {
     pub breakers: crate::delivery::BreakerBoard,
     /// What this replica's dispatcher has in flight (empty where it does not deliver).
     pub flights: crate::delivery::FlightBoard,
+    /// Delivery with no progress this long makes the replica unready.
+    pub stall_timeout: std::time::Duration,
     /// A replay's rate when its request names none (`STREAMING_HUB_REPLAY_RATE`).
     pub replay_rate: u32,
     /// Readiness also requires Kafka when it is configured.

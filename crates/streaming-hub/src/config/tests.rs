@@ -520,3 +520,15 @@ fn transform_limits_take_durations_and_sizes() {
         assert_eq!(err.0[0].variable, "STREAMING_HUB_TRANSFORM_MEMORY", "{bad}");
     }
 }
+
+#[test]
+fn the_stall_timeout_is_longer_than_the_lease() {
+    let c = Config::from_vars(vars(&[])).expect("valid");
+    assert_eq!(c.dispatch_stall_timeout, Duration::from_secs(120));
+    let err = Config::from_vars(vars(&[
+        ("STREAMING_HUB_DISPATCH_LEASE", "90s"),
+        ("STREAMING_HUB_DISPATCH_STALL_TIMEOUT", "60s"),
+    ]))
+    .expect_err("shorter than the lease");
+    assert_eq!(err.0[0].variable, "STREAMING_HUB_DISPATCH_STALL_TIMEOUT");
+}

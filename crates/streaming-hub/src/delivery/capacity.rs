@@ -27,7 +27,7 @@ use super::{lock, targets};
 
 use std::time::Instant;
 
-use hub_core::delivery::inflight::{Allowance, Limits, Pace, Signal, tenant_may_start};
+use hub_core::delivery::inflight::{Allowance, Limits, Pace, Signal, reserve, tenant_may_start};
 
 /// Idle destinations whose learned allowance is kept, at most.
 const ALLOWANCES_KEPT: usize = 4096;
@@ -105,6 +105,30 @@ pub struct Ledger {
     dests: HashMap<String, Dest>,
     subs: HashMap<Uuid, Sub>,
     tenants: HashMap<String, Tenant>,
+    /// Since when the slots have been full (all but the reserve, as much as one tenant may
+    /// hold), with no attempt ended since.
+    full_since: Option<Instant>,
+    /// When the dispatch loop last turned (`None` while no loop runs).
+    turned: Option<Instant>,
+}
+
+/// Why a replica's delivery is stalled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stall {
+    /// The dispatch loop has not turned (it turns at least every quarter second).
+    Loop,
+    /// The slots are full (all but the reserve) and no attempt has ended (each ends within its
+    /// timeout).
+    Slots,
+}
+
+impl Stall {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Loop => "the dispatch loop stopped turning",
+            Self::Slots => "the delivery slots are full and no attempt ends",
+        }
+    }
 }
 
 /// What the API shows of a subscription's delivery in this replica.
@@ -129,6 +153,26 @@ impl Ledger {
             dests: HashMap::new(),
             subs: HashMap::new(),
             tenants: HashMap::new(),
+            full_since: None,
+            turned: None,
+        }
+    }
+
+    /// The dispatch loop turned (`None`: it stopped running, by design).
+    pub(super) fn turned(&mut self, now: Option<Instant>) {
+        self.turned = now;
+    }
+
+    /// Whether delivery has made no progress for `after`: the loop has not turned, or every slot
+    /// has been held with no attempt ending.
+    pub fn stall(&self, now: Instant, after: Duration) -> Option<Stall> {
+        let older = |t: Option<Instant>| t.is_some_and(|t| now.saturating_duration_since(t) > after);
+        if older(self.turned) {
+            Some(Stall::Loop)
+        } else if older(self.full_since) {
+            Some(Stall::Slots)
+        } else {
+            None
         }
     }
 
@@ -180,6 +224,9 @@ impl Ledger {
         self.dests.get_mut(a.dest).expect("inserted above").in_flight += 1;
         self.tenants.entry(a.tenant.to_owned()).or_default().in_flight += 1;
         self.total += 1;
+        if self.total >= self.max - reserve(self.max) && self.full_since.is_none() {
+            self.full_since = Some(now);
+        }
         Ok(())
     }
 
@@ -188,6 +235,7 @@ impl Ledger {
     /// whether the allowance was cut.
     pub(super) fn leave(&mut self, a: &Admit<'_>, felt: Option<Signal>, pause: Option<Duration>, now: Instant) -> bool {
         self.total = self.total.saturating_sub(1);
+        self.full_since = None;
         if let Some(t) = self.tenants.get_mut(a.tenant) {
             t.in_flight = t.in_flight.saturating_sub(1);
             if t.in_flight == 0 && t.starved == 0 {
@@ -309,6 +357,11 @@ impl FlightBoard {
     pub fn flight(&self, sub: &SubscriptionRecord) -> Flight {
         let dest = targets::destination_key(sub, &targets::destination(sub));
         self.lock().flight(sub.id, &dest, sub.limits.rate(sub.allowed_rate), Instant::now())
+    }
+
+    /// Whether this replica's delivery has made no progress for `after` (see [`Ledger::stall`]).
+    pub fn stall(&self, after: Duration) -> Option<Stall> {
+        self.lock().stall(Instant::now(), after)
     }
 }
 

@@ -31,7 +31,7 @@ pub mod transform;
 pub mod verify;
 
 pub use breakers::BreakerBoard;
-pub use capacity::{Flight, FlightBoard};
+pub use capacity::{Flight, FlightBoard, Stall};
 pub use handoff::{Handoff, Reservation};
 
 #[cfg(test)]
@@ -240,6 +240,7 @@ impl Dispatcher {
         let mut sweep = tokio::time::interval(PARK_SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.flights.lock().turned(Some(Instant::now()));
             tokio::select! {
                 work = queue.recv() => match work {
                     Some((work, _slot)) => loop_.admit(work),
@@ -253,6 +254,7 @@ impl Dispatcher {
                 () = shutdown.cancelled() => break,
             }
         }
+        self.flights.lock().turned(None);
         // No more jobs from ingest: the ready queue closes once the claimers and any handover
         // under way are done.
         lock(&self.intake).take();

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{BreakerBoard, Dispatcher, FlightBoard, Settings, lock};
+use super::{BreakerBoard, Dispatcher, FlightBoard, Settings, Stall, lock};
 use crate::clock::SystemClock;
 use crate::operational::Notices;
 use crate::secrets::Sealer;
@@ -546,4 +546,32 @@ async fn jobs_leased_at_ingest_are_attempted_without_a_claim() {
 
     rig.stop().await;
     assert!(rig.dispatcher.reserve(1).is_none(), "a stopped dispatcher takes nothing from ingest");
+}
+
+/// Attempts that never end filling the slots are a stall the readiness check reports; the
+/// stall is over once they end, and a dispatcher that stopped is not stalled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempts_filling_the_slots_without_ending_are_a_stall() {
+    let sink = FakeSink::default();
+    let gate = sink.hold(A);
+    let mut rig = Rig::start(4, sink, Duration::from_secs(5)).await;
+    let held = rig.subscribe(A, "approved").await;
+    rig.ingest("approved", 6).await;
+    // One tenant fills all but the reserve (one of four).
+    until("the slots are full", || async { rig.sink.running(A) == 3 }).await;
+    let after = Duration::from_secs(120);
+    let past = std::time::Instant::now() + after + Duration::from_secs(1);
+    // The slots as they would look then, the loop still turning.
+    let slots_then = || {
+        let mut ledger = rig.dispatcher.flights.lock();
+        ledger.turned(Some(past));
+        ledger.stall(past, after)
+    };
+    assert_eq!(slots_then(), Some(Stall::Slots));
+    assert_eq!(rig.dispatcher.flights.stall(after), None, "not for long yet");
+    gate.add_permits(100);
+    until("the attempts end", || async { rig.count(&held, JobState::Succeeded).await == 6 }).await;
+    assert_eq!(slots_then(), None, "attempts ended: progress");
+    rig.stop().await;
+    assert_eq!(rig.dispatcher.flights.lock().stall(past + after, after), None, "stopped by design");
 }

@@ -21,9 +21,9 @@ var _ MappedNullable = &Status{}
 
 // Status struct for Status
 type Status struct {
-	// `ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`, `background task stopped`.
+	// `ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`, `background task stopped`, `transform workers cannot be started`, `delivery stalled`.
 	Status string `json:"status"`
-	// The background task that stopped, when that is why the hub is not ready.
+	// The background task that stopped, or why delivery is stalled, when that is why the hub is not ready.
 	Task NullableString `json:"task,omitempty"`
 }
 

@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Status {
-    /// `ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`, `background task stopped`.
+    /// `ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`, `background task stopped`, `transform workers cannot be started`, `delivery stalled`.
     #[serde(rename = "status")]
     pub status: String,
-    /// The background task that stopped, when that is why the hub is not ready.
+    /// The background task that stopped, or why delivery is stalled, when that is why the hub is not ready.
     #[serde(
         rename = "task",
         default,

@@ -4,7 +4,7 @@ use hub_core::delivery::inflight::{Limits, Signal, reserve};
 use proptest::prelude::*;
 use uuid::Uuid;
 
-use super::{Admit, Blocked, Ledger};
+use super::{Admit, Blocked, Ledger, Stall};
 
 const TENANTS: [&str; 3] = ["a", "b", "c"];
 const DESTS: [&str; 4] = ["d0", "d1", "d2", "d3"];
@@ -141,4 +141,42 @@ fn a_paced_subscription_waits_for_its_next_start() {
         other => panic!("{other:?}"),
     }
     ledger.try_enter(&a, t0 + Duration::from_millis(500)).expect("at its pace");
+}
+
+#[test]
+fn delivery_is_stalled_when_every_slot_is_held_with_none_ending_or_the_loop_stops() {
+    let t0 = Instant::now();
+    let after = Duration::from_secs(120);
+    let later = |s: u64| t0 + Duration::from_secs(s);
+    // Sixteen slots, two of them the reserve: one tenant fills them with fourteen.
+    let mut ledger = Ledger::new(16, 1.0);
+    let subs = subs();
+    let dests: Vec<String> = (0..16).map(|i| format!("d{i}")).collect();
+    let admit = |i: usize| Admit {
+        tenant: "a",
+        subscription: subs[i % 4],
+        dest: &dests[i],
+        limits: Limits::default(),
+        allowed_rate: None,
+    };
+    for i in 0..13 {
+        ledger.try_enter(&admit(i), t0).expect("free");
+    }
+    assert_eq!(ledger.stall(later(1_000), after), None, "not full");
+    ledger.try_enter(&admit(13), later(10)).expect("free");
+    assert_eq!(ledger.stall(later(130), after), None, "full for 120 s, not more");
+    assert_eq!(ledger.stall(later(131), after), Some(Stall::Slots));
+    // An attempt that ends is progress, and the count starts again once full again.
+    ledger.leave(&admit(0), Some(Signal::Success(Duration::from_millis(5))), None, later(131));
+    assert_eq!(ledger.stall(later(131), after), None);
+    ledger.try_enter(&admit(0), later(200)).expect("free");
+    assert_eq!(ledger.stall(later(300), after), None);
+    assert_eq!(ledger.stall(later(321), after), Some(Stall::Slots));
+    // A loop that stopped turning is a stall whatever the slots; one that stopped by design is not.
+    let mut idle = Ledger::new(2, 1.0);
+    idle.turned(Some(t0));
+    assert_eq!(idle.stall(later(120), after), None);
+    assert_eq!(idle.stall(later(121), after), Some(Stall::Loop));
+    idle.turned(None);
+    assert_eq!(idle.stall(later(10_000), after), None);
 }

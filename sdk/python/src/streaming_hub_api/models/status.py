@@ -27,8 +27,8 @@ class Status(BaseModel):
     """
     Status
     """ # noqa: E501
-    status: StrictStr = Field(description="`ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`, `background task stopped`.")
-    task: Optional[StrictStr] = Field(default=None, description="The background task that stopped, when that is why the hub is not ready.")
+    status: StrictStr = Field(description="`ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`, `background task stopped`, `transform workers cannot be started`, `delivery stalled`.")
+    task: Optional[StrictStr] = Field(default=None, description="The background task that stopped, or why delivery is stalled, when that is why the hub is not ready.")
     __properties: ClassVar[List[str]] = ["status", "task"]
 
     model_config = ConfigDict(

@@ -21,11 +21,12 @@ import { mapValues } from '../runtime';
 export interface Status {
     /**
      * `ok`, `ready`, `draining`, `database unreachable`, `kafka unreachable`,
-     * `background task stopped`.
+     * `background task stopped`, `transform workers cannot be started`, `delivery stalled`.
      */
     status: string;
     /**
-     * The background task that stopped, when that is why the hub is not ready.
+     * The background task that stopped, or why delivery is stalled, when that is why the hub is
+     * not ready.
      */
     task?: string | null;
 }
