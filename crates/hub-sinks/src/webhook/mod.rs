@@ -451,3 +451,73 @@ impl TypedSink for WebhookSink {
         unsigned_headers(&static_headers, message)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use hub_core::delivery::inflight::{MAX_PAUSE, parse_allowed_rate};
+    use proptest::prelude::*;
+
+    use super::retry_after;
+
+    #[test]
+    fn retry_after_forms() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(retry_after("120", now), Some(Duration::from_secs(120)));
+        assert_eq!(retry_after(" 7 ", now), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after("0", now), None, "no pause");
+        assert_eq!(retry_after("18446744073709551615", now), Some(MAX_PAUSE), "the longest is cut");
+        assert_eq!(retry_after("18446744073709551616", now), None, "past u64: not a number it reads");
+        assert_eq!(retry_after("-5", now), None);
+        assert_eq!(retry_after("1.5", now), None);
+        let at = |secs: u64| httpdate::fmt_http_date(now + Duration::from_secs(secs));
+        assert_eq!(retry_after(&at(90), now), Some(Duration::from_secs(90)));
+        assert_eq!(retry_after(&at(86_400 * 365 * 100), now), Some(MAX_PAUSE));
+        assert_eq!(retry_after(&httpdate::fmt_http_date(now - Duration::from_secs(5)), now), None, "a date past");
+        assert_eq!(retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now), Some(MAX_PAUSE));
+        assert_eq!(retry_after("Thu, 01 Jan 1970 00:00:00 GMT", now), None);
+    }
+
+    proptest! {
+        /// Whatever a receiver sends, and whatever the clock says, a `Retry-After` reads as a pause
+        /// of at most an hour or none, never a panic.
+        #[test]
+        fn any_retry_after_is_a_bounded_pause(
+            raw in prop_oneof![
+                any::<u64>().prop_map(|n| n.to_string()),
+                "[0-9]{1,40}",
+                "\\PC{0,64}",
+                (0u64..400_000_000_000).prop_map(|s| {
+                    httpdate::fmt_http_date(SystemTime::UNIX_EPOCH + Duration::from_secs(s % 253_402_300_799))
+                }),
+            ],
+            now_secs in prop_oneof![Just(0u64), 0u64..253_402_300_799, Just(u64::from(u32::MAX) * 64)],
+        ) {
+            let now = SystemTime::UNIX_EPOCH + Duration::from_secs(now_secs);
+            if let Some(pause) = retry_after(&raw, now) {
+                prop_assert!(!pause.is_zero() && pause <= MAX_PAUSE, "{raw}: {pause:?}");
+            }
+        }
+
+        /// A declared rate reads as a positive finite number of requests per minute, or none.
+        #[test]
+        fn any_allowed_rate_is_positive_and_finite_or_none(
+            raw in prop_oneof![
+                any::<f64>().prop_map(|f| f.to_string()),
+                any::<u64>().prop_map(|n| n.to_string()),
+                "[-+0-9.eE]{1,40}",
+                "\\PC{0,40}",
+            ],
+        ) {
+            if let Some(rate) = parse_allowed_rate(&raw) {
+                prop_assert!(rate.is_finite() && rate > 0.0, "{raw}: {rate}");
+                let per_second = hub_core::delivery::inflight::Limits::default().rate(Some(rate)).expect("a rate");
+                let mut pace = hub_core::delivery::inflight::Pace::default();
+                let t0 = std::time::Instant::now();
+                prop_assert!(pace.take(per_second, t0).is_ok());
+                let _ = pace.take(per_second, t0);
+            }
+        }
+    }
+}
