@@ -124,6 +124,9 @@ pub enum Outcome {
     Delivered {
         status: Option<u16>,
         response: Option<String>,
+        /// The destination took the message but its answer did not complete in time (a `2xx`
+        /// head, then a body that stalled): delivered, and felt by its allowance as a timeout.
+        stalled: bool,
     },
     Failed(Failure),
     /// The subscription's transform skipped the event (SPEC §10): nothing was sent.

@@ -112,7 +112,7 @@ impl TypedSink for EventBridgeSink {
     async fn attempt(&self, target: &EventBridgeTarget, m: &Message<'_>) -> Outcome {
         let time = chrono::DateTime::parse_from_rfc3339(m.time).ok().map(|t| t.timestamp());
         match self.put(target, m.source, m.ce_type, time, structured(m).to_string()).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
             Err(f) => Outcome::Failed(f),
         }
     }

@@ -131,7 +131,7 @@ impl TypedSink for KafkaSink {
 
     async fn attempt(&self, target: &KafkaTarget, m: &Message<'_>) -> Outcome {
         match self.send(target, record(m)).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
             Err(f) => Outcome::Failed(f),
         }
     }

@@ -85,7 +85,7 @@ impl TypedSink for KinesisSink {
     async fn attempt(&self, target: &KinesisTarget, m: &Message<'_>) -> Outcome {
         let record = structured(m).to_string().into_bytes();
         match self.put(target, record, m.record_key()).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
             Err(f) => Outcome::Failed(f),
         }
     }

@@ -224,7 +224,7 @@ impl TypedSink for NatsSink {
 
     async fn attempt(&self, target: &NatsTarget, m: &Message<'_>) -> Outcome {
         match self.publish(target, &headers(m), m.payload).await {
-            Ok(Published::Acknowledged(response)) => Outcome::Delivered { status: None, response },
+            Ok(Published::Acknowledged(response)) => Outcome::Delivered { status: None, response, stalled: false },
             Err(f) => Outcome::Failed(f),
         }
     }

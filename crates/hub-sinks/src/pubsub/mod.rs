@@ -165,7 +165,7 @@ impl TypedSink for PubSubSink {
             ordering_key: m.ordering_key.unwrap_or_default().to_owned(),
         };
         match self.publish(target, message).await {
-            Ok(id) => Outcome::Delivered { status: None, response: Some(json!({"message_id": id}).to_string()) },
+            Ok(id) => Outcome::Delivered { status: None, response: Some(json!({"message_id": id}).to_string()), stalled: false },
             Err(f) => Outcome::Failed(f),
         }
     }

@@ -291,7 +291,7 @@ impl TypedSink for RabbitSink {
             .with_headers(headers(message));
         let key = target.routing_key_for(message);
         match self.publish(target, &key, message.payload, properties, true).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
             Err(f) => Outcome::Failed(f),
         }
     }

@@ -103,7 +103,7 @@ impl TypedSink for S3Sink {
     async fn attempt(&self, target: &S3Target, m: &Message<'_>) -> Outcome {
         let body = structured(m).to_string().into_bytes();
         match self.put(target, object_key(&target.prefix, m), body).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
             Err(f) => Outcome::Failed(f),
         }
     }

@@ -100,7 +100,7 @@ impl TypedSink for SnsSink {
         let body = text_body(m.payload, &mut attrs);
         let group = m.ordering_key.unwrap_or(m.tenant);
         match self.publish(target, body, attrs, group, &m.ce_id.to_string()).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
             Err(f) => Outcome::Failed(f),
         }
     }

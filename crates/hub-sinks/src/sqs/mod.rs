@@ -101,7 +101,7 @@ impl TypedSink for SqsSink {
         // A FIFO queue keeps order per message group: the ordering key's, else the tenant's.
         let group = m.ordering_key.unwrap_or(m.tenant);
         match self.send(target, body, attrs, group, &m.ce_id.to_string()).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None },
+            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
             Err(f) => Outcome::Failed(f),
         }
     }

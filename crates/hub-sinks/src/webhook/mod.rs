@@ -174,15 +174,20 @@ impl WebhookSink {
         let allowed_rate =
             header("webhook-allowed-rate").and_then(|v| hub_core::delivery::inflight::parse_allowed_rate(&v));
         let mut read = Vec::new();
+        let mut stalled = false;
         while read.len() < cap {
             match response.chunk().await {
                 Ok(Some(chunk)) => read.extend_from_slice(&chunk[..chunk.len().min(cap - read.len())]),
                 Ok(None) => break,
-                // The status is what counts; a body cut short is kept as far as it came.
-                Err(_) => break,
+                // The status is what counts; a body cut short is kept as far as it came. One
+                // that did not come within the timeout is a slow answer, felt as a timeout.
+                Err(e) => {
+                    stalled = e.is_timeout();
+                    break;
+                }
             }
         }
-        Ok(Answer { status, body: read, retry_after, allowed_rate })
+        Ok(Answer { status, body: read, retry_after, allowed_rate, stalled })
     }
 }
 
@@ -238,6 +243,8 @@ struct Answer {
     body: Vec<u8>,
     retry_after: Option<Duration>,
     allowed_rate: Option<f64>,
+    /// The body did not complete within the timeout.
+    stalled: bool,
 }
 
 /// A `Retry-After` value (delay-seconds or an HTTP date) as a delay from `now`, at most
@@ -370,10 +377,10 @@ impl TypedSink for WebhookSink {
         let headers = self.headers(target, message, timestamp);
         let url = with_path(&target.url, message.path);
         match self.send(target, &url, headers, message.payload.to_vec(), RESPONSE_CAP).await {
-            Ok(Answer { status, body, retry_after, .. }) => {
+            Ok(Answer { status, body, retry_after, stalled, .. }) => {
                 let response = (!body.is_empty()).then(|| cap_text(&body, RESPONSE_CAP));
                 if (200..300).contains(&status) {
-                    Outcome::Delivered { status: Some(status), response }
+                    Outcome::Delivered { status: Some(status), response, stalled }
                 } else {
                     let kind =
                         if status == 401 || status == 403 { FailureKind::Unauthorized } else { FailureKind::Refused };

@@ -112,3 +112,22 @@ pub async fn silent_addr() -> String {
     });
     addr.to_string()
 }
+
+/// The URL of a receiver that answers `200` with its head and the first bytes of a body, then
+/// never sends the rest (keeping the connection open).
+pub async fn stalled_body_url() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 64 * 1024];
+            let _ = socket.read(&mut buf).await;
+            let head = "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 1000\r\n\r\naccepted, and";
+            let _ = socket.write_all(head.as_bytes()).await;
+            held.push(socket);
+        }
+    });
+    format!("http://{addr}/hook")
+}

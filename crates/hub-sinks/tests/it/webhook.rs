@@ -200,7 +200,7 @@ async fn the_response_kept_with_an_attempt_is_capped() {
     let sink = WebhookSink::new(true).expect("sink");
     let ext = BTreeMap::new();
     match sink.attempt(&target(&sink, &receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await {
-        Outcome::Delivered { status, response } => {
+        Outcome::Delivered { status, response, .. } => {
             assert_eq!(status, Some(200));
             assert_eq!(response.expect("response").len(), hub_sinks::RESPONSE_CAP);
         }
@@ -265,4 +265,30 @@ async fn verification_needs_the_challenge_echoed() {
 
     let err = sink.check(&target(&sink, &silent.url, &[SECRET]), "tenant-a", sub).await.expect_err("no challenge");
     assert!(err.reason.contains("challenge"), "{err:?}");
+}
+
+/// A `200` head whose body never completes: delivered (the receiver took the message), marked
+/// stalled so the allowance is cut, with what came of the body, and within the timeout.
+#[tokio::test]
+async fn an_answer_whose_body_stalls_is_delivered_and_marked_stalled_within_the_timeout() {
+    let url = crate::receiver::stalled_body_url().await;
+    let sink = WebhookSink::new(true).expect("sink");
+    let t = target_of(&sink, WebhookConfig { timeout_ms: 600, ..config(&url, Scheme::Lerian) }, &[SECRET], None);
+    let ext = BTreeMap::new();
+    let started = std::time::Instant::now();
+    match sink.attempt(&t, &message(b"{}", &ext, Uuid::now_v7())).await {
+        Outcome::Delivered { status, response, stalled } => {
+            assert_eq!(status, Some(200));
+            assert!(stalled, "the body stalled");
+            assert_eq!(response.as_deref(), Some("accepted, and"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    // An answer that completes is not stalled.
+    let receiver = Receiver::start(Behaviour::Echo).await;
+    match sink.attempt(&target(&sink, &receiver.url, &[SECRET]), &message(b"{}", &ext, Uuid::now_v7())).await {
+        Outcome::Delivered { stalled, .. } => assert!(!stalled),
+        other => panic!("{other:?}"),
+    }
 }

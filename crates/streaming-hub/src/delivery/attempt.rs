@@ -183,6 +183,8 @@ impl Dispatcher {
         // reached it (its transform skipped the event or failed).
         let felt = match &outcome {
             _ if panicked => None,
+            // A 2xx head whose body stalled holds its slot the whole timeout: felt as one.
+            Outcome::Delivered { stalled: true, .. } => Some((Signal::Overload, None)),
             Outcome::Delivered { .. } => Some((Signal::Success(latency), None)),
             Outcome::Failed(f) if f.kind == FailureKind::Transform => None,
             Outcome::Failed(f) => {
@@ -317,7 +319,7 @@ impl Dispatcher {
                 tracing::debug!(delivery = %delivery_id, "skipped by the transform");
                 (OutcomeClass::Skipped, None, None, None)
             }
-            Outcome::Delivered { status, response } => {
+            Outcome::Delivered { status, response, .. } => {
                 metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "delivered").increment(1);
                 tracing::debug!(delivery = %delivery_id, status = ?status, "delivered");
                 (OutcomeClass::Delivered, *status, None, response.clone())

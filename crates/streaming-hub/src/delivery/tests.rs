@@ -48,6 +48,10 @@ struct Seen {
     gates: HashMap<String, Arc<Semaphore>>,
     /// When each attempt reached each URL.
     arrivals: HashMap<String, Vec<std::time::Instant>>,
+    /// URLs whose attempts take this long to answer.
+    slow: HashMap<String, Duration>,
+    /// URLs that take each message but whose answer stalls.
+    stalling: HashSet<String>,
 }
 
 impl FakeSink {
@@ -68,6 +72,14 @@ impl FakeSink {
 
     fn panic_on(&self, url: &str) {
         self.seen().panicking.insert(url.to_owned());
+    }
+
+    fn slow(&self, url: &str, answer_in: Duration) {
+        self.seen().slow.insert(url.to_owned(), answer_in);
+    }
+
+    fn stall(&self, url: &str) {
+        self.seen().stalling.insert(url.to_owned());
     }
 
     fn pause(&self, url: &str, retry_after: Duration) {
@@ -111,8 +123,12 @@ impl Sink for FakeSink {
             let now = *running;
             let most = seen.most.entry(url.clone()).or_default();
             *most = (*most).max(now);
-            seen.gates.get(&url).cloned()
+            (seen.gates.get(&url).cloned(), seen.slow.get(&url).copied())
         };
+        let (gate, slow) = gate;
+        if let Some(slow) = slow {
+            tokio::time::sleep(slow).await;
+        }
         if let Some(gate) = gate
             && let Ok(permit) = gate.acquire().await
         {
@@ -143,7 +159,7 @@ impl Sink for FakeSink {
                 retry_after: None,
             })
         } else {
-            Outcome::Delivered { status: Some(204), response: None }
+            Outcome::Delivered { status: Some(200), response: None, stalled: seen.stalling.contains(&url) }
         }
     }
 
@@ -574,4 +590,28 @@ async fn attempts_filling_the_slots_without_ending_are_a_stall() {
     assert_eq!(slots_then(), None, "attempts ended: progress");
     rig.stop().await;
     assert_eq!(rig.dispatcher.flights.lock().stall(past + after, after), None, "stopped by design");
+}
+
+/// A destination whose answers stall after a `2xx` head is delivered to, but its allowance is
+/// cut as for timeouts, never grown: it never holds more than its initial allowance, while a
+/// healthy destination of the same latency grows past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_that_stall_cut_the_allowance_instead_of_growing_it() {
+    let sink = FakeSink::default();
+    sink.slow(A, Duration::from_millis(30));
+    sink.stall(A);
+    sink.slow(B, Duration::from_millis(30));
+    let mut rig = Rig::start(256, sink, Duration::from_secs(5)).await;
+    let stalling = rig.subscribe(A, "approved").await;
+    let healthy = rig.subscribe(B, "declined").await;
+    rig.ingest("approved", 200).await;
+    rig.ingest("declined", 200).await;
+    until("both are delivered", || async {
+        rig.count(&stalling, JobState::Succeeded).await == 200 && rig.count(&healthy, JobState::Succeeded).await == 200
+    })
+    .await;
+    let initial = INITIAL_ALLOWANCE as usize;
+    assert!(rig.sink.most(A) <= initial, "the stalling destination held {} at once", rig.sink.most(A));
+    assert!(rig.sink.most(B) > initial, "the healthy one grew to {}", rig.sink.most(B));
+    rig.stop().await;
 }
