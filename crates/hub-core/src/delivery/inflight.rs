@@ -260,6 +260,8 @@ impl Allowance {
 pub struct Pace {
     /// The theoretical arrival time of the next attempt.
     next: Option<Instant>,
+    /// The interval `next` was set with.
+    interval: Duration,
 }
 
 impl Pace {
@@ -272,6 +274,15 @@ impl Pace {
         // no timer finer than the runtime's.
         let burst = (rate / 100.0).floor().max(1.0);
         let tolerance = interval.mul_f64(burst - 1.0);
+        // A changed rate applies from the last start: the next one is due one new interval
+        // after it, not one old interval (a rate raised from one a day waits no day).
+        if interval != self.interval
+            && let Some(next) = self.next
+        {
+            let rebased = next.checked_sub(self.interval).and_then(|last| last.checked_add(interval));
+            self.next = Some(rebased.unwrap_or(now));
+        }
+        self.interval = interval;
         let next = self.next.unwrap_or(now).max(now);
         if let Some(earliest) = next.checked_sub(tolerance)
             && earliest > now

@@ -300,6 +300,11 @@ impl Ledger {
             .collect()
     }
 
+    /// Subscriptions with jobs waiting here (their limits are read again while they wait).
+    pub(super) fn parked_subscriptions(&self) -> Vec<Uuid> {
+        self.subs.iter().filter(|(_, s)| s.parked > 0).map(|(id, _)| *id).collect()
+    }
+
     /// How many jobs a destination may have waiting here before its jobs are left in the store.
     pub(super) fn park_room(&self, dest: &str, park_limit: usize) -> usize {
         self.dests.get(dest).map_or(park_limit, |d| park_limit.max(d.allowance.current()))

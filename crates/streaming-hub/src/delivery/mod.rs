@@ -119,6 +119,8 @@ const MAX_CLAIM: u32 = 256;
 const PARK_SWEEP: Duration = Duration::from_millis(250);
 /// How many windows of tenants one claim looks through when those it visits give nothing.
 const EMPTY_WINDOWS: usize = 4;
+/// How often the subscriptions of jobs waiting in the process are read again.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// How often stranded waiting jobs are put in the state their subscription asks for.
 const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 /// Outcomes waiting for the recorder, at most.
@@ -237,6 +239,10 @@ impl Dispatcher {
             finished: finished_tx,
             extra: ready_slots,
         };
+        // Waiting jobs' subscriptions are read again every second, so a change of limits reaches
+        // them (the store is read off the loop).
+        let (fresh_tx, mut fresh) = mpsc::channel(1);
+        let refreshing = tokio::spawn(Arc::clone(&self).refresh_loop(fresh_tx, shutdown.clone()));
         let mut sweep = tokio::time::interval(PARK_SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -251,10 +257,12 @@ impl Dispatcher {
                     loop_.drain_starved();
                 }
                 _ = sweep.tick() => loop_.sweep(),
+                Some((asked, records)) = fresh.recv() => loop_.refresh(&asked, records),
                 () = shutdown.cancelled() => break,
             }
         }
         self.flights.lock().turned(None);
+        refreshing.abort();
         // No more jobs from ingest: the ready queue closes once the claimers and any handover
         // under way are done.
         lock(&self.intake).take();
@@ -288,6 +296,35 @@ impl Dispatcher {
                 if let Err(e) = self.store.release_job(job, token, self.clock.now()).await {
                     tracing::warn!(job = %job, error = %e, "releasing a lease failed; it will expire");
                 }
+            }
+        }
+    }
+
+    /// Every [`REFRESH_EVERY`], reads the subscriptions of the jobs waiting in the process and
+    /// hands them to the loop (see `parking::Loop::refresh`).
+    async fn refresh_loop(
+        self: Arc<Self>,
+        fresh: mpsc::Sender<(Vec<Uuid>, Vec<SubscriptionRecord>)>,
+        shutdown: CancellationToken,
+    ) {
+        let mut every = tokio::time::interval(REFRESH_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                () = shutdown.cancelled() => return,
+            }
+            let asked = self.flights.lock().parked_subscriptions();
+            if asked.is_empty() {
+                continue;
+            }
+            match self.store.subscriptions_by_ids(&asked).await {
+                Ok(records) => {
+                    if fresh.send((asked, records)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "reading waiting jobs' subscriptions failed; tried again"),
             }
         }
     }

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use hub_store::AttemptResult;
 use tokio::sync::{Semaphore, mpsc};
+use uuid::Uuid;
 
 use super::capacity::FlightBoard;
 use super::targets::Subscribed;
@@ -24,6 +25,11 @@ use crate::telemetry::metric;
 use std::time::Instant;
 
 use super::capacity::{Admit, Blocked};
+
+/// Whether a subscription's jobs may be attempted now (enabled and verified).
+fn deliverable(sub: &hub_store::SubscriptionRecord) -> bool {
+    sub.enabled && sub.verification == hub_core::VerificationState::Active
+}
 
 /// A parked job and whether it waits for a slot (rather than for its destination or pace).
 struct Waiting {
@@ -130,6 +136,58 @@ impl Loop {
             if starved_head {
                 self.drain(&dest);
             }
+        }
+    }
+
+    /// Gives waiting jobs their subscription as it stands now (`asked`: the ids read, `records`:
+    /// those still stored). A changed rate or `max_in_flight` applies to them at once; the jobs
+    /// of a subscription deleted, paused, no longer verified or sent elsewhere go back to the
+    /// store (a later claim takes them as it now asks).
+    pub(super) fn refresh(&mut self, asked: &[Uuid], records: Vec<hub_store::SubscriptionRecord>) {
+        let mut latest: HashMap<Uuid, Option<Arc<Subscribed>>> = asked.iter().map(|id| (*id, None)).collect();
+        for record in records {
+            latest.insert(record.id, Some(Arc::new(Subscribed::new(record))));
+        }
+        let now = Instant::now();
+        let mut touched = Vec::new();
+        let mut gone = Vec::new();
+        for (dest, queue) in &mut self.parked.by_dest {
+            let mut kept = VecDeque::with_capacity(queue.len());
+            for mut w in queue.drain(..) {
+                let Some(old) = w.work.sub.clone() else { continue };
+                let Some(new) = latest.get(&old.record.id) else {
+                    kept.push_back(w);
+                    continue;
+                };
+                match new {
+                    Some(new) if new.key == old.key && deliverable(&new.record) => {
+                        let (a, b) = (&old.record, &new.record);
+                        if a.limits != b.limits || a.allowed_rate != b.allowed_rate {
+                            // Same destination, same counts: the ledger learns the new rate.
+                            let mut ledger = self.dispatcher.flights.lock();
+                            ledger.parked(&Admit::of(&w.work.job, new), w.starved, 0, now);
+                            w.work.sub = Some(Arc::clone(new));
+                            touched.push(dest.clone());
+                        }
+                        kept.push_back(w);
+                    }
+                    _ => {
+                        self.dispatcher.flights.lock().parked(&Admit::of(&w.work.job, &old), w.starved, -1, now);
+                        gone.push(w.work);
+                        touched.push(dest.clone());
+                    }
+                }
+            }
+            *queue = kept;
+        }
+        self.parked.by_dest.retain(|_, q| !q.is_empty());
+        for work in gone {
+            self.put_back(work, Skip::DestinationBusy);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for dest in touched {
+            self.drain(&dest);
         }
     }
 

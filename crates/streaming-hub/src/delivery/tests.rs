@@ -615,3 +615,41 @@ async fn answers_that_stall_cut_the_allowance_instead_of_growing_it() {
     assert!(rig.sink.most(B) > initial, "the healthy one grew to {}", rig.sink.most(B));
     rig.stop().await;
 }
+
+/// A rate lowered while jobs wait in the process applies to them within a second, and a pause
+/// sends them back to the store: the backlog is not sent at the old rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_rate_or_a_pause_reaches_jobs_already_waiting() {
+    let mut rig = Rig::start(64, FakeSink::default(), Duration::from_secs(5)).await;
+    let paced = rig.subscribe_with("t1", A, "approved", Limits { max_in_flight: None, per_second: Some(20.0) }).await;
+    rig.ingest("approved", 400).await;
+    until("the backlog is being sent at 20/s", || async { rig.sink.attempts(A) >= 20 }).await;
+    let patch = |limits: Option<Limits>, enabled: Option<bool>| hub_store::SubscriptionPatch {
+        limits,
+        enabled,
+        disabled_reason: enabled.filter(|e| !e).map(|_| "paused by its owner".to_owned()),
+        now: Utc::now(),
+        ..hub_store::SubscriptionPatch::default()
+    };
+    let lowered = Limits { max_in_flight: None, per_second: Some(2.0) };
+    rig.store.patch_subscription("t1", paced.id, &patch(Some(lowered), None)).await.expect("patch").expect("found");
+    let changed = std::time::Instant::now();
+    // From a second after the change, over four seconds: the new rate (and its burst of one).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let arrivals = rig.sink.arrivals(A);
+    let from = changed + Duration::from_secs(1);
+    let window = arrivals.iter().filter(|t| **t >= from && **t < from + Duration::from_secs(4)).count();
+    assert!(window <= 4 * 2 + 1, "{window} attempts in 4 s after lowering the rate to 2/s");
+    assert!(window >= 4, "the backlog goes on at the new rate ({window} in 4 s)");
+    // Paused: the waiting jobs go back to the store within a second and no attempt starts.
+    rig.store.patch_subscription("t1", paced.id, &patch(None, Some(false))).await.expect("patch").expect("found");
+    let paused = std::time::Instant::now();
+    until("no job of the paused subscription is leased", || async {
+        let jobs = rig.jobs(&paced).await;
+        jobs.iter().all(|j| j.state != JobState::Leased)
+    })
+    .await;
+    let after = rig.sink.arrivals(A).iter().filter(|t| **t > paused + Duration::from_secs(1)).count();
+    assert_eq!(after, 0, "attempts started more than a second after the pause");
+    rig.stop().await;
+}

@@ -70,6 +70,22 @@ fn any_positive_declared_rate_is_honoured_exactly() {
     }
 }
 
+/// A changed rate applies from the last start: lowered, the next start waits the new interval;
+/// raised, it does not wait out the old one.
+#[test]
+fn a_changed_rate_applies_from_the_last_start() {
+    let t0 = Instant::now();
+    let mut pace = Pace::default();
+    assert!(pace.take(10.0, t0).is_ok());
+    let when = pace.take(1.0, t0 + Duration::from_millis(200)).expect_err("lowered to 1/s");
+    assert_eq!(when, t0 + Duration::from_secs(1));
+    let mut pace = Pace::default();
+    assert!(pace.take(1.0 / 86_400.0, t0).is_ok());
+    let when = pace.take(2.0, t0 + Duration::from_millis(100)).expect_err("raised to 2/s");
+    assert_eq!(when, t0 + Duration::from_millis(500));
+    assert!(pace.take(2.0, when).is_ok());
+}
+
 #[test]
 fn slow_start_doubles_per_round_trip_while_steady_and_used() {
     let now = Instant::now();
