@@ -131,6 +131,9 @@ pub enum Outcome {
     Failed(Failure),
     /// The subscription's transform skipped the event (SPEC §10): nothing was sent.
     Skipped,
+    /// The job ended without an attempt, for this reason (its event was erased): nothing was
+    /// sent, and the destination is neither healthier nor failing.
+    Cancelled(String),
 }
 
 impl Outcome {

@@ -8,7 +8,7 @@
 //! Then the tenant's DLQ-plane and quarantined records; then the erasure is done and its match is
 //! dropped, so the audit record keeps who, when, why and counts, never the values.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -215,6 +215,8 @@ async fn erase(
     let tombstone = tombstone(erasure.id);
     let lease = chrono::Duration::from_std(LEASE)?;
     let mut after = erasure.scanned_to;
+    // The events this runner erased: notices about them are erased too.
+    let mut erased: HashSet<Uuid> = HashSet::new();
     loop {
         if stop.is_cancelled() {
             return Ok(false);
@@ -226,10 +228,17 @@ async fn erase(
         let Some(last) = page.last().map(|e| e.seq) else { break };
         let scanned = page.len() as i64;
         let judge = Arc::clone(&matcher);
-        let seqs: Vec<i64> = tokio::task::spawn_blocking(move || {
-            page.iter().filter(|e| e.erasure_id.is_none() && judge.event(e)).map(|e| e.seq).collect()
+        let matched: Vec<(i64, Uuid)> = tokio::task::spawn_blocking(move || {
+            page.iter().filter(|e| e.erasure_id.is_none() && judge.event(e)).map(|e| (e.seq, e.ce_id)).collect()
         })
         .await?;
+        erased.extend(matched.iter().map(|(_, ce_id)| *ce_id));
+        let mut seqs: Vec<i64> = matched.iter().map(|(seq, _)| *seq).collect();
+        // The hub's own notices about those events (a dead letter names the event, its ordering
+        // key and the last error, which may quote it) go with them.
+        seqs.extend(notices_of_erased(store, &erasure.tenant_id, after, last, &erased).await?);
+        seqs.sort_unstable();
+        seqs.dedup();
         let now = clock.now();
         let step = ErasureStep {
             erasure: erasure.id,
@@ -265,6 +274,42 @@ async fn erase(
     }
     store.finish_erasure(erasure.id, clock.now()).await?;
     Ok(true)
+}
+
+/// The seqs, in `(after, last]`, of the tenant's dead-letter notices (`streaming_hub.
+/// job_dead_lettered`, not yet erased) about an erased event: one of `erased`, or one a store
+/// lookup shows erased (by an earlier erasure, or before this runner took over).
+async fn notices_of_erased(
+    store: &dyn Store,
+    tenant: &str,
+    after: i64,
+    last: i64,
+    erased: &HashSet<Uuid>,
+) -> anyhow::Result<Vec<i64>> {
+    let query = EventQuery {
+        after,
+        before: Some(last.saturating_add(1)),
+        limit: u32::MAX,
+        resource_type: Some(hub_core::operational::RESOURCE.to_owned()),
+        event_type: Some(hub_core::operational::Kind::JobDeadLettered.as_str().to_owned()),
+        ..EventQuery::default()
+    };
+    let mut seqs = Vec::new();
+    for notice in store.list_events(tenant, &query).await? {
+        if notice.erasure_id.is_some() {
+            continue;
+        }
+        let about = serde_json::from_slice::<Value>(&notice.payload)
+            .ok()
+            .and_then(|v| v["event_id"].as_str().and_then(|id| Uuid::parse_str(id).ok()));
+        let Some(about) = about else { continue };
+        let gone = erased.contains(&about)
+            || store.event_by_ce_id(tenant, about).await?.is_some_and(|e| e.erasure_id.is_some());
+        if gone {
+            seqs.push(notice.seq);
+        }
+    }
+    Ok(seqs)
 }
 
 /// The ids of a tenant's DLQ-plane or quarantined records the match takes, newest first.

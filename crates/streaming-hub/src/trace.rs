@@ -152,6 +152,9 @@ pub fn attempted(span: &tracing::Span, outcome: &hub_sinks::Outcome) {
         hub_sinks::Outcome::Skipped => {
             span.record("outcome", "skipped");
         }
+        hub_sinks::Outcome::Cancelled(_) => {
+            span.record("outcome", "cancelled");
+        }
     }
 }
 

@@ -18,6 +18,9 @@ pub enum OutcomeClass<'a> {
     /// The subscription's transform skipped the event (SPEC §10): the job ends without a
     /// delivery, and the destination, never reached, is neither healthier nor failing.
     Skipped,
+    /// The job ends without an attempt (its event was erased): the destination, never reached,
+    /// is neither healthier nor failing, and nothing is dead-lettered.
+    Cancelled { reason: &'a str },
     /// It failed in a way another attempt may not (a status, a timeout, a refused connection).
     Retryable { reason: &'a str },
     /// It failed in a way no later attempt can change (the destination is not allowed, the
@@ -51,8 +54,17 @@ pub struct AutoDisable {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobTransition {
     Succeeded,
-    Retry { due_at: DateTime<Utc> },
-    Dead { why: DeadReason, reason: String },
+    Retry {
+        due_at: DateTime<Utc>,
+    },
+    Dead {
+        why: DeadReason,
+        reason: String,
+    },
+    /// Ended without a delivery, for this reason.
+    Cancelled {
+        reason: String,
+    },
 }
 
 /// What an attempt does to its subscription's failure period.
@@ -88,6 +100,10 @@ pub fn settle(
         }
         OutcomeClass::Skipped => {
             return Settlement { transition: JobTransition::Succeeded, health: HealthChange::Unchanged };
+        }
+        OutcomeClass::Cancelled { reason } => {
+            let transition = JobTransition::Cancelled { reason: reason.to_owned() };
+            return Settlement { transition, health: HealthChange::Unchanged };
         }
         OutcomeClass::Retryable { reason } => (reason, true),
         OutcomeClass::Permanent { reason } => (reason, false),
@@ -141,6 +157,7 @@ mod tests {
         Succeeded,
         RetryAfterSecs(i64),
         Dead(DeadReason),
+        Cancelled,
     }
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,7 +178,7 @@ mod tests {
         //  jitter, job, health); times in minutes
         #[rustfmt::skip]
         #[allow(clippy::type_complexity)]
-        let cases: [(&str, u32, i64, i64, i64, Option<i64>, OutcomeClass<'_>, bool, f64, Job, Health); 12] = [
+        let cases: [(&str, u32, i64, i64, i64, Option<i64>, OutcomeClass<'_>, bool, f64, Job, Health); 13] = [
             ("delivered", 1, 0, 0, 0, None, OutcomeClass::Delivered, true, 0.5, Job::Succeeded, Cleared),
             ("skipped by the transform: done, the failure period as it was", 3, 0, h(10), h(10), Some(-h(200)), OutcomeClass::Skipped, true, 0.5, Job::Succeeded, Unchanged),
             ("delivered after a long failure period clears it", 5, 0, h(10), h(10), Some(-h(200)), OutcomeClass::Delivered, true, 0.5, Job::Succeeded, Cleared),
@@ -174,6 +191,7 @@ mod tests {
             ("120 h continuous with auto-disable off", 2, 0, h(1), h(1), Some(-h(121)), refused, false, 0.0, Job::RetryAfterSecs(0), Failing),
             ("long but not yet 120 h", 2, 0, h(1), h(1), Some(-h(118)), refused, true, 0.0, Job::RetryAfterSecs(0), Failing),
             ("a permanent failure also counts toward auto-disable", 1, 0, 0, 0, Some(-h(130)), permanent, true, 0.0, Job::Dead(DeadReason::Permanent), Disabled),
+            ("an erased event's job ends cancelled, the failure period as it was", 8, 0, h(30), h(30), Some(-h(130)), OutcomeClass::Cancelled { reason: "erased" }, true, 0.0, Job::Cancelled, Unchanged),
         ];
         for (case, attempt, window, started, now, failing, outcome, auto, jitter, job, health) in cases {
             let facts = AttemptFacts {
@@ -190,6 +208,10 @@ mod tests {
                 JobTransition::Dead { why, reason } => {
                     assert!(reason.starts_with(why.as_str()), "{case}: {reason}");
                     Job::Dead(*why)
+                }
+                JobTransition::Cancelled { reason } => {
+                    assert_eq!(reason, "erased", "{case}");
+                    Job::Cancelled
                 }
             };
             assert_eq!(got_job, job, "{case}");
@@ -238,7 +260,9 @@ mod tests {
                     proptest::prop_assert!(due_at <= t(started) + chrono::Duration::from_std(bound).expect("bound"));
                 }
                 JobTransition::Dead { .. } => proptest::prop_assert!(attempt == 8 || started >= h(24)),
-                JobTransition::Succeeded => proptest::prop_assert!(false, "a failure never succeeds"),
+                JobTransition::Succeeded | JobTransition::Cancelled { .. } => {
+                    proptest::prop_assert!(false, "a failure never succeeds nor is cancelled")
+                }
             }
         }
     }

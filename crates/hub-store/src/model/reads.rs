@@ -174,6 +174,8 @@ pub(crate) struct WalkedEvent {
     pub event_type: String,
     pub source: String,
     pub received_at: DateTime<Utc>,
+    /// Erased (a tombstone): a replay never gives it again.
+    pub erased: bool,
     /// The whole event, read only when the subscription has content filters.
     pub event: Option<StoredEvent>,
 }
@@ -187,17 +189,18 @@ impl WalkedEvent {
             event_type: event.event_type.clone(),
             source: event.source.clone(),
             received_at: event.received_at,
+            erased: event.erasure_id.is_some(),
             event: Some(event),
         }
     }
 }
 
-/// The seqs of the walked events that lie in the replay's time window and that the subscription's
-/// filter wants (`hub_core::wants`, then its content filters on the whole event).
+/// The seqs of the walked events, not erased, that lie in the replay's time window and that the
+/// subscription's filter wants (`hub_core::wants`, then its content filters on the whole event).
 pub(crate) fn wanted(target: &MatchTarget, window: &TimeWindow, walked: &[WalkedEvent]) -> Vec<i64> {
     walked
         .iter()
-        .filter(|e| window.contains(e.received_at))
+        .filter(|e| window.contains(e.received_at) && !e.erased)
         .filter(|e| {
             hub_core::EventKey::new(&e.resource_type, &e.event_type)
                 .is_ok_and(|key| hub_core::wants(&target.patterns, target.origin.as_deref(), &key, &e.source))

@@ -265,8 +265,8 @@ impl Replays for PgStore {
         // With content filters a replay reads whole events (the filters look at attributes and
         // body); without, the columns the event-key filter needs.
         let walked: Vec<WalkedEvent> = if target.filters.is_empty() {
-            let walked: Vec<(i64, String, String, String, DateTime<Utc>)> = sqlx::query_as(
-                "SELECT seq, resource_type, event_type, source, received_at FROM events
+            let walked: Vec<(i64, String, String, String, DateTime<Utc>, bool)> = sqlx::query_as(
+                "SELECT seq, resource_type, event_type, source, received_at, erased_by IS NOT NULL FROM events
                  WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
             )
             .bind(tenant)
@@ -277,12 +277,13 @@ impl Replays for PgStore {
             .await?;
             walked
                 .into_iter()
-                .map(|(seq, resource_type, event_type, source, received_at)| WalkedEvent {
+                .map(|(seq, resource_type, event_type, source, received_at, erased)| WalkedEvent {
                     seq,
                     resource_type,
                     event_type,
                     source,
                     received_at,
+                    erased,
                     event: None,
                 })
                 .collect()

@@ -194,6 +194,7 @@ impl AttemptColumns {
             JobTransition::Succeeded => ("succeeded", None, None, Some(r.now)),
             JobTransition::Retry { due_at } => ("pending", Some(*due_at), a.error.clone(), None),
             JobTransition::Dead { reason, .. } => ("dead", None, Some(reason.clone()), Some(r.now)),
+            JobTransition::Cancelled { reason } => ("cancelled", None, Some(reason.clone()), Some(r.now)),
         };
         self.token.push(r.token);
         self.state.push(state);

@@ -143,10 +143,13 @@ impl Erasures for SqliteStore {
             .execute(&mut *tx)
             .await?
             .rows_affected() as i64;
+            // Their other jobs keep no text derived from the event: an ordering key is its subject
+            // or partition key, an error may quote it (a transform's throw).
             sqlx::query(
-                "UPDATE delivery_jobs SET ordering_key = NULL
-                 WHERE tenant_id = ?1 AND event_seq IN (SELECT value FROM json_each(?2)) AND ordering_key IS NOT NULL
-                   AND state <> 'leased'",
+                "UPDATE delivery_jobs SET ordering_key = NULL,
+                        last_error = CASE WHEN last_error IS NULL THEN NULL ELSE 'erased' END
+                 WHERE tenant_id = ?1 AND event_seq IN (SELECT value FROM json_each(?2)) AND state <> 'leased'
+                   AND (ordering_key IS NOT NULL OR last_error <> 'erased')",
             )
             .bind(step.tenant_id)
             .bind(&seqs)
@@ -163,6 +166,16 @@ impl Erasures for SqliteStore {
             .execute(&mut *tx)
             .await?
             .rows_affected() as i64;
+            sqlx::query(
+                "UPDATE delivery_attempts SET error = 'erased'
+                 WHERE job_id IN (SELECT id FROM delivery_jobs
+                                  WHERE tenant_id = ?1 AND event_seq IN (SELECT value FROM json_each(?2)))
+                   AND error <> 'erased'",
+            )
+            .bind(step.tenant_id)
+            .bind(&seqs)
+            .execute(&mut *tx)
+            .await?;
         }
         sqlx::query(
             "UPDATE erasures SET scanned_to = MAX(scanned_to, ?2), scanned = scanned + ?3, events = events + ?4,

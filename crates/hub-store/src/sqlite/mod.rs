@@ -133,6 +133,7 @@ impl SqliteStore {
             JobTransition::Succeeded => ("succeeded", None, None, Some(r.now)),
             JobTransition::Retry { due_at } => ("pending", Some(*due_at), a.error.clone(), None),
             JobTransition::Dead { reason, .. } => ("dead", None, Some(reason.clone()), Some(r.now)),
+            JobTransition::Cancelled { reason } => ("cancelled", None, Some(reason.clone()), Some(r.now)),
         };
         let job = sqlx::query(
             "UPDATE delivery_jobs SET state = ?3, attempts = attempts + 1, due_at = COALESCE(?4, due_at),

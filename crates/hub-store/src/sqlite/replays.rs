@@ -279,8 +279,8 @@ impl Replays for SqliteStore {
         // With content filters a replay reads whole events (the filters look at attributes and
         // body); without, the columns the event-key filter needs.
         let walked: Vec<WalkedEvent> = if target.filters.is_empty() {
-            let walked: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
-                "SELECT seq, resource_type, event_type, source, received_at FROM events
+            let walked: Vec<(i64, String, String, String, i64, bool)> = sqlx::query_as(
+                "SELECT seq, resource_type, event_type, source, received_at, erased_by IS NOT NULL FROM events
                  WHERE tenant_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
             )
             .bind(tenant)
@@ -291,13 +291,14 @@ impl Replays for SqliteStore {
             .await?;
             walked
                 .into_iter()
-                .map(|(seq, resource_type, event_type, source, received_at)| {
+                .map(|(seq, resource_type, event_type, source, received_at, erased)| {
                     Ok(WalkedEvent {
                         seq,
                         resource_type,
                         event_type,
                         source,
                         received_at: from_micros(received_at)?,
+                        erased,
                         event: None,
                     })
                 })

@@ -262,7 +262,8 @@ pub struct AttemptView {
     pub attempt: i32,
     pub started_at: DateTime<Utc>,
     pub latency_ms: i64,
-    /// `delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).
+    /// `delivered`, `failed`, `skipped` (the subscription's transform returned `null`), or
+    /// `cancelled` (its event was erased: nothing was sent).
     pub outcome: String,
     pub status_code: Option<i32>,
     /// Why it failed: `<kind>: <reason>`; `transform_failed: …` when the subscription's

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use hub_core::delivery::{AttemptFacts, AutoDisable, JobTransition, OutcomeClass, Permit, settle};
+use hub_core::delivery::{AttemptFacts, AutoDisable, HealthChange, JobTransition, OutcomeClass, Permit, settle};
 use hub_core::operational::Kind as OperationalKind;
 use hub_sinks::{Failure, FailureKind, Message, Outcome};
 use hub_store::{AttemptRecord, AttemptResult, ClaimedJob, StoredEvent};
@@ -120,15 +120,11 @@ impl Dispatcher {
         // A panic is the hub's failure, not the destination's: it moves no breaker or allowance.
         let mut panicked = false;
         let outcome = match event {
-            // Erased while its job was leased: the tombstone is never sent in its place.
-            Some(StoredEvent { erasure_id: Some(erasure), .. }) => Outcome::Failed(Failure {
-                retryable: false,
-                kind: FailureKind::Refused,
-                reason: format!("the event was erased (erasure {erasure})"),
-                status: None,
-                response: None,
-                retry_after: None,
-            }),
+            // Erased: the tombstone is never sent in its place, and the job ends cancelled, no
+            // failure of the destination's.
+            Some(StoredEvent { erasure_id: Some(erasure), .. }) => {
+                Outcome::Cancelled(format!("erased: the event was erased (erasure {erasure})"))
+            }
             Some(event) => {
                 let span = if crate::trace::on() {
                     tracing::info_span!(
@@ -190,7 +186,7 @@ impl Dispatcher {
             Outcome::Failed(f) => {
                 Some((Signal::of(false, latency, f.status, f.kind == FailureKind::Timeout), f.retry_after))
             }
-            Outcome::Skipped => None,
+            Outcome::Skipped | Outcome::Cancelled(_) => None,
         };
         if felt.is_some() {
             self.breaker_outcome(job, dest, outcome.is_delivered(), now);
@@ -319,6 +315,10 @@ impl Dispatcher {
                 tracing::debug!(delivery = %delivery_id, "skipped by the transform");
                 (OutcomeClass::Skipped, None, None, None)
             }
+            Outcome::Cancelled(reason) => {
+                metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "cancelled").increment(1);
+                (OutcomeClass::Cancelled { reason }, None, Some(reason.clone()), None)
+            }
             Outcome::Delivered { status, response, .. } => {
                 metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "delivered").increment(1);
                 tracing::debug!(delivery = %delivery_id, status = ?status, "delivered");
@@ -328,7 +328,14 @@ impl Dispatcher {
                 metrics::counter!(metric::DELIVERY_ATTEMPTS, "sink" => sink, "outcome" => "failed").increment(1);
                 let kind = crate::telemetry::failure_kind(f.kind, f.status);
                 metrics::counter!(metric::DELIVERY_FAILURES, "sink" => sink, "kind" => kind).increment(1);
-                tracing::warn!(delivery = %delivery_id, kind = f.kind.as_str(), status = ?f.status, reason = %f.reason, retryable = f.retryable, "delivery attempt failed");
+                // A transform's reason is what the tenant's code threw, which may quote the event:
+                // the log (which erasure cannot reach) gets its kind only; the attempt keeps it.
+                let reason = if f.kind == FailureKind::Transform {
+                    "(the transform's, kept with the attempt)"
+                } else {
+                    &f.reason
+                };
+                tracing::warn!(delivery = %delivery_id, kind = f.kind.as_str(), status = ?f.status, reason = %reason, retryable = f.retryable, "delivery attempt failed");
                 // What the tenant reads (attempts, dead letters) never tells unreachable from
                 // refused by the guard; the log line above and the metric keep the cause.
                 let class = if f.retryable {
@@ -339,7 +346,15 @@ impl Dispatcher {
                 (class, f.status, Some(format!("{}: {}", f.tenant_kind(), f.tenant_reason())), f.response.clone())
             }
         };
-        let settlement = settle(&facts, class, &self.settings.retry, auto_disable, rand::rng().random());
+        let mut settlement = settle(&facts, class, &self.settings.retry, auto_disable, rand::rng().random());
+        // The subscription's disabled reason outlives every event (erasure does not reach it):
+        // it names a transform's failure, never what the code threw.
+        if let (Outcome::Failed(f), HealthChange::Failure { disable: Some(why), .. }) =
+            (&outcome, &mut settlement.health)
+            && f.kind == FailureKind::Transform
+        {
+            *why = why.replace(f.tenant_reason(), "the subscription's transform failed (its attempts say why)");
+        }
         if matches!(settlement.transition, JobTransition::Dead { .. }) {
             metrics::counter!(metric::JOBS_DEAD, "sink" => sink).increment(1);
         }
@@ -357,6 +372,7 @@ impl Dispatcher {
                     Outcome::Delivered { .. } => "delivered",
                     Outcome::Failed(_) => "failed",
                     Outcome::Skipped => "skipped",
+                    Outcome::Cancelled(_) => "cancelled",
                 }
                 .to_owned(),
                 status_code: status.map(i32::from),

@@ -391,3 +391,116 @@ async fn a_broad_erasure_runs_only_with_its_count_confirmed(backend: Backend) {
     let (_, theirs) = hub.get(&other_key, "/v1/events?limit=10").await;
     assert_eq!(theirs["items"][0]["subject"], "customer:many", "{theirs}");
 }
+
+/// What the hub derived from an event goes with it: a transform that throws the body makes the
+/// attempts' errors, the jobs' last errors and the dead-letter notices (with their ordering key,
+/// the subject) quote it. After the erasure no API answer, no byte of the database and no line of
+/// the hub's log holds the marker, and the erased events' replay is skipped, not failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_erasure_reaches_what_the_hub_derived_from_the_event() {
+    let marker = format!("MARKER{}", Uuid::now_v7().simple());
+    let db = temp_sqlite_path();
+    let admin = format!("admin-{}", Uuid::now_v7().simple());
+    let vars = vec![
+        ("STREAMING_HUB_ENV", "local".to_owned()),
+        ("STREAMING_HUB_SQLITE_PATH", db.display().to_string()),
+        ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
+        ("STREAMING_HUB_DEV_KEK", "4b".repeat(32)),
+        ("STREAMING_HUB_RETRY_CURVE", "0s".to_owned()),
+        ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20".to_owned()),
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+    ];
+    let hub = HubProcess::start(&vars).await;
+    let client = http_client();
+    let call = async |request: reqwest::RequestBuilder| -> (StatusCode, Value) {
+        let answer = request.send().await.expect("request");
+        let status = answer.status();
+        (status, answer.json().await.unwrap_or(Value::Null))
+    };
+    let (_, key) =
+        call(client.post(format!("{}/admin/api-keys", hub.base)).bearer_auth(&admin).json(&json!({"tenant_id": "t1"})))
+            .await;
+    let key = key["key"].as_str().expect("key").to_owned();
+    let receiver = Receiver::start(Script::Ok).await;
+    let throws = "function handler(e) { throw new Error('refused ' + JSON.stringify(e.data)); }";
+    let (status, sub) = call(client.post(format!("{}/v1/subscriptions", hub.base)).bearer_auth(&key).json(&json!({
+        "name": "w", "event_types": ["*.*"], "ordering": "key",
+        "sink": {"type": "webhook", "url": receiver.url},
+        "transform": {"language": "javascript", "code": throws},
+    })))
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{sub}");
+    receiver.trust(sub["signing_secret"].as_str().expect("secret"));
+    let id = sub["id"].as_str().expect("id").to_owned();
+    until("verified", WAIT, async || {
+        let (_, read) = call(client.get(format!("{}/v1/subscriptions/{id}", hub.base)).bearer_auth(&key)).await;
+        (read["verification_state"] == "active").then_some(())
+    })
+    .await;
+    let subject = format!("customer:{marker}");
+    for _ in 0..2 {
+        let event = Event::new("t1").set("ce-subject", &subject).body(json!({"cpf": marker}).to_string());
+        hub.post_event(&key, &event).await;
+    }
+    let events_page =
+        async || call(client.get(format!("{}/v1/events?limit=100", hub.base)).bearer_auth(&key)).await.1.to_string();
+    until("both dead-lettered, each with its notice", WAIT, async || {
+        let (_, page) =
+            call(client.get(format!("{}/v1/subscriptions/{id}/deliveries", hub.base)).bearer_auth(&key)).await;
+        let dead = page["items"].as_array().map_or(0, |items| items.iter().filter(|j| j["state"] == "dead").count());
+        (dead == 2 && events_page().await.matches("job_dead_lettered").count() >= 2).then_some(())
+    })
+    .await;
+    // What the hub derived quotes the marker before the erasure (so the checks below can fail).
+    assert!(events_page().await.contains(&marker), "the notices quote the event");
+    let (_, deliveries) =
+        call(client.get(format!("{}/v1/subscriptions/{id}/deliveries", hub.base)).bearer_auth(&key)).await;
+    assert!(deliveries.to_string().contains(&marker), "the jobs' errors quote the event: {deliveries}");
+
+    let (status, started) =
+        call(client.post(format!("{}/admin/erasures", hub.base)).bearer_auth(&admin).json(&json!({
+            "tenant_id": "t1", "match": {"subject": subject}, "reason": "LGPD request 9"
+        })))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let done = erased(&hub.base, &admin, started["id"].as_str().expect("id")).await;
+    assert_eq!(done["counts"]["events"], 4, "two events and their two notices: {done}");
+
+    // A replay over the window skips the erased events: nothing fails, nothing is dead-lettered.
+    let (status, replay) = call(
+        client
+            .post(format!("{}/v1/subscriptions/{id}/replay", hub.base))
+            .bearer_auth(&key)
+            .json(&json!({"from_seq": 1})),
+    )
+    .await;
+    assert!(status.is_success(), "{replay}");
+    let replay_id = replay["replay_id"].as_str().expect("replay id").to_owned();
+    until("the replay done", WAIT, async || {
+        let (_, r) =
+            call(client.get(format!("{}/v1/subscriptions/{id}/replays/{replay_id}", hub.base)).bearer_auth(&key)).await;
+        (r["state"] == "done").then_some(r)
+    })
+    .await;
+
+    for path in [
+        "/v1/events?limit=100".to_owned(),
+        format!("/v1/subscriptions/{id}/deliveries"),
+        format!("/v1/subscriptions/{id}"),
+    ] {
+        let (_, answer) = call(client.get(format!("{}{path}", hub.base)).bearer_auth(&key)).await;
+        assert!(!answer.to_string().contains(&marker), "{path}: {answer}");
+    }
+    let (_, deliveries) =
+        call(client.get(format!("{}/v1/subscriptions/{id}/deliveries", hub.base)).bearer_auth(&key)).await;
+    let items = deliveries["items"].as_array().expect("items");
+    assert_eq!(items.iter().filter(|j| j["state"] == "dead").count(), 2, "no new dead letter: {deliveries}");
+    assert!(items.iter().all(|j| j["state"] != "pending" && j["state"] != "leased"), "{deliveries}");
+    let hub_log = hub.log.clone();
+    hub.kill();
+    let mut bytes = std::fs::read(&db).expect("the database file");
+    bytes.extend(std::fs::read(format!("{}-wal", db.display())).unwrap_or_default());
+    assert!(!contains(&bytes, &marker), "the SQLite file or its WAL");
+    let log = std::fs::read(&hub_log).expect("the hub's log");
+    assert!(!contains(&log, &marker), "the hub's log never held the event's text");
+}
