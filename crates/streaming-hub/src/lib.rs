@@ -389,7 +389,7 @@ pub async fn start_with_clock(
         admin_token: admin_token.clone(),
         policy: Arc::clone(&policy),
         key_cache: Arc::default(),
-        simulations: Arc::new(tokio::sync::Semaphore::new(api::simulate::AT_ONCE)),
+        simulations: Arc::default(),
         // SQLite has one writer: one group at a time. PostgreSQL writes different tenants at once.
         ingest: ingest::GroupWriter::start(
             Arc::clone(&store),

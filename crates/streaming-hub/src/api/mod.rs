@@ -80,7 +80,7 @@ pub struct AppState {
     /// Wakes the replay runner: a replay started.
     pub replays: Arc<tokio::sync::Notify>,
     /// Simulations this replica may run at once (`simulate.rs`).
-    pub simulations: Arc<tokio::sync::Semaphore>,
+    pub simulations: Arc<simulate::Simulations>,
     /// Breakers of this process's dispatcher, for listings.
     pub breakers: crate::delivery::BreakerBoard,
     /// What this replica's dispatcher has in flight (empty where it does not deliver).

@@ -25,8 +25,60 @@ use super::subscriptions::{load, valid_event_types};
 pub const MAX_SCANNED: u64 = 1_000_000;
 /// Simulations one replica runs at once: each may judge up to a million events against two
 /// selections of tenant filters, each within the filter budget, so their number, not only
-/// their size, is what keeps them from taking the CPU other tenants' ingest needs.
+/// their size, is what keeps them from taking the CPU other tenants' ingest needs. A tenant runs
+/// one at a time, so no tenant holds them all.
 pub const AT_ONCE: usize = 2;
+
+/// How much lower than the hub's own threads a simulation's judging runs (`nice`): ingest and
+/// delivery come first when the CPU is short.
+const JUDGING_NICENESS: i32 = 10;
+
+/// The simulations running on this replica: at most [`AT_ONCE`], one per tenant.
+#[derive(Debug, Default)]
+pub struct Simulations {
+    running: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+/// Why a simulation cannot start now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// The tenant already runs one here.
+    Tenant,
+    /// [`AT_ONCE`] run here.
+    Replica,
+}
+
+/// A running simulation's place, given back when dropped (a panic or a client gone included).
+#[derive(Debug)]
+pub struct Running {
+    simulations: std::sync::Arc<Simulations>,
+    tenant: String,
+}
+
+impl Simulations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Takes a place for `tenant`'s simulation, or says why there is none.
+    pub fn start(self: &std::sync::Arc<Self>, tenant: &str) -> Result<Running, Busy> {
+        let mut running = self.lock();
+        if running.contains(tenant) {
+            return Err(Busy::Tenant);
+        }
+        if running.len() >= AT_ONCE {
+            return Err(Busy::Replica);
+        }
+        running.insert(tenant.to_owned());
+        Ok(Running { simulations: std::sync::Arc::clone(self), tenant: tenant.to_owned() })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.simulations.lock().remove(&self.tenant);
+    }
+}
 
 /// Events read a page (the next is read while one is judged).
 const PAGE: u32 = 5_000;
@@ -113,7 +165,7 @@ impl Selection {
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such subscription for this tenant", body = ErrorBody),
         (status = 422, description = "A field is invalid (named in the message)", body = ErrorBody),
-        (status = 429, description = "As many simulations as this replica runs at once are running; `Retry-After` says when to try again", body = ErrorBody),
+        (status = 429, description = "This tenant already runs a simulation on this replica (one at a time per tenant), or as many as the replica runs at once (2) are running; `Retry-After` says when to try again", body = ErrorBody),
     ),
     security(("api_key" = []))
 )]
@@ -153,12 +205,14 @@ pub async fn simulate(
         sub.origin.clone(),
         draft_filters.as_ref().unwrap_or(&sub.filters),
     )?;
-    let _running = state.simulations.try_acquire().map_err(|_| {
-        let mut busy = ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "simulations_busy",
-            format!("{AT_ONCE} simulations are running on this replica; try again shortly"),
-        );
+    let _running = state.simulations.start(caller.tenant.as_str()).map_err(|busy| {
+        let message = match busy {
+            Busy::Tenant => "a simulation of this tenant is running on this replica (one at a time per tenant); \
+                             try again when it is done"
+                .to_owned(),
+            Busy::Replica => format!("{AT_ONCE} simulations are running on this replica; try again shortly"),
+        };
+        let mut busy = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "simulations_busy", message);
         busy.retry_after = Some(1);
         busy
     })?;
@@ -208,6 +262,44 @@ pub async fn simulate(
         "simulated"
     );
     Ok(AxumJson(out))
+}
+
+/// What one judged event is: its id, its seq, and whether the current and draft selections match.
+type Judged = Vec<(Uuid, i64, bool, bool)>;
+type Selections = std::sync::Arc<(Selection, Selection)>;
+
+/// A thread of its own, at a lower priority than the hub's, judging one part of a simulation's
+/// pages; it ends when the part is done (or its request dropped).
+struct Judge {
+    pages: std::sync::mpsc::Sender<(Vec<StoredEvent>, Selections, tokio::sync::oneshot::Sender<Judged>)>,
+}
+
+impl Judge {
+    fn start() -> Result<Self, ApiError> {
+        let (pages, queue) =
+            std::sync::mpsc::channel::<(Vec<StoredEvent>, Selections, tokio::sync::oneshot::Sender<Judged>)>();
+        std::thread::Builder::new()
+            .name("simulate".into())
+            .spawn(move || {
+                // Linux: the calling thread only.
+                let _ = rustix::process::nice(JUDGING_NICENESS);
+                while let Ok((page, selections, reply)) = queue.recv() {
+                    let judged = page
+                        .into_iter()
+                        .map(|e| (e.ce_id, e.seq, selections.0.matches(&e), selections.1.matches(&e)))
+                        .collect();
+                    let _ = reply.send(judged);
+                }
+            })
+            .map_err(|e| ApiError::unavailable(format!("a simulation thread could not start: {e}")))?;
+        Ok(Self { pages })
+    }
+
+    async fn judge(&self, page: Vec<StoredEvent>, selections: Selections) -> Result<Judged, ApiError> {
+        let (reply, judged) = tokio::sync::oneshot::channel();
+        self.pages.send((page, selections, reply)).map_err(|_| ApiError::internal("a simulation's judge stopped"))?;
+        judged.await.map_err(|_| ApiError::internal("a simulation's page could not be judged"))
+    }
 }
 
 /// One simulation's reading: the window, the selections judged, the samples kept.
@@ -265,6 +357,7 @@ impl Walk {
             waited: std::time::Duration::ZERO,
             judging: std::time::Duration::ZERO,
         };
+        let judge = Judge::start()?;
         let mut next = read(after);
         loop {
             let began = std::time::Instant::now();
@@ -278,14 +371,7 @@ impl Walk {
             }
             next = read(last.seq);
             let began = std::time::Instant::now();
-            let selections = std::sync::Arc::clone(&self.selections);
-            let judged = tokio::task::spawn_blocking(move || {
-                page.into_iter()
-                    .map(|e| (e.ce_id, e.seq, selections.0.matches(&e), selections.1.matches(&e)))
-                    .collect::<Vec<_>>()
-            })
-            .await
-            .map_err(|_| ApiError::internal("a simulation's page could not be judged"))?;
+            let judged = judge.judge(page, std::sync::Arc::clone(&self.selections)).await?;
             t.judging += began.elapsed();
             let out = &mut t.out;
             for (ce_id, seq, current, draft) in judged {
@@ -311,5 +397,28 @@ impl Walk {
             }
         }
         Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{AT_ONCE, Busy, Simulations};
+
+    /// A tenant runs one simulation at a time, so it never holds every place: another tenant
+    /// gets one while it runs; a place comes back when its simulation ends.
+    #[test]
+    fn a_tenant_holds_one_place_and_others_get_the_rest() {
+        let simulations = Arc::new(Simulations::default());
+        let first = simulations.start("a").expect("a place");
+        assert_eq!(simulations.start("a").map(|_| ()), Err(Busy::Tenant));
+        let other = simulations.start("b").expect("another tenant's place");
+        assert_eq!(AT_ONCE, 2);
+        assert_eq!(simulations.start("c").map(|_| ()), Err(Busy::Replica));
+        drop(first);
+        let again = simulations.start("a").expect("its place came back");
+        drop((again, other));
+        assert!(simulations.lock().is_empty());
     }
 }

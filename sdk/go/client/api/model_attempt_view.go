@@ -30,7 +30,7 @@ type AttemptView struct {
 	LatencyMs int64          `json:"latency_ms"`
 	// What a failed transform wrote with `console.log` (at most 4 KiB in all).
 	Logs []string `json:"logs,omitempty"`
-	// `delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).
+	// `delivered`, `failed`, `skipped` (the subscription's transform returned `null`), or `cancelled` (its event was erased: nothing was sent).
 	Outcome string `json:"outcome"`
 	// The start of the destination's answer (at most 4 KiB).
 	ResponseBody NullableString `json:"response_body,omitempty"`

@@ -32,7 +32,7 @@ pub struct AttemptView {
     /// What a failed transform wrote with `console.log` (at most 4 KiB in all).
     #[serde(rename = "logs", skip_serializing_if = "Option::is_none")]
     pub logs: Option<Vec<String>>,
-    /// `delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).
+    /// `delivered`, `failed`, `skipped` (the subscription's transform returned `null`), or `cancelled` (its event was erased: nothing was sent).
     #[serde(rename = "outcome")]
     pub outcome: String,
     /// The start of the destination's answer (at most 4 KiB).

@@ -34,7 +34,7 @@ class AttemptView(BaseModel):
     error: Optional[StrictStr] = Field(default=None, description="Why it failed: `<kind>: <reason>`; `transform_failed: …` when the subscription's transform threw, ran out of its budget or answered what cannot be sent.")
     latency_ms: StrictInt
     logs: Optional[List[StrictStr]] = Field(default=None, description="What a failed transform wrote with `console.log` (at most 4 KiB in all).")
-    outcome: StrictStr = Field(description="`delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).")
+    outcome: StrictStr = Field(description="`delivered`, `failed`, `skipped` (the subscription's transform returned `null`), or `cancelled` (its event was erased: nothing was sent).")
     response_body: Optional[StrictStr] = Field(default=None, description="The start of the destination's answer (at most 4 KiB).")
     started_at: datetime
     status_code: Optional[StrictInt] = None

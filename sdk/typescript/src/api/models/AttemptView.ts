@@ -41,7 +41,8 @@ export interface AttemptView {
      */
     logs?: Array<string>;
     /**
-     * `delivered`, `failed`, or `skipped` (the subscription's transform returned `null`).
+     * `delivered`, `failed`, `skipped` (the subscription's transform returned `null`), or
+     * `cancelled` (its event was erased: nothing was sent).
      */
     outcome: string;
     /**
