@@ -283,7 +283,9 @@ impl Dispatcher {
         metrics::histogram!(metric::TRANSFORM_SECONDS).record(run.duration.as_secs_f64());
         let result = match run.output {
             Ok(hub_transform::Output::Skip) => Ok(None),
-            Ok(hub_transform::Output::Event(answer)) => transform::shape(&answer, event, &shown).map(Some),
+            Ok(hub_transform::Output::Event(answer)) => {
+                transform::shape(&answer, &transform::Given::stored(event, &shown)).map(Some)
+            }
             Err(failure) => Err(failure.to_string()),
         };
         let label = match &result {

@@ -11,11 +11,20 @@ use serde_json::Value as Json;
 use serde_json::value::RawValue;
 
 /// Headers a transform may never change: the hub signs and frames what it sends after the
-/// transform, and authenticates on its own.
-const PROTECTED: [&str; 11] = [
+/// transform, authenticates on its own, and names the tenant and the event (every `x-lerian-*`
+/// header, see [`protected`]); hop-by-hop headers belong to the connection, not the delivery.
+const PROTECTED: [&str; 19] = [
     "content-length",
     "transfer-encoding",
     "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
     "host",
     "authorization",
     "ce-id",
@@ -25,6 +34,11 @@ const PROTECTED: [&str; 11] = [
     "x-webhook-timestamp",
     "x-webhook-signature",
 ];
+
+/// Whether a handler may not change header `name` (lower case).
+fn protected(name: &str) -> bool {
+    PROTECTED.contains(&name) || name.starts_with("x-lerian-")
+}
 /// Headers a transform may add or change, at most, and the longest value.
 const MAX_HEADERS: usize = 64;
 const MAX_HEADER_VALUE: usize = 4096;
@@ -109,18 +123,40 @@ pub fn input(event: &StoredEvent, headers: &[(String, String)]) -> Input {
     Input::from_text(out)
 }
 
-/// What the handler's `answer` makes of `event`, whose sink would send `shown`; the reason when it
-/// cannot be sent (the attempt fails as `transform_failed`). `data` goes out as the handler wrote
-/// it, its keys in its order.
-pub fn shape(answer: &Answer, event: &StoredEvent, shown: &[(String, String)]) -> Result<Shaped, String> {
+/// What a handler was given, as far as judging its answer needs: the event's media type, whether
+/// its `data` was the JSON body (else base64), and the headers the sink would send.
+#[derive(Debug, Clone, Copy)]
+pub struct Given<'a> {
+    pub content_type: &'a str,
+    pub json: bool,
+    pub headers: &'a [(String, String)],
+}
+
+impl<'a> Given<'a> {
+    /// A stored event, whose sink would send `shown`.
+    pub fn stored(event: &'a StoredEvent, shown: &'a [(String, String)]) -> Self {
+        Self { content_type: content_type(event), json: body_is_json(event), headers: shown }
+    }
+}
+
+/// What the handler's `answer` makes of the event it was `given`; the reason when it cannot be
+/// sent (the attempt fails as `transform_failed`, a try answers it as the error). `data` goes out
+/// as the handler wrote it, its keys in its order.
+pub fn shape(answer: &Answer, given: &Given<'_>) -> Result<Shaped, String> {
+    if hub_core::envelope::nests_deeper_than(answer.text().as_bytes(), hub_core::envelope::MAX_JSON_DEPTH) {
+        return Err(format!(
+            "the answer nests arrays and objects more than {} levels deep",
+            hub_core::envelope::MAX_JSON_DEPTH
+        ));
+    }
     let fields: HashMap<String, &RawValue> =
         serde_json::from_str(answer.text()).map_err(|_| "the handler must return the event or null".to_owned())?;
     let parsed = |name: &str| -> Result<Json, String> {
         fields.get(name).map_or(Ok(Json::Null), |raw| serde_json::from_str(raw.get()).map_err(|e| e.to_string()))
     };
-    let was = |name: &str| shown.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str());
+    let was = |name: &str| given.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str());
     let mut headers = Vec::new();
-    let mut media_type = content_type(event).to_owned();
+    let mut media_type = given.content_type.to_owned();
     match parsed("headers")? {
         Json::Null => {}
         Json::Object(map) => {
@@ -132,7 +168,7 @@ pub fn shape(answer: &Answer, event: &StoredEvent, shown: &[(String, String)]) -
                 if was(&name) == Some(value.as_str()) {
                     continue;
                 }
-                if PROTECTED.contains(&name.as_str()) {
+                if protected(&name) {
                     return Err(format!("the handler may not change the {name} header: the hub sets it"));
                 }
                 if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -163,7 +199,7 @@ pub fn shape(answer: &Answer, event: &StoredEvent, shown: &[(String, String)]) -
     let Some(data) = fields.get("data") else {
         return Err("the answer has no data: set data (null for an empty JSON body)".into());
     };
-    let was_json = body_is_json(event);
+    let was_json = given.json;
     let text = data.get();
     let body = if text.starts_with('"') && !is_json_media_type(&media_type) {
         let text: String = serde_json::from_str(text).map_err(|e| e.to_string())?;
@@ -194,8 +230,14 @@ fn checked_path(path: &str) -> Result<String, String> {
             path.chars().take(64).collect::<String>()
         ));
     }
-    if path.split('/').any(|segment| segment == ".." || segment == "." || segment.eq_ignore_ascii_case("%2e%2e")) {
-        return Err("path must not hold . or .. segments".into());
+    // A receiver may decode `%2e` (and `%2f`, `%5c`) before it resolves dot segments: a dot
+    // segment is refused however it is written, and so are encoded separators.
+    let lower = path.to_ascii_lowercase();
+    if lower.contains("%2f") || lower.contains("%5c") {
+        return Err("path must not hold encoded slashes or backslashes (%2F, %5C)".into());
+    }
+    if lower.split('/').map(|segment| segment.replace("%2e", ".")).any(|segment| segment == ".." || segment == ".") {
+        return Err("path must not hold . or .. segments, written plainly or percent-encoded".into());
     }
     Ok(path.to_owned())
 }
@@ -277,7 +319,7 @@ mod tests {
         answer["data"] = json!({"value": 100});
         answer["headers"]["x-team"] = json!("risk");
         answer["path"] = json!("/loans/42");
-        let s = shape(&reply(&answer), &e, &shown()).expect("shaped");
+        let s = shape(&reply(&answer), &Given::stored(&e, &shown())).expect("shaped");
         assert_eq!(s.body, br#"{"value":100}"#);
         assert_eq!(s.headers, vec![("x-team".to_owned(), "risk".to_owned())], "only what changed is added");
         assert_eq!((s.path.as_str(), s.content_type.as_str()), ("/loans/42", "application/json"));
@@ -285,11 +327,11 @@ mod tests {
         // Text for a chat tool.
         answer["headers"]["content-type"] = json!("text/plain");
         answer["data"] = json!("loan 42 approved");
-        let s = shape(&reply(&answer), &e, &shown()).expect("shaped");
+        let s = shape(&reply(&answer), &Given::stored(&e, &shown())).expect("shaped");
         assert_eq!((s.body.as_slice(), s.content_type.as_str()), (&b"loan 42 approved"[..], "text/plain"));
         // A binary event left as it was goes as it came.
         let binary = event(Some("application/octet-stream"), &[0, 159, 146, 150]);
-        let s = shape(&reply(&given(&binary, &[])), &binary, &[]).expect("shaped");
+        let s = shape(&reply(&given(&binary, &[])), &Given::stored(&binary, &[])).expect("shaped");
         assert_eq!(s.body, vec![0, 159, 146, 150]);
     }
 
@@ -301,7 +343,7 @@ mod tests {
             for (k, v) in change.as_object().expect("object") {
                 answer[k] = v.clone();
             }
-            shape(&reply(&answer), &e, &shown()).expect_err("refused")
+            shape(&reply(&answer), &Given::stored(&e, &shown())).expect_err("refused")
         };
         assert!(refused(json!({"headers": {"ce-id": "forged"}})).contains("ce-id"));
         assert!(refused(json!({"headers": {"webhook-signature": "v1,x"}})).contains("webhook-signature"));
@@ -310,19 +352,42 @@ mod tests {
         assert!(refused(json!({"headers": {"bad name": "v"}})).contains("not a valid header name"));
         assert!(refused(json!({"headers": {"x-v": "a\nb"}})).contains("valid header value"));
         assert!(refused(json!({"path": "/../admin"})).contains(".."));
+        // The hub's identity headers and hop-by-hop ones, CRLF, encoded dot segments, depth.
+        for name in [
+            "x-lerian-tenant-id",
+            "x-lerian-event-id",
+            "X-Lerian-Signature",
+            "x-lerian-anything",
+            "upgrade",
+            "te",
+            "keep-alive",
+            "proxy-authorization",
+            "expect",
+        ] {
+            assert!(refused(json!({"headers": {name: "forged"}})).contains(&name.to_ascii_lowercase()), "{name}");
+        }
+        assert!(refused(json!({"headers": {"x-v": "a\r\nx-lerian-tenant-id: other"}})).contains("valid header value"));
+        for path in ["/.%2e/.%2e/admin", "/%2e%2e/admin", "/%2E./x", "/a/%2e", "/..%2fadmin", "/a%5c..%5cadmin"] {
+            assert!(refused(json!({"path": path})).contains("path must not"), "{path}");
+        }
+        let mut deep = json!(1);
+        for _ in 0..64 {
+            deep = json!([deep]);
+        }
+        assert!(refused(json!({"data": deep})).contains("levels deep"));
         assert!(refused(json!({"path": "/a?token=1"})).contains("no query"));
         assert!(refused(json!({"path": 7})).contains("string"));
         let mut answer = given(&e, &shown());
         answer.as_object_mut().expect("object").remove("data");
-        assert!(shape(&reply(&answer), &e, &shown()).expect_err("no data").contains("no data"));
+        assert!(shape(&reply(&answer), &Given::stored(&e, &shown())).expect_err("no data").contains("no data"));
         // The same value is no change.
         let mut same = given(&e, &shown());
         same["headers"]["ce-id"] = json!("e1");
-        assert!(shape(&reply(&same), &e, &shown()).expect("same").headers.is_empty());
+        assert!(shape(&reply(&same), &Given::stored(&e, &shown())).expect("same").headers.is_empty());
         let binary = event(Some("application/octet-stream"), &[1, 2]);
         let mut answer = given(&binary, &[]);
         answer["data"] = json!("not base64!");
-        assert!(shape(&reply(&answer), &binary, &[]).expect_err("base64").contains("base64"));
+        assert!(shape(&reply(&answer), &Given::stored(&binary, &[])).expect_err("base64").contains("base64"));
     }
 
     fn arbitrary_json() -> impl proptest::strategy::Strategy<Value = Json> {
@@ -381,8 +446,8 @@ mod tests {
         #[test]
         fn any_answer_is_shaped_or_refused_never_a_panic(answer in arbitrary_json(), text in ".{0,40}", binary in proptest::prelude::any::<bool>()) {
             let e = if binary { event(Some("application/octet-stream"), &[1, 2, 3]) } else { event(None, br#"{"a":1}"#) };
-            let _ = shape(&Answer::from_text(text), &e, &shown());
-            if let Ok(s) = shape(&Answer::from_text(answer.to_string()), &e, &shown()) {
+            let _ = shape(&Answer::from_text(text), &Given::stored(&e, &shown()));
+            if let Ok(s) = shape(&Answer::from_text(answer.to_string()), &Given::stored(&e, &shown())) {
                 proptest::prop_assert!(s.headers.iter().all(|(k, _)| !PROTECTED.contains(&k.as_str())));
                 proptest::prop_assert!(s.path.split('/').all(|seg| seg != ".." && seg != "."));
                 proptest::prop_assert!(!s.path.contains('?') && !s.path.contains('#'));

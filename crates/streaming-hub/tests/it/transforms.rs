@@ -590,3 +590,43 @@ async fn an_sqs_queue_gets_the_new_body_and_attributes() {
     assert_eq!(extra["x-team"], "risk", "an added header travels as an attribute: {extra}");
     sqs.delete_queue().queue_url(&queue_url).send().await.expect("delete");
 }
+
+/// An answer a delivery refuses is the error of a try too, named alike: the hub's identity and
+/// hop-by-hop headers, CRLF in a value, dot segments however written, nesting past 64 levels, an
+/// answer whose `toJSON` makes it no event. What a try shows as `output` is what a delivery sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_try_judges_the_answer_as_its_delivery_would() {
+    let hub = TestHub::start_with(Backend::Sqlite, &FAST).await;
+    let key = hub.tenant_key("t1").await;
+    let refused = [
+        ("e.headers['x-lerian-tenant-id'] = 'another-tenant'; return e;", "x-lerian-tenant-id"),
+        ("e.headers['X-Lerian-Event-Id'] = 'forged'; return e;", "x-lerian-event-id"),
+        ("e.headers['upgrade'] = 'websocket'; return e;", "upgrade"),
+        ("e.headers['x-a'] = 'a\\r\\nx-lerian-tenant-id: other'; return e;", "valid header value"),
+        ("e.path = '/.%2e/.%2e/admin'; return e;", "path must not"),
+        ("e.path = '/..%2fadmin'; return e;", "path must not"),
+        ("var d = 1; for (var i = 0; i < 70; i++) { d = [d]; } e.data = d; return e;", "levels deep"),
+        ("return { toJSON: function () { return 7; } };", "must return the event or null"),
+    ];
+    for (body, named) in refused {
+        let code = format!("function handler(e) {{ {body} }}");
+        let (status, got) = hub.post_json(&key, "/v1/transforms/test", &try_code(&code)).await;
+        assert_eq!(status, StatusCode::OK, "{got}");
+        assert!(got.get("output").is_none(), "{body}: a refused answer shows no output: {got}");
+        assert!(got["error"].as_str().unwrap_or_default().contains(named), "{body}: {got}");
+    }
+    // The same answer at delivery fails its attempt with the same reason, and nothing is sent.
+    let receiver = Receiver::start(Script::Ok).await;
+    let id = transformed_webhook(
+        &hub,
+        &key,
+        &receiver,
+        "function handler(e) { e.headers['x-lerian-tenant-id'] = 'another-tenant'; return e; }",
+    )
+    .await;
+    assert_eq!(hub.post_event(&key, &Event::new("t1")).await.0, StatusCode::ACCEPTED);
+    let items = deliveries_until(&hub, &key, &id, |i| i.iter().any(|j| j["attempts"].as_i64() >= Some(1))).await;
+    let error = items[0]["attempt_log"][0]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(error.contains("may not change the x-lerian-tenant-id header"), "{items:#?}");
+    assert!(receiver.deliveries().is_empty(), "nothing was sent");
+}

@@ -22,7 +22,7 @@ var _ MappedNullable = &TransformResult{}
 // TransformResult What the handler gave: `output` (the event, or `null` when it skips), or `error`.
 type TransformResult struct {
 	DurationUs int64 `json:"duration_us"`
-	// Why there is no output: a throw, the CPU budget, the memory limit, or an answer that is not an event.
+	// Why there is no output: a throw, the CPU budget, the memory limit, or an answer a delivery would refuse (not an event, a protected header changed, a path with dot segments, nesting past 64 levels), named as the delivery's attempt would name it.
 	Error NullableString `json:"error,omitempty"`
 	// What it wrote with `console.log`, at most 50 lines of 1 KiB.
 	Logs []string `json:"logs"`

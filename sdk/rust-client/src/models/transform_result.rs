@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub struct TransformResult {
     #[serde(rename = "duration_us")]
     pub duration_us: i64,
-    /// Why there is no output: a throw, the CPU budget, the memory limit, or an answer that is not an event.
+    /// Why there is no output: a throw, the CPU budget, the memory limit, or an answer a delivery would refuse (not an event, a protected header changed, a path with dot segments, nesting past 64 levels), named as the delivery's attempt would name it.
     #[serde(
         rename = "error",
         default,

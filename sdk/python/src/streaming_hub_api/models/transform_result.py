@@ -29,7 +29,7 @@ class TransformResult(BaseModel):
     What the handler gave: `output` (the event, or `null` when it skips), or `error`.
     """ # noqa: E501
     duration_us: Annotated[int, Field(strict=True, ge=0)]
-    error: Optional[StrictStr] = Field(default=None, description="Why there is no output: a throw, the CPU budget, the memory limit, or an answer that is not an event.")
+    error: Optional[StrictStr] = Field(default=None, description="Why there is no output: a throw, the CPU budget, the memory limit, or an answer a delivery would refuse (not an event, a protected header changed, a path with dot segments, nesting past 64 levels), named as the delivery's attempt would name it.")
     logs: List[StrictStr] = Field(description="What it wrote with `console.log`, at most 50 lines of 1 KiB.")
     output: Optional[Dict[str, Any]] = Field(default=None, description="The event as the handler returned it; `null` when it skips the delivery. Absent on error.")
     __properties: ClassVar[List[str]] = ["duration_us", "error", "logs", "output"]

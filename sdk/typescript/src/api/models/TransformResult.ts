@@ -24,8 +24,9 @@ export interface TransformResult {
      */
     durationUs: number;
     /**
-     * Why there is no output: a throw, the CPU budget, the memory limit, or an answer that is not
-     * an event.
+     * Why there is no output: a throw, the CPU budget, the memory limit, or an answer a delivery
+     * would refuse (not an event, a protected header changed, a path with dot segments, nesting
+     * past 64 levels), named as the delivery's attempt would name it.
      */
     error?: string | null;
     /**
