@@ -88,6 +88,33 @@ pub(crate) fn usage_of(pid: &str) -> (f64, f64) {
     (cpu, rss)
 }
 
+/// CPU seconds of `pid` with its children: its own, its reaped children's (`cutime`, `cstime`)
+/// and its live children's (the hub's transform workers).
+pub(crate) fn cpu_with_children(pid: &str) -> f64 {
+    let fields = |pid: &str| -> Option<Vec<String>> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(stat.rsplit_once(')')?.1.split_whitespace().map(str::to_owned).collect())
+    };
+    let ticks = |f: &[String], from: usize, to: usize| -> f64 {
+        f[from..=to].iter().filter_map(|v| v.parse::<f64>().ok()).sum::<f64>() / 100.0
+    };
+    let Some(own) = fields(pid).filter(|f| f.len() > 14) else { return 0.0 };
+    // After the command's name: state, ppid, …, utime (11), stime (12), cutime (13), cstime (14).
+    let mut cpu = ticks(&own, 11, 14);
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for e in entries.filter_map(Result::ok) {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            if let Some(f) = fields(&name).filter(|f| f.len() > 12 && f[1] == pid) {
+                cpu += ticks(&f, 11, 12);
+            }
+        }
+    }
+    cpu
+}
+
 /// CPU seconds of every PostgreSQL process on this machine (the server and its backends).
 pub fn postgres_cpu() -> f64 {
     cpu_of_named("postgres")
@@ -104,7 +131,8 @@ pub fn cpu_of_named(comm: &str) -> f64 {
         .sum()
 }
 
-/// CPU and memory of the hub's process, of PostgreSQL, and of the bench's own process (the load
+/// CPU and memory of the hub's process (its transform workers' CPU included), of PostgreSQL, and
+/// of the bench's own process (the load
 /// and the receiver), at one moment; differences between two are what a phase cost.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Usage {
@@ -300,7 +328,10 @@ impl BenchHub {
 
     /// CPU and memory used so far by the hub, PostgreSQL and this process.
     pub fn usage(&self) -> Usage {
-        let (hub_cpu_s, hub_peak_rss_mib) = usage_of(&self.child.id().to_string());
+        let pid = self.child.id().to_string();
+        let (_, hub_peak_rss_mib) = usage_of(&pid);
+        // The hub's transform workers are its children: their CPU is the hub's.
+        let hub_cpu_s = cpu_with_children(&pid);
         let postgres_cpu_s = if matches!(self.db, Db::Postgres { .. }) { postgres_cpu() } else { 0.0 };
         Usage { hub_cpu_s, hub_peak_rss_mib, postgres_cpu_s, bench_cpu_s: usage_of("self").0 }
     }

@@ -187,3 +187,79 @@ pub async fn erasure(events: usize, rate: u32, json_out: &Path) -> anyhow::Resul
         "during_max_ms": quantile_ms(&during, 1.0), "during_writes": during.len()});
     write_json(&figures, json_out)
 }
+
+/// `simulate-fairness`: the same inbox as `simulate`, then another tenant ingests `rate` events a
+/// second over HTTP, alone and while the first runs simulations of the whole day back to back
+/// (and asks for a second at once, which the hub refuses: one at a time per tenant). Figures: the
+/// other tenant's HTTP ingest p50/p99 alone and beside; issue #62's target is a p99 within 50 ms.
+pub async fn simulate_fairness(events: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use crate::harness::{Latency, f1};
+    use crate::scenarios::paced_for;
+
+    const WINDOW: std::time::Duration = std::time::Duration::from_secs(15);
+    let hub = Arc::new(BenchHub::start(None).await?);
+    let Db::Postgres { pool, schema } = &hub.db else {
+        anyhow::bail!("the simulate-fairness bench loads PostgreSQL with COPY (set STREAMING_HUB_POSTGRES_DSN)");
+    };
+    let key = hub.tenant(TENANT).await?;
+    let sub = hub
+        .subscribe_with(&key, json!({"name": "draft", "event_types": ["payment.*"], "sink": {"type": "pull"}}))
+        .await?;
+    let other = hub.tenant("other").await?;
+    let now = Utc::now();
+    let since = now - chrono::Duration::hours(24);
+    load(pool, schema, since + chrono::Duration::seconds(1), now - chrono::Duration::seconds(1), events).await?;
+    // Warm the other tenant's path, then measure it alone.
+    paced_for(&hub, &other, "other", rate, std::time::Duration::from_secs(2)).await?;
+    let alone = Latency::of(&paced_for(&hub, &other, "other", rate, WINDOW).await?.answered_us);
+
+    let body = json!({"since": since.to_rfc3339(), "until": now.to_rfc3339(),
+        "filters": [{"sql": "subject IN ('customer-7', 'customer-8')"}]});
+    let stop = Arc::new(AtomicBool::new(false));
+    let (runs, refused) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let simulating = {
+        let (hub, key, body, stop, runs, refused) =
+            (Arc::clone(&hub), key.clone(), body.clone(), Arc::clone(&stop), Arc::clone(&runs), Arc::clone(&refused));
+        tokio::spawn(async move {
+            let path = format!("/v1/subscriptions/{sub}/simulate");
+            while !stop.load(Ordering::SeqCst) {
+                // Two at once: the second is refused while the first runs.
+                let (first, second) =
+                    tokio::join!(hub.call(reqwest::Method::POST, &path, Some(&key), Some(&body)), async {
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        hub.call(reqwest::Method::POST, &path, Some(&key), Some(&body)).await
+                    });
+                for (status, answer, _) in [first?, second?] {
+                    match status {
+                        200 => runs.fetch_add(1, Ordering::SeqCst),
+                        429 => refused.fetch_add(1, Ordering::SeqCst),
+                        _ => anyhow::bail!("simulate answered {status}: {answer}"),
+                    };
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let beside = Latency::of(&paced_for(&hub, &other, "other", rate, WINDOW).await?.answered_us);
+    stop.store(true, Ordering::SeqCst);
+    simulating.await??;
+    let (runs, refused) = (runs.load(Ordering::SeqCst), refused.load(Ordering::SeqCst));
+    let hub = Arc::into_inner(hub).context("the hub is no longer shared")?;
+    hub.finish().await?;
+    let excess = beside.p99 - alone.p99;
+    println!(
+        "simulate-fairness (postgres, {events} events of one tenant simulated back to back; another ingests {rate}/s)"
+    );
+    println!("  {:<38} {:>12}", "ingest alone p50 / p99 ms", format!("{} / {}", f1(alone.p50), f1(alone.p99)));
+    println!("  {:<38} {:>12}", "ingest beside p50 / p99 ms", format!("{} / {}", f1(beside.p50), f1(beside.p99)));
+    println!("  {:<38} {:>12}", "p99 beside minus alone ms", f1(excess));
+    println!("  {:<38} {:>12}", "simulations run / refused", format!("{runs} / {refused}"));
+    let figures = json!({"scenario": "simulate-fairness", "events": events, "rate": rate,
+        "ingest_alone_ms": alone.json(), "ingest_beside_ms": beside.json(), "p99_excess_ms": excess,
+        "simulations_run": runs, "simulations_refused": refused});
+    write_json(&figures, json_out)
+}

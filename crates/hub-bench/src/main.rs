@@ -180,6 +180,17 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// Another tenant's HTTP ingest alone and while one tenant simulates a million events back to
+    /// back (PostgreSQL only).
+    SimulateFairness {
+        #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
+        events: usize,
+        /// The other tenant's posts per second.
+        #[arg(long, default_value_t = 200)]
+        rate: u32,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// One customer's thousand events erased from a large inbox (`--events` loaded with COPY, as
     /// `simulate` does) while a writer ingests `--rate` events a second (PostgreSQL only).
     Erasure {
@@ -207,6 +218,21 @@ enum BenchScenario {
         events: usize,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
         producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// One tenant's transformed deliveries alone and beside another tenant's subscriptions whose
+    /// handlers spend their whole CPU budget on every run.
+    TransformIsolation {
+        /// The other tenant's subscriptions with hostile handlers.
+        #[arg(long, default_value_t = 16, value_parser = at_least_one)]
+        subscriptions: usize,
+        /// Events posted to them.
+        #[arg(long, default_value_t = 200, value_parser = at_least_one)]
+        flood: usize,
+        /// The measured tenant's posts per second.
+        #[arg(long, default_value_t = 20)]
+        rate: u32,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -401,6 +427,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
             peer::peer(peer, run, api, receiver, latency_ms, events, producers, &json_path(json, "peer")).await
         }
         BenchScenario::Simulate { events, json } => history::simulate(events, &json_path(json, "simulate")).await,
+        BenchScenario::SimulateFairness { events, rate, json } => {
+            history::simulate_fairness(events, rate, &json_path(json, "simulate-fairness")).await
+        }
         BenchScenario::Erasure { events, rate, json } => {
             history::erasure(events, rate, &json_path(json, "erasure")).await
         }
@@ -409,6 +438,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::TransformCost { events, producers, json } => {
             transform::transform_cost(events, producers, &json_path(json, "transform-cost")).await
+        }
+        BenchScenario::TransformIsolation { subscriptions, flood, rate, json } => {
+            slow::transform_isolation(subscriptions, flood, rate, &json_path(json, "transform-isolation")).await
         }
         BenchScenario::Hanging { subscriptions, flood, rate, json } => {
             slow::hanging(subscriptions, flood, rate, &json_path(json, "hanging")).await

@@ -188,3 +188,86 @@ pub async fn hanging(hanging: usize, flood: usize, rate: u32, json_out: &Path) -
         json_out,
     )
 }
+
+/// Handlers a hostile tenant may write: each spends its whole CPU budget, or its memory, or
+/// throws, on every run, by every way the engine offers.
+const HOSTILE: [&str; 8] = [
+    "function handler(e) { for (;;) {} }",
+    "function handler(e) { [].reverse.call({length: 2 ** 53 - 1}); return e; }",
+    "function handler(e) { Array.prototype.copyWithin.call({length: 2 ** 32}, 1, 0); return e; }",
+    "function handler(e) { 'x'.repeat(1 << 24).replaceAll('x', 'yy'); return e; }",
+    "function handler(e) { /(a+)+$/.test('a'.repeat(40) + '!'); return e; }",
+    "var kept = []; function handler(e) { for (;;) { kept.push('x'.repeat(1 << 16)); } }",
+    "function handler(e) { function f() { return f() + 1; } return f(); }",
+    "function handler(e) { Array.prototype.join.call({length: 2 ** 32}, ','); return e; }",
+];
+
+/// `transform-isolation`: one tenant's transformed deliveries (a trivial handler) at `rate` a
+/// second, alone, then beside another tenant whose `hostile` subscriptions run handlers that spend
+/// their whole budget on every run (loops, native built-ins on huge array-likes, catastrophic
+/// regex, memory growth, recursion), `flood` events posted to them. Issue #61's target: the calm
+/// tenant's p99 within 50 ms of alone.
+pub async fn transform_isolation(hostile: usize, flood: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
+    let quota = (hostile + 10).to_string();
+    let hub = BenchHub::start_with(None, &[("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", quota)]).await?;
+    let receiver = Receiver::start().await?;
+    let trivial = "function handler(e) { return e; }";
+    let calm_key = hub.tenant("calm").await?;
+    hub.subscribe_with(
+        &calm_key,
+        json!({"name": "calm", "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url_as("fast", "calm")},
+            "transform": {"language": "javascript", "code": trivial}}),
+    )
+    .await?;
+    let hostile_key = hub.tenant("hostile").await?;
+    for i in 0..hostile {
+        let code = HOSTILE[i % HOSTILE.len()];
+        hub.subscribe_with(
+            &hostile_key,
+            json!({"name": label(i), "event_types": ["*.*"], "sink": {"type": "webhook", "url": receiver.url_as("fast", &label(i))},
+                "transform": {"language": "javascript", "code": code}}),
+        )
+        .await?;
+    }
+    let calm = vec!["calm".to_owned()];
+    hub.post_many(&[(calm_key.clone(), "calm".to_owned())], 5, 1).await?;
+    wait_all(&receiver, &calm, 5).await?;
+    receiver.take("calm");
+
+    let alone = paced_for(&hub, &calm_key, "calm", rate, Duration::from_secs(15)).await?;
+    wait_all(&receiver, &calm, alone.sent()).await?;
+    let solo = receiver.take("calm").latency();
+
+    let before = hub.usage();
+    hub.post_many(&[(hostile_key, "hostile".to_owned())], flood, 8).await?;
+    let beside_sent = paced_for(&hub, &calm_key, "calm", rate, Duration::from_secs(15)).await?;
+    wait_all(&receiver, &calm, beside_sent.sent()).await?;
+    let beside = receiver.take("calm").latency();
+    let spent = hub.usage().since(&before);
+    let metrics = hub.metrics().await?;
+    let killed = harness::metric_sum(&metrics, "streaming_hub_transform_workers_stopped_total", &[]);
+    let store = hub.store_name();
+    let usage = hub.finish().await?;
+    let excess = beside.p99 - solo.p99;
+    let figures = json!({
+        "scenario": "transform-isolation", "store": store, "hostile_subscriptions": hostile, "flood_events": flood,
+        "calm_rate_per_s": rate, "calm_alone_latency_ms": solo.json(), "calm_beside_hostile_latency_ms": beside.json(),
+        "p99_excess_ms": excess, "workers_stopped": killed, "hub_cpu_s_beside": spent.hub_cpu_s,
+    });
+    report(
+        &format!(
+            "transform-isolation ({store}, a tenant at {rate}/s through a trivial transform, alone and beside another \
+             tenant's {hostile} subscriptions whose handlers spend their whole budget, {flood} events posted to them)"
+        ),
+        &[
+            ("alone p50 / p99 ms", format!("{} / {}", f1(solo.p50), f1(solo.p99))),
+            ("beside p50 / p99 ms", format!("{} / {}", f1(beside.p50), f1(beside.p99))),
+            ("p99 beside minus alone ms", f1(excess)),
+            ("workers stopped (budget, crash)", f0(killed)),
+            ("hub CPU s beside (workers included)", f1(spent.hub_cpu_s)),
+        ],
+        figures,
+        &usage,
+        json_out,
+    )
+}
