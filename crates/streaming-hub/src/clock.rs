@@ -5,6 +5,16 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use chrono::{DateTime, Utc};
 
+/// `at` plus `d`, saturating at the latest time there is (a configured duration never panics).
+pub fn after(at: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d).ok().and_then(|d| at.checked_add_signed(d)).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `at` minus `d`, saturating at the earliest time there is.
+pub fn before(at: DateTime<Utc>, d: std::time::Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d).ok().and_then(|d| at.checked_sub_signed(d)).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
 pub trait Clock: Send + Sync + Debug {
     fn now(&self) -> DateTime<Utc>;
 }
@@ -35,5 +45,23 @@ impl ShiftedClock {
 impl Clock for ShiftedClock {
     fn now(&self) -> DateTime<Utc> {
         Utc::now() + chrono::Duration::milliseconds(self.offset_ms.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use chrono::{DateTime, Utc};
+
+    /// However long a configured duration, adding or taking it saturates.
+    #[test]
+    fn durations_saturate_at_the_ends_of_time() {
+        let now = Utc::now();
+        assert_eq!(super::after(now, Duration::from_secs(90)), now + chrono::Duration::seconds(90));
+        assert_eq!(super::after(now, Duration::MAX), DateTime::<Utc>::MAX_UTC);
+        assert_eq!(super::after(now, Duration::from_secs(u64::MAX / 4)), DateTime::<Utc>::MAX_UTC);
+        assert_eq!(super::before(now, Duration::from_secs(60)), now - chrono::Duration::seconds(60));
+        assert_eq!(super::before(now, Duration::MAX), DateTime::<Utc>::MIN_UTC);
     }
 }

@@ -38,7 +38,7 @@ pub fn policies(config: &Config) -> Vec<(PruneKind, Duration)> {
 /// One pass: each kind, batch after batch, until a batch comes back short.
 pub async fn prune_once(store: &dyn Store, clock: &dyn Clock, policies: &[(PruneKind, Duration)]) {
     for (kind, retention) in policies {
-        let cutoff = clock.now() - chrono::Duration::from_std(*retention).unwrap_or(chrono::Duration::MAX);
+        let cutoff = crate::clock::before(clock.now(), *retention);
         let mut total = 0;
         loop {
             match store.prune(*kind, cutoff, BATCH).await {

@@ -246,7 +246,7 @@ fn header(value: &str) -> AMQPValue {
 /// attempt's identity.
 fn headers(message: &Message<'_>) -> FieldTable {
     let mut t = FieldTable::default();
-    for (k, v) in crate::attributes(message) {
+    for (k, v) in crate::message::attributes(message) {
         t.insert(ShortString::from(k), header(&v));
     }
     t

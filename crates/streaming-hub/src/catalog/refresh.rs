@@ -55,7 +55,7 @@ pub async fn run(
     let tick = settings.interval.min(RELOAD_EVERY);
     loop {
         let now = clock.now();
-        let next = now + chrono::Duration::from_std(settings.interval).unwrap_or(chrono::Duration::MAX);
+        let next = crate::clock::after(now, settings.interval);
         match store.claim_manifest_refresh(now, next, &signature).await {
             Ok(true) => {
                 let refreshing = refresh(store.as_ref(), &fetcher, clock.as_ref(), &settings.sources, &catalog);

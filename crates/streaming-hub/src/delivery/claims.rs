@@ -103,7 +103,7 @@ impl Dispatcher {
         let now = self.clock.now();
         let mut request = ClaimRequest {
             now,
-            lease_until: now + chrono::Duration::from_std(self.settings.lease).unwrap_or(chrono::Duration::MAX),
+            lease_until: crate::clock::after(now, self.settings.lease),
             token: Uuid::now_v7(),
             limit,
             after_tenant: after_tenant.clone(),

@@ -79,7 +79,7 @@ impl Dispatcher {
         let now = self.clock.now();
         let lease = IngestLease {
             token: Uuid::now_v7(),
-            until: now + chrono::Duration::from_std(self.settings.lease).unwrap_or(chrono::Duration::MAX),
+            until: crate::clock::after(now, self.settings.lease),
             limit: n,
             exclude_subscriptions: self.saturated_subscriptions(),
         };
