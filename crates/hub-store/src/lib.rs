@@ -362,6 +362,10 @@ pub trait JobQueue: Send + Sync {
     /// Gives a leased job back without an attempt, due again at `due_at`.
     async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool>;
 
+    /// Of these leases (`(job, token)`), the ones no longer held: their job was cancelled (an
+    /// erasure, a deletion), settled, or leased anew meanwhile, or is gone.
+    async fn lost_leases(&self, held: &[(Uuid, Uuid)]) -> StoreResult<Vec<Uuid>>;
+
     /// Records attempts and applies their outcomes to their jobs and subscriptions, in order and
     /// in one transaction; reports per result, in the same order, what changed. A job changes only
     /// while its lease is still held (`token`).

@@ -123,10 +123,12 @@ impl Erasures for PgStore {
             .execute(&mut *tx)
             .await?
             .rows_affected() as i64;
+            // A leased job is cancelled too: the lease is taken from its dispatcher, which drops
+            // the job if it still waits (a send already under way is not recalled).
             counts.jobs_cancelled = sqlx::query(
                 "UPDATE delivery_jobs SET state = 'cancelled', finished_at = $3, updated_at = $3, lease_expires_at = NULL,
                         lease_token = NULL, last_error = 'erased', ordering_key = NULL
-                 WHERE tenant_id = $1 AND event_seq = ANY($2) AND state IN ('pending', 'held')",
+                 WHERE tenant_id = $1 AND event_seq = ANY($2) AND state IN ('pending', 'held', 'leased')",
             )
             .bind(step.tenant_id)
             .bind(step.seqs)

@@ -222,6 +222,25 @@ impl JobQueue for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn lost_leases(&self, held: &[(Uuid, Uuid)]) -> StoreResult<Vec<Uuid>> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<Uuid> = held.iter().map(|(job, _)| *job).collect();
+        let rows: Vec<(Uuid, Option<Uuid>)> = sqlx::query_as(
+            "SELECT id, CASE WHEN state = 'leased' THEN lease_token END FROM delivery_jobs WHERE id = ANY($1)",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await?;
+        let now: std::collections::HashMap<Uuid, Option<Uuid>> = rows.into_iter().collect();
+        Ok(held
+            .iter()
+            .filter(|(job, token)| now.get(job).is_none_or(|held| *held != Some(*token)))
+            .map(|(job, _)| *job)
+            .collect())
+    }
+
     async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>> {
         self.on_live_connection(|| self.record(results)).await
     }

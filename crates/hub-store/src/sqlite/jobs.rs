@@ -137,6 +137,30 @@ impl JobQueue for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn lost_leases(&self, held: &[(Uuid, Uuid)]) -> StoreResult<Vec<Uuid>> {
+        if held.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Ids are hyphenated hex: a JSON array of them needs no escaping.
+        let ids =
+            format!("[{}]", held.iter().map(|(job, _)| format!("\"{}\"", text(*job))).collect::<Vec<_>>().join(","));
+        let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+            "SELECT id, CASE WHEN state = 'leased' THEN lease_token END FROM delivery_jobs
+             WHERE id IN (SELECT value FROM json_each(?1))",
+        )
+        .bind(ids)
+        .fetch_all(&self.reader)
+        .await?;
+        let now: std::collections::HashMap<String, Option<String>> = rows.into_iter().collect();
+        Ok(held
+            .iter()
+            .filter(|(job, token)| {
+                now.get(&text(*job)).is_none_or(|held| held.as_deref() != Some(text(*token).as_str()))
+            })
+            .map(|(job, _)| *job)
+            .collect())
+    }
+
     async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>> {
         let mut tx = self.begin_write().await?;
         let mut done = Vec::with_capacity(results.len());

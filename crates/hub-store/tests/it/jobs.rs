@@ -198,6 +198,16 @@ pub async fn a_lost_lease_records_the_attempt_but_leaves_the_job(db: &TestDb) {
     assert!(db.store.release_job(job.id, job.token, Utc::now()).await.expect("release"));
     let released = job_state(&db.store, &job).await;
     assert_eq!((released.state.as_str(), released.attempts), ("pending", 0));
+    // Which leases are no longer held: a released one, a stale token, a job that is not there.
+    let again = db.store.claim_jobs(&claim(1, None)).await.expect("claim").jobs.remove(0);
+    let nowhere = Uuid::now_v7();
+    let lost = db
+        .store
+        .lost_leases(&[(again.id, again.token), (job.id, job.token), (nowhere, Uuid::now_v7())])
+        .await
+        .expect("lost leases");
+    assert_eq!(lost, vec![job.id, nowhere], "the one held now is not lost; the earlier token and a missing job are");
+    assert!(db.store.lost_leases(&[]).await.expect("none").is_empty());
 }
 
 pub async fn expired_leases_are_recovered_then_poisoned(db: &TestDb) {

@@ -119,8 +119,20 @@ const MAX_CLAIM: u32 = 256;
 const PARK_SWEEP: Duration = Duration::from_millis(250);
 /// How many windows of tenants one claim looks through when those it visits give nothing.
 const EMPTY_WINDOWS: usize = 4;
-/// How often the subscriptions of jobs waiting in the process are read again.
+/// How often the subscriptions of jobs waiting in the process are read again, and their leases
+/// checked.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// Leases checked a round, at most.
+const LEASES_CHECKED: usize = 10_000;
+
+/// What the refresh read for the loop: the subscriptions asked for (`records`: those still
+/// stored) and the jobs whose lease this process no longer holds.
+struct Fresh {
+    asked: Vec<Uuid>,
+    records: Vec<SubscriptionRecord>,
+    /// `(job, token)`: a later lease of the same job is another.
+    lost: Vec<(Uuid, Uuid)>,
+}
 /// How often stranded waiting jobs are put in the state their subscription asks for.
 const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 /// Outcomes waiting for the recorder, at most.
@@ -238,6 +250,7 @@ impl Dispatcher {
             recorder: recorder.clone(),
             finished: finished_tx,
             extra: ready_slots,
+            lost: HashSet::new(),
         };
         // Waiting jobs' subscriptions are read again every second, so a change of limits reaches
         // them (the store is read off the loop).
@@ -257,7 +270,10 @@ impl Dispatcher {
                     loop_.drain_starved();
                 }
                 _ = sweep.tick() => loop_.sweep(),
-                Some((asked, records)) = fresh.recv() => loop_.refresh(&asked, records),
+                Some(fresh) = fresh.recv() => {
+                    loop_.forget(&fresh.lost);
+                    loop_.refresh(&fresh.asked, fresh.records);
+                }
                 () = shutdown.cancelled() => break,
             }
         }
@@ -302,11 +318,7 @@ impl Dispatcher {
 
     /// Every [`REFRESH_EVERY`], reads the subscriptions of the jobs waiting in the process and
     /// hands them to the loop (see `parking::Loop::refresh`).
-    async fn refresh_loop(
-        self: Arc<Self>,
-        fresh: mpsc::Sender<(Vec<Uuid>, Vec<SubscriptionRecord>)>,
-        shutdown: CancellationToken,
-    ) {
+    async fn refresh_loop(self: Arc<Self>, fresh: mpsc::Sender<Fresh>, shutdown: CancellationToken) {
         let mut every = tokio::time::interval(REFRESH_EVERY);
         every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -314,17 +326,37 @@ impl Dispatcher {
                 _ = every.tick() => {}
                 () = shutdown.cancelled() => return,
             }
+            // Leases taken away meanwhile (an erasure cancelled the job, its subscription was
+            // deleted): the jobs still waiting here are dropped, never attempted.
+            let held: Vec<(Uuid, Uuid)> =
+                lock(&self.in_flight).iter().take(LEASES_CHECKED).map(|(job, token)| (*job, *token)).collect();
+            let lost = match self.store.lost_leases(&held).await {
+                Ok(lost) => {
+                    let lost: HashSet<Uuid> = lost.into_iter().collect();
+                    held.into_iter().filter(|(job, _)| lost.contains(job)).collect()
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "checking the leases held failed; tried again");
+                    Vec::new()
+                }
+            };
             let asked = self.flights.lock().parked_subscriptions();
-            if asked.is_empty() {
-                continue;
-            }
-            match self.store.subscriptions_by_ids(&asked).await {
-                Ok(records) => {
-                    if fresh.send((asked, records)).await.is_err() {
-                        return;
+            let records = if asked.is_empty() {
+                Vec::new()
+            } else {
+                match self.store.subscriptions_by_ids(&asked).await {
+                    Ok(records) => records,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reading waiting jobs' subscriptions failed; tried again");
+                        continue;
                     }
                 }
-                Err(e) => tracing::debug!(error = %e, "reading waiting jobs' subscriptions failed; tried again"),
+            };
+            if asked.is_empty() && lost.is_empty() {
+                continue;
+            }
+            if fresh.send(Fresh { asked, records, lost }).await.is_err() {
+                return;
             }
         }
     }

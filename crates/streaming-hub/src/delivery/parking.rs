@@ -77,11 +77,16 @@ pub(super) struct Loop {
     /// How many more than its park room a destination may have waiting (what was already in
     /// the ready queue when it saturated) before a job goes back to the store.
     pub extra: usize,
+    /// Jobs whose lease was lost, not yet come from the ready queue (the last check's).
+    pub lost: HashSet<(Uuid, Uuid)>,
 }
 
 impl Loop {
     /// A job from the ready queue: started now, parked, or put back.
     pub(super) fn admit(&mut self, work: Work) {
+        if self.lost.remove(&(work.job.id, work.job.token)) {
+            return;
+        }
         let Some(sub) = work.sub.clone() else {
             // Deleted meanwhile: its jobs were cancelled, this lease is moot.
             lock(&self.dispatcher.in_flight).remove(&work.job.id);
@@ -137,6 +142,36 @@ impl Loop {
                 self.drain(&dest);
             }
         }
+    }
+
+    /// Drops the waiting jobs whose lease this process no longer holds, and remembers the others
+    /// (still in the ready queue) so they are dropped when they come.
+    pub(super) fn forget(&mut self, lost: &[(Uuid, Uuid)]) {
+        if lost.is_empty() {
+            return;
+        }
+        let lost: HashSet<(Uuid, Uuid)> = lost.iter().copied().collect();
+        let now = Instant::now();
+        for queue in self.parked.by_dest.values_mut() {
+            queue.retain(|w| {
+                if !lost.contains(&(w.work.job.id, w.work.job.token)) {
+                    return true;
+                }
+                if let Some(sub) = w.work.sub.as_deref() {
+                    self.dispatcher.flights.lock().parked(&Admit::of(&w.work.job, sub), w.starved, -1, now);
+                }
+                false
+            });
+        }
+        self.parked.by_dest.retain(|_, q| !q.is_empty());
+        let mut in_flight = lock(&self.dispatcher.in_flight);
+        for (job, token) in &lost {
+            if in_flight.get(job) == Some(token) {
+                in_flight.remove(job);
+            }
+        }
+        drop(in_flight);
+        self.lost = lost;
     }
 
     /// Gives waiting jobs their subscription as it stands now (`asked`: the ids read, `records`:

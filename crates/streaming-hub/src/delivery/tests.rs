@@ -653,3 +653,35 @@ async fn a_changed_rate_or_a_pause_reaches_jobs_already_waiting() {
     assert_eq!(after, 0, "attempts started more than a second after the pause");
     rig.stop().await;
 }
+
+/// Jobs waiting in the process whose events an erasure reached are dropped once their lease is
+/// taken away: none of them is attempted with the payload the process still holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_waiting_here_are_dropped_when_an_erasure_takes_their_lease() {
+    let mut rig = Rig::start(64, FakeSink::default(), Duration::from_secs(5)).await;
+    let paced = rig.subscribe_with("t1", A, "approved", Limits { max_in_flight: None, per_second: Some(2.0) }).await;
+    rig.ingest("approved", 30).await;
+    until("the backlog waits for its pace", || async {
+        rig.sink.attempts(A) >= 1 && lock(&rig.dispatcher.in_flight).len() >= 10
+    })
+    .await;
+    let seqs: Vec<i64> = rig.jobs(&paced).await.iter().map(|j| j.event_seq).collect();
+    let now = Utc::now();
+    let step = hub_store::ErasureStep {
+        erasure: Uuid::now_v7(),
+        tenant_id: "t1",
+        seqs: &seqs,
+        tombstone: b"{}",
+        scanned_to: seqs.iter().copied().max().unwrap_or(0),
+        scanned: 0,
+        now,
+        lease_until: now,
+    };
+    rig.store.erase_events(&step).await.expect("erase");
+    let at_erasure = rig.sink.attempts(A);
+    until("the waiting jobs are dropped", || async { lock(&rig.dispatcher.in_flight).is_empty() }).await;
+    assert!(rig.sink.attempts(A) <= at_erasure + 1, "{} attempts after the erasure", rig.sink.attempts(A) - at_erasure);
+    let jobs = rig.jobs(&paced).await;
+    assert!(jobs.iter().all(|j| matches!(j.state, JobState::Cancelled | JobState::Succeeded)), "{jobs:?}");
+    rig.stop().await;
+}
