@@ -73,14 +73,7 @@ pub fn ce_headers(tenant: &str) -> [(&'static str, String); 9] {
 
 /// What a process used, from /proc: CPU seconds (user + system) and peak RSS in MiB.
 pub(crate) fn usage_of(pid: &str) -> (f64, f64) {
-    let cpu = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let after = s.rsplit_once(')')?.1;
-            let f: Vec<&str> = after.split_whitespace().collect();
-            Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
-        })
-        .unwrap_or(0.0);
+    let cpu = stat_of(pid).map_or(0.0, |f| cpu_seconds(&f, 11, 12));
     let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse::<f64>().ok())
@@ -91,28 +84,31 @@ pub(crate) fn usage_of(pid: &str) -> (f64, f64) {
 /// CPU seconds of `pid` with its children: its own, its reaped children's (`cutime`, `cstime`)
 /// and its live children's (the hub's transform workers).
 pub(crate) fn cpu_with_children(pid: &str) -> f64 {
-    let fields = |pid: &str| -> Option<Vec<String>> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        Some(stat.rsplit_once(')')?.1.split_whitespace().map(str::to_owned).collect())
-    };
-    let ticks = |f: &[String], from: usize, to: usize| -> f64 {
-        f[from..=to].iter().filter_map(|v| v.parse::<f64>().ok()).sum::<f64>() / 100.0
-    };
-    let Some(own) = fields(pid).filter(|f| f.len() > 14) else { return 0.0 };
     // After the command's name: state, ppid, …, utime (11), stime (12), cutime (13), cstime (14).
-    let mut cpu = ticks(&own, 11, 14);
+    let Some(own) = stat_of(pid) else { return 0.0 };
+    let mut cpu = cpu_seconds(&own, 11, 14);
     if let Ok(entries) = std::fs::read_dir("/proc") {
         for e in entries.filter_map(Result::ok) {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !name.bytes().all(|b| b.is_ascii_digit()) {
-                continue;
-            }
-            if let Some(f) = fields(&name).filter(|f| f.len() > 12 && f[1] == pid) {
-                cpu += ticks(&f, 11, 12);
+            if name.bytes().all(|b| b.is_ascii_digit())
+                && let Some(f) = stat_of(&name).filter(|f| f.get(1).is_some_and(|ppid| ppid == pid))
+            {
+                cpu += cpu_seconds(&f, 11, 12);
             }
         }
     }
     cpu
+}
+
+/// The fields of `/proc/<pid>/stat` after the command's name (state first).
+fn stat_of(pid: &str) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    Some(stat.rsplit_once(')')?.1.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The clock ticks of fields `from..=to` of a stat, in seconds (absent fields count nothing).
+fn cpu_seconds(fields: &[String], from: usize, to: usize) -> f64 {
+    fields.iter().skip(from).take(to + 1 - from).filter_map(|v| v.parse::<f64>().ok()).sum::<f64>() / 100.0
 }
 
 /// CPU seconds of every PostgreSQL process on this machine (the server and its backends).

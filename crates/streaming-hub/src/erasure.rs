@@ -173,24 +173,48 @@ impl Selection {
 /// Counts what `matcher` selects in a tenant's inbox now, a page at a time as the runner reads
 /// it (judged off the async threads), erasing nothing.
 pub async fn select(store: &dyn Store, tenant: &str, matcher: Arc<Match>, page: u32) -> anyhow::Result<Selection> {
-    let without_payload = !matches!(*matcher, Match::Data(_));
     let mut after = 0;
     let mut selection = Selection { matched: 0, events: 0 };
-    loop {
-        let query = EventQuery { after, limit: page, without_payload, ..EventQuery::default() };
-        let events = store.list_events(tenant, &query).await?;
-        let Some(last) = events.last().map(|e| e.seq) else { break };
-        let judge = Arc::clone(&matcher);
-        let (matched, live) = tokio::task::spawn_blocking(move || {
-            let live: Vec<&StoredEvent> = events.iter().filter(|e| e.erasure_id.is_none()).collect();
-            (live.iter().filter(|e| judge.event(e)).count() as u64, live.len() as u64)
-        })
-        .await?;
-        selection.matched += matched;
-        selection.events += live;
-        after = last;
+    while let Some(judged) = judge_page(store, tenant, &matcher, after, page).await? {
+        selection.matched += judged.matched.len() as u64;
+        selection.events += judged.live;
+        after = judged.last;
     }
     Ok(selection)
+}
+
+/// One page of a tenant's inbox after `after`, judged off the async threads.
+struct Judged {
+    /// The page's last seq, and how many events it read.
+    last: i64,
+    read: usize,
+    /// Its events not yet erased, and those of them the match takes (`(seq, ce_id)`).
+    live: u64,
+    matched: Vec<(i64, Uuid)>,
+}
+
+/// Reads and judges the page after `after` (a subject or partition key without the bodies);
+/// `None` past the inbox's end.
+async fn judge_page(
+    store: &dyn Store,
+    tenant: &str,
+    matcher: &Arc<Match>,
+    after: i64,
+    page: u32,
+) -> anyhow::Result<Option<Judged>> {
+    let without_payload = !matches!(**matcher, Match::Data(_));
+    let query = EventQuery { after, limit: page, without_payload, ..EventQuery::default() };
+    let events = store.list_events(tenant, &query).await?;
+    let Some(last) = events.last().map(|e| e.seq) else { return Ok(None) };
+    let judge = Arc::clone(matcher);
+    Ok(Some(
+        tokio::task::spawn_blocking(move || {
+            let live: Vec<&StoredEvent> = events.iter().filter(|e| e.erasure_id.is_none()).collect();
+            let matched = live.iter().filter(|e| judge.event(e)).map(|e| (e.seq, e.ce_id)).collect();
+            Judged { last, read: events.len(), live: live.len() as u64, matched }
+        })
+        .await?,
+    ))
 }
 
 /// Opens an erasure's sealed match.
@@ -221,17 +245,12 @@ async fn erase(
         if stop.is_cancelled() {
             return Ok(false);
         }
-        // A subject or partition key is judged without the bodies.
-        let without_payload = !matches!(*matcher, Match::Data(_));
-        let query = EventQuery { after, limit: settings.page, without_payload, ..EventQuery::default() };
-        let page = store.list_events(&erasure.tenant_id, &query).await?;
-        let Some(last) = page.last().map(|e| e.seq) else { break };
-        let scanned = page.len() as i64;
-        let judge = Arc::clone(&matcher);
-        let matched: Vec<(i64, Uuid)> = tokio::task::spawn_blocking(move || {
-            page.iter().filter(|e| e.erasure_id.is_none() && judge.event(e)).map(|e| (e.seq, e.ce_id)).collect()
-        })
-        .await?;
+        let Some(Judged { last, read, matched, .. }) =
+            judge_page(store, &erasure.tenant_id, &matcher, after, settings.page).await?
+        else {
+            break;
+        };
+        let scanned = read as i64;
         erased.extend(matched.iter().map(|(_, ce_id)| *ce_id));
         let mut seqs: Vec<i64> = matched.iter().map(|(seq, _)| *seq).collect();
         // The hub's own notices about those events (a dead letter names the event, its ordering

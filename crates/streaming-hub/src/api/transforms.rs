@@ -14,6 +14,7 @@ use hub_store::StoredEvent;
 use super::AppState;
 use super::auth::TenantCaller;
 use super::error::{ApiError, ErrorBody, Json};
+use crate::delivery::transform::Given;
 
 /// A transform: its language and code.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
@@ -111,35 +112,12 @@ async fn latest_of(state: &AppState, sub: &hub_store::SubscriptionRecord) -> Res
     Ok(newest)
 }
 
-/// What a try's handler was given, owned: its answer is judged against it as a delivery's is.
-struct Original {
-    content_type: String,
-    json: bool,
-    headers: Vec<(String, String)>,
-}
-
-impl Original {
-    /// An event given whole: its `datacontenttype` (JSON unless it says otherwise) and `headers`.
-    fn given(event: &Value) -> Self {
-        let content_type = event["datacontenttype"].as_str().unwrap_or("application/json").to_owned();
-        let headers = event["headers"]
-            .as_object()
-            .map(|h| h.iter().filter_map(|(k, v)| Some((k.to_ascii_lowercase(), v.as_str()?.to_owned()))).collect())
-            .unwrap_or_default();
-        Self { json: hub_core::envelope::is_json_media_type(&content_type), content_type, headers }
-    }
-
-    fn as_given(&self) -> crate::delivery::transform::Given<'_> {
-        crate::delivery::transform::Given { content_type: &self.content_type, json: self.json, headers: &self.headers }
-    }
-}
-
 /// The event a try runs on: given whole, or a stored one as its delivery would show it.
 async fn event_of(
     state: &AppState,
     caller: &TenantCaller,
     req: &TransformTest,
-) -> Result<(hub_transform::Input, Original), ApiError> {
+) -> Result<(hub_transform::Input, Given<'static>), ApiError> {
     let tenant = caller.tenant.as_str();
     let sub = match req.subscription_id {
         None => None,
@@ -153,7 +131,7 @@ async fn event_of(
     };
     let event = match (&req.event, req.event_id, req.latest, &sub) {
         (Some(event), None, false, _) if event.is_object() => {
-            return Ok((hub_transform::Input::from(event), Original::given(event)));
+            return Ok((hub_transform::Input::from(event), Given::object(event)));
         }
         (Some(_), None, false, _) => return Err(ApiError::validation("event", "must be an object")),
         (None, Some(id), false, _) => match state.store.event_by_ce_id(tenant, id).await? {
@@ -182,11 +160,8 @@ async fn event_of(
             state.sinks.headers(&destination, &message)
         }
     };
-    let original = {
-        let given = crate::delivery::transform::Given::stored(&event, &headers);
-        Original { content_type: given.content_type.to_owned(), json: given.json, headers: headers.clone() }
-    };
-    Ok((crate::delivery::transform::input(&event, &headers), original))
+    let input = crate::delivery::transform::input(&event, &headers);
+    Ok((input, Given::stored(&event, &headers).into_owned()))
 }
 
 /// What the handler gave: `output` (the event, or `null` when it skips), or `error`.
@@ -227,7 +202,7 @@ pub async fn test(
     let run = state.transforms.run_once(caller.tenant.as_str(), req.transform.code, event).await;
     let (output, error) = match run.output {
         // Judged as a delivery judges it: an answer a delivery would refuse is the error.
-        Ok(hub_transform::Output::Event(e)) => match crate::delivery::transform::shape(&e, &original.as_given()) {
+        Ok(hub_transform::Output::Event(e)) => match crate::delivery::transform::shape(&e, &original) {
             // The answer as the handler wrote it, its keys in its order.
             Ok(_) => {
                 (Some(serde_json::value::RawValue::from_string(e.text().to_owned()).map_err(ApiError::internal)?), None)

@@ -2,6 +2,7 @@
 //! its answer becomes (the body, the headers it added or changed, the path), or why it cannot be
 //! sent. The handler runs on the transform pool (`hub_transform::Pool`), never here.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use hub_core::envelope::is_json_media_type;
@@ -124,18 +125,47 @@ pub fn input(event: &StoredEvent, headers: &[(String, String)]) -> Input {
 }
 
 /// What a handler was given, as far as judging its answer needs: the event's media type, whether
-/// its `data` was the JSON body (else base64), and the headers the sink would send.
-#[derive(Debug, Clone, Copy)]
+/// its `data` was the JSON body (else base64), and the headers the sink would send. Borrowed at
+/// delivery; owned by a try, which judges after the event is gone.
+#[derive(Debug, Clone)]
 pub struct Given<'a> {
-    pub content_type: &'a str,
+    pub content_type: Cow<'a, str>,
     pub json: bool,
-    pub headers: &'a [(String, String)],
+    pub headers: Cow<'a, [(String, String)]>,
 }
 
 impl<'a> Given<'a> {
     /// A stored event, whose sink would send `shown`.
     pub fn stored(event: &'a StoredEvent, shown: &'a [(String, String)]) -> Self {
-        Self { content_type: content_type(event), json: body_is_json(event), headers: shown }
+        Self {
+            content_type: Cow::Borrowed(content_type(event)),
+            json: body_is_json(event),
+            headers: Cow::Borrowed(shown),
+        }
+    }
+
+    /// An event a try gives whole: its `datacontenttype` (JSON unless it says otherwise) and
+    /// `headers`.
+    pub fn object(event: &Json) -> Given<'static> {
+        let content_type = event["datacontenttype"].as_str().unwrap_or("application/json").to_owned();
+        let headers: Vec<(String, String)> = event["headers"]
+            .as_object()
+            .map(|h| h.iter().filter_map(|(k, v)| Some((k.to_ascii_lowercase(), v.as_str()?.to_owned()))).collect())
+            .unwrap_or_default();
+        Given {
+            json: is_json_media_type(&content_type),
+            content_type: Cow::Owned(content_type),
+            headers: Cow::Owned(headers),
+        }
+    }
+
+    /// The same, owning what it borrowed.
+    pub fn into_owned(self) -> Given<'static> {
+        Given {
+            content_type: Cow::Owned(self.content_type.into_owned()),
+            json: self.json,
+            headers: Cow::Owned(self.headers.into_owned()),
+        }
     }
 }
 
@@ -156,7 +186,7 @@ pub fn shape(answer: &Answer, given: &Given<'_>) -> Result<Shaped, String> {
     };
     let was = |name: &str| given.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str());
     let mut headers = Vec::new();
-    let mut media_type = given.content_type.to_owned();
+    let mut media_type = given.content_type.clone().into_owned();
     match parsed("headers")? {
         Json::Null => {}
         Json::Object(map) => {
