@@ -37,6 +37,20 @@ const JUDGING_NICENESS: i32 = 10;
 #[derive(Debug, Default)]
 pub struct Simulations {
     running: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Where simulations read their pages (the queries and the decoding of their rows): threads
+    /// of their own at the judging's lower priority, made at the first simulation and kept for
+    /// the hub's life (connections they open stay the store's), so that a simulation reading a
+    /// million events never takes the CPU from ingest and delivery when it is short.
+    reader: std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
+}
+
+impl Drop for Simulations {
+    fn drop(&mut self) {
+        // Dropped on the hub's runtime: its reading threads are left to end by themselves.
+        if let Some(Some(reader)) = self.reader.take() {
+            reader.shutdown_background();
+        }
+    }
 }
 
 /// Why a simulation cannot start now.
@@ -71,6 +85,25 @@ impl Simulations {
         }
         running.insert(tenant.to_owned());
         Ok(Running { simulations: std::sync::Arc::clone(self), tenant: tenant.to_owned() })
+    }
+
+    /// The runtime simulations read on (`None` when its threads could not be made: they then
+    /// read on the hub's own).
+    fn reader(&self) -> Option<tokio::runtime::Handle> {
+        let reader = self.reader.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("simulate-read")
+                // Linux: each calling thread only.
+                .on_thread_start(|| {
+                    let _ = rustix::process::nice(JUDGING_NICENESS);
+                })
+                .enable_all()
+                .build()
+                .inspect_err(|e| tracing::warn!(error = %e, "simulations read on the hub's own threads"))
+                .ok()
+        });
+        reader.as_ref().map(|r| r.handle().clone())
     }
 }
 
@@ -227,6 +260,7 @@ pub async fn simulate(
         selections: std::sync::Arc::new((current, draft)),
         limit,
         scanned: std::sync::Arc::default(),
+        reader: state.simulations.reader(),
     };
     // The window is read as two halves of its seqs at once (a PostgreSQL backend reads one page
     // at a time; two keep both of its and the hub's cores busy): the half below the middle seq
@@ -313,6 +347,8 @@ struct Walk {
     limit: usize,
     /// Events read so far by every part of the walk.
     scanned: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Where its pages are read.
+    reader: Option<tokio::runtime::Handle>,
 }
 
 /// What one part of a walk found.
@@ -347,7 +383,11 @@ impl Walk {
         let read = |after: i64| {
             let (store, tenant, query) =
                 (std::sync::Arc::clone(&self.store), self.tenant.clone(), self.query(after, before, PAGE));
-            tokio::spawn(async move { store.list_events(&tenant, &query).await })
+            let read = async move { store.list_events(&tenant, &query).await };
+            match &self.reader {
+                Some(reader) => reader.spawn(read),
+                None => tokio::spawn(read),
+            }
         };
         let mut t = Tally {
             out: Simulation::default(),
