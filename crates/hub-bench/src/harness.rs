@@ -170,7 +170,7 @@ pub enum Db {
 
 /// The `streaming-hub` binary the benches start: `STREAMING_HUB_BENCH_HUB`, or the one beside
 /// this binary.
-pub(crate) fn hub_binary() -> anyhow::Result<PathBuf> {
+fn hub_binary() -> anyhow::Result<PathBuf> {
     if let Some(path) = std::env::var_os("STREAMING_HUB_BENCH_HUB") {
         return Ok(PathBuf::from(path));
     }

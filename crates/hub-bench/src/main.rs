@@ -221,14 +221,6 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
-    /// The transform pool alone, in this process: the realistic handler run through two workers
-    /// by one, four and 64 callers at once, with the CPU a run costs this process and its workers.
-    TransformPool {
-        #[arg(long, default_value_t = 50_000, value_parser = at_least_one)]
-        runs: usize,
-        #[arg(long)]
-        json: Option<std::path::PathBuf>,
-    },
     /// One tenant's transformed deliveries alone and beside another tenant's subscriptions whose
     /// handlers spend their whole CPU budget on every run.
     TransformIsolation {
@@ -446,9 +438,6 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::TransformCost { events, producers, json } => {
             transform::transform_cost(events, producers, &json_path(json, "transform-cost")).await
-        }
-        BenchScenario::TransformPool { runs, json } => {
-            transform::transform_pool(runs, &json_path(json, "transform-pool")).await
         }
         BenchScenario::TransformIsolation { subscriptions, flood, rate, json } => {
             slow::transform_isolation(subscriptions, flood, rate, &json_path(json, "transform-isolation")).await

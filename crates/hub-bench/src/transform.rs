@@ -7,7 +7,7 @@
 //! (`streaming_hub_transform_duration_seconds`, the wait for a transform thread included).
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
@@ -115,52 +115,4 @@ fn transform_runs(metrics: &str) -> (f64, f64) {
         metric_sum(metrics, "streaming_hub_transform_duration_seconds_count", &[]),
         metric_sum(metrics, "streaming_hub_transform_duration_seconds_sum", &[]),
     )
-}
-
-/// `hub-bench transform-pool`: the pool without a hub around it. Two workers (the hub's default
-/// on two cores) run the realistic handler on a ~1 KiB event, `runs` times for each number of
-/// callers at once; the CPU of this process and its workers, a run, is what the pool's way to a
-/// worker and back costs beside the engine's own work.
-pub async fn transform_pool(runs: usize, json_out: &Path) -> anyhow::Result<()> {
-    use hub_transform::{CACHE_BYTES, Code, Input, Limits, Pool, WorkerCommand};
-    let worker = WorkerCommand::of(crate::harness::hub_binary()?);
-    let limits = Limits { cpu: Duration::from_millis(5), memory: 16 << 20 };
-    let pool = Pool::new(worker, 2, limits, CACHE_BYTES)?;
-    let code = Code::new("bench/realistic", REALISTIC);
-    let data: serde_json::Value = serde_json::from_str(&crate::harness::body(1))?;
-    let event = json!({"type": "payment.settled", "source": "bench", "subject": "customer-1", "id": "e-1",
-        "time": "2026-12-06T00:00:00Z", "extensions": {}, "data": data, "headers": {}, "path": ""});
-    let me = std::process::id().to_string();
-    println!("transform-pool ({runs} runs of the realistic handler a row, two workers, this process and its workers)");
-    println!("  {:>8} {:>10} {:>12}", "callers", "runs/s", "CPU µs a run");
-    let mut figures = serde_json::Map::new();
-    for callers in [1usize, 4, 64] {
-        // Warm: the workers started, the handler compiled in each.
-        for _ in 0..64 {
-            let run = pool.run("bench", code.clone(), Input::from(&event)).await;
-            anyhow::ensure!(run.output.is_ok(), "the handler failed: {:?}", run.output);
-        }
-        let cpu = crate::harness::cpu_with_children(&me);
-        let started = Instant::now();
-        let mut tasks = Vec::new();
-        for _ in 0..callers {
-            let (pool, code, event) = (pool.clone(), code.clone(), event.clone());
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..runs / callers {
-                    let run = pool.run("bench", code.clone(), Input::from(&event)).await;
-                    anyhow::ensure!(run.output.is_ok(), "the handler failed: {:?}", run.output);
-                }
-                anyhow::Ok(())
-            }));
-        }
-        for task in tasks {
-            task.await??;
-        }
-        let wall = started.elapsed().as_secs_f64();
-        let done = (runs / callers * callers) as f64;
-        let per_run = (crate::harness::cpu_with_children(&me) - cpu) * 1e6 / done;
-        println!("  {callers:>8} {:>10} {:>12}", f0(done / wall), f1(per_run));
-        figures.insert(callers.to_string(), json!({"runs_per_s": done / wall, "cpu_us_per_run": per_run}));
-    }
-    write_json(&serde_json::Value::Object(figures), json_out)
 }

@@ -1,10 +1,6 @@
 //! The hub's side of transformations: runs queued per tenant and taken in turn, each driven to a
-//! worker process by a task of the pool (one per worker, on the hub's runtime, speaking to the
-//! worker's pipes through the runtime's reactor) that watches the worker's CPU time and kills it
-//! past its bound. While a worker's recent runs were all quick, its task sends it several runs at
-//! once, so that it goes from one to the next without being woken and its answers come back
-//! several to a read. No tenant code runs in the hub's process, and no thread of the hub stands
-//! between a run and its worker.
+//! worker process by a thread of the pool that watches the worker's CPU time and kills it past its
+//! bound. No tenant code runs in the hub's process.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -13,14 +9,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncReadExt;
-use tokio::net::unix::pipe;
-use tokio::sync::{Notify, oneshot};
-
-use crate::wire::{Reply, Request};
+use crate::wire::{Reply, Request, read_frame, write_frame};
 use crate::{Code, CompileError, Failure, Input, Limits, Run};
 
 /// How a worker is started: a program and the arguments that put it in worker mode (the hub's
@@ -43,8 +35,8 @@ impl WorkerCommand {
     }
 }
 
-/// Worker processes that run transforms, one per task of the pool, started when first needed
-/// and started again after one stops. Runs wait in one queue per tenant and free tasks take
+/// Worker processes that run transforms, one per thread of the pool, started when first needed
+/// and started again after one stops. Runs wait in one queue per tenant and free threads take
 /// them from the tenants in turn, so a tenant whose handlers spend their whole budget on many
 /// events delays another tenant's next run by at most one run per worker. Each run is bounded by
 /// the worker's CPU time as the kernel counts it: past twice its budget (plus a few
@@ -52,7 +44,7 @@ impl WorkerCommand {
 #[derive(Debug, Clone)]
 pub struct Pool {
     shared: Arc<Shared>,
-    /// Closes the queue when the last clone of the pool is dropped (the tasks then end, and
+    /// Closes the queue when the last clone of the pool is dropped (the threads then end, and
     /// their workers with them).
     _closer: Arc<Closer>,
 }
@@ -64,7 +56,7 @@ pub struct Health {
     pub alive: usize,
     /// Runs being worked on now.
     pub busy: usize,
-    /// Runs waiting for a worker (whose callers still wait for them).
+    /// Runs waiting for a worker.
     pub waiting: usize,
     /// Workers killed because a run passed its CPU bound, since the pool started.
     pub killed_cpu: u64,
@@ -89,52 +81,27 @@ const CPU_GRACE: Duration = Duration::from_millis(5);
 const WALL_FLOOR: Duration = Duration::from_secs(2);
 /// How long a new worker may take to say it is confined and ready.
 const WORKER_START: Duration = Duration::from_secs(10);
-/// The least a read asks of a worker's pipe (a pipe holds 64 KiB by default).
-const READ_CHUNK: usize = 64 << 10;
 /// How long a failed start is reported (by [`Health::cannot_start`]) when no start follows.
 pub const START_FAILURE_HELD: Duration = Duration::from_secs(60);
-/// How many runs a worker may be sent before its answers come back, once its recent runs were
-/// all quick.
-const PIPELINE: usize = 8;
-/// Runs a worker must have ended quickly in a row before it is sent more than one at a time: a
-/// worker whose runs spend their budget (a hostile handler) takes one at a time, so that another
-/// tenant's run never waits behind several of them.
-const CALM_RUNS: u32 = 16;
-/// A quick run: one that spent at most this much CPU time.
-const QUICK_RUN: Duration = Duration::from_millis(1);
-/// The largest request sent behind others, and the most bytes of requests sent behind others not
-/// yet answered.
-const PIPELINED_FRAME: usize = 16 << 10;
-const PIPELINED_BYTES: usize = 64 << 10;
-/// How often a run under way for long looks whether its caller still waits for it.
-const HANGUP_CHECK: Duration = Duration::from_millis(50);
 
 #[derive(Default)]
 struct Queue {
     turns: VecDeque<String>,
     waiting: HashMap<String, VecDeque<Job>>,
+    queued: usize,
     closed: bool,
+    /// Threads waiting for a run: a push wakes one only when there is one to wake.
+    idle: usize,
 }
 
 impl Queue {
     fn push(&mut self, tenant: &str, job: Job) {
+        self.queued += 1;
         match self.waiting.get_mut(tenant) {
             Some(waiting) => waiting.push_back(job),
             None => {
                 self.waiting.insert(tenant.to_owned(), VecDeque::from([job]));
                 self.turns.push_back(tenant.to_owned());
-            }
-        }
-    }
-
-    /// Puts back a run taken but not run (its worker stopped under another run), first of its
-    /// tenant's and that tenant first in turn.
-    fn unpop(&mut self, job: Job) {
-        match self.waiting.get_mut(job.tenant.as_str()) {
-            Some(waiting) => waiting.push_front(job),
-            None => {
-                self.turns.push_front(job.tenant.clone());
-                self.waiting.insert(job.tenant.clone(), VecDeque::from([job]));
             }
         }
     }
@@ -149,6 +116,7 @@ impl Queue {
         } else {
             self.turns.push_back(tenant);
         }
+        self.queued -= usize::from(job.is_some());
         job
     }
 }
@@ -162,18 +130,13 @@ struct Counters {
     crashed: AtomicU64,
     /// Why the last start of a worker failed and when, until one starts.
     cannot_start: Mutex<Option<(String, Instant)>>,
-    /// The process ids of the workers alive (each worker takes its own out when reaped).
-    pids: Arc<Mutex<Vec<u32>>>,
+    /// The process ids of the workers alive.
+    pids: Mutex<Vec<u32>>,
 }
 
 struct Shared {
     queue: Mutex<Queue>,
-    /// Wakes a task waiting for a run (or keeps the wake for the next that waits).
-    ready: Notify,
-    /// The pool's size, and its tasks running: tasks are started on the runtime of the run that
-    /// finds fewer than the size (the first runs, or runs on a new runtime after one ended).
-    size: usize,
-    drivers: AtomicUsize,
+    ready: Condvar,
     counters: Counters,
     command: WorkerCommand,
     limits: Limits,
@@ -195,7 +158,7 @@ struct Closer(Arc<Shared>);
 impl Drop for Closer {
     fn drop(&mut self) {
         self.0.queue().closed = true;
-        self.0.ready.notify_waiters();
+        self.0.ready.notify_all();
     }
 }
 
@@ -219,28 +182,28 @@ enum Work {
 }
 
 struct Job {
-    tenant: String,
     work: Work,
-    reply: oneshot::Sender<Reply>,
+    reply: tokio::sync::oneshot::Sender<Reply>,
 }
 
 impl Pool {
     /// A pool of `workers` worker processes (at least one) started by `command`, each run within
-    /// `limits`, all workers together keeping at most `cache_bytes` of compiled runtimes. Its
-    /// tasks start on the runtime of its first run, and workers when first needed; they end when
-    /// the last clone of the pool is dropped (or their runtime ends).
+    /// `limits`, all workers together keeping at most `cache_bytes` of compiled runtimes. Workers
+    /// start when first needed; they end when the last clone of the pool is dropped.
     pub fn new(command: WorkerCommand, workers: usize, limits: Limits, cache_bytes: usize) -> io::Result<Self> {
         let workers = workers.max(1);
         let shared = Arc::new(Shared {
             queue: Mutex::default(),
-            ready: Notify::new(),
-            size: workers,
-            drivers: AtomicUsize::new(0),
+            ready: Condvar::new(),
             counters: Counters::default(),
             command,
             limits,
             cache_bytes: (cache_bytes / workers).max(1 << 20),
         });
+        for i in 0..workers {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new().name(format!("transform-{i}")).spawn(move || drive(&shared))?;
+        }
         let closer = Arc::new(Closer(Arc::clone(&shared)));
         Ok(Self { shared, _closer: closer })
     }
@@ -273,26 +236,16 @@ impl Pool {
     }
 
     async fn ask(&self, tenant: &str, work: Work) -> Option<Reply> {
-        self.drive();
-        let (reply, answer) = oneshot::channel();
-        self.shared.queue().push(tenant, Job { tenant: tenant.to_owned(), work, reply });
-        self.shared.ready.notify_one();
-        answer.await.ok()
-    }
-
-    /// Starts the pool's missing tasks on the current runtime.
-    fn drive(&self) {
-        let shared = &self.shared;
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-        while shared.drivers.load(Ordering::Acquire) < shared.size {
-            let alive = shared.drivers.load(Ordering::Acquire);
-            if alive < shared.size
-                && shared.drivers.compare_exchange(alive, alive + 1, Ordering::AcqRel, Ordering::Acquire).is_ok()
-            {
-                let running = Running(Arc::clone(shared));
-                drop(runtime.spawn(drive(running)));
-            }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let wake = {
+            let mut queue = self.shared.queue();
+            queue.push(tenant, Job { work, reply });
+            queue.idle > 0
+        };
+        if wake {
+            self.shared.ready.notify_one();
         }
+        answer.await.ok()
     }
 
     /// The process ids of the workers alive now.
@@ -306,7 +259,7 @@ impl Pool {
         Health {
             alive: lock(&c.pids).len(),
             busy: c.busy.load(Ordering::Relaxed),
-            waiting: self.shared.queue().waiting.values().flatten().filter(|job| !job.reply.is_closed()).count(),
+            waiting: self.shared.queue().queued,
             killed_cpu: c.killed_cpu.load(Ordering::Relaxed),
             most_cpu_killed: Duration::from_nanos(c.most_cpu_killed_ns.load(Ordering::Relaxed)),
             killed_wall: c.killed_wall.load(Ordering::Relaxed),
@@ -323,186 +276,82 @@ fn stopped(started: Instant) -> Run {
     Run { output: Err(Failure::Stopped), logs: Vec::new(), duration: started.elapsed() }
 }
 
-/// A run sent to a worker and not yet answered.
-struct Flight {
-    job: Job,
-    /// Whether its code went with it (the worker had asked for it).
-    with_code: bool,
-    /// The bytes of its request.
-    bytes: usize,
-}
-
-/// What a thread of the pool holds: its worker (while one runs) and the runs sent to it, oldest
-/// first.
-struct Driver<'a> {
-    shared: &'a Shared,
-    worker: Option<Worker>,
-    flights: VecDeque<Flight>,
-    /// Quick runs in a row on this thread; the pipeline opens past [`CALM_RUNS`].
-    calm: u32,
-}
-
-/// A task of the pool, counted while it runs (it may end with its runtime, or by a panic: the
-/// next run starts another).
-struct Running(Arc<Shared>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.drivers.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// A worker counted busy while this lives (its task may be dropped at any await).
-struct Busy<'a>(&'a AtomicUsize);
-
-impl<'a> Busy<'a> {
-    fn new(count: &'a AtomicUsize) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        Self(count)
-    }
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// One task of the pool: takes runs in turn and drives them to its worker. Should it end
-/// otherwise than by the pool's closing (its runtime ending, a panic), its worker is killed with
-/// it and the runs it had sent fail as stopped.
-async fn drive(running: Running) {
-    let shared = &*running.0;
-    let mut d = Driver { shared, worker: None, flights: VecDeque::new(), calm: 0 };
-    while d.take().await {
-        if d.flights.is_empty() {
+/// One thread of the pool: takes runs in turn and drives each to its worker.
+fn drive(shared: &Shared) {
+    let mut worker: Option<Worker> = None;
+    let retire = |worker: &mut Option<Worker>| {
+        if let Some(w) = worker.take() {
+            let _ = w.retire(&shared.counters);
+        }
+    };
+    loop {
+        let job = {
+            let mut queue = shared.queue();
+            loop {
+                if let Some(job) = queue.pop() {
+                    break job;
+                }
+                if queue.closed {
+                    drop(queue);
+                    retire(&mut worker);
+                    return;
+                }
+                queue.idle += 1;
+                queue = shared.ready.wait(queue).unwrap_or_else(PoisonError::into_inner);
+                queue.idle -= 1;
+            }
+        };
+        // Its asker hung up: nobody waits for this run.
+        if job.reply.is_closed() {
             continue;
         }
-        let busy = Busy::new(&shared.counters.busy);
-        while !d.flights.is_empty() {
-            d.answer().await;
-            // Room in the pipeline is filled while answers come.
-            if !d.flights.is_empty() && !d.take().await {
-                break;
-            }
-        }
-        drop(busy);
-    }
-    if let Some(w) = d.worker.take() {
-        let _ = w.retire().await;
+        shared.counters.busy.fetch_add(1, Ordering::Relaxed);
+        // A panic here fails this run, not the thread: its worker (in whatever state) is
+        // retired and the count of busy runs given back.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(shared, &mut worker, &job.work)));
+        shared.counters.busy.fetch_sub(1, Ordering::Relaxed);
+        let reply = served.unwrap_or_else(|_| {
+            retire(&mut worker);
+            failed(&job.work, Failure::Worker("the pool failed unexpectedly while driving it".into()), Instant::now())
+        });
+        let _ = job.reply.send(reply);
     }
 }
 
-impl Driver<'_> {
-    /// Takes runs in turn and sends them to the worker (started when missing): waiting for one
-    /// when none is under way, else as many as the pipeline has room for. `false` once the pool
-    /// is closed and nothing is left to do.
-    async fn take(&mut self) -> bool {
-        let limits = self.shared.limits;
-        let depth = if self.calm >= CALM_RUNS { PIPELINE } else { 1 };
-        while self.flights.len() < depth {
-            let job = loop {
-                // Listening before looking: a run queued in between still wakes this task.
-                let notified = self.shared.ready.notified();
-                let mut notified = std::pin::pin!(notified);
-                notified.as_mut().enable();
-                {
-                    let mut queue = self.shared.queue();
-                    if let Some(job) = queue.pop() {
-                        break Some(job);
-                    }
-                    if !self.flights.is_empty() {
-                        break None;
-                    }
-                    if queue.closed {
-                        return false;
-                    }
-                }
-                notified.await;
-            };
-            let Some(job) = job else { break };
-            // Its asker hung up: nobody waits for this run.
-            if job.reply.is_closed() {
-                continue;
-            }
-            let worker = match &mut self.worker {
-                Some(worker) => worker,
-                None => match Worker::start(self.shared).await {
-                    Ok(worker) => self.worker.insert(worker),
-                    Err(e) => {
-                        let failure = Failure::Worker(format!("it could not be started: {e}"));
-                        let _ = job.reply.send(failed(&job.work, failure, Instant::now()));
-                        continue;
-                    }
-                },
-            };
-            let frame = request(&job.work, false, limits).frame();
-            let sent: usize = self.flights.iter().map(|f| f.bytes).sum();
-            if !self.flights.is_empty() && (frame.len() > PIPELINED_FRAME || sent + frame.len() > PIPELINED_BYTES) {
-                // A large request waits until the worker is free; it keeps its place.
-                self.shared.queue().unpop(job);
-                break;
-            }
-            worker.out.extend_from_slice(&frame);
-            self.flights.push_back(Flight { job, with_code: false, bytes: frame.len() });
-        }
-        true
-    }
-
-    /// Waits for the oldest run's answer and gives it to its asker; a worker that stops fails
-    /// that run alone, and the runs sent after it go back to the front of the queue.
-    async fn answer(&mut self) {
-        let limits = self.shared.limits;
-        let Some(flight) = self.flights.front() else { return };
-        let answered = match &mut self.worker {
-            Some(worker) => worker.exchange(&limits, || flight.job.reply.is_closed()).await,
-            None => Err(Stop::Gone),
+/// One run on this thread's worker (started when missing); a worker that stops is dropped, and
+/// the run fails with what happened.
+fn serve(shared: &Shared, slot: &mut Option<Worker>, work: &Work) -> Reply {
+    let started = Instant::now();
+    let limits = shared.limits;
+    let mut with_code = false;
+    loop {
+        let worker = match slot {
+            Some(worker) => worker,
+            None => match Worker::start(shared) {
+                Ok(worker) => slot.insert(worker),
+                Err(e) => return failed(work, Failure::Worker(format!("it could not be started: {e}")), started),
+            },
         };
-        let stop = match answered {
-            Ok((_, Reply::NeedCode)) if !flight.with_code && matches!(flight.job.work, Work::Run { .. }) => {
-                // Sent again with its code, behind what was sent since.
-                let Some(mut flight) = self.flights.pop_front() else { return };
-                let frame = request(&flight.job.work, true, limits).frame();
-                if let Some(worker) = &mut self.worker {
-                    worker.out.extend_from_slice(&frame);
-                }
-                (flight.with_code, flight.bytes) = (true, frame.len());
-                self.flights.push_back(flight);
-                return;
+        let request = match work {
+            Work::Run { code, input } => {
+                Request::Run { key: code.key, code: with_code.then(|| code.text()), input: input.text(), limits }
             }
-            Ok((_, Reply::NeedCode | Reply::Ready)) => Stop::Garbled("an answer that is not one to its request".into()),
-            Ok((spent, reply)) => {
-                self.calm = if spent > QUICK_RUN { 0 } else { self.calm.saturating_add(1) };
-                if let Some(flight) = self.flights.pop_front() {
-                    let _ = flight.job.reply.send(reply);
-                }
-                return;
+            Work::Once { code, input } => Request::Once { code, input: input.text(), limits },
+            Work::Check { code } => Request::Check { code, limits },
+        };
+        match worker.ask(&request.frame(), &limits) {
+            Ok(Reply::NeedCode) if !with_code && matches!(work, Work::Run { .. }) => with_code = true,
+            Ok(Reply::NeedCode | Reply::Ready) => {
+                let stop = Stop::Garbled("an answer that is not one to its request".into());
+                let failure = slot.take().map_or(Failure::Stopped, |w| w.end(stop, &limits, &shared.counters));
+                return failed(work, failure, started);
             }
-            Err(stop) => stop,
-        };
-        self.calm = 0;
-        let failure = match self.worker.take() {
-            Some(w) => w.end(stop, &limits, &self.shared.counters).await,
-            None => Failure::Stopped,
-        };
-        let Some(oldest) = self.flights.pop_front() else { return };
-        let _ = oldest.job.reply.send(failed(&oldest.job.work, failure, Instant::now()));
-        // Nothing of theirs ran: they keep their places.
-        let mut queue = self.shared.queue();
-        for flight in self.flights.drain(..).rev() {
-            queue.unpop(flight.job);
+            Ok(reply) => return reply,
+            Err(stop) => {
+                let failure = slot.take().map_or(Failure::Stopped, |w| w.end(stop, &limits, &shared.counters));
+                return failed(work, failure, started);
+            }
         }
-    }
-}
-
-/// The request a run makes of a worker; a `Run` carries its code only when the worker asked.
-fn request(work: &Work, with_code: bool, limits: Limits) -> Request<'_> {
-    match work {
-        Work::Run { code, input } => {
-            Request::Run { key: code.key, code: with_code.then(|| code.text()), input: input.text(), limits }
-        }
-        Work::Once { code, input } => Request::Once { code, input: input.text(), limits },
-        Work::Check { code } => Request::Check { code, limits },
     }
 }
 
@@ -527,23 +376,14 @@ enum Stop {
     Gone,
     /// It said something that is not an answer (or too much of one).
     Garbled(String),
-    /// Nobody waits for its run any more (its caller hung up); it was killed.
-    Abandoned,
 }
 
-/// One worker process and its pipes, the hub's ends of them non-blocking and registered with the
-/// runtime's reactor.
+/// One worker process and its pipes.
 struct Worker {
     child: Child,
-    stdin: pipe::Sender,
-    stdout: pipe::Receiver,
-    /// Requests not yet written to its input.
-    out: Vec<u8>,
-    /// Bytes read from its output and not yet taken as a frame.
-    read: Vec<u8>,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
     pid: u32,
-    /// Where the pool keeps the process ids of its workers alive.
-    pids: Arc<Mutex<Vec<u32>>>,
     /// Its CPU time as it last reported it (with its last answer): the next run's start.
     cpu: Duration,
 }
@@ -555,7 +395,7 @@ impl std::fmt::Debug for Worker {
 }
 
 impl Worker {
-    async fn start(shared: &Shared) -> io::Result<Self> {
+    fn start(shared: &Shared) -> io::Result<Self> {
         let c = &shared.counters;
         let data_limit = (shared.cache_bytes as u64)
             .saturating_add((shared.limits.memory as u64).saturating_mul(2))
@@ -583,26 +423,15 @@ impl Worker {
                 return Err(e);
             }
         };
-        let pipes = match (child.stdin.take(), child.stdout.take()) {
-            (Some(stdin), Some(stdout)) => registered(stdin, stdout),
-            _ => Err(io::Error::other("the worker's pipes were not made")),
-        };
-        let (stdin, stdout) = match pipes {
-            Ok(pipes) => pipes,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(e);
-            }
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::other("the worker's pipes were not made"));
         };
         let pid = child.id();
-        // Counted alive from here: whatever ends it from now on reaps it and forgets it.
-        lock(&c.pids).push(pid);
-        let pids = Arc::clone(&c.pids);
-        let read = Vec::with_capacity(READ_CHUNK);
-        let mut worker = Self { child, stdin, stdout, out: Vec::new(), read, pid, pids, cpu: Duration::ZERO };
+        let mut worker = Self { child, stdin, stdout, pid, cpu: Duration::ZERO };
         // It says when it is confined and ready, with its CPU time so far.
-        let ready = tokio::time::timeout(WORKER_START, worker.first_frame()).await.ok().flatten();
+        let ready = if readable(&worker.stdout, WORKER_START) { worker.answer(0).ok() } else { None };
         let why = match ready {
             // Its runs are bounded by its CPU time as the kernel shows it: without that, none is.
             Some((cpu, Reply::Ready)) if worker.cpu_now().is_some() => {
@@ -619,121 +448,59 @@ impl Worker {
         if let Some(why) = why {
             tracing::error!(program = %shared.command.program.display(), reason = %why, "a transform worker could not be started");
             *lock(&c.cannot_start) = Some((why.clone(), Instant::now()));
-            let _ = worker.retire().await;
             return Err(io::Error::other(why));
         }
         *lock(&c.cannot_start) = None;
+        lock(&c.pids).push(pid);
         Ok(worker)
     }
 
-    /// The worker's first frame (`None` when it ends before one).
-    async fn first_frame(&mut self) -> Option<(Duration, Reply)> {
-        loop {
-            if let Some(frame) = self.take_frame(0).ok()? {
-                return Some(frame);
-            }
-            self.fill().await.ok()?;
+    /// One answer of the worker's, of at most `most` bytes beside its fixed part: its CPU time
+    /// and what it says.
+    fn answer(&mut self, most: usize) -> Result<(Duration, Reply), Stop> {
+        match read_frame(&mut self.stdout, most.saturating_add(64)) {
+            Ok(Some(frame)) => Reply::decode(&frame).map_err(|e| Stop::Garbled(e.to_string())),
+            Ok(None) => Err(Stop::Gone),
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => Err(Stop::Garbled(e.to_string())),
+            Err(_) => Err(Stop::Gone),
         }
     }
 
-    /// The next whole frame already read, if there is one: the worker's CPU time and what it
-    /// says. A frame over `most` bytes beside its fixed part is garbled.
-    fn take_frame(&mut self, most: usize) -> Result<Option<(Duration, Reply)>, Stop> {
-        let Some(head) = self.read.first_chunk::<4>() else { return Ok(None) };
-        let len = usize::try_from(u32::from_le_bytes(*head)).unwrap_or(usize::MAX);
-        let max = most.saturating_add(64);
-        if len > max {
-            return Err(Stop::Garbled(format!("a frame of {len} bytes is over {max}")));
-        }
-        let Some(body) = self.read.get(4..4 + len) else { return Ok(None) };
-        let decoded = Reply::decode(body).map_err(|e| Stop::Garbled(e.to_string()));
-        self.read.drain(..4 + len);
-        decoded.map(Some)
-    }
-
-    /// Reads what the worker wrote, waiting for it: `Gone` when its output closed. It reads into
-    /// the buffer's spare room and moves its length by what was read only, so a wait cut short
-    /// leaves the buffer as it was; a read that comes short has taken all the pipe held, and the
-    /// next waits for the reactor rather than asking the kernel only to hear there is nothing.
-    async fn fill(&mut self) -> Result<(), Stop> {
-        self.read.reserve(READ_CHUNK);
-        match self.stdout.read_buf(&mut self.read).await {
-            Ok(0) | Err(_) => Err(Stop::Gone),
-            Ok(_) => Ok(()),
-        }
-    }
-
-    /// Writes what of the requests not yet written the pipe takes now.
-    fn flush(&mut self) -> Result<(), Stop> {
-        while !self.out.is_empty() {
-            match self.stdin.try_write(&self.out) {
-                Ok(n) => drop(self.out.drain(..n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return Err(Stop::Gone),
-            }
-        }
-        Ok(())
-    }
-
-    /// Waits for the answer to the oldest request sent, writing the requests behind it as the
-    /// pipe takes them, and watching the worker's CPU time: on the fast path nothing is read but
-    /// answers (each carries the worker's CPU time, the next run's start); only a run slower than
-    /// its bound in wall time has its CPU time read from the kernel while it runs, and is stopped
-    /// when its caller no longer waits for it. The CPU time the run spent, and the answer.
-    async fn exchange(&mut self, limits: &Limits, hung_up: impl Fn() -> bool) -> Result<(Duration, Reply), Stop> {
-        let since = Instant::now();
+    /// Sends one request and waits for its answer, watching the worker's CPU time: on the fast
+    /// path nothing is read but the answer (it carries the worker's CPU time, the next run's
+    /// start); only a run slower than its bound in wall time has its CPU time read from the
+    /// kernel while it runs.
+    fn ask(&mut self, frame: &[u8], limits: &Limits) -> Result<Reply, Stop> {
+        let started = Instant::now();
         let bound = limits.cpu.saturating_mul(2).saturating_add(CPU_GRACE);
         let wall = WALL_FLOOR.max(limits.cpu.saturating_mul(200));
-        let most = limits.memory.saturating_mul(2).saturating_add(1 << 20);
+        write_frame(&mut self.stdin, frame).map_err(|_| Stop::Gone)?;
         // CPU time never runs faster than the wall clock: nothing can pass the bound before
         // what is left of it has passed in wall time.
-        let mut check = since + bound.min(HANGUP_CHECK);
+        let mut wait = bound;
         // The run's start on the kernel's clock: what the worker last reported, but never past
         // the kernel's first reading (a worker that lied about its clock gains at most one wait).
         let mut start: Option<Duration> = None;
-        loop {
-            if let Some((cpu, reply)) = self.take_frame(most)? {
-                // An answer that came after the bound was passed still passed it.
-                let spent = cpu.saturating_sub(start.unwrap_or(self.cpu));
-                if spent > bound {
-                    return Err(Stop::Cpu(spent));
-                }
-                self.cpu = cpu;
-                return Ok((spent, reply));
+        while !readable(&self.stdout, wait) {
+            let now = self.cpu_now().ok_or(Stop::Gone)?;
+            let used = now.saturating_sub(*start.get_or_insert(self.cpu.min(now)));
+            if used > bound {
+                return Err(Stop::Cpu(used));
             }
-            self.flush()?;
-            let now = Instant::now();
-            if now >= check {
-                let cpu = self.cpu_now().ok_or(Stop::Gone)?;
-                let used = cpu.saturating_sub(*start.get_or_insert(self.cpu.min(cpu)));
-                if used > bound {
-                    return Err(Stop::Cpu(used));
-                }
-                let waited = since.elapsed();
-                if waited > wall {
-                    return Err(Stop::Wall(wall));
-                }
-                if hung_up() {
-                    return Err(Stop::Abandoned);
-                }
-                let left = bound.saturating_sub(used).min(wall.saturating_sub(waited));
-                check = now + left.clamp(Duration::from_micros(200), HANGUP_CHECK);
+            let waited = started.elapsed();
+            if waited > wall {
+                return Err(Stop::Wall(wall));
             }
-            let writing = !self.out.is_empty();
-            self.read.reserve(READ_CHUNK);
-            let Self { stdin, stdout, read, .. } = self;
-            tokio::select! {
-                biased;
-                got = stdout.read_buf(read) => if matches!(got, Ok(0) | Err(_)) {
-                    return Err(Stop::Gone);
-                },
-                room = stdin.writable(), if writing => if room.is_err() {
-                    return Err(Stop::Gone);
-                },
-                () = tokio::time::sleep_until(check.into()) => {}
-            }
+            wait = bound.saturating_sub(used).min(wall.saturating_sub(waited)).max(Duration::from_micros(200));
         }
+        let (cpu, reply) = self.answer(limits.memory.saturating_mul(2).saturating_add(1 << 20))?;
+        // An answer that came after the bound was passed still passed it.
+        let spent = cpu.saturating_sub(start.unwrap_or(self.cpu));
+        if spent > bound {
+            return Err(Stop::Cpu(spent));
+        }
+        self.cpu = cpu;
+        Ok(reply)
     }
 
     /// The worker's CPU time as the kernel counts it (its one thread's time on a CPU), or
@@ -745,37 +512,20 @@ impl Worker {
 
     /// Kills and reaps the worker, and forgets it: its CPU time when it was killed and how it
     /// ended.
-    /// Reaping waits for the kernel to tear the process down: it is done on a thread made for
-    /// blocking.
-    async fn retire(self) -> Retired {
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => runtime
-                .spawn_blocking(move || self.reap())
-                .await
-                .unwrap_or_else(|_| (None, Err(io::Error::other("its reaping did not end")))),
-            Err(_) => self.reap(),
-        }
-    }
-
-    fn reap(mut self) -> Retired {
+    fn retire(mut self, c: &Counters) -> (Option<Duration>, io::Result<std::process::ExitStatus>) {
         let _ = self.child.kill();
         // Killed but not yet reaped: its CPU time can still be read, and no longer grows.
         let last = self.cpu_now();
         let status = self.child.wait();
-        self.forget();
+        lock(&c.pids).retain(|p| *p != self.pid);
+        self.pid = 0;
         (last, status)
     }
 
-    /// Takes its process id out of the pool's workers alive, once reaped.
-    fn forget(&mut self) {
-        let pid = std::mem::take(&mut self.pid);
-        lock(&self.pids).retain(|p| *p != pid);
-    }
-
     /// Ends a worker whose answer did not come, and says what happened to its run.
-    async fn end(self, stop: Stop, limits: &Limits, c: &Counters) -> Failure {
+    fn end(self, stop: Stop, limits: &Limits, c: &Counters) -> Failure {
         let start = self.cpu;
-        let (last, status) = self.retire().await;
+        let (last, status) = self.retire(c);
         match stop {
             Stop::Cpu(used) => {
                 // What it had spent by the time it was killed (its last tick included).
@@ -795,7 +545,6 @@ impl Worker {
                 c.crashed.fetch_add(1, Ordering::Relaxed);
                 Failure::Worker(format!("its answer could not be read ({what})"))
             }
-            Stop::Abandoned => Failure::Stopped,
             Stop::Gone => {
                 c.crashed.fetch_add(1, Ordering::Relaxed);
                 Failure::Worker(match status.ok().and_then(|s| s.signal().map(Err).or(s.code().map(Ok))) {
@@ -811,24 +560,27 @@ impl Worker {
     }
 }
 
-/// A killed worker's CPU time when it was killed, and how it ended.
-type Retired = (Option<Duration>, io::Result<std::process::ExitStatus>);
-
-/// A worker dropped without being retired (its task dropped with its runtime, or unwinding) is
-/// still killed and reaped.
+/// A worker dropped without being retired (its thread unwinding) is still killed and reaped.
 impl Drop for Worker {
     fn drop(&mut self) {
         if self.pid != 0 {
             let _ = self.child.kill();
             let _ = self.child.wait();
-            self.forget();
         }
     }
 }
 
-/// The hub's ends of a worker's pipes, made non-blocking and registered with the runtime's
-/// reactor.
-fn registered(stdin: ChildStdin, stdout: ChildStdout) -> io::Result<(pipe::Sender, pipe::Receiver)> {
-    let stdin = pipe::Sender::from_owned_fd(std::os::fd::OwnedFd::from(stdin))?;
-    Ok((stdin, pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(stdout))?))
+/// Whether `pipe` has something to read (or has closed) within `wait`.
+fn readable(pipe: &ChildStdout, wait: Duration) -> bool {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let mut fds = [PollFd::new(pipe, PollFlags::IN)];
+    let timeout =
+        Timespec { tv_sec: i64::try_from(wait.as_secs()).unwrap_or(i64::MAX), tv_nsec: i64::from(wait.subsec_nanos()) };
+    loop {
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(n) => return n > 0,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return true,
+        }
+    }
 }

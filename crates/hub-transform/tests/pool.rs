@@ -120,53 +120,6 @@ fn a_pool_takes_tenants_in_turn() {
     assert!(b <= 2, "tenant b waited behind {b} runs of tenant a: {done:?}");
 }
 
-/// Once a worker's runs are quick, it is sent several at once: each still gets its own answer
-/// (code it has not seen sent again when it asks), and a run that passes its bound among them
-/// fails alone while the runs sent behind it are run again on a new worker.
-#[test]
-fn runs_sent_together_each_get_their_own_answer() {
-    let pool = pool(1, limits());
-    runtime().block_on(async {
-        let warm = Code::new("w/1", "function handler(e) { return e; }");
-        for _ in 0..40 {
-            let run = pool.run("w", warm.clone(), input()).await;
-            assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
-        }
-        let mut tasks = Vec::new();
-        for i in 0..60 {
-            let pool = pool.clone();
-            tasks.push(tokio::spawn(async move {
-                let (tenant, code) = if i == 30 {
-                    (
-                        "a",
-                        Code::new("a/spin", "function handler(e) { [].reverse.call({length: 2**53 - 1}); return e; }"),
-                    )
-                } else {
-                    let key = format!("t{}/{}", i % 3, i % 7);
-                    let text = format!("function handler(e) {{ e.data = {{n: {i}, code: {}}}; return e; }}", i % 7);
-                    (["b", "c", "d"][i % 3], Code::new(&key, &text))
-                };
-                (i, pool.run(tenant, code, input()).await)
-            }));
-        }
-        for task in tasks {
-            let (i, run) = task.await.expect("run");
-            if i == 30 {
-                assert!(matches!(run.output, Err(Failure::Cpu(_))), "{:?}", run.output);
-                continue;
-            }
-            match run.output {
-                Ok(Output::Event(answer)) => {
-                    let data = &answer.json()["data"];
-                    assert_eq!((data["n"].as_u64(), data["code"].as_u64()), (Some(i as u64), Some((i % 7) as u64)));
-                }
-                other => panic!("run {i}: {other:?}"),
-            }
-        }
-    });
-    assert_eq!(pool.health().killed_cpu, 1);
-}
-
 /// What a hostile handler may end as.
 #[derive(Debug, Clone, Copy)]
 enum Ends {
@@ -301,38 +254,6 @@ fn hostile_tries_whose_callers_hang_up_leave_nothing_behind() {
     });
     seen.look(&pool, workers);
     seen.all_gone_after(pool);
-}
-
-/// A run whose caller stops waiting has its worker killed at once, however much of its budget is
-/// left: nothing runs for nobody, and its place serves the next run.
-#[test]
-fn a_run_nobody_waits_for_is_stopped_at_once() {
-    let limits = Limits { cpu: Duration::from_secs(60), memory: 8 << 20 };
-    let pool = pool(1, limits);
-    runtime().block_on(async {
-        let spinning = {
-            let pool = pool.clone();
-            tokio::spawn(async move {
-                pool.run("a", Code::new("a/1", "function handler(e) { for (;;) {} }"), input()).await
-            })
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while pool.health().busy == 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let held = pool.worker_pids();
-        assert_eq!(held.len(), 1, "{held:?}");
-        spinning.abort();
-        // Well within the minute of CPU it was allowed.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while exists(held[0]) {
-            assert!(Instant::now() < deadline, "the abandoned run's worker still runs");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let next = pool.run("b", Code::new("b/1", "function handler(e) { return e; }"), input()).await;
-        assert!(matches!(next.output, Ok(Output::Event(_))), "{:?}", next.output);
-        assert_eq!(pool.health().busy, 0);
-    });
 }
 
 #[test]
