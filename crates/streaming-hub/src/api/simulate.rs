@@ -29,18 +29,19 @@ pub const MAX_SCANNED: u64 = 1_000_000;
 /// one at a time, so no tenant holds them all.
 pub const AT_ONCE: usize = 2;
 
-/// How much lower than the hub's own threads a simulation's judging runs (`nice`): ingest and
+/// How much lower than the hub's own threads a simulation reads and judges (`nice`): ingest and
 /// delivery come first when the CPU is short.
-const JUDGING_NICENESS: i32 = 10;
+const NICENESS: i32 = 10;
 
 /// The simulations running on this replica: at most [`AT_ONCE`], one per tenant.
 #[derive(Debug, Default)]
 pub struct Simulations {
     running: std::sync::Mutex<std::collections::HashSet<String>>,
-    /// Where simulations read their pages (the queries and the decoding of their rows): threads
-    /// of their own at the judging's lower priority, made at the first simulation and kept for
-    /// the hub's life (connections they open stay the store's), so that a simulation reading a
-    /// million events never takes the CPU from ingest and delivery when it is short.
+    /// Where simulations read their pages (the queries and the decoding of their rows) and judge
+    /// them (on its blocking threads): threads of their own at a lower priority, made at the
+    /// first simulation and kept for the hub's life (connections they open stay the store's),
+    /// so that a simulation of a million events never takes the CPU from ingest and delivery
+    /// when it is short.
     reader: std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
 }
 
@@ -87,20 +88,20 @@ impl Simulations {
         Ok(Running { simulations: std::sync::Arc::clone(self), tenant: tenant.to_owned() })
     }
 
-    /// The runtime simulations read on (`None` when its threads could not be made: they then
-    /// read on the hub's own).
+    /// The runtime simulations read and judge on (`None` when its threads could not be made:
+    /// they then run on the hub's own).
     fn reader(&self) -> Option<tokio::runtime::Handle> {
         let reader = self.reader.get_or_init(|| {
             tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
                 .thread_name("simulate-read")
-                // Linux: each calling thread only.
+                // Every thread it starts, its blocking ones included (Linux: the calling thread only).
                 .on_thread_start(|| {
-                    let _ = rustix::process::nice(JUDGING_NICENESS);
+                    let _ = rustix::process::nice(NICENESS);
                 })
                 .enable_all()
                 .build()
-                .inspect_err(|e| tracing::warn!(error = %e, "simulations read on the hub's own threads"))
+                .inspect_err(|e| tracing::warn!(error = %e, "simulations run on the hub's own threads"))
                 .ok()
         });
         reader.as_ref().map(|r| r.handle().clone())
@@ -300,41 +301,6 @@ pub async fn simulate(
 
 /// What one judged event is: its id, its seq, and whether the current and draft selections match.
 type Judged = Vec<(Uuid, i64, bool, bool)>;
-type Selections = std::sync::Arc<(Selection, Selection)>;
-
-/// A thread of its own, at a lower priority than the hub's, judging one part of a simulation's
-/// pages; it ends when the part is done (or its request dropped).
-struct Judge {
-    pages: std::sync::mpsc::Sender<(Vec<StoredEvent>, Selections, tokio::sync::oneshot::Sender<Judged>)>,
-}
-
-impl Judge {
-    fn start() -> Result<Self, ApiError> {
-        let (pages, queue) =
-            std::sync::mpsc::channel::<(Vec<StoredEvent>, Selections, tokio::sync::oneshot::Sender<Judged>)>();
-        std::thread::Builder::new()
-            .name("simulate".into())
-            .spawn(move || {
-                // Linux: the calling thread only.
-                let _ = rustix::process::nice(JUDGING_NICENESS);
-                while let Ok((page, selections, reply)) = queue.recv() {
-                    let judged = page
-                        .into_iter()
-                        .map(|e| (e.ce_id, e.seq, selections.0.matches(&e), selections.1.matches(&e)))
-                        .collect();
-                    let _ = reply.send(judged);
-                }
-            })
-            .map_err(|e| ApiError::unavailable(format!("a simulation thread could not start: {e}")))?;
-        Ok(Self { pages })
-    }
-
-    async fn judge(&self, page: Vec<StoredEvent>, selections: Selections) -> Result<Judged, ApiError> {
-        let (reply, judged) = tokio::sync::oneshot::channel();
-        self.pages.send((page, selections, reply)).map_err(|_| ApiError::internal("a simulation's judge stopped"))?;
-        judged.await.map_err(|_| ApiError::internal("a simulation's page could not be judged"))
-    }
-}
 
 /// One simulation's reading: the window, the selections judged, the samples kept.
 struct Walk {
@@ -347,7 +313,7 @@ struct Walk {
     limit: usize,
     /// Events read so far by every part of the walk.
     scanned: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Where its pages are read.
+    /// Where its pages are read and judged.
     reader: Option<tokio::runtime::Handle>,
 }
 
@@ -397,7 +363,6 @@ impl Walk {
             waited: std::time::Duration::ZERO,
             judging: std::time::Duration::ZERO,
         };
-        let judge = Judge::start()?;
         let mut next = read(after);
         loop {
             let began = std::time::Instant::now();
@@ -411,7 +376,16 @@ impl Walk {
             }
             next = read(last.seq);
             let began = std::time::Instant::now();
-            let judged = judge.judge(page, std::sync::Arc::clone(&self.selections)).await?;
+            let selections = std::sync::Arc::clone(&self.selections);
+            let judge = move || -> Judged {
+                page.into_iter().map(|e| (e.ce_id, e.seq, selections.0.matches(&e), selections.1.matches(&e))).collect()
+            };
+            let judged = match &self.reader {
+                Some(reader) => reader.spawn_blocking(judge),
+                None => tokio::task::spawn_blocking(judge),
+            }
+            .await
+            .map_err(|_| ApiError::internal("a simulation's page could not be judged"))?;
             t.judging += began.elapsed();
             let out = &mut t.out;
             for (ce_id, seq, current, draft) in judged {
