@@ -239,8 +239,6 @@ async fn erase(
     let tombstone = tombstone(erasure.id);
     let lease = chrono::Duration::from_std(LEASE)?;
     let mut after = erasure.scanned_to;
-    // The events this runner erased: notices about them are erased too.
-    let mut erased: HashSet<Uuid> = HashSet::new();
     loop {
         if stop.is_cancelled() {
             return Ok(false);
@@ -251,7 +249,9 @@ async fn erase(
             break;
         };
         let scanned = read as i64;
-        erased.extend(matched.iter().map(|(_, ce_id)| *ce_id));
+        // This page's events are erased with its step; earlier pages' already are, as the store
+        // says.
+        let erased: HashSet<Uuid> = matched.iter().map(|(_, ce_id)| *ce_id).collect();
         let mut seqs: Vec<i64> = matched.iter().map(|(seq, _)| *seq).collect();
         // The hub's own notices about those events (a dead letter names the event, its ordering
         // key and the last error, which may quote it) go with them.
@@ -296,8 +296,8 @@ async fn erase(
 }
 
 /// The seqs, in `(after, last]`, of the tenant's dead-letter notices (`streaming_hub.
-/// job_dead_lettered`, not yet erased) about an erased event: one of `erased`, or one a store
-/// lookup shows erased (by an earlier erasure, or before this runner took over).
+/// job_dead_lettered`, not yet erased) about an erased event: one of `erased` (this page's, erased
+/// with it), or one the store shows erased (by an earlier page or erasure).
 async fn notices_of_erased(
     store: &dyn Store,
     tenant: &str,
