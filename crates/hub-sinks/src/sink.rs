@@ -85,6 +85,16 @@ impl Failure {
             _ => &self.reason,
         }
     }
+
+    /// The reason as it may outlive the event (a subscription's disabled reason, which erasure
+    /// does not reach): a transform's is what the tenant's code threw, which may quote the
+    /// event, so it is named, never quoted.
+    pub fn standing_reason(&self) -> &str {
+        match self.kind {
+            FailureKind::Transform => "the subscription's transform failed (its attempts say why)",
+            _ => self.tenant_reason(),
+        }
+    }
 }
 
 /// The class of a failure.

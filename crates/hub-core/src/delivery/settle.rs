@@ -22,10 +22,12 @@ pub enum OutcomeClass<'a> {
     /// is neither healthier nor failing, and nothing is dead-lettered.
     Cancelled { reason: &'a str },
     /// It failed in a way another attempt may not (a status, a timeout, a refused connection).
-    Retryable { reason: &'a str },
+    /// `reason` goes with the job (erasure reaches it); `standing` is what may outlive the event,
+    /// in the subscription's disabled reason.
+    Retryable { reason: &'a str, standing: &'a str },
     /// It failed in a way no later attempt can change (the destination is not allowed, the
     /// event is no longer stored): the job is dead-lettered at once, without spending the curve.
-    Permanent { reason: &'a str },
+    Permanent { reason: &'a str, standing: &'a str },
 }
 
 /// The facts of one attempt when it ends.
@@ -94,7 +96,7 @@ pub fn settle(
     auto_disable: Option<AutoDisable>,
     jitter: f64,
 ) -> Settlement {
-    let (reason, retryable) = match outcome {
+    let (reason, standing, retryable) = match outcome {
         OutcomeClass::Delivered => {
             return Settlement { transition: JobTransition::Succeeded, health: HealthChange::Success };
         }
@@ -105,8 +107,8 @@ pub fn settle(
             let transition = JobTransition::Cancelled { reason: reason.to_owned() };
             return Settlement { transition, health: HealthChange::Unchanged };
         }
-        OutcomeClass::Retryable { reason } => (reason, true),
-        OutcomeClass::Permanent { reason } => (reason, false),
+        OutcomeClass::Retryable { reason, standing } => (reason, standing, true),
+        OutcomeClass::Permanent { reason, standing } => (reason, standing, false),
     };
     let after = if retryable {
         retry.after_failure(facts.attempt, facts.window_start, facts.started, facts.now, jitter)
@@ -123,7 +125,7 @@ pub fn settle(
     let disable =
         auto_disable.filter(|a| should_auto_disable(first, facts.now, facts.now, a.window, a.spread)).map(|_| {
             format!(
-                "auto-disabled: deliveries failing continuously since {} (last error: {reason})",
+                "auto-disabled: deliveries failing continuously since {} (last error: {standing})",
                 first.to_rfc3339()
             )
         });
@@ -170,8 +172,11 @@ mod tests {
 
     #[test]
     fn settle_table() {
-        let refused = OutcomeClass::Retryable { reason: "HTTP 503" };
-        let permanent = OutcomeClass::Permanent { reason: "the event is no longer stored" };
+        let refused = OutcomeClass::Retryable { reason: "HTTP 503", standing: "HTTP 503" };
+        let permanent = OutcomeClass::Permanent {
+            reason: "the event is no longer stored",
+            standing: "the event is no longer stored",
+        };
         // (case, attempt, window start, started, now, failing since, outcome, auto-disable, jitter, job, health)
         use Health::*;
         // (case, attempt, window start, started, now, failing since, outcome, auto-disable on,
@@ -231,11 +236,30 @@ mod tests {
         }
     }
 
+    /// The job's reason goes with the job (erasure reaches it); the disabled reason, which
+    /// outlives every event, gets the standing one.
+    #[test]
+    fn a_disabled_reason_holds_the_standing_reason_only() {
+        let facts =
+            AttemptFacts { attempt: 2, window_start: t(0), started: t(1), now: t(h(130)), failing_since: Some(t(0)) };
+        let auto = Some(AutoDisable { window: Duration::from_secs(120 * 3600), spread: Duration::ZERO });
+        let outcome = OutcomeClass::Permanent { reason: "threw: cpf 123", standing: "the transform failed" };
+        let s = settle(&facts, outcome, &policy(), auto, 0.5);
+        assert!(matches!(&s.transition, JobTransition::Dead { reason, .. } if reason.contains("cpf 123")), "{s:?}");
+        match &s.health {
+            HealthChange::Failure { disable: Some(why), .. } => {
+                assert!(why.contains("the transform failed") && !why.contains("cpf"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn reasons_name_the_last_error() {
         let facts =
             AttemptFacts { attempt: 8, window_start: t(0), started: t(1), now: t(1), failing_since: Some(t(0)) };
-        let s = settle(&facts, OutcomeClass::Retryable { reason: "HTTP 500" }, &policy(), None, 0.5);
+        let s =
+            settle(&facts, OutcomeClass::Retryable { reason: "HTTP 500", standing: "HTTP 500" }, &policy(), None, 0.5);
         assert_eq!(
             s.transition,
             JobTransition::Dead {
@@ -251,7 +275,7 @@ mod tests {
         #[test]
         fn retries_stay_within_the_curve(attempt in 1u32..=8, started in 0i64..h(30), jitter in 0.0f64..1.0) {
             let facts = AttemptFacts { attempt, window_start: t(0), started: t(started), now: t(started), failing_since: None };
-            let s = settle(&facts, OutcomeClass::Retryable { reason: "x" }, &policy(), None, jitter);
+            let s = settle(&facts, OutcomeClass::Retryable { reason: "x", standing: "x" }, &policy(), None, jitter);
             match s.transition {
                 JobTransition::Retry { due_at } => {
                     proptest::prop_assert!(attempt < 8 && started < h(24));

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use hub_core::delivery::{AttemptFacts, AutoDisable, HealthChange, JobTransition, OutcomeClass, Permit, settle};
+use hub_core::delivery::{AttemptFacts, AutoDisable, JobTransition, OutcomeClass, Permit, settle};
 use hub_core::operational::Kind as OperationalKind;
 use hub_sinks::{Failure, FailureKind, Message, Outcome};
 use hub_store::{AttemptRecord, AttemptResult, ClaimedJob, StoredEvent};
@@ -340,23 +340,16 @@ impl Dispatcher {
                 tracing::warn!(delivery = %delivery_id, kind = f.kind.as_str(), status = ?f.status, reason = %reason, retryable = f.retryable, "delivery attempt failed");
                 // What the tenant reads (attempts, dead letters) never tells unreachable from
                 // refused by the guard; the log line above and the metric keep the cause.
+                let (reason, standing) = (f.tenant_reason(), f.standing_reason());
                 let class = if f.retryable {
-                    OutcomeClass::Retryable { reason: f.tenant_reason() }
+                    OutcomeClass::Retryable { reason, standing }
                 } else {
-                    OutcomeClass::Permanent { reason: f.tenant_reason() }
+                    OutcomeClass::Permanent { reason, standing }
                 };
                 (class, f.status, Some(format!("{}: {}", f.tenant_kind(), f.tenant_reason())), f.response.clone())
             }
         };
-        let mut settlement = settle(&facts, class, &self.settings.retry, auto_disable, rand::rng().random());
-        // The subscription's disabled reason outlives every event (erasure does not reach it):
-        // it names a transform's failure, never what the code threw.
-        if let (Outcome::Failed(f), HealthChange::Failure { disable: Some(why), .. }) =
-            (&outcome, &mut settlement.health)
-            && f.kind == FailureKind::Transform
-        {
-            *why = why.replace(f.tenant_reason(), "the subscription's transform failed (its attempts say why)");
-        }
+        let settlement = settle(&facts, class, &self.settings.retry, auto_disable, rand::rng().random());
         if matches!(settlement.transition, JobTransition::Dead { .. }) {
             metrics::counter!(metric::JOBS_DEAD, "sink" => sink).increment(1);
         }
