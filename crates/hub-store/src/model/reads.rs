@@ -42,6 +42,25 @@ pub struct Connections {
     pub max: u32,
 }
 
+impl Connections {
+    /// A pool's counts as sqlx gives them, held to what can be: its count of open connections
+    /// wraps below zero for a moment when connections close at once (a reconnect, a close), and
+    /// is then read as the pool's maximum, never summed into an overflow.
+    pub fn of(open: u32, idle: usize, max: u32) -> Self {
+        let open = open.min(max);
+        Self { open, idle: u32::try_from(idle).unwrap_or(u32::MAX).min(open), max }
+    }
+
+    /// Two pools' counts together (a reader and a writer).
+    pub fn and(self, other: Self) -> Self {
+        Self {
+            open: self.open.saturating_add(other.open),
+            idle: self.idle.saturating_add(other.idle),
+            max: self.max.saturating_add(other.max),
+        }
+    }
+}
+
 /// What one pull read gave ([`crate::Inbox::read_pull_page`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PullRead {
@@ -241,4 +260,20 @@ pub struct TenantSummary {
     pub api_keys: i64,
     /// Jobs by state: only pending, leased, held and dead are counted.
     pub jobs: Vec<(JobState, i64)>,
+}
+
+#[cfg(test)]
+mod connections_tests {
+    use super::Connections;
+
+    /// Whatever sqlx's counters say, even wrapped below zero, the counts never overflow and
+    /// never pass what the pools allow.
+    #[test]
+    fn pool_counts_hold_whatever_the_counters_say() {
+        let wrapped = Connections::of(u32::MAX, usize::MAX, 8);
+        assert_eq!(wrapped, Connections { open: 8, idle: 8, max: 8 });
+        let both = wrapped.and(Connections::of(u32::MAX - 1, 3, u32::MAX));
+        assert_eq!(both, Connections { open: u32::MAX, idle: 11, max: u32::MAX });
+        assert_eq!(Connections::of(2, 1, 4).and(Connections::of(1, 1, 1)), Connections { open: 3, idle: 2, max: 5 });
+    }
 }

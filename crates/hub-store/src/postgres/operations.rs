@@ -60,11 +60,7 @@ impl Operations for PgStore {
     }
 
     fn connections(&self) -> Connections {
-        Connections {
-            open: self.pool.size(),
-            idle: u32::try_from(self.pool.num_idle()).unwrap_or(u32::MAX),
-            max: self.pool.options().get_max_connections(),
-        }
+        Connections::of(self.pool.size(), self.pool.num_idle(), self.pool.options().get_max_connections())
     }
 
     async fn close(&self) {

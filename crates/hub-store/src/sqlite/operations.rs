@@ -59,12 +59,8 @@ impl Operations for SqliteStore {
     }
 
     fn connections(&self) -> Connections {
-        let (r, w) = (&self.reader, &self.writer);
-        Connections {
-            open: r.size() + w.size(),
-            idle: u32::try_from(r.num_idle() + w.num_idle()).unwrap_or(u32::MAX),
-            max: r.options().get_max_connections() + w.options().get_max_connections(),
-        }
+        let of = |p: &sqlx::SqlitePool| Connections::of(p.size(), p.num_idle(), p.options().get_max_connections());
+        of(&self.reader).and(of(&self.writer))
     }
 
     async fn close(&self) {
