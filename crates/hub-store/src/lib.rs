@@ -155,6 +155,7 @@ pub trait Store:
     + Sessions
     + IssuerKeys
     + Erasures
+    + Replicas
     + std::fmt::Debug
     + Send
     + Sync
@@ -173,6 +174,7 @@ impl<T> Store for T where
         + Sessions
         + IssuerKeys
         + Erasures
+        + Replicas
         + std::fmt::Debug
         + Send
         + Sync
@@ -183,7 +185,8 @@ impl<T> Store for T where
 /// The role traits, for `use hub_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        Catalog, Erasures, Inbox, IssuerKeys, JobQueue, Operations, Replays, Sessions, Stats, Store, Subscriptions,
+        Catalog, Erasures, Inbox, IssuerKeys, JobQueue, Operations, Replays, Replicas, Sessions, Stats, Store,
+        Subscriptions,
     };
 }
 
@@ -593,6 +596,36 @@ pub trait IssuerKeys: Send + Sync {
 
     /// Drops the keys retired before `before` (their overlap is over); how many.
     async fn drop_issuer_keys(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+}
+
+/// The replicas of one hub and who paces which destination (docs/SCALING.md): heartbeats, the
+/// live set, and the jobs of replicas that died.
+#[async_trait]
+pub trait Replicas: Send + Sync {
+    /// Notes `me` alive now (with what it paces now) and returns every replica seen alive
+    /// within `live`, `me` included, by id. The time is the database's (PostgreSQL's
+    /// `clock_timestamp()`), so replicas' clocks may differ; `me.heartbeat_at` is not read.
+    async fn beat(&self, me: &ReplicaRecord, live: std::time::Duration) -> StoreResult<Vec<ReplicaRecord>>;
+
+    /// Takes a stopping replica out of the live set at once.
+    async fn leave(&self, id: Uuid) -> StoreResult<()>;
+
+    /// Gives back the jobs leased by replicas not seen within `live` (by the database's time; their
+    /// tokens, see [`lease_token`]): pending again (due at `now`), or dead as poison, as an
+    /// expired lease would be; then forgets those replicas.
+    async fn take_back_departed(
+        &self,
+        now: DateTime<Utc>,
+        live: std::time::Duration,
+        poison_threshold: u32,
+    ) -> StoreResult<Recovery>;
+
+    /// Up to `limit` subscriptions whose destination bucket is not stored yet.
+    async fn unbucketed_subscriptions(&self, limit: u32) -> StoreResult<Vec<SubscriptionRecord>>;
+
+    /// Stores subscriptions' destination buckets `(id, bucket)`, each only while its destination
+    /// is still `sink_config` as read (a change meanwhile stored its own).
+    async fn set_pace_buckets(&self, buckets: &[(Uuid, serde_json::Value, i32)]) -> StoreResult<()>;
 }
 
 /// Erasures of a data subject's payloads (SPEC §10).

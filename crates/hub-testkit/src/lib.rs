@@ -124,6 +124,7 @@ pub fn subscription(
         failing_since: None,
         last_failure_at: None,
         pull_cursor: 0,
+        pace_bucket: None,
         created_at: now,
         updated_at: now,
     }

@@ -260,7 +260,8 @@ function healthCells() {
         const d = x.health && x.health.delivery;
         if (!d) return "—";
         const paused = d.paused_until ? ` (paused until ${d.paused_until})` : "";
-        return `${d.in_flight} / ${d.allowance ?? "—"}${paused}`;
+        const pacer = d.paced_by ? ` · paced by ${d.paced_by}` : "";
+        return `${d.in_flight} / ${d.allowance ?? "—"}${paused}${pacer}`;
       },
     },
     { title: "Failing since", cell: (x) => time(x.health && x.health.failing_since) },

@@ -235,6 +235,11 @@ pub async fn start_with_clock(
     let (notices, notice_queue) = operational::Notices::channel();
     let breakers = delivery::BreakerBoard::default();
     let flights = delivery::FlightBoard::new(config.max_in_flight as usize, config.tenant_in_flight_share);
+    // Every replica registers; the delivering ones share the destinations between them, each
+    // paced by one replica (docs/SCALING.md).
+    let membership = delivery::Membership::join(&store, config.role.delivers(), &clock)
+        .await
+        .context("cannot register this replica in the store")?;
     // This process's dispatcher, when it delivers: its own ingest leases jobs to it as it writes
     // them (the fast path).
     let mut local_dispatcher = None;
@@ -253,7 +258,8 @@ pub async fn start_with_clock(
                 breakers.clone(),
                 flights.clone(),
             )
-            .with_transforms(transforms.clone()),
+            .with_transforms(transforms.clone())
+            .with_membership(Arc::clone(&membership)),
         );
         local_dispatcher = Some(delivery::Handoff::new(Arc::clone(&dispatcher)));
         tasks_early.push(supervisor.spawn(
@@ -272,6 +278,17 @@ pub async fn start_with_clock(
     };
     let mut tasks: Vec<JoinHandle<Option<()>>> = dispatcher.into_iter().collect();
     tasks.append(&mut tasks_early);
+    tasks.push(supervisor.spawn(
+        "replica heartbeat",
+        delivery::membership::run(
+            Arc::clone(&membership),
+            Arc::clone(&store),
+            config.role.delivers().then(|| flights.clone()),
+            Arc::clone(&clock),
+            config.poison_threshold,
+            stop.clone(),
+        ),
+    ));
     tasks.push(supervisor.spawn(
         "operational events writer",
         operational::run(Arc::clone(&store), Arc::clone(&clock), notice_queue, Arc::clone(&wake), stop.clone()),
@@ -416,6 +433,7 @@ pub async fn start_with_clock(
         replay_rate: config.replay_rate,
         breakers,
         flights,
+        membership,
         notices,
         kafka: match (&config.kafka, config.role.ingests()) {
             (Some(k), true) => Some(Arc::new(ingest::kafka::KafkaProbe::new(k).map_err(anyhow::Error::msg)?)),

@@ -108,6 +108,12 @@ pub mod metric {
     /// the wall-time watchdog (`wall`), or ended by themselves (`crashed`: the engine crashed,
     /// the system-call filter, killed from outside).
     pub const TRANSFORM_WORKERS_STOPPED: &str = "streaming_hub_transform_workers_stopped_total";
+    /// Destination buckets this replica paces (of 1024; all of them when it delivers alone, none
+    /// while it joins others or does not deliver).
+    pub const BUCKETS_OWNED: &str = "streaming_hub_destination_buckets_owned";
+    /// Live replicas this replica sees in the store (itself included), `{role}`: `delivery`
+    /// for those that deliver, `other` for the rest.
+    pub const REPLICAS_LIVE: &str = "streaming_hub_replicas_live";
     /// 1 while no transform worker can be started (`/readyz` answers 503 then).
     pub const TRANSFORM_WORKERS_UNAVAILABLE: &str = "streaming_hub_transform_workers_unavailable";
 }
@@ -303,6 +309,8 @@ fn describe() {
     metrics::describe_counter!(metric::HTTP_PANICS, "Requests whose handler panicked, answered 500");
     metrics::describe_gauge!(metric::DELIVERY_STALLED, "1 while this replica's delivery makes no progress, by reason");
     metrics::describe_counter!(metric::TRANSFORM_WORKERS_STOPPED, "Transform workers stopped, by reason");
+    metrics::describe_gauge!(metric::BUCKETS_OWNED, "Destination buckets this replica paces, of 1024");
+    metrics::describe_gauge!(metric::REPLICAS_LIVE, "Live replicas this replica sees, by role");
     metrics::describe_gauge!(metric::TRANSFORM_WORKERS_UNAVAILABLE, "1 while no transform worker can be started");
     // Every series an alert reads exists from start, at zero.
     metrics::gauge!(

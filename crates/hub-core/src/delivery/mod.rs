@@ -13,6 +13,7 @@
 //! - [`fair_shares`]: how one claim spreads over the tenants with due work.
 //! - [`inflight`]: attempts in flight: a destination's adaptive allowance, a subscription's
 //!   limits and pace, a tenant's share of the slots.
+//! - [`owners`]: which replica paces a destination when several deliver.
 //!
 //! The store and the dispatcher only carry these decisions out.
 
@@ -20,6 +21,7 @@ mod breaker;
 mod health;
 pub mod inflight;
 mod job;
+pub mod owners;
 mod retry;
 mod settle;
 pub mod stats;

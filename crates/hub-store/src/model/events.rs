@@ -234,6 +234,23 @@ pub struct IngestLease {
     /// Subscriptions whose jobs are not leased (their destination has all it can take here);
     /// theirs are written `pending`, for claims.
     pub exclude_subscriptions: Vec<Uuid>,
+    /// The destination buckets the leasing replica paces (see [`Owned`]).
+    pub owned: Owned,
+}
+
+/// The destinations a replica paces: the buckets it owns, sorted (`None`: all of them, as the
+/// only delivering replica). A replica leases only jobs of the buckets it owns; a subscription
+/// not yet given its bucket counts as bucket 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Owned {
+    pub buckets: Option<Vec<i32>>,
+}
+
+impl Owned {
+    /// Whether a job of a subscription in `bucket` is this replica's to lease.
+    pub fn owns(&self, bucket: Option<i32>) -> bool {
+        self.buckets.as_ref().is_none_or(|b| b.binary_search(&bucket.unwrap_or(0)).is_ok())
+    }
 }
 
 /// What a write under an [`IngestLease`] leased, and what it left for claims.
@@ -278,7 +295,8 @@ pub(crate) fn lease_new_jobs(
     jobs.into_iter()
         .map(|job| {
             let id = Uuid::now_v7();
-            let excluded = lease.is_some_and(|l| l.exclude_subscriptions.contains(&job.subscription));
+            let excluded =
+                lease.is_some_and(|l| l.exclude_subscriptions.contains(&job.subscription) || !l.owned.owns(job.bucket));
             // An ordered job is never leased at ingest: a claim leases it once no earlier job of
             // its key is waiting (`hub_core::Ordering`).
             let take = lease

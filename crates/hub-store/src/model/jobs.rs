@@ -52,6 +52,8 @@ pub struct ClaimRequest {
     pub after_tenant: Option<String>,
     /// Subscriptions whose destination is saturated: none of their jobs is claimed.
     pub exclude_subscriptions: Vec<Uuid>,
+    /// Who claims, and the destination buckets it paces: only their jobs are claimed.
+    pub owned: crate::Owned,
 }
 
 /// What one claim leased, and where the tenant rotation stands after it.

@@ -21,6 +21,9 @@ pub(crate) struct MatchTarget {
     pub enabled: bool,
     pub verification: hub_core::VerificationState,
     pub verified_before: bool,
+    /// Its destination's bucket (see `SubscriptionRecord::pace_bucket`): a job is leased at ingest
+    /// only by the replica that owns it.
+    pub pace_bucket: Option<i32>,
 }
 
 /// The columns matching reads of a subscription, as both backends return them.
@@ -35,6 +38,7 @@ pub(crate) struct MatchRow {
     pub enabled: bool,
     pub verification: String,
     pub verified_before: bool,
+    pub pace_bucket: Option<i32>,
 }
 
 impl MatchTarget {
@@ -62,6 +66,7 @@ impl MatchTarget {
             enabled: row.enabled,
             verification,
             verified_before: row.verified_before,
+            pace_bucket: row.pace_bucket,
         })
     }
 }
@@ -98,6 +103,8 @@ pub(crate) struct NewJob {
     pub state: JobState,
     /// The event's ordering key when the subscription orders by key (and the event has one).
     pub ordering_key: Option<String>,
+    /// Its subscription's destination bucket.
+    pub bucket: Option<i32>,
 }
 
 /// The work matching creates for one tenant's newly inserted events: pull entries
@@ -271,6 +278,7 @@ fn match_events_here(tenant: &str, targets: &Targets, inserts: &[(i64, &Accepted
                 received_at: event.received_at,
                 state,
                 ordering_key,
+                bucket: target.pace_bucket,
             });
         } else if state == JobState::Pending {
             work.pulls.push((target.id, *seq));
@@ -307,6 +315,7 @@ mod tests {
             enabled,
             verification: verification.to_owned(),
             verified_before: state >= 3,
+            pace_bucket: None,
         })
         .expect("target")
     }

@@ -7,6 +7,7 @@ mod jobs;
 mod keys;
 mod matching;
 mod reads;
+mod replicas;
 mod subscriptions;
 
 pub use catalog::*;
@@ -17,4 +18,5 @@ pub use keys::*;
 pub(crate) use matching::*;
 pub use matching::{FILTER_BUDGET_EXCEEDED, filter_budget, set_filter_budget};
 pub use reads::*;
+pub use replicas::*;
 pub use subscriptions::*;

@@ -46,6 +46,10 @@ pub struct SubscriptionRecord {
     pub failing_since: Option<DateTime<Utc>>,
     pub last_failure_at: Option<DateTime<Utc>>,
     pub pull_cursor: i64,
+    /// Its destination key's bucket (`hub_core::delivery::owners::bucket_of`): the replica that
+    /// owns the bucket alone claims its jobs. `None` until the hub computed it (a row written
+    /// before buckets existed).
+    pub pace_bucket: Option<i32>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -90,6 +94,8 @@ pub struct DestinationChange {
     pub credentials: Option<Option<Vec<u8>>>,
     /// Where or how to connect changed: the subscription must be verified again.
     pub reverify: bool,
+    /// The new destination key's bucket; `None`: the hub computes it later (bucket 0 until then).
+    pub pace_bucket: Option<i32>,
 }
 
 /// A new signing secret, the current one kept as the previous until `previous_expires_at`.
@@ -133,6 +139,7 @@ pub(crate) struct PatchColumns {
     pub credentials_set: bool,
     pub credentials: Option<Vec<u8>>,
     pub reverify: bool,
+    pub pace_bucket: Option<i32>,
 }
 
 impl PatchColumns {
@@ -155,6 +162,7 @@ impl PatchColumns {
             credentials_set: destination.is_some_and(|d| d.credentials.is_some()),
             credentials: destination.and_then(|d| d.credentials.clone().flatten()),
             reverify: destination.is_some_and(|d| d.reverify),
+            pace_bucket: destination.and_then(|d| d.pace_bucket),
         })
     }
 }

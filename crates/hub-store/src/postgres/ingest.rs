@@ -170,6 +170,7 @@ impl PgStore {
                     enabled: record.enabled,
                     verification: record.verification.as_str().to_owned(),
                     verified_before: row.try_get("verified_before")?,
+                    pace_bucket: record.pace_bucket,
                 })?);
                 entry.2.insert(record.id, record);
             }

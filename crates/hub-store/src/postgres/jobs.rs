@@ -79,7 +79,10 @@ impl JobQueue for PgStore {
                        CROSS JOIN LATERAL (
                            SELECT ARRAY(SELECT s.id FROM subscriptions s
                                         WHERE s.tenant_id = t.tenant_id AND s.enabled
-                                          AND s.verification_state = 'active' AND NOT (s.id = ANY($5))) AS ids) ok
+                                          AND s.verification_state = 'active' AND NOT (s.id = ANY($5))
+                                          -- hub_core::delivery::owners: only the destinations it paces
+                                          AND ($7::int[] IS NULL OR COALESCE(s.pace_bucket, 0) = ANY($7))
+                                   ) AS ids) ok
                        CROSS JOIN LATERAL (
                            -- Candidates: the window's, or, when it holds fewer than the share
                            -- (its oldest jobs are an excluded subscription's backlog), per
@@ -159,6 +162,7 @@ impl JobQueue for PgStore {
             .bind(req.token)
             .bind(&req.exclude_subscriptions)
             .bind(limit)
+            .bind(&req.owned.buckets)
             .fetch_all(&mut *taken.conn)
             .await?;
         // What a tenant could not use goes round again to those that filled their share, so one
@@ -194,6 +198,7 @@ impl JobQueue for PgStore {
                 .bind(req.token)
                 .bind(&req.exclude_subscriptions)
                 .bind(&wants)
+                .bind(&req.owned.buckets)
                 .fetch_all(&mut *taken.conn)
                 .await?;
             if rows.is_empty() {
@@ -254,26 +259,10 @@ impl JobQueue for PgStore {
         .bind(now)
         .fetch_all(&mut *tx)
         .await?;
-        if expired.is_empty() {
-            return Ok(Recovery::default());
-        }
-        let (all, poison) = split_poison(&expired, poison_threshold);
-        sqlx::query(
-            "UPDATE delivery_jobs SET recoveries = recoveries + 1,
-                state = CASE WHEN id = ANY($3) THEN 'dead' ELSE 'pending' END,
-                finished_at = CASE WHEN id = ANY($3) THEN $1 ELSE NULL END,
-                last_error = CASE WHEN id = ANY($3) THEN $4 ELSE 'lease expired without an outcome; recovered' END,
-                due_at = $1, lease_expires_at = NULL, lease_token = NULL, updated_at = $1
-             WHERE id = ANY($2)",
-        )
-        .bind(now)
-        .bind(&all)
-        .bind(&poison)
-        .bind(hub_core::delivery::DeadReason::Poison.as_str())
-        .execute(&mut *tx)
-        .await?;
+        let recovery =
+            take_back(&mut tx, now, &expired, poison_threshold, "lease expired without an outcome; recovered").await?;
         tx.commit().await?;
-        Ok(Recovery { recovered: (all.len() - poison.len()) as u64, poisoned: poison.len() as u64 })
+        Ok(recovery)
     }
 
     async fn jobs_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<DeliveryJob>> {
@@ -460,4 +449,36 @@ impl PgStore {
         tx.commit().await?;
         Ok(completions(results, &moved, Some(&disabled)))
     }
+}
+
+/// Takes back leased jobs `(id, recoveries so far)` without an outcome: pending again, due at
+/// once, with `note` as their last error, or dead as poison once `hub_core::delivery::is_poison`
+/// says so for their recovery count.
+pub(super) async fn take_back(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    now: DateTime<Utc>,
+    jobs: &[(Uuid, i32)],
+    poison_threshold: u32,
+    note: &str,
+) -> StoreResult<Recovery> {
+    if jobs.is_empty() {
+        return Ok(Recovery::default());
+    }
+    let (all, poison) = split_poison(jobs, poison_threshold);
+    sqlx::query(
+        "UPDATE delivery_jobs SET recoveries = recoveries + 1,
+            state = CASE WHEN id = ANY($3) THEN 'dead' ELSE 'pending' END,
+            finished_at = CASE WHEN id = ANY($3) THEN $1 ELSE NULL END,
+            last_error = CASE WHEN id = ANY($3) THEN $4 ELSE $5 END,
+            due_at = $1, lease_expires_at = NULL, lease_token = NULL, updated_at = $1
+         WHERE id = ANY($2)",
+    )
+    .bind(now)
+    .bind(&all)
+    .bind(&poison)
+    .bind(hub_core::delivery::DeadReason::Poison.as_str())
+    .bind(note)
+    .execute(&mut **tx)
+    .await?;
+    Ok(Recovery { recovered: (all.len() - poison.len()) as u64, poisoned: poison.len() as u64 })
 }

@@ -41,6 +41,7 @@ mod kept;
 mod operations;
 mod partitions;
 mod replays;
+mod replicas;
 mod rows;
 mod sessions;
 mod stats;
@@ -276,6 +277,7 @@ impl PgStore {
                     enabled: row.try_get("enabled")?,
                     verification: row.try_get("verification_state")?,
                     verified_before: row.try_get("verified_before")?,
+                    pace_bucket: row.try_get("pace_bucket")?,
                 };
                 targets.entry(*t).or_default().push(MatchTarget::new(match_row)?);
                 sub_rows.insert(id, row);

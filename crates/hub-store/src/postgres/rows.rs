@@ -293,7 +293,7 @@ pub(super) fn bind_subscription<'q>(q: PgQuery<'q>, sub: &SubscriptionRecord) ->
 pub(super) const SUBSCRIPTION_COLUMNS: &str = "id, tenant_id, name, event_types::text AS event_types, origin,
     filters::text AS filters, transform::text AS transform, ordering, limits::text AS limits, allowed_rate, sink_type, sink_config::text AS sink_config, signing_secret, previous_secret,
     previous_secret_expires_at, credentials, enabled, verification_state, verification_error,
-    disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at, updated_at";
+    disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, pace_bucket, created_at, updated_at";
 
 pub(super) fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionRecord> {
     let id: Uuid = row.try_get("id")?;
@@ -333,6 +333,7 @@ pub(super) fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionReco
         failing_since: row.try_get("failing_since")?,
         last_failure_at: row.try_get("last_failure_at")?,
         pull_cursor: row.try_get("pull_cursor")?,
+        pace_bucket: row.try_get("pace_bucket")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })

@@ -73,6 +73,13 @@ impl JobQueue for SqliteStore {
         let mut claimed: Vec<ClaimedJob> = Vec::new();
         let excluded = serde_json::to_string(&req.exclude_subscriptions.iter().map(|u| text(*u)).collect::<Vec<_>>())
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let owned = req
+            .owned
+            .buckets
+            .as_ref()
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let sql = format!(
             "UPDATE delivery_jobs SET state = 'leased', lease_expires_at = ?3, lease_token = ?4, updated_at = ?2
              WHERE id IN (
@@ -80,6 +87,8 @@ impl JobQueue for SqliteStore {
                 WHERE d.tenant_id = ?1 AND d.state = 'pending' AND d.due_at <= ?2
                   AND s.enabled = 1 AND s.verification_state = 'active'
                   AND d.subscription_id NOT IN (SELECT value FROM json_each(?5))
+                  -- hub_core::delivery::owners: only the destinations it paces
+                  AND (?7 IS NULL OR COALESCE(s.pace_bucket, 0) IN (SELECT value FROM json_each(?7)))
                   -- hub_core::Ordering::Key: not while an earlier job of its key waits
                   AND (d.ordering_key IS NULL OR NOT EXISTS (
                       SELECT 1 FROM delivery_jobs e
@@ -105,6 +114,7 @@ impl JobQueue for SqliteStore {
                     .bind(text(req.token))
                     .bind(&excluded)
                     .bind(i64::from(want))
+                    .bind(&owned)
                     .fetch_all(&mut *tx)
                     .await?;
                 if rows.len() as u32 == want {
@@ -178,30 +188,10 @@ impl JobQueue for SqliteStore {
                 .bind(micros(now))
                 .fetch_all(&mut *tx)
                 .await?;
-        if expired.is_empty() {
-            return Ok(Recovery::default());
-        }
-        let (all, poison) = split_poison(&expired, poison_threshold);
-        let all = serde_json::to_string(&all).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let poison_json = serde_json::to_string(&poison).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let done = sqlx::query(
-            "UPDATE delivery_jobs SET recoveries = recoveries + 1,
-                state = CASE WHEN id IN (SELECT value FROM json_each(?3)) THEN 'dead' ELSE 'pending' END,
-                finished_at = CASE WHEN id IN (SELECT value FROM json_each(?3)) THEN ?1 ELSE NULL END,
-                last_error = CASE WHEN id IN (SELECT value FROM json_each(?3)) THEN ?4
-                                  ELSE 'lease expired without an outcome; recovered' END,
-                due_at = ?1, lease_expires_at = NULL, lease_token = NULL, updated_at = ?1
-             WHERE id IN (SELECT value FROM json_each(?2))",
-        )
-        .bind(micros(now))
-        .bind(all)
-        .bind(poison_json)
-        .bind(hub_core::delivery::DeadReason::Poison.as_str())
-        .execute(&mut *tx)
-        .await?;
+        let recovery =
+            take_back(&mut tx, now, &expired, poison_threshold, "lease expired without an outcome; recovered").await?;
         tx.commit().await?;
-        let recovered = done.rows_affected().saturating_sub(poison.len() as u64);
-        Ok(Recovery { recovered, poisoned: poison.len() as u64 })
+        Ok(recovery)
     }
 
     async fn jobs_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<DeliveryJob>> {
@@ -344,4 +334,39 @@ impl JobQueue for SqliteStore {
                 .await?;
         oldest.map(from_micros).transpose()
     }
+}
+
+/// Takes back leased jobs `(id, recoveries so far)` without an outcome: pending again, due at
+/// once, with `note` as their last error, or dead as poison once `hub_core::delivery::is_poison`
+/// says so for their recovery count.
+pub(super) async fn take_back(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    now: DateTime<Utc>,
+    jobs: &[(String, i32)],
+    poison_threshold: u32,
+    note: &str,
+) -> StoreResult<Recovery> {
+    if jobs.is_empty() {
+        return Ok(Recovery::default());
+    }
+    let (all, poison) = split_poison(jobs, poison_threshold);
+    let all = serde_json::to_string(&all).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let poison_json = serde_json::to_string(&poison).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let done = sqlx::query(
+        "UPDATE delivery_jobs SET recoveries = recoveries + 1,
+            state = CASE WHEN id IN (SELECT value FROM json_each(?3)) THEN 'dead' ELSE 'pending' END,
+            finished_at = CASE WHEN id IN (SELECT value FROM json_each(?3)) THEN ?1 ELSE NULL END,
+            last_error = CASE WHEN id IN (SELECT value FROM json_each(?3)) THEN ?4 ELSE ?5 END,
+            due_at = ?1, lease_expires_at = NULL, lease_token = NULL, updated_at = ?1
+         WHERE id IN (SELECT value FROM json_each(?2))",
+    )
+    .bind(micros(now))
+    .bind(all)
+    .bind(poison_json)
+    .bind(hub_core::delivery::DeadReason::Poison.as_str())
+    .bind(note)
+    .execute(&mut **tx)
+    .await?;
+    let recovered = done.rows_affected().saturating_sub(poison.len() as u64);
+    Ok(Recovery { recovered, poisoned: poison.len() as u64 })
 }

@@ -38,6 +38,7 @@ mod issuer;
 mod jobs;
 mod operations;
 mod replays;
+mod replicas;
 mod sessions;
 mod stats;
 mod subscriptions;
@@ -318,6 +319,7 @@ impl SqliteStore {
                 enabled: row.try_get("enabled")?,
                 verification: row.try_get("verification_state")?,
                 verified_before: row.try_get("verified_before")?,
+                pace_bucket: row.try_get("pace_bucket")?,
             })?);
             sub_rows.insert(id, row);
         }
@@ -513,8 +515,8 @@ fn bind_subscription<'q>(q: SqliteQuery<'q>, sub: &SubscriptionRecord) -> StoreR
 const SUBSCRIPTION_COLUMNS: &str =
     "id, tenant_id, name, event_types, origin, filters, transform, ordering, limits, allowed_rate, sink_type, sink_config,
     signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled, verification_state,
-    verification_error, disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, created_at,
-    updated_at";
+    verification_error, disabled_reason, disabled_at, failing_since, last_failure_at, pull_cursor, pace_bucket,
+    created_at, updated_at";
 
 fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
     let id = uuid_from_text(&row.try_get::<String, _>("id")?)?;
@@ -557,6 +559,7 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
         failing_since: failing_since.map(from_micros).transpose()?,
         last_failure_at: last_failure_at.map(from_micros).transpose()?,
         pull_cursor: row.try_get("pull_cursor")?,
+        pace_bucket: row.try_get("pace_bucket")?,
         created_at: from_micros(row.try_get("created_at")?)?,
         updated_at: from_micros(row.try_get("updated_at")?)?,
     })

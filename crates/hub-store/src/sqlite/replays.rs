@@ -255,6 +255,8 @@ impl Replays for SqliteStore {
             enabled,
             verification,
             verified_before,
+            // A replay's jobs are never leased at ingest.
+            pace_bucket: None,
         })?;
         let push = target.sink.is_push();
         // The live path keeps priority: a push subscription's replay waits while its destination

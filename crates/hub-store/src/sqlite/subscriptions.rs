@@ -29,8 +29,8 @@ impl Subscriptions for SqliteStore {
             "INSERT INTO subscriptions (tenant_id, id, name, event_types, origin, sink_type, sink_config,
                 signing_secret, previous_secret, previous_secret_expires_at, credentials, enabled,
                 verification_state, verification_error, disabled_reason, updated_at, failing_since,
-                last_failure_at, pull_cursor, created_at, disabled_at, filters, ordering, limits, allowed_rate, transform)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26)",
+                last_failure_at, pull_cursor, created_at, disabled_at, filters, ordering, limits, allowed_rate, transform, pace_bucket)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27)",
         );
         bind_subscription(insert, sub)?
             .bind(sub.pull_cursor)
@@ -41,6 +41,7 @@ impl Subscriptions for SqliteStore {
             .bind(sub.limits.to_json().to_string())
             .bind(sub.allowed_rate)
             .bind(sub.transform.as_ref().map(serde_json::Value::to_string))
+            .bind(sub.pace_bucket)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -154,6 +155,7 @@ impl Subscriptions for SqliteStore {
                 transform = CASE WHEN ?17 THEN ?18 ELSE transform END,
                 origin = CASE WHEN ?5 THEN ?6 ELSE origin END,
                 sink_config = COALESCE(?7, sink_config),
+                pace_bucket = CASE WHEN ?7 IS NULL THEN pace_bucket ELSE ?19 END,
                 credentials = CASE WHEN ?8 THEN ?9 ELSE credentials END,
                 verification_state = CASE WHEN ?10 THEN 'pending' ELSE verification_state END,
                 verification_error = CASE WHEN ?10 THEN NULL ELSE verification_error END,
@@ -187,6 +189,7 @@ impl Subscriptions for SqliteStore {
             .bind(p.limits)
             .bind(p.transform_set)
             .bind(p.transform)
+            .bind(p.pace_bucket)
             .fetch_optional(&mut *tx)
             .await?;
         Self::changed(tx, row, id).await

@@ -396,6 +396,7 @@ pub async fn a_large_mixed_batch_gives_each_event_its_seq_and_work(db: &TestDb) 
         until: Utc::now() + Duration::seconds(60),
         limit: 100,
         exclude_subscriptions: Vec::new(),
+        owned: Default::default(),
     };
     let (out, leased) = db.store.write_batch_leased(&batch, &lease).await.expect("write");
     assert_eq!(out, expected);

@@ -36,6 +36,7 @@ pub(crate) fn claim(limit: u32, after: Option<&str>) -> ClaimRequest {
         limit,
         after_tenant: after.map(str::to_owned),
         exclude_subscriptions: Vec::new(),
+        owned: Default::default(),
     }
 }
 
@@ -468,7 +469,12 @@ pub async fn a_destination_being_verified_again_holds_new_events(db: &TestDb) {
 
     let moved = serde_json::json!({"type": "webhook", "url": "https://example.com/b"});
     let change = SubscriptionPatch {
-        destination: Some(DestinationChange { sink_config: moved.clone(), credentials: None, reverify: true }),
+        destination: Some(DestinationChange {
+            sink_config: moved.clone(),
+            credentials: None,
+            reverify: true,
+            pace_bucket: None,
+        }),
         now: Utc::now(),
         ..SubscriptionPatch::default()
     };
@@ -589,6 +595,7 @@ pub async fn jobs_leased_at_ingest_are_written_leased_and_the_rest_are_claimed(d
         until: now + Duration::seconds(30),
         limit: 2,
         exclude_subscriptions: vec![b.id],
+        owned: Default::default(),
     };
     let batch: Vec<_> = (0..3).map(|_| accepted("t1", Uuid::now_v7())).collect();
     let (outcomes, leased) = db.store.write_batch_leased(&batch, &lease).await.expect("write");

@@ -11,6 +11,7 @@ mod jobs;
 mod ordering;
 mod partitions;
 mod replays;
+mod replicas;
 mod retention;
 mod sessions;
 mod stats;
@@ -27,6 +28,7 @@ mod suite {
     pub use crate::jobs::*;
     pub use crate::ordering::*;
     pub use crate::replays::*;
+    pub use crate::replicas::*;
     pub use crate::retention::*;
     pub use crate::sessions::*;
     pub use crate::stats::*;
@@ -58,6 +60,10 @@ macro_rules! contract_suite {
 }
 
 contract_suite!(
+    replicas_see_each_other_while_they_beat,
+    a_replica_claims_and_leases_only_the_buckets_it_owns,
+    a_departed_replicas_jobs_are_given_back_at_once,
+    subscriptions_are_given_their_bucket_once_computed,
     a_grant_is_exchanged_once_and_a_session_ends_when_revoked_or_expired,
     issuer_keys_rotate_and_retired_ones_are_dropped_after_their_overlap,
     an_erasure_is_leased_applied_once_and_forgets_its_match,

@@ -112,6 +112,7 @@ pub async fn ingest_leases_no_ordered_job(db: &TestDb) {
         until: Utc::now() + Duration::seconds(60),
         limit: 100,
         exclude_subscriptions: vec![],
+        owned: Default::default(),
     };
     let (_, leased) = db
         .store

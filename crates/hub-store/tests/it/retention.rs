@@ -65,6 +65,7 @@ pub async fn retention_prunes_in_bounded_batches_and_keeps_what_is_needed(db: &T
             limit: 1,
             after_tenant: None,
             exclude_subscriptions: vec![],
+            owned: Default::default(),
         })
         .await
         .expect("claim")

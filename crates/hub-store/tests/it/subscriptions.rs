@@ -273,6 +273,7 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
         limit: u32::from(rounds),
         after_tenant: None,
         exclude_subscriptions: Vec::new(),
+        owned: Default::default(),
     };
     let jobs = db.store.claim_jobs(&claim).await.expect("claim").jobs;
     assert_eq!(jobs.len(), usize::from(rounds));
@@ -384,6 +385,7 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
             sink_config: serde_json::json!({"type": "webhook", "url": "https://example.com/b"}),
             credentials: None,
             reverify: true,
+            pace_bucket: None,
         }),
         now: Utc::now(),
         ..SubscriptionPatch::default()
@@ -421,6 +423,7 @@ pub async fn delivery_limits_round_trip_and_reach_leased_writes(db: &TestDb) {
         until: Utc::now() + Duration::seconds(60),
         limit,
         exclude_subscriptions: Vec::new(),
+        owned: Default::default(),
     };
     let (_, leased) = db.store.write_batch_leased(&[accepted("t1", Uuid::now_v7())], &lease(8)).await.expect("write");
     assert_eq!(leased.subscriptions.iter().find(|s| s.id == sub.id).expect("handed over").limits, sub.limits);

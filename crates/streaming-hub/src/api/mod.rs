@@ -85,6 +85,8 @@ pub struct AppState {
     pub breakers: crate::delivery::BreakerBoard,
     /// What this replica's dispatcher has in flight (empty where it does not deliver).
     pub flights: crate::delivery::FlightBoard,
+    /// This replica among the others: who paces which destination.
+    pub membership: Arc<crate::delivery::Membership>,
     /// Delivery with no progress this long makes the replica unready.
     pub stall_timeout: std::time::Duration,
     /// A replay's rate when its request names none (`STREAMING_HUB_REPLAY_RATE`).

@@ -100,13 +100,18 @@ impl From<Limits> for LimitsView {
     }
 }
 
-/// A subscription's deliveries in flight, as the replica that answers sees them.
+/// A subscription's deliveries in flight, as the replica that paces its destination sees them
+/// (one replica paces each destination for the whole cluster; another replica's figures are
+/// those of its last heartbeat, at most 2 s old).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct FlightView {
-    /// Its attempts in flight now.
+    /// The replica that paces its destination (`host:pid`); `null` when no delivering replica
+    /// is live.
+    pub paced_by: Option<String>,
+    /// Its attempts in flight now, cluster-wide.
     pub in_flight: usize,
-    /// Its destination's adaptive allowance of attempts in flight (`null` before its first
-    /// attempt in this replica).
+    /// Its destination's adaptive allowance of attempts in flight, cluster-wide (`null` before
+    /// its first attempt).
     pub allowance: Option<usize>,
     /// Until when its destination is paused by a `Retry-After`.
     pub paused_until: Option<DateTime<Utc>>,
@@ -117,13 +122,38 @@ pub struct FlightView {
 
 impl FlightView {
     fn of(state: &AppState, sub: &SubscriptionRecord) -> Self {
-        let f = state.flights.flight(sub);
-        let now = state.clock.now();
-        Self {
-            in_flight: f.in_flight,
-            allowance: f.allowance,
-            paused_until: f.paused_for.map(|d| now + chrono::Duration::from_std(d).unwrap_or_default()),
-            rate_per_second: f.rate,
+        let pacer = state.membership.pacer(sub.pace_bucket);
+        let paced_by = pacer.as_ref().map(|p| p.name.clone());
+        match pacer {
+            Some(p) if p.id != state.membership.id => {
+                // Another replica paces it: what that replica published with its last heartbeat.
+                let entry = p.pacing.as_array().and_then(|all| {
+                    all.iter().find(|e| e["subscription"].as_str() == Some(sub.id.to_string().as_str()))
+                });
+                let field = |name: &str| entry.map_or(&Value::Null, |e| &e[name]);
+                Self {
+                    paced_by,
+                    in_flight: field("in_flight").as_u64().map_or(0, |n| n as usize),
+                    allowance: field("allowance").as_u64().map(|n| n as usize),
+                    paused_until: field("paused_until")
+                        .as_str()
+                        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                        .map(|t| t.with_timezone(&Utc))
+                        .filter(|t| *t > state.clock.now()),
+                    rate_per_second: sub.limits.rate(sub.allowed_rate),
+                }
+            }
+            _ => {
+                let f = state.flights.flight(sub);
+                let now = state.clock.now();
+                Self {
+                    paced_by,
+                    in_flight: f.in_flight,
+                    allowance: f.allowance,
+                    paused_until: f.paused_for.map(|d| now + chrono::Duration::from_std(d).unwrap_or_default()),
+                    rate_per_second: f.rate,
+                }
+            }
         }
     }
 }
@@ -474,6 +504,7 @@ pub async fn create(
         }
         Credentials::Unchanged | Credentials::Cleared => None,
     };
+    let pace_bucket = crate::delivery::targets::pace_bucket(id, &dest.public);
     let record = SubscriptionRecord {
         id,
         tenant_id: caller.tenant.to_string(),
@@ -499,6 +530,7 @@ pub async fn create(
         failing_since: None,
         last_failure_at: None,
         pull_cursor: 0,
+        pace_bucket: Some(pace_bucket),
         created_at: now,
         updated_at: now,
     };
@@ -699,7 +731,8 @@ pub async fn update(
         // timeout or static header keeps the subscription active.
         let reverify = sub.sink.is_push()
             && (credentials.is_some() || !destination::same_connection(&sub.sink_config, &dest.public));
-        patch.destination = Some(DestinationChange { sink_config: dest.public, credentials, reverify });
+        let pace_bucket = Some(crate::delivery::targets::pace_bucket(sub.id, &dest.public));
+        patch.destination = Some(DestinationChange { sink_config: dest.public, credentials, reverify, pace_bucket });
     }
     if let Some(enabled) = req.enabled {
         patch.enabled = Some(enabled);

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use hub_store::{ClaimedJob, SubscriptionRecord};
 use uuid::Uuid;
 
@@ -321,6 +322,16 @@ impl Ledger {
         }
     }
 
+    /// Every subscription this replica paces now, with what its delivery looks like here (at
+    /// most `max`, those with attempts in flight first).
+    fn pacing(&self, now: Instant, max: usize) -> Vec<(Uuid, Flight)> {
+        let mut all: Vec<(Uuid, Flight)> =
+            self.subs.iter().map(|(id, s)| (*id, self.flight(*id, &s.dest, s.rate, now))).collect();
+        all.sort_by_key(|(id, f)| (std::cmp::Reverse(f.in_flight), *id));
+        all.truncate(max);
+        all
+    }
+
     /// A subscription with nothing in flight, nothing waiting, no pace to remember and no
     /// paused destination is forgotten.
     fn forget_sub(&mut self, id: Uuid, now: Instant) {
@@ -346,6 +357,9 @@ impl Ledger {
 }
 
 /// The ledger of a dispatcher, shared with the API, which shows each subscription's part.
+/// Subscriptions a heartbeat publishes the pacing of, at most.
+const PACING_PUBLISHED: usize = 2_000;
+
 #[derive(Debug, Clone)]
 pub struct FlightBoard(Arc<Mutex<Ledger>>);
 
@@ -362,6 +376,27 @@ impl FlightBoard {
     pub fn flight(&self, sub: &SubscriptionRecord) -> Flight {
         let dest = targets::destination_key(sub, &targets::destination(sub));
         self.lock().flight(sub.id, &dest, sub.limits.rate(sub.allowed_rate), Instant::now())
+    }
+
+    /// What this replica paces now, as its heartbeat publishes it for the other replicas'
+    /// listings: per subscription, its attempts in flight, its destination's allowance and pause
+    /// (a wall-clock instant), the rate that applies.
+    pub fn pacing(&self, now: DateTime<Utc>) -> serde_json::Value {
+        let flights = self.lock().pacing(Instant::now(), PACING_PUBLISHED);
+        serde_json::Value::Array(
+            flights
+                .into_iter()
+                .map(|(id, f)| {
+                    serde_json::json!({
+                        "subscription": id,
+                        "in_flight": f.in_flight,
+                        "allowance": f.allowance,
+                        "paused_until": f.paused_for.map(|d| now + chrono::Duration::from_std(d).unwrap_or_default()),
+                        "rate_per_second": f.rate,
+                    })
+                })
+                .collect(),
+        )
     }
 
     /// Whether this replica's delivery has made no progress for `after` (see [`Ledger::stall`]).

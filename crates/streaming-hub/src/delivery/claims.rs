@@ -104,10 +104,11 @@ impl Dispatcher {
         let mut request = ClaimRequest {
             now,
             lease_until: crate::clock::after(now, self.settings.lease),
-            token: Uuid::now_v7(),
+            token: self.membership.token(),
             limit,
             after_tenant: after_tenant.clone(),
             exclude_subscriptions: self.saturated_subscriptions(),
+            owned: self.membership.owned(),
         };
         let started = Instant::now();
         let mut jobs = Vec::new();

@@ -78,10 +78,11 @@ impl Dispatcher {
         let room = Arc::clone(&intake.slots).try_acquire_many_owned(u32::try_from(n).ok()?).ok()?;
         let now = self.clock.now();
         let lease = IngestLease {
-            token: Uuid::now_v7(),
+            token: self.membership.token(),
             until: crate::clock::after(now, self.settings.lease),
             limit: n,
             exclude_subscriptions: self.saturated_subscriptions(),
+            owned: self.membership.owned(),
         };
         Some(Reservation { lease, room, ready: intake.ready })
     }

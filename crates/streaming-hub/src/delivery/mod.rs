@@ -22,6 +22,7 @@ mod breakers;
 mod capacity;
 mod claims;
 mod handoff;
+pub mod membership;
 mod parking;
 mod record;
 pub mod replay;
@@ -33,6 +34,7 @@ pub mod verify;
 pub use breakers::BreakerBoard;
 pub use capacity::{Flight, FlightBoard, Stall};
 pub use handoff::{Handoff, Reservation};
+pub use membership::Membership;
 
 #[cfg(test)]
 mod tests;
@@ -100,6 +102,8 @@ pub struct Dispatcher {
     stats: Arc<stats::Rollup>,
     /// Where subscriptions' transforms run (`None`: a subscription with one fails its attempts).
     transforms: Option<hub_transform::Pool>,
+    /// This replica among the others: the destinations it paces, its lease tokens.
+    membership: Arc<Membership>,
 }
 
 /// The ready queue of a running dispatcher and its slots.
@@ -205,7 +209,14 @@ impl Dispatcher {
             intake: Mutex::new(None),
             stats: Arc::default(),
             transforms: None,
+            membership: Membership::solo(),
         }
+    }
+
+    /// Paces only the destinations `membership` owns among the live replicas.
+    pub fn with_membership(mut self, membership: Arc<Membership>) -> Self {
+        self.membership = membership;
+        self
     }
 
     /// Runs subscriptions' transforms on `pool`.
@@ -256,6 +267,7 @@ impl Dispatcher {
         // them (the store is read off the loop).
         let (fresh_tx, mut fresh) = mpsc::channel(1);
         let refreshing = tokio::spawn(Arc::clone(&self).refresh_loop(fresh_tx, shutdown.clone()));
+        let mut owners = self.membership.watch();
         let mut sweep = tokio::time::interval(PARK_SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -270,6 +282,7 @@ impl Dispatcher {
                     loop_.drain_starved();
                 }
                 _ = sweep.tick() => loop_.sweep(),
+                Ok(()) = owners.changed() => loop_.disown(),
                 Some(fresh) = fresh.recv() => {
                     loop_.forget(&fresh.lost);
                     loop_.refresh(&fresh.asked, fresh.records);

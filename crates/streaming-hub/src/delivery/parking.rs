@@ -92,6 +92,11 @@ impl Loop {
             lock(&self.dispatcher.in_flight).remove(&work.job.id);
             return;
         };
+        if !self.dispatcher.membership.owns(sub.record.pace_bucket) {
+            // Its destination moved to another replica since it was leased: that one paces it.
+            self.put_back(work, Skip::DestinationBusy);
+            return;
+        }
         let dest = sub.key.as_str();
         if self.parked.len(dest) > 0 {
             // Behind its destination's earlier jobs.
@@ -223,6 +228,34 @@ impl Loop {
         touched.dedup();
         for dest in touched {
             self.drain(&dest);
+        }
+    }
+
+    /// Sends back to the store the waiting jobs of destinations this replica no longer paces
+    /// (another replica joined, and owns them now).
+    pub(super) fn disown(&mut self) {
+        let membership = Arc::clone(&self.dispatcher.membership);
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        for queue in self.parked.by_dest.values_mut() {
+            let mut kept = VecDeque::with_capacity(queue.len());
+            for w in queue.drain(..) {
+                match w.work.sub.clone() {
+                    Some(sub) if !membership.owns(sub.record.pace_bucket) => {
+                        self.dispatcher.flights.lock().parked(&Admit::of(&w.work.job, &sub), w.starved, -1, now);
+                        gone.push(w.work);
+                    }
+                    _ => kept.push_back(w),
+                }
+            }
+            *queue = kept;
+        }
+        self.parked.by_dest.retain(|_, q| !q.is_empty());
+        if !gone.is_empty() {
+            tracing::info!(jobs = gone.len(), "waiting jobs of destinations another replica paces now went back");
+        }
+        for work in gone {
+            self.put_back(work, Skip::DestinationBusy);
         }
     }
 

@@ -80,6 +80,16 @@ pub fn destination_key(sub: &SubscriptionRecord, destination: &Result<Destinatio
     }
 }
 
+/// The bucket of a subscription's destination (`hub_core::delivery::owners`): which replica
+/// paces it when several deliver. Stored beside the subscription.
+pub fn pace_bucket(id: Uuid, sink_config: &serde_json::Value) -> i32 {
+    let key = match Destination::from_stored(sink_config) {
+        Ok(d) => d.key(id),
+        Err(_) => format!("unreadable {id}"),
+    };
+    hub_core::delivery::owners::bucket_of(&key)
+}
+
 /// The subscription's secrets, opened: the signing secret (and the previous one while its
 /// rotation overlap lasts) and the sink credentials.
 pub fn secrets(sub: &SubscriptionRecord, sealer: &Sealer, now: DateTime<Utc>) -> Result<Secrets, String> {

@@ -535,6 +535,7 @@ async fn an_attempt_that_outlives_the_drain_gives_its_job_back_at_once() {
             limit: 10,
             after_tenant: None,
             exclude_subscriptions: Vec::new(),
+            owned: Default::default(),
         })
         .await
         .expect("claim");

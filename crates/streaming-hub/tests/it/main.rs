@@ -7,6 +7,7 @@ mod catalog;
 mod chaos;
 mod cli;
 mod clients;
+mod cluster;
 mod console;
 mod crash;
 mod delivery;

@@ -66,6 +66,7 @@ async fn an_event_reaches_a_jetstream_stream_and_a_refused_login_follows_the_cur
             sink_config: record.sink_config,
             credentials: Some(Some(sealed)),
             reverify: false,
+            pace_bucket: None,
         }),
         now: chrono::Utc::now(),
         ..hub_store::SubscriptionPatch::default()

@@ -31,6 +31,8 @@ pub enum Script {
     /// Serves this many deliveries at once, each taking the duration, and answers 503 at once
     /// beyond them.
     Capacity(usize, Duration),
+    /// `429` with `Retry-After` (seconds) for the first `n` deliveries, then 204.
+    TooManyFirst(usize, u64),
 }
 
 /// One delivery as received.
@@ -78,7 +80,10 @@ pub struct Receiver {
 
 impl Receiver {
     pub async fn start(script: Script) -> Self {
-        let failures = if let Script::FailFirst(n) = script { n } else { 0 };
+        let failures = match script {
+            Script::FailFirst(n) | Script::TooManyFirst(n, _) => n,
+            _ => 0,
+        };
         let shared = Shared {
             script: Arc::new(Mutex::new(script)),
             secrets: Arc::new(Mutex::new(Vec::new())),
@@ -200,6 +205,16 @@ async fn handle(State(s): State<Shared>, uri: axum::http::Uri, headers: HeaderMa
             }
         }
         Script::Fail => (StatusCode::SERVICE_UNAVAILABLE, "down").into_response(),
+        Script::TooManyFirst(_, seconds) => {
+            let left = s.failures_left.load(Ordering::SeqCst);
+            if left > 0 {
+                s.failures_left.fetch_sub(1, Ordering::SeqCst);
+                s.refused.fetch_add(1, Ordering::SeqCst);
+                (StatusCode::TOO_MANY_REQUESTS, [("retry-after", seconds.to_string())], "slow down").into_response()
+            } else {
+                StatusCode::NO_CONTENT.into_response()
+            }
+        }
         Script::FailEcho => {
             (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot take {}", String::from_utf8_lossy(&body)))
                 .into_response()

@@ -78,6 +78,7 @@ async fn break_credentials(hub: &TestHub, id: &str, credentials: Value) {
             sink_config: sub.sink_config,
             credentials: Some(Some(sealed)),
             reverify: false,
+            pace_bucket: None,
         }),
         now: chrono::Utc::now(),
         ..hub_store::SubscriptionPatch::default()

@@ -1,0 +1,259 @@
+//! This replica among the others: heartbeats in the store, the live set, and the destination
+//! buckets it paces (`hub_core::delivery::owners`).
+//!
+//! Every [`HEARTBEAT`] a replica writes its row (with what it paces now, for the listing) and
+//! reads the others'; a replica not heard from for [`LIVE`] is gone: the buckets it owned move
+//! to the live delivery replicas by rendezvous hashing, and the jobs it held leased are given
+//! back at once (`Replicas::take_back_departed`), not when their leases expire. A replica that
+//! joins a running cluster claims nothing for [`JOIN_HOLD`], so every other replica has seen it
+//! and let go of its buckets first; a replica that stops leaves the live set at once.
+//!
+//! **Invariant:** a replica claims or leases at ingest only jobs of the buckets it owns in its
+//! latest view; a job of a bucket it no longer owns goes back to the store before its attempt.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use hub_core::delivery::owners;
+use hub_store::{Owned, ReplicaRecord, Store};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::capacity::FlightBoard;
+use super::lock;
+use crate::clock::Clock;
+use crate::telemetry::metric;
+
+/// How often a replica writes its heartbeat and reads the others'.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+/// A replica not heard from for this long is gone (three heartbeats).
+pub const LIVE: Duration = Duration::from_secs(6);
+/// How long a replica that joins others waits before claiming: every other replica beats once
+/// meanwhile and lets go of the buckets it takes.
+pub const JOIN_HOLD: Duration = Duration::from_millis(3_000);
+/// Subscriptions given their destination bucket per heartbeat, at most (rows written before
+/// buckets existed, or by an older replica).
+const BUCKETS_PER_BEAT: u32 = 500;
+
+/// What this replica knows of the cluster.
+#[derive(Debug, Clone)]
+pub struct View {
+    /// Every live replica, this one included, by id.
+    pub live: Vec<ReplicaRecord>,
+    /// The buckets this replica claims now.
+    pub owned: Owned,
+}
+
+/// This replica's place in the cluster.
+#[derive(Debug)]
+pub struct Membership {
+    pub id: Uuid,
+    pub name: String,
+    delivers: bool,
+    started_at: DateTime<Utc>,
+    view: Mutex<View>,
+    /// Moves whenever the owned buckets change.
+    changed: watch::Sender<u64>,
+    /// When the last beat was written; past [`LIVE`] without one, this replica claims nothing
+    /// (the others may have taken its buckets).
+    last_beat: Mutex<Option<Instant>>,
+}
+
+impl Membership {
+    /// A replica alone (no store to meet others in): it owns every bucket.
+    pub fn solo() -> Arc<Self> {
+        Arc::new(Self::new(Uuid::new_v4(), true, Utc::now(), Owned::default()))
+    }
+
+    fn new(id: Uuid, delivers: bool, started_at: DateTime<Utc>, owned: Owned) -> Self {
+        Self {
+            id,
+            name: replica_name(id),
+            delivers,
+            started_at,
+            view: Mutex::new(View { live: Vec::new(), owned }),
+            changed: watch::channel(0).0,
+            last_beat: Mutex::new(None),
+        }
+    }
+
+    /// Registers this replica and reads the live set once, before anything is claimed. A
+    /// delivering replica that finds other delivering replicas live claims nothing until
+    /// [`JOIN_HOLD`] has passed (see [`run`]).
+    pub async fn join(store: &Arc<dyn Store>, delivers: bool, clock: &Arc<dyn Clock>) -> anyhow::Result<Arc<Self>> {
+        let me = Self::new(Uuid::new_v4(), delivers, clock.now(), Owned { buckets: Some(Vec::new()) });
+        let live = store.beat(&me.record(clock.now(), serde_json::json!([])), LIVE).await?;
+        *lock(&me.last_beat) = Some(Instant::now());
+        let others = live.iter().filter(|r| r.delivers && r.id != me.id).count();
+        let owned = if others == 0 { me.owned_among(&live) } else { Owned { buckets: Some(Vec::new()) } };
+        tracing::info!(replica = %me.name, id = %me.id, others, "replica registered");
+        *lock(&me.view) = View { live, owned };
+        Ok(Arc::new(me))
+    }
+
+    fn record(&self, now: DateTime<Utc>, pacing: serde_json::Value) -> ReplicaRecord {
+        ReplicaRecord {
+            id: self.id,
+            name: self.name.clone(),
+            delivers: self.delivers,
+            started_at: self.started_at,
+            heartbeat_at: now,
+            pacing,
+        }
+    }
+
+    /// The buckets this replica owns among `live` (`None`, all, when it is the only delivering
+    /// replica); nothing when it does not deliver.
+    fn owned_among(&self, live: &[ReplicaRecord]) -> Owned {
+        if !self.delivers {
+            return Owned { buckets: Some(Vec::new()) };
+        }
+        let delivering: Vec<Uuid> = live.iter().filter(|r| r.delivers).map(|r| r.id).collect();
+        if delivering.iter().all(|r| *r == self.id) {
+            return Owned { buckets: None };
+        }
+        Owned { buckets: Some(owners::owned(self.id, &delivering)) }
+    }
+
+    /// The buckets to claim and lease at ingest now.
+    pub fn owned(&self) -> Owned {
+        if lock(&self.last_beat).is_some_and(|t| t.elapsed() > LIVE) {
+            return Owned { buckets: Some(Vec::new()) };
+        }
+        lock(&self.view).owned.clone()
+    }
+
+    /// Whether a job of a subscription in `bucket` is this replica's to attempt now.
+    pub fn owns(&self, bucket: Option<i32>) -> bool {
+        self.owned().owns(bucket)
+    }
+
+    /// A lease token of this replica's (see [`hub_store::lease_token`]).
+    pub fn token(&self) -> Uuid {
+        hub_store::lease_token(self.id)
+    }
+
+    /// What this replica knows of the cluster now.
+    pub fn view(&self) -> View {
+        lock(&self.view).clone()
+    }
+
+    /// Wakes whenever the owned buckets change.
+    pub fn watch(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// The live replica that paces a destination in `bucket` (by this replica's view), and
+    /// whether it is this one.
+    pub fn pacer(&self, bucket: Option<i32>) -> Option<ReplicaRecord> {
+        let view = lock(&self.view);
+        let delivering: Vec<Uuid> = view.live.iter().filter(|r| r.delivers).map(|r| r.id).collect();
+        let owner = owners::owner(bucket.unwrap_or(0), &delivering)?;
+        view.live.iter().find(|r| r.id == owner).cloned()
+    }
+
+    fn update(&self, live: Vec<ReplicaRecord>, owned: Owned) {
+        let mut view = lock(&self.view);
+        let moved = view.owned != owned;
+        if moved {
+            let count = |o: &Owned| o.buckets.as_ref().map_or(owners::BUCKETS as usize, Vec::len);
+            tracing::info!(
+                replicas = live.iter().filter(|r| r.delivers).count(),
+                before = count(&view.owned),
+                now = count(&owned),
+                "destination buckets this replica paces changed"
+            );
+        }
+        let delivering = live.iter().filter(|r| r.delivers).count();
+        metrics::gauge!(metric::REPLICAS_LIVE, "role" => "delivery").set(delivering as f64);
+        metrics::gauge!(metric::REPLICAS_LIVE, "role" => "other").set((live.len() - delivering) as f64);
+        metrics::gauge!(metric::BUCKETS_OWNED)
+            .set(owned.buckets.as_ref().map_or(owners::BUCKETS as usize, Vec::len) as f64);
+        *view = View { live, owned };
+        drop(view);
+        if moved {
+            self.changed.send_modify(|n| *n += 1);
+        }
+    }
+}
+
+/// `host:pid` (or the id's head without a host name): what operators see in listings.
+fn replica_name(id: Uuid) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty());
+    match host {
+        Some(host) => format!("{host}:{}", std::process::id()),
+        None => format!("replica-{}", &id.simple().to_string()[..8]),
+    }
+}
+
+/// Heartbeats until `stop`, then leaves the live set: every [`HEARTBEAT`], writes this replica's
+/// row with what it paces (`flights`), recomputes the buckets it owns, gives back the jobs of
+/// replicas that died, and gives subscriptions written without a bucket theirs.
+pub async fn run(
+    me: Arc<Membership>,
+    store: Arc<dyn Store>,
+    flights: Option<FlightBoard>,
+    clock: Arc<dyn Clock>,
+    poison_threshold: u32,
+    stop: CancellationToken,
+) {
+    let joined = Instant::now();
+    let mut every = tokio::time::interval(HEARTBEAT);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            () = stop.cancelled() => break,
+        }
+        let pacing = flights.as_ref().map_or_else(|| serde_json::json!([]), |f| f.pacing(clock.now()));
+        match store.beat(&me.record(clock.now(), pacing), LIVE).await {
+            Ok(live) => {
+                *lock(&me.last_beat) = Some(Instant::now());
+                let held = joined.elapsed() < JOIN_HOLD && me.owned().buckets.as_ref().is_some_and(Vec::is_empty);
+                let owned = if held { Owned { buckets: Some(Vec::new()) } } else { me.owned_among(&live) };
+                me.update(live, owned);
+            }
+            Err(e) => tracing::warn!(error = %e, "writing this replica's heartbeat failed; tried again"),
+        }
+        match store.take_back_departed(clock.now(), LIVE, poison_threshold).await {
+            Ok(r) if r.recovered + r.poisoned > 0 => {
+                tracing::warn!(
+                    recovered = r.recovered,
+                    poisoned = r.poisoned,
+                    "jobs leased by a replica that stopped answering were taken back"
+                );
+                metrics::counter!(metric::LEASES_RECOVERED).increment(r.recovered);
+                metrics::counter!(metric::JOBS_POISONED).increment(r.poisoned);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "taking back the jobs of departed replicas failed"),
+        }
+        give_buckets(&store).await;
+    }
+    if let Err(e) = store.leave(me.id).await {
+        tracing::warn!(error = %e, "leaving the live set failed; the others see this replica gone within 6 s");
+    }
+}
+
+/// Gives subscriptions stored without a destination bucket theirs.
+async fn give_buckets(store: &Arc<dyn Store>) {
+    let subs = match store.unbucketed_subscriptions(BUCKETS_PER_BEAT).await {
+        Ok(subs) if subs.is_empty() => return,
+        Ok(subs) => subs,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading subscriptions without a bucket failed");
+            return;
+        }
+    };
+    let buckets: Vec<(Uuid, serde_json::Value, i32)> =
+        subs.iter().map(|s| (s.id, s.sink_config.clone(), super::targets::pace_bucket(s.id, &s.sink_config))).collect();
+    if let Err(e) = store.set_pace_buckets(&buckets).await {
+        tracing::debug!(error = %e, "storing subscriptions' buckets failed");
+    }
+}
