@@ -149,6 +149,17 @@ impl Usage {
         }
     }
 
+    /// This replica's usage with another's beside it: their hub CPU added, the higher peak (the
+    /// database and this process are measured once, by the first).
+    pub fn beside(&self, other: &Usage) -> Usage {
+        Usage {
+            hub_cpu_s: self.hub_cpu_s + other.hub_cpu_s,
+            hub_peak_rss_mib: self.hub_peak_rss_mib.max(other.hub_peak_rss_mib),
+            postgres_cpu_s: self.postgres_cpu_s,
+            bench_cpu_s: self.bench_cpu_s,
+        }
+    }
+
     /// Milliseconds of hub and of PostgreSQL CPU per event, for `events` events.
     pub fn per_event_ms(&self, events: usize) -> (f64, f64) {
         let n = events.max(1) as f64;
@@ -652,6 +663,29 @@ pub fn f2(x: f64) -> String {
 
 /// The sum of every series of metric `name` in a Prometheus text exposition that carries all of
 /// `labels` (`key="value"` each).
+/// Waits until `first` and `others`, replicas on one database, each see all of them live and
+/// share every destination bucket between them (their `streaming_hub_destination_buckets_owned`
+/// add up to 1024, each pacing some).
+pub async fn settled(first: &BenchHub, others: &[BenchHub]) -> anyhow::Result<()> {
+    let all: Vec<&BenchHub> = std::iter::once(first).chain(others).collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut owned = Vec::new();
+        let mut live = Vec::new();
+        for hub in &all {
+            let m = hub.http.get(format!("{}/metrics", hub.base)).send().await?.text().await?;
+            owned.push(metric_sum(&m, "streaming_hub_destination_buckets_owned", &[]));
+            live.push(metric_sum(&m, "streaming_hub_replicas_live", &["role=\"delivery\"".to_owned()]));
+        }
+        let n = all.len() as f64;
+        if owned.iter().sum::<f64>() == 1024.0 && owned.iter().all(|o| *o > 0.0) && live.iter().all(|l| *l == n) {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the replicas did not share the destinations within 60 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 pub fn metric_sum(metrics: &str, name: &str, labels: &[String]) -> f64 {
     metrics
         .lines()

@@ -145,6 +145,10 @@ enum BenchScenario {
         capacity: Option<usize>,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
         producers: usize,
+        /// Delivery replicas on one PostgreSQL (events are posted to the first; each replica
+        /// paces its share of the destinations).
+        #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+        replicas: usize,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -411,7 +415,16 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         BenchScenario::Routing { events, subscriptions, producers, json } => {
             routing::routing(events, subscriptions, producers, &json_path(json, "routing")).await
         }
-        BenchScenario::SlowReceivers { latency_ms, events, subscriptions, receivers, capacity, producers, json } => {
+        BenchScenario::SlowReceivers {
+            latency_ms,
+            events,
+            subscriptions,
+            receivers,
+            capacity,
+            producers,
+            replicas,
+            json,
+        } => {
             slow::slow_receivers(
                 latency_ms,
                 events,
@@ -419,6 +432,7 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
                 receivers,
                 capacity,
                 producers,
+                replicas,
                 &json_path(json, "slow-receivers"),
             )
             .await

@@ -32,10 +32,17 @@ pub async fn slow_receivers(
     receivers: usize,
     capacity: Option<usize>,
     producers: usize,
+    replicas: usize,
     json_out: &Path,
 ) -> anyhow::Result<()> {
     let quota = (subscriptions + 10).to_string();
-    let hub = BenchHub::start_with(None, &[("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", quota)]).await?;
+    let vars = [("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", quota)];
+    let hub = BenchHub::start_with(None, &vars).await?;
+    let mut others = Vec::new();
+    for _ in 1..replicas {
+        others.push(hub.beside(&vars).await?);
+    }
+    harness::settled(&hub, &others).await?;
     let mut sinks = Vec::new();
     for _ in 0..receivers.max(1) {
         sinks.push(Receiver::start().await?);
@@ -61,12 +68,17 @@ pub async fn slow_receivers(
         of(i).take(&label(i));
     }
 
-    let before = hub.usage();
+    let before: Vec<_> = std::iter::once(&hub).chain(&others).map(BenchHub::usage).collect();
     let started = Instant::now();
     let accepted = hub.post_many(&who, events, producers).await?;
     let expected = events * subscriptions;
     wait(&count, expected).await?;
-    let spent = hub.usage().since(&before);
+    let spent = std::iter::once(&hub)
+        .chain(&others)
+        .zip(&before)
+        .map(|(h, b)| h.usage().since(b))
+        .reduce(|a, b| a.beside(&b))
+        .expect("one replica at least");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut all = harness::Received::default();
     let (mut refused, mut most, mut concurrency) = (0, 0, Vec::new());
@@ -80,6 +92,9 @@ pub async fn slow_receivers(
         concurrency.extend(r.concurrency);
     }
     let store = hub.store_name();
+    for other in others {
+        other.finish().await?;
+    }
     let usage = hub.finish().await?;
     let delivered = all.distinct();
     let delivered_s = all.last_at.map_or(f64::NAN, |l| (l - started).as_secs_f64());
@@ -91,7 +106,7 @@ pub async fn slow_receivers(
     let refused_share = refused as f64 / (refused + delivered).max(1) as f64;
     let figures = json!({
         "scenario": "slow-receivers", "store": store, "latency_ms": latency_ms, "events": events,
-        "subscriptions": subscriptions, "receivers": receivers, "capacity": capacity,
+        "subscriptions": subscriptions, "receivers": receivers, "capacity": capacity, "replicas": replicas,
         "deliveries": delivered, "duplicates": all.duplicates(), "delivered_per_s": per_s,
         "accepted_per_s": events as f64 / accepted.as_secs_f64(), "e2e_latency_ms": latency.json(),
         "receiver_in_flight": {"mean_at_arrival": mean_out, "p90_at_arrival": p90_out, "max": most},
@@ -99,7 +114,10 @@ pub async fn slow_receivers(
         "cpu_ms_per_delivery": cpu_json(&spent, delivered), "hub_peak_rss_mib": usage.hub_peak_rss_mib,
     });
     let [hub_cpu, pg_cpu, both_cpu] = cpu_rows(&spent, delivered);
-    let shape = capacity.map_or_else(String::new, |n| format!(", each serving {n} at once (503 beyond)"));
+    let mut shape = capacity.map_or_else(String::new, |n| format!(", each serving {n} at once (503 beyond)"));
+    if replicas > 1 {
+        shape.push_str(&format!(", {replicas} delivery replicas"));
+    }
     report(
         &format!(
             "slow-receivers ({store}, defaults, {events} events of ~1 KiB to {subscriptions} webhooks on {receivers} \

@@ -283,7 +283,7 @@ pub async fn start_with_clock(
         delivery::membership::run(
             Arc::clone(&membership),
             Arc::clone(&store),
-            config.role.delivers().then(|| flights.clone()),
+            config.role.delivers().then(|| (flights.clone(), breakers.clone())),
             Arc::clone(&clock),
             config.poison_threshold,
             stop.clone(),

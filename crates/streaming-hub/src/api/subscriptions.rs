@@ -43,7 +43,7 @@ pub struct SubscriptionView {
     /// The destination without secrets or credentials.
     #[schema(value_type = hub_sinks::SinkSchema)]
     pub sink: Value,
-    /// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+    /// Fixed delivery limits for the whole install (push sinks); `null` fields are no fixed limit.
     pub limits: LimitsView,
     /// The handler that reshapes each event for the destination, or skips it (push sinks;
     /// `null`: events go as they are).
@@ -82,7 +82,8 @@ pub struct SubscriptionView {
     pub warnings: Vec<Warning>,
 }
 
-/// A subscription's fixed delivery limits (SPEC §10), each counted per replica.
+/// A subscription's fixed delivery limits (SPEC §10), each held for the whole install (one
+/// replica paces a destination).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LimitsView {
     /// Attempts in flight at once for this subscription, 1 to 2048; `null`: only the
@@ -122,17 +123,12 @@ pub struct FlightView {
 
 impl FlightView {
     fn of(state: &AppState, sub: &SubscriptionRecord) -> Self {
-        let pacer = state.membership.pacer(sub.pace_bucket);
-        let paced_by = pacer.as_ref().map(|p| p.name.clone());
-        match pacer {
-            Some(p) if p.id != state.membership.id => {
+        match published(state, sub) {
+            Some((pacer, entry)) => {
                 // Another replica paces it: what that replica published with its last heartbeat.
-                let entry = p.pacing.as_array().and_then(|all| {
-                    all.iter().find(|e| e["subscription"].as_str() == Some(sub.id.to_string().as_str()))
-                });
-                let field = |name: &str| entry.map_or(&Value::Null, |e| &e[name]);
+                let field = |name: &str| &entry[name];
                 Self {
-                    paced_by,
+                    paced_by: Some(pacer),
                     in_flight: field("in_flight").as_u64().map_or(0, |n| n as usize),
                     allowance: field("allowance").as_u64().map(|n| n as usize),
                     paused_until: field("paused_until")
@@ -143,11 +139,11 @@ impl FlightView {
                     rate_per_second: sub.limits.rate(sub.allowed_rate),
                 }
             }
-            _ => {
+            None => {
                 let f = state.flights.flight(sub);
                 let now = state.clock.now();
                 Self {
-                    paced_by,
+                    paced_by: state.membership.pacer(sub.pace_bucket).map(|p| p.name),
                     in_flight: f.in_flight,
                     allowance: f.allowance,
                     paused_until: f.paused_for.map(|d| now + chrono::Duration::from_std(d).unwrap_or_default()),
@@ -155,6 +151,34 @@ impl FlightView {
                 }
             }
         }
+    }
+}
+
+/// What the replica that paces `sub`'s destination published of it with its last heartbeat;
+/// `None` when this replica paces it (or none is live).
+fn published(state: &AppState, sub: &SubscriptionRecord) -> Option<(String, Value)> {
+    let pacer = state.membership.pacer(sub.pace_bucket)?;
+    if pacer.id == state.membership.id {
+        return None;
+    }
+    let id = sub.id.to_string();
+    let entry = pacer
+        .pacing
+        .as_array()
+        .and_then(|all| all.iter().find(|e| e["subscription"].as_str() == Some(id.as_str())).cloned())
+        .unwrap_or(Value::Null);
+    Some((pacer.name, entry))
+}
+
+/// `sub`'s breaker as the replica that paces its destination sees it.
+fn breaker_of(state: &AppState, sub: &SubscriptionRecord) -> &'static str {
+    match published(state, sub) {
+        Some((_, entry)) => match entry["breaker"].as_str() {
+            Some("open") => "open",
+            Some("half_open") => "half_open",
+            _ => "closed",
+        },
+        None => state.breakers.state(sub.id),
     }
 }
 
@@ -205,11 +229,11 @@ async fn pattern_warnings(state: &AppState, sub: &SubscriptionRecord) -> Vec<War
 pub struct Health {
     pub failing_since: Option<DateTime<Utc>>,
     pub last_failure_at: Option<DateTime<Utc>>,
-    /// `closed`, `open` or `half_open`, as this replica's dispatcher last saw it for this
-    /// subscription's jobs (breakers are per replica and per destination).
+    /// `closed`, `open` or `half_open`, as the replica that paces its destination last saw it for
+    /// this subscription's jobs (one breaker per destination for the cluster).
     pub breaker: &'static str,
     pub jobs: JobCounts,
-    /// Its deliveries in flight in the replica that answers.
+    /// Its deliveries in flight, as the replica that paces its destination sees them.
     pub delivery: FlightView,
 }
 
@@ -252,7 +276,7 @@ pub async fn with_health(state: &AppState, subs: &[SubscriptionRecord]) -> Resul
             view.health = Some(Health {
                 failing_since: s.failing_since,
                 last_failure_at: s.last_failure_at,
-                breaker: state.breakers.state(s.id),
+                breaker: breaker_of(state, s),
                 jobs: jobs.remove(&s.id).unwrap_or_default(),
                 delivery: FlightView::of(state, s),
             });
@@ -321,8 +345,8 @@ pub struct CreateSubscription {
     /// Where events go: one of the sink types, told apart by `type`.
     #[schema(value_type = hub_sinks::SinkSchema)]
     sink: Value,
-    /// Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and
-    /// the replica's bound apply).
+    /// Push sinks: fixed delivery limits, held for the whole install. Default none (the adaptive
+    /// allowance and the replica's bound apply).
     #[schema(value_type = Option<LimitsView>)]
     #[serde(default)]
     limits: Value,

@@ -26,6 +26,11 @@ impl BreakerBoard {
         lock(&self.0).get(&subscription).copied().unwrap_or("closed")
     }
 
+    /// Every subscription whose breaker is not closed, with its state.
+    pub fn not_closed(&self) -> Vec<(Uuid, &'static str)> {
+        lock(&self.0).iter().map(|(id, s)| (*id, *s)).collect()
+    }
+
     pub(super) fn moved(&self, subscription: Uuid, transition: Transition) {
         let mut board = lock(&self.0);
         match transition {

@@ -380,23 +380,30 @@ impl FlightBoard {
 
     /// What this replica paces now, as its heartbeat publishes it for the other replicas'
     /// listings: per subscription, its attempts in flight, its destination's allowance and pause
-    /// (a wall-clock instant), the rate that applies.
-    pub fn pacing(&self, now: DateTime<Utc>) -> serde_json::Value {
+    /// (a wall-clock instant), the rate that applies, and its breaker when not closed.
+    pub fn pacing(&self, now: DateTime<Utc>, breakers: &super::BreakerBoard) -> serde_json::Value {
         let flights = self.lock().pacing(Instant::now(), PACING_PUBLISHED);
-        serde_json::Value::Array(
-            flights
-                .into_iter()
-                .map(|(id, f)| {
-                    serde_json::json!({
-                        "subscription": id,
-                        "in_flight": f.in_flight,
-                        "allowance": f.allowance,
-                        "paused_until": f.paused_for.map(|d| now + chrono::Duration::from_std(d).unwrap_or_default()),
-                        "rate_per_second": f.rate,
-                    })
+        let mut not_closed: HashMap<Uuid, &'static str> = breakers.not_closed().into_iter().collect();
+        let mut all: Vec<serde_json::Value> = flights
+            .into_iter()
+            .map(|(id, f)| {
+                serde_json::json!({
+                    "subscription": id,
+                    "in_flight": f.in_flight,
+                    "allowance": f.allowance,
+                    "paused_until": f.paused_for.map(|d| now + chrono::Duration::from_std(d).unwrap_or_default()),
+                    "rate_per_second": f.rate,
+                    "breaker": not_closed.remove(&id).unwrap_or("closed"),
                 })
-                .collect(),
-        )
+            })
+            .collect();
+        all.extend(
+            not_closed
+                .into_iter()
+                .take(PACING_PUBLISHED)
+                .map(|(id, b)| serde_json::json!({"subscription": id, "breaker": b})),
+        );
+        serde_json::Value::Array(all)
     }
 
     /// Whether this replica's delivery has made no progress for `after` (see [`Ledger::stall`]).

@@ -198,7 +198,7 @@ fn replica_name(id: Uuid) -> String {
 pub async fn run(
     me: Arc<Membership>,
     store: Arc<dyn Store>,
-    flights: Option<FlightBoard>,
+    flights: Option<(FlightBoard, super::BreakerBoard)>,
     clock: Arc<dyn Clock>,
     poison_threshold: u32,
     stop: CancellationToken,
@@ -211,7 +211,7 @@ pub async fn run(
             _ = every.tick() => {}
             () = stop.cancelled() => break,
         }
-        let pacing = flights.as_ref().map_or_else(|| serde_json::json!([]), |f| f.pacing(clock.now()));
+        let pacing = flights.as_ref().map_or_else(|| serde_json::json!([]), |(f, b)| f.pacing(clock.now(), b));
         match store.beat(&me.record(clock.now(), pacing), LIVE).await {
             Ok(live) => {
                 *lock(&me.last_beat) = Some(Instant::now());

@@ -26,7 +26,7 @@ type CreateSubscription struct {
 	EventTypes []string `json:"event_types"`
 	// Content filters (CloudEvents Subscriptions API dialects, CESQL, content patterns); every one must match. Default none.
 	Filters []Filter `json:"filters,omitempty"`
-	// Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and the replica's bound apply).
+	// Push sinks: fixed delivery limits, held for the whole install. Default none (the adaptive allowance and the replica's bound apply).
 	Limits NullableLimitsView `json:"limits,omitempty"`
 	// A label: 1 to 200 characters, not only spaces, no control characters.
 	Name string `json:"name" validate:"regexp=^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"`

@@ -20,12 +20,14 @@ import (
 // checks if the FlightView type satisfies the MappedNullable interface at compile time
 var _ MappedNullable = &FlightView{}
 
-// FlightView A subscription's deliveries in flight, as the replica that answers sees them.
+// FlightView A subscription's deliveries in flight, as the replica that paces its destination sees them (one replica paces each destination for the whole cluster; another replica's figures are those of its last heartbeat, at most 2 s old).
 type FlightView struct {
-	// Its destination's adaptive allowance of attempts in flight (`null` before its first attempt in this replica).
+	// Its destination's adaptive allowance of attempts in flight, cluster-wide (`null` before its first attempt).
 	Allowance NullableInt32 `json:"allowance,omitempty"`
-	// Its attempts in flight now.
+	// Its attempts in flight now, cluster-wide.
 	InFlight int32 `json:"in_flight"`
+	// The replica that paces its destination (`host:pid`); `null` when no delivering replica is live.
+	PacedBy NullableString `json:"paced_by,omitempty"`
 	// Until when its destination is paused by a `Retry-After`.
 	PausedUntil NullableTime `json:"paused_until,omitempty"`
 	// The rate that applies (attempts per second): its own and its receiver's declared one, the lower.
@@ -117,6 +119,49 @@ func (o *FlightView) GetInFlightOk() (*int32, bool) {
 // SetInFlight sets field value
 func (o *FlightView) SetInFlight(v int32) {
 	o.InFlight = v
+}
+
+// GetPacedBy returns the PacedBy field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *FlightView) GetPacedBy() string {
+	if o == nil || IsNil(o.PacedBy.Get()) {
+		var ret string
+		return ret
+	}
+	return *o.PacedBy.Get()
+}
+
+// GetPacedByOk returns a tuple with the PacedBy field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *FlightView) GetPacedByOk() (*string, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.PacedBy.Get(), o.PacedBy.IsSet()
+}
+
+// HasPacedBy returns a boolean if a field has been set.
+func (o *FlightView) HasPacedBy() bool {
+	if o != nil && o.PacedBy.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetPacedBy gets a reference to the given NullableString and assigns it to the PacedBy field.
+func (o *FlightView) SetPacedBy(v string) {
+	o.PacedBy.Set(&v)
+}
+
+// SetPacedByNil sets the value for PacedBy to be an explicit nil
+func (o *FlightView) SetPacedByNil() {
+	o.PacedBy.Set(nil)
+}
+
+// UnsetPacedBy ensures that no value is present for PacedBy, not even an explicit nil
+func (o *FlightView) UnsetPacedBy() {
+	o.PacedBy.Unset()
 }
 
 // GetPausedUntil returns the PausedUntil field value if set, zero value otherwise (both if not set or set to explicit null).
@@ -219,6 +264,9 @@ func (o FlightView) ToMap() (map[string]interface{}, error) {
 		toSerialize["allowance"] = o.Allowance.Get()
 	}
 	toSerialize["in_flight"] = o.InFlight
+	if o.PacedBy.IsSet() {
+		toSerialize["paced_by"] = o.PacedBy.Get()
+	}
 	if o.PausedUntil.IsSet() {
 		toSerialize["paused_until"] = o.PausedUntil.Get()
 	}

@@ -22,9 +22,9 @@ var _ MappedNullable = &Health{}
 
 // Health A subscription's health in listings.
 type Health struct {
-	// `closed`, `open` or `half_open`, as this replica's dispatcher last saw it for this subscription's jobs (breakers are per replica and per destination).
+	// `closed`, `open` or `half_open`, as the replica that paces its destination last saw it for this subscription's jobs (one breaker per destination for the cluster).
 	Breaker string `json:"breaker"`
-	// Its deliveries in flight in the replica that answers.
+	// Its deliveries in flight, as the replica that paces its destination sees them.
 	Delivery      FlightView   `json:"delivery"`
 	FailingSince  NullableTime `json:"failing_since,omitempty"`
 	Jobs          JobCounts    `json:"jobs"`

@@ -17,7 +17,7 @@ import (
 // checks if the LimitsView type satisfies the MappedNullable interface at compile time
 var _ MappedNullable = &LimitsView{}
 
-// LimitsView A subscription's fixed delivery limits (SPEC §10), each counted per replica.
+// LimitsView A subscription's fixed delivery limits (SPEC §10), each held for the whole install (one replica paces a destination).
 type LimitsView struct {
 	// Attempts in flight at once for this subscription, 1 to 2048; `null`: only the destination's adaptive allowance and the replica's bound apply.
 	MaxInFlight NullableInt32 `json:"max_in_flight,omitempty"`

@@ -37,7 +37,7 @@ type Verified struct {
 	// Its health, in listings: since when its destination fails (the failure period that leads to auto-disable), its breaker as this replica's dispatcher last saw it, and its jobs waiting or dead.
 	Health *Health `json:"health,omitempty"`
 	Id     string  `json:"id"`
-	// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+	// Fixed delivery limits for the whole install (push sinks); `null` fields are no fixed limit.
 	Limits LimitsView `json:"limits"`
 	Name   string     `json:"name"`
 	// `key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.

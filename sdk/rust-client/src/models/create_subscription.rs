@@ -31,7 +31,7 @@ pub struct CreateSubscription {
         skip_serializing_if = "Option::is_none"
     )]
     pub filters: Option<Option<Vec<models::Filter>>>,
-    /// Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and the replica's bound apply).
+    /// Push sinks: fixed delivery limits, held for the whole install. Default none (the adaptive allowance and the replica's bound apply).
     #[serde(
         rename = "limits",
         default,

@@ -11,10 +11,10 @@
 use crate::models;
 use serde::{Deserialize, Serialize};
 
-/// FlightView : A subscription's deliveries in flight, as the replica that answers sees them.
+/// FlightView : A subscription's deliveries in flight, as the replica that paces its destination sees them (one replica paces each destination for the whole cluster; another replica's figures are those of its last heartbeat, at most 2 s old).
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FlightView {
-    /// Its destination's adaptive allowance of attempts in flight (`null` before its first attempt in this replica).
+    /// Its destination's adaptive allowance of attempts in flight, cluster-wide (`null` before its first attempt).
     #[serde(
         rename = "allowance",
         default,
@@ -22,9 +22,17 @@ pub struct FlightView {
         skip_serializing_if = "Option::is_none"
     )]
     pub allowance: Option<Option<i32>>,
-    /// Its attempts in flight now.
+    /// Its attempts in flight now, cluster-wide.
     #[serde(rename = "in_flight")]
     pub in_flight: i32,
+    /// The replica that paces its destination (`host:pid`); `null` when no delivering replica is live.
+    #[serde(
+        rename = "paced_by",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub paced_by: Option<Option<String>>,
     /// Until when its destination is paused by a `Retry-After`.
     #[serde(
         rename = "paused_until",
@@ -44,8 +52,8 @@ pub struct FlightView {
 }
 
 impl FlightView {
-    /// A subscription's deliveries in flight, as the replica that answers sees them.
+    /// A subscription's deliveries in flight, as the replica that paces its destination sees them (one replica paces each destination for the whole cluster; another replica's figures are those of its last heartbeat, at most 2 s old).
     pub fn new(in_flight: i32) -> FlightView {
-        FlightView { allowance: None, in_flight, paused_until: None, rate_per_second: None }
+        FlightView { allowance: None, in_flight, paced_by: None, paused_until: None, rate_per_second: None }
     }
 }

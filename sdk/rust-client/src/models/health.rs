@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 /// Health : A subscription's health in listings.
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Health {
-    /// `closed`, `open` or `half_open`, as this replica's dispatcher last saw it for this subscription's jobs (breakers are per replica and per destination).
+    /// `closed`, `open` or `half_open`, as the replica that paces its destination last saw it for this subscription's jobs (one breaker per destination for the cluster).
     #[serde(rename = "breaker")]
     pub breaker: String,
-    /// Its deliveries in flight in the replica that answers.
+    /// Its deliveries in flight, as the replica that paces its destination sees them.
     #[serde(rename = "delivery")]
     pub delivery: Box<models::FlightView>,
     #[serde(

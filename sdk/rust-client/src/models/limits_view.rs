@@ -11,7 +11,7 @@
 use crate::models;
 use serde::{Deserialize, Serialize};
 
-/// LimitsView : A subscription's fixed delivery limits (SPEC §10), each counted per replica.
+/// LimitsView : A subscription's fixed delivery limits (SPEC §10), each held for the whole install (one replica paces a destination).
 #[derive(Clone, Default, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LimitsView {
     /// Attempts in flight at once for this subscription, 1 to 2048; `null`: only the destination's adaptive allowance and the replica's bound apply.
@@ -33,7 +33,7 @@ pub struct LimitsView {
 }
 
 impl LimitsView {
-    /// A subscription's fixed delivery limits (SPEC §10), each counted per replica.
+    /// A subscription's fixed delivery limits (SPEC §10), each held for the whole install (one replica paces a destination).
     pub fn new() -> LimitsView {
         LimitsView { max_in_flight: None, per_second: None }
     }

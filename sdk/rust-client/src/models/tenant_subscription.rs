@@ -39,7 +39,7 @@ pub struct TenantSubscription {
     pub health: Option<Box<models::Health>>,
     #[serde(rename = "id")]
     pub id: uuid::Uuid,
-    /// Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+    /// Fixed delivery limits for the whole install (push sinks); `null` fields are no fixed limit.
     #[serde(rename = "limits")]
     pub limits: Box<models::LimitsView>,
     #[serde(rename = "name")]

@@ -36,7 +36,7 @@ class CreateSubscription(BaseModel):
     enabled: Optional[StrictBool] = None
     event_types: List[StrictStr] = Field(description="Event keys `<resourcetype>.<eventtype>`, `*` allowed per segment; empty matches nothing.")
     filters: Optional[List[Filter]] = Field(default=None, description="Content filters (CloudEvents Subscriptions API dialects, CESQL, content patterns); every one must match. Default none.")
-    limits: Optional[LimitsView] = Field(default=None, description="Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and the replica's bound apply).")
+    limits: Optional[LimitsView] = Field(default=None, description="Push sinks: fixed delivery limits, held for the whole install. Default none (the adaptive allowance and the replica's bound apply).")
     name: Annotated[str, Field(min_length=1, strict=True, max_length=200)] = Field(description="A label: 1 to 200 characters, not only spaces, no control characters.")
     ordering: Optional[OrderingMode] = Field(default=None, description="Push sinks: `key` delivers events with the same ordering key (`partitionkey`, else `subject`) one at a time in seq order. Default `none`.")
     origin: Optional[StrictStr] = Field(default=None, description="Only events of this `ce-source` match.")

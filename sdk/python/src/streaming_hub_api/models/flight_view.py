@@ -18,7 +18,7 @@ import re  # noqa: F401
 import json
 
 from datetime import datetime
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 from typing import Any, ClassVar, Dict, List, Optional, Union
 from typing_extensions import Annotated
 from typing import Optional, Set
@@ -27,13 +27,14 @@ from pydantic_core import to_jsonable_python
 
 class FlightView(BaseModel):
     """
-    A subscription's deliveries in flight, as the replica that answers sees them.
+    A subscription's deliveries in flight, as the replica that paces its destination sees them (one replica paces each destination for the whole cluster; another replica's figures are those of its last heartbeat, at most 2 s old).
     """ # noqa: E501
-    allowance: Optional[Annotated[int, Field(strict=True, ge=0)]] = Field(default=None, description="Its destination's adaptive allowance of attempts in flight (`null` before its first attempt in this replica).")
-    in_flight: Annotated[int, Field(strict=True, ge=0)] = Field(description="Its attempts in flight now.")
+    allowance: Optional[Annotated[int, Field(strict=True, ge=0)]] = Field(default=None, description="Its destination's adaptive allowance of attempts in flight, cluster-wide (`null` before its first attempt).")
+    in_flight: Annotated[int, Field(strict=True, ge=0)] = Field(description="Its attempts in flight now, cluster-wide.")
+    paced_by: Optional[StrictStr] = Field(default=None, description="The replica that paces its destination (`host:pid`); `null` when no delivering replica is live.")
     paused_until: Optional[datetime] = Field(default=None, description="Until when its destination is paused by a `Retry-After`.")
     rate_per_second: Optional[Union[StrictFloat, StrictInt]] = Field(default=None, description="The rate that applies (attempts per second): its own and its receiver's declared one, the lower.")
-    __properties: ClassVar[List[str]] = ["allowance", "in_flight", "paused_until", "rate_per_second"]
+    __properties: ClassVar[List[str]] = ["allowance", "in_flight", "paced_by", "paused_until", "rate_per_second"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -79,6 +80,11 @@ class FlightView(BaseModel):
         if self.allowance is None and "allowance" in self.model_fields_set:
             _dict['allowance'] = None
 
+        # set to None if paced_by (nullable) is None
+        # and model_fields_set contains the field
+        if self.paced_by is None and "paced_by" in self.model_fields_set:
+            _dict['paced_by'] = None
+
         # set to None if paused_until (nullable) is None
         # and model_fields_set contains the field
         if self.paused_until is None and "paused_until" in self.model_fields_set:
@@ -103,6 +109,7 @@ class FlightView(BaseModel):
         _obj = cls.model_validate({
             "allowance": obj.get("allowance"),
             "in_flight": obj.get("in_flight"),
+            "paced_by": obj.get("paced_by"),
             "paused_until": obj.get("paused_until"),
             "rate_per_second": obj.get("rate_per_second")
         })

@@ -30,8 +30,8 @@ class Health(BaseModel):
     """
     A subscription's health in listings.
     """ # noqa: E501
-    breaker: StrictStr = Field(description="`closed`, `open` or `half_open`, as this replica's dispatcher last saw it for this subscription's jobs (breakers are per replica and per destination).")
-    delivery: FlightView = Field(description="Its deliveries in flight in the replica that answers.")
+    breaker: StrictStr = Field(description="`closed`, `open` or `half_open`, as the replica that paces its destination last saw it for this subscription's jobs (one breaker per destination for the cluster).")
+    delivery: FlightView = Field(description="Its deliveries in flight, as the replica that paces its destination sees them.")
     failing_since: Optional[datetime] = None
     jobs: JobCounts
     last_failure_at: Optional[datetime] = None

@@ -26,7 +26,7 @@ from pydantic_core import to_jsonable_python
 
 class LimitsView(BaseModel):
     """
-    A subscription's fixed delivery limits (SPEC §10), each counted per replica.
+    A subscription's fixed delivery limits (SPEC §10), each held for the whole install (one replica paces a destination).
     """ # noqa: E501
     max_in_flight: Optional[Annotated[int, Field(le=2048, strict=True, ge=1)]] = Field(default=None, description="Attempts in flight at once for this subscription, 1 to 2048; `null`: only the destination's adaptive allowance and the replica's bound apply.")
     per_second: Optional[Union[Annotated[float, Field(le=10000, strict=True, ge=0.01)], Annotated[int, Field(le=10000, strict=True, ge=1)]]] = Field(default=None, description="Attempts started per second, 0.01 to 10000; `null`: no rate.")

@@ -46,7 +46,7 @@ class SubscriptionView(BaseModel):
     filters: List[Filter] = Field(description="Content filters; every one must match (empty: none).")
     health: Optional[Health] = Field(default=None, description="Its health, in listings: since when its destination fails (the failure period that leads to auto-disable), its breaker as this replica's dispatcher last saw it, and its jobs waiting or dead.")
     id: UUID
-    limits: LimitsView = Field(description="Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.")
+    limits: LimitsView = Field(description="Fixed delivery limits for the whole install (push sinks); `null` fields are no fixed limit.")
     name: StrictStr
     ordering: OrderingMode = Field(description="`key`: per ordering key (`partitionkey`, else `subject`) one delivery at a time, in seq order; `none`: any order.")
     origin: Optional[StrictStr] = None

@@ -69,8 +69,8 @@ export interface CreateSubscription {
      */
     filters?: Array<Filter> | null;
     /**
-     * Push sinks: fixed delivery limits per replica. Default none (the adaptive allowance and
-     * the replica's bound apply).
+     * Push sinks: fixed delivery limits, held for the whole install. Default none (the adaptive
+     * allowance and the replica's bound apply).
      */
     limits?: LimitsView | null;
     /**

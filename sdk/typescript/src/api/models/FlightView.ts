@@ -14,20 +14,27 @@
 
 import { mapValues, parseDate, parseDateTime, serializeDate, serializeDateTime } from '../runtime';
 /**
- * A subscription's deliveries in flight, as the replica that answers sees them.
+ * A subscription's deliveries in flight, as the replica that paces its destination sees them
+ * (one replica paces each destination for the whole cluster; another replica's figures are
+ * those of its last heartbeat, at most 2 s old).
  * @export
  * @interface FlightView
  */
 export interface FlightView {
     /**
-     * Its destination's adaptive allowance of attempts in flight (`null` before its first
-     * attempt in this replica).
+     * Its destination's adaptive allowance of attempts in flight, cluster-wide (`null` before
+     * its first attempt).
      */
     allowance?: number | null;
     /**
-     * Its attempts in flight now.
+     * Its attempts in flight now, cluster-wide.
      */
     inFlight: number;
+    /**
+     * The replica that paces its destination (`host:pid`); `null` when no delivering replica
+     * is live.
+     */
+    pacedBy?: string | null;
     /**
      * Until when its destination is paused by a `Retry-After`.
      */
@@ -59,6 +66,7 @@ export function FlightViewFromJSONTyped(json: any, ignoreDiscriminator: boolean)
         
         'allowance': json['allowance'] === undefined ? undefined : json['allowance'] === null ? null : json['allowance'],
         'inFlight': json['in_flight'],
+        'pacedBy': json['paced_by'] === undefined ? undefined : json['paced_by'] === null ? null : json['paced_by'],
         'pausedUntil': json['paused_until'] === undefined ? undefined : json['paused_until'] === null ? null : (parseDateTime(json['paused_until'])),
         'ratePerSecond': json['rate_per_second'] === undefined ? undefined : json['rate_per_second'] === null ? null : json['rate_per_second'],
     };
@@ -77,6 +85,7 @@ export function FlightViewToJSONTyped(value?: FlightView | null, ignoreDiscrimin
         
         'allowance': value['allowance'],
         'in_flight': value['inFlight'],
+        'paced_by': value['pacedBy'],
         'paused_until': value['pausedUntil'] == null ? value['pausedUntil'] : serializeDateTime(value['pausedUntil']),
         'rate_per_second': value['ratePerSecond'],
     };

@@ -35,12 +35,12 @@ import {
  */
 export interface Health {
     /**
-     * `closed`, `open` or `half_open`, as this replica's dispatcher last saw it for this
-     * subscription's jobs (breakers are per replica and per destination).
+     * `closed`, `open` or `half_open`, as the replica that paces its destination last saw it for
+     * this subscription's jobs (one breaker per destination for the cluster).
      */
     breaker: string;
     /**
-     * Its deliveries in flight in the replica that answers.
+     * Its deliveries in flight, as the replica that paces its destination sees them.
      */
     delivery: FlightView;
     /**

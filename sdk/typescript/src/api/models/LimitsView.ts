@@ -14,7 +14,8 @@
 
 import { mapValues } from '../runtime';
 /**
- * A subscription's fixed delivery limits (SPEC §10), each counted per replica.
+ * A subscription's fixed delivery limits (SPEC §10), each held for the whole install (one
+ * replica paces a destination).
  * @export
  * @interface LimitsView
  */

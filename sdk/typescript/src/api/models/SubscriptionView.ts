@@ -114,7 +114,7 @@ export interface SubscriptionView {
      */
     id: string;
     /**
-     * Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+     * Fixed delivery limits for the whole install (push sinks); `null` fields are no fixed limit.
      */
     limits: LimitsView;
     /**

@@ -121,7 +121,7 @@ export interface Verified {
      */
     id: string;
     /**
-     * Fixed delivery limits, per replica (push sinks); `null` fields are no fixed limit.
+     * Fixed delivery limits for the whole install (push sinks); `null` fields are no fixed limit.
      */
     limits: LimitsView;
     /**
