@@ -14,6 +14,8 @@
 //! - [`Pace`]: a rate as a generic cell (GCRA): no faster than the rate over any window, with a
 //!   burst of at most a hundredth of a second's worth (at least one).
 //! - [`tenant_may_start`]: a tenant's share of the replica's slots while other tenants wait.
+//! - [`helper_share`]: when the replica that paces a hot destination lets the others attempt it
+//!   too, and how many at once each.
 //!
 //! The clock is an input: every function that needs the time takes `now`.
 
@@ -247,12 +249,50 @@ impl Allowance {
         true
     }
 
+    /// Whether the allowance has gone [`CALM_FOR`] without a cut.
+    pub fn calm(&self, now: Instant) -> bool {
+        self.last_cut.is_none_or(|at| now.saturating_duration_since(at) >= CALM_FOR)
+    }
+
     /// A new ceiling (the subscription's own changed); the allowance is cut to it if above.
     pub fn set_ceiling(&mut self, ceiling: usize) {
         self.ceiling = ceiling.max(1) as f64;
         self.limit = self.limit.min(self.ceiling);
         self.threshold = self.threshold.min(self.ceiling);
     }
+}
+
+/// How long a destination's allowance must go without a cut before it is shared.
+pub const CALM_FOR: Duration = Duration::from_secs(30);
+/// The allowance from which a destination that uses it is hot enough to share.
+pub const HOT_ALLOWANCE: usize = 64;
+
+/// What the replica that paces a destination knows of it, to decide whether to share it.
+#[derive(Debug, Clone, Copy)]
+pub struct ShareFacts {
+    pub allowance: usize,
+    /// Whether the allowance went [`CALM_FOR`] without a cut ([`Allowance::calm`]).
+    pub calm: bool,
+    pub in_flight: usize,
+    /// The subscription has `limits` or its receiver declared a rate: a promise only one pacer
+    /// keeps.
+    pub limited: bool,
+    pub paused: bool,
+    pub breaker_closed: bool,
+    /// Live delivering replicas, this one included.
+    pub replicas: usize,
+}
+
+/// How many attempts each other replica may have out at once at a hot destination its pacer
+/// shares (`None`: not shared). Only a destination that promised nothing (no limits, no declared
+/// rate), answers well (no pause, breaker closed, no cut of its allowance for [`CALM_FOR`]) and
+/// uses most of a large allowance ([`HOT_ALLOWANCE`]) is shared, each helper taking an equal part
+/// of the allowance: together the replicas stay within about twice what the destination showed it
+/// takes, and the first sign of trouble at the pacer withdraws the share.
+pub fn helper_share(f: &ShareFacts) -> Option<usize> {
+    let hot = f.allowance >= HOT_ALLOWANCE && f.in_flight * 2 >= f.allowance;
+    (f.replicas > 1 && hot && f.calm && !f.limited && !f.paused && f.breaker_closed)
+        .then(|| (f.allowance / f.replicas).max(1))
 }
 
 /// A rate as a generic cell: [`Pace::take`] lets an attempt start now or says when one may.

@@ -239,17 +239,24 @@ pub struct IngestLease {
 }
 
 /// The destinations a replica paces: the buckets it owns, sorted (`None`: all of them, as the
-/// only delivering replica). A replica leases only jobs of the buckets it owns; a subscription
-/// not yet given its bucket counts as bucket 0.
+/// only delivering replica), and the subscriptions of hot destinations other replicas pace and
+/// share with it (`shared`, sorted). A replica leases only jobs of those; a subscription not yet
+/// given its bucket counts as bucket 0.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Owned {
     pub buckets: Option<Vec<i32>>,
+    pub shared: Vec<Uuid>,
 }
 
 impl Owned {
-    /// Whether a job of a subscription in `bucket` is this replica's to lease.
-    pub fn owns(&self, bucket: Option<i32>) -> bool {
+    /// No bucket and no shared subscription: claims nothing.
+    pub fn nothing() -> Self {
+        Self { buckets: Some(Vec::new()), shared: Vec::new() }
+    }
+    /// Whether a job of `subscription`, in `bucket`, is this replica's to lease.
+    pub fn owns(&self, bucket: Option<i32>, subscription: Uuid) -> bool {
         self.buckets.as_ref().is_none_or(|b| b.binary_search(&bucket.unwrap_or(0)).is_ok())
+            || self.shared.binary_search(&subscription).is_ok()
     }
 }
 
@@ -295,8 +302,9 @@ pub(crate) fn lease_new_jobs(
     jobs.into_iter()
         .map(|job| {
             let id = Uuid::now_v7();
-            let excluded =
-                lease.is_some_and(|l| l.exclude_subscriptions.contains(&job.subscription) || !l.owned.owns(job.bucket));
+            let excluded = lease.is_some_and(|l| {
+                l.exclude_subscriptions.contains(&job.subscription) || !l.owned.owns(job.bucket, job.subscription)
+            });
             // An ordered job is never leased at ingest: a claim leases it once no earlier job of
             // its key is waiting (`hub_core::Ordering`).
             let take = lease

@@ -81,7 +81,8 @@ impl JobQueue for PgStore {
                                         WHERE s.tenant_id = t.tenant_id AND s.enabled
                                           AND s.verification_state = 'active' AND NOT (s.id = ANY($5))
                                           -- hub_core::delivery::owners: only the destinations it paces
-                                          AND ($7::int[] IS NULL OR COALESCE(s.pace_bucket, 0) = ANY($7))
+                                          AND ($7::int[] IS NULL OR COALESCE(s.pace_bucket, 0) = ANY($7)
+                                               OR s.id = ANY($8))
                                    ) AS ids) ok
                        CROSS JOIN LATERAL (
                            -- Candidates: the window's, or, when it holds fewer than the share
@@ -163,6 +164,7 @@ impl JobQueue for PgStore {
             .bind(&req.exclude_subscriptions)
             .bind(limit)
             .bind(&req.owned.buckets)
+            .bind(&req.owned.shared)
             .fetch_all(&mut *taken.conn)
             .await?;
         // What a tenant could not use goes round again to those that filled their share, so one
@@ -199,6 +201,7 @@ impl JobQueue for PgStore {
                 .bind(&req.exclude_subscriptions)
                 .bind(&wants)
                 .bind(&req.owned.buckets)
+                .bind(&req.owned.shared)
                 .fetch_all(&mut *taken.conn)
                 .await?;
             if rows.is_empty() {

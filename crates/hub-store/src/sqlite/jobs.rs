@@ -80,6 +80,8 @@ impl JobQueue for SqliteStore {
             .map(serde_json::to_string)
             .transpose()
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let shared = serde_json::to_string(&req.owned.shared.iter().map(|u| text(*u)).collect::<Vec<_>>())
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let sql = format!(
             "UPDATE delivery_jobs SET state = 'leased', lease_expires_at = ?3, lease_token = ?4, updated_at = ?2
              WHERE id IN (
@@ -88,7 +90,8 @@ impl JobQueue for SqliteStore {
                   AND s.enabled = 1 AND s.verification_state = 'active'
                   AND d.subscription_id NOT IN (SELECT value FROM json_each(?5))
                   -- hub_core::delivery::owners: only the destinations it paces
-                  AND (?7 IS NULL OR COALESCE(s.pace_bucket, 0) IN (SELECT value FROM json_each(?7)))
+                  AND (?7 IS NULL OR COALESCE(s.pace_bucket, 0) IN (SELECT value FROM json_each(?7))
+                       OR d.subscription_id IN (SELECT value FROM json_each(?8)))
                   -- hub_core::Ordering::Key: not while an earlier job of its key waits
                   AND (d.ordering_key IS NULL OR NOT EXISTS (
                       SELECT 1 FROM delivery_jobs e
@@ -115,6 +118,7 @@ impl JobQueue for SqliteStore {
                     .bind(&excluded)
                     .bind(i64::from(want))
                     .bind(&owned)
+                    .bind(&shared)
                     .fetch_all(&mut *tx)
                     .await?;
                 if rows.len() as u32 == want {

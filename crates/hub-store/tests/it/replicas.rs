@@ -71,7 +71,7 @@ pub async fn a_replica_claims_and_leases_only_the_buckets_it_owns(db: &TestDb) {
     let mine = in_bucket(db, "t1", Some(7)).await;
     let theirs = in_bucket(db, "t1", Some(8)).await;
     let unset = in_bucket(db, "t1", None).await;
-    let owned = Owned { buckets: Some(vec![0, 7]) };
+    let owned = Owned { buckets: Some(vec![0, 7]), shared: Vec::new() };
     let now = Utc::now();
     let lease = IngestLease {
         token: lease_token(Uuid::new_v4()),
@@ -98,6 +98,16 @@ pub async fn a_replica_claims_and_leases_only_the_buckets_it_owns(db: &TestDb) {
     let rest = db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs;
     assert_eq!(rest.len(), 2, "the owner of bucket 8 (or the only replica) takes the rest: {rest:?}");
     assert!(rest.iter().all(|j| j.subscription_id == theirs.id));
+
+    // Another replica shares a hot destination's subscription with this one: its jobs too.
+    db.store.write_batch(&[accepted("t1", Uuid::now_v7())]).await.expect("write");
+    let mut request = claim(10, None);
+    request.owned = Owned { buckets: Some(Vec::new()), shared: vec![theirs.id] };
+    let shared = db.store.claim_jobs(&request).await.expect("claim").jobs;
+    assert_eq!(shared.iter().map(|j| j.subscription_id).collect::<Vec<_>>(), vec![theirs.id]);
+    let lease = IngestLease { owned: request.owned.clone(), ..lease };
+    let (_, leased) = db.store.write_batch_leased(&[accepted("t1", Uuid::now_v7())], &lease).await.expect("write");
+    assert_eq!(leased.jobs.iter().map(|j| j.subscription_id).collect::<Vec<_>>(), vec![theirs.id]);
 }
 
 /// The jobs a replica that stopped beating held are given back at once, long before their

@@ -28,7 +28,9 @@ use super::{lock, targets};
 
 use std::time::Instant;
 
-use hub_core::delivery::inflight::{Allowance, Limits, Pace, Signal, reserve, tenant_may_start};
+use hub_core::delivery::inflight::{
+    Allowance, Limits, Pace, ShareFacts, Signal, helper_share, reserve, tenant_may_start,
+};
 
 /// Idle destinations whose learned allowance is kept, at most.
 const ALLOWANCES_KEPT: usize = 4096;
@@ -45,6 +47,11 @@ pub(super) struct Admit<'a> {
 }
 
 impl<'a> Admit<'a> {
+    /// Whether it promised a receiver anything: limits, or a declared rate.
+    fn limited(&self) -> bool {
+        self.limits != Limits::default() || self.allowed_rate.is_some()
+    }
+
     pub(super) fn of(job: &'a ClaimedJob, sub: &'a Subscribed) -> Self {
         Self {
             tenant: &job.tenant_id,
@@ -86,6 +93,8 @@ struct Sub {
     pace: Pace,
     /// The rate that applied when it was last seen, attempts per second.
     rate: Option<f64>,
+    /// It has limits, or its receiver declared a rate, when it was last seen.
+    limited: bool,
     dest: String,
 }
 
@@ -217,6 +226,7 @@ impl Ledger {
         }
         let sub = self.subs.get_mut(&a.subscription).expect("inserted above");
         sub.rate = a.limits.rate(a.allowed_rate);
+        sub.limited = a.limited();
         if let Some(rate) = sub.rate {
             sub.pace.take(rate, now).map_err(Blocked::Rate)?;
         }
@@ -269,6 +279,7 @@ impl Ledger {
         let sub = self.subs.entry(a.subscription).or_default();
         apply(&mut sub.parked);
         sub.rate = a.limits.rate(a.allowed_rate);
+        sub.limited = a.limited();
         a.dest.clone_into(&mut sub.dest);
         if starved {
             apply(&mut self.starved);
@@ -322,12 +333,29 @@ impl Ledger {
         }
     }
 
-    /// Every subscription this replica paces now, with what its delivery looks like here (at
-    /// most `max`, those with attempts in flight first).
-    fn pacing(&self, now: Instant, max: usize) -> Vec<(Uuid, Flight)> {
-        let mut all: Vec<(Uuid, Flight)> =
-            self.subs.iter().map(|(id, s)| (*id, self.flight(*id, &s.dest, s.rate, now))).collect();
-        all.sort_by_key(|(id, f)| (std::cmp::Reverse(f.in_flight), *id));
+    /// Every subscription this replica paces now, with what its delivery looks like here and
+    /// how many attempts each of the other `replicas - 1` may have out at its destination
+    /// ([`helper_share`]; at most `max`, those with attempts in flight first).
+    fn pacing(&self, now: Instant, max: usize, replicas: usize) -> Vec<(Uuid, Flight, Option<usize>)> {
+        let mut all: Vec<(Uuid, Flight, Option<usize>)> = self
+            .subs
+            .iter()
+            .map(|(id, s)| {
+                let share = self.dests.get(&s.dest).and_then(|d| {
+                    helper_share(&ShareFacts {
+                        allowance: d.allowance.current(),
+                        calm: d.allowance.calm(now),
+                        in_flight: d.in_flight,
+                        limited: s.limited,
+                        paused: d.paused_until.is_some_and(|u| u > now),
+                        breaker_closed: true,
+                        replicas,
+                    })
+                });
+                (*id, self.flight(*id, &s.dest, s.rate, now), share)
+            })
+            .collect();
+        all.sort_by_key(|(id, f, _)| (std::cmp::Reverse(f.in_flight), *id));
         all.truncate(max);
         all
     }
@@ -381,19 +409,23 @@ impl FlightBoard {
     /// What this replica paces now, as its heartbeat publishes it for the other replicas'
     /// listings: per subscription, its attempts in flight, its destination's allowance and pause
     /// (a wall-clock instant), the rate that applies, and its breaker when not closed.
-    pub fn pacing(&self, now: DateTime<Utc>, breakers: &super::BreakerBoard) -> serde_json::Value {
-        let flights = self.lock().pacing(Instant::now(), PACING_PUBLISHED);
+    /// A hot destination it shares (`helper_share`) carries `share`: how many attempts each
+    /// other replica may have out at it.
+    pub fn pacing(&self, now: DateTime<Utc>, breakers: &super::BreakerBoard, replicas: usize) -> serde_json::Value {
+        let flights = self.lock().pacing(Instant::now(), PACING_PUBLISHED, replicas);
         let mut not_closed: HashMap<Uuid, &'static str> = breakers.not_closed().into_iter().collect();
         let mut all: Vec<serde_json::Value> = flights
             .into_iter()
-            .map(|(id, f)| {
+            .map(|(id, f, share)| {
+                let breaker = not_closed.remove(&id).unwrap_or("closed");
                 serde_json::json!({
                     "subscription": id,
                     "in_flight": f.in_flight,
                     "allowance": f.allowance,
                     "paused_until": f.paused_for.map(|d| now + chrono::Duration::from_std(d).unwrap_or_default()),
                     "rate_per_second": f.rate,
-                    "breaker": not_closed.remove(&id).unwrap_or("closed"),
+                    "breaker": breaker,
+                    "share": share.filter(|_| breaker == "closed"),
                 })
             })
             .collect();

@@ -8,9 +8,17 @@
 //! joins a running cluster claims nothing for [`JOIN_HOLD`], so every other replica has seen it
 //! and let go of its buckets first; a replica that stops leaves the live set at once.
 //!
+//! A hot destination (no limits, no declared rate, answering well, using most of a large
+//! allowance: `hub_core::delivery::inflight::helper_share`) is shared: its pacer publishes a
+//! share with its heartbeat, and every other replica then claims its subscriptions' jobs too,
+//! with at most that share of attempts out at once. The pacer withdraws the share at its next
+//! heartbeat once the destination shows trouble, and the helpers send their waiting jobs back.
+//!
 //! **Invariant:** a replica claims or leases at ingest only jobs of the buckets it owns in its
-//! latest view; a job of a bucket it no longer owns goes back to the store before its attempt.
+//! latest view, or of subscriptions shared with it; a job of neither goes back to the store before
+//! its attempt; a shared subscription's attempts out at a helper never pass its share.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -42,8 +50,10 @@ const BUCKETS_PER_BEAT: u32 = 500;
 pub struct View {
     /// Every live replica, this one included, by id.
     pub live: Vec<ReplicaRecord>,
-    /// The buckets this replica claims now.
+    /// The buckets this replica claims now, and the subscriptions others share with it.
     pub owned: Owned,
+    /// Of the shared subscriptions, how many attempts this replica may have out for each.
+    pub shares: HashMap<Uuid, usize>,
 }
 
 /// This replica's place in the cluster.
@@ -73,7 +83,7 @@ impl Membership {
             name: replica_name(id),
             delivers,
             started_at,
-            view: Mutex::new(View { live: Vec::new(), owned }),
+            view: Mutex::new(View { live: Vec::new(), owned, shares: HashMap::new() }),
             changed: watch::channel(0).0,
             last_beat: Mutex::new(None),
         }
@@ -83,13 +93,13 @@ impl Membership {
     /// delivering replica that finds other delivering replicas live claims nothing until
     /// [`JOIN_HOLD`] has passed (see [`run`]).
     pub async fn join(store: &Arc<dyn Store>, delivers: bool, clock: &Arc<dyn Clock>) -> anyhow::Result<Arc<Self>> {
-        let me = Self::new(Uuid::new_v4(), delivers, clock.now(), Owned { buckets: Some(Vec::new()) });
+        let me = Self::new(Uuid::new_v4(), delivers, clock.now(), Owned::nothing());
         let live = store.beat(&me.record(clock.now(), serde_json::json!([])), LIVE).await?;
         *lock(&me.last_beat) = Some(Instant::now());
         let others = live.iter().filter(|r| r.delivers && r.id != me.id).count();
-        let owned = if others == 0 { me.owned_among(&live) } else { Owned { buckets: Some(Vec::new()) } };
+        let owned = if others == 0 { me.owned_among(&live).0 } else { Owned::nothing() };
         tracing::info!(replica = %me.name, id = %me.id, others, "replica registered");
-        *lock(&me.view) = View { live, owned };
+        *lock(&me.view) = View { live, owned, shares: HashMap::new() };
         Ok(Arc::new(me))
     }
 
@@ -105,29 +115,65 @@ impl Membership {
     }
 
     /// The buckets this replica owns among `live` (`None`, all, when it is the only delivering
-    /// replica); nothing when it does not deliver.
-    fn owned_among(&self, live: &[ReplicaRecord]) -> Owned {
+    /// replica; nothing when it does not deliver), with the subscriptions the others share with
+    /// it and the share of each.
+    fn owned_among(&self, live: &[ReplicaRecord]) -> (Owned, HashMap<Uuid, usize>) {
         if !self.delivers {
-            return Owned { buckets: Some(Vec::new()) };
+            return (Owned::nothing(), HashMap::new());
         }
         let delivering: Vec<Uuid> = live.iter().filter(|r| r.delivers).map(|r| r.id).collect();
         if delivering.iter().all(|r| *r == self.id) {
-            return Owned { buckets: None };
+            return (Owned::default(), HashMap::new());
         }
-        Owned { buckets: Some(owners::owned(self.id, &delivering)) }
+        let mut shares = HashMap::new();
+        for other in live.iter().filter(|r| r.delivers && r.id != self.id) {
+            for entry in other.pacing.as_array().map(Vec::as_slice).unwrap_or_default() {
+                let sub = entry["subscription"].as_str().and_then(|s| s.parse::<Uuid>().ok());
+                let share = entry["share"].as_u64().and_then(|n| usize::try_from(n).ok()).filter(|n| *n > 0);
+                if let (Some(sub), Some(share)) = (sub, share) {
+                    shares.insert(sub, share);
+                }
+            }
+        }
+        let mut shared: Vec<Uuid> = shares.keys().copied().collect();
+        shared.sort_unstable();
+        (Owned { buckets: Some(owners::owned(self.id, &delivering)), shared }, shares)
     }
 
-    /// The buckets to claim and lease at ingest now.
+    /// The buckets to claim and lease at ingest now, and the subscriptions shared with it.
     pub fn owned(&self) -> Owned {
-        if lock(&self.last_beat).is_some_and(|t| t.elapsed() > LIVE) {
-            return Owned { buckets: Some(Vec::new()) };
+        if self.silent() {
+            return Owned::nothing();
         }
         lock(&self.view).owned.clone()
     }
 
-    /// Whether a job of a subscription in `bucket` is this replica's to attempt now.
-    pub fn owns(&self, bucket: Option<i32>) -> bool {
-        self.owned().owns(bucket)
+    /// Whether a job of `subscription`, whose destination is in `bucket`, is this replica's to
+    /// attempt now.
+    pub fn owns(&self, bucket: Option<i32>, subscription: Uuid) -> bool {
+        if self.silent() {
+            return false;
+        }
+        lock(&self.view).owned.owns(bucket, subscription)
+    }
+
+    /// Whether this replica has not written its heartbeat for [`LIVE`]: the others may have
+    /// taken its buckets.
+    fn silent(&self) -> bool {
+        lock(&self.last_beat).is_some_and(|t| t.elapsed() > LIVE)
+    }
+
+    /// How many attempts this replica may have out for `subscription`, when another replica
+    /// paces its destination and shares it; `None` when this replica paces it.
+    pub fn helper_cap(&self, bucket: Option<i32>, subscription: Uuid) -> Option<usize> {
+        let view = lock(&self.view);
+        let paced_here = view.owned.buckets.as_ref().is_none_or(|b| b.binary_search(&bucket.unwrap_or(0)).is_ok());
+        if paced_here { None } else { view.shares.get(&subscription).copied() }
+    }
+
+    /// Live delivering replicas in this replica's view (itself included), at least one.
+    pub fn delivering(&self) -> usize {
+        lock(&self.view).live.iter().filter(|r| r.delivers).count().max(1)
     }
 
     /// A lease token of this replica's (see [`hub_store::lease_token`]).
@@ -154,11 +200,12 @@ impl Membership {
         view.live.iter().find(|r| r.id == owner).cloned()
     }
 
-    fn update(&self, live: Vec<ReplicaRecord>, owned: Owned) {
+    fn update(&self, live: Vec<ReplicaRecord>, owned: Owned, shares: HashMap<Uuid, usize>) {
         let mut view = lock(&self.view);
         let moved = view.owned != owned;
         if moved {
             let count = |o: &Owned| o.buckets.as_ref().map_or(owners::BUCKETS as usize, Vec::len);
+            tracing::debug!(shared = owned.shared.len(), "subscriptions shared with this replica");
             tracing::info!(
                 replicas = live.iter().filter(|r| r.delivers).count(),
                 before = count(&view.owned),
@@ -171,7 +218,7 @@ impl Membership {
         metrics::gauge!(metric::REPLICAS_LIVE, "role" => "other").set((live.len() - delivering) as f64);
         metrics::gauge!(metric::BUCKETS_OWNED)
             .set(owned.buckets.as_ref().map_or(owners::BUCKETS as usize, Vec::len) as f64);
-        *view = View { live, owned };
+        *view = View { live, owned, shares };
         drop(view);
         if moved {
             self.changed.send_modify(|n| *n += 1);
@@ -211,13 +258,14 @@ pub async fn run(
             _ = every.tick() => {}
             () = stop.cancelled() => break,
         }
-        let pacing = flights.as_ref().map_or_else(|| serde_json::json!([]), |(f, b)| f.pacing(clock.now(), b));
+        let pacing =
+            flights.as_ref().map_or_else(|| serde_json::json!([]), |(f, b)| f.pacing(clock.now(), b, me.delivering()));
         match store.beat(&me.record(clock.now(), pacing), LIVE).await {
             Ok(live) => {
                 *lock(&me.last_beat) = Some(Instant::now());
                 let held = joined.elapsed() < JOIN_HOLD && me.owned().buckets.as_ref().is_some_and(Vec::is_empty);
-                let owned = if held { Owned { buckets: Some(Vec::new()) } } else { me.owned_among(&live) };
-                me.update(live, owned);
+                let (owned, shares) = if held { (Owned::nothing(), HashMap::new()) } else { me.owned_among(&live) };
+                me.update(live, owned, shares);
             }
             Err(e) => tracing::warn!(error = %e, "writing this replica's heartbeat failed; tried again"),
         }

@@ -92,7 +92,7 @@ impl Loop {
             lock(&self.dispatcher.in_flight).remove(&work.job.id);
             return;
         };
-        if !self.dispatcher.membership.owns(sub.record.pace_bucket) {
+        if !self.dispatcher.membership.owns(sub.record.pace_bucket, sub.record.id) {
             // Its destination moved to another replica since it was leased: that one paces it.
             self.put_back(work, Skip::DestinationBusy);
             return;
@@ -232,7 +232,7 @@ impl Loop {
     }
 
     /// Sends back to the store the waiting jobs of destinations this replica no longer paces
-    /// (another replica joined, and owns them now).
+    /// (another replica joined, and owns them now) nor helps with (a share withdrawn).
     pub(super) fn disown(&mut self) {
         let membership = Arc::clone(&self.dispatcher.membership);
         let now = Instant::now();
@@ -241,7 +241,7 @@ impl Loop {
             let mut kept = VecDeque::with_capacity(queue.len());
             for w in queue.drain(..) {
                 match w.work.sub.clone() {
-                    Some(sub) if !membership.owns(sub.record.pace_bucket) => {
+                    Some(sub) if !membership.owns(sub.record.pace_bucket, sub.record.id) => {
                         self.dispatcher.flights.lock().parked(&Admit::of(&w.work.job, &sub), w.starved, -1, now);
                         gone.push(w.work);
                     }
@@ -279,7 +279,12 @@ impl Loop {
     /// Takes a slot and spawns the attempt, or hands the job back with why it may not start.
     fn try_start(&mut self, work: Work, sub: &Arc<Subscribed>) -> Result<(), (Work, Blocked)> {
         let d = &self.dispatcher;
-        let admit = Admit::of(&work.job, sub);
+        let mut admit = Admit::of(&work.job, sub);
+        if let Some(cap) = d.membership.helper_cap(sub.record.pace_bucket, sub.record.id) {
+            // Another replica paces this hot destination and shares it: this one's part.
+            let cap = u32::try_from(cap).unwrap_or(u32::MAX);
+            admit.limits.max_in_flight = Some(admit.limits.max_in_flight.map_or(cap, |m| m.min(cap)));
+        }
         let now = Instant::now();
         if let Err(blocked) = d.flights.lock().try_enter(&admit, now) {
             return Err((work, blocked));

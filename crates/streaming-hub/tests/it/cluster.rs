@@ -21,6 +21,9 @@ const BUCKETS: f64 = 1024.0;
 
 struct Cluster {
     replicas: Vec<HubProcess>,
+    /// One client for every request (a client per post would spend the test's CPU loading
+    /// certificates).
+    client: reqwest::Client,
     vars: Vec<(&'static str, String)>,
     admin: String,
     store: hub_store::PgStore,
@@ -44,7 +47,7 @@ impl Cluster {
             ("STREAMING_HUB_RETRY_CURVE", "0s,50ms,50ms,50ms,50ms,50ms,50ms,50ms".to_owned()),
         ];
         vars.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
-        let mut cluster = Self { replicas: Vec::new(), vars, admin, store };
+        let mut cluster = Self { replicas: Vec::new(), client: http_client(), vars, admin, store };
         for _ in 0..n {
             cluster.replicas.push(HubProcess::start(&cluster.vars).await);
         }
@@ -122,11 +125,21 @@ impl Cluster {
     /// Posts `events`, each to the next replica in turn, 16 at a time.
     async fn post_round_robin(&self, key: &str, events: &[Event]) {
         futures_util::stream::iter(
-            events.iter().enumerate().map(|(i, e)| self.replicas[i % self.replicas.len()].post_event(key, e)),
+            events.iter().enumerate().map(|(i, e)| self.post(&self.replicas[i % self.replicas.len()], key, e)),
         )
         .buffer_unordered(16)
         .collect::<Vec<()>>()
         .await;
+    }
+
+    /// Posts one event in binary mode to `replica` and expects it accepted.
+    async fn post(&self, replica: &HubProcess, key: &str, event: &Event) {
+        let mut request = self.client.post(format!("{}/v1/events", replica.base)).bearer_auth(key);
+        for (k, v) in &event.headers {
+            request = request.header(k.as_str(), v.as_str());
+        }
+        let status = request.body(event.body.clone()).send().await.expect("post").status();
+        assert_eq!(status, StatusCode::ACCEPTED);
     }
 }
 
@@ -147,6 +160,16 @@ fn metric(metrics: &str, name: &str, label: &str) -> f64 {
 async fn all_accepted(receiver: &Receiver, events: &[Event], within: Duration) -> HashMap<String, usize> {
     let end = tokio::time::Instant::now() + within;
     loop {
+        if receiver.accepted_len() < events.len() {
+            assert!(
+                tokio::time::Instant::now() < end,
+                "{} of {} delivered in time",
+                receiver.accepted_len(),
+                events.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
         let mut counts: HashMap<String, usize> = HashMap::new();
         for d in receiver.accepted() {
             *counts.entry(d.header("x-lerian-event-id")).or_default() += 1;
@@ -253,7 +276,7 @@ async fn a_retry_after_seen_by_one_replica_holds_for_all() {
     let rx = Receiver::start(Script::TooManyFirst(1, 3)).await;
     cluster.webhook(&key, &rx, &rx.url, Value::Null).await;
     let first = Event::new("t1");
-    cluster.replicas[0].post_event(&key, &first).await;
+    cluster.post(&cluster.replicas[0], &key, &first).await;
     crate::support::until("the 429", Duration::from_secs(20), async || (rx.refused() == 1).then_some(())).await;
     let refused_at = rx.deliveries()[0].received_at;
     // Posted to every replica while the destination is paused.
@@ -315,10 +338,10 @@ async fn a_killed_replicas_destinations_move_within_seconds_and_nothing_is_lost(
     let victim = cluster.replicas.pop().expect("replica");
     let kill = async {
         crate::support::until("deliveries under way", Duration::from_secs(60), async || {
-            (rx.accepted().len() >= want / 4).then_some(())
+            (rx.accepted_len() >= want / 4).then_some(())
         })
         .await;
-        let at = (Instant::now(), rx.accepted().len());
+        let at = (Instant::now(), rx.accepted_len());
         victim.kill();
         at
     };
@@ -327,6 +350,11 @@ async fn a_killed_replicas_destinations_move_within_seconds_and_nothing_is_lost(
     let mut counts = HashMap::new();
     let end = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
+        if rx.accepted_len() < want {
+            assert!(tokio::time::Instant::now() < end, "{} of {want} delivered", rx.accepted_len());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
         counts.clear();
         for d in rx.accepted() {
             *counts.entry((d.path.clone(), d.header("x-lerian-event-id"))).or_insert(0usize) += 1;
@@ -360,4 +388,29 @@ async fn a_killed_replicas_destinations_move_within_seconds_and_nothing_is_lost(
     // The two that are left pace every destination between them.
     cluster.settled().await;
     drop(cluster.store);
+}
+
+/// A hot destination that promised nothing (no limits, no declared rate) and answers well is not
+/// held to one replica: its pacer shares it, the other replicas attempt its jobs too, and every
+/// event is still delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_destination_is_delivered_by_more_than_one_replica() {
+    let cluster = Cluster::start(3, &[]).await;
+    let key = cluster.key().await;
+    let rx = Receiver::start(Script::Slow(Duration::from_millis(200))).await;
+    cluster.webhook(&key, &rx, &rx.url, Value::Null).await;
+    // Long enough (several heartbeats) for the pacer to find it hot and the others to hear so.
+    let events: Vec<Event> = (0..10_000).map(|_| Event::new("t1")).collect();
+    cluster.post_round_robin(&key, &events).await;
+    let counts = all_accepted(&rx, &events, Duration::from_secs(120)).await;
+    let mut attempts = Vec::new();
+    for r in &cluster.replicas {
+        attempts.push(metric(&metrics(r).await, "streaming_hub_delivery_attempts_total", ""));
+    }
+    eprintln!(
+        "a hot destination, 3 replicas: attempts per replica {attempts:?}, {} at most in flight at the receiver",
+        rx.max_in_flight()
+    );
+    assert!(counts.values().all(|n| *n == 1), "each once");
+    assert!(attempts.iter().filter(|a| **a > 0.0).count() >= 2, "one replica alone delivered: {attempts:?}");
 }

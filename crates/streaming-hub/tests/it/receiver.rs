@@ -138,6 +138,11 @@ impl Receiver {
         self.shared.accepted.lock().expect("accepted").clone()
     }
 
+    /// How many deliveries were answered with a success (without copying them).
+    pub fn accepted_len(&self) -> usize {
+        self.shared.accepted.lock().expect("accepted").len()
+    }
+
     /// Deliveries being answered now.
     pub fn in_flight(&self) -> usize {
         self.shared.in_flight.load(Ordering::SeqCst)

@@ -290,3 +290,54 @@ proptest! {
         }
     }
 }
+
+fn hot() -> ShareFacts {
+    ShareFacts {
+        allowance: 512,
+        calm: true,
+        in_flight: 400,
+        limited: false,
+        paused: false,
+        breaker_closed: true,
+        replicas: 3,
+    }
+}
+
+#[test]
+fn a_hot_calm_unlimited_destination_is_shared_in_equal_parts() {
+    assert_eq!(helper_share(&hot()), Some(170));
+    // Anything promised, any sign of trouble, or nothing to share: not shared.
+    for f in [
+        ShareFacts { limited: true, ..hot() },
+        ShareFacts { paused: true, ..hot() },
+        ShareFacts { breaker_closed: false, ..hot() },
+        ShareFacts { calm: false, ..hot() },
+        ShareFacts { replicas: 1, ..hot() },
+        ShareFacts { allowance: HOT_ALLOWANCE - 1, in_flight: HOT_ALLOWANCE - 1, ..hot() },
+        ShareFacts { in_flight: 255, ..hot() },
+    ] {
+        assert_eq!(helper_share(&f), None, "{f:?}");
+    }
+}
+
+#[test]
+fn an_allowance_is_calm_only_long_after_its_last_cut() {
+    let t0 = Instant::now();
+    let mut a = Allowance::new(2048);
+    assert!(a.calm(t0), "never cut");
+    a.on(Signal::Overload, 8, t0);
+    assert!(!a.calm(t0 + CALM_FOR - Duration::from_millis(1)));
+    assert!(a.calm(t0 + CALM_FOR));
+}
+
+proptest! {
+    /// Whatever the facts, the helpers together never get more than the pacer's allowance.
+    #[test]
+    fn helpers_together_never_pass_the_allowance(allowance in 1usize..4096, in_flight in 0usize..4096, replicas in 1usize..16) {
+        let f = ShareFacts { allowance, in_flight, replicas, ..hot() };
+        if let Some(each) = helper_share(&f) {
+            prop_assert!(each >= 1);
+            prop_assert!(each * (replicas - 1) <= allowance);
+        }
+    }
+}
