@@ -78,6 +78,8 @@ try {
   await portal.getByTestId("read-only").waitFor();
   assert.match(await portal.getByTestId("who").textContent(), /t1 · read-only portal until/);
   assert.match(await portal.getByTestId("subscriptions").textContent(), /hook/);
+  // Who paces each destination (one replica for the install), beside its allowance.
+  assert.match(await portal.getByTestId("subscriptions").textContent(), /paced by \S+:\d+/);
   assert.equal(await portal.getByTestId(`toggle-${env.T1_HOOK}`).count(), 0, "no action offered");
   assert.equal(await portal.getByTestId("new-subscription").count(), 0, "no form offered");
   assert.ok(!(await portal.locator("body").textContent()).includes(env.T2_NAME), "another tenant's data");
