@@ -397,12 +397,13 @@ async fn a_killed_replicas_destinations_move_within_seconds_and_nothing_is_lost(
 async fn a_hot_destination_is_delivered_by_more_than_one_replica() {
     let cluster = Cluster::start(3, &[]).await;
     let key = cluster.key().await;
-    let rx = Receiver::start(Script::Slow(Duration::from_millis(200))).await;
+    // Answers in 2 s: whatever the pace of the posts (a loaded machine posts slowly), attempts
+    // pile up at the receiver and its allowance grows large and used, for several heartbeats.
+    let rx = Receiver::start(Script::Slow(Duration::from_secs(2))).await;
     cluster.webhook(&key, &rx, &rx.url, Value::Null).await;
-    // Long enough (several heartbeats) for the pacer to find it hot and the others to hear so.
-    let events: Vec<Event> = (0..10_000).map(|_| Event::new("t1")).collect();
+    let events: Vec<Event> = (0..4_000).map(|_| Event::new("t1")).collect();
     cluster.post_round_robin(&key, &events).await;
-    let counts = all_accepted(&rx, &events, Duration::from_secs(120)).await;
+    let counts = all_accepted(&rx, &events, Duration::from_secs(180)).await;
     let mut attempts = Vec::new();
     for r in &cluster.replicas {
         attempts.push(metric(&metrics(r).await, "streaming_hub_delivery_attempts_total", ""));
