@@ -21,6 +21,7 @@ use super::auth::TenantCaller;
 use super::destination::{self, Credentials};
 use super::error::{ApiError, ErrorBody, Json, Query, cursor, next_cursor, page_limit};
 use super::filters::valid_filters;
+use crate::delivery::membership::Paced;
 use crate::secrets::{Purpose, SealerError, new_signing_secret_for};
 
 /// Why a subscription disabled through the API is disabled.
@@ -122,16 +123,17 @@ pub struct FlightView {
 }
 
 impl FlightView {
-    fn of(state: &AppState, sub: &SubscriptionRecord) -> Self {
-        match published(state, sub) {
-            Some((pacer, entry)) => {
+    /// From `paced` (who paces `sub`'s destination): another replica's published figures, or
+    /// this replica's own.
+    fn of(state: &AppState, sub: &SubscriptionRecord, paced: Option<&Paced>) -> Self {
+        match paced {
+            Some(Paced { by, published: Some(entry) }) => {
                 // Another replica paces it: what that replica published with its last heartbeat.
-                let field = |name: &str| &entry[name];
                 Self {
-                    paced_by: Some(pacer),
-                    in_flight: field("in_flight").as_u64().map_or(0, |n| n as usize),
-                    allowance: field("allowance").as_u64().map(|n| n as usize),
-                    paused_until: field("paused_until")
+                    paced_by: Some(by.clone()),
+                    in_flight: entry["in_flight"].as_u64().map_or(0, |n| n as usize),
+                    allowance: entry["allowance"].as_u64().map(|n| n as usize),
+                    paused_until: entry["paused_until"]
                         .as_str()
                         .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
                         .map(|t| t.with_timezone(&Utc))
@@ -139,11 +141,11 @@ impl FlightView {
                     rate_per_second: sub.limits.rate(sub.allowed_rate),
                 }
             }
-            None => {
+            _ => {
                 let f = state.flights.flight(sub);
                 let now = state.clock.now();
                 Self {
-                    paced_by: state.membership.pacer(sub.pace_bucket).map(|p| p.name),
+                    paced_by: paced.map(|p| p.by.clone()),
                     in_flight: f.in_flight,
                     allowance: f.allowance,
                     paused_until: f.paused_for.map(|d| now + chrono::Duration::from_std(d).unwrap_or_default()),
@@ -154,26 +156,10 @@ impl FlightView {
     }
 }
 
-/// What the replica that paces `sub`'s destination published of it with its last heartbeat;
-/// `None` when this replica paces it (or none is live).
-fn published(state: &AppState, sub: &SubscriptionRecord) -> Option<(String, Value)> {
-    let pacer = state.membership.pacer(sub.pace_bucket)?;
-    if pacer.id == state.membership.id {
-        return None;
-    }
-    let id = sub.id.to_string();
-    let entry = pacer
-        .pacing
-        .as_array()
-        .and_then(|all| all.iter().find(|e| e["subscription"].as_str() == Some(id.as_str())).cloned())
-        .unwrap_or(Value::Null);
-    Some((pacer.name, entry))
-}
-
-/// `sub`'s breaker as the replica that paces its destination sees it.
-fn breaker_of(state: &AppState, sub: &SubscriptionRecord) -> &'static str {
-    match published(state, sub) {
-        Some((_, entry)) => match entry["breaker"].as_str() {
+/// `sub`'s breaker as the replica that paces its destination (`paced`) sees it.
+fn breaker_of(state: &AppState, sub: &SubscriptionRecord, paced: Option<&Paced>) -> &'static str {
+    match paced.and_then(|p| p.published.as_ref()) {
+        Some(entry) => match entry["breaker"].as_str() {
             Some("open") => "open",
             Some("half_open") => "half_open",
             _ => "closed",
@@ -273,12 +259,13 @@ pub async fn with_health(state: &AppState, subs: &[SubscriptionRecord]) -> Resul
         .iter()
         .map(|s| {
             let mut view = SubscriptionView::of(s);
+            let paced = state.membership.paced(s.pace_bucket, s.id);
             view.health = Some(Health {
                 failing_since: s.failing_since,
                 last_failure_at: s.last_failure_at,
-                breaker: breaker_of(state, s),
+                breaker: breaker_of(state, s, paced.as_ref()),
                 jobs: jobs.remove(&s.id).unwrap_or_default(),
-                delivery: FlightView::of(state, s),
+                delivery: FlightView::of(state, s, paced.as_ref()),
             });
             view
         })

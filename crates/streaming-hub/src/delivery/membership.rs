@@ -191,13 +191,23 @@ impl Membership {
         self.changed.subscribe()
     }
 
-    /// The live replica that paces a destination in `bucket` (by this replica's view), and
-    /// whether it is this one.
-    pub fn pacer(&self, bucket: Option<i32>) -> Option<ReplicaRecord> {
+    /// Who paces `subscription`'s destination, in `bucket`, by this replica's view: its name,
+    /// and (when it is another replica) what it published of the subscription with its last
+    /// heartbeat (`Value::Null` when nothing). `None` when no delivering replica is live.
+    pub fn paced(&self, bucket: Option<i32>, subscription: Uuid) -> Option<Paced> {
         let view = lock(&self.view);
         let delivering: Vec<Uuid> = view.live.iter().filter(|r| r.delivers).map(|r| r.id).collect();
         let owner = owners::owner(bucket.unwrap_or(0), &delivering)?;
-        view.live.iter().find(|r| r.id == owner).cloned()
+        let pacer = view.live.iter().find(|r| r.id == owner)?;
+        let published = (owner != self.id).then(|| {
+            let id = subscription.to_string();
+            pacer
+                .pacing
+                .as_array()
+                .and_then(|all| all.iter().find(|e| e["subscription"].as_str() == Some(id.as_str())).cloned())
+                .unwrap_or(serde_json::Value::Null)
+        });
+        Some(Paced { by: pacer.name.clone(), published })
     }
 
     fn update(&self, live: Vec<ReplicaRecord>, owned: Owned, shares: HashMap<Uuid, usize>) {
@@ -224,6 +234,15 @@ impl Membership {
             self.changed.send_modify(|n| *n += 1);
         }
     }
+}
+
+/// Who paces a subscription's destination (see [`Membership::paced`]).
+#[derive(Debug, Clone)]
+pub struct Paced {
+    /// The pacer's name.
+    pub by: String,
+    /// What the pacer published of the subscription; `None` when this replica paces it.
+    pub published: Option<serde_json::Value>,
 }
 
 /// `host:pid` (or the id's head without a host name): what operators see in listings.
