@@ -12,6 +12,7 @@ pub mod delivery;
 pub mod envelope;
 pub mod filter;
 pub mod ids;
+pub mod ledger;
 pub mod netpolicy;
 pub mod oidc;
 pub mod operational;

@@ -1,0 +1,207 @@
+//! A ledger's export (JSON lines) and its offline verification: what `streaming-hub ledger
+//! verify` and a partner's own check read.
+//!
+//! One JSON object per line, told apart by `type`:
+//! - `ledger` first: which log, and the format;
+//! - `key`: a public key that signed checkpoints (a JWK, as `/.well-known/ledger-keys.json`);
+//! - `entry`: its index, its exact `data` (the bytes the leaf hashes, as a string) and the leaf
+//!   hash the hub stored;
+//! - `checkpoint`: a signed tree head (after the entries it covers, though any order verifies).
+//!
+//! Verification recomputes every leaf hash and the tree from the entries alone, checks every
+//! checkpoint's signature with the listed keys and its root against the recomputed tree of its
+//! size, and names the first entry that does not fit.
+
+use std::collections::BTreeMap;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::checkpoint::{Checkpoint, Log, jwk_public};
+use super::{Growth, Hash, grow, leaf_hash};
+
+/// The export format this code writes and reads.
+pub const FORMAT: u32 = 1;
+
+/// One line of an export.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Line {
+    Ledger { log: String, format: u32 },
+    Key { jwk: Value },
+    Entry { index: u64, data: String, leaf_hash: String },
+    Checkpoint(Checkpoint),
+}
+
+impl Line {
+    /// The first line of a log's export.
+    pub fn ledger(log: &Log) -> Self {
+        Line::Ledger { log: log.line(), format: FORMAT }
+    }
+
+    pub fn entry(index: u64, data: &str, leaf: &Hash) -> Self {
+        Line::Entry { index, data: data.to_owned(), leaf_hash: STANDARD.encode(leaf) }
+    }
+}
+
+/// What a verification found to hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub log: String,
+    pub entries: u64,
+    pub checkpoints: u64,
+    /// The largest signed size, and its root (standard base64).
+    pub signed_size: u64,
+    pub signed_root: Option<String>,
+}
+
+/// The first thing in an export that does not fit, named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Mismatch {
+    #[error("line {line}: not a ledger export line ({why})")]
+    Unreadable { line: usize, why: String },
+    #[error("the export does not begin with its ledger line")]
+    NoHeader,
+    #[error("the export is in format {0}; this verifier reads format {FORMAT}")]
+    Format(u32),
+    #[error("line {line}: a key that is not an Ed25519 public key")]
+    Key { line: usize },
+    #[error("entry {expected} is missing (line {line} holds entry {found})")]
+    Missing { line: usize, expected: u64, found: u64 },
+    #[error("entry {index} (line {line}): its data does not match its stored hash")]
+    Altered { line: usize, index: u64 },
+    #[error("entry {index} (line {line}): its stored hash is not a SHA-256 digest")]
+    BadHash { line: usize, index: u64 },
+    #[error("{0}")]
+    Checkpoint(#[from] super::checkpoint::CheckpointError),
+    #[error(
+        "checkpoint {size} (signed {time}) does not match the entries: one of entries {from}..{last} was changed, removed or reordered"
+    )]
+    Root { size: u64, time: String, from: u64, last: u64 },
+    #[error("checkpoint {size} (signed {time}) covers entries the export does not hold (it ends at {entries})")]
+    Short { size: u64, time: String, entries: u64 },
+    #[error("two checkpoints of size {size} disagree")]
+    Forked { size: u64 },
+}
+
+/// Verifies an export read line by line.
+pub fn verify<I, S>(lines: I) -> Result<Verified, Mismatch>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut log: Option<Log> = None;
+    let mut keys: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut tree: Growth = grow(0, &[], &[]).map_err(|_| Mismatch::NoHeader)?;
+    // Checkpoints not yet reached by the entries, by size: (root, time).
+    let mut waiting: BTreeMap<u64, (Hash, String)> = BTreeMap::new();
+    // Sizes already checked, with their roots (a second checkpoint of a size must agree).
+    let mut checked: BTreeMap<u64, Hash> = BTreeMap::new();
+    let mut last_good = 0u64;
+    let mut checkpoints = 0u64;
+    for (n, text) in lines.into_iter().enumerate() {
+        let line = n + 1;
+        let text = text.as_ref().trim();
+        if text.is_empty() {
+            continue;
+        }
+        let parsed: Line =
+            serde_json::from_str(text).map_err(|e| Mismatch::Unreadable { line, why: e.to_string() })?;
+        let Some(current) = &log else {
+            let Line::Ledger { log: name, format } = parsed else {
+                return Err(Mismatch::NoHeader);
+            };
+            if format != FORMAT {
+                return Err(Mismatch::Format(format));
+            }
+            log = Some(log_of(&name).ok_or(Mismatch::Unreadable { line, why: "unknown log name".into() })?);
+            continue;
+        };
+        match parsed {
+            Line::Ledger { .. } => return Err(Mismatch::Unreadable { line, why: "a second ledger line".into() }),
+            Line::Key { jwk } => keys.push(jwk_public(&jwk).ok_or(Mismatch::Key { line })?),
+            Line::Checkpoint(c) => {
+                let root = c.verify(current, &keys)?;
+                checkpoints += 1;
+                if c.size <= tree.size {
+                    // Already reached: checked against the roots met on the way, or now.
+                    let known = checked.get(&c.size).copied();
+                    match known {
+                        Some(r) if r != root => return Err(Mismatch::Forked { size: c.size }),
+                        Some(_) => {}
+                        None if c.size == tree.size => {
+                            if root != tree.root {
+                                return Err(root_mismatch(c.size, c.time, last_good));
+                            }
+                            checked.insert(c.size, root);
+                            last_good = last_good.max(c.size);
+                        }
+                        // An earlier size not kept: the export was not in order of size.
+                        None => return Err(Mismatch::Unreadable { line, why: "a checkpoint after entries beyond its size".into() }),
+                    }
+                } else if let Some((r, _)) = waiting.get(&c.size) {
+                    if *r != root {
+                        return Err(Mismatch::Forked { size: c.size });
+                    }
+                } else {
+                    waiting.insert(c.size, (root, c.time));
+                }
+            }
+            Line::Entry { index, data, leaf_hash: stored } => {
+                if index != tree.size {
+                    return Err(Mismatch::Missing { line, expected: tree.size, found: index });
+                }
+                let stored: Hash = STANDARD
+                    .decode(&stored)
+                    .ok()
+                    .and_then(|h| h.try_into().ok())
+                    .ok_or(Mismatch::BadHash { line, index })?;
+                let leaf = leaf_hash(index, data.as_bytes());
+                if leaf != stored {
+                    return Err(Mismatch::Altered { line, index });
+                }
+                tree = grow(tree.size, &tree.peaks, &[leaf]).map_err(|_| Mismatch::Missing {
+                    line,
+                    expected: tree.size,
+                    found: index,
+                })?;
+                if let Some((root, time)) = waiting.remove(&tree.size) {
+                    if root != tree.root {
+                        return Err(root_mismatch(tree.size, time, last_good));
+                    }
+                    checked.insert(tree.size, root);
+                    last_good = tree.size;
+                }
+            }
+        }
+    }
+    let Some(log) = log else {
+        return Err(Mismatch::NoHeader);
+    };
+    if let Some((size, (_, time))) = waiting.into_iter().next() {
+        return Err(Mismatch::Short { size, time, entries: tree.size });
+    }
+    let signed = checked.last_key_value().map(|(s, r)| (*s, STANDARD.encode(r)));
+    Ok(Verified {
+        log: log.line(),
+        entries: tree.size,
+        checkpoints,
+        signed_size: signed.as_ref().map_or(0, |(s, _)| *s),
+        signed_root: signed.map(|(_, r)| r),
+    })
+}
+
+fn root_mismatch(size: u64, time: String, last_good: u64) -> Mismatch {
+    Mismatch::Root { size, time, from: last_good, last: size.saturating_sub(1) }
+}
+
+/// The log a `ledger` line names.
+pub fn log_of(line: &str) -> Option<Log> {
+    match line.split_once(' ') {
+        Some(("tenant", t)) if !t.is_empty() => Some(Log::Tenant(t.to_owned())),
+        None if line == "platform" => Some(Log::Platform),
+        _ => None,
+    }
+}
