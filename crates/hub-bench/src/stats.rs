@@ -33,10 +33,12 @@ fn note_cost() -> f64 {
             status_code: Some(204),
             error: None,
             response_body: None,
+            ledger_index: None,
         },
         transition: JobTransition::Succeeded,
         health: HealthChange::Success,
         now,
+        ledger: None,
     };
     let started = Instant::now();
     for _ in 0..ROUNDS {

@@ -38,6 +38,25 @@ pub struct Message<'a> {
     pub attempt: u32,
     /// New for every attempt.
     pub delivery_id: Uuid,
+    /// Where a sink that signs its requests notes the headers it sent (for the ledger's digest).
+    pub sent: Option<&'a Sent>,
+}
+
+/// The headers a sink sent with an attempt, as it sent them (SPEC §11, the ledger's digest of
+/// what was sent): a webhook's signature and id headers.
+#[derive(Debug, Default)]
+pub struct Sent(std::sync::Mutex<Vec<(String, String)>>);
+
+impl Sent {
+    pub fn note(&self, headers: Vec<(String, String)>) {
+        if let Ok(mut sent) = self.0.lock() {
+            *sent = headers;
+        }
+    }
+
+    pub fn headers(&self) -> Vec<(String, String)> {
+        self.0.lock().map(|h| h.clone()).unwrap_or_default()
+    }
 }
 
 impl Message<'_> {

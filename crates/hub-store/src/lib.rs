@@ -156,6 +156,7 @@ pub trait Store:
     + IssuerKeys
     + Erasures
     + Replicas
+    + Ledger
     + std::fmt::Debug
     + Send
     + Sync
@@ -175,6 +176,7 @@ impl<T> Store for T where
         + IssuerKeys
         + Erasures
         + Replicas
+        + Ledger
         + std::fmt::Debug
         + Send
         + Sync
@@ -596,6 +598,79 @@ pub trait IssuerKeys: Send + Sync {
 
     /// Drops the keys retired before `before` (their overlap is over); how many.
     async fn drop_issuer_keys(&self, before: DateTime<Utc>) -> StoreResult<u64>;
+}
+
+/// The ledger (SPEC §11, "Proof of delivery"): append-only entries numbered per log, the complete
+/// nodes of each log's Merkle tree, its signed checkpoints and signing keys.
+#[async_trait]
+pub trait Ledger: Send + Sync {
+    /// Appends entries, each to its log, numbered in the order given under the log's head (in
+    /// one transaction). Answers their indexes. Delivery outcomes are appended by
+    /// [`JobQueue::complete_attempts`] with their attempts instead.
+    async fn append_ledger(&self, entries: &[NewLedgerEntry]) -> StoreResult<Vec<u64>>;
+
+    /// The logs with entries not yet in their tree.
+    async fn ledger_backlog(&self) -> StoreResult<Vec<String>>;
+
+    /// Integrates up to `limit` new entries of `log`: under the log's tree lock, `seal` is handed
+    /// the tree so far and the entries after it, and what it answers (nodes, peaks, checkpoint)
+    /// is written in the same transaction. `Ok(None)` when there was nothing to integrate or
+    /// another replica holds the lock; an `Err` from `seal` is answered as
+    /// [`StoreError::Corrupt`] and nothing is written.
+    async fn integrate_ledger(
+        &self,
+        log: &str,
+        limit: u64,
+        seal: &(dyn Fn(Integration) -> Result<Sealed, String> + Send + Sync),
+    ) -> StoreResult<Option<u64>>;
+
+    /// Entries `from..` of `log`, at most `limit`, in order.
+    async fn ledger_entries(&self, log: &str, from: u64, limit: u64) -> StoreResult<Vec<LedgerEntryRecord>>;
+
+    /// `log`'s entries of `kind`, newest first, those before index `before` when given.
+    async fn ledger_entries_of_kind(
+        &self,
+        log: &str,
+        kind: &str,
+        before: Option<u64>,
+        limit: u64,
+    ) -> StoreResult<Vec<LedgerEntryRecord>>;
+
+    /// The hashes of complete nodes of `log`'s tree (level 0 from its entries), those it holds.
+    async fn ledger_nodes(
+        &self,
+        log: &str,
+        nodes: &[hub_core::ledger::Node],
+    ) -> StoreResult<Vec<(hub_core::ledger::Node, hub_core::ledger::Hash)>>;
+
+    /// Checkpoints of `log` with sizes in `from..=to`, by size, at most `limit`.
+    async fn ledger_checkpoints(
+        &self,
+        log: &str,
+        from: u64,
+        to: u64,
+        limit: u64,
+    ) -> StoreResult<Vec<hub_core::ledger::checkpoint::Checkpoint>>;
+
+    /// The latest checkpoint of `log`.
+    async fn latest_ledger_checkpoint(
+        &self,
+        log: &str,
+    ) -> StoreResult<Option<hub_core::ledger::checkpoint::Checkpoint>>;
+
+    /// Every ledger signing key, oldest first (none is ever dropped: old checkpoints stay
+    /// verifiable).
+    async fn ledger_keys(&self) -> StoreResult<Vec<IssuerKeyRecord>>;
+
+    /// Adds a ledger key; `retire_others` retires the one signing until now (a rotation).
+    async fn add_ledger_key(&self, key: &IssuerKeyRecord, retire_others: Option<DateTime<Utc>>) -> StoreResult<()>;
+
+    /// Destroys the digest keys of `tenant`'s entries about `events` (erasure): the entries
+    /// stay, their digests can no longer be linked to anything. How many.
+    async fn forget_digest_keys(&self, tenant: &str, events: &[Uuid]) -> StoreResult<u64>;
+
+    /// The digest key of one entry, while it is kept.
+    async fn digest_key(&self, log: &str, index: u64) -> StoreResult<Option<Vec<u8>>>;
 }
 
 /// The replicas of one hub and who paces which destination (docs/SCALING.md): heartbeats, the

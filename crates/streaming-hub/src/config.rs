@@ -242,6 +242,9 @@ pub struct Config {
     pub oidc_issuer: Option<String>,
     /// After a rotation, how long the replaced signing key stays published.
     pub oidc_key_overlap: Duration,
+    /// How often each log with new entries gets a signed checkpoint
+    /// (`STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL`).
+    pub ledger_checkpoint_interval: Duration,
     /// What one run of a transformation may spend: CPU time and memory (bytes).
     pub transform_cpu: Duration,
     pub transform_memory: usize,
@@ -524,6 +527,14 @@ impl Config {
             }),
             oidc_issuer: r.parse("STREAMING_HUB_OIDC_ISSUER", None, oidc_issuer),
             oidc_key_overlap: r.duration("STREAMING_HUB_OIDC_KEY_OVERLAP", "24h"),
+            ledger_checkpoint_interval: r.parse(
+                "STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL",
+                Duration::from_secs(2),
+                |raw| match humantime::parse_duration(raw) {
+                    Ok(d) if d >= Duration::from_millis(100) && d <= Duration::from_secs(60) => Ok(d),
+                    _ => Err(format!("must be a duration from 100ms to 60s, such as 2s (got {})", quoted(raw))),
+                },
+            ),
             transform_cpu: r.parse("STREAMING_HUB_TRANSFORM_CPU", Duration::from_millis(5), |raw| {
                 match humantime::parse_duration(raw) {
                     Ok(d) if d >= Duration::from_micros(100) && d <= Duration::from_secs(1) => Ok(d),

@@ -269,6 +269,10 @@ async fn erase(
             now,
             lease_until: now + lease,
         };
+        // The ledger's digests of what was sent about these events can no longer be linked to
+        // anything once their keys are gone (SPEC §11); the entries stay. First, so a runner
+        // killed between the two does it again with the page.
+        store.forget_digest_keys(&erasure.tenant_id, &erased.iter().copied().collect::<Vec<_>>()).await?;
         store.erase_events(&step).await?;
         after = last;
     }

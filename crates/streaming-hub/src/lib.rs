@@ -12,6 +12,7 @@ pub mod demo;
 pub mod erasure;
 pub mod ingest;
 pub mod keys;
+pub mod ledger;
 pub mod oidc;
 pub mod operational;
 pub mod retention;
@@ -219,6 +220,9 @@ pub async fn start_with_clock(
         }
         None => None,
     };
+    let ledger = ledger::Ledger::start(Arc::clone(&store), Arc::clone(&sealer), Arc::clone(&clock))
+        .await
+        .context("the ledger's signing keys cannot be read or made")?;
     let sinks: Arc<dyn hub_sinks::Sink> = Arc::new(
         hub_sinks::Sinks::new(
             config.allow_private_sinks,
@@ -331,6 +335,10 @@ pub async fn start_with_clock(
     if let Some(issuer) = &issuer {
         tasks.push(supervisor.spawn("issuer keys refresh", oidc::refresh_loop(Arc::clone(issuer), stop.clone())));
     }
+    tasks.push(
+        supervisor
+            .spawn("ledger sealer", ledger::run(Arc::clone(&ledger), config.ledger_checkpoint_interval, stop.clone())),
+    );
     let replays = Arc::new(tokio::sync::Notify::new());
     if config.role.delivers() {
         tasks.push(supervisor.spawn(
@@ -447,6 +455,7 @@ pub async fn start_with_clock(
         frame_ancestors: config.portal_frame_ancestors.clone(),
         test_waiting: Arc::default(),
         issuer,
+        ledger,
         erasures,
         erasure: config.erasure,
         stall_timeout: config.dispatch_stall_timeout,

@@ -48,6 +48,26 @@ enum Command {
         #[command(subcommand)]
         command: ApiKeyCommand,
     },
+    /// The ledger (docs/LEDGER.md); reads no configuration.
+    Ledger {
+        #[command(subcommand)]
+        command: LedgerCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum LedgerCommand {
+    /// Check an export (`GET /v1/ledger/export`) without the hub: every entry's hash, every
+    /// checkpoint's signature, and the tree at every checkpoint. Exits 0 when everything fits,
+    /// 1 naming the first entry or checkpoint that does not, 2 when the file cannot be read.
+    Verify {
+        /// The export (JSON lines); `-` reads standard input.
+        file: std::path::PathBuf,
+        /// The hub's public keys (`/.well-known/ledger-keys.json`, saved), trusted instead of
+        /// the keys the export lists.
+        #[arg(long, value_name = "FILE")]
+        keys: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -83,6 +103,9 @@ fn main() -> ExitCode {
         let doc = api::openapi_json();
         println!("{}", serde_json::to_string_pretty(&doc).expect("the document serialises"));
         return ExitCode::SUCCESS;
+    }
+    if let Command::Ledger { command: LedgerCommand::Verify { file, keys } } = &cli.command {
+        return verify_ledger(file, keys.as_deref());
     }
     let loaded = streaming_hub::config::file::merged(cli.config.as_deref(), std::env::vars().collect()).and_then(
         |vars| match cli.command {
@@ -151,7 +174,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => serve(config).await,
         Command::Demo => streaming_hub::demo::run().await,
-        Command::CheckConfig | Command::Openapi => Ok(()),
+        Command::CheckConfig | Command::Openapi | Command::Ledger { .. } => Ok(()),
         Command::Migrate => {
             // Opening with `migrate` applies what is pending and logs which migrations those were.
             let store = streaming_hub::open_store(&config, true).await?;
@@ -173,6 +196,16 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             };
             let store = streaming_hub::open_store(&config, false).await?;
             let (record, key) = streaming_hub::keys::issue(store.as_ref(), tenant.as_ref(), &name, expires_at).await?;
+            let change = streaming_hub::ledger::change_entry(
+                chrono::Utc::now(),
+                tenant.as_ref().map(TenantId::as_str),
+                &hub_core::ledger::entry::Actor::Cli { user: std::env::var("USER").ok() },
+                if tenant.is_some() { "api_key.created" } else { "admin_key.created" },
+                serde_json::json!({"api_key": record.id}),
+                None,
+                Some(serde_json::json!({"name": record.name, "expires_at": record.expires_at})),
+            );
+            store.append_ledger(&[change]).await?;
             match &record.tenant_id {
                 Some(t) => eprintln!("created API key {} for tenant {t} (shown once):", record.id),
                 None => eprintln!("created admin key {} named {} (shown once):", record.id, record.name),
@@ -231,5 +264,70 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+/// `streaming-hub ledger verify`.
+fn verify_ledger(file: &std::path::Path, keys: Option<&std::path::Path>) -> ExitCode {
+    use std::io::BufRead;
+    let pinned = match keys.map(std::fs::read_to_string).transpose() {
+        Ok(None) => None,
+        Ok(Some(text)) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(doc) if !hub_core::ledger::export::keys_of(&doc).is_empty() => {
+                Some(hub_core::ledger::export::keys_of(&doc))
+            }
+            _ => {
+                eprintln!("error: --keys: not a JWKS document with Ed25519 keys ({{\"keys\": [...]}})");
+                return ExitCode::from(2);
+            }
+        },
+        Err(e) => {
+            eprintln!("error: --keys: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let reader: Box<dyn BufRead> = if file.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        match std::fs::File::open(file) {
+            Ok(f) => Box::new(std::io::BufReader::new(f)),
+            Err(e) => {
+                eprintln!("error: {}: {e}", file.display());
+                return ExitCode::from(2);
+            }
+        }
+    };
+    let mut unreadable = None;
+    let lines = reader.lines().map_while(|l| match l {
+        Ok(l) => Some(l),
+        Err(e) => {
+            unreadable = Some(e);
+            None
+        }
+    });
+    let verdict = hub_core::ledger::export::verify_with(lines, pinned);
+    if let Some(e) = unreadable {
+        eprintln!("error: {}: {e}", file.display());
+        return ExitCode::from(2);
+    }
+    match verdict {
+        Ok(v) => {
+            println!(
+                "ok: {}: {} entries, {} checkpoints verified; signed up to {} (root {})",
+                v.log,
+                v.entries,
+                v.checkpoints,
+                v.signed_size,
+                v.signed_root.as_deref().unwrap_or("none")
+            );
+            if v.entries > v.signed_size {
+                println!("note: the last {} entries are not covered by a checkpoint yet", v.entries - v.signed_size);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(mismatch) => {
+            eprintln!("error: {mismatch}");
+            ExitCode::from(1)
+        }
     }
 }

@@ -121,6 +121,8 @@ pub enum Purpose {
     IssuerKey,
     /// What a running erasure matches (owned by the erasure).
     ErasureMatch,
+    /// One of the ledger's signing keys (owned by its kid).
+    LedgerKey,
 }
 
 impl Purpose {
@@ -131,6 +133,7 @@ impl Purpose {
             Purpose::Credentials => "credentials",
             Purpose::IssuerKey => "issuer_key",
             Purpose::ErasureMatch => "erasure_match",
+            Purpose::LedgerKey => "ledger_key",
         }
     }
 }

@@ -93,6 +93,13 @@ pub mod metric {
     pub const TRANSFORM_SECONDS: &str = "streaming_hub_transform_duration_seconds";
     /// `{result}`: transform runs that reshaped the event (`transformed`), skipped it, or failed.
     pub const TRANSFORM_RUNS: &str = "streaming_hub_transform_runs_total";
+    /// Ledger checkpoints this replica signed.
+    pub const LEDGER_CHECKPOINTS: &str = "streaming_hub_ledger_checkpoints_total";
+    /// Ledger seals refused because an entry no longer matches what was appended (changed or
+    /// removed in the store).
+    pub const LEDGER_REFUSED: &str = "streaming_hub_ledger_seal_refusals_total";
+    /// Changes that could not be appended to the ledger.
+    pub const LEDGER_UNRECORDED: &str = "streaming_hub_ledger_unrecorded_changes_total";
     /// Attempts that panicked (recorded as failures and retried; the hub's log says where).
     pub const ATTEMPT_PANICS: &str = "streaming_hub_attempt_panics_total";
     /// `{reason}`: 1 while this replica's delivery makes no progress (`loop`: the dispatch loop
@@ -306,6 +313,12 @@ fn describe() {
     metrics::describe_gauge!(metric::TRANSFORM_WORKERS, "Transform worker processes, alive and busy");
     metrics::describe_gauge!(metric::TRANSFORM_WAITING, "Transform runs waiting for a worker");
     metrics::describe_counter!(metric::ATTEMPT_PANICS, "Attempts that panicked, recorded as failures");
+    metrics::describe_counter!(metric::LEDGER_CHECKPOINTS, "Ledger checkpoints this replica signed");
+    metrics::describe_counter!(
+        metric::LEDGER_REFUSED,
+        "Ledger seals refused: an entry no longer matches what was appended"
+    );
+    metrics::describe_counter!(metric::LEDGER_UNRECORDED, "Changes that could not be appended to the ledger");
     metrics::describe_counter!(metric::HTTP_PANICS, "Requests whose handler panicked, answered 500");
     metrics::describe_gauge!(metric::DELIVERY_STALLED, "1 while this replica's delivery makes no progress, by reason");
     metrics::describe_counter!(metric::TRANSFORM_WORKERS_STOPPED, "Transform workers stopped, by reason");

@@ -6,7 +6,8 @@
 //! - `key`: a public key that signed checkpoints (a JWK, as `/.well-known/ledger-keys.json`);
 //! - `entry`: its index, its exact `data` (the bytes the leaf hashes, as a string) and the leaf
 //!   hash the hub stored;
-//! - `checkpoint`: a signed tree head (after the entries it covers, though any order verifies).
+//! - `checkpoint`: a signed tree head, right after the last entry it covers (or before it:
+//!   checkpoints ahead of the entries wait for them).
 //!
 //! Verification recomputes every leaf hash and the tree from the entries alone, checks every
 //! checkpoint's signature with the listed keys and its root against the recomputed tree of its
@@ -86,14 +87,25 @@ pub enum Mismatch {
     Forked { size: u64 },
 }
 
-/// Verifies an export read line by line.
+/// Verifies an export read line by line, with the keys it lists.
 pub fn verify<I, S>(lines: I) -> Result<Verified, Mismatch>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
+    verify_with(lines, None)
+}
+
+/// Verifies an export with `pinned` keys (`kid`, raw Ed25519 public key) obtained elsewhere
+/// (the hub's `/.well-known/ledger-keys.json`): the keys the export lists are then ignored.
+pub fn verify_with<I, S>(lines: I, pinned: Option<Vec<(String, Vec<u8>)>>) -> Result<Verified, Mismatch>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
     let mut log: Option<Log> = None;
-    let mut keys: Vec<(String, Vec<u8>)> = Vec::new();
+    let pinning = pinned.is_some();
+    let mut keys: Vec<(String, Vec<u8>)> = pinned.unwrap_or_default();
     let mut tree: Growth = grow(0, &[], &[]).map_err(|_| Mismatch::NoHeader)?;
     // Checkpoints not yet reached by the entries, by size: (root, time).
     let mut waiting: BTreeMap<u64, (Hash, String)> = BTreeMap::new();
@@ -107,8 +119,7 @@ where
         if text.is_empty() {
             continue;
         }
-        let parsed: Line =
-            serde_json::from_str(text).map_err(|e| Mismatch::Unreadable { line, why: e.to_string() })?;
+        let parsed: Line = serde_json::from_str(text).map_err(|e| Mismatch::Unreadable { line, why: e.to_string() })?;
         let Some(current) = &log else {
             let Line::Ledger { log: name, format } = parsed else {
                 return Err(Mismatch::NoHeader);
@@ -121,7 +132,12 @@ where
         };
         match parsed {
             Line::Ledger { .. } => return Err(Mismatch::Unreadable { line, why: "a second ledger line".into() }),
-            Line::Key { jwk } => keys.push(jwk_public(&jwk).ok_or(Mismatch::Key { line })?),
+            Line::Key { jwk } => {
+                let key = jwk_public(&jwk).ok_or(Mismatch::Key { line })?;
+                if !pinning {
+                    keys.push(key);
+                }
+            }
             Line::Checkpoint(c) => {
                 let root = c.verify(current, &keys)?;
                 checkpoints += 1;
@@ -139,7 +155,7 @@ where
                             last_good = last_good.max(c.size);
                         }
                         // An earlier size not kept: the export was not in order of size.
-                        None => return Err(Mismatch::Unreadable { line, why: "a checkpoint after entries beyond its size".into() }),
+                        None => return Err(Mismatch::Unreadable { line, why: "a checkpoint listed after entries beyond its size (each must follow the entries it covers)".into() }),
                     }
                 } else if let Some((r, _)) = waiting.get(&c.size) {
                     if *r != root {
@@ -204,4 +220,9 @@ pub fn log_of(line: &str) -> Option<Log> {
         None if line == "platform" => Some(Log::Platform),
         _ => None,
     }
+}
+
+/// The keys of a JWKS document (`{"keys": [...]}`) that are Ed25519 public keys.
+pub fn keys_of(document: &Value) -> Vec<(String, Vec<u8>)> {
+    document["keys"].as_array().map(|keys| keys.iter().filter_map(jwk_public).collect()).unwrap_or_default()
 }

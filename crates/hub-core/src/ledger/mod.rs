@@ -15,6 +15,7 @@
 //! same code the hub, the offline `ledger verify` and the tests run.
 
 pub mod checkpoint;
+pub mod entry;
 pub mod export;
 pub mod proof;
 

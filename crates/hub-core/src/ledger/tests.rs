@@ -1,6 +1,6 @@
 use std::collections::HashMap;
 
-use chrono::{TimeZone, Utc};
+use chrono::Utc;
 use proptest::prelude::*;
 
 use super::checkpoint::{Checkpoint, CheckpointError, LedgerKey, Log, TreeHead, jwk_public};
@@ -16,7 +16,7 @@ fn leaves(n: u64) -> Vec<Hash> {
 /// Grows a tree in the given chunks, as the hub does, keeping every complete node it makes.
 fn grown(leaves: &[Hash], chunks: &[usize]) -> (Growth, HashMap<Node, Hash>) {
     let mut store: HashMap<Node, Hash> = HashMap::new();
-    let mut g = grow(0, &[], &[]).unwrap();
+    let mut g = grow(0, &[], &[]).expect("holds");
     let mut at = 0;
     let mut chunks = chunks.iter().copied().cycle();
     while at < leaves.len() {
@@ -26,7 +26,7 @@ fn grown(leaves: &[Hash], chunks: &[usize]) -> (Growth, HashMap<Node, Hash>) {
             .into_iter()
             .map(|n| (n, if n.level == 0 { leaves[n.index as usize] } else { store[&n] }))
             .collect();
-        g = grow(g.size, &peaks, &leaves[at..at + take]).unwrap();
+        g = grow(g.size, &peaks, &leaves[at..at + take]).expect("holds");
         store.extend(g.nodes.iter().copied());
         at += take;
     }
@@ -43,12 +43,12 @@ fn known_roots() {
     assert_eq!(hex(&empty_root()), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     let one = leaves(1);
     assert_eq!(reference_root(&one), one[0]);
-    assert_eq!(grow(0, &[], &one).unwrap().root, one[0]);
+    assert_eq!(grow(0, &[], &one).expect("holds").root, one[0]);
     // Three leaves: ((0, 1), 2).
     let three = leaves(3);
     let expected = node_hash(&node_hash(&three[0], &three[1]), &three[2]);
     assert_eq!(reference_root(&three), expected);
-    assert_eq!(grow(0, &[], &three).unwrap().root, expected);
+    assert_eq!(grow(0, &[], &three).expect("holds").root, expected);
 }
 
 #[test]
@@ -91,8 +91,8 @@ proptest! {
         let leaves = leaves(n);
         let (g, store) = grown(&leaves, &[7]);
         let index = pick.index(n as usize) as u64;
-        let plan = inclusion_plan(index, n).unwrap();
-        let proof = fill(&plan, hash_in(&leaves, &store)).unwrap();
+        let plan = inclusion_plan(index, n).expect("holds");
+        let proof = fill(&plan, hash_in(&leaves, &store)).expect("holds");
         prop_assert_eq!(verify_inclusion(index, n, &leaves[index as usize], &proof, &g.root), Ok(()));
         // Another leaf, another index, a wrong root or a cut proof: refused.
         let other = leaf_hash(index, b"forged");
@@ -114,8 +114,8 @@ proptest! {
         let from = pick.index(to as usize + 1) as u64;
         let (big, store) = grown(&leaves, &[5, 9]);
         let small = reference_root(&leaves[..from as usize]);
-        let plan = consistency_plan(from, to).unwrap();
-        let proof = fill(&plan, hash_in(&leaves, &store)).unwrap();
+        let plan = consistency_plan(from, to).expect("holds");
+        let proof = fill(&plan, hash_in(&leaves, &store)).expect("holds");
         prop_assert_eq!(verify_consistency(from, to, &small, &big.root, &proof), Ok(()));
         if from > 0 {
             // The same tree with one earlier entry changed is not a continuation.
@@ -124,7 +124,7 @@ proptest! {
             other[at] = leaf_hash(at as u64, b"rewritten");
             let rewritten = reference_root(&other);
             let (_, other_store) = grown(&other, &[3]);
-            let other_proof = fill(&plan, hash_in(&other, &other_store)).unwrap();
+            let other_proof = fill(&plan, hash_in(&other, &other_store)).expect("holds");
             prop_assert!(verify_consistency(from, to, &small, &rewritten, &other_proof).is_err());
         }
     }
@@ -140,7 +140,7 @@ fn proofs_of_the_impossible_are_refused() {
 }
 
 fn key() -> LedgerKey {
-    LedgerKey::from_pkcs8("k1", &LedgerKey::generate().unwrap()).unwrap()
+    LedgerKey::from_pkcs8("k1", &LedgerKey::generate().expect("holds")).expect("holds")
 }
 
 fn head(size: u64) -> TreeHead {
@@ -148,20 +148,20 @@ fn head(size: u64) -> TreeHead {
         log: Log::Tenant("acme".into()),
         size,
         root: reference_root(&leaves(size)),
-        time: Utc.timestamp_millis_opt(1_765_000_000_123).unwrap(),
+        time: chrono::DateTime::from_timestamp_millis(1_765_000_000_123).expect("in range"),
     }
 }
 
 #[test]
 fn a_checkpoint_verifies_with_its_published_key_only() {
     let key = key();
-    let keys = vec![jwk_public(&key.jwk()).unwrap()];
+    let keys = vec![jwk_public(&key.jwk()).expect("holds")];
     let c = key.sign(&head(9));
     assert!(c.note.starts_with("streaming-hub ledger v1\ntenant acme\n9\n"));
     assert_eq!(c.verify(&Log::Tenant("acme".into()), &keys), Ok(head(9).root));
     // Another log, another key, a changed field or a changed text: refused, each by name.
     assert_eq!(c.verify(&Log::Platform, &keys), Err(CheckpointError::Note { size: 9 }));
-    let stranger = vec![jwk_public(&self::key().jwk()).unwrap()];
+    let stranger = vec![jwk_public(&self::key().jwk()).expect("holds")];
     assert_eq!(c.verify(&Log::Tenant("acme".into()), &stranger), Err(CheckpointError::Signature { size: 9 }));
     let bigger = Checkpoint { size: 10, ..c.clone() };
     assert_eq!(bigger.verify(&Log::Tenant("acme".into()), &keys), Err(CheckpointError::Note { size: 10 }));
@@ -184,26 +184,29 @@ mod export {
         let key = key();
         let log = Log::Tenant("acme".into());
         let mut lines = vec![Line::ledger(&log), Line::Key { jwk: key.jwk() }];
-        let mut g = grow(0, &[], &[]).unwrap();
+        let mut g = grow(0, &[], &[]).expect("holds");
         for i in 0..n {
             let data = format!(r#"{{"kind":"delivery","n":{i}}}"#);
             let leaf = leaf_hash(i, data.as_bytes());
             lines.push(Line::entry(i, &data, &leaf));
-            g = grow(g.size, &g.peaks, &[leaf]).unwrap();
+            g = grow(g.size, &g.peaks, &[leaf]).expect("holds");
             if g.size % every == 0 || g.size == n {
                 let head = TreeHead { log: log.clone(), size: g.size, root: g.root, time: Utc::now() };
                 lines.push(Line::Checkpoint(key.sign(&head)));
             }
         }
-        (lines.iter().map(|l| serde_json::to_string(l).unwrap()).collect(), key)
+        (lines.iter().map(|l| serde_json::to_string(l).expect("holds")).collect(), key)
     }
 
     fn entry_line(lines: &[String], index: u64) -> usize {
-        lines.iter().position(|l| l.contains(r#""type":"entry""#) && l.contains(&format!(r#""index":{index},"#))).unwrap()
+        lines
+            .iter()
+            .position(|l| l.contains(r#""type":"entry""#) && l.contains(&format!(r#""index":{index},"#)))
+            .expect("holds")
     }
 
     fn edit(line: &str, f: impl FnOnce(&mut serde_json::Value)) -> String {
-        let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(line).expect("holds");
         f(&mut v);
         v.to_string()
     }
@@ -211,7 +214,7 @@ mod export {
     #[test]
     fn an_untouched_export_verifies() {
         let (lines, _) = export(50, 8);
-        let v = verify(&lines).unwrap();
+        let v = verify(&lines).expect("holds");
         assert_eq!((v.entries, v.checkpoints, v.signed_size), (50, 7, 50));
     }
 
@@ -228,7 +231,7 @@ mod export {
         let (mut lines, _) = export(50, 8);
         let at = entry_line(&lines, 17);
         let data = r#"{"kind":"delivery","n":999}"#;
-        lines[at] = serde_json::to_string(&Line::entry(17, data, &leaf_hash(17, data.as_bytes()))).unwrap();
+        lines[at] = serde_json::to_string(&Line::entry(17, data, &leaf_hash(17, data.as_bytes()))).expect("holds");
         match verify(&lines) {
             Err(Mismatch::Root { size: 24, from: 16, last: 23, .. }) => {}
             other => panic!("{other:?}"),
@@ -263,14 +266,14 @@ mod export {
         let (mut lines, _) = export(50, 8);
         let at = entry_line(&lines, 5);
         let data = r#"{"kind":"delivery","n":"inserted"}"#;
-        lines.insert(at, serde_json::to_string(&Line::entry(5, data, &leaf_hash(5, data.as_bytes()))).unwrap());
+        lines.insert(at, serde_json::to_string(&Line::entry(5, data, &leaf_hash(5, data.as_bytes()))).expect("holds"));
         assert!(matches!(verify(&lines), Err(Mismatch::Missing { expected: 6, found: 5, .. })));
     }
 
     #[test]
     fn entries_cut_from_the_end_are_caught_by_the_last_checkpoint() {
         let (mut lines, _) = export(50, 8);
-        let last = lines.last().unwrap().clone();
+        let last = lines.last().expect("holds").clone();
         assert!(last.contains(r#""type":"checkpoint""#) && last.contains(r#""size":50"#));
         lines.truncate(entry_line(&lines, 45));
         lines.push(last);
@@ -284,7 +287,7 @@ mod export {
         let head = TreeHead { log: Log::Tenant("acme".into()), size: 8, root: empty_root(), time: Utc::now() };
         let forged = stranger.sign(&TreeHead { ..head });
         let forged = Checkpoint { kid: "k1".into(), ..forged };
-        lines.push(serde_json::to_string(&Line::Checkpoint(forged)).unwrap());
+        lines.push(serde_json::to_string(&Line::Checkpoint(forged)).expect("holds"));
         assert!(matches!(verify(&lines), Err(Mismatch::Checkpoint(CheckpointError::Signature { size: 8 }))));
     }
 

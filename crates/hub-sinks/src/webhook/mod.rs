@@ -375,6 +375,15 @@ impl TypedSink for WebhookSink {
     async fn attempt(&self, target: &WebhookTarget, message: &Message<'_>) -> Outcome {
         let timestamp = chrono::Utc::now().timestamp();
         let headers = self.headers(target, message, timestamp);
+        if let Some(sent) = message.sent {
+            sent.note(
+                hub_core::ledger::entry::DIGESTED_HEADERS
+                    .iter()
+                    .flat_map(|name| headers.get_all(*name).iter().map(move |v| (*name, v)))
+                    .filter_map(|(name, v)| Some((name.to_owned(), v.to_str().ok()?.to_owned())))
+                    .collect(),
+            );
+        }
         let url = with_path(&target.url, message.path);
         match self.send(target, &url, headers, message.payload.to_vec(), RESPONSE_CAP).await {
             Ok(Answer { status, body, retry_after, stalled, .. }) => {
@@ -425,6 +434,7 @@ impl TypedSink for WebhookSink {
             path: "",
             attempt: 1,
             delivery_id: id,
+            sent: None,
         };
         let headers = self.headers(target, &message, chrono::Utc::now().timestamp());
         let Answer { status, body: answer, allowed_rate, .. } =

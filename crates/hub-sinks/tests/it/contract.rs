@@ -62,6 +62,7 @@ pub fn message<'a>(payload: &'a [u8], extensions: &'a BTreeMap<String, String>, 
         path: "",
         attempt: 1,
         delivery_id: Uuid::now_v7(),
+        sent: None,
     }
 }
 

@@ -95,6 +95,8 @@ pub struct AttemptRecord {
     pub status_code: Option<i32>,
     pub error: Option<String>,
     pub response_body: Option<String>,
+    /// Its entry in the tenant's ledger (set when it is recorded).
+    pub ledger_index: Option<i64>,
 }
 
 pub use hub_core::delivery::{HealthChange, JobTransition};
@@ -107,6 +109,8 @@ pub struct AttemptResult {
     pub transition: JobTransition,
     pub health: HealthChange,
     pub now: DateTime<Utc>,
+    /// Its ledger entry (SPEC §11), appended to the tenant's log with it.
+    pub ledger: Option<crate::NewLedgerEntry>,
 }
 
 /// What writing an attempt changed.

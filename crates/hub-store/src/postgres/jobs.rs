@@ -277,7 +277,7 @@ impl JobQueue for PgStore {
     async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>> {
         sqlx::query(
             "SELECT id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms, outcome, status_code,
-                error, response_body
+                error, response_body, ledger_index
              FROM delivery_attempts WHERE tenant_id = $1 AND job_id = ANY($2) ORDER BY job_id, attempt, started_at",
         )
         .bind(tenant)

@@ -38,6 +38,7 @@ mod ingest;
 mod issuer;
 mod jobs;
 mod kept;
+mod ledger;
 mod operations;
 mod partitions;
 mod replays;

@@ -110,7 +110,7 @@ pub(super) fn record_query(
 ) -> sqlx::query::QueryScalar<'_, Postgres, Uuid, sqlx::postgres::PgArguments> {
     sqlx::query_scalar(
         "SELECT moved FROM hub_record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
-            $18)",
+            $18, $19, $20, $21)",
     )
     .bind(&cols.id)
     .bind(&cols.job_id)
@@ -130,6 +130,9 @@ pub(super) fn record_query(
     .bind(&cols.finished_at)
     .bind(&cols.now)
     .bind(clear_health)
+    .bind(&cols.entry)
+    .bind(&cols.event)
+    .bind(&cols.digest_key)
 }
 
 /// What recording each attempt changed: its job when the store moved it (`moved`), and whether
@@ -166,6 +169,9 @@ pub(super) struct AttemptColumns {
     pub(super) job_error: Vec<Option<String>>,
     pub(super) finished_at: Vec<Option<DateTime<Utc>>>,
     pub(super) now: Vec<DateTime<Utc>>,
+    pub(super) entry: Vec<Option<String>>,
+    pub(super) event: Vec<Option<Uuid>>,
+    pub(super) digest_key: Vec<Option<Vec<u8>>>,
 }
 
 impl AttemptColumns {
@@ -202,6 +208,9 @@ impl AttemptColumns {
         self.job_error.push(error);
         self.finished_at.push(finished);
         self.now.push(r.now);
+        self.entry.push(r.ledger.as_ref().map(|e| e.data.clone()));
+        self.event.push(r.ledger.as_ref().and_then(|e| e.event_id));
+        self.digest_key.push(r.ledger.as_ref().and_then(|e| e.digest_key.clone()));
     }
 }
 
@@ -396,6 +405,7 @@ pub(super) fn attempt_from_row(row: &PgRow) -> StoreResult<AttemptRecord> {
         status_code: row.try_get("status_code")?,
         error: row.try_get("error")?,
         response_body: row.try_get("response_body")?,
+        ledger_index: row.try_get("ledger_index")?,
     })
 }
 

@@ -177,9 +177,12 @@ impl JobQueue for SqliteStore {
 
     async fn complete_attempts(&self, results: &[AttemptResult]) -> StoreResult<Vec<Completed>> {
         let mut tx = self.begin_write().await?;
+        let entries: Vec<&crate::NewLedgerEntry> = results.iter().filter_map(|r| r.ledger.as_ref()).collect();
+        let mut numbers = super::ledger::append_in(&mut tx, &entries).await?.into_iter();
         let mut done = Vec::with_capacity(results.len());
         for r in results {
-            done.push(Self::complete_in(&mut tx, r).await?);
+            let number = if r.ledger.is_some() { numbers.next() } else { None };
+            done.push(Self::complete_in(&mut tx, r, number).await?);
         }
         tx.commit().await?;
         Ok(done)
@@ -209,7 +212,7 @@ impl JobQueue for SqliteStore {
             .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
             "SELECT id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms, outcome, status_code,
-                error, response_body
+                error, response_body, ledger_index
              FROM delivery_attempts
              WHERE tenant_id = ?1 AND job_id IN (SELECT value FROM json_each(?2))
              ORDER BY job_id, attempt, started_at",

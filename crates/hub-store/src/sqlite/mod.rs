@@ -36,6 +36,7 @@ mod erasures;
 mod inbox;
 mod issuer;
 mod jobs;
+mod ledger;
 mod operations;
 mod replays;
 mod replicas;
@@ -110,12 +111,16 @@ impl SqliteStore {
     }
 
     /// One attempt's writes, inside the caller's transaction.
-    async fn complete_in(tx: &mut Transaction<'_, Sqlite>, r: &AttemptResult) -> StoreResult<Completed> {
+    async fn complete_in(
+        tx: &mut Transaction<'_, Sqlite>,
+        r: &AttemptResult,
+        ledger_index: Option<u64>,
+    ) -> StoreResult<Completed> {
         let a = &r.record;
         sqlx::query(
             "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at,
-                latency_ms, outcome, status_code, error, response_body)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                latency_ms, outcome, status_code, error, response_body, ledger_index)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )
         .bind(text(a.id))
         .bind(text(a.job_id))
@@ -128,6 +133,7 @@ impl SqliteStore {
         .bind(a.status_code)
         .bind(&a.error)
         .bind(&a.response_body)
+        .bind(ledger_index.map(|n| n as i64))
         .execute(&mut **tx)
         .await?;
         let (state, due_at, error, finished) = match &r.transition {
@@ -622,6 +628,7 @@ fn attempt_from_row(row: &SqliteRow) -> StoreResult<AttemptRecord> {
         status_code: row.try_get("status_code")?,
         error: row.try_get("error")?,
         response_body: row.try_get("response_body")?,
+        ledger_index: row.try_get("ledger_index")?,
     })
 }
 

@@ -14,13 +14,13 @@ use uuid::Uuid;
 
 use crate::support::{TestDb, accepted, subscription};
 
-async fn push_subscription(db: &TestDb, tenant: &str) -> SubscriptionRecord {
+pub(crate) async fn push_subscription(db: &TestDb, tenant: &str) -> SubscriptionRecord {
     let sub = subscription(tenant, SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&sub).await.expect("create");
     sub
 }
 
-async fn events(db: &TestDb, tenant: &str, n: usize) {
+pub(crate) async fn events(db: &TestDb, tenant: &str, n: usize) {
     for chunk in (0..n).collect::<Vec<_>>().chunks(200) {
         let batch: Vec<_> = chunk.iter().map(|_| accepted(tenant, Uuid::now_v7())).collect();
         db.store.write_batch(&batch).await.expect("write");
@@ -61,10 +61,19 @@ pub(crate) fn result(
             status_code: Some(if outcome == "delivered" { 204 } else { 503 }),
             error: (outcome != "delivered").then(|| "HTTP 503".to_owned()),
             response_body: Some("body".to_owned()),
+            ledger_index: None,
         },
         transition,
         health,
         now,
+        ledger: Some(hub_store::NewLedgerEntry {
+            log: job.tenant_id.clone(),
+            at: now,
+            kind: "delivery",
+            data: format!(r#"{{"job":"{}","outcome":"{outcome}"}}"#, job.id),
+            event_id: Some(job.id),
+            digest_key: Some(vec![7; 16]),
+        }),
     }
 }
 

@@ -8,6 +8,7 @@ mod dlq;
 mod erasures;
 mod filters;
 mod jobs;
+mod ledger;
 mod ordering;
 mod partitions;
 mod replays;
@@ -26,6 +27,7 @@ mod suite {
     pub use crate::erasures::*;
     pub use crate::filters::*;
     pub use crate::jobs::*;
+    pub use crate::ledger::*;
     pub use crate::ordering::*;
     pub use crate::replays::*;
     pub use crate::replicas::*;
@@ -60,6 +62,10 @@ macro_rules! contract_suite {
 }
 
 contract_suite!(
+    ledger_entries_are_numbered_per_log_and_sealed_into_verifiable_checkpoints,
+    recorded_attempts_append_their_entries_in_the_same_transaction,
+    concurrent_appends_leave_no_gap,
+    edits_behind_the_hubs_back_are_caught_and_named,
     replicas_see_each_other_while_they_beat,
     a_replica_claims_and_leases_only_the_buckets_it_owns,
     a_departed_replicas_jobs_are_given_back_at_once,

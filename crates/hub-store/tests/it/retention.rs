@@ -83,6 +83,7 @@ pub async fn retention_prunes_in_bounded_batches_and_keeps_what_is_needed(db: &T
         status_code: Some(204),
         error: None,
         response_body: None,
+        ledger_index: None,
     };
     let done = AttemptResult {
         token: job.token,
@@ -90,6 +91,7 @@ pub async fn retention_prunes_in_bounded_batches_and_keeps_what_is_needed(db: &T
         transition: JobTransition::Succeeded,
         health: HealthChange::Success,
         now,
+        ledger: None,
     };
     db.store.complete_attempt(&done).await.expect("complete");
     assert_eq!(

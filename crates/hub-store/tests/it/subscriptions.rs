@@ -296,10 +296,12 @@ pub async fn concurrent_intents_lose_no_column_update(db: &TestDb) {
                     status_code: Some(503),
                     error: Some("HTTP 503".into()),
                     response_body: None,
+                    ledger_index: None,
                 },
                 transition: hub_store::JobTransition::Retry { due_at: at },
                 health: hub_store::HealthChange::Failure { at, disable: None },
                 now: at,
+                ledger: None,
             };
             store.complete_attempt(&result).await.expect("record");
         }

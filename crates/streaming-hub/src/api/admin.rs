@@ -118,7 +118,7 @@ pub fn valid_name(field: &str, name: &str) -> Result<(), ApiError> {
 )]
 pub async fn create_api_key(
     State(state): State<AppState>,
-    _: Admin,
+    admin: Admin,
     Json(req): Json<CreateApiKey>,
 ) -> Result<impl IntoResponse, ApiError> {
     let tenant = match (req.tenant_id, req.admin) {
@@ -140,6 +140,19 @@ pub async fn create_api_key(
     if tenant.is_none() {
         tracing::info!(key = %record.id, name = %record.name, "admin key created");
     }
+    let view = serde_json::to_value(ApiKeyView::from(record.clone())).ok();
+    let action = if tenant.is_some() { "api_key.created" } else { "admin_key.created" };
+    state
+        .ledger
+        .change(
+            tenant.as_ref().map(TenantId::as_str),
+            &admin.actor(),
+            action,
+            serde_json::json!({"api_key": record.id}),
+            None,
+            view,
+        )
+        .await;
     Ok((StatusCode::CREATED, axum::Json(CreatedApiKey { record: record.into(), key })))
 }
 
@@ -191,13 +204,17 @@ pub async fn list_api_keys(
 )]
 pub async fn revoke_api_key(
     State(state): State<AppState>,
-    _: Admin,
+    admin: Admin,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let not_found = || ApiError::not_found("no live API key has this id");
     let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
     if state.store.revoke_api_key(id).await? {
         state.key_cache.clear();
+        state
+            .ledger
+            .change(None, &admin.actor(), "api_key.revoked", serde_json::json!({"api_key": id}), None, None)
+            .await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_found())

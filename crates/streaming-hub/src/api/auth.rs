@@ -18,6 +18,7 @@ use super::error::ApiError;
 /// them).
 pub const SESSION_PREFIX: &str = "shps_";
 use crate::keys;
+use hub_core::ledger::entry::Actor;
 
 /// Who is calling.
 #[derive(Debug, Clone)]
@@ -149,6 +150,11 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// Who this is, as the ledger records a change they make.
+    pub fn actor(&self) -> Actor {
+        Actor::Admin { id: self.key.map(|k| k.to_string()) }
+    }
+
     /// Who this is, as an audit record names them (never the secret).
     pub fn who(&self) -> String {
         match self.key {
@@ -218,6 +224,8 @@ pub fn portal_may(method: &axum::http::Method, path: &str, read_only: bool) -> R
 #[derive(Debug)]
 pub struct TenantCaller {
     pub tenant: TenantId,
+    /// Who is calling, as the ledger records a change they make.
+    pub actor: hub_core::ledger::entry::Actor,
 }
 
 impl FromRequestParts<AppState> for TenantCaller {
@@ -225,14 +233,16 @@ impl FromRequestParts<AppState> for TenantCaller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match Principal::from_request_parts(parts, state).await? {
-            Principal::Tenant { tenant, .. } => Ok(TenantCaller { tenant }),
-            Principal::Portal { tenant, read_only, .. } => {
+            Principal::Tenant { tenant, key_id } => {
+                Ok(TenantCaller { tenant, actor: Actor::ApiKey { id: key_id.to_string() } })
+            }
+            Principal::Portal { tenant, read_only, session } => {
                 portal_may(&parts.method, parts.uri.path(), read_only)?;
-                Ok(TenantCaller { tenant })
+                Ok(TenantCaller { tenant, actor: Actor::Portal { session: session.to_string() } })
             }
             // The operator acts for one tenant by naming it: the admin token can already mint
             // that tenant a key, so this adds no power, and it is logged.
-            Principal::Admin { .. } => match parts.headers.get(ACT_FOR) {
+            Principal::Admin { key } => match parts.headers.get(ACT_FOR) {
                 Some(value) => {
                     let tenant = act_for_tenant(value).ok_or_else(|| {
                         ApiError::validation(
@@ -244,7 +254,7 @@ impl FromRequestParts<AppState> for TenantCaller {
                         )
                     })?;
                     tracing::info!(tenant = %tenant, method = %parts.method, path = %parts.uri.path(), "admin acting for a tenant");
-                    Ok(TenantCaller { tenant })
+                    Ok(TenantCaller { tenant, actor: Actor::Admin { id: key.map(|k| k.to_string()) } })
                 }
                 None => Err(ApiError::forbidden(
                     "this route requires a tenant API key, or the admin token with an X-Streaming-Hub-Tenant header",

@@ -86,6 +86,15 @@ pub async fn verify(
         None => {
             // Jobs that waited for the destination can go now.
             state.wake.notify_one();
+            super::ledger::record(
+                &state,
+                &caller,
+                "subscription.verified",
+                serde_json::json!({"subscription": sub.id}),
+                None,
+                Some(serde_json::json!({"result": "active", "replay_since": since})),
+            )
+            .await;
             let replay = match since {
                 Some(since) => {
                     let window = super::replay::ReplayRequest {
@@ -99,7 +108,18 @@ pub async fn verify(
             };
             Ok(AxumJson(Verified { subscription: SubscriptionView::of(&sub), replay }))
         }
-        Some(reason) => Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "verification_failed", reason)),
+        Some(reason) => {
+            super::ledger::record(
+                &state,
+                &caller,
+                "subscription.verified",
+                serde_json::json!({"subscription": sub.id}),
+                None,
+                Some(serde_json::json!({"result": "failed", "reason": reason})),
+            )
+            .await;
+            Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "verification_failed", reason))
+        }
     }
 }
 
@@ -224,6 +244,15 @@ pub async fn rotate_secret(
         };
         if state.store.rotate_secret(caller.tenant.as_str(), sub.id, &rotation).await?.is_some() {
             tracing::info!(tenant = %caller.tenant, subscription = %sub.id, "signing secret rotated");
+            super::ledger::record(
+                &state,
+                &caller,
+                "subscription.secret_rotated",
+                serde_json::json!({"subscription": sub.id}),
+                None,
+                Some(serde_json::json!({"previous_secret_expires_at": expires})),
+            )
+            .await;
             let (signing_secret, public_key) = if scheme.is_asymmetric() {
                 (None, hub_core::signature::asymmetric::public_key(&secret))
             } else {
@@ -274,6 +303,10 @@ pub struct AttemptView {
     /// What a failed transform wrote with `console.log` (at most 4 KiB in all).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub logs: Vec<String>,
+    /// Its entry in the tenant's ledger (`GET /v1/ledger/entries/{index}`, and its proof at
+    /// `GET /v1/ledger/proof/inclusion?entry={index}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ledger_index: Option<i64>,
 }
 
 impl From<AttemptRecord> for AttemptView {
@@ -295,6 +328,7 @@ impl From<AttemptRecord> for AttemptView {
             error: a.error,
             response_body,
             logs,
+            ledger_index: a.ledger_index,
         }
     }
 }
@@ -428,5 +462,14 @@ pub async fn redrive(
         state.wake.notify_one();
     }
     tracing::info!(tenant = %caller.tenant, subscription = %sub.id, redriven = n, "dead-lettered jobs redriven");
+    super::ledger::record(
+        &state,
+        &caller,
+        "subscription.redriven",
+        serde_json::json!({"subscription": sub.id}),
+        None,
+        Some(serde_json::json!({"since": req.since, "redriven": n})),
+    )
+    .await;
     Ok(AxumJson(Redriven { redriven: n }))
 }

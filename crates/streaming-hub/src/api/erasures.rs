@@ -231,6 +231,18 @@ pub async fn create(
     };
     state.store.create_erasure(&new).await?;
     tracing::info!(erasure = %id, tenant = %tenant, by = %new.requested_by, kind = new.match_kind, "erasure requested");
+    // The match itself is personal data: the ledger keeps its kind and the reason only.
+    state
+        .ledger
+        .change(
+            Some(tenant.as_str()),
+            &admin.actor(),
+            "erasure.requested",
+            serde_json::json!({"erasure": id}),
+            None,
+            Some(serde_json::json!({"match_kind": new.match_kind, "reason": new.reason})),
+        )
+        .await;
     state.erasures.notify_one();
     let record = state.store.erasure(id).await?.ok_or_else(|| ApiError::internal("the erasure was not stored"))?;
     Ok(accepted(record).into_response())

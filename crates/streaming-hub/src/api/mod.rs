@@ -17,6 +17,7 @@ pub mod event_log;
 pub mod events;
 pub mod filters;
 pub mod health;
+pub mod ledger;
 pub mod limiter;
 pub mod oidc;
 pub mod ordering;
@@ -107,6 +108,8 @@ pub struct AppState {
     pub frame_ancestors: String,
     /// Test requests waiting for their attempts, per tenant.
     pub test_waiting: Arc<test_delivery::Waiting>,
+    /// The ledger: its keys, and where changes are recorded (SPEC §11).
+    pub ledger: Arc<crate::ledger::Ledger>,
     /// The hub as an OIDC issuer (`STREAMING_HUB_OIDC_ISSUER`), when it is one.
     pub issuer: Option<Arc<crate::oidc::Issuer>>,
     /// Wakes the erasure runner: an erasure was requested.
@@ -132,6 +135,7 @@ pub struct AppState {
         (name = "events", description = "Ingest"),
         (name = "subscriptions", description = "A tenant's subscriptions"),
         (name = "pull", description = "Reading a pull subscription"),
+        (name = "ledger", description = "The tenant's tamper-evident record of deliveries and changes"),
         (name = "admin", description = "Operator routes (admin token)"),
         (name = "operations", description = "Health, readiness, metrics and this document"),
     )
@@ -190,6 +194,21 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(admin::list_dlq))
         .routes(routes!(overview::tenants))
         .routes(routes!(overview::subscriptions))
+        .routes(routes!(ledger::public_keys))
+        .routes(routes!(ledger::keys, ledger::rotate))
+        .routes(routes!(ledger::tenant_checkpoints))
+        .routes(routes!(ledger::tenant_entries))
+        .routes(routes!(ledger::tenant_entry))
+        .routes(routes!(ledger::tenant_inclusion))
+        .routes(routes!(ledger::tenant_consistency))
+        .routes(routes!(ledger::tenant_export))
+        .routes(routes!(ledger::tenant_audit))
+        .routes(routes!(ledger::platform_checkpoints))
+        .routes(routes!(ledger::platform_entries))
+        .routes(routes!(ledger::platform_inclusion))
+        .routes(routes!(ledger::platform_consistency))
+        .routes(routes!(ledger::platform_export))
+        .routes(routes!(ledger::platform_audit))
         .split_for_parts();
     let (router, mut doc) = parts;
     contract::complete(&mut doc);

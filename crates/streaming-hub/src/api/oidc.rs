@@ -71,9 +71,14 @@ pub async fn keys(State(state): State<AppState>, _: Admin) -> Result<Json<Issuer
         (status = 404, description = "This hub is not an OIDC issuer", body = ErrorBody),
     ),
     security(("admin_token" = [])))]
-pub async fn rotate(State(state): State<AppState>, _: Admin) -> Result<impl IntoResponse, ApiError> {
+pub async fn rotate(State(state): State<AppState>, admin: Admin) -> Result<impl IntoResponse, ApiError> {
     let issuer = issuer(&state)?;
     let keys = issuer.add_key(true).await.map_err(ApiError::internal)?;
-    tracing::info!(kid = ?keys.last().map(|k| k.kid), "OIDC signing key rotated");
+    let kid = keys.last().map(|k| k.kid);
+    tracing::info!(kid = ?kid, "OIDC signing key rotated");
+    state
+        .ledger
+        .change(None, &admin.actor(), "oidc_key.rotated", serde_json::json!({"oidc_key": kid}), None, None)
+        .await;
     Ok((axum::http::StatusCode::CREATED, Json(IssuerKeys { issuer: issuer.url().to_owned(), keys })))
 }

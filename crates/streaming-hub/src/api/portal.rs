@@ -85,7 +85,7 @@ fn base_url(state: &AppState, headers: &HeaderMap) -> String {
 )]
 pub async fn create(
     State(state): State<AppState>,
-    _: Admin,
+    admin: Admin,
     headers: HeaderMap,
     Json(req): Json<CreatePortalSession>,
 ) -> Result<impl IntoResponse, ApiError> {
@@ -116,6 +116,17 @@ pub async fn create(
         .create_portal_session(&NewPortalSession { session: session.clone(), grant_hash: keys::hash(&grant) })
         .await?;
     tracing::info!(session = %session.id, tenant = %session.tenant_id, scope = %session.scope, ttl, "portal session granted");
+    state
+        .ledger
+        .change(
+            Some(&session.tenant_id),
+            &admin.actor(),
+            "portal_session.granted",
+            serde_json::json!({"portal_session": session.id}),
+            None,
+            Some(serde_json::json!({"scope": session.scope, "expires_at": session.expires_at})),
+        )
+        .await;
     let url = format!("{}/console/#/portal/{grant}", base_url(&state, &headers));
     Ok((
         StatusCode::CREATED,
@@ -142,7 +153,7 @@ pub async fn create(
 )]
 pub async fn revoke(
     State(state): State<AppState>,
-    _: Admin,
+    admin: Admin,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let not_found = || ApiError::not_found("no live portal session has this id");
@@ -151,6 +162,10 @@ pub async fn revoke(
         return Err(not_found());
     }
     tracing::info!(session = %id, "portal session revoked");
+    state
+        .ledger
+        .change(None, &admin.actor(), "portal_session.revoked", serde_json::json!({"portal_session": id}), None, None)
+        .await;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -226,7 +226,17 @@ pub async fn create(
     let req: ReplayRequest = optional_json(&body)?;
     let sub = load(&state, &caller, &id).await?;
     let replay = start(&state, caller.tenant.as_str(), sub.id, &req).await?;
-    Ok((StatusCode::ACCEPTED, AxumJson(ReplayView::of(&replay))))
+    let view = ReplayView::of(&replay);
+    super::ledger::record(
+        &state,
+        &caller,
+        "replay.created",
+        serde_json::json!({"subscription": sub.id, "replay": view.replay_id}),
+        None,
+        serde_json::to_value(&view).ok(),
+    )
+    .await;
+    Ok((StatusCode::ACCEPTED, AxumJson(view)))
 }
 
 #[utoipa::path(

@@ -12,7 +12,7 @@ use hub_core::delivery::inflight::Limits;
 use hub_core::{EventPattern, Ordering, SinkKind, Source, VerificationState};
 use hub_store::{DestinationChange, SubscriptionPatch, SubscriptionRecord};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
@@ -549,6 +549,9 @@ pub async fn create(
         return Err(quota_exceeded());
     }
     tracing::info!(tenant = %caller.tenant, subscription = %id, sink = %dest.kind, "subscription created");
+    let created = super::ledger::subscription_state(&record);
+    super::ledger::record(&state, &caller, "subscription.created", json!({"subscription": id}), None, Some(created))
+        .await;
     if record.sink.is_push() {
         spawn_probe(&state, record.clone());
     }
@@ -749,9 +752,17 @@ pub async fn update(
         patch.enabled = Some(enabled);
         patch.disabled_reason = (!enabled).then(|| DISABLED_BY_API.to_owned());
     }
+    let before = super::ledger::subscription_state(&sub);
     let Some(sub) = state.store.patch_subscription(caller.tenant.as_str(), sub.id, &patch).await? else {
         return Err(not_found());
     };
+    let action = match patch.enabled {
+        Some(false) => "subscription.disabled",
+        Some(true) if before["enabled"] == false => "subscription.enabled",
+        _ => "subscription.updated",
+    };
+    let after = super::ledger::subscription_state(&sub);
+    super::ledger::record(&state, &caller, action, json!({"subscription": sub.id}), Some(before), Some(after)).await;
     if patch.destination.as_ref().is_some_and(|d| d.reverify) {
         spawn_probe(&state, sub.clone());
     }
@@ -778,8 +789,11 @@ pub async fn delete(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ApiError> {
     let id = path_id(&id)?;
+    let before =
+        state.store.subscription(caller.tenant.as_str(), id).await?.map(|s| super::ledger::subscription_state(&s));
     if state.store.delete_subscription(caller.tenant.as_str(), id).await? {
         tracing::info!(tenant = %caller.tenant, subscription = %id, "subscription deleted");
+        super::ledger::record(&state, &caller, "subscription.deleted", json!({"subscription": id}), before, None).await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(not_found())

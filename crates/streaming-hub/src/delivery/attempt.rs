@@ -119,6 +119,9 @@ impl Dispatcher {
         let clock_start = Instant::now();
         // A panic is the hub's failure, not the destination's: it moves no breaker or allowance.
         let mut panicked = false;
+        // The ledger's digest of what was sent (SPEC §11), under a key of this attempt's own.
+        let digest_key: [u8; 16] = rand::rng().random();
+        let mut sent_digest = None;
         let outcome = match event {
             // Erased: the tombstone is never sent in its place, and the job ends cancelled, no
             // failure of the destination's.
@@ -143,9 +146,13 @@ impl Dispatcher {
                 };
                 // A panic in a sink or in what it reads from a third party fails this attempt
                 // (retried on the curve), never the dispatcher (SPEC §11).
-                let delivered = std::panic::AssertUnwindSafe(self.deliver(sub, event, attempt, delivery_id, started));
+                let delivered =
+                    std::panic::AssertUnwindSafe(self.deliver(sub, event, attempt, delivery_id, started, &digest_key));
                 let outcome = match futures_util::FutureExt::catch_unwind(delivered).await {
-                    Ok(outcome) => outcome,
+                    Ok((outcome, digest)) => {
+                        sent_digest = digest;
+                        outcome
+                    }
                     Err(_) => {
                         panicked = true;
                         metrics::counter!(metric::ATTEMPT_PANICS).increment(1);
@@ -194,7 +201,8 @@ impl Dispatcher {
             self.breaker_untried(job, dest, now);
         }
         let attempted = Attempted { job, sub: &sub.record, number: attempt, delivery_id, started, latency, now };
-        let result = self.record(&attempted, outcome);
+        let mut result = self.record(&attempted, outcome);
+        result.ledger = Some(ledger_entry(&result, event, dest, sent_digest, digest_key));
         if sub.record.ordering == hub_core::Ordering::Key && !matches!(result.transition, JobTransition::Retry { .. }) {
             lock(&self.frees_key).insert(job.id);
         }
@@ -224,6 +232,7 @@ impl Dispatcher {
         (Some(result), felt)
     }
 
+    /// The attempt, and the digest of what was sent under `digest_key` (none when nothing was).
     pub(super) async fn deliver(
         &self,
         subscribed: &Subscribed,
@@ -231,19 +240,22 @@ impl Dispatcher {
         attempt: u32,
         delivery_id: Uuid,
         now: DateTime<Utc>,
-    ) -> Outcome {
+        digest_key: &[u8],
+    ) -> (Outcome, Option<String>) {
         let sub = &subscribed.record;
         let shaped: transform::Shaped;
         let ordering_key = match sub.ordering {
             hub_core::Ordering::Key => hub_core::routing::ordering_key(event),
             hub_core::Ordering::None => None,
         };
+        let sent = hub_sinks::message::Sent::default();
         let mut message = targets::message(event, sub, ordering_key.as_deref(), attempt, delivery_id);
+        message.sent = Some(&sent);
         // The attempt must end well inside the lease, or another worker could take the job.
         let max_timeout = self.settings.lease.mul_f64(0.8);
         let destination = match &subscribed.destination {
             Ok(destination) => destination,
-            Err(reason) => return config_failure(reason.clone()),
+            Err(reason) => return (config_failure(reason.clone()), None),
         };
         if let Some(code) = &subscribed.transform {
             match self.transformed(code, destination, event, &message).await {
@@ -254,14 +266,19 @@ impl Dispatcher {
                     message.path = &shaped.path;
                     message.content_type = &shaped.content_type;
                 }
-                Ok(None) => return Outcome::Skipped,
-                Err(failure) => return Outcome::Failed(failure),
+                Ok(None) => return (Outcome::Skipped, None),
+                Err(failure) => return (Outcome::Failed(failure), None),
             }
         }
-        match targets::secrets(sub, &self.sealer, now) {
+        let outcome = match targets::secrets(sub, &self.sealer, now) {
             Ok(secrets) => self.sinks.deliver(destination, &secrets, &message, max_timeout).await,
-            Err(reason) => config_failure(reason),
-        }
+            Err(reason) => return (config_failure(reason), None),
+        };
+        // Sent, whether or not it was taken; a failure before anything left is not digested.
+        let reached = !matches!(&outcome, Outcome::Failed(f) if matches!(f.kind, FailureKind::Unreachable | FailureKind::Forbidden));
+        let digest =
+            reached.then(|| hub_core::ledger::entry::sent_digest(digest_key, &sent.headers(), message.payload));
+        (outcome, digest)
     }
 
     /// What the subscription's transform makes of the message: `None` when it skips the event.
@@ -373,10 +390,12 @@ impl Dispatcher {
                 status_code: status.map(i32::from),
                 error,
                 response_body: response,
+                ledger_index: None,
             },
             transition: settlement.transition,
             health: settlement.health,
             now: *now,
+            ledger: None,
         }
     }
 }
@@ -438,5 +457,46 @@ impl Drop for Flying<'_> {
         if !self.recorded {
             lock(&d.in_flight).remove(&self.job.id);
         }
+    }
+}
+
+/// The ledger entry of a recorded attempt (SPEC §11): what happened, the destination's digest
+/// and the keyed digest of what was sent; the key stays beside the entry, outside the log.
+fn ledger_entry(
+    result: &AttemptResult,
+    event: Option<&StoredEvent>,
+    dest: &str,
+    sent: Option<String>,
+    digest_key: [u8; 16],
+) -> hub_store::NewLedgerEntry {
+    let a = &result.record;
+    let job = match &result.transition {
+        JobTransition::Succeeded => "succeeded",
+        JobTransition::Retry { .. } => "retry",
+        JobTransition::Dead { .. } => "dead",
+        JobTransition::Cancelled { .. } => "cancelled",
+    };
+    let event_id = event.map(|e| e.ce_id);
+    let entry = hub_core::ledger::entry::Delivery::new(
+        a.started_at,
+        a.id,
+        event_id,
+        a.subscription_id,
+        a.job_id,
+        a.attempt.max(0) as u32,
+        dest,
+        sent.clone(),
+        a.status_code.and_then(|s| u16::try_from(s).ok()),
+        a.latency_ms.max(0) as u64,
+        &a.outcome,
+        job,
+    );
+    hub_store::NewLedgerEntry {
+        log: a.tenant_id.clone(),
+        at: result.now,
+        kind: "delivery",
+        data: entry.text(),
+        event_id,
+        digest_key: sent.map(|_| digest_key.to_vec()),
     }
 }

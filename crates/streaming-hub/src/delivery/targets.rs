@@ -68,6 +68,7 @@ pub fn message<'a>(
         path: "",
         attempt,
         delivery_id,
+        sent: None,
     }
 }
 

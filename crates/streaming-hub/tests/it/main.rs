@@ -18,6 +18,7 @@ mod kafka;
 mod kafka_sink;
 mod kafka_support;
 mod keyless;
+mod ledger;
 mod limits;
 mod nats_sink;
 mod openapi;

@@ -52,6 +52,8 @@ type APIClient struct {
 
 	EventsAPI *EventsAPIService
 
+	LedgerAPI *LedgerAPIService
+
 	OperationsAPI *OperationsAPIService
 
 	PullAPI *PullAPIService
@@ -77,6 +79,7 @@ func NewAPIClient(cfg *Configuration) *APIClient {
 	// API Services
 	c.AdminAPI = (*AdminAPIService)(&c.common)
 	c.EventsAPI = (*EventsAPIService)(&c.common)
+	c.LedgerAPI = (*LedgerAPIService)(&c.common)
 	c.OperationsAPI = (*OperationsAPIService)(&c.common)
 	c.PullAPI = (*PullAPIService)(&c.common)
 	c.SubscriptionsAPI = (*SubscriptionsAPIService)(&c.common)

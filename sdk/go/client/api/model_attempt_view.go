@@ -28,6 +28,8 @@ type AttemptView struct {
 	// Why it failed: `<kind>: <reason>`; `transform_failed: …` when the subscription's transform threw, ran out of its budget or answered what cannot be sent.
 	Error     NullableString `json:"error,omitempty"`
 	LatencyMs int64          `json:"latency_ms"`
+	// Its entry in the tenant's ledger (`GET /v1/ledger/entries/{index}`, and its proof at `GET /v1/ledger/proof/inclusion?entry={index}`).
+	LedgerIndex NullableInt64 `json:"ledger_index,omitempty"`
 	// What a failed transform wrote with `console.log` (at most 4 KiB in all).
 	Logs []string `json:"logs,omitempty"`
 	// `delivered`, `failed`, `skipped` (the subscription's transform returned `null`), or `cancelled` (its event was erased: nothing was sent).
@@ -175,6 +177,49 @@ func (o *AttemptView) GetLatencyMsOk() (*int64, bool) {
 // SetLatencyMs sets field value
 func (o *AttemptView) SetLatencyMs(v int64) {
 	o.LatencyMs = v
+}
+
+// GetLedgerIndex returns the LedgerIndex field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *AttemptView) GetLedgerIndex() int64 {
+	if o == nil || IsNil(o.LedgerIndex.Get()) {
+		var ret int64
+		return ret
+	}
+	return *o.LedgerIndex.Get()
+}
+
+// GetLedgerIndexOk returns a tuple with the LedgerIndex field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *AttemptView) GetLedgerIndexOk() (*int64, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.LedgerIndex.Get(), o.LedgerIndex.IsSet()
+}
+
+// HasLedgerIndex returns a boolean if a field has been set.
+func (o *AttemptView) HasLedgerIndex() bool {
+	if o != nil && o.LedgerIndex.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetLedgerIndex gets a reference to the given NullableInt64 and assigns it to the LedgerIndex field.
+func (o *AttemptView) SetLedgerIndex(v int64) {
+	o.LedgerIndex.Set(&v)
+}
+
+// SetLedgerIndexNil sets the value for LedgerIndex to be an explicit nil
+func (o *AttemptView) SetLedgerIndexNil() {
+	o.LedgerIndex.Set(nil)
+}
+
+// UnsetLedgerIndex ensures that no value is present for LedgerIndex, not even an explicit nil
+func (o *AttemptView) UnsetLedgerIndex() {
+	o.LedgerIndex.Unset()
 }
 
 // GetLogs returns the Logs field value if set, zero value otherwise.
@@ -359,6 +404,9 @@ func (o AttemptView) ToMap() (map[string]interface{}, error) {
 		toSerialize["error"] = o.Error.Get()
 	}
 	toSerialize["latency_ms"] = o.LatencyMs
+	if o.LedgerIndex.IsSet() {
+		toSerialize["ledger_index"] = o.LedgerIndex.Get()
+	}
 	if !IsNil(o.Logs) {
 		toSerialize["logs"] = o.Logs
 	}

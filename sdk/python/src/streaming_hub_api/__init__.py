@@ -20,6 +20,7 @@ __version__ = "1.0.0"
 __all__ = [
     "AdminApi",
     "EventsApi",
+    "LedgerApi",
     "OperationsApi",
     "PullApi",
     "SubscriptionsApi",
@@ -38,12 +39,17 @@ __all__ = [
     "ApiKeyPage",
     "ApiKeyView",
     "AttemptView",
+    "AuditPage",
     "AwsCredentials",
     "AwsKeys",
     "AwsWebIdentity",
     "AwsWebIdentityCredentials",
     "BlockedKeyView",
     "Bucket",
+    "ChangeView",
+    "CheckpointView",
+    "Checkpoints",
+    "ConsistencyProof",
     "CreateApiKey",
     "CreateErasure",
     "CreatePortalSession",
@@ -56,6 +62,9 @@ __all__ = [
     "DeliveryView",
     "DlqPage",
     "DlqView",
+    "EntryDetail",
+    "EntryPage",
+    "EntryView",
     "Erasure",
     "ErasureCountsView",
     "ErasureMatch",
@@ -76,6 +85,7 @@ __all__ = [
     "FilterTestResult",
     "FlightView",
     "Health",
+    "InclusionProof",
     "IngestAnswer",
     "IssuerKeys",
     "JobCounts",
@@ -84,6 +94,8 @@ __all__ = [
     "KafkaSink",
     "KeyView",
     "KinesisSink",
+    "LedgerKeyView",
+    "LedgerKeys",
     "LimitsView",
     "ManifestSourceView",
     "NatsCredentials",
@@ -154,6 +166,7 @@ __all__ = [
 # import apis into sdk package
 from streaming_hub_api.api.admin_api import AdminApi as AdminApi
 from streaming_hub_api.api.events_api import EventsApi as EventsApi
+from streaming_hub_api.api.ledger_api import LedgerApi as LedgerApi
 from streaming_hub_api.api.operations_api import OperationsApi as OperationsApi
 from streaming_hub_api.api.pull_api import PullApi as PullApi
 from streaming_hub_api.api.subscriptions_api import SubscriptionsApi as SubscriptionsApi
@@ -176,12 +189,17 @@ from streaming_hub_api.models.any_filter import AnyFilter as AnyFilter
 from streaming_hub_api.models.api_key_page import ApiKeyPage as ApiKeyPage
 from streaming_hub_api.models.api_key_view import ApiKeyView as ApiKeyView
 from streaming_hub_api.models.attempt_view import AttemptView as AttemptView
+from streaming_hub_api.models.audit_page import AuditPage as AuditPage
 from streaming_hub_api.models.aws_credentials import AwsCredentials as AwsCredentials
 from streaming_hub_api.models.aws_keys import AwsKeys as AwsKeys
 from streaming_hub_api.models.aws_web_identity import AwsWebIdentity as AwsWebIdentity
 from streaming_hub_api.models.aws_web_identity_credentials import AwsWebIdentityCredentials as AwsWebIdentityCredentials
 from streaming_hub_api.models.blocked_key_view import BlockedKeyView as BlockedKeyView
 from streaming_hub_api.models.bucket import Bucket as Bucket
+from streaming_hub_api.models.change_view import ChangeView as ChangeView
+from streaming_hub_api.models.checkpoint_view import CheckpointView as CheckpointView
+from streaming_hub_api.models.checkpoints import Checkpoints as Checkpoints
+from streaming_hub_api.models.consistency_proof import ConsistencyProof as ConsistencyProof
 from streaming_hub_api.models.create_api_key import CreateApiKey as CreateApiKey
 from streaming_hub_api.models.create_erasure import CreateErasure as CreateErasure
 from streaming_hub_api.models.create_portal_session import CreatePortalSession as CreatePortalSession
@@ -194,6 +212,9 @@ from streaming_hub_api.models.delivery_page import DeliveryPage as DeliveryPage
 from streaming_hub_api.models.delivery_view import DeliveryView as DeliveryView
 from streaming_hub_api.models.dlq_page import DlqPage as DlqPage
 from streaming_hub_api.models.dlq_view import DlqView as DlqView
+from streaming_hub_api.models.entry_detail import EntryDetail as EntryDetail
+from streaming_hub_api.models.entry_page import EntryPage as EntryPage
+from streaming_hub_api.models.entry_view import EntryView as EntryView
 from streaming_hub_api.models.erasure import Erasure as Erasure
 from streaming_hub_api.models.erasure_counts_view import ErasureCountsView as ErasureCountsView
 from streaming_hub_api.models.erasure_match import ErasureMatch as ErasureMatch
@@ -214,6 +235,7 @@ from streaming_hub_api.models.filter_test import FilterTest as FilterTest
 from streaming_hub_api.models.filter_test_result import FilterTestResult as FilterTestResult
 from streaming_hub_api.models.flight_view import FlightView as FlightView
 from streaming_hub_api.models.health import Health as Health
+from streaming_hub_api.models.inclusion_proof import InclusionProof as InclusionProof
 from streaming_hub_api.models.ingest_answer import IngestAnswer as IngestAnswer
 from streaming_hub_api.models.issuer_keys import IssuerKeys as IssuerKeys
 from streaming_hub_api.models.job_counts import JobCounts as JobCounts
@@ -222,6 +244,8 @@ from streaming_hub_api.models.kafka_sasl import KafkaSasl as KafkaSasl
 from streaming_hub_api.models.kafka_sink import KafkaSink as KafkaSink
 from streaming_hub_api.models.key_view import KeyView as KeyView
 from streaming_hub_api.models.kinesis_sink import KinesisSink as KinesisSink
+from streaming_hub_api.models.ledger_key_view import LedgerKeyView as LedgerKeyView
+from streaming_hub_api.models.ledger_keys import LedgerKeys as LedgerKeys
 from streaming_hub_api.models.limits_view import LimitsView as LimitsView
 from streaming_hub_api.models.manifest_source_view import ManifestSourceView as ManifestSourceView
 from streaming_hub_api.models.nats_credentials import NatsCredentials as NatsCredentials

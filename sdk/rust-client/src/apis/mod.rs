@@ -118,6 +118,7 @@ impl From<&str> for ContentType {
 
 pub mod admin_api;
 pub mod events_api;
+pub mod ledger_api;
 pub mod operations_api;
 pub mod pull_api;
 pub mod subscriptions_api;

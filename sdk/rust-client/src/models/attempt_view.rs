@@ -29,6 +29,14 @@ pub struct AttemptView {
     pub error: Option<Option<String>>,
     #[serde(rename = "latency_ms")]
     pub latency_ms: i64,
+    /// Its entry in the tenant's ledger (`GET /v1/ledger/entries/{index}`, and its proof at `GET /v1/ledger/proof/inclusion?entry={index}`).
+    #[serde(
+        rename = "ledger_index",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub ledger_index: Option<Option<i64>>,
     /// What a failed transform wrote with `console.log` (at most 4 KiB in all).
     #[serde(rename = "logs", skip_serializing_if = "Option::is_none")]
     pub logs: Option<Vec<String>>,
@@ -68,6 +76,7 @@ impl AttemptView {
             delivery_id,
             error: None,
             latency_ms,
+            ledger_index: None,
             logs: None,
             outcome,
             response_body: None,

@@ -19,12 +19,17 @@ from streaming_hub_api.models.any_filter import AnyFilter
 from streaming_hub_api.models.api_key_page import ApiKeyPage
 from streaming_hub_api.models.api_key_view import ApiKeyView
 from streaming_hub_api.models.attempt_view import AttemptView
+from streaming_hub_api.models.audit_page import AuditPage
 from streaming_hub_api.models.aws_credentials import AwsCredentials
 from streaming_hub_api.models.aws_keys import AwsKeys
 from streaming_hub_api.models.aws_web_identity import AwsWebIdentity
 from streaming_hub_api.models.aws_web_identity_credentials import AwsWebIdentityCredentials
 from streaming_hub_api.models.blocked_key_view import BlockedKeyView
 from streaming_hub_api.models.bucket import Bucket
+from streaming_hub_api.models.change_view import ChangeView
+from streaming_hub_api.models.checkpoint_view import CheckpointView
+from streaming_hub_api.models.checkpoints import Checkpoints
+from streaming_hub_api.models.consistency_proof import ConsistencyProof
 from streaming_hub_api.models.create_api_key import CreateApiKey
 from streaming_hub_api.models.create_erasure import CreateErasure
 from streaming_hub_api.models.create_portal_session import CreatePortalSession
@@ -37,6 +42,9 @@ from streaming_hub_api.models.delivery_page import DeliveryPage
 from streaming_hub_api.models.delivery_view import DeliveryView
 from streaming_hub_api.models.dlq_page import DlqPage
 from streaming_hub_api.models.dlq_view import DlqView
+from streaming_hub_api.models.entry_detail import EntryDetail
+from streaming_hub_api.models.entry_page import EntryPage
+from streaming_hub_api.models.entry_view import EntryView
 from streaming_hub_api.models.erasure import Erasure
 from streaming_hub_api.models.erasure_counts_view import ErasureCountsView
 from streaming_hub_api.models.erasure_match import ErasureMatch
@@ -57,6 +65,7 @@ from streaming_hub_api.models.filter_test import FilterTest
 from streaming_hub_api.models.filter_test_result import FilterTestResult
 from streaming_hub_api.models.flight_view import FlightView
 from streaming_hub_api.models.health import Health
+from streaming_hub_api.models.inclusion_proof import InclusionProof
 from streaming_hub_api.models.ingest_answer import IngestAnswer
 from streaming_hub_api.models.issuer_keys import IssuerKeys
 from streaming_hub_api.models.job_counts import JobCounts
@@ -65,6 +74,8 @@ from streaming_hub_api.models.kafka_sasl import KafkaSasl
 from streaming_hub_api.models.kafka_sink import KafkaSink
 from streaming_hub_api.models.key_view import KeyView
 from streaming_hub_api.models.kinesis_sink import KinesisSink
+from streaming_hub_api.models.ledger_key_view import LedgerKeyView
+from streaming_hub_api.models.ledger_keys import LedgerKeys
 from streaming_hub_api.models.limits_view import LimitsView
 from streaming_hub_api.models.manifest_source_view import ManifestSourceView
 from streaming_hub_api.models.nats_credentials import NatsCredentials

@@ -33,12 +33,13 @@ class AttemptView(BaseModel):
     delivery_id: UUID = Field(description="The `X-Lerian-Delivery-Id` of the attempt.")
     error: Optional[StrictStr] = Field(default=None, description="Why it failed: `<kind>: <reason>`; `transform_failed: …` when the subscription's transform threw, ran out of its budget or answered what cannot be sent.")
     latency_ms: StrictInt
+    ledger_index: Optional[StrictInt] = Field(default=None, description="Its entry in the tenant's ledger (`GET /v1/ledger/entries/{index}`, and its proof at `GET /v1/ledger/proof/inclusion?entry={index}`).")
     logs: Optional[List[StrictStr]] = Field(default=None, description="What a failed transform wrote with `console.log` (at most 4 KiB in all).")
     outcome: StrictStr = Field(description="`delivered`, `failed`, `skipped` (the subscription's transform returned `null`), or `cancelled` (its event was erased: nothing was sent).")
     response_body: Optional[StrictStr] = Field(default=None, description="The start of the destination's answer (at most 4 KiB).")
     started_at: datetime
     status_code: Optional[StrictInt] = None
-    __properties: ClassVar[List[str]] = ["attempt", "delivery_id", "error", "latency_ms", "logs", "outcome", "response_body", "started_at", "status_code"]
+    __properties: ClassVar[List[str]] = ["attempt", "delivery_id", "error", "latency_ms", "ledger_index", "logs", "outcome", "response_body", "started_at", "status_code"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -84,6 +85,11 @@ class AttemptView(BaseModel):
         if self.error is None and "error" in self.model_fields_set:
             _dict['error'] = None
 
+        # set to None if ledger_index (nullable) is None
+        # and model_fields_set contains the field
+        if self.ledger_index is None and "ledger_index" in self.model_fields_set:
+            _dict['ledger_index'] = None
+
         # set to None if response_body (nullable) is None
         # and model_fields_set contains the field
         if self.response_body is None and "response_body" in self.model_fields_set:
@@ -110,6 +116,7 @@ class AttemptView(BaseModel):
             "delivery_id": obj.get("delivery_id"),
             "error": obj.get("error"),
             "latency_ms": obj.get("latency_ms"),
+            "ledger_index": obj.get("ledger_index"),
             "logs": obj.get("logs"),
             "outcome": obj.get("outcome"),
             "response_body": obj.get("response_body"),

@@ -24,6 +24,21 @@ import {
     ApiKeyPageToJSON,
 } from '../models/ApiKeyPage';
 import {
+    type AuditPage,
+    AuditPageFromJSON,
+    AuditPageToJSON,
+} from '../models/AuditPage';
+import {
+    type Checkpoints,
+    CheckpointsFromJSON,
+    CheckpointsToJSON,
+} from '../models/Checkpoints';
+import {
+    type ConsistencyProof,
+    ConsistencyProofFromJSON,
+    ConsistencyProofToJSON,
+} from '../models/ConsistencyProof';
+import {
     type CreateApiKey,
     CreateApiKeyFromJSON,
     CreateApiKeyToJSON,
@@ -54,6 +69,11 @@ import {
     DlqPageToJSON,
 } from '../models/DlqPage';
 import {
+    type EntryPage,
+    EntryPageFromJSON,
+    EntryPageToJSON,
+} from '../models/EntryPage';
+import {
     type Erasure,
     ErasureFromJSON,
     ErasureToJSON,
@@ -74,10 +94,20 @@ import {
     ErrorBodyToJSON,
 } from '../models/ErrorBody';
 import {
+    type InclusionProof,
+    InclusionProofFromJSON,
+    InclusionProofToJSON,
+} from '../models/InclusionProof';
+import {
     type IssuerKeys,
     IssuerKeysFromJSON,
     IssuerKeysToJSON,
 } from '../models/IssuerKeys';
+import {
+    type LedgerKeys,
+    LedgerKeysFromJSON,
+    LedgerKeysToJSON,
+} from '../models/LedgerKeys';
 import {
     type QuarantinePage,
     QuarantinePageFromJSON,
@@ -209,6 +239,47 @@ export interface ListErasuresRequest {
     limit?: number;
 }
 
+export interface ListPlatformAuditRequest {
+    /**
+     * Changes before this index (the `next_before` of the last page).
+     */
+    before?: string;
+    /**
+     * 
+     */
+    limit?: string;
+}
+
+export interface ListPlatformLedgerCheckpointsRequest {
+    /**
+     * The checkpoint of exactly this size.
+     */
+    size?: string;
+    /**
+     * With `to`: the checkpoints with sizes in `from..=to` (at most 1000).
+     */
+    from?: string;
+    /**
+     * 
+     */
+    to?: string;
+}
+
+export interface ListPlatformLedgerEntriesRequest {
+    /**
+     * The first index (default 0).
+     */
+    from?: string;
+    /**
+     * The last index, excluded (default: the end).
+     */
+    to?: string;
+    /**
+     * At most this many (1 to 1000, default 100).
+     */
+    limit?: string;
+}
+
 export interface ListQuarantineRequest {
     /**
      * The `ce-tenantid` the record carried.
@@ -242,6 +313,28 @@ export interface ListQuarantineRequest {
      * 1 to 1000, default 100.
      */
     limit?: number;
+}
+
+export interface ProvePlatformLedgerConsistencyRequest {
+    /**
+     * 
+     */
+    from?: string;
+    /**
+     * Default: the latest checkpoint's size.
+     */
+    to?: string;
+}
+
+export interface ProvePlatformLedgerInclusionRequest {
+    /**
+     * The entry's index.
+     */
+    entry?: string;
+    /**
+     * The tree size to prove it in (default: the latest checkpoint's).
+     */
+    size?: string;
 }
 
 export interface RevokeApiKeyRequest {
@@ -421,6 +514,53 @@ export class AdminApi extends runtime.BaseAPI {
      */
     async createPortalSession(requestParameters: CreatePortalSessionRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<CreatedPortalSession> {
         const response = await this.createPortalSessionRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for exportPlatformLedger without sending the request
+     */
+    async exportPlatformLedgerRequestOpts(): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/ledger/export`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async exportPlatformLedgerRaw(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<string>> {
+        const requestOptions = await this.exportPlatformLedgerRequestOpts();
+        const response = await this.request(requestOptions, initOverrides);
+
+        if (this.isJsonMime(response.headers.get('content-type'))) {
+            return new runtime.JSONApiResponse<string>(response);
+        } else {
+            return new runtime.TextApiResponse(response) as any;
+        }
+    }
+
+    /**
+     */
+    async exportPlatformLedger(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<string> {
+        const response = await this.exportPlatformLedgerRaw(initOverrides);
         return await response.value();
     }
 
@@ -806,6 +946,210 @@ export class AdminApi extends runtime.BaseAPI {
     }
 
     /**
+     * Creates request options for listLedgerKeys without sending the request
+     */
+    async listLedgerKeysRequestOpts(): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/ledger/keys`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async listLedgerKeysRaw(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<LedgerKeys>> {
+        const requestOptions = await this.listLedgerKeysRequestOpts();
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => LedgerKeysFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async listLedgerKeys(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<LedgerKeys> {
+        const response = await this.listLedgerKeysRaw(initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for listPlatformAudit without sending the request
+     */
+    async listPlatformAuditRequestOpts(requestParameters: ListPlatformAuditRequest): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        if (requestParameters['before'] != null) {
+            queryParameters['before'] = requestParameters['before'];
+        }
+
+        if (requestParameters['limit'] != null) {
+            queryParameters['limit'] = requestParameters['limit'];
+        }
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/audit`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async listPlatformAuditRaw(requestParameters: ListPlatformAuditRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<AuditPage>> {
+        const requestOptions = await this.listPlatformAuditRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => AuditPageFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async listPlatformAudit(requestParameters: ListPlatformAuditRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<AuditPage> {
+        const response = await this.listPlatformAuditRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for listPlatformLedgerCheckpoints without sending the request
+     */
+    async listPlatformLedgerCheckpointsRequestOpts(requestParameters: ListPlatformLedgerCheckpointsRequest): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        if (requestParameters['size'] != null) {
+            queryParameters['size'] = requestParameters['size'];
+        }
+
+        if (requestParameters['from'] != null) {
+            queryParameters['from'] = requestParameters['from'];
+        }
+
+        if (requestParameters['to'] != null) {
+            queryParameters['to'] = requestParameters['to'];
+        }
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/ledger/checkpoints`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async listPlatformLedgerCheckpointsRaw(requestParameters: ListPlatformLedgerCheckpointsRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<Checkpoints>> {
+        const requestOptions = await this.listPlatformLedgerCheckpointsRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => CheckpointsFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async listPlatformLedgerCheckpoints(requestParameters: ListPlatformLedgerCheckpointsRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<Checkpoints> {
+        const response = await this.listPlatformLedgerCheckpointsRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for listPlatformLedgerEntries without sending the request
+     */
+    async listPlatformLedgerEntriesRequestOpts(requestParameters: ListPlatformLedgerEntriesRequest): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        if (requestParameters['from'] != null) {
+            queryParameters['from'] = requestParameters['from'];
+        }
+
+        if (requestParameters['to'] != null) {
+            queryParameters['to'] = requestParameters['to'];
+        }
+
+        if (requestParameters['limit'] != null) {
+            queryParameters['limit'] = requestParameters['limit'];
+        }
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/ledger/entries`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async listPlatformLedgerEntriesRaw(requestParameters: ListPlatformLedgerEntriesRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<EntryPage>> {
+        const requestOptions = await this.listPlatformLedgerEntriesRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => EntryPageFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async listPlatformLedgerEntries(requestParameters: ListPlatformLedgerEntriesRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<EntryPage> {
+        const response = await this.listPlatformLedgerEntriesRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
      * Creates request options for listQuarantine without sending the request
      */
     async listQuarantineRequestOpts(requestParameters: ListQuarantineRequest): Promise<runtime.RequestOpts> {
@@ -920,6 +1264,108 @@ export class AdminApi extends runtime.BaseAPI {
      */
     async listTenants(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<TenantList> {
         const response = await this.listTenantsRaw(initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for provePlatformLedgerConsistency without sending the request
+     */
+    async provePlatformLedgerConsistencyRequestOpts(requestParameters: ProvePlatformLedgerConsistencyRequest): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        if (requestParameters['from'] != null) {
+            queryParameters['from'] = requestParameters['from'];
+        }
+
+        if (requestParameters['to'] != null) {
+            queryParameters['to'] = requestParameters['to'];
+        }
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/ledger/proof/consistency`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async provePlatformLedgerConsistencyRaw(requestParameters: ProvePlatformLedgerConsistencyRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<ConsistencyProof>> {
+        const requestOptions = await this.provePlatformLedgerConsistencyRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => ConsistencyProofFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async provePlatformLedgerConsistency(requestParameters: ProvePlatformLedgerConsistencyRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<ConsistencyProof> {
+        const response = await this.provePlatformLedgerConsistencyRaw(requestParameters, initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for provePlatformLedgerInclusion without sending the request
+     */
+    async provePlatformLedgerInclusionRequestOpts(requestParameters: ProvePlatformLedgerInclusionRequest): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        if (requestParameters['entry'] != null) {
+            queryParameters['entry'] = requestParameters['entry'];
+        }
+
+        if (requestParameters['size'] != null) {
+            queryParameters['size'] = requestParameters['size'];
+        }
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/ledger/proof/inclusion`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async provePlatformLedgerInclusionRaw(requestParameters: ProvePlatformLedgerInclusionRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<InclusionProof>> {
+        const requestOptions = await this.provePlatformLedgerInclusionRequestOpts(requestParameters);
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => InclusionProofFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async provePlatformLedgerInclusion(requestParameters: ProvePlatformLedgerInclusionRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<InclusionProof> {
+        const response = await this.provePlatformLedgerInclusionRaw(requestParameters, initOverrides);
         return await response.value();
     }
 
@@ -1063,6 +1509,49 @@ export class AdminApi extends runtime.BaseAPI {
      */
     async rotateIssuerKey(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<IssuerKeys> {
         const response = await this.rotateIssuerKeyRaw(initOverrides);
+        return await response.value();
+    }
+
+    /**
+     * Creates request options for rotateLedgerKey without sending the request
+     */
+    async rotateLedgerKeyRequestOpts(): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+        if (this.configuration && this.configuration.accessToken) {
+            const token = this.configuration.accessToken;
+            const tokenString = await token("admin_token", []);
+
+            if (tokenString) {
+                headerParameters["Authorization"] = `Bearer ${tokenString}`;
+            }
+        }
+
+        let urlPath = `/admin/ledger/keys`;
+
+        return {
+            path: urlPath,
+            method: 'POST',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async rotateLedgerKeyRaw(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<LedgerKeys>> {
+        const requestOptions = await this.rotateLedgerKeyRequestOpts();
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse(response, (jsonValue) => LedgerKeysFromJSON(jsonValue));
+    }
+
+    /**
+     */
+    async rotateLedgerKey(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<LedgerKeys> {
+        const response = await this.rotateLedgerKeyRaw(initOverrides);
         return await response.value();
     }
 

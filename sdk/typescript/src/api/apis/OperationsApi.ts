@@ -100,6 +100,41 @@ export class OperationsApi extends runtime.BaseAPI {
     }
 
     /**
+     * Creates request options for getLedgerKeys without sending the request
+     */
+    async getLedgerKeysRequestOpts(): Promise<runtime.RequestOpts> {
+        const queryParameters: any = {};
+
+        const headerParameters: runtime.HTTPHeaders = {};
+
+
+        let urlPath = `/.well-known/ledger-keys.json`;
+
+        return {
+            path: urlPath,
+            method: 'GET',
+            headers: headerParameters,
+            query: queryParameters,
+        };
+    }
+
+    /**
+     */
+    async getLedgerKeysRaw(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<runtime.ApiResponse<object>> {
+        const requestOptions = await this.getLedgerKeysRequestOpts();
+        const response = await this.request(requestOptions, initOverrides);
+
+        return new runtime.JSONApiResponse<any>(response);
+    }
+
+    /**
+     */
+    async getLedgerKeys(initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<object> {
+        const response = await this.getLedgerKeysRaw(initOverrides);
+        return await response.value();
+    }
+
+    /**
      * Creates request options for getMetrics without sending the request
      */
     async getMetricsRequestOpts(): Promise<runtime.RequestOpts> {

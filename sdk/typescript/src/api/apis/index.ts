@@ -2,6 +2,7 @@
 /* eslint-disable */
 export * from './AdminApi';
 export * from './EventsApi';
+export * from './LedgerApi';
 export * from './OperationsApi';
 export * from './PullApi';
 export * from './SubscriptionsApi';

@@ -37,6 +37,11 @@ export interface AttemptView {
      */
     latencyMs: number;
     /**
+     * Its entry in the tenant's ledger (`GET /v1/ledger/entries/{index}`, and its proof at
+     * `GET /v1/ledger/proof/inclusion?entry={index}`).
+     */
+    ledgerIndex?: number | null;
+    /**
      * What a failed transform wrote with `console.log` (at most 4 KiB in all).
      */
     logs?: Array<string>;
@@ -85,6 +90,7 @@ export function AttemptViewFromJSONTyped(json: any, ignoreDiscriminator: boolean
         'deliveryId': json['delivery_id'],
         'error': json['error'] === undefined ? undefined : json['error'] === null ? null : json['error'],
         'latencyMs': json['latency_ms'],
+        'ledgerIndex': json['ledger_index'] === undefined ? undefined : json['ledger_index'] === null ? null : json['ledger_index'],
         'logs': json['logs'] == null ? undefined : json['logs'],
         'outcome': json['outcome'],
         'responseBody': json['response_body'] === undefined ? undefined : json['response_body'] === null ? null : json['response_body'],
@@ -108,6 +114,7 @@ export function AttemptViewToJSONTyped(value?: AttemptView | null, ignoreDiscrim
         'delivery_id': value['deliveryId'],
         'error': value['error'],
         'latency_ms': value['latencyMs'],
+        'ledger_index': value['ledgerIndex'],
         'logs': value['logs'],
         'outcome': value['outcome'],
         'response_body': value['responseBody'],
