@@ -69,6 +69,37 @@ async fn sealed(hub: &TestHub, key: &str, at_least: usize) -> Vec<Value> {
     .await
 }
 
+/// Runs the Python receiver package's ledger check (sdk/python) on an inclusion proof, the hub's
+/// keys and a received request: `{"ok", "entry" | "error", "sent"}`.
+fn python_check(proof: &Value, keys: &Value, request: &Value) -> Value {
+    let script = r#"
+import base64, json, sys
+from streaming_hub_receiver import ledger
+proof, keys, request = (json.loads(a) for a in sys.argv[1:4])
+out = {}
+try:
+    out["entry"] = ledger.verify_inclusion_proof(proof, keys)
+    out["ok"] = True
+except ledger.InvalidProof as e:
+    out["ok"] = False
+    out["error"] = str(e)
+pairs = [(n, v) for n, v in request["headers"]]
+out["sent"] = ledger.sent_digest(base64.b64decode(request["digest_key"]), pairs, base64.b64decode(request["body"]))
+print(json.dumps(out))
+"#;
+    let out = std::process::Command::new("python3")
+        .env("PYTHONPATH", crate::sdk::repo().join("sdk/python/src"))
+        .arg("-c")
+        .arg(script)
+        .arg(proof.to_string())
+        .arg(keys.to_string())
+        .arg(request.to_string())
+        .output()
+        .expect("python3 runs (the machine's Python)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("the script prints JSON")
+}
+
 crate::on_both_backends!(deliveries_and_changes_are_recorded_proved_and_verified_offline);
 
 async fn deliveries_and_changes_are_recorded_proved_and_verified_offline(backend: Backend) {
@@ -179,6 +210,26 @@ async fn deliveries_and_changes_are_recorded_proved_and_verified_offline(backend
     let hashes: Vec<Hash> = consistent["proof"].as_array().unwrap().iter().map(hash).collect();
     let from_root = hash(&consistent["from_checkpoint"]["root"]);
     assert_eq!(verify_consistency(sizes[0], size, &from_root, &hash(&checkpoint["root"]), &hashes), Ok(()));
+
+    // The receiver's side: the Python receiver package checks the proof of the delivery it got
+    // with the published keys, and that the request it holds is the one recorded; a proof of
+    // another entry, or a changed body, does not pass.
+    let (_, keys) = hub.get(&key, "/.well-known/ledger-keys.json").await;
+    let request = json!({
+        "headers": headers,
+        "body": STANDARD.encode(&got.body),
+        "digest_key": detail["digest_key"],
+    });
+    let checked = python_check(&proof, &keys, &request);
+    assert_eq!(checked["ok"], true, "{checked}");
+    assert_eq!(checked["entry"]["delivery_id"], delivery_id);
+    assert_eq!(checked["sent"], d["sent"], "the same digest in both languages");
+    let mut forged = proof.clone();
+    forged["entry"]["data"] = json!(proof["entry"]["data"].as_str().unwrap().replace("delivered", "failed"));
+    assert_eq!(python_check(&forged, &keys, &request)["ok"], false);
+    let mut other_body = request.clone();
+    other_body["body"] = json!(STANDARD.encode(b"{}"));
+    assert_ne!(python_check(&proof, &keys, &other_body)["sent"], d["sent"]);
 
     // Bad parameters are named.
     let (status, bad) = hub.get(&key, "/v1/ledger/proof/inclusion?entry=x").await;
