@@ -344,3 +344,115 @@ async fn an_erasure_leaves_the_entries_and_takes_their_digest_keys(backend: Back
     let (code, said) = verify_cli(&text, None);
     assert_eq!(code, 0, "{said}");
 }
+
+crate::on_both_backends!(a_hub_killed_mid_burst_leaves_a_log_that_verifies_and_goes_on);
+
+/// SIGKILL in the middle of a burst: after the restart the log verifies, holds exactly one
+/// delivery entry per recorded attempt, and its checkpoints go on from the last one signed.
+async fn a_hub_killed_mid_burst_leaves_a_log_that_verifies_and_goes_on(backend: Backend) {
+    use crate::support::{HubProcess, fresh_schema, http_client, postgres_dsn, temp_sqlite_path};
+    use hub_store::prelude::*;
+    use std::collections::HashSet;
+
+    let admin = format!("admin-{}", uuid::Uuid::now_v7().simple());
+    let (mut vars, store): (Vec<(&str, String)>, std::sync::Arc<dyn hub_store::Store>) = match backend {
+        Backend::Sqlite => {
+            let db = temp_sqlite_path();
+            let store = hub_store::SqliteStore::open(&db).await.expect("open the database");
+            store.migrate().await.expect("migrate");
+            (vec![("STREAMING_HUB_SQLITE_PATH", db.display().to_string())], std::sync::Arc::new(store))
+        }
+        Backend::Postgres => {
+            let schema = fresh_schema().await;
+            let store = hub_store::PgStore::connect(&postgres_dsn(), Some(&schema), 2).await.expect("connect");
+            store.migrate().await.expect("migrate");
+            let vars = vec![("STREAMING_HUB_POSTGRES_DSN", postgres_dsn()), ("STREAMING_HUB_POSTGRES_SCHEMA", schema)];
+            (vars, std::sync::Arc::new(store))
+        }
+    };
+    vars.extend([
+        ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
+        ("STREAMING_HUB_DEV_KEK", "4b".repeat(32)),
+        ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
+        ("STREAMING_HUB_DISPATCH_IDLE_INTERVAL_MS", "20".to_owned()),
+        ("STREAMING_HUB_DISPATCH_LEASE", "3s".to_owned()),
+        ("STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL", "100ms".to_owned()),
+        ("STREAMING_HUB_RETRY_CURVE", "100ms,200ms,400ms,800ms,1s,1s,1s,1s,1s,1s".to_owned()),
+    ]);
+    // A receiver that takes ten at a time, 50 ms each, and refuses the rest: the burst is still
+    // being delivered, failures and all, when the hub is killed.
+    let receiver = Receiver::start(Script::Capacity(10, Duration::from_millis(50))).await;
+    let hub = HubProcess::start(&vars).await;
+    let (key, sub_id, _) = hub.verified_webhook(&admin, &receiver).await;
+    const EVENTS: usize = 300;
+    let mut ids = HashSet::new();
+    for i in 0..EVENTS {
+        let event = Event::new("t1").body(json!({"n": i}).to_string());
+        ids.insert(event.id().to_string());
+        hub.post_event(&key, &event).await;
+    }
+    // Mid-burst: some delivered, and some checkpoints signed.
+    until("a third delivered", WAIT, async || (receiver.accepted_len() >= EVENTS / 3).then_some(())).await;
+    until("a checkpoint of the burst", WAIT, async || {
+        let c = store.latest_ledger_checkpoint("t1").await.expect("read").map_or(0, |c| c.size);
+        (c > 3).then_some(())
+    })
+    .await;
+    hub.kill();
+    let signed_before = store.latest_ledger_checkpoint("t1").await.expect("read").expect("one").size;
+
+    assert!(receiver.accepted_len() < EVENTS, "killed mid-burst");
+    let hub = HubProcess::start(&vars).await;
+    until("every event delivered after the restart", WAIT, async || {
+        let got: HashSet<String> = receiver.accepted().iter().map(|d| d.header("x-lerian-event-id")).collect();
+        ids.is_subset(&got).then_some(())
+    })
+    .await;
+    // Sealed up to the head: what the restart recorded is covered too.
+    let client = http_client();
+    let export = until("the log sealed to its end", WAIT, async || {
+        let text = client
+            .get(format!("{}/v1/ledger/export", hub.base))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        let (code, said) = verify_cli(&text, None);
+        (code == 0 && !said.contains("not covered")).then_some((text, said))
+    })
+    .await;
+    let (text, said) = export;
+    // One delivery entry per recorded attempt, none twice.
+    let sub: uuid::Uuid = sub_id.parse().expect("uuid");
+    let jobs = store.list_jobs("t1", sub, None, None, 10_000).await.expect("jobs");
+    let attempts =
+        store.attempts_for_jobs("t1", &jobs.iter().map(|j| j.id).collect::<Vec<_>>()).await.expect("attempts");
+    let recorded: HashSet<String> = attempts.iter().map(|a| a.id.to_string()).collect();
+    let mut entered = Vec::new();
+    for line in text.lines() {
+        let line: Value = serde_json::from_str(line).expect("a JSON line");
+        if line["type"] == "entry" {
+            let entry: Value = serde_json::from_str(line["data"].as_str().expect("data")).expect("entry");
+            if entry["kind"] == "delivery" {
+                entered.push(entry["delivery_id"].as_str().expect("id").to_owned());
+            }
+        }
+    }
+    assert_eq!(entered.len(), recorded.len(), "{said}");
+    assert_eq!(entered.iter().cloned().collect::<HashSet<_>>(), recorded);
+    // The checkpoints go on from the last one signed before the kill.
+    let sizes: Vec<u64> = store
+        .ledger_checkpoints("t1", 0, u64::MAX, 1_000_000)
+        .await
+        .expect("checkpoints")
+        .iter()
+        .map(|c| c.size)
+        .collect();
+    assert!(sizes.contains(&signed_before), "{signed_before} not in {sizes:?}");
+    assert!(sizes.last().is_some_and(|last| *last > signed_before), "{sizes:?}");
+    assert!(sizes.windows(2).all(|w| w[0] < w[1]));
+    hub.kill();
+}
