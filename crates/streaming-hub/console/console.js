@@ -209,11 +209,13 @@ function chrome() {
     links.push(link("#/quarantine", "Quarantine", "nav-quarantine"));
     links.push(link("#/dlq", "DLQ", "nav-dlq"));
     links.push(link("#/catalog", "Catalog", "nav-catalog"));
+    if (!state.tenant) links.push(link("#/audit", "Audit", "nav-platform-audit"));
   }
   if (state.role === "tenant" || state.tenant) {
     links.push(link("#/subscriptions", "Subscriptions", "nav-subscriptions"));
     links.push(link("#/events", "Event log", "nav-events"));
     links.push(link("#/event-types", "Event types", "nav-event-types"));
+    links.push(link("#/audit", "Audit", "nav-audit"));
   }
   nav.replaceChildren(...links);
   if (!state.token) who.textContent = "";
@@ -611,7 +613,12 @@ function attemptsList(d) {
     "ol",
     { class: "attempts" },
     d.attempt_log.map((a) =>
-      h("li", {}, `#${a.attempt} ${time(a.started_at)} ${a.outcome}${a.status_code ? ` ${a.status_code}` : ""} ${a.latency_ms} ms${a.error ? ` — ${a.error}` : ""}`),
+      h(
+        "li",
+        {},
+        `#${a.attempt} ${time(a.started_at)} ${a.outcome}${a.status_code ? ` ${a.status_code}` : ""} ${a.latency_ms} ms${a.error ? ` — ${a.error}` : ""}`,
+        a.ledger_index === undefined ? null : [" · ", link(`#/ledger/${a.ledger_index}`, `ledger entry ${a.ledger_index}`, `ledger-${a.ledger_index}`)],
+      ),
     ),
   );
 }
@@ -698,12 +705,15 @@ async function render() {
       if (view === "all-subscriptions") return await allSubscriptionsView();
       if (view === "quarantine") return await quarantineView();
       if (view === "dlq") return await dlqView();
+      if (view === "audit" && !state.tenant) return await auditView();
       if (!state.tenant) return await tenantsView();
     }
     if (view === "subscriptions" && id) return await subscriptionView(id);
     if (view === "events" && id) return await eventView(id);
     if (view === "events") return await eventsView();
     if (view === "event-types") return await eventTypesView();
+    if (view === "audit") return await auditView();
+    if (view === "ledger" && id) return await ledgerEntryView(id);
     return await subscriptionsView();
   } catch (e) {
     if (e.status === 401) {

@@ -369,6 +369,23 @@ try {
   assert.match(await noticeText(page), /dead-lettered deliveries are pending again/);
   step("deliveries with attempts; redrive");
 
+  // The ledger: an attempt's entry, its inclusion proof checked in the browser against the signed
+  // checkpoint; then the audit view of changes with who made them.
+  await page.locator('ol.attempts a[data-testid^="ledger-"]').first().click();
+  await page.getByTestId("ledger-entry").waitFor();
+  assert.match(await page.getByTestId("ledger-entry").textContent(), /"kind": "delivery"[\s\S]*"subscription_id"/);
+  await page.getByTestId("ledger-proof-result").getByText(/checked in this browser/).waitFor({ timeout: 15000 });
+  await audit(page, "a ledger entry and its proof");
+  await page.getByTestId("nav-audit").click();
+  await page.getByTestId("audit").waitFor();
+  const changes = await page.getByTestId("audit").textContent();
+  assert.match(changes, /subscription\.secret_rotated/);
+  assert.match(changes, /subscription\.created/);
+  assert.doesNotMatch(changes, new RegExp(env.T2_NAME), "another tenant's changes are not shown");
+  step("the ledger: an attempt's entry with its proof checked; the audit view");
+  await page.evaluate((id) => { location.hash = `#/subscriptions/${id}`; }, env.T1_HOOK);
+  await page.getByTestId("transform-code").waitFor();
+
   // A transform: tried against the latest event of its types, refused when it throws, saved, removed.
   await page.getByTestId("transform-code").fill("function handler(e) { console.log('seen', e.type); e.data = { mapped: true }; return e; }");
   await page.getByTestId("transform-run").click();

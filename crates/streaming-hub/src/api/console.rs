@@ -1,4 +1,4 @@
-//! `/console`: the web console, six files built into the binary (`crates/streaming-hub/console/`).
+//! `/console`: the web console, seven files built into the binary (`crates/streaming-hub/console/`).
 //!
 //! The page holds no data of its own: it signs in with the admin token or a tenant API key (kept
 //! in the tab's session storage) and calls the same API as everyone else, so every rule of the
@@ -14,6 +14,7 @@ const SCRIPT: &str = include_str!("../../console/console.js");
 const FORMS: &str = include_str!("../../console/forms.js");
 const CHARTS: &str = include_str!("../../console/charts.js");
 const EVENTS: &str = include_str!("../../console/events.js");
+const LEDGER: &str = include_str!("../../console/ledger.js");
 const STYLE: &str = include_str!("../../console/console.css");
 
 /// The page's policy: its own script and style only; framed only by `frame_ancestors`
@@ -56,5 +57,6 @@ pub fn routes<S: Clone + Send + Sync + 'static>(frame_ancestors: &str) -> axum::
         .route("/console/forms.js", serve("text/javascript; charset=utf-8", FORMS))
         .route("/console/charts.js", serve("text/javascript; charset=utf-8", CHARTS))
         .route("/console/events.js", serve("text/javascript; charset=utf-8", EVENTS))
+        .route("/console/ledger.js", serve("text/javascript; charset=utf-8", LEDGER))
         .route("/console/console.css", serve("text/css; charset=utf-8", STYLE))
 }

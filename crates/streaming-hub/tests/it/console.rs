@@ -190,8 +190,8 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    assert_eq!(report["steps"].as_array().expect("steps").len(), 29, "{report}");
-    assert_eq!(report["audited"].as_array().expect("audited").len(), 8, "every view audited: {report}");
+    assert_eq!(report["steps"].as_array().expect("steps").len(), 30, "{report}");
+    assert_eq!(report["audited"].as_array().expect("audited").len(), 9, "every view audited: {report}");
     // The test event sent from the console arrived, signed.
     assert!(
         receiver.deliveries().iter().any(|d| d.header("x-lerian-event-type") == "streaming_hub.test" && d.verified),
