@@ -537,6 +537,34 @@ impl BenchHub {
         })
     }
 
+    /// What the ledger takes on disk per delivery entry (PostgreSQL: its tables and their indexes,
+    /// checkpoints and inner nodes included), once the sealer has caught up; `None` on SQLite.
+    pub async fn ledger_bytes_per_delivery(&self) -> anyhow::Result<Option<f64>> {
+        let Db::Postgres { pool, schema } = &self.db else {
+            return Ok(None);
+        };
+        // Sealed to the head (a checkpoint every 2 s), so the inner nodes are counted too.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self
+            .count("SELECT count(*) FROM ledger_heads h JOIN ledger_trees t USING (log) WHERE t.size < h.size")
+            .await?
+            > 0
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        sqlx::query(&format!("ANALYZE {schema}.ledger_entries")).execute(pool).await?;
+        let bytes: i64 = sqlx::query_scalar(&format!(
+            "SELECT (pg_total_relation_size('{schema}.ledger_entries') + pg_total_relation_size('{schema}.ledger_nodes')
+                + pg_total_relation_size('{schema}.ledger_checkpoints') + pg_total_relation_size('{schema}.ledger_heads')
+                + pg_total_relation_size('{schema}.ledger_trees'))::bigint"
+        ))
+        .fetch_one(pool)
+        .await?;
+        let entries = self.count("SELECT count(*) FROM ledger_entries WHERE kind = 'delivery'").await?;
+        Ok((entries > 0).then(|| bytes as f64 / entries as f64))
+    }
+
     /// A count the hub's database answers (`sql` names its tables unqualified).
     pub async fn count(&self, sql: &str) -> anyhow::Result<i64> {
         Ok(match &self.db {

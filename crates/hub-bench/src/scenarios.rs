@@ -124,12 +124,14 @@ pub async fn push_burst(
     let store = hub.store_name();
     let in_flight = hub.max_in_flight;
     let via_name = if via == Via::Kafka { "kafka" } else { "http" };
+    let ledger = hub.ledger_bytes_per_delivery().await?;
     let figures = json!({
         "scenario": "push-burst", "via": via_name, "store": store, "events": events, "tenants": tenants,
         "producers": producers, "max_in_flight": in_flight, "accepted_per_s": events as f64 / accepted_s,
         "delivered_per_s": got.distinct() as f64 / delivered_s, "delivered": got.distinct(),
         "duplicates": got.duplicates(), "latency_ms": latency.json(),
         "measured": spent.json(), "cpu_ms_per_event": cpu_json(&spent, got.distinct()),
+        "ledger_bytes_per_delivery": ledger,
     });
     let usage = hub.finish().await?;
     let [hub_cpu, pg_cpu, both_cpu] = cpu_rows(&spent, got.distinct());
@@ -148,6 +150,7 @@ pub async fn push_burst(
             hub_cpu,
             pg_cpu,
             both_cpu,
+            ("ledger bytes/delivery", ledger.map_or_else(|| "—".to_owned(), f0)),
         ],
         figures,
         &usage,

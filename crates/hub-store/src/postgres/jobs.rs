@@ -440,7 +440,18 @@ impl PgStore {
             return Ok(completions(results, &moved, None));
         }
         // Otherwise the subscriptions' health changes follow, in order, in the same transaction.
+        // Their rows are locked first: `hub_record` takes the ledger heads of the batch's tenants
+        // last, and every transaction that holds both must take a subscription before a head (the
+        // delivered path's clearing does, inside `hub_record`), or two replicas recording for one
+        // tenant could wait on each other.
         let mut tx = self.pool.begin().await?;
+        let mut subscriptions: Vec<Uuid> = results.iter().map(|r| r.record.subscription_id).collect();
+        subscriptions.sort_unstable();
+        subscriptions.dedup();
+        sqlx::query("SELECT id FROM subscriptions WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+            .bind(&subscriptions)
+            .execute(&mut *tx)
+            .await?;
         let moved = record_query(&cols, false).fetch_all(&mut *tx).await?;
         let mut disabled = vec![false; results.len()];
         for (i, r) in results.iter().enumerate() {

@@ -278,3 +278,50 @@ fn hex(h: &Hash) -> String {
 fn blob(hex: &str, db: &TestDb) -> String {
     if db.schema().is_some() { format!("'\\x{hex}'::bytea") } else { format!("X'{hex}'") }
 }
+
+/// Two replicas recording outcomes of one tenant's subscription at once, one batch all delivered
+/// (which clears the subscription's failure marks) beside one with failures (which sets them):
+/// each takes the subscription before the tenant's ledger head, so none waits on the other in a
+/// cycle, and every outcome is recorded with its entry.
+pub async fn replicas_recording_one_tenant_at_once_never_deadlock(db: &TestDb) {
+    let sub = push_subscription(db, "t1").await;
+    events(db, "t1", 400).await;
+    let other = db.replica().await;
+    let mut tasks = Vec::new();
+    for (n, store) in [Arc::clone(&db.store), other].into_iter().enumerate() {
+        tasks.push(tokio::spawn(async move {
+            let mut recorded = 0;
+            for round in 0..20 {
+                let jobs = store.claim_jobs(&claim(10, None)).await.expect("claim").jobs;
+                let failing = (round + n) % 2 == 0;
+                let results: Vec<_> = jobs
+                    .iter()
+                    .map(|j| {
+                        if failing {
+                            let at = Utc::now();
+                            result(
+                                j,
+                                "failed",
+                                JobTransition::Retry { due_at: at },
+                                HealthChange::Failure { at, disable: None },
+                            )
+                        } else {
+                            result(j, "delivered", JobTransition::Succeeded, HealthChange::Success)
+                        }
+                    })
+                    .collect();
+                store.complete_attempts(&results).await.expect("recorded without a deadlock");
+                recorded += results.len();
+            }
+            recorded
+        }));
+    }
+    let mut recorded = 0;
+    for t in tasks {
+        recorded += t.await.expect("recorder");
+    }
+    let entries = db.store.ledger_entries("t1", 0, 10_000).await.expect("entries");
+    assert_eq!(entries.len(), recorded);
+    assert!(entries.iter().enumerate().all(|(i, e)| e.index == i as u64));
+    let _ = sub;
+}
