@@ -343,6 +343,9 @@ fn describe() {
     }
     metrics::counter!(metric::AUTO_DISABLED).increment(0);
     metrics::counter!(metric::ATTEMPT_PANICS).increment(0);
+    metrics::counter!(metric::LEDGER_CHECKPOINTS).increment(0);
+    metrics::counter!(metric::LEDGER_REFUSED).increment(0);
+    metrics::counter!(metric::LEDGER_UNRECORDED).increment(0);
     metrics::counter!(metric::HTTP_PANICS).increment(0);
     delivery_stall(None);
     metrics::counter!(metric::LEASES_RECOVERED).increment(0);

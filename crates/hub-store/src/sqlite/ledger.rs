@@ -171,8 +171,8 @@ impl Ledger for SqliteStore {
              WHERE log = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3",
         )
         .bind(log)
-        .bind(from as i64)
-        .bind(limit as i64)
+        .bind(from.min(i64::MAX as u64) as i64)
+        .bind(limit.min(i64::MAX as u64) as i64)
         .fetch_all(&self.reader)
         .await?;
         rows.iter().map(entry_from_row).collect()
@@ -305,7 +305,7 @@ impl Ledger for SqliteStore {
     async fn digest_key(&self, log: &str, index: u64) -> StoreResult<Option<Vec<u8>>> {
         Ok(sqlx::query_scalar("SELECT digest_key FROM ledger_entries WHERE log = ?1 AND idx = ?2")
             .bind(log)
-            .bind(index as i64)
+            .bind(index.min(i64::MAX as u64) as i64)
             .fetch_optional(&self.reader)
             .await?
             .flatten())

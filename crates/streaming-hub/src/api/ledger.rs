@@ -168,9 +168,12 @@ pub struct LedgerKeys {
 #[into_params(parameter_in = Query)]
 pub struct CheckpointParams {
     /// The checkpoint of exactly this size.
+    #[param(pattern = r"^[0-9]{1,18}$")]
     pub size: Option<String>,
     /// With `to`: the checkpoints with sizes in `from..=to` (at most 1000).
+    #[param(pattern = r"^[0-9]{1,18}$")]
     pub from: Option<String>,
+    #[param(pattern = r"^[0-9]{1,18}$")]
     pub to: Option<String>,
 }
 
@@ -178,10 +181,13 @@ pub struct CheckpointParams {
 #[into_params(parameter_in = Query)]
 pub struct EntryParams {
     /// The first index (default 0).
+    #[param(pattern = r"^[0-9]{1,18}$")]
     pub from: Option<String>,
     /// The last index, excluded (default: the end).
+    #[param(pattern = r"^[0-9]{1,18}$")]
     pub to: Option<String>,
     /// At most this many (1 to 1000, default 100).
+    #[param(pattern = r"^([1-9][0-9]{0,2}|1000)$")]
     pub limit: Option<String>,
 }
 
@@ -189,16 +195,20 @@ pub struct EntryParams {
 #[into_params(parameter_in = Query)]
 pub struct InclusionParams {
     /// The entry's index.
+    #[param(pattern = r"^[0-9]{1,18}$", required = true)]
     pub entry: Option<String>,
     /// The tree size to prove it in (default: the latest checkpoint's).
+    #[param(pattern = r"^[0-9]{1,18}$")]
     pub size: Option<String>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ConsistencyParams {
+    #[param(pattern = r"^[0-9]{1,18}$", required = true)]
     pub from: Option<String>,
     /// Default: the latest checkpoint's size.
+    #[param(pattern = r"^[0-9]{1,18}$")]
     pub to: Option<String>,
 }
 
@@ -206,7 +216,9 @@ pub struct ConsistencyParams {
 #[into_params(parameter_in = Query)]
 pub struct AuditParams {
     /// Changes before this index (the `next_before` of the last page).
+    #[param(pattern = r"^[0-9]{1,18}$")]
     pub before: Option<String>,
+    #[param(pattern = r"^([1-9][0-9]{0,2}|1000)$")]
     pub limit: Option<String>,
 }
 
@@ -449,6 +461,7 @@ async fn audit(state: &AppState, log: Log, p: AuditParams) -> Result<Json<AuditP
         (status = 200, description = "The tenant's signed checkpoints: the latest, the one of a size, or a range", body = Checkpoints),
         (status = 400, description = "A parameter is invalid (named)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 pub async fn tenant_checkpoints(
@@ -465,6 +478,7 @@ pub async fn tenant_checkpoints(
         (status = 200, description = "The tenant's entries from `from`, in order", body = EntryPage),
         (status = 400, description = "A parameter is invalid (named)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 pub async fn tenant_entries(
@@ -481,6 +495,8 @@ pub async fn tenant_entries(
         (status = 200, description = "One entry, with its digest key while it is kept", body = EntryDetail),
         (status = 404, description = "No such entry", body = ErrorBody),
         (status = 422, description = "The index is not a number", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 pub async fn tenant_entry(
@@ -496,6 +512,8 @@ pub async fn tenant_entry(
     responses(
         (status = 200, description = "The proof that the entry is in the tree of `size` entries", body = InclusionProof),
         (status = 400, description = "A parameter is invalid or beyond the signed tree (named)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 pub async fn tenant_inclusion(
@@ -511,6 +529,8 @@ pub async fn tenant_inclusion(
     responses(
         (status = 200, description = "The proof that the tree of `from` entries begins the tree of `to`", body = ConsistencyProof),
         (status = 400, description = "A parameter is invalid or beyond the signed tree (named)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 pub async fn tenant_consistency(
@@ -524,6 +544,8 @@ pub async fn tenant_consistency(
 #[utoipa::path(get, path = "/v1/ledger/export", tag = "ledger", operation_id = "exportLedger",
     responses(
         (status = 200, description = "JSON lines: the log, its public keys, its entries and checkpoints (what `streaming-hub ledger verify` reads)", content_type = "application/jsonl", body = String),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 pub async fn tenant_export(State(state): State<AppState>, caller: TenantCaller) -> Response {
@@ -536,6 +558,8 @@ pub async fn tenant_export(State(state): State<AppState>, caller: TenantCaller) 
     responses(
         (status = 200, description = "The tenant's changes, newest first, with who made them", body = AuditPage),
         (status = 400, description = "A parameter is invalid (named)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
     ),
     security(("api_key" = [])))]
 pub async fn tenant_audit(
@@ -548,7 +572,10 @@ pub async fn tenant_audit(
 
 #[utoipa::path(get, path = "/admin/ledger/checkpoints", tag = "admin", operation_id = "listPlatformLedgerCheckpoints",
     params(CheckpointParams),
-    responses((status = 200, description = "The platform log's checkpoints", body = Checkpoints)),
+    responses((status = 200, description = "The platform log's checkpoints", body = Checkpoints),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
+    ),
     security(("admin_token" = [])))]
 pub async fn platform_checkpoints(
     State(state): State<AppState>,
@@ -560,7 +587,10 @@ pub async fn platform_checkpoints(
 
 #[utoipa::path(get, path = "/admin/ledger/entries", tag = "admin", operation_id = "listPlatformLedgerEntries",
     params(EntryParams),
-    responses((status = 200, description = "The platform log's entries", body = EntryPage)),
+    responses((status = 200, description = "The platform log's entries", body = EntryPage),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
+    ),
     security(("admin_token" = [])))]
 pub async fn platform_entries(
     State(state): State<AppState>,
@@ -572,7 +602,10 @@ pub async fn platform_entries(
 
 #[utoipa::path(get, path = "/admin/ledger/proof/inclusion", tag = "admin", operation_id = "provePlatformLedgerInclusion",
     params(InclusionParams),
-    responses((status = 200, description = "An inclusion proof in the platform log", body = InclusionProof)),
+    responses((status = 200, description = "An inclusion proof in the platform log", body = InclusionProof),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
+    ),
     security(("admin_token" = [])))]
 pub async fn platform_inclusion(
     State(state): State<AppState>,
@@ -584,7 +617,10 @@ pub async fn platform_inclusion(
 
 #[utoipa::path(get, path = "/admin/ledger/proof/consistency", tag = "admin", operation_id = "provePlatformLedgerConsistency",
     params(ConsistencyParams),
-    responses((status = 200, description = "A consistency proof of the platform log", body = ConsistencyProof)),
+    responses((status = 200, description = "A consistency proof of the platform log", body = ConsistencyProof),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
+    ),
     security(("admin_token" = [])))]
 pub async fn platform_consistency(
     State(state): State<AppState>,
@@ -595,7 +631,10 @@ pub async fn platform_consistency(
 }
 
 #[utoipa::path(get, path = "/admin/ledger/export", tag = "admin", operation_id = "exportPlatformLedger",
-    responses((status = 200, description = "The platform log's export (JSON lines)", content_type = "application/jsonl", body = String)),
+    responses((status = 200, description = "The platform log's export (JSON lines)", content_type = "application/jsonl", body = String),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
+    ),
     security(("admin_token" = [])))]
 pub async fn platform_export(State(state): State<AppState>, _: Admin) -> Response {
     export(state, Log::Platform)
@@ -603,7 +642,10 @@ pub async fn platform_export(State(state): State<AppState>, _: Admin) -> Respons
 
 #[utoipa::path(get, path = "/admin/audit", tag = "admin", operation_id = "listPlatformAudit",
     params(AuditParams),
-    responses((status = 200, description = "Platform changes, newest first, with who made them", body = AuditPage)),
+    responses((status = 200, description = "Platform changes, newest first, with who made them", body = AuditPage),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
+    ),
     security(("admin_token" = [])))]
 pub async fn platform_audit(
     State(state): State<AppState>,

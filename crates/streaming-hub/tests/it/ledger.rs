@@ -456,3 +456,65 @@ async fn a_hub_killed_mid_burst_leaves_a_log_that_verifies_and_goes_on(backend: 
     assert!(sizes.windows(2).all(|w| w[0] < w[1]));
     hub.kill();
 }
+
+crate::on_both_backends!(the_platform_log_and_a_key_rotation);
+
+/// Changes no tenant owns go to the platform log, read by the admin only; a rotation of the
+/// ledger key is itself recorded, both keys stay published, and an export signed by both verifies.
+async fn the_platform_log_and_a_key_rotation(backend: Backend) {
+    let hub = TestHub::start_with(backend, &[("STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL", "100ms")]).await;
+    let key = hub.tenant_key("acme").await;
+    let admin = |path: &str| hub.client.get(hub.url(path)).bearer_auth(&hub.admin);
+    // An admin key made and revoked: platform changes.
+    let (status, made) = hub
+        .send(
+            hub.client
+                .post(hub.url("/admin/api-keys"))
+                .bearer_auth(&hub.admin)
+                .json(&json!({"admin": true, "name": "ops"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    let made_id = made["id"].as_str().expect("id").to_owned();
+    let (status, _) =
+        hub.send(hub.client.delete(hub.url(&format!("/admin/api-keys/{made_id}"))).bearer_auth(&hub.admin)).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // A checkpoint signed with the first key, then a rotation.
+    until("a platform checkpoint", WAIT, async || {
+        let (_, c) = hub.send(admin("/admin/ledger/checkpoints")).await;
+        (c["items"][0]["size"].as_u64().unwrap_or(0) >= 2).then_some(())
+    })
+    .await;
+    let (status, rotated) = hub.send(hub.client.post(hub.url("/admin/ledger/keys")).bearer_auth(&hub.admin)).await;
+    assert_eq!(status, StatusCode::CREATED, "{rotated}");
+    let keys = rotated["keys"].as_array().expect("keys").clone();
+    assert_eq!(keys.len(), 2);
+    assert!(keys[0]["retired_at"].is_string() && keys[1].get("retired_at").is_none(), "{rotated}");
+    let (_, published) = hub.get(&key, "/.well-known/ledger-keys.json").await;
+    assert_eq!(published["keys"].as_array().map(Vec::len), Some(2), "both keys stay published");
+
+    // The platform's audit: newest first, with the admin as actor; the rotation is in it.
+    let (_, audit) = hub.send(admin("/admin/audit")).await;
+    let actions: Vec<&str> =
+        audit["items"].as_array().unwrap().iter().map(|c| c["change"]["action"].as_str().unwrap()).collect();
+    assert_eq!(&actions[..3], &["ledger_key.rotated", "api_key.revoked", "admin_key.created"], "{audit}");
+    assert_eq!(audit["log"], "platform");
+    assert_eq!(audit["items"][0]["actor_label"], "admin token");
+    // A tenant reads neither the platform's log nor its audit.
+    for path in ["/admin/ledger/entries", "/admin/audit", "/admin/ledger/export"] {
+        let (status, _) = hub.get(&key, path).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+    }
+
+    // Sealed again with the new key: the export holds checkpoints signed by each, and verifies.
+    let text = until("a checkpoint signed with the new key", WAIT, async || {
+        let text = admin("/admin/ledger/export").send().await.ok()?.text().await.ok()?;
+        let new_kid = keys[1]["kid"].as_str().unwrap_or_default();
+        text.contains(&format!("\"kid\":\"{new_kid}\"")).then_some(text)
+    })
+    .await;
+    assert!(text.contains(&format!("\"kid\":\"{}\"", keys[0]["kid"].as_str().unwrap())));
+    let (code, said) = verify_cli(&text, Some(&published));
+    assert_eq!(code, 0, "{said}");
+    assert!(said.starts_with("ok: platform:"), "{said}");
+}

@@ -53,6 +53,7 @@ async fn the_document_lists_every_route_and_every_listed_route_is_served() {
                 "/v1/portal-sessions/exchange",
                 "/.well-known/openid-configuration",
                 "/.well-known/jwks.json",
+                "/.well-known/ledger-keys.json",
             ]
             .contains(&path.as_str());
             if !is_public {

@@ -117,7 +117,8 @@ async fn secrets_and_credentials_are_never_stored_or_returned_in_clear(backend: 
 }
 
 /// Drives every `/v1` route of the OpenAPI document with a second tenant's key: each answers
-/// 404 for the first tenant's subscriptions, or an empty list.
+/// 404 for the first tenant's subscriptions, or an empty list (the ledger's listings: only the
+/// second tenant's own key being made, nothing of the first's).
 async fn another_tenant_gets_404_on_every_v1_route(backend: Backend) {
     let hub = TestHub::start(backend).await;
     let owner = hub.tenant_key("t1").await;
@@ -150,6 +151,24 @@ async fn another_tenant_gets_404_on_every_v1_route(backend: Backend) {
                     assert_eq!(body["title"], "not_found", "{method} {path}");
                     checked += 1;
                 }
+            } else if path.contains("{index}") {
+                // The first tenant's log has entries 0 and up; the second's only its key's making.
+                let url = hub.url(&path.replace("{index}", "1"));
+                let (status, body) = hub.send(hub.client.request(method.clone(), url).bearer_auth(&intruder)).await;
+                assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path}: {body}");
+                checked += 1;
+            } else if method == reqwest::Method::GET && (path.starts_with("/v1/ledger/") || path == "/v1/audit") {
+                // The second tenant's own log (an export is JSON lines; a proof asks for an entry).
+                let url = hub.url(&format!("{path}?entry=0&from=0"));
+                let response = hub.client.get(url).bearer_auth(&intruder).send().await.expect("request");
+                let status = response.status();
+                let text = response.text().await.expect("body");
+                assert!(status == StatusCode::OK || status == StatusCode::BAD_REQUEST, "{path}: {status} {text}");
+                assert!(
+                    !text.contains("tenant t1") && ids.iter().all(|id| !text.contains(id.as_str())),
+                    "{path}: {text}"
+                );
+                checked += 1;
             } else if method == reqwest::Method::GET {
                 let (status, body) = hub.get(&intruder, path).await;
                 assert_eq!(status, StatusCode::OK, "{path}");

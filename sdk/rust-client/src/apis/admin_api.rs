@@ -58,6 +58,8 @@ pub enum CreatePortalSessionError {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ExportPlatformLedgerError {
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -145,6 +147,8 @@ pub enum ListLedgerKeysError {
 #[serde(untagged)]
 pub enum ListPlatformAuditError {
     Status400(models::ErrorBody),
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -153,6 +157,8 @@ pub enum ListPlatformAuditError {
 #[serde(untagged)]
 pub enum ListPlatformLedgerCheckpointsError {
     Status400(models::ErrorBody),
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -161,6 +167,8 @@ pub enum ListPlatformLedgerCheckpointsError {
 #[serde(untagged)]
 pub enum ListPlatformLedgerEntriesError {
     Status400(models::ErrorBody),
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -188,6 +196,8 @@ pub enum ListTenantsError {
 #[serde(untagged)]
 pub enum ProvePlatformLedgerConsistencyError {
     Status400(models::ErrorBody),
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -196,6 +206,8 @@ pub enum ProvePlatformLedgerConsistencyError {
 #[serde(untagged)]
 pub enum ProvePlatformLedgerInclusionError {
     Status400(models::ErrorBody),
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -1178,7 +1190,7 @@ pub async fn list_tenants(
 
 pub async fn prove_platform_ledger_consistency(
     configuration: &configuration::Configuration,
-    from: Option<&str>,
+    from: &str,
     to: Option<&str>,
 ) -> Result<models::ConsistencyProof, Error<ProvePlatformLedgerConsistencyError>> {
     // add a prefix to parameters to efficiently prevent name collisions
@@ -1188,9 +1200,7 @@ pub async fn prove_platform_ledger_consistency(
     let uri_str = format!("{}/admin/ledger/proof/consistency", configuration.base_path);
     let mut req_builder = configuration.client.request(reqwest::Method::GET, &uri_str);
 
-    if let Some(ref param_value) = p_query_from {
-        req_builder = req_builder.query(&[("from", &param_value.to_string())]);
-    }
+    req_builder = req_builder.query(&[("from", &p_query_from.to_string())]);
     if let Some(ref param_value) = p_query_to {
         req_builder = req_builder.query(&[("to", &param_value.to_string())]);
     }
@@ -1233,7 +1243,7 @@ pub async fn prove_platform_ledger_consistency(
 
 pub async fn prove_platform_ledger_inclusion(
     configuration: &configuration::Configuration,
-    entry: Option<&str>,
+    entry: &str,
     size: Option<&str>,
 ) -> Result<models::InclusionProof, Error<ProvePlatformLedgerInclusionError>> {
     // add a prefix to parameters to efficiently prevent name collisions
@@ -1243,9 +1253,7 @@ pub async fn prove_platform_ledger_inclusion(
     let uri_str = format!("{}/admin/ledger/proof/inclusion", configuration.base_path);
     let mut req_builder = configuration.client.request(reqwest::Method::GET, &uri_str);
 
-    if let Some(ref param_value) = p_query_entry {
-        req_builder = req_builder.query(&[("entry", &param_value.to_string())]);
-    }
+    req_builder = req_builder.query(&[("entry", &p_query_entry.to_string())]);
     if let Some(ref param_value) = p_query_size {
         req_builder = req_builder.query(&[("size", &param_value.to_string())]);
     }

@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize, de::Error as _};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum ExportLedgerError {
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -24,6 +26,8 @@ pub enum ExportLedgerError {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum GetLedgerEntryError {
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     Status404(models::ErrorBody),
     Status422(models::ErrorBody),
     UnknownValue(serde_json::Value),
@@ -34,6 +38,8 @@ pub enum GetLedgerEntryError {
 #[serde(untagged)]
 pub enum ListAuditError {
     Status400(models::ErrorBody),
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -43,6 +49,7 @@ pub enum ListAuditError {
 pub enum ListLedgerCheckpointsError {
     Status400(models::ErrorBody),
     Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -52,6 +59,7 @@ pub enum ListLedgerCheckpointsError {
 pub enum ListLedgerEntriesError {
     Status400(models::ErrorBody),
     Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -60,6 +68,8 @@ pub enum ListLedgerEntriesError {
 #[serde(untagged)]
 pub enum ProveLedgerConsistencyError {
     Status400(models::ErrorBody),
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -68,6 +78,8 @@ pub enum ProveLedgerConsistencyError {
 #[serde(untagged)]
 pub enum ProveLedgerInclusionError {
     Status400(models::ErrorBody),
+    Status401(models::ErrorBody),
+    Status403(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -336,7 +348,7 @@ pub async fn list_ledger_entries(
 
 pub async fn prove_ledger_consistency(
     configuration: &configuration::Configuration,
-    from: Option<&str>,
+    from: &str,
     to: Option<&str>,
 ) -> Result<models::ConsistencyProof, Error<ProveLedgerConsistencyError>> {
     // add a prefix to parameters to efficiently prevent name collisions
@@ -346,9 +358,7 @@ pub async fn prove_ledger_consistency(
     let uri_str = format!("{}/v1/ledger/proof/consistency", configuration.base_path);
     let mut req_builder = configuration.client.request(reqwest::Method::GET, &uri_str);
 
-    if let Some(ref param_value) = p_query_from {
-        req_builder = req_builder.query(&[("from", &param_value.to_string())]);
-    }
+    req_builder = req_builder.query(&[("from", &p_query_from.to_string())]);
     if let Some(ref param_value) = p_query_to {
         req_builder = req_builder.query(&[("to", &param_value.to_string())]);
     }
@@ -391,7 +401,7 @@ pub async fn prove_ledger_consistency(
 
 pub async fn prove_ledger_inclusion(
     configuration: &configuration::Configuration,
-    entry: Option<&str>,
+    entry: &str,
     size: Option<&str>,
 ) -> Result<models::InclusionProof, Error<ProveLedgerInclusionError>> {
     // add a prefix to parameters to efficiently prevent name collisions
@@ -401,9 +411,7 @@ pub async fn prove_ledger_inclusion(
     let uri_str = format!("{}/v1/ledger/proof/inclusion", configuration.base_path);
     let mut req_builder = configuration.client.request(reqwest::Method::GET, &uri_str);
 
-    if let Some(ref param_value) = p_query_entry {
-        req_builder = req_builder.query(&[("entry", &param_value.to_string())]);
-    }
+    req_builder = req_builder.query(&[("entry", &p_query_entry.to_string())]);
     if let Some(ref param_value) = p_query_size {
         req_builder = req_builder.query(&[("size", &param_value.to_string())]);
     }

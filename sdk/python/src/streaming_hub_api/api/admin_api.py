@@ -986,6 +986,8 @@ class AdminApi:
 
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "str",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1048,6 +1050,8 @@ class AdminApi:
 
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "str",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1110,6 +1114,8 @@ class AdminApi:
 
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "str",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1151,7 +1157,8 @@ class AdminApi:
         if 'Accept' not in _header_params:
             _header_params['Accept'] = self.api_client.select_header_accept(
                 [
-                    'application/jsonl'
+                    'application/jsonl', 
+                    'application/json'
                 ]
             )
 
@@ -3534,8 +3541,8 @@ class AdminApi:
     @validate_call
     def list_platform_audit(
         self,
-        before: Annotated[Optional[StrictStr], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
-        limit: Optional[StrictStr] = None,
+        before: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
+        limit: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -3590,6 +3597,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "AuditPage",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -3605,8 +3614,8 @@ class AdminApi:
     @validate_call
     def list_platform_audit_with_http_info(
         self,
-        before: Annotated[Optional[StrictStr], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
-        limit: Optional[StrictStr] = None,
+        before: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
+        limit: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -3661,6 +3670,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "AuditPage",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -3676,8 +3687,8 @@ class AdminApi:
     @validate_call
     def list_platform_audit_without_preload_content(
         self,
-        before: Annotated[Optional[StrictStr], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
-        limit: Optional[StrictStr] = None,
+        before: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
+        limit: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -3732,6 +3743,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "AuditPage",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -3814,9 +3827,9 @@ class AdminApi:
     @validate_call
     def list_platform_ledger_checkpoints(
         self,
-        size: Annotated[Optional[StrictStr], Field(description="The checkpoint of exactly this size.")] = None,
-        var_from: Annotated[Optional[StrictStr], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
-        to: Optional[StrictStr] = None,
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The checkpoint of exactly this size.")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
+        to: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -3874,6 +3887,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "Checkpoints",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -3889,9 +3904,9 @@ class AdminApi:
     @validate_call
     def list_platform_ledger_checkpoints_with_http_info(
         self,
-        size: Annotated[Optional[StrictStr], Field(description="The checkpoint of exactly this size.")] = None,
-        var_from: Annotated[Optional[StrictStr], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
-        to: Optional[StrictStr] = None,
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The checkpoint of exactly this size.")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
+        to: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -3949,6 +3964,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "Checkpoints",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -3964,9 +3981,9 @@ class AdminApi:
     @validate_call
     def list_platform_ledger_checkpoints_without_preload_content(
         self,
-        size: Annotated[Optional[StrictStr], Field(description="The checkpoint of exactly this size.")] = None,
-        var_from: Annotated[Optional[StrictStr], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
-        to: Optional[StrictStr] = None,
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The checkpoint of exactly this size.")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
+        to: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -4024,6 +4041,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "Checkpoints",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -4111,9 +4130,9 @@ class AdminApi:
     @validate_call
     def list_platform_ledger_entries(
         self,
-        var_from: Annotated[Optional[StrictStr], Field(description="The first index (default 0).")] = None,
-        to: Annotated[Optional[StrictStr], Field(description="The last index, excluded (default: the end).")] = None,
-        limit: Annotated[Optional[StrictStr], Field(description="At most this many (1 to 1000, default 100).")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The first index (default 0).")] = None,
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The last index, excluded (default: the end).")] = None,
+        limit: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="At most this many (1 to 1000, default 100).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -4171,6 +4190,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "EntryPage",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -4186,9 +4207,9 @@ class AdminApi:
     @validate_call
     def list_platform_ledger_entries_with_http_info(
         self,
-        var_from: Annotated[Optional[StrictStr], Field(description="The first index (default 0).")] = None,
-        to: Annotated[Optional[StrictStr], Field(description="The last index, excluded (default: the end).")] = None,
-        limit: Annotated[Optional[StrictStr], Field(description="At most this many (1 to 1000, default 100).")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The first index (default 0).")] = None,
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The last index, excluded (default: the end).")] = None,
+        limit: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="At most this many (1 to 1000, default 100).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -4246,6 +4267,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "EntryPage",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -4261,9 +4284,9 @@ class AdminApi:
     @validate_call
     def list_platform_ledger_entries_without_preload_content(
         self,
-        var_from: Annotated[Optional[StrictStr], Field(description="The first index (default 0).")] = None,
-        to: Annotated[Optional[StrictStr], Field(description="The last index, excluded (default: the end).")] = None,
-        limit: Annotated[Optional[StrictStr], Field(description="At most this many (1 to 1000, default 100).")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The first index (default 0).")] = None,
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The last index, excluded (default: the end).")] = None,
+        limit: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="At most this many (1 to 1000, default 100).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -4321,6 +4344,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "EntryPage",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -5063,8 +5088,8 @@ class AdminApi:
     @validate_call
     def prove_platform_ledger_consistency(
         self,
-        var_from: Optional[StrictStr] = None,
-        to: Annotated[Optional[StrictStr], Field(description="Default: the latest checkpoint's size.")] = None,
+        var_from: Annotated[str, Field(strict=True)],
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Default: the latest checkpoint's size.")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -5081,7 +5106,7 @@ class AdminApi:
         """prove_platform_ledger_consistency
 
 
-        :param var_from:
+        :param var_from: (required)
         :type var_from: str
         :param to: Default: the latest checkpoint's size.
         :type to: str
@@ -5119,6 +5144,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "ConsistencyProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -5134,8 +5161,8 @@ class AdminApi:
     @validate_call
     def prove_platform_ledger_consistency_with_http_info(
         self,
-        var_from: Optional[StrictStr] = None,
-        to: Annotated[Optional[StrictStr], Field(description="Default: the latest checkpoint's size.")] = None,
+        var_from: Annotated[str, Field(strict=True)],
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Default: the latest checkpoint's size.")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -5152,7 +5179,7 @@ class AdminApi:
         """prove_platform_ledger_consistency
 
 
-        :param var_from:
+        :param var_from: (required)
         :type var_from: str
         :param to: Default: the latest checkpoint's size.
         :type to: str
@@ -5190,6 +5217,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "ConsistencyProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -5205,8 +5234,8 @@ class AdminApi:
     @validate_call
     def prove_platform_ledger_consistency_without_preload_content(
         self,
-        var_from: Optional[StrictStr] = None,
-        to: Annotated[Optional[StrictStr], Field(description="Default: the latest checkpoint's size.")] = None,
+        var_from: Annotated[str, Field(strict=True)],
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Default: the latest checkpoint's size.")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -5223,7 +5252,7 @@ class AdminApi:
         """prove_platform_ledger_consistency
 
 
-        :param var_from:
+        :param var_from: (required)
         :type var_from: str
         :param to: Default: the latest checkpoint's size.
         :type to: str
@@ -5261,6 +5290,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "ConsistencyProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -5343,8 +5374,8 @@ class AdminApi:
     @validate_call
     def prove_platform_ledger_inclusion(
         self,
-        entry: Annotated[Optional[StrictStr], Field(description="The entry's index.")] = None,
-        size: Annotated[Optional[StrictStr], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
+        entry: Annotated[str, Field(strict=True, description="The entry's index.")],
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -5361,7 +5392,7 @@ class AdminApi:
         """prove_platform_ledger_inclusion
 
 
-        :param entry: The entry's index.
+        :param entry: The entry's index. (required)
         :type entry: str
         :param size: The tree size to prove it in (default: the latest checkpoint's).
         :type size: str
@@ -5399,6 +5430,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "InclusionProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -5414,8 +5447,8 @@ class AdminApi:
     @validate_call
     def prove_platform_ledger_inclusion_with_http_info(
         self,
-        entry: Annotated[Optional[StrictStr], Field(description="The entry's index.")] = None,
-        size: Annotated[Optional[StrictStr], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
+        entry: Annotated[str, Field(strict=True, description="The entry's index.")],
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -5432,7 +5465,7 @@ class AdminApi:
         """prove_platform_ledger_inclusion
 
 
-        :param entry: The entry's index.
+        :param entry: The entry's index. (required)
         :type entry: str
         :param size: The tree size to prove it in (default: the latest checkpoint's).
         :type size: str
@@ -5470,6 +5503,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "InclusionProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -5485,8 +5520,8 @@ class AdminApi:
     @validate_call
     def prove_platform_ledger_inclusion_without_preload_content(
         self,
-        entry: Annotated[Optional[StrictStr], Field(description="The entry's index.")] = None,
-        size: Annotated[Optional[StrictStr], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
+        entry: Annotated[str, Field(strict=True, description="The entry's index.")],
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -5503,7 +5538,7 @@ class AdminApi:
         """prove_platform_ledger_inclusion
 
 
-        :param entry: The entry's index.
+        :param entry: The entry's index. (required)
         :type entry: str
         :param size: The tree size to prove it in (default: the latest checkpoint's).
         :type size: str
@@ -5541,6 +5576,8 @@ class AdminApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "InclusionProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,

@@ -15,7 +15,7 @@ from pydantic import validate_call, Field, StrictFloat, StrictStr, StrictInt
 from typing import Any, Dict, List, Optional, Tuple, Union
 from typing_extensions import Annotated
 
-from pydantic import Field, StrictStr
+from pydantic import Field, StrictStr, field_validator
 from typing import Optional
 from typing_extensions import Annotated
 from streaming_hub_api.models.audit_page import AuditPage
@@ -93,6 +93,8 @@ class LedgerApi:
 
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "str",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -155,6 +157,8 @@ class LedgerApi:
 
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "str",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -217,6 +221,8 @@ class LedgerApi:
 
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "str",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -258,7 +264,8 @@ class LedgerApi:
         if 'Accept' not in _header_params:
             _header_params['Accept'] = self.api_client.select_header_accept(
                 [
-                    'application/jsonl'
+                    'application/jsonl', 
+                    'application/json'
                 ]
             )
 
@@ -340,6 +347,8 @@ class LedgerApi:
 
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "EntryDetail",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
             '404': "ErrorBody",
             '422': "ErrorBody",
         }
@@ -408,6 +417,8 @@ class LedgerApi:
 
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "EntryDetail",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
             '404': "ErrorBody",
             '422': "ErrorBody",
         }
@@ -476,6 +487,8 @@ class LedgerApi:
 
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "EntryDetail",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
             '404': "ErrorBody",
             '422': "ErrorBody",
         }
@@ -553,8 +566,8 @@ class LedgerApi:
     @validate_call
     def list_audit(
         self,
-        before: Annotated[Optional[StrictStr], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
-        limit: Optional[StrictStr] = None,
+        before: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
+        limit: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -609,6 +622,8 @@ class LedgerApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "AuditPage",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -624,8 +639,8 @@ class LedgerApi:
     @validate_call
     def list_audit_with_http_info(
         self,
-        before: Annotated[Optional[StrictStr], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
-        limit: Optional[StrictStr] = None,
+        before: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
+        limit: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -680,6 +695,8 @@ class LedgerApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "AuditPage",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -695,8 +712,8 @@ class LedgerApi:
     @validate_call
     def list_audit_without_preload_content(
         self,
-        before: Annotated[Optional[StrictStr], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
-        limit: Optional[StrictStr] = None,
+        before: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Changes before this index (the `next_before` of the last page).")] = None,
+        limit: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -751,6 +768,8 @@ class LedgerApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "AuditPage",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -833,9 +852,9 @@ class LedgerApi:
     @validate_call
     def list_ledger_checkpoints(
         self,
-        size: Annotated[Optional[StrictStr], Field(description="The checkpoint of exactly this size.")] = None,
-        var_from: Annotated[Optional[StrictStr], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
-        to: Optional[StrictStr] = None,
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The checkpoint of exactly this size.")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
+        to: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -894,6 +913,7 @@ class LedgerApi:
             '200': "Checkpoints",
             '400': "ErrorBody",
             '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -909,9 +929,9 @@ class LedgerApi:
     @validate_call
     def list_ledger_checkpoints_with_http_info(
         self,
-        size: Annotated[Optional[StrictStr], Field(description="The checkpoint of exactly this size.")] = None,
-        var_from: Annotated[Optional[StrictStr], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
-        to: Optional[StrictStr] = None,
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The checkpoint of exactly this size.")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
+        to: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -970,6 +990,7 @@ class LedgerApi:
             '200': "Checkpoints",
             '400': "ErrorBody",
             '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -985,9 +1006,9 @@ class LedgerApi:
     @validate_call
     def list_ledger_checkpoints_without_preload_content(
         self,
-        size: Annotated[Optional[StrictStr], Field(description="The checkpoint of exactly this size.")] = None,
-        var_from: Annotated[Optional[StrictStr], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
-        to: Optional[StrictStr] = None,
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The checkpoint of exactly this size.")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="With `to`: the checkpoints with sizes in `from..=to` (at most 1000).")] = None,
+        to: Optional[Annotated[str, Field(strict=True)]] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1046,6 +1067,7 @@ class LedgerApi:
             '200': "Checkpoints",
             '400': "ErrorBody",
             '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1133,9 +1155,9 @@ class LedgerApi:
     @validate_call
     def list_ledger_entries(
         self,
-        var_from: Annotated[Optional[StrictStr], Field(description="The first index (default 0).")] = None,
-        to: Annotated[Optional[StrictStr], Field(description="The last index, excluded (default: the end).")] = None,
-        limit: Annotated[Optional[StrictStr], Field(description="At most this many (1 to 1000, default 100).")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The first index (default 0).")] = None,
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The last index, excluded (default: the end).")] = None,
+        limit: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="At most this many (1 to 1000, default 100).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1194,6 +1216,7 @@ class LedgerApi:
             '200': "EntryPage",
             '400': "ErrorBody",
             '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1209,9 +1232,9 @@ class LedgerApi:
     @validate_call
     def list_ledger_entries_with_http_info(
         self,
-        var_from: Annotated[Optional[StrictStr], Field(description="The first index (default 0).")] = None,
-        to: Annotated[Optional[StrictStr], Field(description="The last index, excluded (default: the end).")] = None,
-        limit: Annotated[Optional[StrictStr], Field(description="At most this many (1 to 1000, default 100).")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The first index (default 0).")] = None,
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The last index, excluded (default: the end).")] = None,
+        limit: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="At most this many (1 to 1000, default 100).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1270,6 +1293,7 @@ class LedgerApi:
             '200': "EntryPage",
             '400': "ErrorBody",
             '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1285,9 +1309,9 @@ class LedgerApi:
     @validate_call
     def list_ledger_entries_without_preload_content(
         self,
-        var_from: Annotated[Optional[StrictStr], Field(description="The first index (default 0).")] = None,
-        to: Annotated[Optional[StrictStr], Field(description="The last index, excluded (default: the end).")] = None,
-        limit: Annotated[Optional[StrictStr], Field(description="At most this many (1 to 1000, default 100).")] = None,
+        var_from: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The first index (default 0).")] = None,
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The last index, excluded (default: the end).")] = None,
+        limit: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="At most this many (1 to 1000, default 100).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1346,6 +1370,7 @@ class LedgerApi:
             '200': "EntryPage",
             '400': "ErrorBody",
             '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1433,8 +1458,8 @@ class LedgerApi:
     @validate_call
     def prove_ledger_consistency(
         self,
-        var_from: Optional[StrictStr] = None,
-        to: Annotated[Optional[StrictStr], Field(description="Default: the latest checkpoint's size.")] = None,
+        var_from: Annotated[str, Field(strict=True)],
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Default: the latest checkpoint's size.")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1451,7 +1476,7 @@ class LedgerApi:
         """prove_ledger_consistency
 
 
-        :param var_from:
+        :param var_from: (required)
         :type var_from: str
         :param to: Default: the latest checkpoint's size.
         :type to: str
@@ -1489,6 +1514,8 @@ class LedgerApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "ConsistencyProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1504,8 +1531,8 @@ class LedgerApi:
     @validate_call
     def prove_ledger_consistency_with_http_info(
         self,
-        var_from: Optional[StrictStr] = None,
-        to: Annotated[Optional[StrictStr], Field(description="Default: the latest checkpoint's size.")] = None,
+        var_from: Annotated[str, Field(strict=True)],
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Default: the latest checkpoint's size.")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1522,7 +1549,7 @@ class LedgerApi:
         """prove_ledger_consistency
 
 
-        :param var_from:
+        :param var_from: (required)
         :type var_from: str
         :param to: Default: the latest checkpoint's size.
         :type to: str
@@ -1560,6 +1587,8 @@ class LedgerApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "ConsistencyProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1575,8 +1604,8 @@ class LedgerApi:
     @validate_call
     def prove_ledger_consistency_without_preload_content(
         self,
-        var_from: Optional[StrictStr] = None,
-        to: Annotated[Optional[StrictStr], Field(description="Default: the latest checkpoint's size.")] = None,
+        var_from: Annotated[str, Field(strict=True)],
+        to: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="Default: the latest checkpoint's size.")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1593,7 +1622,7 @@ class LedgerApi:
         """prove_ledger_consistency
 
 
-        :param var_from:
+        :param var_from: (required)
         :type var_from: str
         :param to: Default: the latest checkpoint's size.
         :type to: str
@@ -1631,6 +1660,8 @@ class LedgerApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "ConsistencyProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1713,8 +1744,8 @@ class LedgerApi:
     @validate_call
     def prove_ledger_inclusion(
         self,
-        entry: Annotated[Optional[StrictStr], Field(description="The entry's index.")] = None,
-        size: Annotated[Optional[StrictStr], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
+        entry: Annotated[str, Field(strict=True, description="The entry's index.")],
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1731,7 +1762,7 @@ class LedgerApi:
         """prove_ledger_inclusion
 
 
-        :param entry: The entry's index.
+        :param entry: The entry's index. (required)
         :type entry: str
         :param size: The tree size to prove it in (default: the latest checkpoint's).
         :type size: str
@@ -1769,6 +1800,8 @@ class LedgerApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "InclusionProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1784,8 +1817,8 @@ class LedgerApi:
     @validate_call
     def prove_ledger_inclusion_with_http_info(
         self,
-        entry: Annotated[Optional[StrictStr], Field(description="The entry's index.")] = None,
-        size: Annotated[Optional[StrictStr], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
+        entry: Annotated[str, Field(strict=True, description="The entry's index.")],
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1802,7 +1835,7 @@ class LedgerApi:
         """prove_ledger_inclusion
 
 
-        :param entry: The entry's index.
+        :param entry: The entry's index. (required)
         :type entry: str
         :param size: The tree size to prove it in (default: the latest checkpoint's).
         :type size: str
@@ -1840,6 +1873,8 @@ class LedgerApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "InclusionProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1855,8 +1890,8 @@ class LedgerApi:
     @validate_call
     def prove_ledger_inclusion_without_preload_content(
         self,
-        entry: Annotated[Optional[StrictStr], Field(description="The entry's index.")] = None,
-        size: Annotated[Optional[StrictStr], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
+        entry: Annotated[str, Field(strict=True, description="The entry's index.")],
+        size: Annotated[Optional[Annotated[str, Field(strict=True)]], Field(description="The tree size to prove it in (default: the latest checkpoint's).")] = None,
         _request_timeout: Union[
             None,
             Annotated[StrictFloat, Field(gt=0)],
@@ -1873,7 +1908,7 @@ class LedgerApi:
         """prove_ledger_inclusion
 
 
-        :param entry: The entry's index.
+        :param entry: The entry's index. (required)
         :type entry: str
         :param size: The tree size to prove it in (default: the latest checkpoint's).
         :type size: str
@@ -1911,6 +1946,8 @@ class LedgerApi:
         _response_types_map: Dict[str, Optional[str]] = {
             '200': "InclusionProof",
             '400': "ErrorBody",
+            '401': "ErrorBody",
+            '403': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,

@@ -319,7 +319,7 @@ export interface ProvePlatformLedgerConsistencyRequest {
     /**
      * 
      */
-    from?: string;
+    from: string;
     /**
      * Default: the latest checkpoint's size.
      */
@@ -330,7 +330,7 @@ export interface ProvePlatformLedgerInclusionRequest {
     /**
      * The entry's index.
      */
-    entry?: string;
+    entry: string;
     /**
      * The tree size to prove it in (default: the latest checkpoint's).
      */
@@ -1271,6 +1271,13 @@ export class AdminApi extends runtime.BaseAPI {
      * Creates request options for provePlatformLedgerConsistency without sending the request
      */
     async provePlatformLedgerConsistencyRequestOpts(requestParameters: ProvePlatformLedgerConsistencyRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['from'] == null) {
+            throw new runtime.RequiredError(
+                'from',
+                'Required parameter "from" was null or undefined when calling provePlatformLedgerConsistency().'
+            );
+        }
+
         const queryParameters: any = {};
 
         if (requestParameters['from'] != null) {
@@ -1313,7 +1320,7 @@ export class AdminApi extends runtime.BaseAPI {
 
     /**
      */
-    async provePlatformLedgerConsistency(requestParameters: ProvePlatformLedgerConsistencyRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<ConsistencyProof> {
+    async provePlatformLedgerConsistency(requestParameters: ProvePlatformLedgerConsistencyRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<ConsistencyProof> {
         const response = await this.provePlatformLedgerConsistencyRaw(requestParameters, initOverrides);
         return await response.value();
     }
@@ -1322,6 +1329,13 @@ export class AdminApi extends runtime.BaseAPI {
      * Creates request options for provePlatformLedgerInclusion without sending the request
      */
     async provePlatformLedgerInclusionRequestOpts(requestParameters: ProvePlatformLedgerInclusionRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['entry'] == null) {
+            throw new runtime.RequiredError(
+                'entry',
+                'Required parameter "entry" was null or undefined when calling provePlatformLedgerInclusion().'
+            );
+        }
+
         const queryParameters: any = {};
 
         if (requestParameters['entry'] != null) {
@@ -1364,7 +1378,7 @@ export class AdminApi extends runtime.BaseAPI {
 
     /**
      */
-    async provePlatformLedgerInclusion(requestParameters: ProvePlatformLedgerInclusionRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<InclusionProof> {
+    async provePlatformLedgerInclusion(requestParameters: ProvePlatformLedgerInclusionRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<InclusionProof> {
         const response = await this.provePlatformLedgerInclusionRaw(requestParameters, initOverrides);
         return await response.value();
     }

@@ -101,7 +101,7 @@ export interface ProveLedgerConsistencyRequest {
     /**
      * 
      */
-    from?: string;
+    from: string;
     /**
      * Default: the latest checkpoint's size.
      */
@@ -112,7 +112,7 @@ export interface ProveLedgerInclusionRequest {
     /**
      * The entry's index.
      */
-    entry?: string;
+    entry: string;
     /**
      * The tree size to prove it in (default: the latest checkpoint's).
      */
@@ -387,6 +387,13 @@ export class LedgerApi extends runtime.BaseAPI {
      * Creates request options for proveLedgerConsistency without sending the request
      */
     async proveLedgerConsistencyRequestOpts(requestParameters: ProveLedgerConsistencyRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['from'] == null) {
+            throw new runtime.RequiredError(
+                'from',
+                'Required parameter "from" was null or undefined when calling proveLedgerConsistency().'
+            );
+        }
+
         const queryParameters: any = {};
 
         if (requestParameters['from'] != null) {
@@ -429,7 +436,7 @@ export class LedgerApi extends runtime.BaseAPI {
 
     /**
      */
-    async proveLedgerConsistency(requestParameters: ProveLedgerConsistencyRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<ConsistencyProof> {
+    async proveLedgerConsistency(requestParameters: ProveLedgerConsistencyRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<ConsistencyProof> {
         const response = await this.proveLedgerConsistencyRaw(requestParameters, initOverrides);
         return await response.value();
     }
@@ -438,6 +445,13 @@ export class LedgerApi extends runtime.BaseAPI {
      * Creates request options for proveLedgerInclusion without sending the request
      */
     async proveLedgerInclusionRequestOpts(requestParameters: ProveLedgerInclusionRequest): Promise<runtime.RequestOpts> {
+        if (requestParameters['entry'] == null) {
+            throw new runtime.RequiredError(
+                'entry',
+                'Required parameter "entry" was null or undefined when calling proveLedgerInclusion().'
+            );
+        }
+
         const queryParameters: any = {};
 
         if (requestParameters['entry'] != null) {
@@ -480,7 +494,7 @@ export class LedgerApi extends runtime.BaseAPI {
 
     /**
      */
-    async proveLedgerInclusion(requestParameters: ProveLedgerInclusionRequest = {}, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<InclusionProof> {
+    async proveLedgerInclusion(requestParameters: ProveLedgerInclusionRequest, initOverrides?: RequestInit | runtime.InitOverrideFunction): Promise<InclusionProof> {
         const response = await this.proveLedgerInclusionRaw(requestParameters, initOverrides);
         return await response.value();
     }
