@@ -296,6 +296,26 @@ async fn erase(
         }
     }
     store.finish_erasure(erasure.id, clock.now()).await?;
+    // What the erasure did goes to the tenant's ledger beside its request (counts, never values).
+    if let Some(done) = store.erasure(erasure.id).await? {
+        let c = &done.counts;
+        let entry = crate::ledger::change_entry(
+            clock.now(),
+            Some(&erasure.tenant_id),
+            &hub_core::ledger::entry::Actor::Hub,
+            "erasure.completed",
+            json!({ "erasure": erasure.id }),
+            None,
+            Some(json!({
+                "scanned": c.scanned, "events": c.events, "jobs_cancelled": c.jobs_cancelled,
+                "responses": c.responses, "dlq_records": c.dlq_records, "quarantined": c.quarantined,
+            })),
+        );
+        if let Err(e) = store.append_ledger(std::slice::from_ref(&entry)).await {
+            metrics::counter!(crate::telemetry::metric::LEDGER_UNRECORDED).increment(1);
+            tracing::error!(error = %e, erasure = %erasure.id, "the erasure's completion could not be appended to the ledger");
+        }
+    }
     Ok(true)
 }
 

@@ -190,6 +190,17 @@ pub fn change_entry(
     }
 }
 
+/// Appends a change the hub itself made, off the caller's path (the recorder's loop): a failure
+/// is logged and counted like any change the ledger could not take.
+pub fn append_soon(store: Arc<dyn Store>, entry: NewLedgerEntry) {
+    tokio::spawn(async move {
+        if let Err(e) = store.append_ledger(std::slice::from_ref(&entry)).await {
+            metrics::counter!(metric::LEDGER_UNRECORDED).increment(1);
+            tracing::error!(error = %e, "a change the hub made could not be appended to the ledger");
+        }
+    });
+}
+
 /// Names of fields whose values never enter the ledger, wherever they appear.
 const SECRET_FIELDS: [&str; 12] = [
     "secret",

@@ -69,6 +69,19 @@ impl Dispatcher {
                 hub_core::delivery::HealthChange::Failure { disable: Some(reason), .. } => reason.clone(),
                 _ => String::new(),
             };
+            // The hub changed the subscription: its ledger says so, with the hub as the actor.
+            crate::ledger::append_soon(
+                Arc::clone(&self.store),
+                crate::ledger::change_entry(
+                    self.clock.now(),
+                    Some(&a.tenant_id),
+                    &hub_core::ledger::entry::Actor::Hub,
+                    "subscription.auto_disabled",
+                    serde_json::json!({ "subscription": a.subscription_id }),
+                    None,
+                    Some(serde_json::json!({ "enabled": false, "disabled_reason": reason })),
+                ),
+            );
             self.notices.emit(Notice::new(
                 &a.tenant_id,
                 a.subscription_id,

@@ -423,6 +423,16 @@ async fn auto_disable_needs_a_long_spread_failure_and_verify_recovers(backend: B
     assert_eq!(disabled["enabled"], false, "{disabled}");
     assert!(disabled["disabled_reason"].as_str().expect("reason").starts_with("auto-disabled"), "{disabled}");
     assert_eq!(disabled["verification_state"], "active", "auto-disable never touches verification");
+    // The hub's own change is in the tenant's audit, with the hub as the one who made it.
+    crate::support::until("the auto-disable in the audit", WAIT, async || {
+        let (_, audit) = hub.get(&key, "/v1/audit").await;
+        let items = audit["items"].as_array().cloned().unwrap_or_default();
+        items
+            .iter()
+            .any(|c| c["change"]["action"] == "subscription.auto_disabled" && c["actor_label"] == "the hub")
+            .then_some(())
+    })
+    .await;
     // A disabled subscription matches nothing new.
     hub.post_event(&key, &Event::new("t1")).await;
     tokio::time::sleep(Duration::from_millis(100)).await;

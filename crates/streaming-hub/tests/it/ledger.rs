@@ -339,6 +339,13 @@ async fn an_erasure_leaves_the_entries_and_takes_their_digest_keys(backend: Back
     // The entries stay as they were (and the erasure's request is one more change).
     assert_eq!(&after[..before.len()], &before[..]);
     assert!(after.iter().any(|e| e["entry"]["action"] == "erasure.requested"));
+    let completed = until("the erasure's completion in the ledger", WAIT, async || {
+        let (_, audit) = hub.get(&key, "/v1/audit").await;
+        audit["items"].as_array()?.iter().find(|c| c["change"]["action"] == "erasure.completed").cloned()
+    })
+    .await;
+    assert_eq!(completed["actor_label"], "the hub");
+    assert_eq!(completed["change"]["after"]["events"], 1, "{completed}");
     let text = export(&hub, &key).await;
     assert!(!text.contains(&marker), "the subject is not in the ledger");
     let (code, said) = verify_cli(&text, None);
