@@ -48,8 +48,6 @@ pub struct Integration {
     pub peaks: Vec<(Node, Hash)>,
     /// The entries after it, in order (as many as were asked for).
     pub entries: Vec<LedgerEntryRecord>,
-    /// How many entries the log has been given (its next index).
-    pub appended: u64,
 }
 
 /// What an integration writes: the grown tree's new nodes and peaks, and its checkpoint.

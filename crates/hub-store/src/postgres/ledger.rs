@@ -136,9 +136,8 @@ impl Ledger for PgStore {
         .fetch_all(&mut *tx)
         .await?;
         let entries = rows.iter().map(entry_from_row).collect::<StoreResult<Vec<_>>>()?;
-        let sealed =
-            seal(Integration { log: log.to_owned(), size: size as u64, peaks, entries, appended: appended as u64 })
-                .map_err(StoreError::Corrupt)?;
+        let sealed = seal(Integration { log: log.to_owned(), size: size as u64, peaks, entries })
+            .map_err(StoreError::Corrupt)?;
         sqlx::query(
             "INSERT INTO ledger_nodes (log, level, idx, hash)
              SELECT $1, level, idx, hash FROM UNNEST($2::smallint[], $3::bigint[], $4::bytea[]) AS u(level, idx, hash)",
@@ -260,39 +259,11 @@ impl Ledger for PgStore {
     }
 
     async fn ledger_keys(&self) -> StoreResult<Vec<IssuerKeyRecord>> {
-        let rows =
-            sqlx::query("SELECT kid, sealed_key, created_at, retired_at FROM ledger_keys ORDER BY created_at, kid")
-                .fetch_all(&self.pool)
-                .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(IssuerKeyRecord {
-                    kid: r.try_get("kid")?,
-                    sealed_key: r.try_get("sealed_key")?,
-                    created_at: r.try_get("created_at")?,
-                    retired_at: r.try_get("retired_at")?,
-                })
-            })
-            .collect()
+        super::issuer::keys_in(self, "ledger_keys").await
     }
 
     async fn add_ledger_key(&self, key: &IssuerKeyRecord, retire_others: Option<DateTime<Utc>>) -> StoreResult<()> {
-        let mut tx = self.pool.begin().await?;
-        if let Some(at) = retire_others {
-            sqlx::query("UPDATE ledger_keys SET retired_at = $1 WHERE retired_at IS NULL")
-                .bind(at)
-                .execute(&mut *tx)
-                .await?;
-        }
-        sqlx::query("INSERT INTO ledger_keys (kid, sealed_key, created_at, retired_at) VALUES ($1, $2, $3, $4)")
-            .bind(key.kid)
-            .bind(&key.sealed_key)
-            .bind(key.created_at)
-            .bind(key.retired_at)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        super::issuer::add_key_to(self, "ledger_keys", key, retire_others).await
     }
 
     async fn forget_digest_keys(&self, tenant: &str, events: &[Uuid]) -> StoreResult<u64> {

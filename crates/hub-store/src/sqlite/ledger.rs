@@ -7,7 +7,7 @@ use hub_core::ledger::checkpoint::Checkpoint;
 use hub_core::ledger::{Hash, Node, leaf_hash};
 use sqlx::{Row, Sqlite, Transaction};
 
-use super::{DateTime, SqliteStore, StoreResult, Utc, async_trait, from_micros, micros, text, uuid_from_text};
+use super::{DateTime, SqliteStore, StoreResult, Utc, async_trait, from_micros, micros, text};
 use crate::model::{hash_from, peaks_from_bytes, peaks_to_bytes};
 use crate::{Integration, IssuerKeyRecord, Ledger, LedgerEntryRecord, NewLedgerEntry, Sealed, StoreError};
 use uuid::Uuid;
@@ -125,9 +125,8 @@ impl Ledger for SqliteStore {
         .fetch_all(&mut *tx)
         .await?;
         let entries = rows.iter().map(entry_from_row).collect::<StoreResult<Vec<_>>>()?;
-        let sealed =
-            seal(Integration { log: log.to_owned(), size: size as u64, peaks, entries, appended: appended as u64 })
-                .map_err(StoreError::Corrupt)?;
+        let sealed = seal(Integration { log: log.to_owned(), size: size as u64, peaks, entries })
+            .map_err(StoreError::Corrupt)?;
         for (node, hash) in &sealed.nodes {
             sqlx::query("INSERT INTO ledger_nodes (log, level, idx, hash) VALUES (?1, ?2, ?3, ?4)")
                 .bind(log)
@@ -247,39 +246,11 @@ impl Ledger for SqliteStore {
     }
 
     async fn ledger_keys(&self) -> StoreResult<Vec<IssuerKeyRecord>> {
-        let rows =
-            sqlx::query("SELECT kid, sealed_key, created_at, retired_at FROM ledger_keys ORDER BY created_at, kid")
-                .fetch_all(&self.reader)
-                .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(IssuerKeyRecord {
-                    kid: uuid_from_text(&r.try_get::<String, _>("kid")?)?,
-                    sealed_key: r.try_get("sealed_key")?,
-                    created_at: from_micros(r.try_get("created_at")?)?,
-                    retired_at: r.try_get::<Option<i64>, _>("retired_at")?.map(from_micros).transpose()?,
-                })
-            })
-            .collect()
+        super::issuer::keys_in(self, "ledger_keys").await
     }
 
     async fn add_ledger_key(&self, key: &IssuerKeyRecord, retire_others: Option<DateTime<Utc>>) -> StoreResult<()> {
-        let mut tx = self.begin_write().await?;
-        if let Some(at) = retire_others {
-            sqlx::query("UPDATE ledger_keys SET retired_at = ?1 WHERE retired_at IS NULL")
-                .bind(micros(at))
-                .execute(&mut *tx)
-                .await?;
-        }
-        sqlx::query("INSERT INTO ledger_keys (kid, sealed_key, created_at, retired_at) VALUES (?1, ?2, ?3, ?4)")
-            .bind(text(key.kid))
-            .bind(&key.sealed_key)
-            .bind(micros(key.created_at))
-            .bind(key.retired_at.map(micros))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        super::issuer::add_key_to(self, "ledger_keys", key, retire_others).await
     }
 
     async fn forget_digest_keys(&self, tenant: &str, events: &[Uuid]) -> StoreResult<u64> {

@@ -361,23 +361,13 @@ fn export(state: AppState, log: Log) -> Response {
         log: Log,
         next: u64,
         head: Option<Vec<String>>,
-        checkpoints: std::collections::VecDeque<Checkpoint>,
-        checkpoints_read_to: u64,
         done: bool,
     }
     let head: Vec<String> = std::iter::once(Line::ledger(&log))
         .chain(state.ledger.published().into_iter().map(|jwk| Line::Key { jwk }))
         .map(|l| serde_json::to_string(&l).unwrap_or_default())
         .collect();
-    let walk = Walk {
-        state,
-        log,
-        next: 0,
-        head: Some(head),
-        checkpoints: Default::default(),
-        checkpoints_read_to: 0,
-        done: false,
-    };
+    let walk = Walk { state, log, next: 0, head: Some(head), done: false };
     let stream = futures_util::stream::unfold(walk, |mut w| async move {
         if let Some(head) = w.head.take() {
             let mut text = head.join("\n");
@@ -395,40 +385,30 @@ fn export(state: AppState, log: Log) -> Response {
             }
         };
         let last = page.last().map_or(w.next, |e| e.index + 1);
-        // The checkpoints this page reaches (and, on the last page, those after it).
-        let upto = if (page.len() as u64) < EXPORT_PAGE { u64::MAX } else { last };
-        if upto > w.checkpoints_read_to {
-            match w.state.store.ledger_checkpoints(w.log.key(), w.checkpoints_read_to, upto, 1_000_000).await {
-                Ok(more) => w.checkpoints.extend(more),
-                Err(e) => {
-                    tracing::error!(error = %e, "a ledger export stopped: its checkpoints could not be read");
-                    return Some((
-                        Err(std::io::Error::other("the ledger could not be read")),
-                        Walk { done: true, ..w },
-                    ));
-                }
+        // The checkpoints this page reaches (sizes after the previous page's end, up to this
+        // page's), never one beyond the entries exported: the sealer
+        // may append and sign more while the export is read, and a checkpoint over entries the
+        // export does not hold would not verify.
+        let mut checkpoints = match w.state.store.ledger_checkpoints(w.log.key(), w.next + 1, last, 1_000_000).await {
+            Ok(found) => found.into_iter().peekable(),
+            Err(e) => {
+                tracing::error!(error = %e, "a ledger export stopped: its checkpoints could not be read");
+                return Some((Err(std::io::Error::other("the ledger could not be read")), Walk { done: true, ..w }));
             }
-            w.checkpoints_read_to = upto.saturating_add(1);
-        }
+        };
         let mut text = String::new();
         let mut line = |l: &Line| {
             text.push_str(&serde_json::to_string(l).unwrap_or_default());
             text.push('\n');
         };
-        while let Some(c) = w.checkpoints.pop_front_if(|c| c.size <= w.next) {
-            line(&Line::Checkpoint(c));
-        }
         for e in &page {
             line(&Line::entry(e.index, &e.data, &e.leaf_hash));
-            while let Some(c) = w.checkpoints.pop_front_if(|c| c.size <= e.index + 1) {
+            while let Some(c) = checkpoints.next_if(|c| c.size <= e.index + 1) {
                 line(&Line::Checkpoint(c));
             }
         }
         w.next = last;
         if (page.len() as u64) < EXPORT_PAGE {
-            for c in w.checkpoints.drain(..) {
-                line(&Line::Checkpoint(c));
-            }
             w.done = true;
         }
         Some((Ok(text), w))

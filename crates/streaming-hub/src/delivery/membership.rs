@@ -47,7 +47,7 @@ const BUCKETS_PER_BEAT: u32 = 500;
 
 /// What this replica knows of the cluster.
 #[derive(Debug, Clone)]
-pub struct View {
+struct View {
     /// Every live replica, this one included, by id.
     pub live: Vec<ReplicaRecord>,
     /// The buckets this replica claims now, and the subscriptions others share with it.
@@ -179,11 +179,6 @@ impl Membership {
     /// A lease token of this replica's (see [`hub_store::lease_token`]).
     pub fn token(&self) -> Uuid {
         hub_store::lease_token(self.id)
-    }
-
-    /// What this replica knows of the cluster now.
-    pub fn view(&self) -> View {
-        lock(&self.view).clone()
     }
 
     /// Wakes whenever the owned buckets change.
