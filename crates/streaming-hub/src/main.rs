@@ -320,6 +320,9 @@ fn verify_ledger(file: &std::path::Path, keys: Option<&std::path::Path>) -> Exit
                 v.signed_size,
                 v.signed_root.as_deref().unwrap_or("none")
             );
+            if v.start > 0 {
+                println!("note: entries 0..{} are past retention; the log is checked from their peaks", v.start);
+            }
             if v.entries > v.signed_size {
                 println!("note: the last {} entries are not covered by a checkpoint yet", v.entries - v.signed_size);
             }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::checkpoint::{Checkpoint, Log, jwk_public};
-use super::{Growth, Hash, grow, leaf_hash};
+use super::{Growth, Hash, Node, grow, leaf_hash};
 
 /// The export format this code writes and reads.
 pub const FORMAT: u32 = 1;
@@ -30,10 +30,35 @@ pub const FORMAT: u32 = 1;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Line {
-    Ledger { log: String, format: u32 },
-    Key { jwk: Value },
-    Entry { index: u64, data: String, leaf_hash: String },
+    Ledger {
+        log: String,
+        format: u32,
+    },
+    Key {
+        jwk: Value,
+    },
+    Entry {
+        index: u64,
+        data: String,
+        leaf_hash: String,
+    },
     Checkpoint(Checkpoint),
+    /// Where a log whose first entries are past retention begins: its size then, and the peaks
+    /// of that tree (what later entries grow from). The first checkpoint after it authenticates
+    /// them: no other peaks lead to its signed root.
+    Start {
+        size: u64,
+        peaks: Vec<Peak>,
+    },
+}
+
+/// A peak of a retained log's beginning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peak {
+    pub level: u8,
+    pub index: u64,
+    /// Standard base64.
+    pub hash: String,
 }
 
 impl Line {
@@ -51,6 +76,9 @@ impl Line {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
     pub log: String,
+    /// The first entry the export holds (0 unless earlier ones are past retention).
+    pub start: u64,
+    /// The log's size at its last entry.
     pub entries: u64,
     pub checkpoints: u64,
     /// The largest signed size, and its root (standard base64).
@@ -85,6 +113,8 @@ pub enum Mismatch {
     Short { size: u64, time: String, entries: u64 },
     #[error("two checkpoints of size {size} disagree")]
     Forked { size: u64 },
+    #[error("line {line}: a start whose peaks do not fit a tree of {size} entries, or that comes after entries")]
+    Start { line: usize, size: u64 },
 }
 
 /// Verifies an export read line by line, with the keys it lists.
@@ -113,6 +143,9 @@ where
     let mut checked: BTreeMap<u64, Hash> = BTreeMap::new();
     let mut last_good = 0u64;
     let mut checkpoints = 0u64;
+    // Where the entries begin, once a `start` line said so; whether any entry was read.
+    let mut start = 0u64;
+    let mut entries_seen = false;
     for (n, text) in lines.into_iter().enumerate() {
         let line = n + 1;
         let text = text.as_ref().trim();
@@ -138,9 +171,29 @@ where
                     keys.push(key);
                 }
             }
+            Line::Start { size, peaks } => {
+                if entries_seen || start != 0 {
+                    return Err(Mismatch::Start { line, size });
+                }
+                let peaks: Option<Vec<(Node, Hash)>> = peaks
+                    .iter()
+                    .map(|p| {
+                        let hash: Hash = STANDARD.decode(&p.hash).ok()?.try_into().ok()?;
+                        Some((Node::new(p.level, p.index), hash))
+                    })
+                    .collect();
+                tree = peaks.and_then(|peaks| grow(size, &peaks, &[]).ok()).ok_or(Mismatch::Start { line, size })?;
+                start = size;
+                last_good = size;
+            }
             Line::Checkpoint(c) => {
                 let root = c.verify(current, &keys)?;
                 checkpoints += 1;
+                if c.size < start {
+                    // Signed before the entries the export holds: its signature is all there is
+                    // to check.
+                    continue;
+                }
                 if c.size <= tree.size {
                     // Already reached: checked against the roots met on the way, or now.
                     let known = checked.get(&c.size).copied();
@@ -166,6 +219,7 @@ where
                 }
             }
             Line::Entry { index, data, leaf_hash: stored } => {
+                entries_seen = true;
                 if index != tree.size {
                     return Err(Mismatch::Missing { line, expected: tree.size, found: index });
                 }
@@ -202,6 +256,7 @@ where
     let signed = checked.last_key_value().map(|(s, r)| (*s, STANDARD.encode(r)));
     Ok(Verified {
         log: log.line(),
+        start,
         entries: tree.size,
         checkpoints,
         signed_size: signed.as_ref().map_or(0, |(s, _)| *s),

@@ -299,3 +299,66 @@ mod export {
         assert_eq!(verify(Vec::<String>::new()), Err(Mismatch::NoHeader));
     }
 }
+
+mod retained {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+
+    use super::super::export::{Line, Mismatch, Peak, verify};
+    use super::*;
+
+    /// An export of `n` entries with a checkpoint after every 8, beginning at `from`: the entries
+    /// before it past retention, the peaks of `from` in their place.
+    fn retained(n: u64, from: u64, forge: bool) -> Vec<String> {
+        let key = key();
+        let log = Log::Tenant("acme".into());
+        let mut lines = vec![Line::ledger(&log), Line::Key { jwk: key.jwk() }];
+        let mut body = Vec::new();
+        let mut g = grow(0, &[], &[]).expect("empty");
+        for i in 0..n {
+            if i == from {
+                let peaks = g
+                    .peaks
+                    .iter()
+                    .map(|(node, hash)| {
+                        let mut hash = *hash;
+                        if forge {
+                            hash[0] ^= 1;
+                        }
+                        Peak { level: node.level, index: node.index, hash: STANDARD.encode(hash) }
+                    })
+                    .collect();
+                lines.push(Line::Start { size: from, peaks });
+                lines.append(&mut body);
+            }
+            let data = format!(r#"{{"n":{i}}}"#);
+            let leaf = leaf_hash(i, data.as_bytes());
+            body.push(Line::entry(i, &data, &leaf));
+            g = grow(g.size, &g.peaks, &[leaf]).expect("grows");
+            if g.size % 8 == 0 {
+                let head = TreeHead { log: log.clone(), size: g.size, root: g.root, time: Utc::now() };
+                body.push(Line::Checkpoint(key.sign(&head)));
+            }
+            if i < from {
+                // Past retention: only checkpoints stay.
+                body.retain(|l| matches!(l, Line::Checkpoint(_)));
+            }
+        }
+        lines.append(&mut body);
+        lines.iter().map(|l| serde_json::to_string(l).expect("line")).collect()
+    }
+
+    #[test]
+    fn a_log_that_begins_after_retention_verifies_from_its_peaks() {
+        for from in [1, 7, 8, 21, 33] {
+            let v = verify(retained(50, from, false)).expect("verifies");
+            assert_eq!((v.start, v.entries), (from, 50), "from {from}");
+            assert_eq!(v.signed_size, 48);
+        }
+    }
+
+    #[test]
+    fn forged_peaks_fail_at_the_first_checkpoint_after_them() {
+        assert!(matches!(verify(retained(50, 21, true)), Err(Mismatch::Root { size: 24, .. })));
+    }
+}
