@@ -636,7 +636,11 @@ pub trait Ledger: Send + Sync {
         limit: u64,
     ) -> StoreResult<Vec<LedgerEntryRecord>>;
 
-    /// The hashes of complete nodes of `log`'s tree (level 0 from its entries), those it holds.
+    /// Where `log`'s kept entries begin (size 0 and no peaks until retention first drops some).
+    async fn ledger_start(&self, log: &str) -> StoreResult<LedgerStart>;
+
+    /// The hashes of complete nodes of `log`'s tree (level 0 from its entries, those below its
+    /// start from the start's peaks), those it holds.
     async fn ledger_nodes(
         &self,
         log: &str,

@@ -70,6 +70,13 @@ impl Line {
     pub fn entry(index: u64, data: &str, leaf: &Hash) -> Self {
         Line::Entry { index, data: data.to_owned(), leaf_hash: STANDARD.encode(leaf) }
     }
+
+    /// Where a log whose first `size` entries are past retention begins, with that tree's peaks.
+    pub fn start(size: u64, peaks: &[(Node, Hash)]) -> Self {
+        let peaks =
+            peaks.iter().map(|(n, h)| Peak { level: n.level, index: n.index, hash: STANDARD.encode(h) }).collect();
+        Line::Start { size, peaks }
+    }
 }
 
 /// What a verification found to hold.

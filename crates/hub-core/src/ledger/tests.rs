@@ -130,6 +130,27 @@ proptest! {
     }
 }
 
+proptest! {
+    /// Retention keeps, of what lies below a log's start, only the start's peaks: every node a
+    /// proof about a kept entry, or the consistency of a kept size, needs below the start is one.
+    #[test]
+    fn what_proofs_of_kept_entries_need_below_the_start_is_its_peaks(
+        start in 1u64..300, above in 0u64..300, pick in any::<prop::sample::Index>(), from in any::<prop::sample::Index>()
+    ) {
+        let size = start + above.max(1);
+        let kept = peaks(start);
+        let below = |n: &Node| n.first_leaf() + n.width() <= start;
+        let entry = start + pick.index((size - start) as usize) as u64;
+        for n in nodes_of(&inclusion_plan(entry, size).expect("plan")).iter().filter(|n| below(n)) {
+            prop_assert!(kept.contains(n), "inclusion of {entry} in {size} needs {n:?} below {start}");
+        }
+        let old = start + from.index((size - start) as usize + 1) as u64;
+        for n in nodes_of(&consistency_plan(old, size).expect("plan")).iter().filter(|n| below(n)) {
+            prop_assert!(kept.contains(n), "consistency of {old} with {size} needs {n:?} below {start}");
+        }
+    }
+}
+
 #[test]
 fn proofs_of_the_impossible_are_refused() {
     assert_eq!(inclusion_plan(3, 3), Err(ProofError::OutOfRange { index: 3, size: 3 }));

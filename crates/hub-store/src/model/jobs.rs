@@ -188,10 +188,13 @@ pub enum PruneKind {
     Minutes,
     /// Portal sessions, by when they expired.
     PortalSessions,
+    /// Each log's oldest ledger entries, with the nodes and checkpoints over them, by when they
+    /// were recorded (a month at a time on PostgreSQL, see docs/LEDGER.md).
+    Ledger,
 }
 
 impl PruneKind {
-    pub const ALL: [PruneKind; 7] = [
+    pub const ALL: [PruneKind; 8] = [
         Self::Quarantine,
         Self::FinishedJobs,
         Self::Events,
@@ -199,6 +202,7 @@ impl PruneKind {
         Self::SeenTypes,
         Self::Minutes,
         Self::PortalSessions,
+        Self::Ledger,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -210,6 +214,7 @@ impl PruneKind {
             Self::SeenTypes => "seen_types",
             Self::Minutes => "subscription_minutes",
             Self::PortalSessions => "portal_sessions",
+            Self::Ledger => "ledger",
         }
     }
 }

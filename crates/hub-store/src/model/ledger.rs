@@ -59,6 +59,48 @@ pub struct Sealed {
     pub signed_at: DateTime<Utc>,
 }
 
+/// Where a log's kept entries begin (docs/LEDGER.md, "Retention"): the entries below `size` are
+/// past retention and gone, with the nodes and checkpoints over them; `peaks` are the peaks of
+/// the tree of `size` entries, all a proof about a later entry needs of what lies below it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerStart {
+    pub size: u64,
+    pub peaks: Vec<(Node, Hash)>,
+}
+
+impl LedgerStart {
+    /// The hash of `node` when it is one of the start's peaks.
+    pub fn peak(&self, node: Node) -> Option<Hash> {
+        self.peaks.iter().find(|(n, _)| *n == node).map(|(_, h)| *h)
+    }
+}
+
+/// Where one retention pass may make a log begin: after the oldest entries (`oldest`, the log's
+/// first entries in order, as many as one pass may drop) recorded before `cutoff`, never past
+/// what its tree holds (`integrated`: the peaks of the new start must exist). `None` when it
+/// stays where it is.
+pub(crate) fn cut_point(oldest: &[(u64, DateTime<Utc>)], cutoff: DateTime<Utc>, integrated: u64) -> Option<u64> {
+    let first = oldest.first()?.0;
+    let k = oldest
+        .iter()
+        .find(|(_, at)| *at >= cutoff)
+        .map_or_else(|| oldest.last().map_or(first, |(i, _)| i + 1), |(i, _)| *i);
+    let k = k.min(integrated);
+    (k > first).then_some(k)
+}
+
+/// The peaks of the tree of `size` entries, from the nodes found in the store and the previous
+/// start's peaks; `None` when one is missing.
+pub(crate) fn start_peaks(size: u64, previous: &LedgerStart, found: &[(Node, Hash)]) -> Option<Vec<(Node, Hash)>> {
+    hub_core::ledger::peaks(size)
+        .into_iter()
+        .map(|n| {
+            let hash = found.iter().find(|(m, _)| *m == n).map(|(_, h)| *h).or_else(|| previous.peak(n))?;
+            Some((n, hash))
+        })
+        .collect()
+}
+
 /// Peaks as stored: `level (1 byte) | index (8 bytes, big-endian) | hash (32)`, one after another.
 pub(crate) fn peaks_to_bytes(peaks: &[(Node, Hash)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(peaks.len() * 41);
@@ -117,5 +159,26 @@ impl Integration {
             hub_core::ledger::grow(self.size, &self.peaks, &leaves).map_err(|e| format!("{}: {e}", log.line()))?;
         let head = hub_core::ledger::checkpoint::TreeHead { log, size: grown.size, root: grown.root, time: now };
         Ok(Sealed { nodes: grown.nodes, peaks: grown.peaks, checkpoint: key.sign(&head), signed_at: now })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_log_is_cut_after_its_old_entries_never_past_its_tree() {
+        let t0 = DateTime::from_timestamp(1_700_000_000, 0).expect("time");
+        let cutoff = t0 + Duration::days(1);
+        let old = |i: u64| (i, t0);
+        let new = |i: u64| (i, cutoff);
+        assert_eq!(cut_point(&[old(4), old(5), new(6), new(7)], cutoff, 100), Some(6));
+        assert_eq!(cut_point(&[old(4), old(5), old(6)], cutoff, 100), Some(7), "a budget's worth, all old");
+        assert_eq!(cut_point(&[old(4), old(5), old(6)], cutoff, 6), Some(6), "never past the sealed tree");
+        assert_eq!(cut_point(&[new(4), new(5)], cutoff, 100), None, "nothing old");
+        assert_eq!(cut_point(&[old(4)], cutoff, 4), None, "nothing sealed");
+        assert_eq!(cut_point(&[], cutoff, 100), None);
     }
 }

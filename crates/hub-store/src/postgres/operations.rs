@@ -255,6 +255,25 @@ impl Operations for PgStore {
                 }
                 deleted
             }
+            PruneKind::Ledger => {
+                super::ledger::ensure_months(&mut tx, Utc::now()).await?;
+                let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(0)) };
+                tx = next;
+                // Rows of months that had no partition first, so that each log then begins in
+                // the oldest month left; then whole months, oldest first, each in a
+                // transaction of its own (a drop holds the parent's strongest lock to its commit).
+                let mut deleted = super::ledger::cut_defaults(&mut tx, older_than, limit).await?;
+                let months = super::ledger::months(&mut tx).await?;
+                for month in months.iter().filter(|m| m.ends <= older_than) {
+                    let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
+                    tx = next;
+                    match super::ledger::drop_month(&mut tx, month).await? {
+                        Some(n) => deleted += n,
+                        None => break,
+                    }
+                }
+                deleted
+            }
         };
         tx.commit().await?;
         Ok(Some(deleted))

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 
 use hub_core::ledger::checkpoint::Checkpoint;
 use hub_core::ledger::{Hash, Node, leaf_hash};
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::{Row, Sqlite, SqliteConnection, Transaction};
 
 use super::{DateTime, SqliteStore, StoreResult, Utc, async_trait, from_micros, micros, text};
-use crate::model::{hash_from, peaks_from_bytes, peaks_to_bytes};
-use crate::{Integration, IssuerKeyRecord, Ledger, LedgerEntryRecord, NewLedgerEntry, Sealed, StoreError};
+use crate::model::{cut_point, hash_from, peaks_from_bytes, peaks_to_bytes, start_peaks};
+use crate::{Integration, IssuerKeyRecord, Ledger, LedgerEntryRecord, LedgerStart, NewLedgerEntry, Sealed, StoreError};
 use uuid::Uuid;
 
 /// Appends `entries` inside the caller's write transaction; their indexes, in the order given.
@@ -21,12 +21,17 @@ pub(super) async fn append_in(tx: &mut Transaction<'_, Sqlite>, entries: &[&NewL
     let mut numbers = vec![0u64; entries.len()];
     for (log, positions) in per_log {
         let n = positions.len() as i64;
-        let size: i64 = sqlx::query_scalar(
-            "INSERT INTO ledger_heads (log, size) VALUES (?1, ?2)
-             ON CONFLICT (log) DO UPDATE SET size = size + excluded.size RETURNING size",
+        // Each entry's time is the latest its log was given so far: never back within a log.
+        let latest = positions.iter().map(|i| micros(entries[*i].at)).max().unwrap_or_default();
+        let (size, recorded): (i64, i64) = sqlx::query_as(
+            "INSERT INTO ledger_heads (log, size, last_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (log) DO UPDATE SET size = size + excluded.size,
+                 last_at = max(COALESCE(last_at, excluded.last_at), excluded.last_at)
+             RETURNING size, last_at",
         )
         .bind(log)
         .bind(n)
+        .bind(latest)
         .fetch_one(&mut **tx)
         .await?;
         for (nth, at) in positions.into_iter().enumerate() {
@@ -38,7 +43,7 @@ pub(super) async fn append_in(tx: &mut Transaction<'_, Sqlite>, entries: &[&NewL
             )
             .bind(log)
             .bind(index as i64)
-            .bind(micros(e.at))
+            .bind(recorded)
             .bind(e.kind)
             .bind(&e.data)
             .bind(leaf_hash(index, e.data.as_bytes()).to_vec())
@@ -197,27 +202,15 @@ impl Ledger for SqliteStore {
         rows.iter().map(entry_from_row).collect()
     }
 
+    async fn ledger_start(&self, log: &str) -> StoreResult<LedgerStart> {
+        start_of(&mut *self.reader.acquire().await?, log).await
+    }
+
     async fn ledger_nodes(&self, log: &str, nodes: &[Node]) -> StoreResult<Vec<(Node, Hash)>> {
-        let mut found = Vec::with_capacity(nodes.len());
-        for node in nodes {
-            let hash: Option<Vec<u8>> = if node.level == 0 {
-                sqlx::query_scalar("SELECT leaf_hash FROM ledger_entries WHERE log = ?1 AND idx = ?2")
-                    .bind(log)
-                    .bind(node.index as i64)
-                    .fetch_optional(&self.reader)
-                    .await?
-            } else {
-                sqlx::query_scalar("SELECT hash FROM ledger_nodes WHERE log = ?1 AND level = ?2 AND idx = ?3")
-                    .bind(log)
-                    .bind(i64::from(node.level))
-                    .bind(node.index as i64)
-                    .fetch_optional(&self.reader)
-                    .await?
-            };
-            if let Some(hash) = hash.as_deref().and_then(hash_from) {
-                found.push((*node, hash));
-            }
-        }
+        let mut conn = self.reader.acquire().await?;
+        let start = start_of(&mut conn, log).await?;
+        let mut found = nodes_in(&mut conn, log, nodes).await?;
+        found.extend(nodes.iter().filter_map(|n| Some((*n, start.peak(*n)?))));
         Ok(found)
     }
 
@@ -281,4 +274,102 @@ impl Ledger for SqliteStore {
             .await?
             .flatten())
     }
+}
+
+async fn start_of(conn: &mut SqliteConnection, log: &str) -> StoreResult<LedgerStart> {
+    let row: Option<(i64, Vec<u8>)> = sqlx::query_as("SELECT start_size, start_peaks FROM ledger_trees WHERE log = ?1")
+        .bind(log)
+        .fetch_optional(conn)
+        .await?;
+    let Some((size, peaks)) = row else { return Ok(LedgerStart::default()) };
+    let peaks = peaks_from_bytes(&peaks).ok_or_else(|| StoreError::Corrupt(format!("{log}: the start's peaks")))?;
+    Ok(LedgerStart { size: size as u64, peaks })
+}
+
+/// The hashes of `nodes` the store holds: leaves from the entries, others from the nodes.
+async fn nodes_in(conn: &mut SqliteConnection, log: &str, nodes: &[Node]) -> StoreResult<Vec<(Node, Hash)>> {
+    let mut found = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let hash: Option<Vec<u8>> = if node.level == 0 {
+            sqlx::query_scalar("SELECT leaf_hash FROM ledger_entries WHERE log = ?1 AND idx = ?2")
+                .bind(log)
+                .bind(node.index as i64)
+                .fetch_optional(&mut *conn)
+                .await?
+        } else {
+            sqlx::query_scalar("SELECT hash FROM ledger_nodes WHERE log = ?1 AND level = ?2 AND idx = ?3")
+                .bind(log)
+                .bind(i64::from(node.level))
+                .bind(node.index as i64)
+                .fetch_optional(&mut *conn)
+                .await?
+        };
+        if let Some(hash) = hash.as_deref().and_then(hash_from) {
+            found.push((*node, hash));
+        }
+    }
+    Ok(found)
+}
+
+/// Retention: deletes each log's oldest entries recorded before `cutoff` (up to about `limit` in
+/// all), with the nodes wholly below them and the checkpoints of no more entries; the log then
+/// begins after them, with that tree's peaks kept as its start. Answers the entries deleted.
+pub(super) async fn prune(tx: &mut Transaction<'_, Sqlite>, cutoff: DateTime<Utc>, limit: i64) -> StoreResult<u64> {
+    // The logs whose first kept entry is past retention.
+    let logs: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT t.log, t.size FROM ledger_trees t
+         WHERE EXISTS (SELECT 1 FROM ledger_entries e WHERE e.log = t.log AND e.idx = t.start_size AND e.recorded_at < ?1)
+         ORDER BY t.log",
+    )
+    .bind(micros(cutoff))
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut deleted = 0u64;
+    for (log, integrated) in logs {
+        let room = limit - i64::try_from(deleted).unwrap_or(limit);
+        if room <= 0 {
+            break;
+        }
+        let previous = start_of(&mut *tx, &log).await?;
+        let oldest: Vec<(i64, i64)> =
+            sqlx::query_as("SELECT idx, recorded_at FROM ledger_entries WHERE log = ?1 ORDER BY idx LIMIT ?2")
+                .bind(&log)
+                .bind(room)
+                .fetch_all(&mut **tx)
+                .await?;
+        let oldest =
+            oldest.into_iter().map(|(i, at)| Ok((i as u64, from_micros(at)?))).collect::<StoreResult<Vec<_>>>()?;
+        let Some(size) = cut_point(&oldest, cutoff, integrated as u64) else { continue };
+        let found = nodes_in(&mut *tx, &log, &hub_core::ledger::peaks(size)).await?;
+        let peaks = start_peaks(size, &previous, &found)
+            .ok_or_else(|| StoreError::Corrupt(format!("{log}: a peak of the tree of {size} entries is missing")))?;
+        sqlx::query("UPDATE ledger_trees SET start_size = ?2, start_peaks = ?3 WHERE log = ?1")
+            .bind(&log)
+            .bind(size as i64)
+            .bind(peaks_to_bytes(&peaks))
+            .execute(&mut **tx)
+            .await?;
+        deleted += sqlx::query("DELETE FROM ledger_entries WHERE log = ?1 AND idx < ?2")
+            .bind(&log)
+            .bind(size as i64)
+            .execute(&mut **tx)
+            .await?
+            .rows_affected();
+        // A node (level, idx) covers entries idx·2^level .. (idx+1)·2^level: wholly below
+        // `size` when idx < size >> level.
+        for level in 1..64i64 {
+            sqlx::query("DELETE FROM ledger_nodes WHERE log = ?1 AND level = ?2 AND idx < ?3")
+                .bind(&log)
+                .bind(level)
+                .bind((size >> level) as i64)
+                .execute(&mut **tx)
+                .await?;
+        }
+        sqlx::query("DELETE FROM ledger_checkpoints WHERE log = ?1 AND size <= ?2")
+            .bind(&log)
+            .bind(size as i64)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(deleted)
 }

@@ -242,6 +242,7 @@ impl Operations for SqliteStore {
                 }
                 gone.len() as u64
             }
+            PruneKind::Ledger => super::ledger::prune(&mut tx, older_than, limit).await?,
         };
         tx.commit().await?;
         Ok(Some(deleted))

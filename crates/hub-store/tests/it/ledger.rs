@@ -4,19 +4,19 @@
 
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{Duration, Utc};
 use hub_core::delivery::{HealthChange, JobTransition};
 use hub_core::ledger::checkpoint::{LedgerKey, Log};
 use hub_core::ledger::export::{Line, Mismatch, verify};
 use hub_core::ledger::proof::{consistency_plan, fill, inclusion_plan, nodes_of, verify_consistency, verify_inclusion};
 use hub_core::ledger::{Hash, leaf_hash};
-use hub_store::{NewLedgerEntry, Store};
+use hub_store::{NewLedgerEntry, PruneKind, Store};
 use uuid::Uuid;
 
 use crate::jobs::{claim, events, push_subscription, result};
 use crate::support::TestDb;
 
-fn key() -> LedgerKey {
+pub fn key() -> LedgerKey {
     LedgerKey::from_pkcs8("test-key", &LedgerKey::generate().expect("key")).expect("key")
 }
 
@@ -43,10 +43,14 @@ async fn integrate(store: &Arc<dyn Store>, log: &str, key: &LedgerKey) -> Option
 /// The export of `log` read back from the store: what `GET /v1/ledger/export` answers.
 async fn export(store: &Arc<dyn Store>, log: &str, key: &LedgerKey) -> Vec<String> {
     let mut lines = vec![Line::ledger(&Log::from_key(log)), Line::Key { jwk: key.jwk() }];
+    let start = store.ledger_start(log).await.expect("start");
+    if start.size > 0 {
+        lines.push(Line::start(start.size, &start.peaks));
+    }
     let mut checkpoints =
         store.ledger_checkpoints(log, 0, u64::MAX, 100_000).await.expect("checkpoints").into_iter().peekable();
     // Each checkpoint right after the entries it covers, as the hub exports.
-    for e in store.ledger_entries(log, 0, 100_000).await.expect("entries") {
+    for e in store.ledger_entries(log, start.size, 100_000).await.expect("entries") {
         lines.push(Line::entry(e.index, &e.data, &e.leaf_hash));
         while let Some(c) = checkpoints.next_if(|c| c.size <= e.index + 1) {
             lines.push(Line::Checkpoint(c));
@@ -324,4 +328,78 @@ pub async fn replicas_recording_one_tenant_at_once_never_deadlock(db: &TestDb) {
     assert_eq!(entries.len(), recorded);
     assert!(entries.iter().enumerate().all(|(i, e)| e.index == i as u64));
     let _ = sub;
+}
+
+/// Appends `n` changes to `log` recorded at `at`, and seals them.
+pub async fn append_at(db: &TestDb, log: &str, from: usize, n: usize, at: chrono::DateTime<Utc>, key: &LedgerKey) {
+    let batch: Vec<NewLedgerEntry> = (from..from + n).map(|i| NewLedgerEntry { at, ..entry(log, i) }).collect();
+    db.store.append_ledger(&batch).await.expect("append");
+    integrate(&db.store, log, key).await.expect("sealed");
+}
+
+/// Proves every kept entry of `log` in its latest signed tree, and the consistency of each
+/// kept size with it.
+pub async fn every_kept_entry_proves(db: &TestDb, log: &str, key: &LedgerKey) {
+    let start = db.store.ledger_start(log).await.expect("start").size;
+    let latest = db.store.latest_ledger_checkpoint(log).await.expect("checkpoint").expect("signed");
+    let keys = [hub_core::ledger::checkpoint::jwk_public(&key.jwk()).expect("an Ed25519 JWK")];
+    let top = latest.verify(&Log::from_key(log), &keys).expect("a valid checkpoint");
+    for e in db.store.ledger_entries(log, 0, 100_000).await.expect("entries") {
+        assert!(e.index >= start, "entry {} is below the start {start}", e.index);
+        let plan = inclusion_plan(e.index, latest.size).expect("plan");
+        let path = proof(&db.store, log, &plan).await;
+        verify_inclusion(e.index, latest.size, &e.leaf_hash, &path, &top)
+            .unwrap_or_else(|err| panic!("entry {} in {}: {err}", e.index, latest.size));
+    }
+    for c in db.store.ledger_checkpoints(log, 0, latest.size, 100_000).await.expect("checkpoints") {
+        assert!(c.size > start, "a checkpoint of {} entries outlived them (start {start})", c.size);
+        let old = c.verify(&Log::from_key(log), &keys).expect("a valid checkpoint");
+        let plan = consistency_plan(c.size, latest.size).expect("plan");
+        let path = proof(&db.store, log, &plan).await;
+        verify_consistency(c.size, latest.size, &old, &top, &path)
+            .unwrap_or_else(|err| panic!("{} to {}: {err}", c.size, latest.size));
+    }
+    let lines = export(&db.store, log, key).await;
+    let verified = verify(&lines).expect("the export verifies");
+    assert_eq!(verified.start, start);
+    assert_eq!(verified.signed_size, latest.size);
+}
+
+/// Retention makes a log begin after its entries recorded before the cutoff, a budget at a time:
+/// they are gone with the nodes and checkpoints wholly over them, every kept entry still proves
+/// against the signed tree, every kept checkpoint is consistent with it, and the export (which
+/// begins with the start's peaks) verifies. Entries not yet sealed are never dropped.
+pub async fn a_log_past_retention_begins_at_its_peaks_and_still_verifies(db: &TestDb) {
+    let key = key();
+    let long_ago = Utc::now() - Duration::days(100);
+    // 37 old entries sealed in three checkpoints, then 21 new ones, in another log too.
+    append_at(db, "acme", 0, 13, long_ago, &key).await;
+    append_at(db, "acme", 13, 11, long_ago, &key).await;
+    append_at(db, "acme", 24, 13, long_ago + Duration::minutes(1), &key).await;
+    append_at(db, "other", 0, 5, long_ago, &key).await;
+    append_at(db, "acme", 37, 21, Utc::now(), &key).await;
+    every_kept_entry_proves(db, "acme", &key).await;
+    let cutoff = Utc::now() - Duration::days(30);
+
+    // A budget of 10 entries: the first 10 of one log go.
+    assert_eq!(db.store.prune(PruneKind::Ledger, cutoff, 10).await.expect("prune"), Some(10));
+    assert_eq!(db.store.ledger_start("acme").await.expect("start").size, 10);
+    every_kept_entry_proves(db, "acme", &key).await;
+    // Then the rest of what is old, in both logs.
+    assert_eq!(db.store.prune(PruneKind::Ledger, cutoff, 1000).await.expect("prune"), Some(27 + 5));
+    let start = db.store.ledger_start("acme").await.expect("start");
+    assert_eq!(start.size, 37);
+    assert_eq!(start.peaks.iter().map(|(n, _)| *n).collect::<Vec<_>>(), hub_core::ledger::peaks(37));
+    assert_eq!(db.store.ledger_entries("acme", 0, 1).await.expect("entries")[0].index, 37);
+    every_kept_entry_proves(db, "acme", &key).await;
+    assert_eq!(db.store.ledger_start("other").await.expect("start").size, 5);
+    assert!(db.store.ledger_entries("other", 0, 10).await.expect("entries").is_empty());
+    assert_eq!(db.store.prune(PruneKind::Ledger, cutoff, 1000).await.expect("prune"), Some(0), "nothing more");
+
+    // The log grows on from its start, and what is old but not sealed stays.
+    append_at(db, "acme", 58, 9, Utc::now(), &key).await;
+    every_kept_entry_proves(db, "acme", &key).await;
+    db.store.append_ledger(&[NewLedgerEntry { at: long_ago, ..entry("fresh", 0) }]).await.expect("append");
+    assert_eq!(db.store.prune(PruneKind::Ledger, cutoff, 1000).await.expect("prune"), Some(0), "unsealed entries stay");
+    assert_eq!(db.store.ledger_entries("fresh", 0, 10).await.expect("entries").len(), 1);
 }

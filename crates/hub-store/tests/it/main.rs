@@ -66,6 +66,7 @@ contract_suite!(
     recorded_attempts_append_their_entries_in_the_same_transaction,
     concurrent_appends_leave_no_gap,
     edits_behind_the_hubs_back_are_caught_and_named,
+    a_log_past_retention_begins_at_its_peaks_and_still_verifies,
     replicas_recording_one_tenant_at_once_never_deadlock,
     replicas_see_each_other_while_they_beat,
     a_replica_claims_and_leases_only_the_buckets_it_owns,
