@@ -245,6 +245,9 @@ pub struct Config {
     /// How often each log with new entries gets a signed checkpoint
     /// (`STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL`).
     pub ledger_checkpoint_interval: Duration,
+    /// How long ledger entries are kept (`STREAMING_HUB_LEDGER_RETENTION`): never shorter than
+    /// the jobs' and events' retention, so every attempt listed links to its entry.
+    pub ledger_retention: Duration,
     /// What one run of a transformation may spend: CPU time and memory (bytes).
     pub transform_cpu: Duration,
     pub transform_memory: usize,
@@ -535,6 +538,7 @@ impl Config {
                     _ => Err(format!("must be a duration from 100ms to 60s, such as 2s (got {})", quoted(raw))),
                 },
             ),
+            ledger_retention: r.duration("STREAMING_HUB_LEDGER_RETENTION", "1826d"),
             transform_cpu: r.parse("STREAMING_HUB_TRANSFORM_CPU", Duration::from_millis(5), |raw| {
                 match humantime::parse_duration(raw) {
                     Ok(d) if d >= Duration::from_micros(100) && d <= Duration::from_secs(1) => Ok(d),
@@ -619,6 +623,13 @@ impl Config {
             r.problem(
                 "STREAMING_HUB_DISPATCH_STALL_TIMEOUT",
                 "must be longer than STREAMING_HUB_DISPATCH_LEASE (every attempt ends within 80 % of the lease)",
+            );
+        }
+        if config.ledger_retention < config.job_retention.max(config.event_retention) {
+            r.problem(
+                "STREAMING_HUB_LEDGER_RETENTION",
+                "must not be shorter than STREAMING_HUB_JOB_RETENTION or STREAMING_HUB_EVENT_RETENTION (the ledger \
+                 outlives the deliveries it records)",
             );
         }
         if r.problems.is_empty() { Ok(config) } else { Err(ConfigError(r.problems)) }

@@ -336,7 +336,8 @@ async fn move_start(conn: &mut PgConnection, log: &str, previous: &LedgerStart, 
 }
 
 /// Deletes `log`'s rows below `size` from `entries`, `nodes` and `checkpoints` (the tables or
-/// partitions named): its entries, the nodes wholly below, the checkpoints of no more entries.
+/// partitions named): its entries, the nodes wholly below, the checkpoints of fewer entries (the
+/// one of exactly `size` entries, if any, stays: the start's peaks fold into its root).
 async fn forget_below(conn: &mut PgConnection, tables: [&str; 3], log: &str, size: u64) -> StoreResult<u64> {
     let [entries, nodes, checkpoints] = tables;
     let gone = sqlx::query(&format!("DELETE FROM {entries} WHERE log = $1 AND idx < $2"))
@@ -355,7 +356,7 @@ async fn forget_below(conn: &mut PgConnection, tables: [&str; 3], log: &str, siz
     .bind(size as i64)
     .execute(&mut *conn)
     .await?;
-    sqlx::query(&format!("DELETE FROM {checkpoints} WHERE log = $1 AND size <= $2"))
+    sqlx::query(&format!("DELETE FROM {checkpoints} WHERE log = $1 AND size < $2"))
         .bind(log)
         .bind(size as i64)
         .execute(&mut *conn)

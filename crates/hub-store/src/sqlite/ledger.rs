@@ -312,7 +312,7 @@ async fn nodes_in(conn: &mut SqliteConnection, log: &str, nodes: &[Node]) -> Sto
 }
 
 /// Retention: deletes each log's oldest entries recorded before `cutoff` (up to about `limit` in
-/// all), with the nodes wholly below them and the checkpoints of no more entries; the log then
+/// all), with the nodes wholly below them and the checkpoints of fewer entries; the log then
 /// begins after them, with that tree's peaks kept as its start. Answers the entries deleted.
 pub(super) async fn prune(tx: &mut Transaction<'_, Sqlite>, cutoff: DateTime<Utc>, limit: i64) -> StoreResult<u64> {
     // The logs whose first kept entry is past retention.
@@ -365,7 +365,7 @@ pub(super) async fn prune(tx: &mut Transaction<'_, Sqlite>, cutoff: DateTime<Utc
                 .execute(&mut **tx)
                 .await?;
         }
-        sqlx::query("DELETE FROM ledger_checkpoints WHERE log = ?1 AND size <= ?2")
+        sqlx::query("DELETE FROM ledger_checkpoints WHERE log = ?1 AND size < ?2")
             .bind(&log)
             .bind(size as i64)
             .execute(&mut **tx)

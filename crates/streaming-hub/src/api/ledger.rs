@@ -16,7 +16,7 @@ use base64::engine::general_purpose::STANDARD;
 use hub_core::ledger::checkpoint::{Checkpoint, Log};
 use hub_core::ledger::export::Line;
 use hub_core::ledger::proof::{consistency_plan, fill, inclusion_plan, nodes_of};
-use hub_store::LedgerEntryRecord;
+use hub_store::{LedgerEntryRecord, LedgerStart};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
@@ -66,6 +66,9 @@ pub struct EntryPage {
     /// `tenant <id>` or `platform`: the log's line in its checkpoints.
     pub log: String,
     pub items: Vec<EntryView>,
+    /// Where the kept entries begin: those below are past `STREAMING_HUB_LEDGER_RETENTION`
+    /// (0 until retention first drops some).
+    pub start: u64,
     /// The `from` of the next page; absent at the end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_from: Option<u64>,
@@ -279,8 +282,23 @@ async fn checkpoints(state: &AppState, log: Log, p: CheckpointParams) -> Result<
     Ok(Json(Checkpoints { log: log.line(), items: items.into_iter().map(Into::into).collect() }))
 }
 
+/// Where the log's kept entries begin.
+async fn start_of(state: &AppState, log: &Log) -> Result<LedgerStart, ApiError> {
+    Ok(state.store.ledger_start(log.key()).await?)
+}
+
+/// The answer for an index below the log's start.
+fn past_retention(what: &str, index: u64, start: u64) -> ApiError {
+    ApiError::new(
+        StatusCode::GONE,
+        "gone",
+        format!("{what} {index} is past the ledger's retention: the log's kept entries begin at {start}"),
+    )
+}
+
 async fn entries(state: &AppState, log: Log, p: EntryParams) -> Result<Json<EntryPage>, ApiError> {
-    let from = number("from", p.from.as_deref())?.unwrap_or(0);
+    let start = start_of(state, &log).await?.size;
+    let from = number("from", p.from.as_deref())?.unwrap_or(0).max(start);
     let to = number("to", p.to.as_deref())?;
     let limit = limit(p.limit.as_deref(), 100)?;
     let limit = to.map_or(limit, |to| limit.min(to.saturating_sub(from)));
@@ -289,13 +307,17 @@ async fn entries(state: &AppState, log: Log, p: EntryParams) -> Result<Json<Entr
         .then(|| items.last().map(|e| e.index + 1))
         .flatten()
         .filter(|n| to.is_none_or(|to| *n < to));
-    Ok(Json(EntryPage { log: log.line(), items: items.into_iter().map(Into::into).collect(), next_from }))
+    Ok(Json(EntryPage { log: log.line(), items: items.into_iter().map(Into::into).collect(), start, next_from }))
 }
 
 async fn entry(state: &AppState, log: Log, index: &str) -> Result<Json<EntryDetail>, ApiError> {
     let index = index.parse::<u64>().map_err(|_| ApiError::validation("index", "must be a whole number from 0"))?;
     let found = state.store.ledger_entries(log.key(), index, 1).await?.into_iter().find(|e| e.index == index);
     let Some(found) = found else {
+        let start = start_of(state, &log).await?.size;
+        if index < start {
+            return Err(past_retention("entry", index, start));
+        }
         return Err(ApiError::not_found(format!("the log has no entry {index}")));
     };
     let digest_key = state.store.digest_key(log.key(), index).await?.map(|k| STANDARD.encode(k));
@@ -312,6 +334,10 @@ async fn hashes(state: &AppState, log: &Log, plan: &[(u64, u64)]) -> Result<Vec<
 
 async fn inclusion(state: &AppState, log: Log, p: InclusionParams) -> Result<Json<InclusionProof>, ApiError> {
     let index = number("entry", p.entry.as_deref())?.ok_or_else(|| ApiError::query("entry", "is required"))?;
+    let start = start_of(state, &log).await?.size;
+    if index < start {
+        return Err(past_retention("entry", index, start));
+    }
     let (signed, latest) = signed_size(state, &log).await?;
     let size = number("size", p.size.as_deref())?.unwrap_or(signed);
     if size > signed {
@@ -336,6 +362,10 @@ async fn inclusion(state: &AppState, log: Log, p: InclusionParams) -> Result<Jso
 
 async fn consistency(state: &AppState, log: Log, p: ConsistencyParams) -> Result<Json<ConsistencyProof>, ApiError> {
     let from = number("from", p.from.as_deref())?.ok_or_else(|| ApiError::query("from", "is required"))?;
+    let start = start_of(state, &log).await?.size;
+    if from > 0 && from < start {
+        return Err(past_retention("the tree of size", from, start));
+    }
     let (signed, _) = signed_size(state, &log).await?;
     let to = number("to", p.to.as_deref())?.unwrap_or(signed);
     if to > signed {
@@ -353,9 +383,10 @@ async fn consistency(state: &AppState, log: Log, p: ConsistencyParams) -> Result
     }))
 }
 
-/// JSON lines: the ledger line, the public keys, then every entry with each checkpoint right
-/// after the last entry it covers; read a page at a time.
-fn export(state: AppState, log: Log) -> Response {
+/// JSON lines: the ledger line, the public keys, where the kept entries begin (when retention
+/// dropped some), then every kept entry with each checkpoint right after the last entry it
+/// covers; read a page at a time.
+async fn export(state: AppState, log: Log) -> Result<Response, ApiError> {
     struct Walk {
         state: AppState,
         log: Log,
@@ -363,11 +394,20 @@ fn export(state: AppState, log: Log) -> Response {
         head: Option<Vec<String>>,
         done: bool,
     }
+    let start = start_of(&state, &log).await?;
+    // The checkpoint of exactly the start's size, when one was signed there: it signs the peaks.
+    let at_start = if start.size > 0 {
+        state.store.ledger_checkpoints(log.key(), start.size, start.size, 1).await?
+    } else {
+        vec![]
+    };
     let head: Vec<String> = std::iter::once(Line::ledger(&log))
         .chain(state.ledger.published().into_iter().map(|jwk| Line::Key { jwk }))
+        .chain((start.size > 0).then(|| Line::start(start.size, &start.peaks)))
+        .chain(at_start.into_iter().map(Line::Checkpoint))
         .map(|l| serde_json::to_string(&l).unwrap_or_default())
         .collect();
-    let walk = Walk { state, log, next: 0, head: Some(head), done: false };
+    let walk = Walk { state, log, next: start.size, head: Some(head), done: false };
     let stream = futures_util::stream::unfold(walk, |mut w| async move {
         if let Some(head) = w.head.take() {
             let mut text = head.join("\n");
@@ -384,6 +424,11 @@ fn export(state: AppState, log: Log) -> Response {
                 return Some((Err(std::io::Error::other("the ledger could not be read")), Walk { done: true, ..w }));
             }
         };
+        if page.first().is_some_and(|e| e.index != w.next) {
+            // Retention moved the log's start while it was read: what follows would not verify.
+            tracing::warn!(log = %w.log.line(), "a ledger export stopped: retention dropped entries it was reading");
+            return Some((Err(std::io::Error::other("the ledger's start moved")), Walk { done: true, ..w }));
+        }
         let last = page.last().map_or(w.next, |e| e.index + 1);
         // The checkpoints this page reaches (sizes after the previous page's end, up to this
         // page's), never one beyond the entries exported: the sealer
@@ -413,8 +458,8 @@ fn export(state: AppState, log: Log) -> Response {
         }
         Some((Ok(text), w))
     });
-    ([(header::CONTENT_TYPE, "application/jsonl"), (header::CACHE_CONTROL, "no-store")], Body::from_stream(stream))
-        .into_response()
+    Ok(([(header::CONTENT_TYPE, "application/jsonl"), (header::CACHE_CONTROL, "no-store")], Body::from_stream(stream))
+        .into_response())
 }
 
 async fn audit(state: &AppState, log: Log, p: AuditParams) -> Result<Json<AuditPage>, ApiError> {
@@ -473,6 +518,7 @@ pub async fn tenant_entries(
     params(("index" = u64, Path, description = "The entry's index")),
     responses(
         (status = 200, description = "One entry, with its digest key while it is kept", body = EntryDetail),
+        (status = 410, description = "Past the ledger's retention: the log's kept entries begin later (named)", body = ErrorBody),
         (status = 404, description = "No such entry", body = ErrorBody),
         (status = 422, description = "The index is not a number", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
@@ -491,6 +537,7 @@ pub async fn tenant_entry(
     params(InclusionParams),
     responses(
         (status = 200, description = "The proof that the entry is in the tree of `size` entries", body = InclusionProof),
+        (status = 410, description = "Past the ledger's retention: the log's kept entries begin later (named)", body = ErrorBody),
         (status = 400, description = "A parameter is invalid or beyond the signed tree (named)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
@@ -508,6 +555,7 @@ pub async fn tenant_inclusion(
     params(ConsistencyParams),
     responses(
         (status = 200, description = "The proof that the tree of `from` entries begins the tree of `to`", body = ConsistencyProof),
+        (status = 410, description = "Past the ledger's retention: the log's kept entries begin later (named)", body = ErrorBody),
         (status = 400, description = "A parameter is invalid or beyond the signed tree (named)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
@@ -528,9 +576,9 @@ pub async fn tenant_consistency(
         (status = 403, description = "The admin token without X-Streaming-Hub-Tenant", body = ErrorBody),
     ),
     security(("api_key" = [])))]
-pub async fn tenant_export(State(state): State<AppState>, caller: TenantCaller) -> Response {
+pub async fn tenant_export(State(state): State<AppState>, caller: TenantCaller) -> Result<Response, ApiError> {
     let log = tenant_log(&caller);
-    export(state, log)
+    export(state, log).await
 }
 
 #[utoipa::path(get, path = "/v1/audit", tag = "ledger", operation_id = "listAudit",
@@ -583,6 +631,7 @@ pub async fn platform_entries(
 #[utoipa::path(get, path = "/admin/ledger/proof/inclusion", tag = "admin", operation_id = "provePlatformLedgerInclusion",
     params(InclusionParams),
     responses((status = 200, description = "An inclusion proof in the platform log", body = InclusionProof),
+        (status = 410, description = "Past the ledger's retention: the log's kept entries begin later (named)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
     ),
@@ -598,6 +647,7 @@ pub async fn platform_inclusion(
 #[utoipa::path(get, path = "/admin/ledger/proof/consistency", tag = "admin", operation_id = "provePlatformLedgerConsistency",
     params(ConsistencyParams),
     responses((status = 200, description = "A consistency proof of the platform log", body = ConsistencyProof),
+        (status = 410, description = "Past the ledger's retention: the log's kept entries begin later (named)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
     ),
@@ -616,8 +666,8 @@ pub async fn platform_consistency(
         (status = 403, description = "Not the admin token or an admin key", body = ErrorBody),
     ),
     security(("admin_token" = [])))]
-pub async fn platform_export(State(state): State<AppState>, _: Admin) -> Response {
-    export(state, Log::Platform)
+pub async fn platform_export(State(state): State<AppState>, _: Admin) -> Result<Response, ApiError> {
+    export(state, Log::Platform).await
 }
 
 #[utoipa::path(get, path = "/admin/audit", tag = "admin", operation_id = "listPlatformAudit",

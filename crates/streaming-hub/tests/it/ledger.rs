@@ -525,3 +525,83 @@ async fn the_platform_log_and_a_key_rotation(backend: Backend) {
     assert_eq!(code, 0, "{said}");
     assert!(said.starts_with("ok: platform:"), "{said}");
 }
+
+/// Retention (SQLite: row by row; PostgreSQL's whole months are the store suite's): once a log's
+/// first entries are older than `STREAMING_HUB_LEDGER_RETENTION` they are gone, the entries page
+/// says where the kept ones begin, asking for an entry or a tree below it answers 410 naming the
+/// start, kept entries still prove against the signed tree, and the export (which begins with
+/// the start's peaks) verifies offline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn entries_past_retention_go_and_the_rest_still_proves() {
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        &[
+            ("STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL", "100ms"),
+            ("STREAMING_HUB_LEDGER_RETENTION", "8s"),
+            ("STREAMING_HUB_JOB_RETENTION", "1s"),
+            ("STREAMING_HUB_EVENT_RETENTION", "1s"),
+            ("STREAMING_HUB_PRUNE_INTERVAL", "200ms"),
+        ],
+    )
+    .await;
+    let key = hub.tenant_key("acme").await;
+    let sub = hub.subscribe(&key, json!({"name": "p", "event_types": ["*.*"], "sink": {"type": "pull"}})).await;
+    let id = sub["id"].as_str().expect("id").to_owned();
+    let path = format!("/v1/subscriptions/{id}");
+    for n in 0..4 {
+        let (status, _) = hub.patch_json(&key, &path, &json!({"name": format!("old {n}")})).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let old = sealed(&hub, &key, 6).await;
+    let dropped = old.len() as u64;
+
+    // Past retention: the page begins after them.
+    let start = until("the old entries past retention", WAIT, async || {
+        let (_, page) = hub.get(&key, "/v1/ledger/entries").await;
+        let start = page["start"].as_u64().unwrap_or(0);
+        (start >= dropped).then_some(start)
+    })
+    .await;
+    for n in 0..3 {
+        let (status, _) = hub.patch_json(&key, &path, &json!({"name": format!("new {n}")})).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (_, page) = hub.get(&key, "/v1/ledger/entries?from=0").await;
+    let kept = page["items"].as_array().expect("items").clone();
+    assert_eq!(kept[0]["index"].as_u64(), Some(start), "{page}");
+
+    let (status, gone) = hub.get(&key, "/v1/ledger/entries/0").await;
+    assert_eq!(status, StatusCode::GONE, "{gone}");
+    assert!(gone["message"].as_str().unwrap_or_default().contains(&format!("begin at {start}")), "{gone}");
+    let (status, gone) = hub.get(&key, "/v1/ledger/proof/inclusion?entry=1").await;
+    assert_eq!(status, StatusCode::GONE, "{gone}");
+    let (status, gone) = hub.get(&key, "/v1/ledger/proof/consistency?from=2").await;
+    assert_eq!(status, StatusCode::GONE, "{gone}");
+
+    // The newest kept entry proves in the signed tree.
+    let text = until("the new changes sealed", WAIT, async || {
+        let (_, latest) = hub.get(&key, "/v1/ledger/checkpoints").await;
+        let size = latest["items"][0]["size"].as_u64().unwrap_or(0);
+        (size >= start + 3).then_some(size)
+    })
+    .await;
+    let last = text - 1;
+    let (status, proof) = hub.get(&key, &format!("/v1/ledger/proof/inclusion?entry={last}&size={text}")).await;
+    assert_eq!(status, StatusCode::OK, "{proof}");
+    let root = hash(&proof["checkpoint"]["root"]);
+    let leaf = leaf_hash(last, proof["entry"]["data"].as_str().expect("data").as_bytes());
+    let path: Vec<Hash> = proof["proof"].as_array().expect("proof").iter().map(hash).collect();
+    verify_inclusion(last, text, &leaf, &path, &root).expect("the kept entry proves");
+
+    let exported = export(&hub, &key).await;
+    let first: Value = exported
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+        .find(|l| l["type"] != "ledger" && l["type"] != "key")
+        .expect("a line after the keys");
+    assert_eq!(first["type"], "start", "{exported}");
+    assert!(first["size"].as_u64().expect("size") >= start);
+    let (code, said) = verify_cli(&exported, None);
+    assert_eq!(code, 0, "{said}");
+    assert!(said.contains("past retention"), "{said}");
+}

@@ -26,6 +26,8 @@ type EntryPage struct {
 	Log string `json:"log"`
 	// The `from` of the next page; absent at the end.
 	NextFrom NullableInt64 `json:"next_from,omitempty"`
+	// Where the kept entries begin: those below are past `STREAMING_HUB_LEDGER_RETENTION` (0 until retention first drops some).
+	Start int64 `json:"start"`
 }
 
 type _EntryPage EntryPage
@@ -34,10 +36,11 @@ type _EntryPage EntryPage
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewEntryPage(items []EntryView, log string) *EntryPage {
+func NewEntryPage(items []EntryView, log string, start int64) *EntryPage {
 	this := EntryPage{}
 	this.Items = items
 	this.Log = log
+	this.Start = start
 	return &this
 }
 
@@ -140,6 +143,30 @@ func (o *EntryPage) UnsetNextFrom() {
 	o.NextFrom.Unset()
 }
 
+// GetStart returns the Start field value
+func (o *EntryPage) GetStart() int64 {
+	if o == nil {
+		var ret int64
+		return ret
+	}
+
+	return o.Start
+}
+
+// GetStartOk returns a tuple with the Start field value
+// and a boolean to check if the value has been set.
+func (o *EntryPage) GetStartOk() (*int64, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return &o.Start, true
+}
+
+// SetStart sets field value
+func (o *EntryPage) SetStart(v int64) {
+	o.Start = v
+}
+
 func (o EntryPage) MarshalJSON() ([]byte, error) {
 	toSerialize, err := o.ToMap()
 	if err != nil {
@@ -155,6 +182,7 @@ func (o EntryPage) ToMap() (map[string]interface{}, error) {
 	if o.NextFrom.IsSet() {
 		toSerialize["next_from"] = o.NextFrom.Get()
 	}
+	toSerialize["start"] = o.Start
 	return toSerialize, nil
 }
 
@@ -165,6 +193,7 @@ func (o *EntryPage) UnmarshalJSON(data []byte) (err error) {
 	requiredProperties := []string{
 		"items",
 		"log",
+		"start",
 	}
 
 	allProperties := make(map[string]interface{})

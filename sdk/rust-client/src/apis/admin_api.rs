@@ -198,6 +198,7 @@ pub enum ProvePlatformLedgerConsistencyError {
     Status400(models::ErrorBody),
     Status401(models::ErrorBody),
     Status403(models::ErrorBody),
+    Status410(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -208,6 +209,7 @@ pub enum ProvePlatformLedgerInclusionError {
     Status400(models::ErrorBody),
     Status401(models::ErrorBody),
     Status403(models::ErrorBody),
+    Status410(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 

@@ -29,6 +29,7 @@ pub enum GetLedgerEntryError {
     Status401(models::ErrorBody),
     Status403(models::ErrorBody),
     Status404(models::ErrorBody),
+    Status410(models::ErrorBody),
     Status422(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
@@ -70,6 +71,7 @@ pub enum ProveLedgerConsistencyError {
     Status400(models::ErrorBody),
     Status401(models::ErrorBody),
     Status403(models::ErrorBody),
+    Status410(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 
@@ -80,6 +82,7 @@ pub enum ProveLedgerInclusionError {
     Status400(models::ErrorBody),
     Status401(models::ErrorBody),
     Status403(models::ErrorBody),
+    Status410(models::ErrorBody),
     UnknownValue(serde_json::Value),
 }
 

@@ -27,11 +27,14 @@ pub struct EntryPage {
         skip_serializing_if = "Option::is_none"
     )]
     pub next_from: Option<Option<i64>>,
+    /// Where the kept entries begin: those below are past `STREAMING_HUB_LEDGER_RETENTION` (0 until retention first drops some).
+    #[serde(rename = "start")]
+    pub start: i64,
 }
 
 impl EntryPage {
     /// A page of entries.
-    pub fn new(items: Vec<models::EntryView>, log: String) -> EntryPage {
-        EntryPage { items, log, next_from: None }
+    pub fn new(items: Vec<models::EntryView>, log: String, start: i64) -> EntryPage {
+        EntryPage { items, log, next_from: None, start }
     }
 }

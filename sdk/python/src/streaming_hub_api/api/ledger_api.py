@@ -350,6 +350,7 @@ class LedgerApi:
             '401': "ErrorBody",
             '403': "ErrorBody",
             '404': "ErrorBody",
+            '410': "ErrorBody",
             '422': "ErrorBody",
         }
         response_data = self.api_client.call_api(
@@ -420,6 +421,7 @@ class LedgerApi:
             '401': "ErrorBody",
             '403': "ErrorBody",
             '404': "ErrorBody",
+            '410': "ErrorBody",
             '422': "ErrorBody",
         }
         response_data = self.api_client.call_api(
@@ -490,6 +492,7 @@ class LedgerApi:
             '401': "ErrorBody",
             '403': "ErrorBody",
             '404': "ErrorBody",
+            '410': "ErrorBody",
             '422': "ErrorBody",
         }
         response_data = self.api_client.call_api(
@@ -1516,6 +1519,7 @@ class LedgerApi:
             '400': "ErrorBody",
             '401': "ErrorBody",
             '403': "ErrorBody",
+            '410': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1589,6 +1593,7 @@ class LedgerApi:
             '400': "ErrorBody",
             '401': "ErrorBody",
             '403': "ErrorBody",
+            '410': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1662,6 +1667,7 @@ class LedgerApi:
             '400': "ErrorBody",
             '401': "ErrorBody",
             '403': "ErrorBody",
+            '410': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1802,6 +1808,7 @@ class LedgerApi:
             '400': "ErrorBody",
             '401': "ErrorBody",
             '403': "ErrorBody",
+            '410': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1875,6 +1882,7 @@ class LedgerApi:
             '400': "ErrorBody",
             '401': "ErrorBody",
             '403': "ErrorBody",
+            '410': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,
@@ -1948,6 +1956,7 @@ class LedgerApi:
             '400': "ErrorBody",
             '401': "ErrorBody",
             '403': "ErrorBody",
+            '410': "ErrorBody",
         }
         response_data = self.api_client.call_api(
             *_param,

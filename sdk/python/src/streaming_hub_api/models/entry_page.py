@@ -32,7 +32,8 @@ class EntryPage(BaseModel):
     items: List[EntryView]
     log: StrictStr = Field(description="`tenant <id>` or `platform`: the log's line in its checkpoints.")
     next_from: Optional[Annotated[int, Field(strict=True, ge=0)]] = Field(default=None, description="The `from` of the next page; absent at the end.")
-    __properties: ClassVar[List[str]] = ["items", "log", "next_from"]
+    start: Annotated[int, Field(strict=True, ge=0)] = Field(description="Where the kept entries begin: those below are past `STREAMING_HUB_LEDGER_RETENTION` (0 until retention first drops some).")
+    __properties: ClassVar[List[str]] = ["items", "log", "next_from", "start"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -98,7 +99,8 @@ class EntryPage(BaseModel):
         _obj = cls.model_validate({
             "items": [EntryView.from_dict(_item) for _item in obj["items"]] if obj.get("items") is not None else None,
             "log": obj.get("log"),
-            "next_from": obj.get("next_from")
+            "next_from": obj.get("next_from"),
+            "start": obj.get("start")
         })
         return _obj
 

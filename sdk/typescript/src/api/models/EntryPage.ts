@@ -39,6 +39,11 @@ export interface EntryPage {
      * The `from` of the next page; absent at the end.
      */
     nextFrom?: number | null;
+    /**
+     * Where the kept entries begin: those below are past `STREAMING_HUB_LEDGER_RETENTION`
+     * (0 until retention first drops some).
+     */
+    start: number;
 }
 
 /**
@@ -47,6 +52,7 @@ export interface EntryPage {
 export function instanceOfEntryPage(value: object): value is EntryPage {
     if (!('items' in value) || value['items'] === undefined) return false;
     if (!('log' in value) || value['log'] === undefined) return false;
+    if (!('start' in value) || value['start'] === undefined) return false;
     return true;
 }
 
@@ -63,6 +69,7 @@ export function EntryPageFromJSONTyped(json: any, ignoreDiscriminator: boolean):
         'items': ((json['items'] as Array<any>).map(EntryViewFromJSON)),
         'log': json['log'],
         'nextFrom': json['next_from'] === undefined ? undefined : json['next_from'] === null ? null : json['next_from'],
+        'start': json['start'],
     };
 }
 
@@ -80,6 +87,7 @@ export function EntryPageToJSONTyped(value?: EntryPage | null, ignoreDiscriminat
         'items': ((value['items'] as Array<any>).map(EntryViewToJSON)),
         'log': value['log'],
         'next_from': value['nextFrom'],
+        'start': value['start'],
     };
 }
 
