@@ -372,3 +372,96 @@ async fn ledger_retention_drops_whole_months() {
     assert_eq!(db.store.ledger_start("late").await.expect("start").size, 9);
     crate::ledger::every_kept_entry_proves(&db, "late", &key).await;
 }
+
+/// A ledger written before its partitions (migration 0032's layout, with times that go back
+/// within a log, as two replicas' clocks make them) is migrated in place: every entry, node and
+/// checkpoint lands in its month, the times are made non-decreasing, the log proves and grows on,
+/// and its old month is then dropped by retention like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_of_the_layout_before_is_partitioned_in_place() {
+    use hub_core::ledger::checkpoint::{Log, TreeHead};
+    let schema = hub_testkit::fresh_schema().await;
+    let old = PgStore::connect(&crate::support::postgres_dsn(), Some(&schema), 4).await.expect("connect");
+    let all = sqlx::migrate!("./migrations/postgres");
+    let before = sqlx::migrate::Migrator {
+        migrations: Cow::Owned(all.migrations.iter().filter(|m| m.version <= 32).cloned().collect()),
+        ..sqlx::migrate::Migrator::DEFAULT
+    };
+    before.run(old.pool()).await.expect("migrate to the ledger before its partitions");
+
+    // 11 entries, recorded 100 days ago give or take a minute (entry 6 a minute before entry 5).
+    let key = crate::ledger::key();
+    let long_ago = Utc::now() - Duration::days(100);
+    let mut leaves = Vec::new();
+    for i in 0..11u64 {
+        let data = format!(r#"{{"what":"change {i} before"}}"#);
+        let at = if i == 6 { long_ago - Duration::minutes(1) } else { long_ago + Duration::seconds(i as i64) };
+        leaves.push(hub_core::ledger::leaf_hash(i, data.as_bytes()));
+        sqlx::query(
+            "INSERT INTO ledger_entries (log, idx, recorded_at, kind, data, leaf_hash)
+             VALUES ('acme', $1, $2, 'change', $3, sha256('\\x00'::bytea || int8send($1) || convert_to($3, 'UTF8')))",
+        )
+        .bind(i as i64)
+        .bind(at)
+        .bind(&data)
+        .execute(old.pool())
+        .await
+        .expect("entry");
+    }
+    sqlx::query("INSERT INTO ledger_heads (log, size) VALUES ('acme', 11)").execute(old.pool()).await.expect("head");
+    // Sealed at 7 and at 11, as the sealer of that layout wrote them.
+    let mut peaks = Vec::new();
+    let mut size = 0u64;
+    for upto in [7u64, 11] {
+        let grown = hub_core::ledger::grow(size, &peaks, &leaves[size as usize..upto as usize]).expect("grow");
+        for (n, h) in &grown.nodes {
+            sqlx::query("INSERT INTO ledger_nodes (log, level, idx, hash) VALUES ('acme', $1, $2, $3)")
+                .bind(i16::from(n.level))
+                .bind(n.index as i64)
+                .bind(h.to_vec())
+                .execute(old.pool())
+                .await
+                .expect("node");
+        }
+        let c = key.sign(&TreeHead { log: Log::Tenant("acme".into()), size: upto, root: grown.root, time: Utc::now() });
+        sqlx::query(
+            "INSERT INTO ledger_checkpoints (log, size, root, time, kid, signature, note, signed_at)
+             VALUES ('acme', $1, $2, $3, $4, $5, $6, now())",
+        )
+        .bind(upto as i64)
+        .bind(&c.root)
+        .bind(&c.time)
+        .bind(&c.kid)
+        .bind(&c.signature)
+        .bind(&c.note)
+        .execute(old.pool())
+        .await
+        .expect("checkpoint");
+        peaks = grown.peaks;
+        size = upto;
+    }
+    let stored: Vec<u8> =
+        peaks.iter().flat_map(|(n, h)| [&[n.level][..], &n.index.to_be_bytes(), h].concat()).collect();
+    sqlx::query("INSERT INTO ledger_trees (log, size, peaks) VALUES ('acme', 11, $1)")
+        .bind(stored)
+        .execute(old.pool())
+        .await
+        .expect("tree");
+
+    let store: &dyn Store = &old;
+    store.migrate().await.expect("migrate to the partitioned ledger");
+    let month = format!("ledger_entries_{}", long_ago.format("%Y%m"));
+    assert!(ledger_partitions(&old).await.contains(&month), "the month of the old entries has its partition");
+    let times: Vec<chrono::DateTime<Utc>> =
+        store.ledger_entries("acme", 0, 100).await.expect("entries").iter().map(|e| e.at).collect();
+    assert_eq!(times.len(), 11);
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "times never go back within a log: {times:?}");
+    let db = TestDb::postgres_of(old.clone(), &schema);
+    crate::ledger::every_kept_entry_proves(&db, "acme", &key).await;
+    crate::ledger::append_at(&db, "acme", 11, 5, Utc::now(), &key).await;
+    crate::ledger::every_kept_entry_proves(&db, "acme", &key).await;
+    let pruned = db.store.prune(PruneKind::Ledger, Utc::now() - Duration::days(30), 1000).await.expect("prune");
+    assert_eq!(pruned, Some(11));
+    assert!(!ledger_partitions(&old).await.contains(&month));
+    crate::ledger::every_kept_entry_proves(&db, "acme", &key).await;
+}

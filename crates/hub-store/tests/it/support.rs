@@ -39,6 +39,12 @@ impl TestDb {
         Self { store: Arc::new(store.clone()), backend: Backend::Postgres(store, schema) }
     }
 
+    /// A test database around a PostgreSQL store already connected to `schema` (one a test
+    /// migrated step by step).
+    pub fn postgres_of(store: PgStore, schema: &str) -> Self {
+        Self { store: Arc::new(store.clone()), backend: Backend::Postgres(store, schema.to_owned()) }
+    }
+
     /// A second store on the same database, as another replica of the hub opens it (on SQLite,
     /// another handle on the same file): what one remembers, the other does not share.
     pub async fn replica(&self) -> Arc<dyn Store> {
