@@ -554,10 +554,14 @@ impl BenchHub {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         sqlx::query(&format!("ANALYZE {schema}.ledger_entries")).execute(pool).await?;
+        // Entries, nodes and checkpoints are partitioned (by month): each partition counted.
         let bytes: i64 = sqlx::query_scalar(&format!(
-            "SELECT (pg_total_relation_size('{schema}.ledger_entries') + pg_total_relation_size('{schema}.ledger_nodes')
-                + pg_total_relation_size('{schema}.ledger_checkpoints') + pg_total_relation_size('{schema}.ledger_heads')
-                + pg_total_relation_size('{schema}.ledger_trees'))::bigint"
+            "SELECT ((SELECT COALESCE(sum(pg_total_relation_size(p.relid)), 0) FROM unnest(ARRAY[
+                        '{schema}.ledger_entries'::regclass, '{schema}.ledger_nodes'::regclass,
+                        '{schema}.ledger_checkpoints'::regclass]) AS t(rel),
+                    LATERAL pg_partition_tree(t.rel) AS p
+                 WHERE p.isleaf)
+                + pg_total_relation_size('{schema}.ledger_heads') + pg_total_relation_size('{schema}.ledger_trees'))::bigint"
         ))
         .fetch_one(pool)
         .await?;
