@@ -16,6 +16,7 @@ mod routing;
 mod scenarios;
 mod sinks;
 mod slow;
+mod sso;
 mod stats;
 mod transform;
 
@@ -212,6 +213,14 @@ enum BenchScenario {
         events: usize,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
         producers: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// What a person's token (single sign-on) costs a request beside an API key: the same read with
+    /// a key, one remembered token, and a new token each time.
+    SsoCost {
+        #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
+        requests: usize,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -450,6 +459,7 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         BenchScenario::AuthCost { events, producers, json } => {
             auth::auth_cost(events, producers, &json_path(json, "auth-cost")).await
         }
+        BenchScenario::SsoCost { requests, json } => sso::sso_cost(requests, &json_path(json, "sso-cost")).await,
         BenchScenario::TransformCost { events, producers, json } => {
             transform::transform_cost(events, producers, &json_path(json, "transform-cost")).await
         }

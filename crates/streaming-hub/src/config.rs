@@ -20,7 +20,7 @@ mod values;
 pub use names::ALIASES;
 use names::{ADMIN_TOKEN_LEN, KNOWN, Reader, bounded};
 pub use values::{PayloadValidation, parse_duration, quoted};
-use values::{frame_ancestors, manifest_sources, memory_size, oidc_issuer};
+use values::{frame_ancestors, manifest_sources, memory_size, oidc_issuer, roles_claim, sso_issuers};
 
 /// A secret value: never printed by `Debug` or `Display`.
 #[derive(Clone, PartialEq, Eq)]
@@ -242,6 +242,15 @@ pub struct Config {
     pub oidc_issuer: Option<String>,
     /// After a rotation, how long the replaced signing key stays published.
     pub oidc_key_overlap: Duration,
+    /// Identity providers people sign in with (`STREAMING_HUB_SSO_ISSUERS`); none: single sign-on
+    /// is off.
+    pub sso_issuers: Vec<String>,
+    /// The `aud` their tokens must carry (`STREAMING_HUB_SSO_AUDIENCE`).
+    pub sso_audience: Option<String>,
+    /// Where the roles are in a token (`STREAMING_HUB_SSO_ROLES_CLAIM`).
+    pub sso_roles_claim: String,
+    /// How often each provider's keys are fetched again (`STREAMING_HUB_SSO_KEYS_REFRESH`).
+    pub sso_keys_refresh: Duration,
     /// How often each log with new entries gets a signed checkpoint
     /// (`STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL`).
     pub ledger_checkpoint_interval: Duration,
@@ -530,6 +539,15 @@ impl Config {
             }),
             oidc_issuer: r.parse("STREAMING_HUB_OIDC_ISSUER", None, oidc_issuer),
             oidc_key_overlap: r.duration("STREAMING_HUB_OIDC_KEY_OVERLAP", "24h"),
+            sso_issuers: r.parse("STREAMING_HUB_SSO_ISSUERS", Vec::new(), |raw| sso_issuers(raw, env.is_local())),
+            sso_audience: r.text("STREAMING_HUB_SSO_AUDIENCE").map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()),
+            sso_roles_claim: r.parse("STREAMING_HUB_SSO_ROLES_CLAIM", "roles".to_owned(), roles_claim),
+            sso_keys_refresh: r.parse("STREAMING_HUB_SSO_KEYS_REFRESH", Duration::from_secs(300), |raw| {
+                match humantime::parse_duration(raw) {
+                    Ok(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(86_400) => Ok(d),
+                    _ => Err(format!("must be a duration from 1s to 24h, such as 5m (got {})", quoted(raw))),
+                }
+            }),
             ledger_checkpoint_interval: r.parse(
                 "STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL",
                 Duration::from_secs(2),
@@ -623,6 +641,12 @@ impl Config {
             r.problem(
                 "STREAMING_HUB_DISPATCH_STALL_TIMEOUT",
                 "must be longer than STREAMING_HUB_DISPATCH_LEASE (every attempt ends within 80 % of the lease)",
+            );
+        }
+        if !config.sso_issuers.is_empty() && config.sso_audience.is_none() {
+            r.problem(
+                "STREAMING_HUB_SSO_AUDIENCE",
+                "is required with STREAMING_HUB_SSO_ISSUERS (the aud tokens must carry)",
             );
         }
         if config.ledger_retention < config.job_retention.max(config.event_retention) {

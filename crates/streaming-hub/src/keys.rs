@@ -38,6 +38,7 @@ pub async fn issue(
     tenant: Option<&TenantId>,
     name: &str,
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    role: crate::sso::Role,
 ) -> StoreResult<(ApiKeyRecord, String)> {
     let key = generate(API_KEY_PREFIX);
     let record = store
@@ -49,6 +50,7 @@ pub async fn issue(
             key_prefix: display_prefix(&key),
             created_at: chrono::Utc::now(),
             expires_at,
+            role: role.as_str().to_owned(),
         })
         .await?;
     Ok((record, key))

@@ -18,6 +18,7 @@ pub mod operational;
 pub mod retention;
 pub mod secrets;
 pub mod server;
+pub mod sso;
 pub mod supervisor;
 pub mod telemetry;
 pub mod trace;
@@ -415,6 +416,19 @@ pub async fn start_with_clock(
         policy: Arc::clone(&policy),
         key_cache: Arc::default(),
         simulations: Arc::default(),
+        sso: match (config.sso_issuers.is_empty(), &config.sso_audience) {
+            (false, Some(audience)) => Some(Arc::new(
+                sso::Sso::new(&sso::Settings {
+                    issuers: config.sso_issuers.clone(),
+                    audience: audience.clone(),
+                    roles_claim: config.sso_roles_claim.clone(),
+                    refresh: config.sso_keys_refresh,
+                    allow_private: config.allow_private_sinks,
+                })
+                .map_err(anyhow::Error::msg)?,
+            )),
+            _ => None,
+        },
         // SQLite has one writer: one group at a time. PostgreSQL writes different tenants at once.
         ingest: ingest::GroupWriter::start(
             Arc::clone(&store),

@@ -87,6 +87,9 @@ enum ApiKeyCommand {
         /// omitted.
         #[arg(long, value_name = "DURATION")]
         expires_in: Option<String>,
+        /// The key's role in its tenant: admin (everything), operator or viewer.
+        #[arg(long, default_value = "admin", conflicts_with = "admin")]
+        role: String,
     },
 }
 
@@ -183,7 +186,9 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             println!("database schema is up to date");
             Ok(())
         }
-        Command::ApiKey { command: ApiKeyCommand::Create { tenant, admin, name, expires_in } } => {
+        Command::ApiKey { command: ApiKeyCommand::Create { tenant, admin, name, expires_in, role } } => {
+            let role = streaming_hub::sso::Role::parse(&role)
+                .ok_or_else(|| anyhow::anyhow!("--role: must be admin, operator or viewer (got {role:?})"))?;
             let tenant = match (tenant, admin) {
                 (Some(t), false) => Some(TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?),
                 (None, true) => None,
@@ -195,7 +200,8 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
                 Some(raw) => Some(expiry(raw).map_err(|e| anyhow::anyhow!("--expires-in: {e}"))?),
             };
             let store = streaming_hub::open_store(&config, false).await?;
-            let (record, key) = streaming_hub::keys::issue(store.as_ref(), tenant.as_ref(), &name, expires_at).await?;
+            let (record, key) =
+                streaming_hub::keys::issue(store.as_ref(), tenant.as_ref(), &name, expires_at, role).await?;
             let change = streaming_hub::ledger::change_entry(
                 chrono::Utc::now(),
                 tenant.as_ref().map(TenantId::as_str),

@@ -16,6 +16,8 @@ pub struct NewApiKey {
     pub created_at: DateTime<Utc>,
     /// When the key stops working; `None` never.
     pub expires_at: Option<DateTime<Utc>>,
+    /// Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).
+    pub role: String,
 }
 
 /// A stored API key.
@@ -30,6 +32,8 @@ pub struct ApiKeyRecord {
     pub revoked_at: Option<DateTime<Utc>>,
     /// When the key stops working; `None` never.
     pub expires_at: Option<DateTime<Utc>>,
+    /// Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).
+    pub role: String,
 }
 
 impl ApiKeyRecord {

@@ -312,9 +312,9 @@ impl Operations for PgStore {
 
     async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<ApiKeyRecord> {
         let row = sqlx::query(
-            "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at, admin, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             RETURNING id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at",
+            "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at, admin, expires_at, role)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+             RETURNING id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at, role",
         )
         .bind(key.id)
         .bind(key.tenant_id.as_deref().unwrap_or(""))
@@ -324,6 +324,7 @@ impl Operations for PgStore {
         .bind(key.created_at)
         .bind(key.tenant_id.is_none())
         .bind(key.expires_at)
+        .bind(&key.role)
         .fetch_one(&self.pool)
         .await?;
         api_key_from_row(&row)
@@ -331,7 +332,7 @@ impl Operations for PgStore {
 
     async fn list_api_keys(&self, before: Option<Uuid>, limit: u32) -> StoreResult<Vec<ApiKeyRecord>> {
         sqlx::query(
-            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at FROM api_keys
+            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at, role FROM api_keys
              WHERE ($1::uuid IS NULL OR id < $1) ORDER BY id DESC LIMIT $2",
         )
         .bind(before)
@@ -359,7 +360,7 @@ impl Operations for PgStore {
 
     async fn api_key_by_hash(&self, hash: &[u8]) -> StoreResult<Option<ApiKeyRecord>> {
         sqlx::query(
-            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at FROM api_keys
+            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at, role FROM api_keys
              WHERE key_hash = $1 AND revoked_at IS NULL",
         )
         .bind(hash)

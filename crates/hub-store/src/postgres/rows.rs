@@ -418,5 +418,6 @@ pub(super) fn api_key_from_row(row: &PgRow) -> StoreResult<ApiKeyRecord> {
         created_at: row.try_get("created_at")?,
         revoked_at: row.try_get("revoked_at")?,
         expires_at: row.try_get("expires_at")?,
+        role: row.try_get("role")?,
     })
 }

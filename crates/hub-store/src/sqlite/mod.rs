@@ -648,5 +648,6 @@ fn api_key_from_row(row: &SqliteRow) -> StoreResult<ApiKeyRecord> {
         created_at: from_micros(row.try_get("created_at")?)?,
         revoked_at: revoked.map(from_micros).transpose()?,
         expires_at: expires.map(from_micros).transpose()?,
+        role: row.try_get("role")?,
     })
 }

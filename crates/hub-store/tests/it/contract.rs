@@ -270,8 +270,10 @@ pub async fn api_keys_are_stored_hashed_listed_and_revoked(db: &TestDb) {
         key_prefix: "shk_abcd".into(),
         created_at: Utc::now(),
         expires_at: None,
+        role: "admin".into(),
     };
     let a = db.store.create_api_key(&new("t1", 1)).await.expect("create");
+    assert_eq!(a.role, "admin");
     let b = db.store.create_api_key(&new("t2", 2)).await.expect("create");
     assert_eq!(a.tenant_id.as_deref(), Some("t1"));
     assert!(a.revoked_at.is_none());
@@ -291,6 +293,11 @@ pub async fn api_keys_are_stored_hashed_listed_and_revoked(db: &TestDb) {
     assert!(db.store.api_key_by_hash(&[1; 32]).await.expect("find").is_none(), "a revoked key no longer authenticates");
     let listed = db.store.list_api_keys(None, 10).await.expect("list");
     assert!(listed.iter().any(|k| k.id == a.id && k.revoked_at.is_some()));
+
+    // A key keeps its role.
+    let viewer = db.store.create_api_key(&NewApiKey { role: "viewer".into(), ..new("t1", 77) }).await.expect("create");
+    let found = db.store.api_key_by_hash(&[77; 32]).await.expect("read").expect("found");
+    assert_eq!((found.id, found.role.as_str()), (viewer.id, "viewer"));
 
     // The same hash cannot be stored twice.
     assert!(db.store.create_api_key(&new("t3", 2)).await.is_err());

@@ -35,6 +35,10 @@ pub struct CreateApiKey {
     /// When the key stops working (RFC 3339, in the future); it never expires when omitted.
     /// An expired key is refused like a revoked one (401).
     expires_at: Option<DateTime<Utc>>,
+    /// A tenant key's role: `admin` (the default: everything in the tenant), `operator` or
+    /// `viewer` (see each operation's `x-streaming-hub-role`). Not for an admin key.
+    #[schema(value_type = Option<String>, pattern = "^(admin|operator|viewer)$")]
+    role: Option<String>,
 }
 
 /// An API key as listed: never the key itself.
@@ -52,6 +56,8 @@ pub struct ApiKeyView {
     pub revoked_at: Option<DateTime<Utc>>,
     /// When the key stops working; `null` never.
     pub expires_at: Option<DateTime<Utc>>,
+    /// Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).
+    pub role: String,
 }
 
 impl From<ApiKeyRecord> for ApiKeyView {
@@ -65,6 +71,7 @@ impl From<ApiKeyRecord> for ApiKeyView {
             created_at: r.created_at,
             revoked_at: r.revoked_at,
             expires_at: r.expires_at,
+            role: r.role,
         }
     }
 }
@@ -136,7 +143,13 @@ pub async fn create_api_key(
     if req.expires_at.is_some_and(|at| at <= state.clock.now()) {
         return Err(ApiError::validation("expires_at", "must be in the future"));
     }
-    let (record, key) = keys::issue(state.store.as_ref(), tenant.as_ref(), &name, req.expires_at).await?;
+    let role = match (&req.role, &tenant) {
+        (None, _) => crate::sso::Role::Admin,
+        (Some(_), None) => return Err(ApiError::validation("role", "an admin key has no tenant role: leave it out")),
+        (Some(raw), Some(_)) => crate::sso::Role::parse(raw)
+            .ok_or_else(|| ApiError::validation("role", "must be admin, operator or viewer"))?,
+    };
+    let (record, key) = keys::issue(state.store.as_ref(), tenant.as_ref(), &name, req.expires_at, role).await?;
     if tenant.is_none() {
         tracing::info!(key = %record.id, name = %record.name, "admin key created");
     }

@@ -2,8 +2,9 @@
 //!
 //! A tenant API key (`shk_…`) is looked up by its SHA-256 hash and sees only its own tenant; the
 //! admin token opens `/admin`; a portal session's token (`shps_…`, see `portal.rs`) sees its
-//! tenant through the console's routes only. Tokens are compared in constant time and never
-//! logged.
+//! tenant through the console's routes only; a person's JWT from a configured identity provider
+//! (`sso`) sees the tenants its roles name, each route as far as the role allows
+//! (`sso::roles`). Tokens are compared in constant time and never logged.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
@@ -18,25 +19,24 @@ use super::error::ApiError;
 /// them).
 pub const SESSION_PREFIX: &str = "shps_";
 use crate::keys;
+use crate::sso::{Person, Role, roles};
 use hub_core::ledger::entry::Actor;
 
 /// Who is calling.
 #[derive(Debug, Clone)]
 pub enum Principal {
     /// The admin token (`key: None`) or an admin key.
-    Admin {
-        key: Option<uuid::Uuid>,
-    },
+    Admin { key: Option<uuid::Uuid> },
     Tenant {
         tenant: TenantId,
         key_id: uuid::Uuid,
+        /// The key's role in its tenant.
+        role: Role,
     },
     /// A portal session: its tenant, `read` (changes nothing) or not.
-    Portal {
-        tenant: TenantId,
-        session: uuid::Uuid,
-        read_only: bool,
-    },
+    Portal { tenant: TenantId, session: uuid::Uuid, read_only: bool },
+    /// A person signed in with an identity provider, with the roles their token grants.
+    Person(std::sync::Arc<Person>),
 }
 
 fn bearer(parts: &Parts) -> Result<&str, ApiError> {
@@ -61,6 +61,13 @@ impl FromRequestParts<AppState> for Principal {
         {
             return Ok(Principal::Admin { key: None });
         }
+        if let Some(sso) = state.sso.as_ref().filter(|_| crate::sso::Sso::is_jwt(token)) {
+            return sso
+                .verify(token)
+                .await
+                .map(Principal::Person)
+                .map_err(|refusal| ApiError::unauthorized(refusal.to_string()));
+        }
         if token.starts_with(SESSION_PREFIX) {
             // Looked up on every request: a revoked or expired session ends at once, everywhere.
             if let Some(session) = state.store.portal_session(&keys::hash(token), state.clock.now()).await? {
@@ -84,6 +91,8 @@ impl FromRequestParts<AppState> for Principal {
                     Some(tenant) => Principal::Tenant {
                         tenant: TenantId::stored(tenant).map_err(ApiError::internal)?,
                         key_id: key.id,
+                        // An unknown stored role grants the least.
+                        role: Role::parse(&key.role).unwrap_or(Role::Viewer),
                     },
                     None => Principal::Admin { key: Some(key.id) },
                 };
@@ -142,26 +151,38 @@ struct CachedKey {
     expires_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
-/// A caller holding the admin token or an admin key.
+/// A caller holding the admin token or an admin key, or a person with a platform role the
+/// route allows.
 #[derive(Debug)]
 pub struct Admin {
-    /// The admin key; `None` for the admin token.
+    /// The admin key; `None` for the admin token or a person.
     pub key: Option<uuid::Uuid>,
+    /// The person, when one signed in.
+    pub person: Option<std::sync::Arc<Person>>,
 }
 
 impl Admin {
     /// Who this is, as the ledger records a change they make.
     pub fn actor(&self) -> Actor {
-        Actor::Admin { id: self.key.map(|k| k.to_string()) }
+        match &self.person {
+            Some(p) => Actor::Person { issuer: p.issuer.clone(), subject: p.subject.clone() },
+            None => Actor::Admin { id: self.key.map(|k| k.to_string()) },
+        }
     }
 
     /// Who this is, as an audit record names them (never the secret).
     pub fn who(&self) -> String {
-        match self.key {
-            Some(id) => format!("admin key {id}"),
-            None => "admin token".to_owned(),
+        match (&self.person, self.key) {
+            (Some(p), _) => format!("{} ({})", p.subject, p.issuer),
+            (None, Some(id)) => format!("admin key {id}"),
+            (None, None) => "admin token".to_owned(),
         }
     }
+}
+
+/// A 403 naming the role a route needs.
+fn needs(role: &str, what: &str) -> ApiError {
+    ApiError::new(axum::http::StatusCode::FORBIDDEN, "role_refused", format!("this route needs the {role} role{what}"))
 }
 
 impl FromRequestParts<AppState> for Admin {
@@ -169,7 +190,14 @@ impl FromRequestParts<AppState> for Admin {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match Principal::from_request_parts(parts, state).await? {
-            Principal::Admin { key } => Ok(Admin { key }),
+            Principal::Admin { key } => Ok(Admin { key, person: None }),
+            Principal::Person(person) => {
+                let wanted = roles::platform_route_needs(&parts.method);
+                match person.grants.platform {
+                    Some(held) if held >= wanted => Ok(Admin { key: None, person: Some(person) }),
+                    _ => Err(needs(wanted.as_str(), "")),
+                }
+            }
             Principal::Tenant { .. } | Principal::Portal { .. } => {
                 Err(ApiError::forbidden("this route requires the admin token"))
             }
@@ -226,6 +254,41 @@ pub struct TenantCaller {
     pub tenant: TenantId,
     /// Who is calling, as the ledger records a change they make.
     pub actor: hub_core::ledger::entry::Actor,
+    /// What the caller may do in the tenant (a key, the admin token and a managing portal
+    /// session: everything; a person: what their token grants).
+    pub role: Role,
+}
+
+impl TenantCaller {
+    /// Refuses (403, naming the role) a caller whose role is below `wanted`.
+    pub fn must_be(&self, wanted: Role, what: &str) -> Result<(), ApiError> {
+        if self.role >= wanted { Ok(()) } else { Err(needs(wanted.as_str(), what)) }
+    }
+}
+
+/// The tenant a person acts in: the one [`ACT_FOR`] names, or their only one.
+fn person_tenant(parts: &Parts, person: &Person) -> Result<(TenantId, Role), ApiError> {
+    let tenant = match parts.headers.get(ACT_FOR) {
+        Some(value) => act_for_tenant(value).ok_or_else(|| {
+            ApiError::validation(
+                ACT_FOR.as_str(),
+                format!("must be a tenant id ({}), or utf-8'' and the id percent-encoded", TenantId::PATTERN),
+            )
+        })?,
+        None => match (person.grants.tenants.len(), person.grants.platform) {
+            (1, None) => person.grants.tenants.keys().next().cloned().ok_or_else(|| ApiError::internal("no tenant"))?,
+            (0, None) => return Err(ApiError::forbidden("the token grants no role in any tenant")),
+            _ => {
+                return Err(ApiError::forbidden(
+                    "the token grants roles in several tenants: name one with an X-Streaming-Hub-Tenant header",
+                ));
+            }
+        },
+    };
+    match person.grants.role_in(&tenant) {
+        Some(role) => Ok((tenant, role)),
+        None => Err(ApiError::forbidden(format!("the token grants no role in tenant {tenant}"))),
+    }
 }
 
 impl FromRequestParts<AppState> for TenantCaller {
@@ -233,12 +296,26 @@ impl FromRequestParts<AppState> for TenantCaller {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         match Principal::from_request_parts(parts, state).await? {
-            Principal::Tenant { tenant, key_id } => {
-                Ok(TenantCaller { tenant, actor: Actor::ApiKey { id: key_id.to_string() } })
+            Principal::Tenant { tenant, key_id, role } => {
+                let wanted = roles::tenant_route_needs(&parts.method, parts.uri.path());
+                if role < wanted {
+                    return Err(needs(wanted.as_str(), " (this API key's role is lower)"));
+                }
+                Ok(TenantCaller { tenant, actor: Actor::ApiKey { id: key_id.to_string() }, role })
             }
             Principal::Portal { tenant, read_only, session } => {
                 portal_may(&parts.method, parts.uri.path(), read_only)?;
-                Ok(TenantCaller { tenant, actor: Actor::Portal { session: session.to_string() } })
+                let role = if read_only { Role::Viewer } else { Role::Admin };
+                Ok(TenantCaller { tenant, actor: Actor::Portal { session: session.to_string() }, role })
+            }
+            Principal::Person(person) => {
+                let (tenant, role) = person_tenant(parts, &person)?;
+                let wanted = roles::tenant_route_needs(&parts.method, parts.uri.path());
+                if role < wanted {
+                    return Err(needs(wanted.as_str(), &format!(" in tenant {tenant}")));
+                }
+                let actor = Actor::Person { issuer: person.issuer.clone(), subject: person.subject.clone() };
+                Ok(TenantCaller { tenant, actor, role })
             }
             // The operator acts for one tenant by naming it: the admin token can already mint
             // that tenant a key, so this adds no power, and it is logged.
@@ -254,7 +331,11 @@ impl FromRequestParts<AppState> for TenantCaller {
                         )
                     })?;
                     tracing::info!(tenant = %tenant, method = %parts.method, path = %parts.uri.path(), "admin acting for a tenant");
-                    Ok(TenantCaller { tenant, actor: Actor::Admin { id: key.map(|k| k.to_string()) } })
+                    Ok(TenantCaller {
+                        tenant,
+                        actor: Actor::Admin { id: key.map(|k| k.to_string()) },
+                        role: Role::Admin,
+                    })
                 }
                 None => Err(ApiError::forbidden(
                     "this route requires a tenant API key, or the admin token with an X-Streaming-Hub-Tenant header",

@@ -215,10 +215,45 @@ pub fn served(doc: &OpenApi) -> serde_json::Value {
             links[name.as_str()] = serde_json::json!({"operationId": operation, "parameters": parameters});
         }
     }
+    state_roles(&mut json);
     if let Some(schemas) = json.pointer_mut("/components/schemas").and_then(serde_json::Value::as_object_mut) {
         for (name, schema) in filter_schemas() {
             schemas.insert(name.to_owned(), schema);
         }
     }
     json
+}
+
+/// Each authenticated operation states the role it needs (`x-streaming-hub-role`, the rule of
+/// `sso::roles`): `viewer`, `operator` or `admin` in a tenant for `/v1`, `platform-viewer` or
+/// `platform-admin` for `/admin`. A tenant's API key, a managing portal session and the admin
+/// token hold every role; a person holds what their token grants.
+fn state_roles(json: &mut serde_json::Value) {
+    use crate::sso::roles;
+    let Some(paths) = json.pointer_mut("/paths").and_then(serde_json::Value::as_object_mut) else { return };
+    for (path, item) in paths.iter_mut() {
+        let Some(item) = item.as_object_mut() else { continue };
+        for (method, op) in item.iter_mut() {
+            let method = match method.as_str() {
+                "get" => axum::http::Method::GET,
+                "post" => axum::http::Method::POST,
+                "put" => axum::http::Method::PUT,
+                "patch" => axum::http::Method::PATCH,
+                "delete" => axum::http::Method::DELETE,
+                _ => continue,
+            };
+            let Some(op) = op.as_object_mut() else { continue };
+            if op.get("security").and_then(serde_json::Value::as_array).is_none_or(Vec::is_empty) {
+                continue;
+            }
+            let role = if path.starts_with("/admin") {
+                roles::platform_route_needs(&method).as_str()
+            } else if path.starts_with("/v1/") {
+                roles::tenant_route_needs(&method, path).as_str()
+            } else {
+                continue;
+            };
+            op.insert("x-streaming-hub-role".to_owned(), role.into());
+        }
+    }
 }

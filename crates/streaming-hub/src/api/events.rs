@@ -132,7 +132,18 @@ fn authorize(principal: &Principal, headers: &[(String, Vec<u8>)]) -> Result<(),
         Principal::Portal { read_only, .. } => {
             return super::auth::portal_may(&axum::http::Method::POST, "/v1/events", *read_only);
         }
+        Principal::Tenant { role, .. } if *role < crate::sso::Role::Operator => {
+            return Err(ApiError::forbidden("this route needs the operator role (this API key's role is lower)"));
+        }
         Principal::Tenant { tenant, .. } => tenant,
+        Principal::Person(person) => {
+            let claimed = claimed_tenant(headers)
+                .ok_or_else(|| ApiError::forbidden("a person may only ingest events naming a tenant in ce-tenantid"))?;
+            return match person.grants.role_in(&claimed) {
+                Some(role) if role >= crate::sso::Role::Operator => Ok(()),
+                _ => Err(ApiError::forbidden(format!("this route needs the operator role in tenant {claimed}"))),
+            };
+        }
     };
     let claimed = headers.iter().rev().find(|(k, _)| k.eq_ignore_ascii_case("ce-tenantid")).map(|(_, v)| v.as_slice());
     match claimed {

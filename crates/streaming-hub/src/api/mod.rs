@@ -112,6 +112,8 @@ pub struct AppState {
     pub ledger: Arc<crate::ledger::Ledger>,
     /// The hub as an OIDC issuer (`STREAMING_HUB_OIDC_ISSUER`), when it is one.
     pub issuer: Option<Arc<crate::oidc::Issuer>>,
+    /// The identity providers people sign in with (`STREAMING_HUB_SSO_ISSUERS`), when any.
+    pub sso: Option<Arc<crate::sso::Sso>>,
     /// Wakes the erasure runner: an erasure was requested.
     pub erasures: Arc<tokio::sync::Notify>,
     /// How erasures read the inbox and which need their count confirmed.

@@ -670,6 +670,7 @@ pub async fn update(
     Path(id): Path<String>,
     Json(body): Json<serde_json::Map<String, Value>>,
 ) -> Result<impl IntoResponse, ApiError> {
+    caller.must_be(crate::sso::roles::update_needs(&body), " to change more than enabled")?;
     let sub = load(&state, &caller, &id).await?;
     if let Some(key) = body.keys().find(|k| {
         !["name", "event_types", "origin", "filters", "ordering", "sink", "limits", "transform", "enabled"]

@@ -15,22 +15,29 @@ pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Fetcher {
     client: reqwest::Client,
     allow_private: bool,
+    max_bytes: usize,
+    timeout: Duration,
 }
 
 impl Fetcher {
     /// `allow_private`: whether private addresses may be reached (as for sinks).
     pub fn new(allow_private: bool) -> Result<Self, String> {
+        Self::bounded(allow_private, MAX_DOCUMENT_BYTES, FETCH_TIMEOUT)
+    }
+
+    /// A fetcher of documents of at most `max_bytes`, each fetch within `timeout`.
+    pub fn bounded(allow_private: bool, max_bytes: usize, timeout: Duration) -> Result<Self, String> {
         hub_sinks::install_crypto_provider();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(hub_sinks::guard::GuardedResolver { allow_private }))
             .no_proxy()
-            .connect_timeout(FETCH_TIMEOUT)
-            .timeout(FETCH_TIMEOUT)
+            .connect_timeout(timeout)
+            .timeout(timeout)
             .user_agent(concat!("streaming-hub/", env!("CARGO_PKG_VERSION"), " (manifest reader)"))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Self { client, allow_private })
+        Ok(Self { client, allow_private, max_bytes, timeout })
     }
 
     /// The document at `location`, or why it cannot be read (without echoing more of it than a
@@ -42,7 +49,9 @@ impl Fetcher {
         }
     }
 
-    async fn get_url(&self, location: &str) -> Result<Vec<u8>, String> {
+    /// The document at an `http(s)` URL only (what a third party names is never read from a
+    /// file).
+    pub async fn get_url(&self, location: &str) -> Result<Vec<u8>, String> {
         let url = url::Url::parse(location).map_err(|e| format!("not a URL: {e}"))?;
         hub_sinks::guard::check_host(&url, self.allow_private).map_err(|e| e.to_string())?;
         let mut response = self
@@ -51,18 +60,19 @@ impl Fetcher {
             .header(reqwest::header::ACCEPT, "application/json")
             .send()
             .await
-            .map_err(|e| describe(&e))?;
+            .map_err(|e| describe(&e, self.timeout))?;
         let status = response.status();
         if !status.is_success() {
             return Err(format!("answered HTTP {status}"));
         }
-        if response.content_length().is_some_and(|n| n > MAX_DOCUMENT_BYTES as u64) {
-            return Err(format!("is larger than {MAX_DOCUMENT_BYTES} bytes"));
+        let max = self.max_bytes;
+        if response.content_length().is_some_and(|n| n > max as u64) {
+            return Err(format!("is larger than {max} bytes"));
         }
         let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e))? {
-            if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-                return Err(format!("is larger than {MAX_DOCUMENT_BYTES} bytes"));
+        while let Some(chunk) = response.chunk().await.map_err(|e| describe(&e, self.timeout))? {
+            if body.len() + chunk.len() > max {
+                return Err(format!("is larger than {max} bytes"));
             }
             body.extend_from_slice(&chunk);
         }
@@ -95,9 +105,9 @@ async fn read_file(location: &str) -> Result<Vec<u8>, String> {
 }
 
 /// A request failure in a few words, with its cause (a refused address names the rule).
-fn describe(e: &reqwest::Error) -> String {
+fn describe(e: &reqwest::Error, timeout: Duration) -> String {
     let mut text = if e.is_timeout() {
-        format!("did not answer within {} s", FETCH_TIMEOUT.as_secs())
+        format!("did not answer within {} s", timeout.as_secs())
     } else if e.is_connect() {
         "could not be reached".to_owned()
     } else {

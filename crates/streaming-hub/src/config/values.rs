@@ -94,6 +94,55 @@ pub(super) fn frame_ancestors(raw: &str) -> Result<String, String> {
     Ok(sources.join(" "))
 }
 
+/// `STREAMING_HUB_SSO_ISSUERS`: comma-separated issuer URLs (a path is allowed, as Keycloak's
+/// realms have; no query or fragment), `https` — or `http` on a loopback address where `local`
+/// allows it. Without a trailing `/`, as tokens' `iss` is compared.
+pub(super) fn sso_issuers(raw: &str, local: bool) -> Result<Vec<String>, String> {
+    let mut issuers: Vec<String> = Vec::new();
+    for (i, entry) in raw.split(',').map(str::trim).enumerate() {
+        let n = i + 1;
+        let bad = |why: &str| format!("entry {n} ({}) {why}", quoted(entry));
+        let url = url::Url::parse(entry).map_err(|_| bad("is not a URL"))?;
+        let loopback = match url.host() {
+            Some(url::Host::Domain(d)) => d == "localhost",
+            Some(url::Host::Ipv4(a)) => a.is_loopback(),
+            Some(url::Host::Ipv6(a)) => a.is_loopback(),
+            None => return Err(bad("names no host")),
+        };
+        match url.scheme() {
+            "https" => {}
+            "http" if local && loopback => {}
+            "http" => return Err(bad("must be https (http only on a loopback address in local)")),
+            _ => return Err(bad("must be an https URL")),
+        }
+        if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+            return Err(bad("must not have a query, a fragment or credentials"));
+        }
+        let issuer = entry.trim_end_matches('/').to_owned();
+        if !issuers.contains(&issuer) {
+            issuers.push(issuer);
+        }
+    }
+    if issuers.len() > 16 {
+        return Err("names more than 16 issuers".to_owned());
+    }
+    Ok(issuers)
+}
+
+/// `STREAMING_HUB_SSO_ROLES_CLAIM`: a claim name, or a dot-separated path into nested claims.
+pub(super) fn roles_claim(raw: &str) -> Result<String, String> {
+    let ok = !raw.is_empty()
+        && raw.len() <= 200
+        && raw
+            .split('.')
+            .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || "_-:/".contains(c)));
+    if ok {
+        Ok(raw.to_owned())
+    } else {
+        Err(format!("must be a claim name or a dot-separated path such as realm_access.roles (got {})", quoted(raw)))
+    }
+}
+
 /// Manifest sources this many, at most.
 pub(super) const MAX_MANIFEST_SOURCES: usize = 64;
 

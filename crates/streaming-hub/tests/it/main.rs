@@ -34,6 +34,7 @@ mod replay;
 mod routing;
 mod sdk;
 mod sinks;
+mod sso;
 mod stats;
 mod subscriptions;
 mod support;

@@ -32,6 +32,8 @@ type ApiKeyView struct {
 	KeyPrefix string       `json:"key_prefix"`
 	Name      string       `json:"name"`
 	RevokedAt NullableTime `json:"revoked_at,omitempty"`
+	// Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).
+	Role string `json:"role"`
 	// `null` for an admin key.
 	TenantId NullableString `json:"tenant_id,omitempty"`
 }
@@ -42,13 +44,14 @@ type _ApiKeyView ApiKeyView
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewApiKeyView(admin bool, createdAt time.Time, id string, keyPrefix string, name string) *ApiKeyView {
+func NewApiKeyView(admin bool, createdAt time.Time, id string, keyPrefix string, name string, role string) *ApiKeyView {
 	this := ApiKeyView{}
 	this.Admin = admin
 	this.CreatedAt = createdAt
 	this.Id = id
 	this.KeyPrefix = keyPrefix
 	this.Name = name
+	this.Role = role
 	return &this
 }
 
@@ -266,6 +269,30 @@ func (o *ApiKeyView) UnsetRevokedAt() {
 	o.RevokedAt.Unset()
 }
 
+// GetRole returns the Role field value
+func (o *ApiKeyView) GetRole() string {
+	if o == nil {
+		var ret string
+		return ret
+	}
+
+	return o.Role
+}
+
+// GetRoleOk returns a tuple with the Role field value
+// and a boolean to check if the value has been set.
+func (o *ApiKeyView) GetRoleOk() (*string, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return &o.Role, true
+}
+
+// SetRole sets field value
+func (o *ApiKeyView) SetRole(v string) {
+	o.Role = v
+}
+
 // GetTenantId returns the TenantId field value if set, zero value otherwise (both if not set or set to explicit null).
 func (o *ApiKeyView) GetTenantId() string {
 	if o == nil || IsNil(o.TenantId.Get()) {
@@ -330,6 +357,7 @@ func (o ApiKeyView) ToMap() (map[string]interface{}, error) {
 	if o.RevokedAt.IsSet() {
 		toSerialize["revoked_at"] = o.RevokedAt.Get()
 	}
+	toSerialize["role"] = o.Role
 	if o.TenantId.IsSet() {
 		toSerialize["tenant_id"] = o.TenantId.Get()
 	}
@@ -346,6 +374,7 @@ func (o *ApiKeyView) UnmarshalJSON(data []byte) (err error) {
 		"id",
 		"key_prefix",
 		"name",
+		"role",
 	}
 
 	allProperties := make(map[string]interface{})

@@ -26,6 +26,8 @@ type CreateApiKey struct {
 	ExpiresAt NullableTime `json:"expires_at,omitempty"`
 	// A label to tell keys apart; `default` when omitted.
 	Name NullableString `json:"name,omitempty" validate:"regexp=^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$"`
+	// A tenant key's role: `admin` (the default: everything in the tenant), `operator` or `viewer` (see each operation's `x-streaming-hub-role`). Not for an admin key.
+	Role NullableString `json:"role,omitempty" validate:"regexp=^(admin|operator|viewer)$"`
 	// The tenant the key belongs to; leave it out with `admin: true`.
 	TenantId NullableString `json:"tenant_id,omitempty"`
 }
@@ -165,6 +167,49 @@ func (o *CreateApiKey) UnsetName() {
 	o.Name.Unset()
 }
 
+// GetRole returns the Role field value if set, zero value otherwise (both if not set or set to explicit null).
+func (o *CreateApiKey) GetRole() string {
+	if o == nil || IsNil(o.Role.Get()) {
+		var ret string
+		return ret
+	}
+	return *o.Role.Get()
+}
+
+// GetRoleOk returns a tuple with the Role field value if set, nil otherwise
+// and a boolean to check if the value has been set.
+// NOTE: If the value is an explicit nil, `nil, true` will be returned
+func (o *CreateApiKey) GetRoleOk() (*string, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return o.Role.Get(), o.Role.IsSet()
+}
+
+// HasRole returns a boolean if a field has been set.
+func (o *CreateApiKey) HasRole() bool {
+	if o != nil && o.Role.IsSet() {
+		return true
+	}
+
+	return false
+}
+
+// SetRole gets a reference to the given NullableString and assigns it to the Role field.
+func (o *CreateApiKey) SetRole(v string) {
+	o.Role.Set(&v)
+}
+
+// SetRoleNil sets the value for Role to be an explicit nil
+func (o *CreateApiKey) SetRoleNil() {
+	o.Role.Set(nil)
+}
+
+// UnsetRole ensures that no value is present for Role, not even an explicit nil
+func (o *CreateApiKey) UnsetRole() {
+	o.Role.Unset()
+}
+
 // GetTenantId returns the TenantId field value if set, zero value otherwise (both if not set or set to explicit null).
 func (o *CreateApiKey) GetTenantId() string {
 	if o == nil || IsNil(o.TenantId.Get()) {
@@ -226,6 +271,9 @@ func (o CreateApiKey) ToMap() (map[string]interface{}, error) {
 	}
 	if o.Name.IsSet() {
 		toSerialize["name"] = o.Name.Get()
+	}
+	if o.Role.IsSet() {
+		toSerialize["role"] = o.Role.Get()
 	}
 	if o.TenantId.IsSet() {
 		toSerialize["tenant_id"] = o.TenantId.Get()

@@ -32,6 +32,8 @@ type CreatedApiKey struct {
 	KeyPrefix string     `json:"key_prefix"`
 	Name      string     `json:"name"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	// Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).
+	Role string `json:"role"`
 	// `null` for an admin key.
 	TenantId *string `json:"tenant_id,omitempty"`
 	// The key itself: shown in this response only.
@@ -44,13 +46,14 @@ type _CreatedApiKey CreatedApiKey
 // This constructor will assign default values to properties that have it defined,
 // and makes sure properties required by API are set, but the set of arguments
 // will change when the set of required properties is changed
-func NewCreatedApiKey(admin bool, createdAt time.Time, id string, keyPrefix string, name string, key string) *CreatedApiKey {
+func NewCreatedApiKey(admin bool, createdAt time.Time, id string, keyPrefix string, name string, role string, key string) *CreatedApiKey {
 	this := CreatedApiKey{}
 	this.Admin = admin
 	this.CreatedAt = createdAt
 	this.Id = id
 	this.KeyPrefix = keyPrefix
 	this.Name = name
+	this.Role = role
 	this.Key = key
 	return &this
 }
@@ -247,6 +250,30 @@ func (o *CreatedApiKey) SetRevokedAt(v time.Time) {
 	o.RevokedAt = &v
 }
 
+// GetRole returns the Role field value
+func (o *CreatedApiKey) GetRole() string {
+	if o == nil {
+		var ret string
+		return ret
+	}
+
+	return o.Role
+}
+
+// GetRoleOk returns a tuple with the Role field value
+// and a boolean to check if the value has been set.
+func (o *CreatedApiKey) GetRoleOk() (*string, bool) {
+	if o == nil {
+		return nil, false
+	}
+	return &o.Role, true
+}
+
+// SetRole sets field value
+func (o *CreatedApiKey) SetRole(v string) {
+	o.Role = v
+}
+
 // GetTenantId returns the TenantId field value if set, zero value otherwise.
 func (o *CreatedApiKey) GetTenantId() string {
 	if o == nil || IsNil(o.TenantId) {
@@ -324,6 +351,7 @@ func (o CreatedApiKey) ToMap() (map[string]interface{}, error) {
 	if !IsNil(o.RevokedAt) {
 		toSerialize["revoked_at"] = o.RevokedAt
 	}
+	toSerialize["role"] = o.Role
 	if !IsNil(o.TenantId) {
 		toSerialize["tenant_id"] = o.TenantId
 	}
@@ -341,6 +369,7 @@ func (o *CreatedApiKey) UnmarshalJSON(data []byte) (err error) {
 		"id",
 		"key_prefix",
 		"name",
+		"role",
 		"key",
 	}
 

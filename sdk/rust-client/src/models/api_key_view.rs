@@ -41,6 +41,9 @@ pub struct ApiKeyView {
         skip_serializing_if = "Option::is_none"
     )]
     pub revoked_at: Option<Option<chrono::DateTime<chrono::FixedOffset>>>,
+    /// Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).
+    #[serde(rename = "role")]
+    pub role: String,
     /// `null` for an admin key.
     #[serde(
         rename = "tenant_id",
@@ -59,7 +62,18 @@ impl ApiKeyView {
         id: uuid::Uuid,
         key_prefix: String,
         name: String,
+        role: String,
     ) -> ApiKeyView {
-        ApiKeyView { admin, created_at, expires_at: None, id, key_prefix, name, revoked_at: None, tenant_id: None }
+        ApiKeyView {
+            admin,
+            created_at,
+            expires_at: None,
+            id,
+            key_prefix,
+            name,
+            revoked_at: None,
+            role,
+            tenant_id: None,
+        }
     }
 }

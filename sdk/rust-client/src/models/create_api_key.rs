@@ -32,6 +32,14 @@ pub struct CreateApiKey {
         skip_serializing_if = "Option::is_none"
     )]
     pub name: Option<Option<String>>,
+    /// A tenant key's role: `admin` (the default: everything in the tenant), `operator` or `viewer` (see each operation's `x-streaming-hub-role`). Not for an admin key.
+    #[serde(
+        rename = "role",
+        default,
+        with = "::serde_with::rust::double_option",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub role: Option<Option<String>>,
     /// The tenant the key belongs to; leave it out with `admin: true`.
     #[serde(
         rename = "tenant_id",
@@ -44,6 +52,6 @@ pub struct CreateApiKey {
 
 impl CreateApiKey {
     pub fn new() -> CreateApiKey {
-        CreateApiKey { admin: None, expires_at: None, name: None, tenant_id: None }
+        CreateApiKey { admin: None, expires_at: None, name: None, role: None, tenant_id: None }
     }
 }

@@ -30,6 +30,9 @@ pub struct CreatedApiKey {
     pub name: String,
     #[serde(rename = "revoked_at", skip_serializing_if = "Option::is_none")]
     pub revoked_at: Option<chrono::DateTime<chrono::FixedOffset>>,
+    /// Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).
+    #[serde(rename = "role")]
+    pub role: String,
     /// `null` for an admin key.
     #[serde(rename = "tenant_id", skip_serializing_if = "Option::is_none")]
     pub tenant_id: Option<String>,
@@ -45,6 +48,7 @@ impl CreatedApiKey {
         id: uuid::Uuid,
         key_prefix: String,
         name: String,
+        role: String,
         key: String,
     ) -> CreatedApiKey {
         CreatedApiKey {
@@ -55,6 +59,7 @@ impl CreatedApiKey {
             key_prefix,
             name,
             revoked_at: None,
+            role,
             tenant_id: None,
             key,
         }

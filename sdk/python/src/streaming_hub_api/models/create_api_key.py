@@ -32,8 +32,9 @@ class CreateApiKey(BaseModel):
     admin: Optional[StrictBool] = Field(default=None, description="An operator's admin key: the admin routes, like the admin token, but named and revocable.")
     expires_at: Optional[datetime] = Field(default=None, description="When the key stops working (RFC 3339, in the future); it never expires when omitted. An expired key is refused like a revoked one (401).")
     name: Optional[Annotated[str, Field(min_length=1, strict=True, max_length=200)]] = Field(default=None, description="A label to tell keys apart; `default` when omitted.")
+    role: Optional[Annotated[str, Field(strict=True)]] = Field(default=None, description="A tenant key's role: `admin` (the default: everything in the tenant), `operator` or `viewer` (see each operation's `x-streaming-hub-role`). Not for an admin key.")
     tenant_id: Optional[StrictStr] = Field(default=None, description="The tenant the key belongs to; leave it out with `admin: true`.")
-    __properties: ClassVar[List[str]] = ["admin", "expires_at", "name", "tenant_id"]
+    __properties: ClassVar[List[str]] = ["admin", "expires_at", "name", "role", "tenant_id"]
 
     @field_validator('name', mode="before")
     def name_validate_regular_expression(cls, value):
@@ -43,6 +44,16 @@ class CreateApiKey(BaseModel):
 
         if isinstance(value, str) and not re.match(r"^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$", value):
             raise ValueError(r"must validate the regular expression /^[^\u0000-\u001f\u007f-\u009f]*[^\s\u0000-\u001f\u007f-\u009f][^\u0000-\u001f\u007f-\u009f]*$/")
+        return value
+
+    @field_validator('role', mode="before")
+    def role_validate_regular_expression(cls, value):
+        """Validates the regular expression"""
+        if value is None:
+            return value
+
+        if isinstance(value, str) and not re.match(r"^(admin|operator|viewer)$", value):
+            raise ValueError(r"must validate the regular expression /^(admin|operator|viewer)$/")
         return value
 
     model_config = ConfigDict(
@@ -94,6 +105,11 @@ class CreateApiKey(BaseModel):
         if self.name is None and "name" in self.model_fields_set:
             _dict['name'] = None
 
+        # set to None if role (nullable) is None
+        # and model_fields_set contains the field
+        if self.role is None and "role" in self.model_fields_set:
+            _dict['role'] = None
+
         # set to None if tenant_id (nullable) is None
         # and model_fields_set contains the field
         if self.tenant_id is None and "tenant_id" in self.model_fields_set:
@@ -114,6 +130,7 @@ class CreateApiKey(BaseModel):
             "admin": obj.get("admin"),
             "expires_at": obj.get("expires_at"),
             "name": obj.get("name"),
+            "role": obj.get("role"),
             "tenant_id": obj.get("tenant_id")
         })
         return _obj

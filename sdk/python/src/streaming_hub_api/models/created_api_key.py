@@ -36,9 +36,10 @@ class CreatedApiKey(BaseModel):
     key_prefix: StrictStr = Field(description="The first characters of the key, to tell keys apart.")
     name: StrictStr
     revoked_at: Optional[datetime] = None
+    role: StrictStr = Field(description="Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).")
     tenant_id: Optional[StrictStr] = Field(default=None, description="`null` for an admin key.")
     key: StrictStr = Field(description="The key itself: shown in this response only.")
-    __properties: ClassVar[List[str]] = ["admin", "created_at", "expires_at", "id", "key_prefix", "name", "revoked_at", "tenant_id", "key"]
+    __properties: ClassVar[List[str]] = ["admin", "created_at", "expires_at", "id", "key_prefix", "name", "revoked_at", "role", "tenant_id", "key"]
 
     model_config = ConfigDict(
         validate_by_name=True,
@@ -98,6 +99,7 @@ class CreatedApiKey(BaseModel):
             "key_prefix": obj.get("key_prefix"),
             "name": obj.get("name"),
             "revoked_at": obj.get("revoked_at"),
+            "role": obj.get("role"),
             "tenant_id": obj.get("tenant_id"),
             "key": obj.get("key")
         })

@@ -48,6 +48,10 @@ export interface ApiKeyView {
      */
     revokedAt?: Date | null;
     /**
+     * Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).
+     */
+    role: string;
+    /**
      * `null` for an admin key.
      */
     tenantId?: string | null;
@@ -62,6 +66,7 @@ export function instanceOfApiKeyView(value: object): value is ApiKeyView {
     if (!('id' in value) || value['id'] === undefined) return false;
     if ((!('keyPrefix' in (value as Record<string, any>)) && !('key_prefix' in (value as Record<string, any>))) || ((value as Record<string, any>)['keyPrefix'] === undefined && (value as Record<string, any>)['key_prefix'] === undefined)) return false;
     if (!('name' in value) || value['name'] === undefined) return false;
+    if (!('role' in value) || value['role'] === undefined) return false;
     return true;
 }
 
@@ -82,6 +87,7 @@ export function ApiKeyViewFromJSONTyped(json: any, ignoreDiscriminator: boolean)
         'keyPrefix': json['key_prefix'],
         'name': json['name'],
         'revokedAt': json['revoked_at'] === undefined ? undefined : json['revoked_at'] === null ? null : (parseDateTime(json['revoked_at'])),
+        'role': json['role'],
         'tenantId': json['tenant_id'] === undefined ? undefined : json['tenant_id'] === null ? null : json['tenant_id'],
     };
 }
@@ -104,6 +110,7 @@ export function ApiKeyViewToJSONTyped(value?: ApiKeyView | null, ignoreDiscrimin
         'key_prefix': value['keyPrefix'],
         'name': value['name'],
         'revoked_at': value['revokedAt'] == null ? value['revokedAt'] : serializeDateTime(value['revokedAt']),
+        'role': value['role'],
         'tenant_id': value['tenantId'],
     };
 }

@@ -33,6 +33,11 @@ export interface CreateApiKey {
      */
     name?: string | null;
     /**
+     * A tenant key's role: `admin` (the default: everything in the tenant), `operator` or
+     * `viewer` (see each operation's `x-streaming-hub-role`). Not for an admin key.
+     */
+    role?: string | null;
+    /**
      * The tenant the key belongs to; leave it out with `admin: true`.
      */
     tenantId?: string | null;
@@ -58,6 +63,7 @@ export function CreateApiKeyFromJSONTyped(json: any, ignoreDiscriminator: boolea
         'admin': json['admin'] == null ? undefined : json['admin'],
         'expiresAt': json['expires_at'] === undefined ? undefined : json['expires_at'] === null ? null : (parseDateTime(json['expires_at'])),
         'name': json['name'] === undefined ? undefined : json['name'] === null ? null : json['name'],
+        'role': json['role'] === undefined ? undefined : json['role'] === null ? null : json['role'],
         'tenantId': json['tenant_id'] === undefined ? undefined : json['tenant_id'] === null ? null : json['tenant_id'],
     };
 }
@@ -76,6 +82,7 @@ export function CreateApiKeyToJSONTyped(value?: CreateApiKey | null, ignoreDiscr
         'admin': value['admin'],
         'expires_at': value['expiresAt'] == null ? value['expiresAt'] : serializeDateTime(value['expiresAt']),
         'name': value['name'],
+        'role': value['role'],
         'tenant_id': value['tenantId'],
     };
 }

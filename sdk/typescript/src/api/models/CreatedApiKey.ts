@@ -48,6 +48,10 @@ export interface CreatedApiKey {
      */
     revokedAt?: Date;
     /**
+     * Its role in its tenant: `admin`, `operator` or `viewer` (`admin` for an admin key).
+     */
+    role: string;
+    /**
      * `null` for an admin key.
      */
     tenantId?: string;
@@ -66,6 +70,7 @@ export function instanceOfCreatedApiKey(value: object): value is CreatedApiKey {
     if (!('id' in value) || value['id'] === undefined) return false;
     if ((!('keyPrefix' in (value as Record<string, any>)) && !('key_prefix' in (value as Record<string, any>))) || ((value as Record<string, any>)['keyPrefix'] === undefined && (value as Record<string, any>)['key_prefix'] === undefined)) return false;
     if (!('name' in value) || value['name'] === undefined) return false;
+    if (!('role' in value) || value['role'] === undefined) return false;
     if (!('key' in value) || value['key'] === undefined) return false;
     return true;
 }
@@ -87,6 +92,7 @@ export function CreatedApiKeyFromJSONTyped(json: any, ignoreDiscriminator: boole
         'keyPrefix': json['key_prefix'],
         'name': json['name'],
         'revokedAt': json['revoked_at'] == null ? undefined : (parseDateTime(json['revoked_at'])),
+        'role': json['role'],
         'tenantId': json['tenant_id'] == null ? undefined : json['tenant_id'],
         'key': json['key'],
     };
@@ -110,6 +116,7 @@ export function CreatedApiKeyToJSONTyped(value?: CreatedApiKey | null, ignoreDis
         'key_prefix': value['keyPrefix'],
         'name': value['name'],
         'revoked_at': value['revokedAt'] == null ? value['revokedAt'] : serializeDateTime(value['revokedAt']),
+        'role': value['role'],
         'tenant_id': value['tenantId'],
         'key': value['key'],
     };

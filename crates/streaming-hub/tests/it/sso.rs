@@ -1,0 +1,431 @@
+//! People signed in with an identity provider: tokens from a provider the test runs (its
+//! discovery document and key set served over HTTP, its keys made here), checked by the hub as it
+//! checks any provider's. A tenant admin creates a subscription, an operator pauses but does not
+//! change it, a viewer reads and is refused every write, a platform viewer reads `/admin`; every
+//! attack on the token is refused with 401 and its reason before a handler runs; the provider's
+//! key rotation is followed; a hanging or huge key set is bounded and slows no one else.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::response::IntoResponse;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::Mac;
+use reqwest::StatusCode;
+use ring::rand::SystemRandom;
+use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, Ed25519KeyPair, KeyPair};
+use serde_json::{Value, json};
+
+use crate::support::{Backend, TestHub};
+
+const AUDIENCE: &str = "streaming-hub";
+
+/// A signing key of the test's provider.
+enum Signer {
+    Es256(EcdsaKeyPair),
+    EdDsa(Ed25519KeyPair),
+}
+
+struct Key {
+    kid: String,
+    signer: Signer,
+}
+
+impl Key {
+    fn es256(kid: &str) -> Self {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).expect("key");
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng).expect("key");
+        Self { kid: kid.into(), signer: Signer::Es256(pair) }
+    }
+
+    fn eddsa(kid: &str) -> Self {
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&SystemRandom::new()).expect("key");
+        Self { kid: kid.into(), signer: Signer::EdDsa(Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).expect("key")) }
+    }
+
+    fn alg(&self) -> &'static str {
+        match self.signer {
+            Signer::Es256(_) => "ES256",
+            Signer::EdDsa(_) => "EdDSA",
+        }
+    }
+
+    fn public(&self) -> Vec<u8> {
+        match &self.signer {
+            Signer::Es256(p) => p.public_key().as_ref().to_vec(),
+            Signer::EdDsa(p) => p.public_key().as_ref().to_vec(),
+        }
+    }
+
+    fn jwk(&self) -> Value {
+        let public = self.public();
+        match self.signer {
+            // An uncompressed point: 0x04, x, y.
+            Signer::Es256(_) => json!({
+                "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256", "kid": self.kid,
+                "x": URL_SAFE_NO_PAD.encode(&public[1..33]), "y": URL_SAFE_NO_PAD.encode(&public[33..65]),
+            }),
+            Signer::EdDsa(_) => json!({
+                "kty": "OKP", "crv": "Ed25519", "use": "sig", "alg": "EdDSA", "kid": self.kid,
+                "x": URL_SAFE_NO_PAD.encode(&public),
+            }),
+        }
+    }
+
+    fn sign(&self, header: &Value, claims: &Value) -> String {
+        let input =
+            format!("{}.{}", URL_SAFE_NO_PAD.encode(header.to_string()), URL_SAFE_NO_PAD.encode(claims.to_string()));
+        let signature = match &self.signer {
+            Signer::Es256(p) => p.sign(&SystemRandom::new(), input.as_bytes()).expect("sign").as_ref().to_vec(),
+            Signer::EdDsa(p) => p.sign(input.as_bytes()).as_ref().to_vec(),
+        };
+        format!("{input}.{}", URL_SAFE_NO_PAD.encode(signature))
+    }
+
+    fn token(&self, claims: &Value) -> String {
+        self.sign(&json!({"alg": self.alg(), "typ": "JWT", "kid": self.kid}), claims)
+    }
+}
+
+/// How the provider answers for its key set.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keys {
+    Published,
+    Hanging,
+    Huge,
+}
+
+struct Provider {
+    issuer: String,
+    keys: Mutex<Vec<Value>>,
+    mode: Mutex<Keys>,
+    fetches: AtomicUsize,
+}
+
+async fn discovery(State(p): State<Arc<Provider>>) -> impl IntoResponse {
+    axum::Json(json!({"issuer": p.issuer, "jwks_uri": format!("{}/jwks", p.issuer)}))
+}
+
+async fn jwks(State(p): State<Arc<Provider>>) -> axum::response::Response {
+    p.fetches.fetch_add(1, Ordering::SeqCst);
+    let mode = *p.mode.lock().expect("mode");
+    match mode {
+        Keys::Published => axum::Json(json!({"keys": *p.keys.lock().expect("keys")})).into_response(),
+        Keys::Hanging => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            StatusCode::OK.into_response()
+        }
+        // 50 MB of key set, sent as it is made.
+        Keys::Huge => {
+            let chunk = axum::body::Bytes::from(vec![b' '; 1 << 20]);
+            let body = futures_util::stream::iter(
+                std::iter::once(Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"{\"keys\": [")))
+                    .chain(std::iter::repeat_n(chunk, 50).map(Ok)),
+            );
+            axum::body::Body::from_stream(body).into_response()
+        }
+    }
+}
+
+async fn provider(keys: &[&Key]) -> Arc<Provider> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let issuer = format!("http://{}", listener.local_addr().expect("addr"));
+    let provider = Arc::new(Provider {
+        issuer,
+        keys: Mutex::new(keys.iter().map(|k| k.jwk()).collect()),
+        mode: Mutex::new(Keys::Published),
+        fetches: AtomicUsize::new(0),
+    });
+    let app = axum::Router::new()
+        .route("/.well-known/openid-configuration", axum::routing::get(discovery))
+        .route("/jwks", axum::routing::get(jwks))
+        .with_state(Arc::clone(&provider));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    provider
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+/// Claims of a person of `issuer` with these roles, valid for ten minutes.
+fn claims(issuer: &str, subject: &str, roles: &[&str]) -> Value {
+    json!({
+        "iss": issuer, "sub": subject, "aud": AUDIENCE, "iat": now(), "exp": now() + 600,
+        "preferred_username": format!("{subject}@example.com"), "roles": roles,
+    })
+}
+
+async fn hub_trusting(issuers: &[&str]) -> TestHub {
+    TestHub::start_with(
+        Backend::Sqlite,
+        &[
+            ("STREAMING_HUB_SSO_ISSUERS", &issuers.join(",")),
+            ("STREAMING_HUB_SSO_AUDIENCE", AUDIENCE),
+            ("STREAMING_HUB_SSO_KEYS_REFRESH", "2s"),
+        ],
+    )
+    .await
+}
+
+fn subscription(name: &str) -> Value {
+    json!({"name": name, "event_types": ["*.*"], "sink": {"type": "pull"}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_act_as_far_as_their_roles_allow() {
+    let key = Key::es256("k1");
+    let idp = provider(&[&key]).await;
+    let hub = hub_trusting(&[&idp.issuer]).await;
+    let admin = key.token(&claims(&idp.issuer, "ana", &["acme:admin", "offline_access"]));
+    let operator = key.token(&claims(&idp.issuer, "otto", &["acme:operator"]));
+    let viewer = key.token(&claims(&idp.issuer, "vera", &["acme:viewer"]));
+
+    // A tenant admin creates a subscription; the change is theirs in the audit.
+    let (status, created) = hub.post_json(&admin, "/v1/subscriptions", &subscription("by ana")).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let id = created["id"].as_str().expect("id").to_owned();
+    let path = format!("/v1/subscriptions/{id}");
+
+    // A viewer reads, and every write is refused naming the role it needs.
+    let (status, listed) = hub.get(&viewer, "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "{listed}");
+    let (status, refused) = hub.post_json(&viewer, "/v1/subscriptions", &subscription("by vera")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    assert!(refused["message"].as_str().unwrap_or_default().contains("admin role"), "{refused}");
+    for (status, answer) in [
+        hub.patch_json(&viewer, &path, &json!({"enabled": false})).await,
+        hub.post_json(&viewer, &format!("{path}/replay"), &json!({})).await,
+        hub.delete(&viewer, &path).await,
+        hub.post_json(&viewer, &format!("{path}/rotate-secret"), &json!({})).await,
+    ] {
+        assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
+    }
+    // An operator pauses, but changes nothing else.
+    let (status, paused) = hub.patch_json(&operator, &path, &json!({"enabled": false})).await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    let (status, refused) = hub.patch_json(&operator, &path, &json!({"name": "renamed"})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    let (status, _) = hub.delete(&operator, &path).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // Who did what, in the tenant's audit: the person by issuer and subject.
+    let (_, audit) = hub.get(&admin, "/v1/audit").await;
+    let labels: Vec<&str> =
+        audit["items"].as_array().expect("items").iter().filter_map(|c| c["actor_label"].as_str()).collect();
+    assert!(labels.contains(&format!("otto ({})", idp.issuer).as_str()), "{audit}");
+    assert!(labels.contains(&format!("ana ({})", idp.issuer).as_str()), "{audit}");
+
+    // A token of acme never reaches another tenant.
+    let (status, refused) = hub
+        .send(hub.client.get(hub.url("/v1/subscriptions")).bearer_auth(&admin).header("x-streaming-hub-tenant", "beta"))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    // Several tenants: the one meant must be named.
+    let both = key.token(&claims(&idp.issuer, "bea", &["acme:viewer", "beta:admin"]));
+    let (status, _) = hub.get(&both, "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = hub
+        .send(hub.client.get(hub.url("/v1/subscriptions")).bearer_auth(&both).header("x-streaming-hub-tenant", "beta"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The platform: a viewer reads /admin and changes nothing; a tenant's admin reads nothing there.
+    let platform_viewer = key.token(&claims(&idp.issuer, "pia", &["platform-viewer"]));
+    let (status, _) = hub.get(&platform_viewer, "/admin/ledger/checkpoints").await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, refused) =
+        hub.post_json(&platform_viewer, "/admin/api-keys", &json!({"tenant_id": "acme", "name": "x"})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    let (status, _) = hub.get(&admin, "/admin/ledger/checkpoints").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_attack_on_a_token_is_refused_with_its_reason() {
+    let key = Key::eddsa("k1");
+    let stranger = Key::eddsa("k1");
+    let idp = provider(&[&key]).await;
+    let hub = hub_trusting(&[&idp.issuer]).await;
+    let good = claims(&idp.issuer, "ana", &["acme:admin"]);
+
+    // A key the provider does not publish: one fetch of its key set, then refused; another at
+    // once costs no fetch (at most one per few seconds, whatever the tokens name).
+    let unknown = Key::eddsa("made-up");
+    let (status, answer) = hub.get(&unknown.token(&good), "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{answer}");
+    assert!(answer["message"].as_str().unwrap_or_default().contains("made-up"), "{answer}");
+    assert_eq!(idp.fetches.load(Ordering::SeqCst), 1, "one fetch");
+    let (status, _) = hub.get(&Key::eddsa("made-up-too").token(&good), "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(idp.fetches.load(Ordering::SeqCst), 1, "no second fetch within the interval");
+
+    let (status, _) = hub.get(&key.token(&good), "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::OK, "the genuine token");
+
+    let with = |change: Value| {
+        let mut c = good.clone();
+        for (k, v) in change.as_object().expect("object") {
+            c[k] = v.clone();
+        }
+        c
+    };
+    let b64 = |v: &Value| URL_SAFE_NO_PAD.encode(v.to_string());
+    let unsigned = format!("{}.{}.", b64(&json!({"alg": "none", "typ": "JWT"})), b64(&good));
+    // HS256 with the provider's public key as the secret (the classic confusion).
+    let hs_input = format!("{}.{}", b64(&json!({"alg": "HS256", "typ": "JWT", "kid": "k1"})), b64(&good));
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key.public()).expect("hmac");
+    mac.update(hs_input.as_bytes());
+    let hs256 = format!("{hs_input}.{}", URL_SAFE_NO_PAD.encode(mac.finalize().into_bytes()));
+    let attacks = [
+        ("alg none", unsigned, "algorithm"),
+        ("HS256 with the public key", hs256, "algorithm"),
+        ("another key under the same kid", stranger.token(&good), "signature"),
+        ("expired", key.token(&with(json!({"exp": now() - 120}))), "expired"),
+        ("not yet valid", key.token(&with(json!({"nbf": now() + 600}))), "not valid yet"),
+        ("another audience", key.token(&with(json!({"aud": "another-service"}))), "audience"),
+        ("another issuer", key.token(&with(json!({"iss": "https://idp.example.com"}))), "issuer"),
+        ("no subject", key.token(&with(json!({"sub": null}))), "claim"),
+    ];
+    for (what, token, reason) in attacks {
+        let (status, answer) = hub.post_json(&token, "/v1/subscriptions", &subscription(what)).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{what}: {answer}");
+        let message = answer["message"].as_str().unwrap_or_default();
+        assert!(message.contains(reason), "{what}: {message}");
+    }
+    // None reached a handler: nothing was created.
+    let (_, listed) = hub.get(&key.token(&good), "/v1/subscriptions").await;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(0), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_providers_key_rotation_is_followed() {
+    let old = Key::es256("2026-11");
+    let idp = provider(&[&old]).await;
+    let hub = hub_trusting(&[&idp.issuer]).await;
+    let person = |key: &Key| key.token(&claims(&idp.issuer, &format!("p{}", uuid::Uuid::now_v7()), &["acme:viewer"]));
+    let (status, _) = hub.get(&person(&old), "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::OK);
+
+    // The provider publishes a new key and signs with it: accepted at the next fetch (the key
+    // set was just fetched, so within a few seconds), with one fetch.
+    let new = Key::eddsa("2026-12");
+    idp.keys.lock().expect("keys").push(new.jwk());
+    let before = idp.fetches.load(Ordering::SeqCst);
+    crate::support::until("the new key accepted", Duration::from_secs(30), async || {
+        let (status, _) = hub.get(&person(&new), "/v1/subscriptions").await;
+        (status == StatusCode::OK).then_some(())
+    })
+    .await;
+    assert_eq!(idp.fetches.load(Ordering::SeqCst), before + 1, "one fetch");
+
+    // Then removes the old one: once the hub fetched again (every 2 s here), the old key's new
+    // tokens are refused.
+    idp.keys.lock().expect("keys").retain(|k| k["kid"] != "2026-11");
+    crate::support::until("the old key refused", Duration::from_secs(30), async || {
+        let (status, _) = hub.get(&person(&old), "/v1/subscriptions").await;
+        (status == StatusCode::UNAUTHORIZED).then_some(())
+    })
+    .await;
+    let (status, _) = hub.get(&person(&new), "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_or_huge_key_set_is_bounded_and_slows_no_one_else() {
+    let good_key = Key::es256("k1");
+    let good = provider(&[&good_key]).await;
+    let bad_key = Key::es256("k1");
+    let bad = provider(&[&bad_key]).await;
+    let hub = hub_trusting(&[&good.issuer, &bad.issuer]).await;
+    let good_token = good_key.token(&claims(&good.issuer, "ana", &["acme:viewer"]));
+    let (status, _) = hub.get(&good_token, "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::OK);
+
+    *bad.mode.lock().expect("mode") = Keys::Hanging;
+    let hub = Arc::new(hub);
+    let waiting = {
+        let hub = Arc::clone(&hub);
+        let token = bad_key.token(&claims(&bad.issuer, "mal", &["acme:admin"]));
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let (status, answer) = hub.get(&token, "/v1/subscriptions").await;
+            (status, answer, started.elapsed())
+        })
+    };
+    // While the bad provider hangs, the good provider's people are served at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let (status, _) = hub.get(&good_token, "/v1/subscriptions").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    }
+    let (status, answer, took) = waiting.await.expect("request");
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{answer}");
+    assert!(answer["message"].as_str().unwrap_or_default().contains("could not be fetched"), "{answer}");
+    assert!(took < Duration::from_secs(15), "bounded: {took:?}");
+
+    // A key set of 50 MB is cut at its bound, not read.
+    let huge_key = Key::es256("k1");
+    let huge = provider(&[&huge_key]).await;
+    *huge.mode.lock().expect("mode") = Keys::Huge;
+    let hub2 = hub_trusting(&[&huge.issuer]).await;
+    let (status, answer) =
+        hub2.get(&huge_key.token(&claims(&huge.issuer, "mal", &["acme:admin"])), "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "{answer}");
+    assert!(answer["message"].as_str().unwrap_or_default().contains("larger than"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_have_roles_too() {
+    let hub = TestHub::start(Backend::Sqlite).await;
+    let key_of = |role: Option<&str>| {
+        let mut body = json!({"tenant_id": "acme", "name": "k"});
+        if let Some(role) = role {
+            body["role"] = json!(role);
+        }
+        body
+    };
+    let admin_key = |body: Value| {
+        let hub = &hub;
+        async move { hub.send(hub.client.post(hub.url("/admin/api-keys")).bearer_auth(&hub.admin).json(&body)).await }
+    };
+    let (status, default) = admin_key(key_of(None)).await;
+    assert_eq!(status, StatusCode::CREATED, "{default}");
+    assert_eq!(default["role"], "admin", "a key is its tenant's admin unless told otherwise");
+    let (status, viewer) = admin_key(key_of(Some("viewer"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{viewer}");
+    let viewer = viewer["key"].as_str().expect("key").to_owned();
+    let (status, operator) = admin_key(key_of(Some("operator"))).await;
+    assert_eq!(status, StatusCode::CREATED, "{operator}");
+    let operator = operator["key"].as_str().expect("key").to_owned();
+    for bad in [json!({"tenant_id": "acme", "role": "owner"}), json!({"admin": true, "role": "viewer"})] {
+        let (status, answer) = admin_key(bad).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{answer}");
+        assert!(answer["message"].as_str().unwrap_or_default().contains("role"), "{answer}");
+    }
+
+    let admin = default["key"].as_str().expect("key");
+    let (status, created) = hub.post_json(admin, "/v1/subscriptions", &subscription("p")).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let path = format!("/v1/subscriptions/{}", created["id"].as_str().expect("id"));
+    let (status, _) = hub.get(&viewer, &path).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, refused) = hub.patch_json(&viewer, &path, &json!({"enabled": false})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+    let (status, _) = hub.patch_json(&operator, &path, &json!({"enabled": false})).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = hub.post_json(&operator, "/v1/subscriptions", &subscription("q")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let event = crate::support::Event::new("acme");
+    let (status, _) = hub.post_event(&viewer, &event).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "a viewer publishes nothing");
+    let (status, _) = hub.post_event(&operator, &event).await;
+    assert!(status.is_success(), "an operator publishes: {status}");
+}
