@@ -68,8 +68,9 @@ async fn reads(hub: &BenchHub, tokens: Vec<String>) -> anyhow::Result<(f64, f64)
         workers.push(tokio::spawn(async move {
             loop {
                 let Some(token) = queue.lock().expect("queue").pop() else { return Ok::<_, anyhow::Error>(()) };
-                let status = http.get(&url).bearer_auth(token).send().await?.status();
-                anyhow::ensure!(status.is_success(), "a read answered {status}");
+                let response = http.get(&url).bearer_auth(token).send().await?;
+                let status = response.status();
+                anyhow::ensure!(status.is_success(), "a read answered {status}: {}", response.text().await?);
             }
         }));
     }

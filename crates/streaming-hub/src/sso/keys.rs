@@ -97,9 +97,9 @@ impl Issuer {
             }
             return Ok(key);
         }
-        if self.may_try() {
-            self.fetch_once().await;
-        }
+        // Waits for a fetch already under way (another request's), or makes one unless one was
+        // tried within REFETCH_AFTER.
+        self.fetch_once().await;
         if let Some(key) = self.find(kid, alg) {
             return Ok(key);
         }

@@ -429,3 +429,23 @@ async fn api_keys_have_roles_too() {
     let (status, _) = hub.post_event(&operator, &event).await;
     assert!(status.is_success(), "an operator publishes: {status}");
 }
+
+/// People arriving at once before the provider's keys were ever fetched all wait for the one
+/// fetch, none is refused meanwhile, and the key set is fetched once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_arriving_at_once_share_the_first_fetch() {
+    let key = Key::es256("k1");
+    let idp = provider(&[&key]).await;
+    let hub = Arc::new(hub_trusting(&[&idp.issuer]).await);
+    let mut asked = Vec::new();
+    for n in 0..24 {
+        let hub = Arc::clone(&hub);
+        let token = key.token(&claims(&idp.issuer, &format!("p{n}"), &["acme:viewer"]));
+        asked.push(tokio::spawn(async move { hub.get(&token, "/v1/subscriptions").await }));
+    }
+    for a in asked {
+        let (status, answer) = a.await.expect("request");
+        assert_eq!(status, StatusCode::OK, "{answer}");
+    }
+    assert_eq!(idp.fetches.load(Ordering::SeqCst), 1);
+}
