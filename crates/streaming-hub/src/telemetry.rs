@@ -100,6 +100,10 @@ pub mod metric {
     pub const LEDGER_REFUSED: &str = "streaming_hub_ledger_seal_refusals_total";
     /// Changes that could not be appended to the ledger.
     pub const LEDGER_UNRECORDED: &str = "streaming_hub_ledger_unrecorded_changes_total";
+    /// People's tokens refused, by reason (`sso::Refusal::reason`).
+    pub const SSO_REFUSALS: &str = "streaming_hub_sso_refusals_total";
+    /// Fetches of an identity provider's keys that failed, by issuer.
+    pub const SSO_KEY_FETCH_FAILURES: &str = "streaming_hub_sso_key_fetch_failures_total";
     /// Attempts that panicked (recorded as failures and retried; the hub's log says where).
     pub const ATTEMPT_PANICS: &str = "streaming_hub_attempt_panics_total";
     /// `{reason}`: 1 while this replica's delivery makes no progress (`loop`: the dispatch loop
@@ -320,6 +324,11 @@ fn describe() {
     );
     metrics::describe_counter!(metric::LEDGER_UNRECORDED, "Changes that could not be appended to the ledger");
     metrics::describe_counter!(metric::HTTP_PANICS, "Requests whose handler panicked, answered 500");
+    metrics::describe_counter!(metric::SSO_REFUSALS, "People's tokens refused, by reason");
+    metrics::describe_counter!(
+        metric::SSO_KEY_FETCH_FAILURES,
+        "Fetches of an identity provider's discovery document or keys that failed, by issuer"
+    );
     metrics::describe_gauge!(metric::DELIVERY_STALLED, "1 while this replica's delivery makes no progress, by reason");
     metrics::describe_counter!(metric::TRANSFORM_WORKERS_STOPPED, "Transform workers stopped, by reason");
     metrics::describe_gauge!(metric::BUCKETS_OWNED, "Destination buckets this replica paces, of 1024");
@@ -346,6 +355,8 @@ fn describe() {
     metrics::counter!(metric::LEDGER_CHECKPOINTS).increment(0);
     metrics::counter!(metric::LEDGER_REFUSED).increment(0);
     metrics::counter!(metric::LEDGER_UNRECORDED).increment(0);
+    metrics::counter!(metric::SSO_REFUSALS).increment(0);
+    metrics::counter!(metric::SSO_KEY_FETCH_FAILURES).increment(0);
     metrics::counter!(metric::HTTP_PANICS).increment(0);
     delivery_stall(None);
     metrics::counter!(metric::LEASES_RECOVERED).increment(0);

@@ -62,11 +62,10 @@ impl FromRequestParts<AppState> for Principal {
             return Ok(Principal::Admin { key: None });
         }
         if let Some(sso) = state.sso.as_ref().filter(|_| crate::sso::Sso::is_jwt(token)) {
-            return sso
-                .verify(token)
-                .await
-                .map(Principal::Person)
-                .map_err(|refusal| ApiError::unauthorized(refusal.to_string()));
+            return sso.verify(token).await.map(Principal::Person).map_err(|refusal| {
+                metrics::counter!(crate::telemetry::metric::SSO_REFUSALS, "reason" => refusal.reason()).increment(1);
+                ApiError::unauthorized(refusal.to_string())
+            });
         }
         if token.starts_with(SESSION_PREFIX) {
             // Looked up on every request: a revoked or expired session ends at once, everywhere.

@@ -127,11 +127,15 @@ impl Issuer {
             }
             Ok(Err(why)) => {
                 tracing::warn!(issuer = %self.url, error = %why, "the identity provider's keys could not be fetched");
+                metrics::counter!(crate::telemetry::metric::SSO_KEY_FETCH_FAILURES, "issuer" => self.url.clone())
+                    .increment(1);
                 held.failure = Some(why);
             }
             Err(_) => {
                 let why = format!("did not answer within {} s", (FETCH_TIMEOUT * 2).as_secs());
                 tracing::warn!(issuer = %self.url, error = %why, "the identity provider's keys could not be fetched");
+                metrics::counter!(crate::telemetry::metric::SSO_KEY_FETCH_FAILURES, "issuer" => self.url.clone())
+                    .increment(1);
                 held.failure = Some(why);
             }
         }

@@ -90,6 +90,24 @@ pub enum Refusal {
 
 type Verified = (Arc<Person>, Instant);
 
+impl Refusal {
+    /// The refusal's kind, as the metric `streaming_hub_sso_refusals_total` labels it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Refusal::Malformed => "malformed",
+            Refusal::Algorithm(_) => "algorithm",
+            Refusal::Issuer => "issuer",
+            Refusal::UnknownKey(_) => "unknown_key",
+            Refusal::KeysUnavailable(_) => "keys_unavailable",
+            Refusal::Signature => "signature",
+            Refusal::Expired => "expired",
+            Refusal::NotYetValid => "not_yet_valid",
+            Refusal::Audience => "audience",
+            Refusal::Claim(_) => "claim",
+        }
+    }
+}
+
 /// The identity providers people sign in with.
 #[derive(Debug)]
 pub struct Sso {

@@ -301,6 +301,19 @@ async fn every_attack_on_a_token_is_refused_with_its_reason() {
     // None reached a handler: nothing was created.
     let (_, listed) = hub.get(&key.token(&good), "/v1/subscriptions").await;
     assert_eq!(listed["items"].as_array().map(Vec::len), Some(0), "{listed}");
+    // Each refusal is counted by its reason.
+    let scrape = hub.client.get(hub.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    for (reason, at_least) in [("algorithm", 2), ("unknown_key", 2), ("expired", 1), ("audience", 1), ("signature", 1)]
+    {
+        let counted: f64 = scrape
+            .lines()
+            .filter(|l| {
+                l.starts_with("streaming_hub_sso_refusals_total") && l.contains(&format!("reason=\"{reason}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert!(counted >= f64::from(at_least), "{reason}: {counted} in\n{scrape}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -370,6 +383,13 @@ async fn a_hanging_or_huge_key_set_is_bounded_and_slows_no_one_else() {
     assert_eq!(status, StatusCode::UNAUTHORIZED, "{answer}");
     assert!(answer["message"].as_str().unwrap_or_default().contains("could not be fetched"), "{answer}");
     assert!(took < Duration::from_secs(15), "bounded: {took:?}");
+    let scrape = hub.client.get(hub.url("/metrics")).send().await.expect("metrics").text().await.expect("text");
+    assert!(
+        scrape.lines().any(|l| l.starts_with("streaming_hub_sso_key_fetch_failures_total")
+            && l.contains(&bad.issuer)
+            && !l.ends_with(" 0")),
+        "the failed fetch is counted by issuer:\n{scrape}"
+    );
 
     // A key set of 50 MB is cut at its bound, not read.
     let huge_key = Key::es256("k1");
