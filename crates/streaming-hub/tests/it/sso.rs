@@ -469,3 +469,110 @@ async fn people_arriving_at_once_share_the_first_fetch() {
     }
     assert_eq!(idp.fetches.load(Ordering::SeqCst), 1);
 }
+
+/// The certified OpenID provider (`oidc-provider` from npm, `scripts/services oidc`), run as a
+/// process of its own: its clients stand for people with roles, its access tokens (RFC 9068 JWTs
+/// of the client credentials grant) are what the hub checks.
+struct RealProvider {
+    issuer: String,
+    child: std::process::Child,
+    http: reqwest::Client,
+}
+
+impl Drop for RealProvider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const REAL_AUDIENCE: &str = "urn:streaming-hub:api";
+
+impl RealProvider {
+    async fn start(clients: Value) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        let issuer = format!("http://127.0.0.1:{port}");
+        let modules = hub_testkit::kafka::cache_dir().join("oidc/node_modules");
+        assert!(
+            modules.join("oidc-provider/package.json").exists(),
+            "the identity provider is required for these tests: run scripts/services oidc"
+        );
+        let mut child = std::process::Command::new("node")
+            .arg(crate::sdk::repo().join("crates/hub-testkit/oidc/provider.mjs"))
+            .env("MODULES", &modules)
+            .env("ISSUER", &issuer)
+            .env("PORT", port.to_string())
+            .env("AUDIENCE", REAL_AUDIENCE)
+            .env("CLIENTS", clients.to_string())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("node runs the provider");
+        let stdout = child.stdout.take().expect("stdout");
+        let ready = tokio::task::spawn_blocking(move || {
+            use std::io::BufRead;
+            std::io::BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.trim() == "ready")
+        });
+        let ready = tokio::time::timeout(Duration::from_secs(30), ready).await.expect("the provider starts in time");
+        assert!(ready.expect("reader"), "the provider said ready");
+        Self { issuer, child, http: crate::support::http_client() }
+    }
+
+    async fn token(&self, client: &str) -> String {
+        let answer: Value = self
+            .http
+            .post(format!("{}/token", self.issuer))
+            .basic_auth(client, Some(format!("secret-{client}-0123456789abcdef")))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body("grant_type=client_credentials&scope=api")
+            .send()
+            .await
+            .expect("token request")
+            .json()
+            .await
+            .expect("token answer");
+        answer["access_token"].as_str().unwrap_or_else(|| panic!("a token: {answer}")).to_owned()
+    }
+
+    async fn post(&self, path: &str) {
+        let status = self.http.post(format!("{}{path}", self.issuer)).send().await.expect("post").status();
+        assert!(status.is_success(), "{path}: {status}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certified_providers_tokens_and_key_rotation() {
+    let client = |id: &str, roles: &[&str]| json!({"client_id": id, "client_secret": format!("secret-{id}-0123456789abcdef"), "roles": roles});
+    let idp = RealProvider::start(json!([client("ana", &["acme:admin"]), client("vera", &["acme:viewer"])])).await;
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        &[
+            ("STREAMING_HUB_SSO_ISSUERS", idp.issuer.as_str()),
+            ("STREAMING_HUB_SSO_AUDIENCE", REAL_AUDIENCE),
+            ("STREAMING_HUB_SSO_KEYS_REFRESH", "1s"),
+        ],
+    )
+    .await;
+    let ana = idp.token("ana").await;
+    let vera = idp.token("vera").await;
+    let (status, created) = hub.post_json(&ana, "/v1/subscriptions", &subscription("by ana")).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let (status, listed) = hub.get(&vera, "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let (status, refused) = hub.post_json(&vera, "/v1/subscriptions", &subscription("by vera")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{refused}");
+
+    // The provider rotates: its new key signs (the old one stays published): the hub follows.
+    idp.post("/rotate").await;
+    crate::support::until("the new key's token accepted", Duration::from_secs(30), async || {
+        let token = idp.token("vera").await;
+        let header: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(token.split('.').next()?).ok()?).ok()?;
+        assert_eq!(header["kid"], "k2", "the provider signs with its new key");
+        let (status, _) = hub.get(&token, "/v1/subscriptions").await;
+        (status == StatusCode::OK).then_some(())
+    })
+    .await;
+    // Its old key's tokens keep working while it is published.
+    let (status, _) = hub.get(&vera, "/v1/subscriptions").await;
+    assert_eq!(status, StatusCode::OK);
+}
