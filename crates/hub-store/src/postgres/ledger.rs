@@ -2,6 +2,8 @@
 //! the appending transaction commits, so numbers follow commit order and have no gaps. Delivery
 //! outcomes are appended by `hub_record` (migration 0032) with their attempts.
 
+use std::collections::HashMap;
+
 use hub_core::ledger::checkpoint::Checkpoint;
 use hub_core::ledger::{Hash, Node};
 use sqlx::postgres::PgRow;
@@ -209,12 +211,12 @@ impl Ledger for PgStore {
     }
 
     async fn ledger_start(&self, log: &str) -> StoreResult<LedgerStart> {
-        start_of(&mut *self.pool.acquire().await?, log, false).await
+        start_of(&mut *self.pool.acquire().await?, log).await
     }
 
     async fn ledger_nodes(&self, log: &str, nodes: &[Node]) -> StoreResult<Vec<(Node, Hash)>> {
         let mut conn = self.pool.acquire().await?;
-        let start = start_of(&mut conn, log, false).await?;
+        let start = start_of(&mut conn, log).await?;
         let mut found = nodes_in(&mut conn, log, nodes).await?;
         found.extend(nodes.iter().filter_map(|n| Some((*n, start.peak(*n)?))));
         Ok(found)
@@ -277,19 +279,35 @@ impl Ledger for PgStore {
     }
 }
 
-/// Where `log`'s kept entries begin; `lock` takes its tree's row until the commit.
-async fn start_of(conn: &mut PgConnection, log: &str, lock: bool) -> StoreResult<LedgerStart> {
-    let row: Option<(i64, Vec<u8>)> = sqlx::query_as(if lock {
-        "SELECT start_size, start_peaks FROM ledger_trees WHERE log = $1 FOR UPDATE"
+/// A log's tree as retention reads it: the entries it holds, and where the kept ones begin.
+struct Tree {
+    size: u64,
+    start: LedgerStart,
+}
+
+/// The trees of `logs` that exist, by log; `lock` takes their rows (in log order) until the
+/// commit.
+async fn trees_of(conn: &mut PgConnection, logs: &[&str], lock: bool) -> StoreResult<HashMap<String, Tree>> {
+    let rows: Vec<(String, i64, i64, Vec<u8>)> = sqlx::query_as(if lock {
+        "SELECT log, size, start_size, start_peaks FROM ledger_trees WHERE log = ANY($1) ORDER BY log FOR UPDATE"
     } else {
-        "SELECT start_size, start_peaks FROM ledger_trees WHERE log = $1"
+        "SELECT log, size, start_size, start_peaks FROM ledger_trees WHERE log = ANY($1)"
     })
-    .bind(log)
-    .fetch_optional(conn)
+    .bind(logs)
+    .fetch_all(conn)
     .await?;
-    let Some((size, peaks)) = row else { return Ok(LedgerStart::default()) };
-    let peaks = peaks_from_bytes(&peaks).ok_or_else(|| StoreError::Corrupt(format!("{log}: the start's peaks")))?;
-    Ok(LedgerStart { size: size as u64, peaks })
+    rows.into_iter()
+        .map(|(log, size, start, peaks)| {
+            let peaks =
+                peaks_from_bytes(&peaks).ok_or_else(|| StoreError::Corrupt(format!("{log}: the start's peaks")))?;
+            Ok((log, Tree { size: size as u64, start: LedgerStart { size: start as u64, peaks } }))
+        })
+        .collect()
+}
+
+/// Where `log`'s kept entries begin.
+async fn start_of(conn: &mut PgConnection, log: &str) -> StoreResult<LedgerStart> {
+    Ok(trees_of(conn, &[log], false).await?.remove(log).map(|t| t.start).unwrap_or_default())
 }
 
 /// The hashes of `nodes` the store holds: leaves from the entries, others from the nodes.
@@ -396,11 +414,8 @@ pub(super) async fn cut_defaults(
         if room <= 0 {
             break;
         }
-        let previous = start_of(&mut *tx, &log, true).await?;
-        let integrated: Option<i64> = sqlx::query_scalar("SELECT size FROM ledger_trees WHERE log = $1")
-            .bind(&log)
-            .fetch_optional(&mut **tx)
-            .await?;
+        // Not sealed yet: nothing of it may go.
+        let Some(tree) = trees_of(&mut *tx, &[&log], true).await?.remove(&log) else { continue };
         let oldest: Vec<(i64, DateTime<Utc>)> =
             sqlx::query_as("SELECT idx, recorded_at FROM ledger_entries WHERE log = $1 ORDER BY idx LIMIT $2")
                 .bind(&log)
@@ -408,8 +423,8 @@ pub(super) async fn cut_defaults(
                 .fetch_all(&mut **tx)
                 .await?;
         let oldest: Vec<(u64, DateTime<Utc>)> = oldest.into_iter().map(|(i, at)| (i as u64, at)).collect();
-        let Some(size) = cut_point(&oldest, cutoff, integrated.unwrap_or(0) as u64) else { continue };
-        move_start(&mut *tx, &log, &previous, size).await?;
+        let Some(size) = cut_point(&oldest, cutoff, tree.size) else { continue };
+        move_start(&mut *tx, &log, &tree.start, size).await?;
         deleted += forget_below(&mut *tx, TABLES, &log, size).await?;
     }
     Ok(deleted)
@@ -458,13 +473,9 @@ pub(super) async fn drop_month(tx: &mut Transaction<'_, Postgres>, month: &Month
             .fetch_all(&mut **tx)
             .await?;
     let logs: Vec<&str> = runs.iter().map(|(log, _, _)| log.as_str()).collect();
-    let trees: Vec<(String, i64, i64)> =
-        sqlx::query_as("SELECT log, size, start_size FROM ledger_trees WHERE log = ANY($1) ORDER BY log FOR UPDATE")
-            .bind(&logs)
-            .fetch_all(&mut **tx)
-            .await?;
+    let trees = trees_of(&mut *tx, &logs, true).await?;
     for (log, first, last) in &runs {
-        let ready = trees.iter().any(|(l, size, start)| l == log && last < size && start == first);
+        let ready = trees.get(log).is_some_and(|t| (*last as u64) < t.size && t.start.size == *first as u64);
         if !ready {
             // Older entries of the log are left (in a default partition), or the month's are
             // not sealed yet: the next pass tries again.
@@ -473,9 +484,10 @@ pub(super) async fn drop_month(tx: &mut Transaction<'_, Postgres>, month: &Month
     }
     let mut dropped = 0u64;
     for (log, first, last) in &runs {
-        let previous = start_of(&mut *tx, log, false).await?;
         let size = (*last + 1) as u64;
-        move_start(&mut *tx, log, &previous, size).await?;
+        let previous =
+            trees.get(log).map(|t| &t.start).ok_or_else(|| StoreError::Corrupt(format!("{log}: no tree")))?;
+        move_start(&mut *tx, log, previous, size).await?;
         forget_below(&mut *tx, DEFAULTS, log, size).await?;
         dropped += (last - first + 1) as u64;
     }

@@ -281,8 +281,12 @@ async fn start_of(conn: &mut SqliteConnection, log: &str) -> StoreResult<LedgerS
         .bind(log)
         .fetch_optional(conn)
         .await?;
-    let Some((size, peaks)) = row else { return Ok(LedgerStart::default()) };
-    let peaks = peaks_from_bytes(&peaks).ok_or_else(|| StoreError::Corrupt(format!("{log}: the start's peaks")))?;
+    row.map_or(Ok(LedgerStart::default()), |(size, peaks)| start_from(log, size, &peaks))
+}
+
+/// A start as stored: its size and its encoded peaks.
+fn start_from(log: &str, size: i64, peaks: &[u8]) -> StoreResult<LedgerStart> {
+    let peaks = peaks_from_bytes(peaks).ok_or_else(|| StoreError::Corrupt(format!("{log}: the start's peaks")))?;
     Ok(LedgerStart { size: size as u64, peaks })
 }
 
@@ -316,8 +320,8 @@ async fn nodes_in(conn: &mut SqliteConnection, log: &str, nodes: &[Node]) -> Sto
 /// begins after them, with that tree's peaks kept as its start. Answers the entries deleted.
 pub(super) async fn prune(tx: &mut Transaction<'_, Sqlite>, cutoff: DateTime<Utc>, limit: i64) -> StoreResult<u64> {
     // The logs whose first kept entry is past retention.
-    let logs: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT t.log, t.size FROM ledger_trees t
+    let logs: Vec<(String, i64, i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT t.log, t.size, t.start_size, t.start_peaks FROM ledger_trees t
          WHERE EXISTS (SELECT 1 FROM ledger_entries e WHERE e.log = t.log AND e.idx = t.start_size AND e.recorded_at < ?1)
          ORDER BY t.log",
     )
@@ -325,12 +329,12 @@ pub(super) async fn prune(tx: &mut Transaction<'_, Sqlite>, cutoff: DateTime<Utc
     .fetch_all(&mut **tx)
     .await?;
     let mut deleted = 0u64;
-    for (log, integrated) in logs {
+    for (log, integrated, start, stored_peaks) in logs {
         let room = limit - i64::try_from(deleted).unwrap_or(limit);
         if room <= 0 {
             break;
         }
-        let previous = start_of(&mut *tx, &log).await?;
+        let previous = start_from(&log, start, &stored_peaks)?;
         let oldest: Vec<(i64, i64)> =
             sqlx::query_as("SELECT idx, recorded_at FROM ledger_entries WHERE log = ?1 ORDER BY idx LIMIT ?2")
                 .bind(&log)

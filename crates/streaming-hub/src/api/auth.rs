@@ -164,7 +164,7 @@ impl Admin {
     /// Who this is, as the ledger records a change they make.
     pub fn actor(&self) -> Actor {
         match &self.person {
-            Some(p) => Actor::Person { issuer: p.issuer.clone(), subject: p.subject.clone() },
+            Some(p) => p.actor(),
             None => Actor::Admin { id: self.key.map(|k| k.to_string()) },
         }
     }
@@ -277,6 +277,11 @@ fn person_tenant(parts: &Parts, person: &Person) -> Result<(TenantId, Role), Api
         None => match (person.grants.tenants.len(), person.grants.platform) {
             (1, None) => person.grants.tenants.keys().next().cloned().ok_or_else(|| ApiError::internal("no tenant"))?,
             (0, None) => return Err(ApiError::forbidden("the token grants no role in any tenant")),
+            (_, Some(_)) => {
+                return Err(ApiError::forbidden(
+                    "a platform role acts in a tenant it names: add an X-Streaming-Hub-Tenant header",
+                ));
+            }
             _ => {
                 return Err(ApiError::forbidden(
                     "the token grants roles in several tenants: name one with an X-Streaming-Hub-Tenant header",
@@ -313,8 +318,7 @@ impl FromRequestParts<AppState> for TenantCaller {
                 if role < wanted {
                     return Err(needs(wanted.as_str(), &format!(" in tenant {tenant}")));
                 }
-                let actor = Actor::Person { issuer: person.issuer.clone(), subject: person.subject.clone() };
-                Ok(TenantCaller { tenant, actor, role })
+                Ok(TenantCaller { tenant, actor: person.actor(), role })
             }
             // The operator acts for one tenant by naming it: the admin token can already mint
             // that tenant a key, so this adds no power, and it is logged.

@@ -532,3 +532,47 @@ fn the_stall_timeout_is_longer_than_the_lease() {
     .expect_err("shorter than the lease");
     assert_eq!(err.0[0].variable, "STREAMING_HUB_DISPATCH_STALL_TIMEOUT");
 }
+
+mod sso_issuers_parser {
+    use proptest::prelude::*;
+
+    use super::values::sso_issuers;
+
+    #[test]
+    fn issuers_are_https_or_loopback_http_in_local() {
+        assert_eq!(
+            sso_issuers("https://idp.example.com/realms/hub/, https://login.example.com/t/v2.0", false),
+            Ok(vec!["https://idp.example.com/realms/hub".to_owned(), "https://login.example.com/t/v2.0".to_owned()])
+        );
+        assert_eq!(sso_issuers("http://127.0.0.1:8080", true), Ok(vec!["http://127.0.0.1:8080".to_owned()]));
+        for (raw, local) in [
+            ("http://127.0.0.1:8080", false),
+            ("http://idp.example.com", true),
+            ("https://idp.example.com?x=1", false),
+            ("https://u:p@idp.example.com", false),
+            ("ftp://idp.example.com", false),
+            ("", false),
+        ] {
+            let refused = sso_issuers(raw, local).expect_err(raw);
+            assert!(refused.starts_with("entry 1"), "{raw}: {refused}");
+        }
+    }
+
+    proptest! {
+        /// Whatever the variable holds, it is a list of issuers the hub may fetch from, or a
+        /// refusal naming the entry; never a panic.
+        #[test]
+        fn any_text_is_issuers_or_a_refusal(raw in ".{0,120}", local in any::<bool>()) {
+            match sso_issuers(&raw, local) {
+                Ok(issuers) => {
+                    for issuer in issuers {
+                        let url = url::Url::parse(&issuer).expect("an issuer is a URL");
+                        prop_assert!(url.scheme() == "https" || (local && url.scheme() == "http"), "{issuer}");
+                        prop_assert!(!issuer.ends_with('/'));
+                    }
+                }
+                Err(why) => prop_assert!(why.starts_with("entry ") || why.starts_with("names more"), "{why}"),
+            }
+        }
+    }
+}

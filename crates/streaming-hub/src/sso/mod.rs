@@ -58,9 +58,14 @@ pub struct Settings {
 pub struct Person {
     pub issuer: String,
     pub subject: String,
-    /// The display name or e-mail, when the token gives one (for listings, never trusted).
-    pub name: Option<String>,
     pub grants: Grants,
+}
+
+impl Person {
+    /// Who this is, as the ledger records a change they make.
+    pub fn actor(&self) -> hub_core::ledger::entry::Actor {
+        hub_core::ledger::entry::Actor::Person { issuer: self.issuer.clone(), subject: self.subject.clone() }
+    }
 }
 
 /// Why a token is refused (answered with 401 and this text).
@@ -171,14 +176,9 @@ impl Sso {
         let data = jsonwebtoken::decode::<Value>(token, &key, &validation).map_err(refusal)?;
         let claims = data.claims;
         let subject = claims.get("sub").and_then(Value::as_str).ok_or(Refusal::Claim("sub"))?;
-        let name = ["preferred_username", "email", "name"]
-            .iter()
-            .find_map(|c| claims.get(*c).and_then(Value::as_str))
-            .map(|n| n.chars().take(200).collect());
         let person = Arc::new(Person {
             issuer: issuer.url.clone(),
             subject: subject.chars().take(255).collect(),
-            name,
             grants: Grants::from_claims(&claims, &self.roles_claim),
         });
         let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
