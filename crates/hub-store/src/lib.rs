@@ -562,8 +562,8 @@ pub trait Stats: Send + Sync {
     async fn backlogs(&self) -> StoreResult<Vec<Backlog>>;
 }
 
-/// Portal sessions: a tenant's portal granted by an operator, as a one-time grant exchanged for
-/// a session token.
+/// Portal sessions (a tenant's portal granted by an operator, as a one-time grant exchanged for
+/// a session token) and people's console sessions (signed in through an identity provider).
 #[async_trait]
 pub trait Sessions: Send + Sync {
     /// Stores a new session with its grant's hash.
@@ -584,6 +584,15 @@ pub trait Sessions: Send + Sync {
     /// Revokes a live session (its grant too); false when no session has that id, or it is
     /// already revoked or expired (SPEC §9: no live session is a 404).
     async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool>;
+
+    /// Stores a person's console session under the hash of its cookie.
+    async fn create_person_session(&self, session: &PersonSession, session_hash: &[u8]) -> StoreResult<()>;
+
+    /// The person's session of a cookie's hash, unless it expired at `now`.
+    async fn person_session(&self, session_hash: &[u8], now: DateTime<Utc>) -> StoreResult<Option<PersonSession>>;
+
+    /// Ends a person's session (sign-out): false when there was none.
+    async fn end_person_session(&self, session_hash: &[u8]) -> StoreResult<bool>;
 }
 
 /// The hub's OIDC signing keys (keyless AWS destinations).

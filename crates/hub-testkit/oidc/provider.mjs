@@ -1,9 +1,13 @@
 // An OpenID provider for the suite (the certified `oidc-provider` from npm, installed by
 // `scripts/services oidc`): issues JWT access tokens for the hub's API with the client
-// credentials grant, each client standing for a person with roles.
+// credentials grant, each client standing for a person with roles; and signs people in to the
+// console with the authorization code flow (its development login page: any password), their
+// ID tokens carrying their roles.
 //
 //   MODULES=<cache>/oidc/node_modules ISSUER=http://127.0.0.1:PORT PORT=PORT AUDIENCE=streaming-hub \
-//   CLIENTS='[{"client_id":"ana","client_secret":"…","roles":["acme:admin"]}]' node provider.mjs
+//   CLIENTS='[{"client_id":"ana","client_secret":"…","roles":["acme:admin"]}]' \
+//   WEB_CLIENTS='[{"client_id":"console","client_secret":"…","redirect_uris":["http://…/console/sso/callback"]}]' \
+//   PEOPLE='{"ana":["acme:admin"],"vera":["acme:viewer"]}' node provider.mjs
 //
 // Prints "ready" once it listens. Keys are made at start (ES256); POST /rotate adds a new key,
 // signs with it, and keeps the old one published until POST /retire.
@@ -19,6 +23,8 @@ const { generateKeyPair, exportJWK } = await import(require.resolve('jose'));
 
 const { ISSUER, PORT, AUDIENCE } = process.env;
 const clients = JSON.parse(process.env.CLIENTS || '[]');
+const webClients = JSON.parse(process.env.WEB_CLIENTS || '[]');
+const people = JSON.parse(process.env.PEOPLE || '{}');
 
 async function key(kid) {
   const { privateKey } = await generateKeyPair('ES256', { extractable: true });
@@ -36,7 +42,34 @@ function provider() {
       redirect_uris: [],
       response_types: [],
       id_token_signed_response_alg: 'ES256',
-    })),
+    })).concat(webClients.map((c) => ({
+      client_id: c.client_id,
+      client_secret: c.client_secret,
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+      redirect_uris: c.redirect_uris,
+      token_endpoint_auth_method: 'client_secret_basic',
+      id_token_signed_response_alg: 'ES256',
+    }))),
+    // A person signed in on the development login page is one of PEOPLE, with their roles.
+    findAccount: (ctx, id) => (people[id] ? {
+      accountId: id,
+      claims: () => ({ sub: id, roles: people[id], preferred_username: id }),
+    } : undefined),
+    claims: { openid: ['sub', 'roles'], profile: ['preferred_username'] },
+    // Every claim in the ID token (the hub reads the roles there).
+    conformIdTokenClaims: false,
+    // No consent page: the console's client is the organization's own.
+    loadExistingGrant: async (ctx) => {
+      const id = ctx.oidc.result?.consent?.grantId || ctx.oidc.session.grantIdFor(ctx.oidc.client.clientId);
+      if (id) return ctx.oidc.provider.Grant.find(id);
+      const grant = new ctx.oidc.provider.Grant({ clientId: ctx.oidc.client.clientId, accountId: ctx.oidc.session.accountId });
+      grant.addOIDCScope('openid profile');
+      grant.addOIDCClaims(['sub', 'roles', 'preferred_username']);
+      grant.addResourceScope(AUDIENCE, 'api');
+      await grant.save();
+      return grant;
+    },
     features: {
       clientCredentials: { enabled: true },
       resourceIndicators: {

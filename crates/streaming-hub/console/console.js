@@ -1,8 +1,11 @@
 // Streaming Hub console: one page over the hub's own API.
 //
 // It signs in with the admin token (every tenant: the /admin listings, and a tenant's views by
-// acting for it with the X-Streaming-Hub-Tenant header) or a tenant API key (that tenant only).
-// The token stays in this tab's session storage. Every value is rendered as text, never markup.
+// acting for it with the X-Streaming-Hub-Tenant header) or a tenant API key (that tenant only),
+// kept in this tab's session storage; or a person signs in through the identity provider, and
+// the hub keeps the session (an HttpOnly cookie this script never sees; it sends the session's
+// CSRF token with every call, and names the tenant it acts in). Every value is rendered as text,
+// never markup.
 "use strict";
 
 const store = window.sessionStorage;
@@ -12,10 +15,24 @@ const state = {
   tenant: store.getItem("sh.tenant"), // the tenant an admin acts for
   // A portal session (opened from a one-time URL): its tenant, scope and end.
   portal: JSON.parse(store.getItem("sh.portal") || "null"),
+  // A person signed in through the identity provider: who, their tenants and roles, the
+  // session's CSRF token (read from the hub on each load; undefined until asked).
+  person: undefined,
 };
 
-/** A read-only portal session: nothing that changes anything is offered. */
+/** The role a signed-in person holds in a tenant: its own grant, or what a platform role gives. */
+function personRole(tenant) {
+  const p = state.person;
+  if (!p) return null;
+  const own = (p.tenants.find((t) => t.tenant_id === tenant) || {}).role;
+  const platform = { "platform-admin": "admin", "platform-viewer": "viewer" }[p.platform_role];
+  const rank = { viewer: 1, operator: 2, admin: 3 };
+  return [own, platform].filter(Boolean).sort((a, b) => rank[b] - rank[a])[0] || null;
+}
+
+/** A read-only portal session or a viewer: nothing that changes anything is offered. */
 function readOnly() {
+  if (state.person) return personRole(state.tenant) === "viewer";
   return Boolean(state.portal && state.portal.scope === "read");
 }
 
@@ -82,8 +99,10 @@ class ApiError extends Error {
 
 async function api(path, { method = "GET", body, token = state.token, asTenant = true } = {}) {
   const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  // A person's calls go with the session's cookie: its CSRF token proves this page made them.
+  if (!token && state.person) headers["X-CSRF-Token"] = state.person.csrf_token;
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  if (asTenant && state.role === "admin" && state.tenant && path.startsWith("/v1/")) {
+  if (asTenant && (state.role === "admin" || state.person) && state.tenant && path.startsWith("/v1/")) {
     // Any tenant id, whatever its characters: a header carries ASCII only (RFC 8187's form).
     headers["X-Streaming-Hub-Tenant"] = "utf-8''" + encodeURIComponent(state.tenant);
   }
@@ -113,17 +132,39 @@ async function signIn(token) {
   }
 }
 
+/** Whether a person is signed in through the identity provider (the hub's session cookie). */
+async function personSession() {
+  if (state.token || state.portal) return null;
+  const res = await fetch("/console/sso/session", { headers: { Accept: "application/json" } });
+  if (!res.ok) return null;
+  const p = await res.json();
+  state.person = p;
+  state.role = p.platform_role ? "admin" : "tenant";
+  const stored = store.getItem("sh.tenant");
+  if (stored && personRole(stored)) state.tenant = stored;
+  else actFor(!p.platform_role && p.tenants.length > 0 ? p.tenants[0].tenant_id : null);
+  return p;
+}
+
 function signInView() {
   const input = h("input", { type: "password", id: "token", name: "token", autocomplete: "off", required: true, testid: "token" });
+  // Filled when the hub offers sign-in through the identity provider.
+  const provider = h("p", { testid: "sso-offer", hidden: true });
   const form = h(
     "form",
     { class: "signin", testid: "signin" },
     h("h1", {}, "Sign in"),
+    provider,
     h("p", {}, "With the admin token (every tenant) or a tenant API key (that tenant only)."),
     h("label", { for: "token" }, "Token or API key"),
     input,
     h("button", { type: "submit", testid: "signin-submit" }, "Sign in"),
   );
+  fetch("/console/sso").then((r) => r.json()).then((offer) => {
+    if (!offer.enabled) return;
+    provider.replaceChildren(link("/console/sso/start", "Sign in with your organization's account", "sso-signin"), " — or:");
+    provider.hidden = false;
+  }).catch(() => {});
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     try {
@@ -146,10 +187,18 @@ function signInView() {
 
 function forget() {
   store.clear();
-  state.token = state.role = state.tenant = state.portal = null;
+  state.token = state.role = state.tenant = state.portal = state.person = null;
 }
 
-function signOut() {
+async function signOut() {
+  if (state.person) {
+    try {
+      await api("/console/sso/sign-out", { method: "POST", asTenant: false });
+    } catch (e) {
+      // Already ended (401): signed out either way.
+      if (e.status !== 401) return notice(`Sign-out failed: ${e.message}`, "error");
+    }
+  }
   forget();
   go("#/signin");
 }
@@ -200,8 +249,19 @@ function chrome() {
   const nav = document.getElementById("nav");
   const who = document.getElementById("who");
   const out = document.getElementById("signout");
-  out.hidden = !state.token || Boolean(state.portal);
+  out.hidden = !(state.token || state.person) || Boolean(state.portal);
   out.onclick = signOut;
+  // A person with several tenants picks the one they act in.
+  const switcher = document.getElementById("switcher");
+  const tenants = state.person ? state.person.tenants : [];
+  switcher.hidden = tenants.length < 2;
+  if (!switcher.hidden) {
+    switcher.replaceChildren(
+      ...(state.tenant && !tenants.some((t) => t.tenant_id === state.tenant) ? [h("option", { value: state.tenant }, state.tenant)] : []),
+      ...tenants.map((t) => h("option", { value: t.tenant_id, selected: t.tenant_id === state.tenant }, `${t.tenant_id} (${t.role})`)),
+    );
+    switcher.onchange = () => { actFor(switcher.value); go("#/subscriptions"); };
+  }
   const links = [];
   if (state.role === "admin") {
     links.push(link("#/tenants", "Tenants", "nav-tenants"));
@@ -218,7 +278,8 @@ function chrome() {
     links.push(link("#/audit", "Audit", "nav-audit"));
   }
   nav.replaceChildren(...links);
-  if (!state.token) who.textContent = "";
+  if (state.person) who.textContent = `${state.person.subject} · ${state.tenant ? `${personRole(state.tenant)} in ${state.tenant}` : state.person.platform_role}`;
+  else if (!state.token) who.textContent = "";
   else if (state.portal) who.textContent = `${state.portal.tenant} · ${state.portal.scope === "read" ? "read-only" : "manage"} portal until ${time(state.portal.expires_at)}`;
   else if (state.role === "admin") who.textContent = state.tenant ? `admin · acting for ${state.tenant}` : "admin · all tenants";
   else who.textContent = "tenant API key";
@@ -603,7 +664,7 @@ async function subscriptionsView() {
   ]);
   show(
     h("h1", {}, "Subscriptions"),
-    readOnly() ? h("p", { class: "notice", testid: "read-only" }, "A read-only portal: you can look, not change.") : subscriptionForm(catalog.items, null),
+    readOnly() ? h("p", { class: "notice", testid: "read-only" }, state.person ? "You are a viewer here: you can look, not change." : "A read-only portal: you can look, not change.") : subscriptionForm(catalog.items, null),
     list,
   );
 }
@@ -695,8 +756,9 @@ async function render() {
   const parts = hash.replace(/^#\/?/, "").split("?")[0].split("/").filter(Boolean).map(decodeURIComponent);
   const [view, id] = parts;
   if (view === "portal" && id) return openPortal(id);
+  if (!state.token && state.person === undefined) await personSession().catch(() => null);
   chrome();
-  if (!state.token) return signInView();
+  if (!state.token && !state.person) return signInView();
   try {
     await loadSinks();
     if (state.role === "admin") {
@@ -718,6 +780,7 @@ async function render() {
   } catch (e) {
     if (e.status === 401) {
       if (state.portal) return sessionEnded();
+      state.person = null;
       forget();
       history.replaceState(null, "", "#/signin");
       chrome();

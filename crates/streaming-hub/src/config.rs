@@ -251,6 +251,13 @@ pub struct Config {
     pub sso_roles_claim: String,
     /// How often each provider's keys are fetched again (`STREAMING_HUB_SSO_KEYS_REFRESH`).
     pub sso_keys_refresh: Duration,
+    /// The console's client at the first provider (`STREAMING_HUB_SSO_CONSOLE_CLIENT_ID`); none:
+    /// people sign in to the console with a token or key only.
+    pub sso_console_client_id: Option<String>,
+    /// Its secret, for a confidential client (`STREAMING_HUB_SSO_CONSOLE_CLIENT_SECRET`).
+    pub sso_console_client_secret: Option<Secret>,
+    /// How long a person's console session lasts (`STREAMING_HUB_SSO_SESSION_TTL`).
+    pub sso_session_ttl: Duration,
     /// How often each log with new entries gets a signed checkpoint
     /// (`STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL`).
     pub ledger_checkpoint_interval: Duration,
@@ -548,6 +555,17 @@ impl Config {
                     _ => Err(format!("must be a duration from 1s to 24h, such as 5m (got {})", quoted(raw))),
                 }
             }),
+            sso_console_client_id: r
+                .text("STREAMING_HUB_SSO_CONSOLE_CLIENT_ID")
+                .map(|c| c.trim().to_owned())
+                .filter(|c| !c.is_empty()),
+            sso_console_client_secret: r.text("STREAMING_HUB_SSO_CONSOLE_CLIENT_SECRET").map(Secret),
+            sso_session_ttl: r.parse("STREAMING_HUB_SSO_SESSION_TTL", Duration::from_secs(8 * 3600), |raw| {
+                match humantime::parse_duration(raw) {
+                    Ok(d) if d >= Duration::from_secs(300) && d <= Duration::from_secs(7 * 86_400) => Ok(d),
+                    _ => Err(format!("must be a duration from 5m to 7d, such as 8h (got {})", quoted(raw))),
+                }
+            }),
             ledger_checkpoint_interval: r.parse(
                 "STREAMING_HUB_LEDGER_CHECKPOINT_INTERVAL",
                 Duration::from_secs(2),
@@ -647,6 +665,26 @@ impl Config {
             r.problem(
                 "STREAMING_HUB_SSO_AUDIENCE",
                 "is required with STREAMING_HUB_SSO_ISSUERS (the aud tokens must carry)",
+            );
+        }
+        if config.sso_console_client_id.is_some() {
+            if config.sso_issuers.is_empty() {
+                r.problem(
+                    "STREAMING_HUB_SSO_CONSOLE_CLIENT_ID",
+                    "needs STREAMING_HUB_SSO_ISSUERS (the console signs people in at the first issuer)",
+                );
+            }
+            if !config.env.is_local() && !config.public_url.as_deref().is_some_and(|u| u.starts_with("https://")) {
+                r.problem(
+                    "STREAMING_HUB_PUBLIC_URL",
+                    "must be the hub's https address when STREAMING_HUB_SSO_CONSOLE_CLIENT_ID is set outside local \
+                     (the provider sends people back to <it>/console/sso/callback)",
+                );
+            }
+        } else if config.sso_console_client_secret.is_some() {
+            r.problem(
+                "STREAMING_HUB_SSO_CONSOLE_CLIENT_SECRET",
+                "is only read with STREAMING_HUB_SSO_CONSOLE_CLIENT_ID",
             );
         }
         if config.ledger_retention < config.job_retention.max(config.event_retention) {

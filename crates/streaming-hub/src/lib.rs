@@ -176,12 +176,19 @@ pub async fn start_with_clock(
     let (admin_token, admin_token_generated) = match &config.admin_token {
         Some(token) => (Some(token.clone()), false),
         None if config.env.is_local() => (Some(Secret::new(keys::generate(GENERATED_ADMIN_PREFIX))), true),
+        // People with the platform-admin role administer the hub: the admin token is off, kept
+        // for break-glass (set it and restart).
+        None if !config.sso_issuers.is_empty() => {
+            tracing::info!("no admin token: the admin routes take admin keys and people with platform roles");
+            (None, false)
+        }
         // Outside `local` the operators may use admin keys instead; without either, nobody could
         // ever administer this hub.
         None => match store.count_admin_keys().await? {
             0 => anyhow::bail!(
                 "STREAMING_HUB_ADMIN_TOKEN: required outside STREAMING_HUB_ENV=local unless an admin key exists \
-                 (create one with `streaming-hub api-key create --admin --name <who>`)"
+                 (create one with `streaming-hub api-key create --admin --name <who>`) or people sign in \
+                 (STREAMING_HUB_SSO_ISSUERS)"
             ),
             n => {
                 tracing::info!(admin_keys = n, "no admin token: the admin routes take admin keys only");
@@ -424,6 +431,11 @@ pub async fn start_with_clock(
                     roles_claim: config.sso_roles_claim.clone(),
                     refresh: config.sso_keys_refresh,
                     allow_private: config.allow_private_sinks,
+                    console: config.sso_console_client_id.clone().map(|client_id| sso::console::Client {
+                        client_id,
+                        client_secret: config.sso_console_client_secret.clone(),
+                        session_ttl: config.sso_session_ttl,
+                    }),
                 })
                 .map_err(anyhow::Error::msg)?,
             )),

@@ -32,6 +32,8 @@ pub fn policies(config: &Config) -> Vec<(PruneKind, Duration)> {
         // A type not seen for as long as events are kept leaves the catalog's learned types.
         (PruneKind::SeenTypes, config.event_retention.max(longest_retry)),
         (PruneKind::Minutes, MINUTES_RETENTION),
+        // Portal and console sessions go once they have expired.
+        (PruneKind::Sessions, Duration::ZERO),
         (PruneKind::Ledger, config.ledger_retention),
     ]
 }

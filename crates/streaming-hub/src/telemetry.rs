@@ -104,6 +104,9 @@ pub mod metric {
     pub const SSO_REFUSALS: &str = "streaming_hub_sso_refusals_total";
     /// Fetches of an identity provider's keys that failed, by issuer.
     pub const SSO_KEY_FETCH_FAILURES: &str = "streaming_hub_sso_key_fetch_failures_total";
+    /// Console sign-ins through the identity provider, by outcome (`signed_in`, or why not:
+    /// `sso::console::SignInError::reason`).
+    pub const CONSOLE_SIGN_INS: &str = "streaming_hub_console_sign_ins_total";
     /// Attempts that panicked (recorded as failures and retried; the hub's log says where).
     pub const ATTEMPT_PANICS: &str = "streaming_hub_attempt_panics_total";
     /// `{reason}`: 1 while this replica's delivery makes no progress (`loop`: the dispatch loop
@@ -325,6 +328,7 @@ fn describe() {
     metrics::describe_counter!(metric::LEDGER_UNRECORDED, "Changes that could not be appended to the ledger");
     metrics::describe_counter!(metric::HTTP_PANICS, "Requests whose handler panicked, answered 500");
     metrics::describe_counter!(metric::SSO_REFUSALS, "People's tokens refused, by reason");
+    metrics::describe_counter!(metric::CONSOLE_SIGN_INS, "Console sign-ins through the identity provider, by outcome");
     metrics::describe_counter!(
         metric::SSO_KEY_FETCH_FAILURES,
         "Fetches of an identity provider's discovery document or keys that failed, by issuer"
@@ -356,6 +360,7 @@ fn describe() {
     metrics::counter!(metric::LEDGER_REFUSED).increment(0);
     metrics::counter!(metric::LEDGER_UNRECORDED).increment(0);
     metrics::counter!(metric::SSO_REFUSALS).increment(0);
+    metrics::counter!(metric::CONSOLE_SIGN_INS).increment(0);
     metrics::counter!(metric::SSO_KEY_FETCH_FAILURES).increment(0);
     metrics::counter!(metric::HTTP_PANICS).increment(0);
     delivery_stall(None);

@@ -186,8 +186,8 @@ pub enum PruneKind {
     SeenTypes,
     /// Subscriptions' per-minute statistics, by minute.
     Minutes,
-    /// Portal sessions, by when they expired.
-    PortalSessions,
+    /// Portal sessions and people's console sessions, by when they expired.
+    Sessions,
     /// Each log's oldest ledger entries, with the nodes and checkpoints over them, by when they
     /// were recorded (a month at a time on PostgreSQL, see docs/LEDGER.md).
     Ledger,
@@ -201,7 +201,7 @@ impl PruneKind {
         Self::Dlq,
         Self::SeenTypes,
         Self::Minutes,
-        Self::PortalSessions,
+        Self::Sessions,
         Self::Ledger,
     ];
 
@@ -213,7 +213,7 @@ impl PruneKind {
             Self::Dlq => "dlq",
             Self::SeenTypes => "seen_types",
             Self::Minutes => "subscription_minutes",
-            Self::PortalSessions => "portal_sessions",
+            Self::Sessions => "sessions",
             Self::Ledger => "ledger",
         }
     }

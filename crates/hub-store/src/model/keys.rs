@@ -63,6 +63,18 @@ pub struct NewPortalSession {
     pub grant_hash: Vec<u8>,
 }
 
+/// A person signed in to the console through an identity provider: who, the roles their ID
+/// token granted at sign-in (the roles claim's values), until when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersonSession {
+    pub id: Uuid,
+    pub issuer: String,
+    pub subject: String,
+    pub roles: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
 /// One of the hub's OIDC signing keys, its private half sealed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IssuerKeyRecord {

@@ -191,15 +191,20 @@ impl Operations for PgStore {
             .execute(&mut *tx)
             .await?
             .rows_affected(),
-            PruneKind::PortalSessions => sqlx::query(
-                "DELETE FROM portal_sessions WHERE id IN
-                    (SELECT id FROM portal_sessions WHERE expires_at < $1 LIMIT $2)",
-            )
-            .bind(older_than)
-            .bind(limit)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected(),
+            PruneKind::Sessions => {
+                let mut n = 0;
+                for table in ["portal_sessions", "person_sessions"] {
+                    n += sqlx::query(&format!(
+                        "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE expires_at < $1 LIMIT $2)"
+                    ))
+                    .bind(older_than)
+                    .bind(limit)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                }
+                n
+            }
             PruneKind::SeenTypes => sqlx::query(
                 "DELETE FROM seen_event_types WHERE (tenant_id, source, event_key, schema_version) IN
                     (SELECT tenant_id, source, event_key, schema_version FROM seen_event_types

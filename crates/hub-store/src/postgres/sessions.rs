@@ -1,9 +1,9 @@
-//! Portal sessions.
+//! Portal sessions and people's console sessions.
 
 use super::{DateTime, PgRow, PgStore, Sessions, StoreResult, Utc, Uuid, async_trait};
 use sqlx::Row;
 
-use crate::{NewPortalSession, PortalSession};
+use crate::{NewPortalSession, PersonSession, PortalSession};
 
 const COLUMNS: &str = "id, tenant_id, scope, created_at, expires_at, exchanged_at, revoked_at";
 
@@ -78,6 +78,55 @@ impl Sessions for PgStore {
         .execute(&self.pool)
         .await?
         .rows_affected();
+        Ok(n == 1)
+    }
+
+    async fn create_person_session(&self, session: &PersonSession, session_hash: &[u8]) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO person_sessions (id, session_hash, issuer, subject, roles, created_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(session.id)
+        .bind(session_hash)
+        .bind(&session.issuer)
+        .bind(&session.subject)
+        .bind(serde_json::Value::from(session.roles.clone()).to_string())
+        .bind(session.created_at)
+        .bind(session.expires_at)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn person_session(&self, session_hash: &[u8], now: DateTime<Utc>) -> StoreResult<Option<PersonSession>> {
+        let row = sqlx::query(
+            "SELECT id, issuer, subject, roles, created_at, expires_at FROM person_sessions
+             WHERE session_hash = $1 AND expires_at > $2",
+        )
+        .bind(session_hash)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| {
+            Ok(PersonSession {
+                id: r.try_get("id")?,
+                issuer: r.try_get("issuer")?,
+                subject: r.try_get("subject")?,
+                roles: serde_json::from_str(&r.try_get::<String, _>("roles")?)
+                    .map_err(|_| crate::StoreError::Corrupt("a person session's roles are not a JSON list".into()))?,
+                created_at: r.try_get("created_at")?,
+                expires_at: r.try_get("expires_at")?,
+            })
+        })
+        .transpose()
+    }
+
+    async fn end_person_session(&self, session_hash: &[u8]) -> StoreResult<bool> {
+        let n = sqlx::query("DELETE FROM person_sessions WHERE session_hash = $1")
+            .bind(session_hash)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         Ok(n == 1)
     }
 }

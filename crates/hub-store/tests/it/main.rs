@@ -73,6 +73,7 @@ contract_suite!(
     a_departed_replicas_jobs_are_given_back_at_once,
     subscriptions_are_given_their_bucket_once_computed,
     a_grant_is_exchanged_once_and_a_session_ends_when_revoked_or_expired,
+    a_person_session_lives_until_sign_out_or_expiry,
     issuer_keys_rotate_and_retired_ones_are_dropped_after_their_overlap,
     an_erasure_is_leased_applied_once_and_forgets_its_match,
     minutes_add_up_and_backlogs_are_set,

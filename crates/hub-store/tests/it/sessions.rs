@@ -1,7 +1,7 @@
 //! Portal sessions: a grant is exchanged once, a session lives until it expires or is revoked.
 
 use chrono::{Duration, TimeZone, Utc};
-use hub_store::{NewPortalSession, PortalSession, PruneKind};
+use hub_store::{NewPortalSession, PersonSession, PortalSession, PruneKind};
 use uuid::Uuid;
 
 use crate::support::TestDb;
@@ -60,7 +60,7 @@ pub async fn a_grant_is_exchanged_once_and_a_session_ends_when_revoked_or_expire
     assert!(!s.revoke_portal_session(short.id, t0 + Duration::minutes(1)).await.expect("expired"));
     assert!(!s.revoke_portal_session(read.id, t0 + Duration::minutes(10)).await.expect("expired, exchanged"));
     // Expired sessions age out.
-    assert_eq!(s.prune(PruneKind::PortalSessions, t0 + Duration::minutes(30), 100).await.expect("prune"), Some(2));
+    assert_eq!(s.prune(PruneKind::Sessions, t0 + Duration::minutes(30), 100).await.expect("prune"), Some(2));
 }
 
 pub async fn issuer_keys_rotate_and_retired_ones_are_dropped_after_their_overlap(db: &TestDb) {
@@ -86,4 +86,31 @@ pub async fn issuer_keys_rotate_and_retired_ones_are_dropped_after_their_overlap
     assert_eq!(s.drop_issuer_keys(t0 + Duration::minutes(59)).await.expect("drop"), 0);
     assert_eq!(s.drop_issuer_keys(t0 + Duration::hours(25)).await.expect("drop"), 1);
     assert_eq!(s.issuer_keys().await.expect("read"), vec![second]);
+}
+
+pub async fn a_person_session_lives_until_sign_out_or_expiry(db: &TestDb) {
+    let s = &db.store;
+    let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+    let session = |subject: &str, ttl: i64| PersonSession {
+        id: Uuid::now_v7(),
+        issuer: "https://idp.example.com".into(),
+        subject: subject.into(),
+        roles: vec!["acme:admin".into(), "platform-viewer".into(), "quoted \"role\"".into()],
+        created_at: t0,
+        expires_at: t0 + Duration::hours(ttl),
+    };
+    let (ana, bo) = (session("ana", 8), session("bo", 1));
+    s.create_person_session(&ana, b"cookie-ana").await.expect("create");
+    s.create_person_session(&bo, b"cookie-bo").await.expect("create");
+    assert_eq!(s.person_session(b"cookie-ana", t0 + Duration::hours(7)).await.expect("lookup"), Some(ana.clone()));
+    assert_eq!(s.person_session(b"cookie-x", t0).await.expect("lookup"), None, "no such cookie");
+    // Expired: no session, though its row waits for the pruner.
+    assert_eq!(s.person_session(b"cookie-bo", t0 + Duration::hours(1)).await.expect("lookup"), None);
+    // Sign-out ends it at once, once.
+    assert!(s.end_person_session(b"cookie-ana").await.expect("end"));
+    assert!(!s.end_person_session(b"cookie-ana").await.expect("again"));
+    assert_eq!(s.person_session(b"cookie-ana", t0).await.expect("lookup"), None);
+    // The pruner takes the expired session, with the portal's.
+    assert_eq!(s.prune(PruneKind::Sessions, t0 + Duration::hours(2), 100).await.expect("prune"), Some(1));
+    assert_eq!(s.prune(PruneKind::Sessions, t0 + Duration::hours(2), 100).await.expect("prune"), Some(0));
 }

@@ -3,8 +3,9 @@
 //! A tenant API key (`shk_…`) is looked up by its SHA-256 hash and sees only its own tenant; the
 //! admin token opens `/admin`; a portal session's token (`shps_…`, see `portal.rs`) sees its
 //! tenant through the console's routes only; a person's JWT from a configured identity provider
-//! (`sso`) sees the tenants its roles name, each route as far as the role allows
-//! (`sso::roles`). Tokens are compared in constant time and never logged.
+//! (`sso`), or a console session it signed in (`sign_in.rs`: a cookie and its CSRF header), sees
+//! the tenants its roles name, each route as far as the role allows (`sso::roles`). Tokens are
+//! compared in constant time and never logged.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
@@ -56,6 +57,11 @@ impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if parts.headers.get(AUTHORIZATION).is_none()
+            && let Some(person) = console_person(parts, state).await?
+        {
+            return Ok(Principal::Person(person));
+        }
         let token = bearer(parts)?;
         if state.admin_token.as_ref().is_some_and(|admin| bool::from(token.as_bytes().ct_eq(admin.expose().as_bytes())))
         {
@@ -101,6 +107,27 @@ impl FromRequestParts<AppState> for Principal {
         }
         Err(ApiError::unauthorized("the bearer token is not valid"))
     }
+}
+
+/// The person a console session's cookie names, when the request carries one (and, whatever its
+/// method, the session's CSRF token: a page of another origin can make the browser send the
+/// cookie, never the header). Looked up on every request: a session signed out ends at once.
+async fn console_person(parts: &Parts, state: &AppState) -> Result<Option<std::sync::Arc<Person>>, ApiError> {
+    use super::sign_in;
+    if sign_in::cookie(&parts.headers, sign_in::SESSION_COOKIE).is_none() {
+        return Ok(None);
+    }
+    let Some((token, session)) = sign_in::current(state, &parts.headers).await? else {
+        return Err(ApiError::unauthorized("the console session has ended: sign in again"));
+    };
+    if !sign_in::csrf_ok(&parts.headers, &token) {
+        return Err(sign_in::csrf_refused());
+    }
+    Ok(Some(std::sync::Arc::new(Person {
+        issuer: session.issuer,
+        subject: session.subject,
+        grants: crate::sso::Grants::from_values(session.roles.iter().map(String::as_str)),
+    })))
 }
 
 /// Live API keys seen lately, by hash, so a busy producer's requests do not each cost a query.

@@ -26,6 +26,7 @@ pub mod portal;
 pub mod pull;
 mod receiver_doc;
 pub mod replay;
+pub mod sign_in;
 pub mod simulate;
 pub mod stats;
 pub mod test_delivery;
@@ -233,6 +234,7 @@ pub fn router(state: AppState) -> Router {
     let limit = state.request_timeout;
     routes
         .merge(console::routes(&state.frame_ancestors))
+        .merge(sign_in::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))

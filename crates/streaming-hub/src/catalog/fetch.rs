@@ -32,6 +32,9 @@ impl Fetcher {
             .redirect(reqwest::redirect::Policy::none())
             .dns_resolver(Arc::new(hub_sinks::guard::GuardedResolver { allow_private }))
             .no_proxy()
+            // A fetch is rare (minutes apart): a fresh connection each time, never one the server
+            // may have closed while it sat idle (a POST on it could not be retried).
+            .pool_max_idle_per_host(0)
             .connect_timeout(timeout)
             .timeout(timeout)
             .user_agent(concat!("streaming-hub/", env!("CARGO_PKG_VERSION"), " (manifest reader)"))
@@ -54,7 +57,7 @@ impl Fetcher {
     pub async fn get_url(&self, location: &str) -> Result<Vec<u8>, String> {
         let url = url::Url::parse(location).map_err(|e| format!("not a URL: {e}"))?;
         hub_sinks::guard::check_host(&url, self.allow_private).map_err(|e| e.to_string())?;
-        let mut response = self
+        let response = self
             .client
             .get(url)
             .header(reqwest::header::ACCEPT, "application/json")
@@ -65,6 +68,35 @@ impl Fetcher {
         if !status.is_success() {
             return Err(format!("answered HTTP {status}"));
         }
+        self.read_body(response).await
+    }
+
+    /// POSTs a form to an `http(s)` URL (an OAuth token endpoint), with HTTP Basic credentials
+    /// when given: the status and the body, whatever the status (bounded like any document).
+    pub async fn post_form(
+        &self,
+        location: &str,
+        form: &[(&str, &str)],
+        basic: Option<(&str, &str)>,
+    ) -> Result<(reqwest::StatusCode, Vec<u8>), String> {
+        let url = url::Url::parse(location).map_err(|e| format!("not a URL: {e}"))?;
+        hub_sinks::guard::check_host(&url, self.allow_private).map_err(|e| e.to_string())?;
+        let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(form).finish();
+        let mut request = self
+            .client
+            .post(url)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(body);
+        if let Some((user, password)) = basic {
+            request = request.basic_auth(user, Some(password));
+        }
+        let response = request.send().await.map_err(|e| describe(&e, self.timeout))?;
+        let status = response.status();
+        Ok((status, self.read_body(response).await?))
+    }
+
+    async fn read_body(&self, mut response: reqwest::Response) -> Result<Vec<u8>, String> {
         let max = self.max_bytes;
         if response.content_length().is_some_and(|n| n > max as u64) {
             return Err(format!("is larger than {max} bytes"));

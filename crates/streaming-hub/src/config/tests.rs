@@ -576,3 +576,42 @@ mod sso_issuers_parser {
         }
     }
 }
+
+#[test]
+fn console_sign_in_needs_an_issuer_and_outside_local_an_https_address() {
+    let problems = |pairs: &[(&str, &str)]| -> Vec<String> {
+        match Config::from_vars(vars(pairs)) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(|p| p.variable.clone()).collect(),
+        }
+    };
+    assert_eq!(
+        problems(&[("STREAMING_HUB_SSO_CONSOLE_CLIENT_ID", "console")]),
+        ["STREAMING_HUB_SSO_CONSOLE_CLIENT_ID"]
+    );
+    assert_eq!(
+        problems(&[("STREAMING_HUB_SSO_CONSOLE_CLIENT_SECRET", "a-secret")]),
+        ["STREAMING_HUB_SSO_CONSOLE_CLIENT_SECRET"]
+    );
+    assert_eq!(problems(&[("STREAMING_HUB_SSO_SESSION_TTL", "1m")]), ["STREAMING_HUB_SSO_SESSION_TTL"]);
+    assert_eq!(problems(&[("STREAMING_HUB_SSO_SESSION_TTL", "30d")]), ["STREAMING_HUB_SSO_SESSION_TTL"]);
+    let sso = [
+        ("STREAMING_HUB_SSO_ISSUERS", "https://idp.bank.example/realms/hub"),
+        ("STREAMING_HUB_SSO_AUDIENCE", "streaming-hub"),
+        ("STREAMING_HUB_SSO_CONSOLE_CLIENT_ID", "console"),
+    ];
+    let local = Config::from_vars(vars(&sso)).expect("local needs no public address");
+    assert_eq!(local.sso_console_client_id.as_deref(), Some("console"));
+    assert_eq!(local.sso_session_ttl, Duration::from_secs(8 * 3600));
+    let staging = |public: &str| {
+        let mut pairs = sso.to_vec();
+        pairs.extend([
+            ("STREAMING_HUB_ENV", "staging"),
+            ("STREAMING_HUB_ADMIN_TOKEN", "a-long-enough-admin-token"),
+            ("STREAMING_HUB_PUBLIC_URL", public),
+        ]);
+        problems(&pairs)
+    };
+    assert_eq!(staging("http://hub.bank.example"), ["STREAMING_HUB_PUBLIC_URL"]);
+    assert_eq!(staging("https://hub.bank.example"), Vec::<String>::new());
+}

@@ -42,6 +42,15 @@ struct Held {
     tried_at: Option<Instant>,
     /// Why the last fetch failed, while it is the latest word.
     failure: Option<String>,
+    /// Where people sign in, as its discovery document last said.
+    endpoints: Option<Endpoints>,
+}
+
+/// Where a provider signs people in (the console's authorization code flow).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    pub authorization: String,
+    pub token: String,
 }
 
 /// One configured issuer and the keys it publishes.
@@ -64,6 +73,8 @@ impl std::fmt::Debug for Issuer {
 struct Discovery {
     issuer: String,
     jwks_uri: String,
+    authorization_endpoint: Option<String>,
+    token_endpoint: Option<String>,
 }
 
 impl Issuer {
@@ -120,8 +131,9 @@ impl Issuer {
         let fetched = tokio::time::timeout(FETCH_TIMEOUT * 2, self.fetch()).await;
         let mut held = self.held.write().unwrap_or_else(PoisonError::into_inner);
         match fetched {
-            Ok(Ok(keys)) => {
+            Ok(Ok((keys, endpoints))) => {
                 held.keys = keys;
+                held.endpoints = endpoints;
                 held.fetched_at = Some(Instant::now());
                 held.failure = None;
             }
@@ -141,7 +153,26 @@ impl Issuer {
         }
     }
 
-    async fn fetch(&self) -> Result<HashMap<String, Vec<Key>>, String> {
+    /// Where people sign in: known from the last discovery, or fetched now (at most once per
+    /// [`REFETCH_AFTER`]).
+    pub async fn endpoints(&self) -> Result<Endpoints, String> {
+        let known = || self.held.read().unwrap_or_else(PoisonError::into_inner).endpoints.clone();
+        if let Some(endpoints) = known() {
+            return Ok(endpoints);
+        }
+        self.fetch_once().await;
+        known().ok_or_else(|| {
+            let held = self.held.read().unwrap_or_else(PoisonError::into_inner);
+            match &held.failure {
+                Some(why) => format!("the identity provider could not be reached: {why}"),
+                None => {
+                    "the identity provider's discovery names no authorization_endpoint or token_endpoint".to_owned()
+                }
+            }
+        })
+    }
+
+    async fn fetch(&self) -> Result<(HashMap<String, Vec<Key>>, Option<Endpoints>), String> {
         let discovery_url = format!("{}/.well-known/openid-configuration", self.url);
         let body = self.fetcher.get_url(&discovery_url).await.map_err(|e| format!("discovery {e}"))?;
         let discovery: Discovery =
@@ -153,6 +184,13 @@ impl Issuer {
         if self.url.starts_with("https://") && !discovery.jwks_uri.starts_with("https://") {
             return Err("discovery's jwks_uri is not https".to_owned());
         }
+        let https = |url: &str| !self.url.starts_with("https://") || url.starts_with("https://");
+        let endpoints = match (discovery.authorization_endpoint, discovery.token_endpoint) {
+            (Some(authorization), Some(token)) if https(&authorization) && https(&token) => {
+                Some(Endpoints { authorization, token })
+            }
+            _ => None,
+        };
         let body = self.fetcher.get_url(&discovery.jwks_uri).await.map_err(|e| format!("jwks_uri {e}"))?;
         let set: JwkSet = serde_json::from_slice(&body).map_err(|e| format!("jwks_uri is not a JWK set: {e}"))?;
         let mut keys: HashMap<String, Vec<Key>> = HashMap::new();
@@ -161,7 +199,7 @@ impl Issuer {
                 keys.entry(jwk.common.key_id.clone().unwrap_or_default()).or_default().push(key);
             }
         }
-        Ok(keys)
+        Ok((keys, endpoints))
     }
 }
 

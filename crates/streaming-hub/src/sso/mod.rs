@@ -10,6 +10,7 @@
 //! audience. A token verified once is kept (by its hash) until it expires, for at most
 //! [`VERIFIED_FOR`]: a person's next requests cost a hash, not a signature check.
 
+pub mod console;
 pub mod keys;
 pub mod roles;
 
@@ -51,6 +52,8 @@ pub struct Settings {
     pub refresh: Duration,
     /// Whether the providers may be on private addresses (`STREAMING_HUB_ALLOW_PRIVATE_SINKS`).
     pub allow_private: bool,
+    /// The console's sign-in, when people sign in to it through the first issuer.
+    pub console: Option<console::Client>,
 }
 
 /// A person, as a verified token says.
@@ -121,6 +124,8 @@ pub struct Sso {
     roles_claim: Vec<String>,
     /// Tokens verified lately, by hash: who, and until when.
     verified: Mutex<HashMap<[u8; 32], Verified>>,
+    /// The console's sign-in at the first issuer, when configured.
+    console: Option<console::Console>,
 }
 
 impl Sso {
@@ -135,6 +140,7 @@ impl Sso {
             audience: settings.audience.clone(),
             roles_claim: settings.roles_claim.split('.').map(str::to_owned).collect(),
             verified: Mutex::default(),
+            console: settings.console.clone().map(|client| console::Console::new(client, fetcher)),
         })
     }
 
@@ -153,6 +159,19 @@ impl Sso {
         if let Some(person) = self.cached(&hash) {
             return Ok(person);
         }
+        let (issuer, claims) = self.check(token, &self.audience).await?;
+        let person = Arc::new(self.person(&issuer.url, &claims)?);
+        let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
+        self.keep(hash, &person, exp);
+        Ok(person)
+    }
+
+    /// A token's issuer and claims once its signature, `iss`, `aud` (`audience`), `exp` and
+    /// `nbf` are checked.
+    async fn check(&self, token: &str, audience: &str) -> Result<(Arc<keys::Issuer>, Value), Refusal> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(Refusal::Malformed);
+        }
         let mut parts = token.split('.');
         let (Some(head), Some(body)) = (parts.next(), parts.next()) else { return Err(Refusal::Malformed) };
         let header: Value = decode_part(head)?;
@@ -170,20 +189,21 @@ impl Sso {
         let mut validation = Validation::new(alg);
         validation.leeway = LEEWAY.as_secs();
         validation.validate_nbf = true;
-        validation.set_audience(&[&self.audience]);
+        validation.set_audience(&[audience]);
         validation.set_issuer(&[iss]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         let data = jsonwebtoken::decode::<Value>(token, &key, &validation).map_err(refusal)?;
-        let claims = data.claims;
+        Ok((Arc::clone(issuer), data.claims))
+    }
+
+    /// The person verified claims of `issuer` name, with the roles their claim grants.
+    fn person(&self, issuer: &str, claims: &Value) -> Result<Person, Refusal> {
         let subject = claims.get("sub").and_then(Value::as_str).ok_or(Refusal::Claim("sub"))?;
-        let person = Arc::new(Person {
-            issuer: issuer.url.clone(),
+        Ok(Person {
+            issuer: issuer.to_owned(),
             subject: subject.chars().take(255).collect(),
-            grants: Grants::from_claims(&claims, &self.roles_claim),
-        });
-        let exp = claims.get("exp").and_then(Value::as_u64).unwrap_or(0);
-        self.keep(hash, &person, exp);
-        Ok(person)
+            grants: Grants::from_claims(claims, &self.roles_claim),
+        })
     }
 
     fn cached(&self, hash: &[u8; 32]) -> Option<Arc<Person>> {
@@ -243,6 +263,7 @@ mod tests {
             roles_claim: "roles".into(),
             refresh: Duration::from_secs(300),
             allow_private: false,
+            console: None,
         })
         .expect("sso")
     }

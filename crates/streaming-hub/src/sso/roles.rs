@@ -82,11 +82,15 @@ impl Grants {
                 None => return Grants::default(),
             }
         }
-        let values: Vec<&str> = match at {
-            Value::Array(items) => items.iter().filter_map(Value::as_str).collect(),
-            Value::String(text) => text.split_whitespace().collect(),
-            _ => Vec::new(),
-        };
+        match at {
+            Value::Array(items) => Grants::from_values(items.iter().filter_map(Value::as_str)),
+            Value::String(text) => Grants::from_values(text.split_whitespace()),
+            _ => Grants::default(),
+        }
+    }
+
+    /// The roles these values grant (a roles claim's items, or [`Grants::values`]).
+    pub fn from_values<'a>(values: impl IntoIterator<Item = &'a str>) -> Grants {
         let mut grants = Grants::default();
         for value in values {
             if value == PlatformRole::Admin.as_str() {
@@ -102,6 +106,13 @@ impl Grants {
             }
         }
         grants
+    }
+
+    /// The grants as values [`Grants::from_values`] reads back the same (`<tenant>:<role>`, and
+    /// the platform role).
+    pub fn values(&self) -> Vec<String> {
+        let tenants = self.tenants.iter().map(|(tenant, role)| format!("{tenant}:{}", role.as_str()));
+        tenants.chain(self.platform.map(|p| p.as_str().to_owned())).collect()
     }
 
     /// The role held in `tenant`: its own grant, or what a platform role gives there.
@@ -215,6 +226,14 @@ mod tests {
             }
             let platform = values.iter().any(|v| v == "platform-admin" || v == "platform-viewer");
             prop_assert_eq!(grants.platform.is_some(), platform);
+        }
+
+        /// What a console session keeps of a person's grants reads back as the same grants.
+        #[test]
+        fn grants_kept_as_values_read_back_the_same(values in prop::collection::vec("[a-z.-]{1,6}:(admin|operator|viewer|x)|platform-(admin|viewer)|[a-z:]{0,6}", 0..12)) {
+            let grants = Grants::from_values(values.iter().map(String::as_str));
+            let kept = grants.values();
+            prop_assert_eq!(Grants::from_values(kept.iter().map(String::as_str)), grants);
         }
     }
 }

@@ -490,7 +490,11 @@ const REAL_AUDIENCE: &str = "urn:streaming-hub:api";
 
 impl RealProvider {
     async fn start(clients: Value) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+        Self::start_at(crate::support::free_port(), &[("CLIENTS", clients.to_string())]).await
+    }
+
+    /// The provider on `port`, with these of its settings (`CLIENTS`, `WEB_CLIENTS`, `PEOPLE`).
+    async fn start_at(port: u16, settings: &[(&str, String)]) -> Self {
         let issuer = format!("http://127.0.0.1:{port}");
         let modules = hub_testkit::kafka::cache_dir().join("oidc/node_modules");
         assert!(
@@ -503,15 +507,19 @@ impl RealProvider {
             .env("ISSUER", &issuer)
             .env("PORT", port.to_string())
             .env("AUDIENCE", REAL_AUDIENCE)
-            .env("CLIENTS", clients.to_string())
+            .envs(settings.iter().map(|(k, v)| (*k, v.as_str())))
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("node runs the provider");
         let stdout = child.stdout.take().expect("stdout");
-        let ready = tokio::task::spawn_blocking(move || {
+        let (said, ready) = tokio::sync::oneshot::channel();
+        // Read to the end, not only to "ready": a provider writing to a closed pipe would die.
+        std::thread::spawn(move || {
             use std::io::BufRead;
-            std::io::BufReader::new(stdout).lines().map_while(Result::ok).any(|l| l.trim() == "ready")
+            let mut lines = std::io::BufReader::new(stdout).lines().map_while(Result::ok);
+            let _ = said.send(lines.any(|l| l.trim() == "ready"));
+            lines.for_each(drop);
         });
         let ready = tokio::time::timeout(Duration::from_secs(30), ready).await.expect("the provider starts in time");
         assert!(ready.expect("reader"), "the provider said ready");
@@ -575,4 +583,154 @@ async fn a_certified_providers_tokens_and_key_rotation() {
     // Its old key's tokens keep working while it is published.
     let (status, _) = hub.get(&vera, "/v1/subscriptions").await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// People sign in to the console through the certified provider, in Chromium
+/// (`console/test/sso.mjs`): an admin creates a subscription from the form, a viewer is refused
+/// every write in the console and the API, the cookie without its CSRF token opens nothing, and
+/// sign-out ends the session on the hub.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_sign_in_to_the_console_through_the_provider() {
+    let port = crate::support::free_port();
+    let issuer = format!("http://127.0.0.1:{port}");
+    let secret = "secret-console-0123456789abcdef";
+    let hub = TestHub::start_with(
+        Backend::Sqlite,
+        &[
+            ("STREAMING_HUB_SSO_ISSUERS", issuer.as_str()),
+            ("STREAMING_HUB_SSO_AUDIENCE", REAL_AUDIENCE),
+            ("STREAMING_HUB_SSO_CONSOLE_CLIENT_ID", "console"),
+            ("STREAMING_HUB_SSO_CONSOLE_CLIENT_SECRET", secret),
+        ],
+    )
+    .await;
+    let idp = RealProvider::start_at(
+        port,
+        &[
+            (
+                "WEB_CLIENTS",
+                json!([{"client_id": "console", "client_secret": secret,
+                        "redirect_uris": [hub.url("/console/sso/callback")]}])
+                .to_string(),
+            ),
+            ("PEOPLE", json!({"ana": ["acme:admin", "beta:viewer"], "vera": ["acme:viewer"]}).to_string()),
+        ],
+    )
+    .await;
+    assert_eq!(idp.issuer, issuer);
+    let offered: Value =
+        hub.client.get(hub.url("/console/sso")).send().await.expect("offer").json().await.expect("json");
+    assert_eq!(offered, json!({"enabled": true}));
+
+    // A sign-in not started here, or answered for another, goes nowhere.
+    let browser = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("client");
+    let stray = browser.get(hub.url("/console/sso/callback?code=x&state=y")).send().await.expect("callback");
+    assert_eq!(stray.status(), StatusCode::BAD_REQUEST);
+    assert!(stray.text().await.expect("page").contains("was not started here"));
+    let start = browser.get(hub.url("/console/sso/start")).send().await.expect("start");
+    assert_eq!(start.status(), StatusCode::SEE_OTHER);
+    let pending = start.headers()["set-cookie"].to_str().expect("cookie").to_owned();
+    assert!(
+        pending.contains("HttpOnly") && pending.contains("Secure") && pending.contains("SameSite=Lax"),
+        "{pending}"
+    );
+    let location = start.headers()["location"].to_str().expect("location").to_owned();
+    assert!(
+        location.starts_with(&format!("{issuer}/auth?")) && location.contains("code_challenge_method=S256"),
+        "{location}"
+    );
+    let cookie = pending.split(';').next().expect("cookie");
+    let mismatched = browser
+        .get(hub.url("/console/sso/callback?code=x&state=not-the-state"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("callback");
+    assert_eq!(mismatched.status(), StatusCode::BAD_REQUEST);
+    assert!(mismatched.text().await.expect("page").contains("another sign-in"));
+    // The provider's own refusal, said on the page (and nothing signed in).
+    let denied = browser
+        .get(hub.url("/console/sso/callback?error=access_denied&error_description=the%20person%20said%20no"))
+        .header("cookie", cookie)
+        .send()
+        .await
+        .expect("callback");
+    assert_eq!(denied.status(), StatusCode::BAD_REQUEST);
+    assert!(denied.headers().get_all("set-cookie").iter().all(|c| !c.to_str().unwrap_or("").contains("shcs_")));
+    assert!(
+        denied
+            .text()
+            .await
+            .expect("page")
+            .contains("the provider refused the sign-in: access_denied: the person said no")
+    );
+
+    let playwright = crate::sdk::cache_dir().join("console/node_modules/playwright-core");
+    assert!(
+        playwright.join("package.json").exists() && std::path::Path::new("/usr/bin/chromium").exists(),
+        "the console's sign-in test needs Chromium and playwright-core: run scripts/services console"
+    );
+    let mut command = std::process::Command::new("node");
+    command
+        .arg(crate::sdk::repo().join("crates/streaming-hub/console/test/sso.mjs"))
+        .env("BASE", hub.url(""))
+        .env("PLAYWRIGHT", &playwright);
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the browser's thread")
+        .expect("node runs the browser script");
+    assert!(
+        out.status.success(),
+        "the console sign-in test failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    assert_eq!(report["steps"].as_array().map(Vec::len), Some(6), "{report}");
+
+    // The subscription is acme's, and the change is ana's in acme's audit.
+    let as_acme =
+        |path: &str| hub.client.get(hub.url(path)).bearer_auth(&hub.admin).header("x-streaming-hub-tenant", "acme");
+    let (status, listed) = hub.send(as_acme("/v1/subscriptions")).await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    let names: Vec<_> = listed["items"].as_array().expect("items").iter().filter_map(|s| s["name"].as_str()).collect();
+    assert_eq!(names, ["by-ana-in-the-console"], "{listed}");
+    let (_, audit) = hub.send(as_acme("/v1/audit")).await;
+    let labels: Vec<_> =
+        audit["items"].as_array().expect("items").iter().filter_map(|c| c["actor_label"].as_str()).collect();
+    assert!(labels.contains(&format!("ana ({issuer})").as_str()), "{audit}");
+}
+
+/// Outside `local`, with people signing in, the admin token may be left unset: it is then off
+/// (break-glass: an operator sets it and restarts). Without SSO or an admin key the hub refuses to
+/// start, naming the variable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_people_signing_in_the_admin_token_can_be_off() {
+    let mut vars = crate::support::base_vars(Backend::Sqlite).await;
+    vars.remove("STREAMING_HUB_ADMIN_TOKEN");
+    vars.insert("STREAMING_HUB_ENV".into(), "staging".into());
+    let config = streaming_hub::config::Config::from_vars(vars.clone()).expect("valid");
+    streaming_hub::open_store(&config, true).await.expect("migrate");
+    let clock: Arc<dyn streaming_hub::clock::Clock> = Arc::new(streaming_hub::clock::ShiftedClock::default());
+    let refused =
+        streaming_hub::start_with_clock(config, tokio_util::sync::CancellationToken::new(), Arc::clone(&clock))
+            .await
+            .err()
+            .expect("no way to administer: refused");
+    assert!(refused.to_string().contains("STREAMING_HUB_ADMIN_TOKEN"), "{refused}");
+
+    vars.insert("STREAMING_HUB_SSO_ISSUERS".into(), "https://idp.bank.example/realms/hub".into());
+    vars.insert("STREAMING_HUB_SSO_AUDIENCE".into(), AUDIENCE.into());
+    let config = streaming_hub::config::Config::from_vars(vars).expect("valid");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let hub = streaming_hub::start_with_clock(config, shutdown.clone(), clock).await.expect("starts without a token");
+    assert!(hub.admin_token.is_none());
+    let answer = crate::support::http_client()
+        .get(format!("http://{}/admin/tenants", hub.addr))
+        .bearer_auth("a-guess-at-an-admin-token")
+        .send()
+        .await
+        .expect("admin");
+    assert_eq!(answer.status(), StatusCode::UNAUTHORIZED);
+    shutdown.cancel();
 }
