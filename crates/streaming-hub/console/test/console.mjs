@@ -9,19 +9,10 @@
 // (the playwright-core module), SCREENSHOTS (optional).
 import assert from "node:assert/strict";
 import path from "node:path";
-import { createRequire } from "node:module";
+import { launch } from "./browser.mjs";
 
 const env = process.env;
-const require = createRequire(import.meta.url);
-const { chromium } = require(env.PLAYWRIGHT);
-
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const browser = await launch();
 const steps = [];
 const step = (name) => steps.push(name);
 

@@ -5,19 +5,10 @@
 // Input (environment): BASE (the hub), PLAYWRIGHT (the playwright-core module). The provider's
 // people: ana (admin of acme, viewer of beta), vera (viewer of acme).
 import assert from "node:assert/strict";
-import { createRequire } from "node:module";
+import { launch } from "./browser.mjs";
 
 const env = process.env;
-const require = createRequire(import.meta.url);
-const { chromium } = require(env.PLAYWRIGHT);
-
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const browser = await launch();
 const steps = [];
 const step = (name) => steps.push(name);
 const errors = [];

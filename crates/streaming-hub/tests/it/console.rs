@@ -152,44 +152,26 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
     assert_eq!(status, StatusCode::CREATED, "{session}");
     *portal_url.lock().expect("url") = session["url"].as_str().expect("url").to_owned();
 
-    let playwright = crate::sdk::cache_dir().join("console/node_modules/playwright-core");
-    assert!(
-        playwright.join("package.json").exists()
-            && Path::new("/usr/bin/chromium").exists()
-            && crate::sdk::cache_dir().join("console/node_modules/axe-core/axe.min.js").exists(),
-        "the console test needs Chromium, playwright-core and axe-core: run scripts/services console"
-    );
-    let script = crate::sdk::repo().join("crates/streaming-hub/console/test/console.mjs");
-    let mut command = Command::new("node");
-    command
-        .arg(script)
-        .env("BASE", hub.url(""))
-        .env("ADMIN", &hub.admin)
-        .env("T1_KEY", &k1)
-        .env("T1_HOOK", &hook_id)
-        .env("T1_KAFKA", &kafka_id)
-        .env("T1_EVENT", t1_event.expect("an event").to_string())
-        .env("T2_EVENT", t2_event.id().to_string())
-        .env("T2_NAME", &t2_name)
-        .env("WIDE_TENANT", wide)
-        .env("EMBED", &embed_origin)
-        .env("RECEIVER", &receiver.url)
-        .env("AXE", crate::sdk::cache_dir().join("console/node_modules/axe-core/axe.min.js"))
-        .env("PLAYWRIGHT", &playwright);
+    let axe = crate::sdk::cache_dir().join("console/node_modules/axe-core/axe.min.js");
+    assert!(axe.exists(), "the console test needs axe-core: run scripts/services console");
+    let mut vars = vec![
+        ("BASE", hub.url("")),
+        ("ADMIN", hub.admin.clone()),
+        ("T1_KEY", k1.clone()),
+        ("T1_HOOK", hook_id.to_string()),
+        ("T1_KAFKA", kafka_id.to_string()),
+        ("T1_EVENT", t1_event.expect("an event").to_string()),
+        ("T2_EVENT", t2_event.id().to_string()),
+        ("T2_NAME", t2_name.to_string()),
+        ("WIDE_TENANT", wide.to_string()),
+        ("EMBED", embed_origin.clone()),
+        ("RECEIVER", receiver.url.clone()),
+        ("AXE", axe.display().to_string()),
+    ];
     if let Ok(dir) = std::env::var("STREAMING_HUB_CONSOLE_SCREENSHOTS") {
-        command.env("SCREENSHOTS", dir);
+        vars.push(("SCREENSHOTS", dir));
     }
-    let out = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("the browser's thread")
-        .expect("node runs the browser script");
-    assert!(
-        out.status.success(),
-        "the console test failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let report = browser_script("console.mjs", &vars).await;
     assert_eq!(report["steps"].as_array().expect("steps").len(), 30, "{report}");
     assert_eq!(report["audited"].as_array().expect("audited").len(), 9, "every view audited: {report}");
     // The test event sent from the console arrived, signed.
@@ -198,4 +180,31 @@ async fn the_console_walks_every_view_and_action_and_keeps_tenants_apart() {
         "the console's test event reached the receiver"
     );
     let _ = std::fs::remove_file(manifest);
+}
+
+/// Runs a browser script of `crates/streaming-hub/console/test/` in headless Chromium with these
+/// variables (and `PLAYWRIGHT`, where playwright-core is): the JSON report it prints. Fails when
+/// Chromium or playwright-core is missing (`scripts/services console`) or the script fails.
+pub async fn browser_script(script: &str, vars: &[(&str, String)]) -> serde_json::Value {
+    let playwright = crate::sdk::cache_dir().join("console/node_modules/playwright-core");
+    assert!(
+        playwright.join("package.json").exists() && Path::new("/usr/bin/chromium").exists(),
+        "the console's browser tests need Chromium and playwright-core: run scripts/services console"
+    );
+    let mut command = Command::new("node");
+    command
+        .arg(crate::sdk::repo().join("crates/streaming-hub/console/test").join(script))
+        .envs(vars.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("PLAYWRIGHT", &playwright);
+    let out = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("the browser's thread")
+        .expect("node runs the browser script");
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
 }

@@ -665,27 +665,7 @@ async fn people_sign_in_to_the_console_through_the_provider() {
             .contains("the provider refused the sign-in: access_denied: the person said no")
     );
 
-    let playwright = crate::sdk::cache_dir().join("console/node_modules/playwright-core");
-    assert!(
-        playwright.join("package.json").exists() && std::path::Path::new("/usr/bin/chromium").exists(),
-        "the console's sign-in test needs Chromium and playwright-core: run scripts/services console"
-    );
-    let mut command = std::process::Command::new("node");
-    command
-        .arg(crate::sdk::repo().join("crates/streaming-hub/console/test/sso.mjs"))
-        .env("BASE", hub.url(""))
-        .env("PLAYWRIGHT", &playwright);
-    let out = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("the browser's thread")
-        .expect("node runs the browser script");
-    assert!(
-        out.status.success(),
-        "the console sign-in test failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let report = crate::console::browser_script("sso.mjs", &[("BASE", hub.url(""))]).await;
     assert_eq!(report["steps"].as_array().map(Vec::len), Some(6), "{report}");
 
     // The subscription is acme's, and the change is ana's in acme's audit.
