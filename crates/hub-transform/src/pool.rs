@@ -431,7 +431,16 @@ impl Worker {
         let pid = child.id();
         let mut worker = Self { child, stdin, stdout, pid, cpu: Duration::ZERO };
         // It says when it is confined and ready, with its CPU time so far.
-        let ready = if readable(&worker.stdout, WORKER_START) { worker.answer(0).ok() } else { None };
+        let spoke = readable(&worker.stdout, WORKER_START);
+        let ready = if spoke { worker.answer(0).ok() } else { None };
+        if spoke && ready.is_none() {
+            // Its pipe ended (or said something else): it is on its way out. Its end is a moment
+            // behind the pipe's; wait that moment, so the reason names how it ended.
+            let deadline = Instant::now() + Duration::from_millis(500);
+            while matches!(worker.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
         let why = match ready {
             // Its runs are bounded by its CPU time as the kernel shows it: without that, none is.
             Some((cpu, Reply::Ready)) if worker.cpu_now().is_some() => {
