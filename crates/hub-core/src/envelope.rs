@@ -333,9 +333,7 @@ fn parse_envelope<V: AsRef<[u8]>>(
     let optional = |name: &str, max: usize| -> Result<Option<String>, QuarantineReason> {
         match h.get(name) {
             None => Ok(None),
-            Some(v) if v.is_empty() => {
-                Err(QuarantineReason::new(ReasonCode::InvalidHeader, name, "must not be empty when present"))
-            }
+            Some(&"") => Err(QuarantineReason::new(ReasonCode::InvalidHeader, name, "must not be empty when present")),
             Some(v) if v.len() > max => Err(QuarantineReason::invalid(name, IdError::TooLong { max, got: v.len() })),
             Some(v) => Ok(Some((*v).to_owned())),
         }

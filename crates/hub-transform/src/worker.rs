@@ -136,7 +136,7 @@ pub fn confine(settings: &Settings) -> io::Result<()> {
         return Err(io::Error::other("the hub that started this worker is gone"));
     }
     let none = Rlimit { current: Some(0), maximum: Some(0) };
-    setrlimit(Resource::Core, none.clone())?;
+    setrlimit(Resource::Core, none)?;
     setrlimit(Resource::Fsize, none)?;
     // The allocator has reserved its first arena by now: the limit is counted from here.
     let held = data_held()?;

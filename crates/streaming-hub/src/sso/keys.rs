@@ -61,6 +61,9 @@ pub struct Issuer {
     refresh: Duration,
     held: RwLock<Held>,
     fetching: tokio::sync::Mutex<()>,
+    /// Whether a refresh beside the requests is under way: one at a time, however many requests
+    /// find the keys due at once.
+    refreshing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Issuer {
@@ -79,7 +82,14 @@ struct Discovery {
 
 impl Issuer {
     pub fn new(url: String, fetcher: Fetcher, refresh: Duration) -> Self {
-        Self { url, fetcher, refresh, held: RwLock::default(), fetching: tokio::sync::Mutex::new(()) }
+        Self {
+            url,
+            fetcher,
+            refresh,
+            held: RwLock::default(),
+            fetching: tokio::sync::Mutex::new(()),
+            refreshing: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     fn find(&self, kid: Option<&str>, alg: Algorithm) -> Option<DecodingKey> {
@@ -102,9 +112,17 @@ impl Issuer {
     /// unknown one waits for one fetch, unless one was tried within [`REFETCH_AFTER`].
     pub async fn key(self: &std::sync::Arc<Self>, kid: Option<&str>, alg: Algorithm) -> Result<DecodingKey, Refusal> {
         if let Some(key) = self.find(kid, alg) {
-            if self.stale() && self.may_try() {
+            use std::sync::atomic::Ordering;
+            if self.stale()
+                && self.may_try()
+                && self.refreshing.compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire).is_ok()
+            {
                 let issuer = std::sync::Arc::clone(self);
-                tokio::spawn(async move { issuer.fetch_once().await });
+                tokio::spawn(async move {
+                    // Cleared however the fetch ends, a panic included.
+                    let _done = Refreshed(&issuer);
+                    issuer.fetch_once().await;
+                });
             }
             return Ok(key);
         }
@@ -200,6 +218,15 @@ impl Issuer {
             }
         }
         Ok((keys, endpoints))
+    }
+}
+
+/// Marks an issuer's refresh beside the requests over when dropped.
+struct Refreshed<'a>(&'a Issuer);
+
+impl Drop for Refreshed<'_> {
+    fn drop(&mut self) {
+        self.0.refreshing.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 
