@@ -85,7 +85,7 @@ pub async fn verify(
     match failure {
         None => {
             // Jobs that waited for the destination can go now.
-            state.wake.notify_one();
+            state.wakers.dispatcher.notify_one();
             super::ledger::record(
                 &state,
                 &caller,
@@ -459,7 +459,7 @@ pub async fn redrive(
     let sub = load(&state, &caller, &id).await?;
     let n = state.store.redrive(caller.tenant.as_str(), sub.id, req.since, state.clock.now()).await?;
     if n > 0 {
-        state.wake.notify_one();
+        state.wakers.dispatcher.notify_one();
     }
     tracing::info!(tenant = %caller.tenant, subscription = %sub.id, redriven = n, "dead-lettered jobs redriven");
     super::ledger::record(

@@ -243,7 +243,7 @@ pub async fn create(
             Some(serde_json::json!({"match_kind": new.match_kind, "reason": new.reason})),
         )
         .await;
-    state.erasures.notify_one();
+    state.wakers.erasures.notify_one();
     let record = state.store.erasure(id).await?.ok_or_else(|| ApiError::internal("the erasure was not stored"))?;
     Ok(accepted(record).into_response())
 }

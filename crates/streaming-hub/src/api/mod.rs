@@ -56,6 +56,17 @@ use error::ApiError;
 /// can be quarantined with a reason; anything larger is refused with 413.
 pub const MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
 
+/// The background runners the API hands work to, each woken by name.
+#[derive(Clone, Debug)]
+pub struct Wakers {
+    /// The dispatcher: new jobs, a verified destination, a redrive.
+    pub dispatcher: Arc<tokio::sync::Notify>,
+    /// The replay runner: a replay started.
+    pub replays: Arc<tokio::sync::Notify>,
+    /// The erasure runner: an erasure was requested.
+    pub erasures: Arc<tokio::sync::Notify>,
+}
+
 /// What every handler can reach.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -75,12 +86,10 @@ pub struct AppState {
     pub quotas: crate::config::Quotas,
     pub sinks: Arc<dyn hub_sinks::Sink>,
     pub clock: Arc<dyn crate::clock::Clock>,
-    /// Wakes the dispatcher: new jobs, a verified destination, a redrive.
-    pub wake: Arc<tokio::sync::Notify>,
+    /// Wakes the background runners the API hands work to.
+    pub wakers: Wakers,
     /// Operational events.
     pub notices: crate::operational::Notices,
-    /// Wakes the replay runner: a replay started.
-    pub replays: Arc<tokio::sync::Notify>,
     /// Simulations this replica may run at once (`simulate.rs`).
     pub simulations: Arc<simulate::Simulations>,
     /// Breakers of this process's dispatcher, for listings.
@@ -115,8 +124,6 @@ pub struct AppState {
     pub issuer: Option<Arc<crate::oidc::Issuer>>,
     /// The identity providers people sign in with (`STREAMING_HUB_SSO_ISSUERS`), when any.
     pub sso: Option<Arc<crate::sso::Sso>>,
-    /// Wakes the erasure runner: an erasure was requested.
-    pub erasures: Arc<tokio::sync::Notify>,
     /// How erasures read the inbox and which need their count confirmed.
     pub erasure: crate::config::ErasureSettings,
     /// The transform workers: where a transform is checked and tried, each run within

@@ -187,7 +187,7 @@ pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayReques
         ReplayStart::Started(r) => {
             tracing::info!(tenant, subscription = %sub, replay = %r.id, from_seq = r.from_seq, to_seq = r.to_seq, "replay started");
             if r.state == hub_store::ReplayState::Running {
-                state.replays.notify_one();
+                state.wakers.replays.notify_one();
             } else {
                 // An empty window: done at once, and said so like any replay's end.
                 state.notices.emit(crate::operational::Notice::replay_finished(&r));

@@ -443,7 +443,7 @@ fn spawn_probe(state: &AppState, sub: SubscriptionRecord) {
         )
         .await;
         match verified {
-            Ok((_, None)) => state.wake.notify_one(),
+            Ok((_, None)) => state.wakers.dispatcher.notify_one(),
             Ok((_, Some(_))) => {}
             Err(e) => tracing::warn!(error = %e, "storing a verification result failed"),
         }
