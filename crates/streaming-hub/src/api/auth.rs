@@ -123,11 +123,7 @@ async fn console_person(parts: &Parts, state: &AppState) -> Result<Option<std::s
     if !sign_in::csrf_ok(&parts.headers, &token) {
         return Err(sign_in::csrf_refused());
     }
-    Ok(Some(std::sync::Arc::new(Person {
-        issuer: session.issuer,
-        subject: session.subject,
-        grants: crate::sso::Grants::from_values(session.roles.iter().map(String::as_str)),
-    })))
+    Ok(Some(std::sync::Arc::new(sign_in::person_of(session))))
 }
 
 /// Live API keys seen lately, by hash, so a busy producer's requests do not each cost a query.

@@ -196,6 +196,15 @@ pub async fn current(
     Ok(state.store.person_session(&keys::hash(token), state.clock.now()).await?.map(|s| (token.to_owned(), s)))
 }
 
+/// The person a stored session signed in, with the roles granted then.
+pub fn person_of(session: hub_store::PersonSession) -> crate::sso::Person {
+    crate::sso::Person {
+        grants: crate::sso::Grants::from_values(session.roles.iter().map(String::as_str)),
+        issuer: session.issuer,
+        subject: session.subject,
+    }
+}
+
 /// Whether a request made with a session's cookie carries the session's CSRF token.
 pub fn csrf_ok(headers: &HeaderMap, session_token: &str) -> bool {
     use subtle::ConstantTimeEq;
@@ -209,18 +218,20 @@ fn ended() -> ApiError {
 
 async fn session(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     let (token, session) = current(&state, &headers).await?.ok_or_else(ended)?;
-    let grants = crate::sso::Grants::from_values(session.roles.iter().map(String::as_str));
+    let expires_at = session.expires_at;
+    let person = person_of(session);
+    let grants = &person.grants;
     let tenants: Vec<_> = grants
         .tenants
         .iter()
         .map(|(tenant, role)| json!({"tenant_id": tenant.as_str(), "role": role.as_str()}))
         .collect();
     let mut response = axum::Json(json!({
-        "issuer": session.issuer,
-        "subject": session.subject,
+        "issuer": person.issuer,
+        "subject": person.subject,
         "tenants": tenants,
         "platform_role": grants.platform.map(|p| p.as_str()),
-        "expires_at": session.expires_at,
+        "expires_at": expires_at,
         "csrf_token": csrf_token(&token),
     }))
     .into_response();
