@@ -1,10 +1,10 @@
-//! The hub's side of transformations: runs queued per tenant and taken in turn, each driven to a
-//! worker process by a thread of the pool that watches the worker's CPU time and kills it past its
-//! bound. No tenant code runs in the hub's process.
+//! The hub's side of transformations: runs queued per tenant and taken in turn, driven to a worker
+//! process by a thread of the pool (several light runs at once) that watches the worker's CPU time
+//! and kills it past a run's bound. No tenant code runs in the hub's process.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -38,9 +38,12 @@ impl WorkerCommand {
 /// Worker processes that run transforms, one per thread of the pool, started when first needed
 /// and started again after one stops. Runs wait in one queue per tenant and free threads take
 /// them from the tenants in turn, so a tenant whose handlers spend their whole budget on many
-/// events delays another tenant's next run by at most one run per worker. Each run is bounded by
-/// the worker's CPU time as the kernel counts it: past twice its budget (plus a few
-/// milliseconds for a runtime's start) the worker is killed, and only that run fails.
+/// events delays another tenant's next run by at most one run per worker. A thread hands its
+/// worker up to [`BATCH`] waiting runs at once when they are light (runs of tenants none of whose
+/// runs lately spent more than a quarter of its budget); a heavy tenant's run goes alone. Each run
+/// is bounded by the worker's CPU time as the kernel counts it: past twice its budget (plus a few
+/// milliseconds for a runtime's start) the worker is killed, and only that run fails (those handed
+/// over after it had not started: they go to the next worker).
 #[derive(Debug, Clone)]
 pub struct Pool {
     shared: Arc<Shared>,
@@ -81,6 +84,13 @@ const CPU_GRACE: Duration = Duration::from_millis(5);
 const WALL_FLOOR: Duration = Duration::from_secs(2);
 /// How long a new worker may take to say it is confined and ready.
 const WORKER_START: Duration = Duration::from_secs(10);
+/// The most runs sent to a worker at once, and the most bytes of their requests (well under what
+/// a pipe holds, so writing them never waits for the worker to read).
+const BATCH: usize = 16;
+const BATCH_BYTES: usize = 48 << 10;
+/// How long a tenant's runs go to a worker alone after one of them spent more than a quarter of
+/// its budget or stopped its worker.
+const HEAVY_FOR: Duration = Duration::from_secs(60);
 /// How long a failed start is reported (by [`Health::cannot_start`]) when no start follows.
 pub const START_FAILURE_HELD: Duration = Duration::from_secs(60);
 
@@ -92,6 +102,9 @@ struct Queue {
     closed: bool,
     /// Threads waiting for a run: a push wakes one only when there is one to wake.
     idle: usize,
+    /// Tenants whose runs are sent to a worker alone, until when: one of their runs lately spent
+    /// more than a quarter of its budget, or stopped its worker.
+    heavy: HashMap<String, Instant>,
 }
 
 impl Queue {
@@ -118,6 +131,26 @@ impl Queue {
         }
         self.queued -= usize::from(job.is_some());
         job
+    }
+
+    /// The next run in turn, when it may follow others to a busy worker: a run of kept code, of
+    /// a tenant not heavy, of at most `room` bytes.
+    fn pop_light(&mut self, room: usize) -> Option<Job> {
+        let tenant = self.turns.front()?;
+        let job = self.waiting.get(tenant)?.front()?;
+        let light = matches!(job.work, Work::Run { .. })
+            && job.work.bytes() <= room
+            && self.heavy.get(tenant).is_none_or(|until| *until <= Instant::now());
+        if light { self.pop() } else { None }
+    }
+
+    /// Sends `tenant`'s runs to workers alone for a while.
+    fn weigh(&mut self, tenant: &str) {
+        let now = Instant::now();
+        if self.heavy.len() >= 1024 {
+            self.heavy.retain(|_, until| *until > now);
+        }
+        self.heavy.insert(tenant.to_owned(), now + HEAVY_FOR);
     }
 }
 
@@ -181,7 +214,30 @@ enum Work {
     Check { code: String },
 }
 
+impl Work {
+    /// About the bytes of its request.
+    fn bytes(&self) -> usize {
+        64 + match self {
+            Self::Run { input, .. } => input.text().len(),
+            Self::Once { code, input } => code.len() + input.text().len(),
+            Self::Check { code } => code.len(),
+        }
+    }
+
+    /// Its request; a run's code is sent only `with_code`.
+    fn request(&self, limits: Limits, with_code: bool) -> Request<'_> {
+        match self {
+            Self::Run { code, input } => {
+                Request::Run { key: code.key, code: with_code.then(|| code.text()), input: input.text(), limits }
+            }
+            Self::Once { code, input } => Request::Once { code, input: input.text(), limits },
+            Self::Check { code } => Request::Check { code, limits },
+        }
+    }
+}
+
 struct Job {
+    tenant: String,
     work: Work,
     reply: tokio::sync::oneshot::Sender<Reply>,
 }
@@ -239,7 +295,7 @@ impl Pool {
         let (reply, answer) = tokio::sync::oneshot::channel();
         let wake = {
             let mut queue = self.shared.queue();
-            queue.push(tenant, Job { work, reply });
+            queue.push(tenant, Job { tenant: tenant.to_owned(), work, reply });
             queue.idle > 0
         };
         if wake {
@@ -276,80 +332,123 @@ fn stopped(started: Instant) -> Run {
     Run { output: Err(Failure::Stopped), logs: Vec::new(), duration: started.elapsed() }
 }
 
-/// One thread of the pool: takes runs in turn and drives each to its worker.
+/// One thread of the pool: takes runs in turn and drives them to its worker. Light runs (see
+/// [`Queue::pop_light`]) go several at once: the worker goes from one to the next without waiting
+/// for this thread, and this thread wakes once for several.
 fn drive(shared: &Shared) {
     let mut worker: Option<Worker> = None;
-    let retire = |worker: &mut Option<Worker>| {
-        if let Some(w) = worker.take() {
-            let _ = w.retire(&shared.counters);
-        }
-    };
     loop {
-        let job = {
+        let batch = {
             let mut queue = shared.queue();
-            loop {
+            let first = loop {
                 if let Some(job) = queue.pop() {
                     break job;
                 }
                 if queue.closed {
                     drop(queue);
-                    retire(&mut worker);
+                    if let Some(w) = worker.take() {
+                        let _ = w.retire(&shared.counters);
+                    }
                     return;
                 }
                 queue.idle += 1;
                 queue = shared.ready.wait(queue).unwrap_or_else(PoisonError::into_inner);
                 queue.idle -= 1;
+            };
+            let alone = !matches!(first.work, Work::Run { .. })
+                || queue.heavy.get(&first.tenant).is_some_and(|until| *until > Instant::now());
+            let mut room = BATCH_BYTES.saturating_sub(first.work.bytes());
+            let mut batch = VecDeque::from([first]);
+            while !alone && batch.len() < BATCH {
+                let Some(job) = queue.pop_light(room) else { break };
+                room -= job.work.bytes();
+                batch.push_back(job);
             }
+            batch
         };
-        // Its asker hung up: nobody waits for this run.
-        if job.reply.is_closed() {
+        // Their askers hung up: nobody waits for these runs.
+        let mut batch: VecDeque<Job> = batch.into_iter().filter(|job| !job.reply.is_closed()).collect();
+        if batch.is_empty() {
             continue;
         }
         shared.counters.busy.fetch_add(1, Ordering::Relaxed);
-        // A panic here fails this run, not the thread: its worker (in whatever state) is
-        // retired and the count of busy runs given back.
-        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(shared, &mut worker, &job.work)));
+        // A panic here fails the runs not yet answered, not the thread: its worker (in whatever
+        // state) is retired and the count of busy workers given back.
+        let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(shared, &mut worker, &mut batch)));
         shared.counters.busy.fetch_sub(1, Ordering::Relaxed);
-        let reply = served.unwrap_or_else(|_| {
-            retire(&mut worker);
-            failed(&job.work, Failure::Worker("the pool failed unexpectedly while driving it".into()), Instant::now())
-        });
-        let _ = job.reply.send(reply);
+        if served.is_err() {
+            if let Some(w) = worker.take() {
+                let _ = w.retire(&shared.counters);
+            }
+            for job in batch {
+                let failure = Failure::Worker("the pool failed unexpectedly while driving it".into());
+                let _ = job.reply.send(failed(&job.work, failure, Instant::now()));
+            }
+        }
     }
 }
 
-/// One run on this thread's worker (started when missing); a worker that stops is dropped, and
-/// the run fails with what happened.
-fn serve(shared: &Shared, slot: &mut Option<Worker>, work: &Work) -> Reply {
+/// Runs `jobs` on this thread's worker (started when missing), answering each as its answer
+/// comes; those answered are taken off `jobs`. A worker that stops fails the run it was on and is
+/// dropped; the runs sent after that one had not started, and go to the next worker.
+fn serve(shared: &Shared, slot: &mut Option<Worker>, jobs: &mut VecDeque<Job>) {
     let started = Instant::now();
     let limits = shared.limits;
-    let mut with_code = false;
+    // Runs whose code the worker did not keep: sent again with it, one at a time, at the end.
+    let mut without_code = VecDeque::new();
     loop {
+        let with_code = jobs.is_empty();
+        if with_code {
+            match without_code.pop_front() {
+                Some(job) => jobs.push_back(job),
+                None => return,
+            }
+        }
         let worker = match slot {
             Some(worker) => worker,
             None => match Worker::start(shared) {
                 Ok(worker) => slot.insert(worker),
-                Err(e) => return failed(work, Failure::Worker(format!("it could not be started: {e}")), started),
+                Err(e) => {
+                    for job in jobs.drain(..).chain(without_code.drain(..)) {
+                        let failure = Failure::Worker(format!("it could not be started: {e}"));
+                        let _ = job.reply.send(failed(&job.work, failure, started));
+                    }
+                    return;
+                }
             },
         };
-        let request = match work {
-            Work::Run { code, input } => {
-                Request::Run { key: code.key, code: with_code.then(|| code.text()), input: input.text(), limits }
+        let mut frames = Vec::with_capacity(jobs.iter().map(|job| job.work.bytes()).sum());
+        for job in jobs.iter() {
+            job.work.request(limits, with_code).write_to(&mut frames);
+        }
+        let mut outcome = worker.send(&frames);
+        let mut since = Instant::now();
+        while outcome.is_ok()
+            && let Some(job) = jobs.front()
+        {
+            let run = matches!(job.work, Work::Run { .. });
+            match worker.answer_within(&limits, since) {
+                Ok((Reply::NeedCode, _)) if run && !with_code => without_code.extend(jobs.pop_front()),
+                Ok((Reply::NeedCode | Reply::Ready, _)) => {
+                    outcome = Err(Stop::Garbled("an answer that is not one to its request".into()));
+                }
+                Ok((reply, spent)) => {
+                    if run && spent > limits.cpu / 4 {
+                        shared.queue().weigh(&job.tenant);
+                    }
+                    if let Some(job) = jobs.pop_front() {
+                        let _ = job.reply.send(reply);
+                    }
+                }
+                Err(stop) => outcome = Err(stop),
             }
-            Work::Once { code, input } => Request::Once { code, input: input.text(), limits },
-            Work::Check { code } => Request::Check { code, limits },
-        };
-        match worker.ask(&request.frame(), &limits) {
-            Ok(Reply::NeedCode) if !with_code && matches!(work, Work::Run { .. }) => with_code = true,
-            Ok(Reply::NeedCode | Reply::Ready) => {
-                let stop = Stop::Garbled("an answer that is not one to its request".into());
-                let failure = slot.take().map_or(Failure::Stopped, |w| w.end(stop, &limits, &shared.counters));
-                return failed(work, failure, started);
-            }
-            Ok(reply) => return reply,
-            Err(stop) => {
-                let failure = slot.take().map_or(Failure::Stopped, |w| w.end(stop, &limits, &shared.counters));
-                return failed(work, failure, started);
+            since = Instant::now();
+        }
+        if let Err(stop) = outcome {
+            let failure = slot.take().map_or(Failure::Stopped, |w| w.end(stop, &limits, &shared.counters));
+            if let Some(job) = jobs.pop_front() {
+                shared.queue().weigh(&job.tenant);
+                let _ = job.reply.send(failed(&job.work, failure, started));
             }
         }
     }
@@ -382,7 +481,8 @@ enum Stop {
 struct Worker {
     child: Child,
     stdin: ChildStdin,
-    stdout: ChildStdout,
+    /// Answers, read as many at once as have come.
+    stdout: BufReader<ChildStdout>,
     pid: u32,
     /// Its CPU time as it last reported it (with its last answer): the next run's start.
     cpu: Duration,
@@ -429,9 +529,10 @@ impl Worker {
             return Err(io::Error::other("the worker's pipes were not made"));
         };
         let pid = child.id();
+        let stdout = BufReader::with_capacity(64 << 10, stdout);
         let mut worker = Self { child, stdin, stdout, pid, cpu: Duration::ZERO };
         // It says when it is confined and ready, with its CPU time so far.
-        let spoke = readable(&worker.stdout, WORKER_START);
+        let spoke = worker.readable(WORKER_START);
         let ready = if spoke { worker.answer(0).ok() } else { None };
         if spoke && ready.is_none() {
             // Its pipe ended (or said something else): it is on its way out. Its end is a moment
@@ -475,28 +576,32 @@ impl Worker {
         }
     }
 
-    /// Sends one request and waits for its answer, watching the worker's CPU time: on the fast
-    /// path nothing is read but the answer (it carries the worker's CPU time, the next run's
-    /// start); only a run slower than its bound in wall time has its CPU time read from the
-    /// kernel while it runs.
-    fn ask(&mut self, frame: &[u8], limits: &Limits) -> Result<Reply, Stop> {
-        let started = Instant::now();
+    /// Sends requests (whole frames, at most what a pipe holds beside one request).
+    fn send(&mut self, frames: &[u8]) -> Result<(), Stop> {
+        write_frame(&mut self.stdin, frames).map_err(|_| Stop::Gone)
+    }
+
+    /// Waits for the answer to the run the worker is on (it started when the last answer came,
+    /// or at `since`, whichever is later), watching the worker's CPU time: on the fast path
+    /// nothing is read but the answer (it carries the worker's CPU time, the next run's start);
+    /// only a run slower than its bound in wall time has its CPU time read from the kernel while
+    /// it runs. The answer, and the CPU time its run spent.
+    fn answer_within(&mut self, limits: &Limits, since: Instant) -> Result<(Reply, Duration), Stop> {
         let bound = limits.cpu.saturating_mul(2).saturating_add(CPU_GRACE);
         let wall = WALL_FLOOR.max(limits.cpu.saturating_mul(200));
-        write_frame(&mut self.stdin, frame).map_err(|_| Stop::Gone)?;
         // CPU time never runs faster than the wall clock: nothing can pass the bound before
         // what is left of it has passed in wall time.
         let mut wait = bound;
         // The run's start on the kernel's clock: what the worker last reported, but never past
         // the kernel's first reading (a worker that lied about its clock gains at most one wait).
         let mut start: Option<Duration> = None;
-        while !readable(&self.stdout, wait) {
+        while !self.readable(wait) {
             let now = self.cpu_now().ok_or(Stop::Gone)?;
             let used = now.saturating_sub(*start.get_or_insert(self.cpu.min(now)));
             if used > bound {
                 return Err(Stop::Cpu(used));
             }
-            let waited = started.elapsed();
+            let waited = since.elapsed();
             if waited > wall {
                 return Err(Stop::Wall(wall));
             }
@@ -509,7 +614,12 @@ impl Worker {
             return Err(Stop::Cpu(spent));
         }
         self.cpu = cpu;
-        Ok(reply)
+        Ok((reply, spent))
+    }
+
+    /// Whether an answer (or the pipe's end) is here, or comes within `wait`.
+    fn readable(&self, wait: Duration) -> bool {
+        !self.stdout.buffer().is_empty() || readable(self.stdout.get_ref(), wait)
     }
 
     /// The worker's CPU time as the kernel counts it (its one thread's time on a CPU), or

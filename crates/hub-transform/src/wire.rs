@@ -68,33 +68,37 @@ pub fn read_frame(input: &mut impl Read, max: usize) -> io::Result<Option<Vec<u8
     Ok(Some(body))
 }
 
-/// A frame being written: its length is filled in when it is done.
-struct Out(Vec<u8>);
+/// A frame being written at the end of a buffer: its length is filled in when it is done.
+struct Out<'a> {
+    buf: &'a mut Vec<u8>,
+    start: usize,
+}
 
-impl Out {
-    fn new() -> Self {
-        Self(vec![0; 4])
+impl<'a> Out<'a> {
+    fn at_end_of(buf: &'a mut Vec<u8>) -> Self {
+        let start = buf.len();
+        buf.extend_from_slice(&[0; 4]);
+        Self { buf, start }
     }
-    /// The whole frame, its length first.
-    fn finish(mut self) -> Vec<u8> {
+    /// The frame is whole: its length first.
+    fn finish(self) {
         // Frames are bounded well below 4 GiB (a request by MAX_REQUEST, an answer by the
         // run's memory limit).
-        let len = u32::try_from(self.0.len() - 4).unwrap_or(u32::MAX);
-        self.0[..4].copy_from_slice(&len.to_le_bytes());
-        self.0
+        let len = u32::try_from(self.buf.len() - self.start - 4).unwrap_or(u32::MAX);
+        self.buf[self.start..self.start + 4].copy_from_slice(&len.to_le_bytes());
     }
     fn u8(&mut self, v: u8) -> &mut Self {
-        self.0.push(v);
+        self.buf.push(v);
         self
     }
     fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.buf.extend_from_slice(&v.to_le_bytes());
         self
     }
     fn bytes(&mut self, v: &[u8]) -> &mut Self {
         // Every field is bounded well below 4 GiB by the frame's own bound.
-        self.0.extend_from_slice(&u32::try_from(v.len()).unwrap_or(u32::MAX).to_le_bytes());
-        self.0.extend_from_slice(v);
+        self.buf.extend_from_slice(&u32::try_from(v.len()).unwrap_or(u32::MAX).to_le_bytes());
+        self.buf.extend_from_slice(v);
         self
     }
     fn limits(&mut self, l: &Limits) -> &mut Self {
@@ -155,7 +159,14 @@ impl<'a> In<'a> {
 impl<'a> Request<'a> {
     /// The request as a whole frame.
     pub fn frame(&self) -> Vec<u8> {
-        let mut o = Out::new();
+        let mut frame = Vec::new();
+        self.write_to(&mut frame);
+        frame
+    }
+
+    /// Appends the request, a whole frame, to `out` (several requests go in one write).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        let mut o = Out::at_end_of(out);
         match *self {
             Self::Run { key, code, input, limits } => {
                 o.u8(RUN).bytes(&key).limits(&limits).bytes(input.as_bytes());
@@ -170,7 +181,7 @@ impl<'a> Request<'a> {
                 o.u8(CHECK).limits(&limits).bytes(code.as_bytes());
             }
         }
-        o.finish()
+        o.finish();
     }
 
     /// A request from a frame's body.
@@ -212,7 +223,8 @@ const STOPPED: u8 = 8;
 impl Reply {
     /// The answer as a whole frame, with the worker's CPU time so far.
     pub fn frame(&self, cpu: Duration) -> Vec<u8> {
-        let mut o = Out::new();
+        let mut frame = Vec::new();
+        let mut o = Out::at_end_of(&mut frame);
         o.u64(u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX));
         match self {
             Self::Ready => {
@@ -245,7 +257,8 @@ impl Reply {
                 };
             }
         }
-        o.finish()
+        o.finish();
+        frame
     }
 
     /// The worker's CPU time and its answer, from a frame's body.

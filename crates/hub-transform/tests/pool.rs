@@ -120,6 +120,67 @@ fn a_pool_takes_tenants_in_turn() {
     assert!(b <= 2, "tenant b waited behind {b} runs of tenant a: {done:?}");
 }
 
+/// Runs waiting while a worker is busy go to it together; a hostile run among them stops its
+/// worker and fails alone: the runs sent after it had not started, and a new worker runs them.
+/// Its tenant's runs then go alone (each new run of theirs fails, the others' all succeed).
+#[test]
+fn runs_sent_together_fail_only_the_one_that_stopped_the_worker() {
+    let pool = pool(1, limits());
+    let blocker = Code::new("z/1", "function handler(e) { for (let i = 0; i < 50000; i++) {} return e; }");
+    // Past the engine's own stop (a native built-in): the worker must be killed.
+    let hostile = Code::new("a/1", HOSTILE[1].1);
+    let quick =
+        |tenant: &str| Code::new(&format!("{tenant}/1"), "function handler(e) { e.data = {fine: true}; return e; }");
+    runtime().block_on(async {
+        let warm = pool.run("b", quick("b"), input()).await;
+        assert!(matches!(warm.output, Ok(Output::Event(_))), "{:?}", warm.output);
+        let first = pool.worker_pids();
+        let busy = {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.run("z", blocker, input()).await })
+        };
+        eventually_async(|| pool.health().busy == 1).await;
+        // Queued behind the blocker, in this order: they go to the worker together.
+        let mut waiting = Vec::new();
+        for (tenant, code) in [("b", quick("b")), ("a", hostile.clone()), ("b", quick("b")), ("c", quick("c"))]
+            .into_iter()
+            .chain(std::iter::repeat_with(|| ("c", quick("c"))).take(6))
+        {
+            let pool = pool.clone();
+            waiting.push((tenant, tokio::spawn(async move { pool.run(tenant, code, input()).await })));
+        }
+        let blocked = busy.await.expect("blocker");
+        assert!(matches!(blocked.output, Ok(Output::Event(_))), "{:?}", blocked.output);
+        for (tenant, task) in waiting {
+            let run = task.await.expect("run");
+            match tenant {
+                "a" => assert_eq!(run.output, Err(Failure::Cpu(20)), "the hostile run"),
+                _ => assert!(matches!(run.output, Ok(Output::Event(_))), "{tenant}: {:?}", run.output),
+            }
+        }
+        let second = pool.worker_pids();
+        assert_eq!(second.len(), 1);
+        assert_ne!(first, second, "the worker the hostile run held was replaced");
+        assert!(!exists(first[0]), "and reaped");
+        // Its tenant again beside others: only its run fails.
+        let (a, c) = tokio::join!(pool.run("a", hostile.clone(), input()), pool.run("c", quick("c"), input()));
+        assert_eq!(a.output, Err(Failure::Cpu(20)));
+        assert!(matches!(c.output, Ok(Output::Event(_))), "{:?}", c.output);
+    });
+    // A worker is given back just after its last answer.
+    eventually("the worker is free", || pool.health().busy == 0);
+    let health = pool.health();
+    assert_eq!((health.killed_cpu, health.crashed, health.waiting), (2, 0, 0), "{health:?}");
+}
+
+async fn eventually_async(mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "not within 10 s");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// What a hostile handler may end as.
 #[derive(Debug, Clone, Copy)]
 enum Ends {

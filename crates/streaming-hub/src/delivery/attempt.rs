@@ -296,13 +296,12 @@ impl Dispatcher {
             (_, None) => return Err(transform_failure("transformations do not run in this process".into(), &[])),
         };
         let shown = self.sinks.headers(destination, message);
-        let run = pool.run(&event.tenant_id, code.clone(), transform::input(event, &shown)).await;
+        let given = transform::Given::stored(event, &shown);
+        let run = pool.run(&event.tenant_id, code.clone(), transform::input_given(event, &given)).await;
         metrics::histogram!(metric::TRANSFORM_SECONDS).record(run.duration.as_secs_f64());
         let result = match run.output {
             Ok(hub_transform::Output::Skip) => Ok(None),
-            Ok(hub_transform::Output::Event(answer)) => {
-                transform::shape(&answer, &transform::Given::stored(event, &shown)).map(Some)
-            }
+            Ok(hub_transform::Output::Event(answer)) => transform::shape(&answer, &given).map(Some),
             Err(failure) => Err(failure.to_string()),
         };
         let label = match &result {

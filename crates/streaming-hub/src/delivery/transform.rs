@@ -3,7 +3,6 @@
 //! sent. The handler runs on the transform pool (`hub_transform::Pool`), never here.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use hub_core::envelope::is_json_media_type;
 use hub_store::StoredEvent;
@@ -91,6 +90,15 @@ fn push_object<'a>(out: &mut String, members: impl Iterator<Item = (&'a str, &'a
 /// else the body in base64), and `headers`, what the sink would send (names in lower case). Made
 /// as JSON text at once: the body is spliced in, never parsed into values and written again.
 pub fn input(event: &StoredEvent, headers: &[(String, String)]) -> Input {
+    input_as(event, headers, body_is_json(event))
+}
+
+/// The same, for an event already judged ([`Given::stored`]: whether its body is JSON).
+pub fn input_given(event: &StoredEvent, given: &Given<'_>) -> Input {
+    input_as(event, &given.headers, given.json)
+}
+
+fn input_as(event: &StoredEvent, headers: &[(String, String)], json: bool) -> Input {
     let mut out = String::with_capacity(event.payload.len() + 512);
     let id = event.ce_id.to_string();
     let attributes = [
@@ -113,7 +121,7 @@ pub fn input(event: &StoredEvent, headers: &[(String, String)]) -> Input {
     push_object(&mut out, event.extensions.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     out.push_str(",\"data\":");
     match std::str::from_utf8(&event.payload) {
-        Ok(text) if body_is_json(event) => out.push_str(text),
+        Ok(text) if json => out.push_str(text),
         _ => push_str(&mut out, &hub_sinks::message::b64(&event.payload)),
     }
     out.push_str(",\"headers\":");
@@ -169,6 +177,23 @@ impl<'a> Given<'a> {
     }
 }
 
+/// The members of an answer the hub reads (the others are the handler's own business), borrowed
+/// from its text.
+#[derive(serde::Deserialize)]
+struct Fields<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    data: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    headers: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    path: Option<&'a RawValue>,
+}
+
+/// A member that is there, `null` included (`data: null` is an empty body, not a missing one).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue as serde::Deserialize>::deserialize(d).map(Some)
+}
+
 /// What the handler's `answer` makes of the event it was `given`; the reason when it cannot be
 /// sent (the attempt fails as `transform_failed`, a try answers it as the error). `data` goes out
 /// as the handler wrote it, its keys in its order.
@@ -179,15 +204,15 @@ pub fn shape(answer: &Answer, given: &Given<'_>) -> Result<Shaped, String> {
             hub_core::envelope::MAX_JSON_DEPTH
         ));
     }
-    let fields: HashMap<String, &RawValue> =
+    let fields: Fields<'_> =
         serde_json::from_str(answer.text()).map_err(|_| "the handler must return the event or null".to_owned())?;
-    let parsed = |name: &str| -> Result<Json, String> {
-        fields.get(name).map_or(Ok(Json::Null), |raw| serde_json::from_str(raw.get()).map_err(|e| e.to_string()))
+    let parsed = |raw: Option<&RawValue>| -> Result<Json, String> {
+        raw.map_or(Ok(Json::Null), |raw| serde_json::from_str(raw.get()).map_err(|e| e.to_string()))
     };
     let was = |name: &str| given.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str());
     let mut headers = Vec::new();
     let mut media_type = given.content_type.clone().into_owned();
-    match parsed("headers")? {
+    match parsed(fields.headers)? {
         Json::Null => {}
         Json::Object(map) => {
             for (name, value) in map {
@@ -221,12 +246,12 @@ pub fn shape(answer: &Answer, given: &Given<'_>) -> Result<Shaped, String> {
         }
         _ => return Err("headers must be an object of strings".into()),
     }
-    let path = match parsed("path")? {
+    let path = match parsed(fields.path)? {
         Json::Null => String::new(),
         Json::String(p) => checked_path(&p)?,
         _ => return Err("path must be a string".into()),
     };
-    let Some(data) = fields.get("data") else {
+    let Some(data) = fields.data else {
         return Err("the answer has no data: set data (null for an empty JSON body)".into());
     };
     let was_json = given.json;
@@ -353,6 +378,12 @@ mod tests {
         assert_eq!(s.body, br#"{"value":100}"#);
         assert_eq!(s.headers, vec![("x-team".to_owned(), "risk".to_owned())], "only what changed is added");
         assert_eq!((s.path.as_str(), s.content_type.as_str()), ("/loans/42", "application/json"));
+        // `data: null` is a body of `null`, not a missing one; members the hub does not read are
+        // the handler's own.
+        let mut empty = answer.clone();
+        empty["data"] = Json::Null;
+        empty["note"] = json!({"kept": "aside"});
+        assert_eq!(shape(&reply(&empty), &Given::stored(&e, &shown())).expect("shaped").body, b"null");
 
         // Text for a chat tool.
         answer["headers"]["content-type"] = json!("text/plain");
