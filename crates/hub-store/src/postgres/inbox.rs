@@ -35,37 +35,15 @@ impl Inbox for PgStore {
     }
 
     async fn list_events(&self, tenant: &str, q: &EventQuery) -> StoreResult<Vec<StoredEvent>> {
-        // Only the filters given are in the statement (one prepared statement per combination),
-        // so every plan is made for its filters: a type names `events_by_key`, no filter walks the
-        // primary key. A generic `($n IS NULL OR …)` plan could use neither.
-        let mut sql =
-            sqlx::QueryBuilder::<sqlx::Postgres>::new(format!("SELECT {} FROM events WHERE tenant_id = ", columns(q)));
-        sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
-        if let Some(before) = q.before {
-            sql.push(" AND seq < ").push_bind(before);
-        }
-        if let Some(resource_type) = &q.resource_type {
-            sql.push(" AND resource_type = ").push_bind(resource_type);
-        }
-        if let Some(event_type) = &q.event_type {
-            sql.push(" AND event_type = ").push_bind(event_type);
-        }
-        if let Some(source) = &q.source {
-            sql.push(" AND source = ").push_bind(source);
-        }
-        if let Some(since) = q.since {
-            sql.push(" AND received_at >= ").push_bind(since);
-        }
-        if let Some(until) = q.until {
-            sql.push(" AND received_at < ").push_bind(until);
-        }
-        sql.push(if q.newest_first { " ORDER BY seq DESC LIMIT " } else { " ORDER BY seq LIMIT " })
-            .push_bind(i64::from(q.limit));
         // Planned for its values every time (an unnamed statement): the generic plan a prepared
         // one falls back to after five runs estimates a time window as a few rows, reads it
         // through `received_at` and sorts, 200 ms a page of a million-event day, where the
-        // primary key gives the page in 3 ms.
-        sql.build().persistent(false).fetch_all(&self.pool).await?.iter().map(event_from_row).collect()
+        // primary key gives the page in 3 ms. In a transaction of its own so that its setting
+        // (`EVENT_LOG_SETTINGS`) holds for it alone.
+        let mut tx = self.pool.begin_with(event_log_begin(q)).await?;
+        let rows = event_log_query("", tenant, q).build().persistent(false).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        rows.iter().map(event_from_row).collect()
     }
 
     async fn stream_entries_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<StreamEntry>> {
@@ -144,17 +122,17 @@ impl Inbox for PgStore {
         after: i64,
         limit: u32,
     ) -> StoreResult<Vec<PulledEvent>> {
+        let mut tx = self.pool.begin_with(SORTING_OFF).await?;
         let sql = pull_page_sql();
-        sqlx::query(&sql)
+        let rows = sqlx::query(&sql)
             .bind(subscription)
             .bind(tenant)
             .bind(after)
             .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(pulled)
-            .collect()
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(pulled).collect()
     }
 
     async fn read_pull_page(
@@ -164,7 +142,7 @@ impl Inbox for PgStore {
         after: Option<i64>,
         limit: u32,
     ) -> StoreResult<PullRead> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin_with(SORTING_OFF).await?;
         // Readers of one subscription take turns on its row (a lock that ingest's inserts of
         // its stream entries, which only share it for their foreign key, do not wait for).
         let cursor: Option<i64> = sqlx::query_scalar(
@@ -244,15 +222,118 @@ impl Inbox for PgStore {
     }
 }
 
+/// A page of the event log: only the filters given are in the statement (one statement per
+/// combination), so every plan is made for its filters: a type names `events_by_key`, no filter
+/// walks the primary key. A generic `($n IS NULL OR …)` plan could use neither. `prefix` goes
+/// before it (`EXPLAIN …` for the plan's tests).
+///
+/// Its cost is its page's, whatever the statistics say (`event_log_and_pull_pages_read_their_page_
+/// whatever_the_statistics_say`). Without a time window it runs with sorting off
+/// ([`event_log_begin`]): every partition's index gives its rows in `seq` order and a merge takes
+/// the page, where statistics of a small inbox chose to read the tenant's every event and sort
+/// them. A time window is read through `(tenant_id, received_at)` and its rows sorted: it orders
+/// by `seq + 0`, which no index gives, so the planner cannot walk the primary key in order hoping
+/// the window comes soon (with a window at the end of a long history, the walk read all of it).
+/// Its cost is the tenant's events in the window, never the rest of the inbox.
+fn event_log_query<'a>(prefix: &str, tenant: &'a str, q: &'a EventQuery) -> sqlx::QueryBuilder<'a, sqlx::Postgres> {
+    let mut sql = sqlx::QueryBuilder::<sqlx::Postgres>::new(format!(
+        "{prefix}SELECT {} FROM events WHERE tenant_id = ",
+        columns(q)
+    ));
+    sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
+    if let Some(before) = q.before {
+        sql.push(" AND seq < ").push_bind(before);
+    }
+    if let Some(resource_type) = &q.resource_type {
+        sql.push(" AND resource_type = ").push_bind(resource_type);
+    }
+    if let Some(event_type) = &q.event_type {
+        sql.push(" AND event_type = ").push_bind(event_type);
+    }
+    if let Some(source) = &q.source {
+        sql.push(" AND source = ").push_bind(source);
+    }
+    if let Some(since) = q.since {
+        sql.push(" AND received_at >= ").push_bind(since);
+    }
+    if let Some(until) = q.until {
+        sql.push(" AND received_at < ").push_bind(until);
+    }
+    let order = if windowed(q) { "seq + 0" } else { "seq" };
+    sql.push(format!(" ORDER BY {order}{} LIMIT ", if q.newest_first { " DESC" } else { "" }))
+        .push_bind(i64::from(q.limit));
+    sql
+}
+
+/// Whether a page of the event log is of a time window.
+fn windowed(q: &EventQuery) -> bool {
+    q.since.is_some() || q.until.is_some()
+}
+
+/// How a page of the event log's transaction begins: sorting off unless it is of a time window.
+fn event_log_begin(q: &EventQuery) -> &'static str {
+    if windowed(q) { "BEGIN" } else { SORTING_OFF }
+}
+
+/// A read transaction in which the planner sorts only when nothing else gives the order.
+const SORTING_OFF: &str = "BEGIN; SET LOCAL enable_sort = off";
+
+/// How PostgreSQL runs the reads whose cost must not grow with the inbox (for the tests that hold
+/// them to their page whatever the statistics say): each statement run under `EXPLAIN (ANALYZE,
+/// FORMAT JSON)`, its plan as PostgreSQL gives it.
+#[doc(hidden)]
+impl PgStore {
+    /// The plan of a page of the event log.
+    pub async fn explain_event_log(&self, tenant: &str, q: &EventQuery) -> StoreResult<serde_json::Value> {
+        let mut tx = self.pool.begin_with(event_log_begin(q)).await?;
+        let (plan,): (serde_json::Value,) =
+            event_log_query(EXPLAIN, tenant, q).build_query_as().persistent(false).fetch_one(&mut *tx).await?;
+        tx.rollback().await?;
+        Ok(plan)
+    }
+
+    /// The plan of a pull stream's page after `after`.
+    pub async fn explain_pull_page(
+        &self,
+        tenant: &str,
+        subscription: Uuid,
+        after: i64,
+        limit: u32,
+    ) -> StoreResult<serde_json::Value> {
+        let mut tx = self.pool.begin_with(SORTING_OFF).await?;
+        let sql = format!("{EXPLAIN}{}", pull_page_sql());
+        let (plan,): (serde_json::Value,) = sqlx::query_as(&sql)
+            .bind(subscription)
+            .bind(tenant)
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.rollback().await?;
+        Ok(plan)
+    }
+}
+
+const EXPLAIN: &str = "EXPLAIN (ANALYZE, FORMAT JSON) ";
+
 /// A pull stream's page after `$3`, at most `$4` entries, of subscription `$1` of tenant `$2`. A
-/// live entry's event has the entry's seq; a replayed one names its event.
+/// live entry's event has the entry's seq; a replayed one names its event. Each side is a probe
+/// whatever the statistics say (with those of a small inbox the planner read the tenant's every
+/// stream entry, and every event of the tenant for each entry): only the primary keys can serve
+/// a row comparison in their order, so the entries are read from the stream's own key and each
+/// event is the first at or after its `(tenant_id, seq)`, which the outer condition checks is
+/// the one (a missing event probes to the next, and the entry is left out as a join would).
+/// Read with sorting off ([`SORTING_OFF`]): the partitions' keys merged, never all read and
+/// sorted.
 fn pull_page_sql() -> String {
     format!(
         "SELECT p.seq AS position, e.* FROM pull_entries p
          CROSS JOIN LATERAL (SELECT {EVENT_COLUMNS} FROM events
-                             WHERE tenant_id = p.tenant_id AND seq = COALESCE(p.event_seq, p.seq)) e
-         WHERE p.subscription_id = $1 AND p.tenant_id = $2 AND p.seq > $3
-         ORDER BY p.seq LIMIT $4"
+                             WHERE (tenant_id, seq) >= (p.tenant_id, COALESCE(p.event_seq, p.seq))
+                             ORDER BY tenant_id, seq LIMIT 1) e
+         WHERE (p.subscription_id, p.seq) > ($1, $3) AND p.subscription_id = $1 AND p.tenant_id = $2
+           AND e.tenant_id = p.tenant_id AND e.seq = COALESCE(p.event_seq, p.seq)
+         ORDER BY p.subscription_id, p.seq LIMIT $4"
     )
 }
 

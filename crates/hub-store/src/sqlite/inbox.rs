@@ -58,7 +58,11 @@ impl Inbox for SqliteStore {
         if let Some(until) = q.until {
             sql.push(" AND received_at < ").push_bind(micros(until));
         }
-        sql.push(if q.newest_first { " ORDER BY seq DESC LIMIT " } else { " ORDER BY seq LIMIT " })
+        // A time window is read through `events_by_time` and its rows sorted: `+seq` is an order
+        // no index gives, so the planner cannot walk the tenant's events in order hoping the
+        // window comes soon.
+        let order = if q.since.is_some() || q.until.is_some() { "+seq" } else { "seq" };
+        sql.push(format!(" ORDER BY {order}{} LIMIT ", if q.newest_first { " DESC" } else { "" }))
             .push_bind(i64::from(q.limit));
         sql.build().fetch_all(&self.reader).await?.iter().map(event_from_row).collect()
     }

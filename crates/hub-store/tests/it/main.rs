@@ -11,6 +11,7 @@ mod jobs;
 mod ledger;
 mod ordering;
 mod partitions;
+mod plans;
 mod replays;
 mod replicas;
 mod retention;

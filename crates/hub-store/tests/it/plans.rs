@@ -1,0 +1,190 @@
+//! Reads whose cost must not grow with the inbox, held to their page whatever the statistics
+//! say: a page of the event log (no filter, by type, by time) and a pull stream's page, run under
+//! `EXPLAIN ANALYZE` against a full inbox twice, once with the statistics of an empty one (the
+//! plan a new install makes and caches before autovacuum looks again) and once analyzed full.
+//! What each plan touched is counted from PostgreSQL's own account: the rows each scan returned
+//! and those it read and dropped. (Claims and outcome records are held the same way by
+//! `claims_and_records_read_no_more_than_they_take_whatever_the_statistics_say`.)
+
+use chrono::{DateTime, Duration, Utc};
+use hub_core::SinkKind;
+use hub_store::{EventQuery, IngestRecord, PgStore};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::support::{TestDb, headers, subscription};
+
+/// Events of the tenant that reads, and as many of another tenant's, received over an hour.
+const EVENTS: usize = 4_000;
+/// One event in this many is of the rare type.
+const RARE: usize = 100;
+const PAGE: u32 = 20;
+
+/// What a plan's scans read: rows returned and rows read then dropped by a filter, over every
+/// loop; and the scans that walked a table holding rows (not an index of it).
+#[derive(Debug, Default)]
+struct Touched {
+    rows: f64,
+    seq_scans: Vec<String>,
+}
+
+fn touched(plan: &Value) -> Touched {
+    fn walk(node: &Value, into: &mut Touched) {
+        let loops = node["Actual Loops"].as_f64().unwrap_or(1.0);
+        if let Some(relation) = node["Relation Name"].as_str() {
+            let returned = node["Actual Rows"].as_f64().unwrap_or(0.0);
+            let dropped = node["Rows Removed by Filter"].as_f64().unwrap_or(0.0)
+                + node["Rows Removed by Index Recheck"].as_f64().unwrap_or(0.0);
+            into.rows += (returned + dropped) * loops;
+            // An empty partition is read whole at no cost; one that holds rows must be probed.
+            if node["Node Type"] == "Seq Scan" && returned + dropped > 0.0 {
+                into.seq_scans.push(relation.to_owned());
+            }
+        }
+        for child in node["Plans"].as_array().into_iter().flatten() {
+            walk(child, into);
+        }
+    }
+    let mut into = Touched::default();
+    walk(&plan[0]["Plan"], &mut into);
+    into
+}
+
+fn event(tenant: &str, at: DateTime<Utc>, rare: bool) -> IngestRecord {
+    let (resource, kind) = if rare { ("loan", "defaulted") } else { ("loan", "approved") };
+    let mut record = hub_testkit::accepted_with(headers(tenant, Uuid::now_v7(), resource, kind), br#"{"amount":1}"#);
+    if let IngestRecord::Accepted(accepted) = &mut record {
+        accepted.received_at = at;
+    }
+    record
+}
+
+/// Every read, each held to what its page needs: `window` is how many of the tenant's events
+/// the time window holds (a search by time reads those at most, never the rest of the inbox).
+async fn every_read_takes_its_page(pg: &PgStore, pull: Uuid, start: DateTime<Utc>, stats: &str) -> Vec<String> {
+    let mut over = Vec::new();
+    let page = f64::from(PAGE);
+    let query = |f: &dyn Fn(&mut EventQuery)| {
+        let mut q = EventQuery { limit: PAGE, ..EventQuery::default() };
+        f(&mut q);
+        q
+    };
+    let half = (EVENTS / 2) as i64;
+    // The window: a tenth of the hour, starting at its middle.
+    let since = start + Duration::seconds(1800);
+    let until = start + Duration::seconds(2160);
+    let window = (EVENTS / 10) as f64;
+    let reads: Vec<(&str, EventQuery, f64)> = vec![
+        ("a page from the start", query(&|_| {}), page),
+        ("a page from the middle", query(&|q| q.after = half), page),
+        ("the newest page", query(&|q| q.newest_first = true), page),
+        (
+            "a page of the rare type",
+            query(&|q| {
+                q.resource_type = Some("loan".into());
+                q.event_type = Some("defaulted".into());
+            }),
+            page,
+        ),
+        (
+            "the newest of the rare type",
+            query(&|q| {
+                q.resource_type = Some("loan".into());
+                q.event_type = Some("defaulted".into());
+                q.newest_first = true;
+            }),
+            page,
+        ),
+        (
+            "a page of the common type from the middle",
+            query(&|q| {
+                q.after = half;
+                q.resource_type = Some("loan".into());
+                q.event_type = Some("approved".into());
+            }),
+            // What it reads beside its page: the rare type's entries it steps over.
+            page * 2.0,
+        ),
+        (
+            "a page of a time window",
+            query(&|q| {
+                q.since = Some(since);
+                q.until = Some(until);
+            }),
+            window + page,
+        ),
+        (
+            "the newest page of a time window",
+            query(&|q| {
+                q.since = Some(since);
+                q.until = Some(until);
+                q.newest_first = true;
+            }),
+            window + page,
+        ),
+    ];
+    for (what, q, most) in reads {
+        let plan = pg.explain_event_log("t1", &q).await.expect("explain");
+        // A page's rows in each of the scans that make it (the events and, for a join, the
+        // index it probes), and a little slack for the partitions' own probes.
+        judge(&mut over, &format!("{what} ({stats})"), &plan, 2.0 * most + 16.0);
+    }
+    for (what, after) in [("a pull page from the start", 0), ("a pull page from the middle", half)] {
+        let plan = pg.explain_pull_page("t1", pull, after, PAGE).await.expect("explain");
+        judge(&mut over, &format!("{what} ({stats})"), &plan, 2.0 * page + 16.0);
+    }
+    over
+}
+
+/// Notes in `over` what a plan read beyond `most` rows, or a table it read whole.
+fn judge(over: &mut Vec<String>, what: &str, plan: &Value, most: f64) {
+    let t = touched(plan);
+    if !t.seq_scans.is_empty() || t.rows > most {
+        over.push(format!(
+            "{what}: {} rows read (at most {most}), tables read whole {:?}\n{plan:#}",
+            t.rows, t.seq_scans
+        ));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_log_and_pull_pages_read_their_page_whatever_the_statistics_say() {
+    let db = TestDb::postgres().await;
+    let pg = db.postgres_store().expect("a PostgreSQL store");
+    // Two streams of the tenant: a page of one never reads the other's entries.
+    let pull = subscription("t1", SinkKind::PULL, &["*.*"], None);
+    db.store.create_subscription(&pull).await.expect("pull subscription");
+    let other = subscription("t1", SinkKind::PULL, &["*.*"], None);
+    db.store.create_subscription(&other).await.expect("pull subscription");
+    // Statistics stay what this test makes them: no autovacuum on its tables.
+    db.execute(
+        "DO $$ DECLARE r record; BEGIN
+           FOR r IN SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                    WHERE n.nspname = current_schema() AND c.relkind = 'r'
+                      AND (c.relname LIKE 'events%' OR c.relname = 'pull_entries') LOOP
+             EXECUTE format('ALTER TABLE %I SET (autovacuum_enabled = false)', r.relname);
+           END LOOP; END $$",
+    )
+    .await;
+    let start = Utc::now() - Duration::hours(1);
+    // One event each, analyzed: the statistics of a new install.
+    db.store.write_batch(&[event("t1", start, false), event("t2", start, false)]).await.expect("write");
+    db.execute("ANALYZE").await;
+    // Then the hour's events of both tenants, interleaved.
+    let step = 3600.0 / EVENTS as f64;
+    let mut batch = Vec::new();
+    for i in 1..EVENTS {
+        let at = start + Duration::milliseconds((i as f64 * step * 1000.0) as i64);
+        batch.push(event("t1", at, i % RARE == 0));
+        batch.push(event("t2", at, i % RARE == 0));
+        if batch.len() >= 500 {
+            db.store.write_batch(&std::mem::take(&mut batch)).await.expect("write");
+        }
+    }
+    db.store.write_batch(&batch).await.expect("write");
+
+    let mut over = every_read_takes_its_page(pg, pull.id, start, "statistics of an empty inbox").await;
+    db.execute("ANALYZE").await;
+    over.extend(every_read_takes_its_page(pg, pull.id, start, "statistics of a full one").await);
+    assert!(over.is_empty(), "{} reads read more than their page:\n{}", over.len(), over.join("\n"));
+}
