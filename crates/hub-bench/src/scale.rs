@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde_json::{Value, json};
 
-use crate::harness::{BenchHub, Db, Latency, Receiver, f0, f1, f2, load_history, write_json};
+use crate::harness::{BenchHub, Db, History, Latency, Receiver, f0, f1, f2, load_history, write_json};
 use crate::scenarios::paced_for;
 
 const TENANT: &str = "scale";
@@ -54,7 +54,13 @@ pub async fn scale(histories: &[usize], json_out: &Path) -> anyhow::Result<()> {
         for m in &all {
             let v = value(m);
             let base = value(empty);
-            let cell = if digits == 0 { f0(v) } else if digits == 1 { f1(v) } else { f2(v) };
+            let cell = if digits == 0 {
+                f0(v)
+            } else if digits == 1 {
+                f1(v)
+            } else {
+                f2(v)
+            };
             if std::ptr::eq(m, empty) {
                 line.push_str(&format!(" {cell:>20}"));
             } else {
@@ -99,16 +105,27 @@ async fn measure(history: usize) -> anyhow::Result<Measured> {
     let receiver = Receiver::start().await?;
     let key = hub.tenant(TENANT).await?;
     let webhook = hub
-        .subscribe_with(&key, json!({"name": "webhook", "event_types": ["*.*"],
-            "sink": {"type": "webhook", "url": receiver.url(TENANT, false)}}))
+        .subscribe_with(
+            &key,
+            json!({"name": "webhook", "event_types": ["*.*"],
+            "sink": {"type": "webhook", "url": receiver.url(TENANT, false)}}),
+        )
         .await?;
-    let pull = hub.subscribe_with(&key, json!({"name": "stream", "event_types": ["*.*"], "sink": {"type": "pull"}})).await?;
+    let pull =
+        hub.subscribe_with(&key, json!({"name": "stream", "event_types": ["*.*"], "sink": {"type": "pull"}})).await?;
 
     let started = Instant::now();
     if history > 0 {
         let now = Utc::now();
-        load_history(pool, schema, TENANT, now - chrono::Duration::hours(24), now - chrono::Duration::hours(1), history)
-            .await?;
+        let loaded = History {
+            tenants: &[TENANT],
+            first: now - chrono::Duration::hours(24),
+            until: now - chrono::Duration::hours(1),
+            events: history,
+            payload: 0,
+            origin: "http",
+        };
+        load_history(pool, Some(schema), &loaded).await?;
         finished_jobs_and_streams(pool, schema, &webhook, &pull).await?;
     }
     let load_s = started.elapsed().as_secs_f64();
@@ -133,7 +150,8 @@ async fn measure(history: usize) -> anyhow::Result<Measured> {
     let steady = receiver.take(TENANT).latency();
 
     let middle = history / 2;
-    let five_minutes_ago = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let five_minutes_ago =
+        (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let reads = [
         format!("/v1/subscriptions/{pull}/events?after={middle}&limit=100"),
         format!("/v1/events?event_type=payment.settled&after={middle}&limit=100"),
@@ -145,8 +163,8 @@ async fn measure(history: usize) -> anyhow::Result<Measured> {
         timed.push(time_reads(&hub, &key, path).await?);
     }
     let usage = hub.finish().await?;
-    let [pull_ms, by_type_ms, by_time_ms, listing_ms] = <[Latency; 4]>::try_from(timed)
-        .map_err(|_| anyhow::anyhow!("four reads were timed"))?;
+    let [pull_ms, by_type_ms, by_time_ms, listing_ms] =
+        <[Latency; 4]>::try_from(timed).map_err(|_| anyhow::anyhow!("four reads were timed"))?;
     Ok(Measured {
         history,
         load_s,
@@ -178,31 +196,30 @@ async fn finished_jobs_and_streams(pool: &sqlx::PgPool, schema: &str, webhook: &
     let mut conn = pool.acquire().await?;
     sqlx::query(&format!("SET search_path TO \"{schema}\"")).execute(&mut *conn).await?;
     let (webhook, pull) = (uuid::Uuid::parse_str(webhook)?, uuid::Uuid::parse_str(pull)?);
-    sqlx::query("INSERT INTO pull_entries (subscription_id, seq, tenant_id) SELECT $1, seq, tenant_id FROM events WHERE tenant_id = $2")
-        .bind(pull)
-        .bind(TENANT)
-        .execute(&mut *conn)
-        .await?;
-    sqlx::query(
-        "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, attempts, due_at,
-                                    event_received_at, window_start, created_at, updated_at, finished_at)
-         SELECT gen_random_uuid(), tenant_id, $1, seq, 'succeeded', 1, received_at, received_at, received_at,
-                received_at, received_at + interval '50 milliseconds', received_at + interval '50 milliseconds'
-         FROM events WHERE tenant_id = $2",
-    )
-    .bind(webhook)
-    .bind(TENANT)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(
-        "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms,
-                                        outcome, status_code)
-         SELECT gen_random_uuid(), id, tenant_id, subscription_id, 1, created_at, 20, 'delivered', 204
-         FROM delivery_jobs WHERE tenant_id = $1 AND state = 'succeeded'",
-    )
-    .bind(TENANT)
-    .execute(&mut *conn)
-    .await?;
+    // Each statement takes the subscription it fills and the tenant.
+    for (sql, subscription) in [
+        (
+            "INSERT INTO pull_entries (subscription_id, seq, tenant_id) SELECT $1, seq, tenant_id FROM events WHERE tenant_id = $2",
+            pull,
+        ),
+        (
+            "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, attempts, due_at,
+                                        event_received_at, window_start, created_at, updated_at, finished_at)
+             SELECT gen_random_uuid(), tenant_id, $1, seq, 'succeeded', 1, received_at, received_at, received_at,
+                    received_at, received_at + interval '50 milliseconds', received_at + interval '50 milliseconds'
+             FROM events WHERE tenant_id = $2",
+            webhook,
+        ),
+        (
+            "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms,
+                                            outcome, status_code)
+             SELECT gen_random_uuid(), id, tenant_id, subscription_id, 1, created_at, 20, 'delivered', 204
+             FROM delivery_jobs WHERE subscription_id = $1 AND tenant_id = $2",
+            webhook,
+        ),
+    ] {
+        sqlx::query(sql).bind(subscription).bind(TENANT).execute(&mut *conn).await?;
+    }
     sqlx::query("ANALYZE").execute(&mut *conn).await?;
     Ok(())
 }
