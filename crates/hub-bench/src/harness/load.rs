@@ -18,12 +18,25 @@ pub struct History<'a> {
 }
 
 /// Loads a history with one `COPY` into the schema `schema` (the connection's own when `None`):
-/// each tenant's events numbered from 1 on, and its sequence set past them.
+/// each tenant's events numbered on from its last seq (the hub's own events, such as a
+/// subscription's creation, may be there already), its sequence row locked meanwhile (an ingest
+/// of the tenant waits) and set past them.
 pub async fn load_history(pool: &sqlx::PgPool, schema: Option<&str>, h: &History<'_>) -> anyhow::Result<()> {
     use std::fmt::Write as _;
-    let mut conn = pool.acquire().await?;
+    let mut conn = pool.begin().await?;
     if let Some(schema) = schema {
-        sqlx::query(&format!("SET search_path TO \"{schema}\"")).execute(&mut *conn).await?;
+        sqlx::query(&format!("SET LOCAL search_path TO \"{schema}\"")).execute(&mut *conn).await?;
+    }
+    let mut seqs = Vec::with_capacity(h.tenants.len());
+    for tenant in h.tenants {
+        let last: i64 = sqlx::query_scalar(
+            "INSERT INTO tenant_sequences AS s (tenant_id, last_seq) VALUES ($1, 0)
+             ON CONFLICT (tenant_id) DO UPDATE SET last_seq = s.last_seq RETURNING s.last_seq",
+        )
+        .bind(tenant)
+        .fetch_one(&mut *conn)
+        .await?;
+        seqs.push(last);
     }
     let mut copy = conn
         .copy_in_raw(
@@ -33,7 +46,6 @@ pub async fn load_history(pool: &sqlx::PgPool, schema: Option<&str>, h: &History
         .await?;
     let span_us = (h.until - h.first).num_microseconds().context("span")?;
     let pad = "x".repeat(h.payload.saturating_sub(48));
-    let mut seqs = vec![0_i64; h.tenants.len()];
     let mut chunk = String::with_capacity(8 << 20);
     for i in 0..h.events {
         let at = h.first + chrono::Duration::microseconds(span_us * i as i64 / h.events as i64);
@@ -65,14 +77,12 @@ pub async fn load_history(pool: &sqlx::PgPool, schema: Option<&str>, h: &History
     copy.send(chunk.as_bytes()).await?;
     copy.finish().await?;
     for (tenant, last) in h.tenants.iter().zip(seqs) {
-        sqlx::query(
-            "INSERT INTO tenant_sequences (tenant_id, last_seq) VALUES ($1, $2)
-             ON CONFLICT (tenant_id) DO UPDATE SET last_seq = excluded.last_seq",
-        )
-        .bind(tenant)
-        .bind(last)
-        .execute(&mut *conn)
-        .await?;
+        sqlx::query("UPDATE tenant_sequences SET last_seq = $2 WHERE tenant_id = $1")
+            .bind(tenant)
+            .bind(last)
+            .execute(&mut *conn)
+            .await?;
     }
+    conn.commit().await?;
     Ok(())
 }
