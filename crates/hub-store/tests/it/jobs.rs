@@ -153,6 +153,42 @@ pub async fn concurrent_claims_never_lease_a_job_twice(db: &TestDb) {
     assert_eq!(seen.len(), 300, "every job was claimed exactly once");
 }
 
+/// A subscription's open jobs, counted by state (the listing's health); finished ones are not.
+pub async fn open_jobs_are_counted_by_state(db: &TestDb) {
+    let sub = push_subscription(db, "t1").await;
+    let other = push_subscription(db, "t1").await;
+    events(db, "t1", 6).await;
+    let mut req = claim(100, None);
+    req.exclude_subscriptions = vec![other.id];
+    let jobs = db.store.claim_jobs(&req).await.expect("claim").jobs;
+    assert_eq!(jobs.len(), 6);
+    let failure = HealthChange::Failure { at: Utc::now(), disable: None };
+    let later = Utc::now() + Duration::minutes(5);
+    let dead = JobTransition::Dead { why: DeadReason::Exhausted, reason: "attempts exhausted".into() };
+    for (job, outcome, transition) in [
+        (&jobs[0], "delivered", JobTransition::Succeeded),
+        (&jobs[1], "failed", JobTransition::Retry { due_at: later }),
+        (&jobs[2], "failed", dead.clone()),
+        (&jobs[3], "failed", dead),
+    ] {
+        db.store.complete_attempt(&result(job, outcome, transition, failure.clone())).await.expect("complete");
+    }
+    // Two still leased, one pending again, two dead, one succeeded; the other subscription's six
+    // all pending.
+    let mut counts = db.store.open_jobs(&[sub.id, other.id]).await.expect("counts");
+    counts.sort_by_key(|(s, state, _)| (*s == other.id, format!("{state:?}")));
+    use hub_core::delivery::JobState;
+    assert_eq!(
+        counts,
+        vec![
+            (sub.id, JobState::Dead, 2),
+            (sub.id, JobState::Leased, 2),
+            (sub.id, JobState::Pending, 1),
+            (other.id, JobState::Pending, 6),
+        ]
+    );
+}
+
 pub async fn attempts_move_jobs_through_their_states(db: &TestDb) {
     push_subscription(db, "t1").await;
     events(db, "t1", 3).await;
