@@ -307,15 +307,18 @@ const EXPLAIN: &str = "EXPLAIN (ANALYZE, FORMAT JSON) ";
 /// a row comparison in their order, so the entries are read from the stream's own key and each
 /// event is the first at or after its `(tenant_id, seq)`, which the outer condition checks is
 /// the one (a missing event probes to the next, and the entry is left out as a join would).
-/// Read with sorting off ([`SORTING_OFF`]): the partitions' keys merged, never all read and
-/// sorted.
+/// The stream's entries are bounded by two row comparisons: beside an equality on the stream,
+/// the index took the equality for its start and read the stream's every entry up to `$3`
+/// (35 ms a page in the middle of a million). Read with sorting off ([`SORTING_OFF`]): the
+/// partitions' keys merged, never all read and sorted.
 fn pull_page_sql(prefix: &str) -> String {
     format!(
         "{prefix}SELECT p.seq AS position, e.* FROM pull_entries p
          CROSS JOIN LATERAL (SELECT {EVENT_COLUMNS} FROM events
                              WHERE (tenant_id, seq) >= (p.tenant_id, COALESCE(p.event_seq, p.seq))
                              ORDER BY tenant_id, seq LIMIT 1) e
-         WHERE (p.subscription_id, p.seq) > ($1, $3) AND p.subscription_id = $1 AND p.tenant_id = $2
+         WHERE (p.subscription_id, p.seq) > ($1, $3) AND (p.subscription_id, p.seq) <= ($1, 9223372036854775807)
+           AND p.tenant_id = $2
            AND e.tenant_id = p.tenant_id AND e.seq = COALESCE(p.event_seq, p.seq)
          ORDER BY p.subscription_id, p.seq LIMIT $4"
     )
