@@ -61,7 +61,8 @@ pub async fn scale(histories: &[usize], json_out: &Path) -> anyhow::Result<()> {
             } else {
                 f2(v)
             };
-            if std::ptr::eq(m, empty) {
+            // What the history itself cost is compared with nothing.
+            if std::ptr::eq(m, empty) || name.starts_with("load") {
                 line.push_str(&format!(" {cell:>20}"));
             } else {
                 line.push_str(&format!(" {:>20}", format!("{cell} ({:+.0} %)", 100.0 * (v / base - 1.0))));
