@@ -18,9 +18,11 @@ use serde_json::{Value, json};
 use streaming_hub::config::Config;
 
 pub use hub_testkit::kafka::Broker;
+pub use load::{History, load_history};
 pub use receiver::{Latency, Received, Receiver, quantile_ms};
 pub use topic::BenchTopic;
 
+mod load;
 mod receiver;
 mod topic;
 

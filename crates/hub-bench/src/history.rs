@@ -9,68 +9,14 @@ use std::time::Instant;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
-use uuid::{NoContext, Timestamp, Uuid};
 
-use crate::harness::{BenchHub, Db, f0, f2, write_json};
+use crate::harness::{BenchHub, Db, History, f0, f2, load_history, write_json};
 
 const TENANT: &str = "sim";
 
-/// Loads `events` events of [`TENANT`] received evenly from `first` to `until` with one `COPY`;
-/// event `i`'s subject is `customer-<i % 1000>`.
-async fn load(
-    pool: &sqlx::PgPool,
-    schema: &str,
-    first: DateTime<Utc>,
-    until: DateTime<Utc>,
-    events: usize,
-) -> anyhow::Result<()> {
-    use std::fmt::Write as _;
-    let mut conn = pool.acquire().await?;
-    sqlx::query(&format!("SET search_path TO \"{schema}\"")).execute(&mut *conn).await?;
-    let mut copy = conn
-        .copy_in_raw(
-            "COPY events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type, event_time, \
-             schema_version, subject, extensions, payload, origin, received_at) FROM STDIN",
-        )
-        .await?;
-    let span_us = (until - first).num_microseconds().context("span")?;
-    let mut chunk = String::with_capacity(8 << 20);
-    for i in 0..events {
-        let at = first + chrono::Duration::microseconds(span_us * i as i64 / events as i64);
-        let id = Uuid::new_v7(Timestamp::from_unix(
-            NoContext,
-            u64::try_from(at.timestamp()).context("before 1970")?,
-            at.timestamp_subsec_nanos(),
-        ));
-        let body = format!(r#"{{"n":{i},"amount":{}}}"#, i % 997);
-        let stamp = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        write!(
-            chunk,
-            "{TENANT}\t{}\t{id}\tbench\tstudio.lerian.bench.payment.settled\tpayment\tsettled\t{stamp}\t1.0.0\tcustomer-{}\t{{}}\t\\\\x",
-            i + 1,
-            i % 1000
-        )?;
-        for b in body.as_bytes() {
-            write!(chunk, "{b:02x}")?;
-        }
-        writeln!(chunk, "\thttp\t{stamp}")?;
-        if chunk.len() >= 4 << 20 {
-            copy.send(chunk.as_bytes()).await?;
-            chunk.clear();
-        }
-    }
-    copy.send(chunk.as_bytes()).await?;
-    copy.finish().await?;
-    sqlx::query(
-        "INSERT INTO tenant_sequences (tenant_id, last_seq) VALUES ($1, $2)
-         ON CONFLICT (tenant_id) DO UPDATE SET last_seq = excluded.last_seq",
-    )
-    .bind(TENANT)
-    .bind(i64::try_from(events)?)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query("ANALYZE events").execute(&mut *conn).await?;
-    Ok(())
+/// [`TENANT`]'s `events` events received from `first` to `until`.
+fn of_tenant(first: DateTime<Utc>, until: DateTime<Utc>, events: usize) -> History<'static> {
+    History { tenants: &[TENANT], first, until, events, payload: 0, origin: "http" }
 }
 
 pub async fn simulate(events: usize, json_out: &Path) -> anyhow::Result<()> {
@@ -89,7 +35,9 @@ pub async fn simulate(events: usize, json_out: &Path) -> anyhow::Result<()> {
     let now = Utc::now();
     let since = now - chrono::Duration::hours(24);
     let started = Instant::now();
-    load(pool, schema, since + chrono::Duration::seconds(1), now - chrono::Duration::seconds(1), events).await?;
+    let history = of_tenant(since + chrono::Duration::seconds(1), now - chrono::Duration::seconds(1), events);
+    load_history(pool, Some(schema), &history).await?;
+    sqlx::query(&format!("ANALYZE \"{schema}\".events")).execute(pool).await?;
     let loaded = started.elapsed();
     let body = json!({"since": since.to_rfc3339(), "until": now.to_rfc3339(),
         "filters": [{"sql": "subject IN ('customer-7', 'customer-8')"}]});
@@ -134,7 +82,9 @@ pub async fn erasure(events: usize, rate: u32, json_out: &Path) -> anyhow::Resul
     };
     let now = Utc::now();
     let started = Instant::now();
-    load(pool, schema, now - chrono::Duration::hours(24), now - chrono::Duration::seconds(1), events).await?;
+    let history = of_tenant(now - chrono::Duration::hours(24), now - chrono::Duration::seconds(1), events);
+    load_history(pool, Some(schema), &history).await?;
+    sqlx::query(&format!("ANALYZE \"{schema}\".events")).execute(pool).await?;
     let loaded = started.elapsed();
     sqlx::query("CHECKPOINT").execute(pool).await?;
 
@@ -211,7 +161,9 @@ pub async fn simulate_fairness(events: usize, rate: u32, json_out: &Path) -> any
     let other = hub.tenant("other").await?;
     let now = Utc::now();
     let since = now - chrono::Duration::hours(24);
-    load(pool, schema, since + chrono::Duration::seconds(1), now - chrono::Duration::seconds(1), events).await?;
+    let history = of_tenant(since + chrono::Duration::seconds(1), now - chrono::Duration::seconds(1), events);
+    load_history(pool, Some(schema), &history).await?;
+    sqlx::query(&format!("ANALYZE \"{schema}\".events")).execute(pool).await?;
     // Warm the other tenant's path, then measure it alone.
     paced_for(&hub, &other, "other", rate, std::time::Duration::from_secs(2)).await?;
     let alone = Latency::of(&paced_for(&hub, &other, "other", rate, WINDOW).await?.answered_us);

@@ -13,6 +13,7 @@ mod portal;
 mod retention;
 mod roles;
 mod routing;
+mod scale;
 mod scenarios;
 mod sinks;
 mod slow;
@@ -182,6 +183,17 @@ enum BenchScenario {
     Simulate {
         #[arg(long, default_value_t = 1_000_000, value_parser = at_least_one)]
         events: usize,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
+    /// Whether a full hub is as fast as an empty one: for each `--history` size (the first is the
+    /// one compared with; 0 is an empty hub), a fresh hub whose tenant holds that many events, a
+    /// pull stream over them and as many finished jobs and attempts, then a burst, steady
+    /// latency, a pull page, the event log by type and by time and the subscription listing
+    /// (PostgreSQL only).
+    Scale {
+        #[arg(long, value_delimiter = ',', default_values_t = [0, 1_000_000])]
+        history: Vec<usize>,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -449,6 +461,7 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         BenchScenario::Peer { peer, run, api, receiver, latency_ms, events, producers, json } => {
             peer::peer(peer, run, api, receiver, latency_ms, events, producers, &json_path(json, "peer")).await
         }
+        BenchScenario::Scale { history, json } => scale::scale(&history, &json_path(json, "scale")).await,
         BenchScenario::Simulate { events, json } => history::simulate(events, &json_path(json, "simulate")).await,
         BenchScenario::SimulateFairness { events, rate, json } => {
             history::simulate_fairness(events, rate, &json_path(json, "simulate-fairness")).await

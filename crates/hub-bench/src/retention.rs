@@ -15,9 +15,9 @@ use chrono::{DateTime, Utc};
 use hub_store::prelude::*;
 use hub_store::{PgStore, PruneKind};
 use serde_json::{Value, json};
-use uuid::{NoContext, Timestamp, Uuid};
+use uuid::Uuid;
 
-use crate::harness::{f0, f1, f2, postgres_cpu, quantile_ms, write_json};
+use crate::harness::{History, f0, f1, f2, load_history, postgres_cpu, quantile_ms, write_json};
 
 /// Whole days of events loaded; the oldest is retained away.
 const DAYS: i64 = 8;
@@ -131,7 +131,10 @@ async fn measure(
         }
     }
     let started = Instant::now();
-    load(&store, first, today, events, payload).await?;
+    let tenants: Vec<String> = (0..TENANTS).map(|t| format!("bench{t}")).collect();
+    let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
+    let history = History { tenants: &tenants, first, until: today, events, payload, origin: "kafka" };
+    load_history(store.pool(), None, &history).await?;
     let load_s = started.elapsed().as_secs_f64();
     sqlx::query("ANALYZE events").execute(store.pool()).await?;
     sqlx::query("CHECKPOINT").execute(store.pool()).await?;
@@ -197,57 +200,6 @@ async fn measure(
         "dead_rows": dead.unwrap_or(0),
         "inbox_mib_after": bytes.unwrap_or(0) as f64 / 1048576.0,
     }))
-}
-
-/// Loads `events` events spread evenly from `first` to `until` with one `COPY`: ten tenants,
-/// each event's id of its arrival time, payloads of `payload` bytes of JSON.
-async fn load(
-    store: &PgStore,
-    first: DateTime<Utc>,
-    until: DateTime<Utc>,
-    events: usize,
-    payload: usize,
-) -> anyhow::Result<()> {
-    use std::fmt::Write as _;
-    let mut conn = store.pool().acquire().await?;
-    let mut copy = conn
-        .copy_in_raw(
-            "COPY events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type, event_time, \
-             schema_version, extensions, payload, origin, received_at) FROM STDIN",
-        )
-        .await?;
-    let span_us = (until - first).num_microseconds().context("span")?;
-    let pad = "x".repeat(payload.saturating_sub(24));
-    let mut seqs = [0_i64; TENANTS];
-    let mut chunk = String::with_capacity(8 << 20);
-    for i in 0..events {
-        let at = first + chrono::Duration::microseconds(span_us * i as i64 / events as i64);
-        let tenant = i % TENANTS;
-        seqs[tenant] += 1;
-        let id = Uuid::new_v7(Timestamp::from_unix(
-            NoContext,
-            u64::try_from(at.timestamp()).context("before 1970")?,
-            at.timestamp_subsec_nanos(),
-        ));
-        let body = format!(r#"{{"n":{i:>12},"p":"{pad}"}}"#);
-        let stamp = at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-        write!(
-            chunk,
-            "bench{tenant}\t{}\t{id}\tbench\tstudio.lerian.bench.payment.settled\tpayment\tsettled\t{stamp}\t1.0.0\t{{}}\t\\\\x",
-            seqs[tenant]
-        )?;
-        for b in body.as_bytes() {
-            write!(chunk, "{b:02x}")?;
-        }
-        writeln!(chunk, "\tkafka\t{stamp}")?;
-        if chunk.len() >= 4 << 20 {
-            copy.send(chunk.as_bytes()).await?;
-            chunk.clear();
-        }
-    }
-    copy.send(chunk.as_bytes()).await?;
-    copy.finish().await?;
-    Ok(())
 }
 
 /// Retention as the layout before did it: statements of `BATCH` rows, oldest first, each in its

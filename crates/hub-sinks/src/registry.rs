@@ -1,8 +1,9 @@
 //! The registry, derived from the list of sinks in `lib.rs`: the [`Destination`] enum (one
 //! variant per sink, and `pull`), how it is stored and read back, the parse dispatch, the sinks of
-//! a process ([`Sinks`]) and the OpenAPI schema of a `sink` ([`SinkSchema`]). Nothing here names
-//! a sink: the list does, and each sink's [`TypedSink`] says the rest. The rest of the hub holds
-//! the sinks as a `&dyn Sink` and never switches on the type.
+//! a process ([`Sinks`], a field per sink, an attempt dispatched from the destination's variant)
+//! and the OpenAPI schema of a `sink` ([`SinkSchema`]). Nothing here names a sink: the list does,
+//! and each sink's [`TypedSink`] says the rest. The rest of the hub holds the sinks as a `&dyn
+//! Sink` (tests put a fake in their place) and never switches on the type.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -55,55 +56,31 @@ pub trait Sink: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// A sink whose configuration a [`Destination`] can carry: every sink of the list.
-pub trait Carried: TypedSink {
-    /// The destination's configuration, when it is one of this sink's.
-    fn config(destination: &Destination) -> Option<&Self::Config>;
-}
-
-#[async_trait]
-impl<T: Carried> Sink for T {
-    async fn deliver(
-        &self,
-        destination: &Destination,
-        secrets: &Secrets,
-        message: &Message<'_>,
-        max_timeout: Duration,
-    ) -> Outcome {
-        let Some(config) = T::config(destination) else {
-            return Outcome::Failed(misconfigured(&format!("not a {} destination", T::NAME)));
-        };
-        match self.target(config, secrets, max_timeout) {
-            Ok(target) => self.attempt(&target, message).await,
-            Err(failure) => Outcome::Failed(failure),
-        }
-    }
-
-    async fn probe(
-        &self,
-        destination: &Destination,
-        secrets: &Secrets,
-        tenant: &str,
-        subscription: Uuid,
-        max_timeout: Duration,
-    ) -> Result<Probed, Failure> {
-        let config = T::config(destination).ok_or_else(|| misconfigured(&format!("not a {} destination", T::NAME)))?;
-        let target = self.target(config, secrets, max_timeout)?;
-        self.check(&target, tenant, subscription).await
-    }
-
-    fn headers(&self, destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
-        match T::config(destination) {
-            Some(config) => TypedSink::headers(self, config, message),
-            None => attributes(message),
-        }
+/// One attempt through `sink` to a destination of its type.
+async fn deliver_with<T: TypedSink>(
+    sink: &T,
+    config: &T::Config,
+    secrets: &Secrets,
+    message: &Message<'_>,
+    max_timeout: Duration,
+) -> Outcome {
+    match sink.target(config, secrets, max_timeout) {
+        Ok(target) => sink.attempt(&target, message).await,
+        Err(failure) => Outcome::Failed(failure),
     }
 }
 
-/// Every sink of a process (each pools its connections), by the destination type it serves.
-#[derive(Debug, Clone)]
-pub struct Sinks {
-    registry: Vec<(SinkKind, Arc<dyn Sink>)>,
+/// The verification of a destination through `sink`.
+async fn probe_with<T: TypedSink>(
+    sink: &T,
+    config: &T::Config,
+    secrets: &Secrets,
+    tenant: &str,
+    subscription: Uuid,
+    max_timeout: Duration,
+) -> Result<Probed, Failure> {
+    let target = sink.target(config, secrets, max_timeout)?;
+    sink.check(&target, tenant, subscription).await
 }
 
 impl Sinks {
@@ -117,46 +94,6 @@ impl Sinks {
         issuer: Option<Arc<dyn crate::sink::TokenIssuer>>,
     ) -> Result<Self, String> {
         Self::with(&Settings { allow_private, default_chain: aws_default_credentials, aws_endpoint_url, issuer })
-    }
-
-    /// The sink of a destination type; `None` for one that is not pushed (pull).
-    pub fn sink(&self, kind: SinkKind) -> Option<&dyn Sink> {
-        self.registry.iter().find(|(k, _)| *k == kind).map(|(_, sink)| sink.as_ref())
-    }
-}
-
-#[async_trait]
-impl Sink for Sinks {
-    async fn deliver(
-        &self,
-        destination: &Destination,
-        secrets: &Secrets,
-        message: &Message<'_>,
-        max_timeout: Duration,
-    ) -> Outcome {
-        match self.sink(destination.kind()) {
-            Some(sink) => sink.deliver(destination, secrets, message, max_timeout).await,
-            None => Outcome::Failed(misconfigured("a pull subscription has no push destination")),
-        }
-    }
-
-    /// A pull destination has nothing to verify.
-    async fn probe(
-        &self,
-        destination: &Destination,
-        secrets: &Secrets,
-        tenant: &str,
-        subscription: Uuid,
-        max_timeout: Duration,
-    ) -> Result<Probed, Failure> {
-        match self.sink(destination.kind()) {
-            Some(sink) => sink.probe(destination, secrets, tenant, subscription, max_timeout).await,
-            None => Ok(Probed::default()),
-        }
-    }
-
-    fn headers(&self, destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
-        self.sink(destination.kind()).map(|sink| sink.headers(destination, message)).unwrap_or_default()
     }
 }
 
@@ -219,15 +156,6 @@ macro_rules! registry {
             Pull,
         }
 
-        $(impl Carried for crate::$module::$sink {
-            fn config(destination: &Destination) -> Option<&Self::Config> {
-                match destination {
-                    Destination::$variant(c) => Some(c),
-                    _ => None,
-                }
-            }
-        })*
-
         /// Every sink type's name, and `pull`.
         pub const NAMES: &[&str] = &[$(<crate::$module::$sink as TypedSink>::NAME,)* PULL];
 
@@ -249,16 +177,55 @@ macro_rules! registry {
             ]
         }
 
+        /// Every sink of a process (each pools its connections), one field per sink type: an
+        /// attempt goes from its [`Destination`]'s variant straight to its sink.
+        #[derive(Debug)]
+        pub struct Sinks {
+            $($module: crate::$module::$sink,)*
+        }
+
         impl Sinks {
             /// The sinks of a process made with `settings`.
             pub fn with(settings: &Settings) -> Result<Self, String> {
-                let registry: Vec<(SinkKind, Arc<dyn Sink>)> = vec![
-                    $((
-                        SinkKind::named(<crate::$module::$sink as TypedSink>::NAME),
-                        Arc::new(<crate::$module::$sink as TypedSink>::build(settings)?),
-                    ),)*
-                ];
-                Ok(Self { registry })
+                Ok(Self { $($module: <crate::$module::$sink as TypedSink>::build(settings)?,)* })
+            }
+        }
+
+        #[async_trait]
+        impl Sink for Sinks {
+            async fn deliver(
+                &self,
+                destination: &Destination,
+                secrets: &Secrets,
+                message: &Message<'_>,
+                max_timeout: Duration,
+            ) -> Outcome {
+                match destination {
+                    $(Destination::$variant(c) => deliver_with(&self.$module, c, secrets, message, max_timeout).await,)*
+                    Destination::Pull => Outcome::Failed(misconfigured("a pull subscription has no push destination")),
+                }
+            }
+
+            /// A pull destination has nothing to verify.
+            async fn probe(
+                &self,
+                destination: &Destination,
+                secrets: &Secrets,
+                tenant: &str,
+                subscription: Uuid,
+                max_timeout: Duration,
+            ) -> Result<Probed, Failure> {
+                match destination {
+                    $(Destination::$variant(c) => probe_with(&self.$module, c, secrets, tenant, subscription, max_timeout).await,)*
+                    Destination::Pull => Ok(Probed::default()),
+                }
+            }
+
+            fn headers(&self, destination: &Destination, message: &Message<'_>) -> Vec<(String, String)> {
+                match destination {
+                    $(Destination::$variant(c) => TypedSink::headers(&self.$module, c, message),)*
+                    Destination::Pull => Vec::new(),
+                }
             }
         }
 

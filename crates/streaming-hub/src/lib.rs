@@ -260,15 +260,17 @@ pub async fn start_with_clock(
         store.listen_for_jobs(Arc::clone(&wake)).await.context("cannot listen for job notifications")?;
         let dispatcher = Arc::new(
             delivery::Dispatcher::new(
-                Arc::clone(&store),
-                Arc::clone(&sealer),
-                Arc::clone(&sinks),
-                Arc::clone(&clock),
-                Arc::clone(&wake),
+                delivery::Parts {
+                    store: Arc::clone(&store),
+                    sealer: Arc::clone(&sealer),
+                    sinks: Arc::clone(&sinks),
+                    clock: Arc::clone(&clock),
+                    wake: Arc::clone(&wake),
+                    notices: notices.clone(),
+                    breakers: breakers.clone(),
+                    flights: flights.clone(),
+                },
                 delivery::settings(&config),
-                notices.clone(),
-                breakers.clone(),
-                flights.clone(),
             )
             .with_transforms(transforms.clone())
             .with_membership(Arc::clone(&membership)),

@@ -1,5 +1,6 @@
-//! What the SQS and EventBridge sinks share (SPEC §3.7): the official AWS SDK's clients, their
-//! endpoint and credentials, error classification and the CloudEvents attributes.
+//! What the AWS sinks share (SPEC §3.7): the official AWS SDK's clients, their endpoint and
+//! credentials, error classification, the CloudEvents attributes, and the sink itself
+//! ([`sink::AwsSink`], each service saying only what is its own).
 //!
 //! Clients are built per (region, endpoint, credentials) and reused. Each makes exactly one
 //! request per attempt: the SDK's own retries are off, the dispatcher's curve decides. Credentials
@@ -21,6 +22,7 @@ use crate::sink::{Failure, FailureKind};
 
 pub mod config;
 pub mod schema;
+pub mod sink;
 pub mod web_identity;
 
 use config::AwsAccess;

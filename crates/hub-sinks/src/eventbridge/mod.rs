@@ -4,15 +4,15 @@
 pub mod config;
 pub mod schema;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
+use aws_config::SdkConfig;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
+use crate::aws::sink::{AwsSink, Service};
+use crate::aws::{AwsEndpoint, classify};
 use crate::message::{Message, structured};
-use crate::sink::{Failure, FailureKind, Outcome, Probed, Secrets, Settings, TypedSink};
+use crate::sink::{Failure, FailureKind};
 
 /// An EventBridge bus.
 #[derive(Debug, Clone)]
@@ -23,22 +23,15 @@ pub struct EventBridgeTarget {
 }
 
 /// The EventBridge sink.
+pub type EventBridgeSink = AwsSink<EventBridge>;
+
+/// EventBridge, as [`AwsSink`] speaks to it.
 #[derive(Debug)]
-pub struct EventBridgeSink {
-    clients: Clients<aws_sdk_eventbridge::Client>,
-}
+pub struct EventBridge;
 
-impl EventBridgeSink {
-    pub fn new(settings: AwsSettings) -> Self {
-        Self { clients: Clients::new(settings) }
-    }
-
-    async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_eventbridge::Client, Failure> {
-        self.clients.get(e, aws_sdk_eventbridge::Client::new).await
-    }
-
+impl EventBridge {
     async fn put(
-        &self,
+        client: &aws_sdk_eventbridge::Client,
         target: &EventBridgeTarget,
         source: &str,
         detail_type: &str,
@@ -46,7 +39,6 @@ impl EventBridgeSink {
         detail: String,
     ) -> Result<(), Failure> {
         use aws_sdk_eventbridge::types::PutEventsRequestEntry;
-        let client = self.client(&target.endpoint).await?;
         let mut entry = PutEventsRequestEntry::builder()
             .source(source)
             .detail_type(detail_type)
@@ -79,49 +71,38 @@ impl EventBridgeSink {
 }
 
 #[async_trait]
-impl TypedSink for EventBridgeSink {
+impl Service for EventBridge {
     const NAME: &'static str = "eventbridge";
     const SUMMARY: &'static str = "{event_bus} ({region})";
     type Config = config::EventBridgeConfig;
     type Request = schema::EventbridgeSink;
     type Target = EventBridgeTarget;
+    type Client = aws_sdk_eventbridge::Client;
 
-
-    fn build(settings: &Settings) -> Result<Self, String> {
-        Ok(Self::new(settings.into()))
+    fn client(config: &SdkConfig, _: &AwsEndpoint) -> aws_sdk_eventbridge::Client {
+        aws_sdk_eventbridge::Client::new(config)
     }
 
-    fn target(
-        &self,
-        config: &config::EventBridgeConfig,
-        secrets: &Secrets,
-        max_timeout: Duration,
-    ) -> Result<EventBridgeTarget, Failure> {
-        let c = config;
-        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(
-            &c.region,
-            c.endpoint_url.as_deref(),
-            c.credentials.as_ref(),
-            secrets,
-            timeout,
-        );
-        Ok(EventBridgeTarget { event_bus: c.event_bus.clone(), endpoint })
+    fn target(config: &config::EventBridgeConfig, endpoint: AwsEndpoint) -> EventBridgeTarget {
+        EventBridgeTarget { event_bus: config.event_bus.clone(), endpoint }
     }
 
-    async fn attempt(&self, target: &EventBridgeTarget, m: &Message<'_>) -> Outcome {
+    fn endpoint(target: &EventBridgeTarget) -> &AwsEndpoint {
+        &target.endpoint
+    }
+
+    async fn send(client: &aws_sdk_eventbridge::Client, target: &EventBridgeTarget, m: &Message<'_>) -> Result<(), Failure> {
         let time = chrono::DateTime::parse_from_rfc3339(m.time).ok().map(|t| t.timestamp());
-        match self.put(target, m.source, m.ce_type, time, structured(m).to_string()).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
-            Err(f) => Outcome::Failed(f),
-        }
+        Self::put(client, target, m.source, m.ce_type, time, structured(m).to_string()).await
     }
 
-    async fn check(&self, target: &EventBridgeTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
-        let detail =
-            json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription_id});
-        self.put(target, "streaming-hub", "streaming_hub.verification", None, detail.to_string())
-            .await
-            .map(|()| Probed::default())
+    async fn verify(
+        client: &aws_sdk_eventbridge::Client,
+        target: &EventBridgeTarget,
+        tenant: &str,
+        subscription: Uuid,
+    ) -> Result<(), Failure> {
+        let detail = json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription});
+        Self::put(client, target, "streaming-hub", "streaming_hub.verification", None, detail.to_string()).await
     }
 }

@@ -5,21 +5,21 @@
 pub mod config;
 pub mod schema;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
+use aws_config::SdkConfig;
 use aws_sdk_kinesis::primitives::Blob;
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
+use crate::aws::sink::{AwsSink, Service};
+use crate::aws::{AwsEndpoint, classify};
 use crate::message::{Message, structured};
-use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink};
+use crate::sink::Failure;
 
 /// Error codes retrying cannot help: no such stream, a record Kinesis never takes.
 const PERMANENT: &[&str] = &["ResourceNotFoundException", "InvalidArgumentException", "ValidationException"];
 
-/// A Kinesis data stream.
+/// A Kinesis stream.
 #[derive(Debug, Clone)]
 pub struct KinesisTarget {
     pub stream_name: String,
@@ -27,18 +27,19 @@ pub struct KinesisTarget {
 }
 
 /// The Kinesis sink.
+pub type KinesisSink = AwsSink<Kinesis>;
+
+/// Kinesis, as [`AwsSink`] speaks to it.
 #[derive(Debug)]
-pub struct KinesisSink {
-    clients: Clients<aws_sdk_kinesis::Client>,
-}
+pub struct Kinesis;
 
-impl KinesisSink {
-    pub fn new(settings: AwsSettings) -> Self {
-        Self { clients: Clients::new(settings) }
-    }
-
-    async fn put(&self, target: &KinesisTarget, data: Vec<u8>, partition_key: &str) -> Result<(), Failure> {
-        let client = self.clients.get(&target.endpoint, aws_sdk_kinesis::Client::new).await?;
+impl Kinesis {
+    async fn put(
+        client: &aws_sdk_kinesis::Client,
+        target: &KinesisTarget,
+        data: Vec<u8>,
+        partition_key: &str,
+    ) -> Result<(), Failure> {
         client
             .put_record()
             .stream_name(&target.stream_name)
@@ -52,47 +53,38 @@ impl KinesisSink {
 }
 
 #[async_trait]
-impl TypedSink for KinesisSink {
+impl Service for Kinesis {
     const NAME: &'static str = "kinesis";
     const SUMMARY: &'static str = "{stream_name} ({region})";
     type Config = config::KinesisConfig;
     type Request = schema::KinesisSink;
     type Target = KinesisTarget;
+    type Client = aws_sdk_kinesis::Client;
 
-
-    fn build(settings: &Settings) -> Result<Self, String> {
-        Ok(Self::new(settings.into()))
+    fn client(config: &SdkConfig, _: &AwsEndpoint) -> aws_sdk_kinesis::Client {
+        aws_sdk_kinesis::Client::new(config)
     }
 
-    fn target(
-        &self,
-        config: &config::KinesisConfig,
-        secrets: &Secrets,
-        max_timeout: Duration,
-    ) -> Result<KinesisTarget, Failure> {
-        let c = config;
-        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(
-            &c.region,
-            c.endpoint_url.as_deref(),
-            c.credentials.as_ref(),
-            secrets,
-            timeout,
-        );
-        Ok(KinesisTarget { stream_name: c.stream_name.clone(), endpoint })
+    fn target(config: &config::KinesisConfig, endpoint: AwsEndpoint) -> KinesisTarget {
+        KinesisTarget { stream_name: config.stream_name.clone(), endpoint }
     }
 
-    async fn attempt(&self, target: &KinesisTarget, m: &Message<'_>) -> Outcome {
+    fn endpoint(target: &KinesisTarget) -> &AwsEndpoint {
+        &target.endpoint
+    }
+
+    async fn send(client: &aws_sdk_kinesis::Client, target: &KinesisTarget, m: &Message<'_>) -> Result<(), Failure> {
         let record = structured(m).to_string().into_bytes();
-        match self.put(target, record, m.record_key()).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
-            Err(f) => Outcome::Failed(f),
-        }
+        Self::put(client, target, record, m.record_key()).await
     }
 
-    async fn check(&self, target: &KinesisTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
-        let record =
-            json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription_id});
-        self.put(target, record.to_string().into_bytes(), tenant).await.map(|()| Probed::default())
+    async fn verify(
+        client: &aws_sdk_kinesis::Client,
+        target: &KinesisTarget,
+        tenant: &str,
+        subscription: Uuid,
+    ) -> Result<(), Failure> {
+        let record = json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription});
+        Self::put(client, target, record.to_string().into_bytes(), tenant).await
     }
 }

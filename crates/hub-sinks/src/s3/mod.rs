@@ -6,17 +6,17 @@
 pub mod config;
 pub mod schema;
 
-use std::time::Duration;
-
 use async_trait::async_trait;
+use aws_config::SdkConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Clients, classify};
+use crate::aws::sink::{AwsSink, Service};
+use crate::aws::{AwsEndpoint, classify};
 use crate::message::{Message, structured};
-use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink};
+use crate::sink::Failure;
 
 /// Error codes retrying cannot help: no such bucket, an object S3 never takes.
 const PERMANENT: &[&str] = &["NoSuchBucket", "InvalidBucketName", "EntityTooLarge", "KeyTooLongError"];
@@ -33,10 +33,11 @@ pub struct S3Target {
 }
 
 /// The S3 sink.
+pub type S3Sink = AwsSink<S3>;
+
+/// S3, as [`AwsSink`] speaks to it.
 #[derive(Debug)]
-pub struct S3Sink {
-    clients: Clients<aws_sdk_s3::Client>,
-}
+pub struct S3;
 
 /// The object key of an event (SPEC §9): the event's time decides the day; one that does not
 /// read (never, for an accepted event) files it under the day it is delivered.
@@ -45,22 +46,8 @@ pub fn object_key(prefix: &str, m: &Message<'_>) -> String {
     format!("{prefix}{}/{}.{}/{}/{}.json", m.tenant, m.resource_type, m.event_type, day.format("%Y/%m/%d"), m.ce_id)
 }
 
-impl S3Sink {
-    pub fn new(settings: AwsSettings) -> Self {
-        Self { clients: Clients::new(settings) }
-    }
-
-    async fn put(&self, target: &S3Target, key: String, body: Vec<u8>) -> Result<(), Failure> {
-        // A named endpoint (an S3-compatible store, an emulator, a VPC endpoint) is addressed by
-        // path: virtual-host buckets need DNS that such endpoints seldom have.
-        let path_style = target.endpoint.endpoint_url.is_some();
-        let client = self
-            .clients
-            .get(&target.endpoint, |sdk| {
-                let conf = aws_sdk_s3::config::Builder::from(sdk).force_path_style(path_style).build();
-                aws_sdk_s3::Client::from_conf(conf)
-            })
-            .await?;
+impl S3 {
+    async fn put(client: &aws_sdk_s3::Client, target: &S3Target, key: String, body: Vec<u8>) -> Result<(), Failure> {
         client
             .put_object()
             .bucket(&target.bucket)
@@ -75,44 +62,38 @@ impl S3Sink {
 }
 
 #[async_trait]
-impl TypedSink for S3Sink {
+impl Service for S3 {
     const NAME: &'static str = "s3";
     const SUMMARY: &'static str = "s3://{bucket}/{prefix}";
     type Config = config::S3Config;
     type Request = schema::S3Sink;
     type Target = S3Target;
+    type Client = aws_sdk_s3::Client;
 
-
-    fn build(settings: &Settings) -> Result<Self, String> {
-        Ok(Self::new(settings.into()))
+    /// A named endpoint (an S3-compatible store, an emulator, a VPC endpoint) is addressed by
+    /// path: virtual-host buckets need DNS that such endpoints seldom have.
+    fn client(config: &SdkConfig, endpoint: &AwsEndpoint) -> aws_sdk_s3::Client {
+        let path_style = endpoint.endpoint_url.is_some();
+        aws_sdk_s3::Client::from_conf(aws_sdk_s3::config::Builder::from(config).force_path_style(path_style).build())
     }
 
-    fn target(&self, config: &config::S3Config, secrets: &Secrets, max_timeout: Duration) -> Result<S3Target, Failure> {
-        let c = config;
-        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(
-            &c.region,
-            c.endpoint_url.as_deref(),
-            c.credentials.as_ref(),
-            secrets,
-            timeout,
-        );
-        Ok(S3Target { bucket: c.bucket.clone(), prefix: c.prefix.clone(), endpoint })
+    fn target(config: &config::S3Config, endpoint: AwsEndpoint) -> S3Target {
+        S3Target { bucket: config.bucket.clone(), prefix: config.prefix.clone(), endpoint }
     }
 
-    async fn attempt(&self, target: &S3Target, m: &Message<'_>) -> Outcome {
+    fn endpoint(target: &S3Target) -> &AwsEndpoint {
+        &target.endpoint
+    }
+
+    async fn send(client: &aws_sdk_s3::Client, target: &S3Target, m: &Message<'_>) -> Result<(), Failure> {
         let body = structured(m).to_string().into_bytes();
-        match self.put(target, object_key(&target.prefix, m), body).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
-            Err(f) => Outcome::Failed(f),
-        }
+        Self::put(client, target, object_key(&target.prefix, m), body).await
     }
 
     /// Writes (and on each probe overwrites) one verification object of the subscription.
-    async fn check(&self, target: &S3Target, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
-        let key = format!("{}{tenant}/streaming_hub.verification/{subscription_id}.json", target.prefix);
-        let body =
-            json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription_id});
-        self.put(target, key, body.to_string().into_bytes()).await.map(|()| Probed::default())
+    async fn verify(client: &aws_sdk_s3::Client, target: &S3Target, tenant: &str, subscription: Uuid) -> Result<(), Failure> {
+        let key = format!("{}{tenant}/streaming_hub.verification/{subscription}.json", target.prefix);
+        let body = json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription});
+        Self::put(client, target, key, body.to_string().into_bytes()).await
     }
 }

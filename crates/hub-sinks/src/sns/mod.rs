@@ -7,14 +7,15 @@ pub mod config;
 pub mod schema;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_config::SdkConfig;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Clients, Verification, classify, packed_attributes, text_body};
+use crate::aws::sink::{AwsSink, Service};
+use crate::aws::{AwsEndpoint, Verification, classify, packed_attributes, text_body};
 use crate::message::{Message, attributes};
-use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink};
+use crate::sink::Failure;
 
 /// Error codes retrying cannot help: no such topic, a message SNS never takes.
 const PERMANENT: &[&str] = &["NotFound", "InvalidParameter", "InvalidParameterValue"];
@@ -28,18 +29,15 @@ pub struct SnsTarget {
 }
 
 /// The SNS sink.
+pub type SnsSink = AwsSink<Sns>;
+
+/// SNS, as [`AwsSink`] speaks to it.
 #[derive(Debug)]
-pub struct SnsSink {
-    clients: Clients<aws_sdk_sns::Client>,
-}
+pub struct Sns;
 
-impl SnsSink {
-    pub fn new(settings: AwsSettings) -> Self {
-        Self { clients: Clients::new(settings) }
-    }
-
+impl Sns {
     async fn publish(
-        &self,
+        client: &aws_sdk_sns::Client,
         target: &SnsTarget,
         body: String,
         attrs: Vec<(String, String)>,
@@ -47,7 +45,6 @@ impl SnsSink {
         dedup: &str,
     ) -> Result<(), Failure> {
         use aws_sdk_sns::types::MessageAttributeValue;
-        let client = self.clients.get(&target.endpoint, aws_sdk_sns::Client::new).await?;
         let attributes = packed_attributes(attrs)
             .into_iter()
             .filter_map(|(k, v)| {
@@ -65,48 +62,36 @@ impl SnsSink {
 }
 
 #[async_trait]
-impl TypedSink for SnsSink {
+impl Service for Sns {
     const NAME: &'static str = "sns";
     const SUMMARY: &'static str = "{topic_arn}";
     type Config = config::SnsConfig;
     type Request = schema::SnsSink;
     type Target = SnsTarget;
+    type Client = aws_sdk_sns::Client;
 
-
-    fn build(settings: &Settings) -> Result<Self, String> {
-        Ok(Self::new(settings.into()))
+    fn client(config: &SdkConfig, _: &AwsEndpoint) -> aws_sdk_sns::Client {
+        aws_sdk_sns::Client::new(config)
     }
 
-    fn target(
-        &self,
-        config: &config::SnsConfig,
-        secrets: &Secrets,
-        max_timeout: Duration,
-    ) -> Result<SnsTarget, Failure> {
-        let c = config;
-        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(
-            &c.region,
-            c.endpoint_url.as_deref(),
-            c.credentials.as_ref(),
-            secrets,
-            timeout,
-        );
-        Ok(SnsTarget { topic_arn: c.topic_arn.clone(), fifo: c.is_fifo(), endpoint })
+    fn target(config: &config::SnsConfig, endpoint: AwsEndpoint) -> SnsTarget {
+        SnsTarget { topic_arn: config.topic_arn.clone(), fifo: config.is_fifo(), endpoint }
     }
 
-    async fn attempt(&self, target: &SnsTarget, m: &Message<'_>) -> Outcome {
+    fn endpoint(target: &SnsTarget) -> &AwsEndpoint {
+        &target.endpoint
+    }
+
+    async fn send(client: &aws_sdk_sns::Client, target: &SnsTarget, m: &Message<'_>) -> Result<(), Failure> {
         let mut attrs = attributes(m);
         let body = text_body(m.payload, &mut attrs);
+        // A FIFO topic keeps order per message group: the ordering key's, else the tenant's.
         let group = m.ordering_key.unwrap_or(m.tenant);
-        match self.publish(target, body, attrs, group, &m.ce_id.to_string()).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
-            Err(f) => Outcome::Failed(f),
-        }
+        Self::publish(client, target, body, attrs, group, &m.ce_id.to_string()).await
     }
 
-    async fn check(&self, target: &SnsTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
-        let v = Verification::new(tenant, subscription_id);
-        self.publish(target, v.body, v.attributes, tenant, &v.id).await.map(|()| Probed::default())
+    async fn verify(client: &aws_sdk_sns::Client, target: &SnsTarget, tenant: &str, subscription: Uuid) -> Result<(), Failure> {
+        let v = Verification::new(tenant, subscription);
+        Self::publish(client, target, v.body, v.attributes, tenant, &v.id).await
     }
 }

@@ -4,14 +4,15 @@ pub mod config;
 pub mod schema;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_config::SdkConfig;
 use uuid::Uuid;
 
-use crate::aws::{AwsEndpoint, AwsSettings, Clients, Verification, classify, packed_attributes, text_body};
+use crate::aws::sink::{AwsSink, Service};
+use crate::aws::{AwsEndpoint, Verification, classify, packed_attributes, text_body};
 use crate::message::{Message, attributes};
-use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink};
+use crate::sink::Failure;
 
 /// The tenth attribute: every other header, as a JSON object.
 pub const SQS_EXTRA_HEADERS: &str = crate::aws::EXTRA_HEADERS;
@@ -24,22 +25,15 @@ pub struct SqsTarget {
 }
 
 /// The SQS sink.
+pub type SqsSink = AwsSink<Sqs>;
+
+/// SQS, as [`AwsSink`] speaks to it.
 #[derive(Debug)]
-pub struct SqsSink {
-    clients: Clients<aws_sdk_sqs::Client>,
-}
+pub struct Sqs;
 
-impl SqsSink {
-    pub fn new(settings: AwsSettings) -> Self {
-        Self { clients: Clients::new(settings) }
-    }
-
-    async fn client(&self, e: &AwsEndpoint) -> Result<aws_sdk_sqs::Client, Failure> {
-        self.clients.get(e, aws_sdk_sqs::Client::new).await
-    }
-
+impl Sqs {
     async fn send(
-        &self,
+        client: &aws_sdk_sqs::Client,
         target: &SqsTarget,
         body: String,
         attrs: Vec<(String, String)>,
@@ -47,7 +41,6 @@ impl SqsSink {
         dedup: &str,
     ) -> Result<(), Failure> {
         use aws_sdk_sqs::types::MessageAttributeValue;
-        let client = self.client(&target.endpoint).await?;
         let native = packed_attributes(attrs)
             .into_iter()
             .filter_map(|(k, v)| {
@@ -65,49 +58,36 @@ impl SqsSink {
 }
 
 #[async_trait]
-impl TypedSink for SqsSink {
+impl Service for Sqs {
     const NAME: &'static str = "sqs";
     const SUMMARY: &'static str = "{queue_url}";
     type Config = config::SqsConfig;
     type Request = schema::SqsSink;
     type Target = SqsTarget;
+    type Client = aws_sdk_sqs::Client;
 
-
-    fn build(settings: &Settings) -> Result<Self, String> {
-        Ok(Self::new(settings.into()))
+    fn client(config: &SdkConfig, _: &AwsEndpoint) -> aws_sdk_sqs::Client {
+        aws_sdk_sqs::Client::new(config)
     }
 
-    fn target(
-        &self,
-        config: &config::SqsConfig,
-        secrets: &Secrets,
-        max_timeout: Duration,
-    ) -> Result<SqsTarget, Failure> {
-        let c = config;
-        let timeout = crate::sink::BROKER_TIMEOUT.min(max_timeout);
-        let endpoint = self.clients.settings.endpoint(
-            &c.region,
-            c.endpoint_url.as_deref(),
-            c.credentials.as_ref(),
-            secrets,
-            timeout,
-        );
-        Ok(SqsTarget { queue_url: c.queue_url.clone(), endpoint })
+    fn target(config: &config::SqsConfig, endpoint: AwsEndpoint) -> SqsTarget {
+        SqsTarget { queue_url: config.queue_url.clone(), endpoint }
     }
 
-    async fn attempt(&self, target: &SqsTarget, m: &Message<'_>) -> Outcome {
+    fn endpoint(target: &SqsTarget) -> &AwsEndpoint {
+        &target.endpoint
+    }
+
+    async fn send(client: &aws_sdk_sqs::Client, target: &SqsTarget, m: &Message<'_>) -> Result<(), Failure> {
         let mut attrs = attributes(m);
         let body = text_body(m.payload, &mut attrs);
         // A FIFO queue keeps order per message group: the ordering key's, else the tenant's.
         let group = m.ordering_key.unwrap_or(m.tenant);
-        match self.send(target, body, attrs, group, &m.ce_id.to_string()).await {
-            Ok(()) => Outcome::Delivered { status: None, response: None, stalled: false },
-            Err(f) => Outcome::Failed(f),
-        }
+        Self::send(client, target, body, attrs, group, &m.ce_id.to_string()).await
     }
 
-    async fn check(&self, target: &SqsTarget, tenant: &str, subscription_id: Uuid) -> Result<Probed, Failure> {
-        let v = Verification::new(tenant, subscription_id);
-        self.send(target, v.body, v.attributes, tenant, &v.id).await.map(|()| Probed::default())
+    async fn verify(client: &aws_sdk_sqs::Client, target: &SqsTarget, tenant: &str, subscription: Uuid) -> Result<(), Failure> {
+        let v = Verification::new(tenant, subscription);
+        Self::send(client, target, v.body, v.attributes, tenant, &v.id).await
     }
 }

@@ -364,9 +364,16 @@ impl JobQueue for PgStore {
 
     async fn open_jobs(&self, subscriptions: &[Uuid]) -> StoreResult<Vec<(Uuid, JobState, i64)>> {
         let counts: Vec<(Uuid, String, i64)> = sqlx::query_as(
+            // One count per open state, each from that state's own index (a subscription's
+            // finished jobs, millions of them, are never read).
             "SELECT subscription_id, state, count(*) FROM delivery_jobs
-             WHERE subscription_id = ANY($1) AND state IN ('pending', 'leased', 'held', 'dead')
-             GROUP BY subscription_id, state",
+             WHERE state = 'pending' AND subscription_id = ANY($1) GROUP BY 1, 2
+             UNION ALL SELECT subscription_id, state, count(*) FROM delivery_jobs
+             WHERE state = 'held' AND subscription_id = ANY($1) GROUP BY 1, 2
+             UNION ALL SELECT subscription_id, state, count(*) FROM delivery_jobs
+             WHERE state = 'dead' AND subscription_id = ANY($1) GROUP BY 1, 2
+             UNION ALL SELECT subscription_id, state, count(*) FROM delivery_jobs
+             WHERE state = 'leased' AND subscription_id = ANY($1) GROUP BY 1, 2",
         )
         .bind(subscriptions)
         .fetch_all(&self.pool)

@@ -280,10 +280,16 @@ impl JobQueue for SqliteStore {
     async fn open_jobs(&self, subscriptions: &[Uuid]) -> StoreResult<Vec<(Uuid, JobState, i64)>> {
         let ids: Vec<String> = subscriptions.iter().map(|u| u.hyphenated().to_string()).collect();
         let counts: Vec<(String, String, i64)> = sqlx::query_as(
+            // One count per open state, each from that state's own index (a subscription's
+            // finished jobs are never read).
             "SELECT subscription_id, state, count(*) FROM delivery_jobs
-             WHERE subscription_id IN (SELECT value FROM json_each(?1))
-               AND state IN ('pending', 'leased', 'held', 'dead')
-             GROUP BY subscription_id, state",
+             WHERE state = 'pending' AND subscription_id IN (SELECT value FROM json_each(?1)) GROUP BY 1, 2
+             UNION ALL SELECT subscription_id, state, count(*) FROM delivery_jobs
+             WHERE state = 'held' AND subscription_id IN (SELECT value FROM json_each(?1)) GROUP BY 1, 2
+             UNION ALL SELECT subscription_id, state, count(*) FROM delivery_jobs
+             WHERE state = 'dead' AND subscription_id IN (SELECT value FROM json_each(?1)) GROUP BY 1, 2
+             UNION ALL SELECT subscription_id, state, count(*) FROM delivery_jobs
+             WHERE state = 'leased' AND subscription_id IN (SELECT value FROM json_each(?1)) GROUP BY 1, 2",
         )
         .bind(serde_json::to_string(&ids).map_err(|e| StoreError::Corrupt(e.to_string()))?)
         .fetch_all(&self.reader)

@@ -63,6 +63,7 @@ macro_rules! contract_suite {
 }
 
 contract_suite!(
+    open_jobs_are_counted_by_state,
     ledger_entries_are_numbered_per_log_and_sealed_into_verifiable_checkpoints,
     recorded_attempts_append_their_entries_in_the_same_transaction,
     concurrent_appends_leave_no_gap,

@@ -37,7 +37,8 @@ impl Fetcher {
             .pool_max_idle_per_host(0)
             .connect_timeout(timeout)
             .timeout(timeout)
-            .user_agent(concat!("streaming-hub/", env!("CARGO_PKG_VERSION"), " (manifest reader)"))
+            // The same reader fetches manifests, schemas and identity providers' documents.
+            .user_agent(concat!("streaming-hub/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
         Ok(Self { client, allow_private, max_bytes, timeout })

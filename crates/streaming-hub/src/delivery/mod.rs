@@ -180,18 +180,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// What a dispatcher works with, shared with the rest of the process.
+pub struct Parts {
+    pub store: Arc<dyn Store>,
+    pub sealer: Arc<Sealer>,
+    pub sinks: Arc<dyn Sink>,
+    pub clock: Arc<dyn Clock>,
+    /// Woken when jobs are written (by this process's ingest or another's notification).
+    pub wake: Arc<Notify>,
+    pub notices: Notices,
+    /// Each destination's breaker and its attempts in flight, as the API shows them.
+    pub breakers: BreakerBoard,
+    pub flights: FlightBoard,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts").finish_non_exhaustive()
+    }
+}
+
 impl Dispatcher {
-    pub fn new(
-        store: Arc<dyn Store>,
-        sealer: Arc<Sealer>,
-        sinks: Arc<dyn Sink>,
-        clock: Arc<dyn Clock>,
-        wake: Arc<Notify>,
-        settings: Settings,
-        notices: Notices,
-        board: BreakerBoard,
-        flights: FlightBoard,
-    ) -> Self {
+    pub fn new(parts: Parts, settings: Settings) -> Self {
+        let Parts { store, sealer, sinks, clock, wake, notices, breakers: board, flights } = parts;
         Self {
             store,
             sealer,

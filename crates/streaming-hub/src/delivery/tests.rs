@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::{BreakerBoard, Dispatcher, FlightBoard, Settings, Stall, lock};
+use super::{BreakerBoard, Dispatcher, FlightBoard, Parts, Settings, Stall, lock};
 use crate::clock::SystemClock;
 use crate::operational::Notices;
 use crate::secrets::Sealer;
@@ -221,17 +221,17 @@ impl Rig {
         let wake = Arc::new(Notify::new());
         let (notices, mut queue) = Notices::channel();
         tokio::spawn(async move { while queue.recv().await.is_some() {} });
-        let dispatcher = Arc::new(Dispatcher::new(
-            Arc::clone(&store),
-            Arc::new(Sealer::new(None)),
-            Arc::clone(&sink) as Arc<dyn Sink>,
-            Arc::new(SystemClock),
-            Arc::clone(&wake),
-            settings(workers, idle),
+        let parts = Parts {
+            store: Arc::clone(&store),
+            sealer: Arc::new(Sealer::new(None)),
+            sinks: Arc::clone(&sink) as Arc<dyn Sink>,
+            clock: Arc::new(SystemClock),
+            wake: Arc::clone(&wake),
             notices,
-            board.clone(),
-            FlightBoard::new(workers as usize, 0.5),
-        ));
+            breakers: board.clone(),
+            flights: FlightBoard::new(workers as usize, 0.5),
+        };
+        let dispatcher = Arc::new(Dispatcher::new(parts, settings(workers, idle)));
         let shutdown = CancellationToken::new();
         let run = Some(tokio::spawn(Arc::clone(&dispatcher).run(shutdown.clone(), drain)));
         Self { store, sink, board, wake, shutdown, run, path, dispatcher }

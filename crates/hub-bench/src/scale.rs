@@ -1,0 +1,229 @@
+//! `scale`: whether a full hub is as fast as an empty one. For each history size, a fresh hub on
+//! PostgreSQL whose tenant already holds that many events (received over the last day, loaded
+//! with `COPY`), a pull stream over all of them, and as many finished jobs with one attempt each
+//! (what waits for retention), analysed as autovacuum would; then the same measures on each:
+//! ingest and delivery of a burst, steady latency, a pull page from the middle of the history, a
+//! page of the event log by type and by time (the last five minutes, which hold the same events
+//! whatever the history), and the subscription listing.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::{Value, json};
+
+use crate::harness::{BenchHub, Db, History, Latency, Receiver, f0, f1, f2, load_history, write_json};
+use crate::scenarios::paced_for;
+
+const TENANT: &str = "scale";
+/// The burst: events posted at once, by this many producers.
+const BURST: usize = 20_000;
+const PRODUCERS: usize = 16;
+/// The steady phase.
+const RATE: u32 = 500;
+const STEADY: Duration = Duration::from_secs(10);
+/// Each read is timed this many times.
+const READS: usize = 20;
+
+/// What one history size measured.
+struct Measured {
+    history: usize,
+    load_s: f64,
+    accepted_per_s: f64,
+    delivered_per_s: f64,
+    steady: Latency,
+    pull_ms: Latency,
+    by_type_ms: Latency,
+    by_time_ms: Latency,
+    listing_ms: Latency,
+    rss_mib: f64,
+}
+
+pub async fn scale(histories: &[usize], json_out: &Path) -> anyhow::Result<()> {
+    let mut all = Vec::new();
+    for &history in histories {
+        all.push(measure(history).await?);
+    }
+    println!(
+        "scale (postgres, one tenant with a day's history, a burst of {BURST} and {RATE}/s for {} s to a webhook answering at once)",
+        STEADY.as_secs()
+    );
+    let empty = &all[0];
+    let row = |name: &str, value: &dyn Fn(&Measured) -> f64, digits: usize| {
+        let mut line = format!("  {name:<34}");
+        for m in &all {
+            let v = value(m);
+            let base = value(empty);
+            let cell = if digits == 0 {
+                f0(v)
+            } else if digits == 1 {
+                f1(v)
+            } else {
+                f2(v)
+            };
+            // What the history itself cost is compared with nothing.
+            if std::ptr::eq(m, empty) || name.starts_with("load") {
+                line.push_str(&format!(" {cell:>20}"));
+            } else {
+                line.push_str(&format!(" {:>20}", format!("{cell} ({:+.0} %)", 100.0 * (v / base - 1.0))));
+            }
+        }
+        println!("{line}");
+    };
+    let mut head = format!("  {:<34}", "events already stored");
+    for m in &all {
+        head.push_str(&format!(" {:>20}", m.history));
+    }
+    println!("{head}");
+    row("load s (COPY, jobs, analyse)", &|m| m.load_s, 1);
+    row("ingest accepted/s", &|m| m.accepted_per_s, 0);
+    row("burst delivered/s", &|m| m.delivered_per_s, 0);
+    row("steady e2e p50 ms", &|m| m.steady.p50, 1);
+    row("steady e2e p99 ms", &|m| m.steady.p99, 1);
+    row("pull page of 100 p50 ms", &|m| m.pull_ms.p50, 1);
+    row("event log by type p50 ms", &|m| m.by_type_ms.p50, 1);
+    row("event log by time p50 ms", &|m| m.by_time_ms.p50, 1);
+    row("GET /v1/subscriptions p50 ms", &|m| m.listing_ms.p50, 1);
+    row("hub peak RSS MiB", &|m| m.rss_mib, 1);
+    let runs: Vec<Value> = all
+        .iter()
+        .map(|m| {
+            json!({"history": m.history, "load_s": m.load_s, "accepted_per_s": m.accepted_per_s,
+                "delivered_per_s": m.delivered_per_s, "steady_latency_ms": m.steady.json(),
+                "pull_page_ms": m.pull_ms.json(), "event_log_by_type_ms": m.by_type_ms.json(),
+                "event_log_by_time_ms": m.by_time_ms.json(), "subscriptions_ms": m.listing_ms.json(),
+                "hub_peak_rss_mib": m.rss_mib})
+        })
+        .collect();
+    write_json(&json!({"scenario": "scale", "runs": runs}), json_out)
+}
+
+async fn measure(history: usize) -> anyhow::Result<Measured> {
+    let hub = BenchHub::start(None).await?;
+    let Db::Postgres { pool, schema } = &hub.db else {
+        anyhow::bail!("the scale bench loads PostgreSQL with COPY (set STREAMING_HUB_POSTGRES_DSN)");
+    };
+    let receiver = Receiver::start().await?;
+    let key = hub.tenant(TENANT).await?;
+    let webhook = hub
+        .subscribe_with(
+            &key,
+            json!({"name": "webhook", "event_types": ["*.*"],
+            "sink": {"type": "webhook", "url": receiver.url(TENANT, false)}}),
+        )
+        .await?;
+    let pull =
+        hub.subscribe_with(&key, json!({"name": "stream", "event_types": ["*.*"], "sink": {"type": "pull"}})).await?;
+
+    let started = Instant::now();
+    if history > 0 {
+        let now = Utc::now();
+        let loaded = History {
+            tenants: &[TENANT],
+            first: now - chrono::Duration::hours(24),
+            until: now - chrono::Duration::hours(1),
+            events: history,
+            payload: 0,
+            origin: "http",
+        };
+        load_history(pool, Some(schema), &loaded).await?;
+        finished_jobs_and_streams(pool, schema, &webhook, &pull).await?;
+    }
+    let load_s = started.elapsed().as_secs_f64();
+
+    // Warm up (connections, plans), then forget it.
+    let who = [(key.clone(), TENANT.to_owned())];
+    hub.post_many(&who, 100, 4).await?;
+    anyhow::ensure!(receiver.wait_for(TENANT, 100, Duration::from_secs(60)).await, "the warm-up was not delivered");
+    receiver.take(TENANT);
+
+    let posted = Instant::now();
+    let accepted = hub.post_many(&who, BURST, PRODUCERS).await?;
+    anyhow::ensure!(receiver.wait_for(TENANT, BURST, Duration::from_secs(300)).await, "the burst was not delivered");
+    let burst = receiver.take(TENANT);
+    let delivered_s = burst.last_at.map_or(f64::NAN, |l| (l - posted).as_secs_f64());
+
+    let paced = paced_for(&hub, &key, TENANT, RATE, STEADY).await?;
+    anyhow::ensure!(
+        receiver.wait_for(TENANT, paced.sent(), Duration::from_secs(120)).await,
+        "the steady phase was not delivered"
+    );
+    let steady = receiver.take(TENANT).latency();
+
+    let middle = history / 2;
+    let five_minutes_ago =
+        (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let reads = [
+        format!("/v1/subscriptions/{pull}/events?after={middle}&limit=100"),
+        format!("/v1/events?event_type=payment.settled&after={middle}&limit=100"),
+        format!("/v1/events?since={five_minutes_ago}&limit=100"),
+        "/v1/subscriptions".to_owned(),
+    ];
+    let mut timed = Vec::new();
+    for path in &reads {
+        timed.push(time_reads(&hub, &key, path).await?);
+    }
+    let usage = hub.finish().await?;
+    let [pull_ms, by_type_ms, by_time_ms, listing_ms] =
+        <[Latency; 4]>::try_from(timed).map_err(|_| anyhow::anyhow!("four reads were timed"))?;
+    Ok(Measured {
+        history,
+        load_s,
+        accepted_per_s: BURST as f64 / accepted.as_secs_f64(),
+        delivered_per_s: burst.distinct() as f64 / delivered_s,
+        steady,
+        pull_ms,
+        by_type_ms,
+        by_time_ms,
+        listing_ms,
+        rss_mib: usage.hub_peak_rss_mib,
+    })
+}
+
+/// `READS` timed reads of `path`, each answered 200.
+async fn time_reads(hub: &BenchHub, key: &str, path: &str) -> anyhow::Result<Latency> {
+    let mut took = Vec::new();
+    for _ in 0..READS {
+        let (status, answer, t) = hub.call(reqwest::Method::GET, path, Some(key), None).await?;
+        anyhow::ensure!(status == 200, "GET {path} answered {status}: {answer}");
+        took.push(u64::try_from(t.as_micros()).unwrap_or(u64::MAX));
+    }
+    Ok(Latency::of(&took))
+}
+
+/// The history's stream entries (the pull subscription's), and one finished job with its one
+/// attempt per event (the webhook's), as a day of delivery leaves them; then analysed.
+async fn finished_jobs_and_streams(pool: &sqlx::PgPool, schema: &str, webhook: &str, pull: &str) -> anyhow::Result<()> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query(&format!("SET search_path TO \"{schema}\"")).execute(&mut *conn).await?;
+    let (webhook, pull) = (uuid::Uuid::parse_str(webhook)?, uuid::Uuid::parse_str(pull)?);
+    // Each statement takes the subscription it fills and the tenant.
+    for (sql, subscription) in [
+        (
+            "INSERT INTO pull_entries (subscription_id, seq, tenant_id) SELECT $1, seq, tenant_id FROM events WHERE tenant_id = $2",
+            pull,
+        ),
+        (
+            "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, attempts, due_at,
+                                        event_received_at, window_start, created_at, updated_at, finished_at)
+             SELECT gen_random_uuid(), tenant_id, $1, seq, 'succeeded', 1, received_at, received_at, received_at,
+                    received_at, received_at + interval '50 milliseconds', received_at + interval '50 milliseconds'
+             FROM events WHERE tenant_id = $2",
+            webhook,
+        ),
+        (
+            "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms,
+                                            outcome, status_code)
+             SELECT gen_random_uuid(), id, tenant_id, subscription_id, 1, created_at, 20, 'delivered', 204
+             FROM delivery_jobs WHERE subscription_id = $1 AND tenant_id = $2",
+            webhook,
+        ),
+    ] {
+        sqlx::query(sql).bind(subscription).bind(TENANT).execute(&mut *conn).await?;
+    }
+    // As a hub that has run for a day finds them: vacuumed (visibility known, so index-only
+    // reads stay so) and analysed. Left to autovacuum, it runs over the new rows during the
+    // measures.
+    sqlx::query("VACUUM (ANALYZE) events, delivery_jobs, delivery_attempts, pull_entries").execute(&mut *conn).await?;
+    Ok(())
+}

@@ -1,0 +1,12 @@
+-- A subscription's open jobs are counted (the subscription listing's health) from indexes of the
+-- open states alone: pending and held have theirs (0005), leased ones are the few in flight
+-- (`delivery_jobs_leased`), and dead ones get this one. The count read every job a subscription
+-- ever had through `delivery_jobs_subscription` before: 105 ms a listing with a million finished
+-- jobs (`hub-bench scale`). A job becomes dead once, so the index costs ingest and delivery
+-- nothing.
+--
+-- On a large existing job table, building it blocks writes to the table for as long as it takes;
+-- an operator may build it beforehand without blocking, under the same name, and this migration
+-- then finds it (docs/OPERATIONS.md, "Upgrading"):
+--   CREATE INDEX CONCURRENTLY IF NOT EXISTS delivery_jobs_dead_by_subscription ON delivery_jobs (subscription_id) WHERE state = 'dead';
+CREATE INDEX IF NOT EXISTS delivery_jobs_dead_by_subscription ON delivery_jobs (subscription_id) WHERE state = 'dead';
