@@ -133,8 +133,8 @@ impl Queue {
         job
     }
 
-    /// The next run in turn, when it may follow others to a busy worker: a run of kept code, of
-    /// a tenant not heavy, of at most `room` bytes.
+    /// The next run in turn, when it may follow others to a busy worker: a run (not a try or a
+    /// check) of a tenant not heavy, of at most `room` bytes.
     fn pop_light(&mut self, room: usize) -> Option<Job> {
         let tenant = self.turns.front()?;
         let job = self.waiting.get(tenant)?.front()?;
@@ -433,7 +433,9 @@ fn serve(shared: &Shared, slot: &mut Option<Worker>, jobs: &mut VecDeque<Job>) {
                     outcome = Err(Stop::Garbled("an answer that is not one to its request".into()));
                 }
                 Ok((reply, spent)) => {
-                    if run && spent > limits.cpu / 4 {
+                    // A run that carried its code counts its compilation too: not a sign of a
+                    // heavy handler (one that runs past its budget stops its worker, below).
+                    if run && !with_code && spent > limits.cpu / 4 {
                         shared.queue().weigh(&job.tenant);
                     }
                     if let Some(job) = jobs.pop_front() {
