@@ -120,27 +120,21 @@ pub(crate) fn endpoint(fields: &Fields<'_>, allow_private: bool) -> Result<Optio
     Ok(Some(url.into()))
 }
 
-/// Every AWS sink's configuration says where it is in the same three fields.
+/// Every AWS sink's configuration says where it is in the same three fields; each lists itself
+/// (`located!(SqsConfig);` in its own `config.rs`), so this base module names no sink.
 macro_rules! located {
-    ($($config:ty),* $(,)?) => {$(
-        impl crate::aws::sink::Located for $config {
+    ($config:ty) => {
+        impl $crate::aws::sink::Located for $config {
             fn region(&self) -> &str {
                 &self.region
             }
             fn endpoint_url(&self) -> Option<&str> {
                 self.endpoint_url.as_deref()
             }
-            fn access(&self) -> Option<&AwsAccess> {
+            fn access(&self) -> Option<&$crate::aws::config::AwsAccess> {
                 self.credentials.as_ref()
             }
         }
-    )*};
+    };
 }
-
-located!(
-    crate::sqs::config::SqsConfig,
-    crate::sns::config::SnsConfig,
-    crate::eventbridge::config::EventBridgeConfig,
-    crate::kinesis::config::KinesisConfig,
-    crate::s3::config::S3Config,
-);
+pub(crate) use located;

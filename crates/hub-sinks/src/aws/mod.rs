@@ -367,6 +367,13 @@ pub(crate) struct Verification {
 }
 
 impl Verification {
+    /// The verification document of the services that carry one JSON record (EventBridge's
+    /// detail, a Kinesis record, an S3 object), the tenant in it.
+    pub(crate) fn record(tenant: &str, subscription_id: uuid::Uuid) -> String {
+        serde_json::json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription_id})
+            .to_string()
+    }
+
     pub(crate) fn new(tenant: &str, subscription_id: uuid::Uuid) -> Self {
         let id = uuid::Uuid::now_v7().to_string();
         let body =

@@ -16,6 +16,8 @@ pub struct EventBridgeConfig {
     pub credentials: Option<AwsAccess>,
 }
 
+crate::aws::config::located!(EventBridgeConfig);
+
 impl SinkConfig for EventBridgeConfig {
     fn uses_hub_tokens(&self) -> bool {
         self.credentials.is_some()

@@ -6,11 +6,10 @@ pub mod schema;
 
 use async_trait::async_trait;
 use aws_config::SdkConfig;
-use serde_json::json;
 use uuid::Uuid;
 
 use crate::aws::sink::{AwsSink, Service};
-use crate::aws::{AwsEndpoint, classify};
+use crate::aws::{AwsEndpoint, Verification, classify};
 use crate::message::{Message, structured};
 use crate::sink::{Failure, FailureKind};
 
@@ -102,7 +101,7 @@ impl Service for EventBridge {
         tenant: &str,
         subscription: Uuid,
     ) -> Result<(), Failure> {
-        let detail = json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription});
-        Self::put(client, target, "streaming-hub", "streaming_hub.verification", None, detail.to_string()).await
+        let detail = Verification::record(tenant, subscription);
+        Self::put(client, target, "streaming-hub", "streaming_hub.verification", None, detail).await
     }
 }

@@ -16,6 +16,8 @@ pub struct KinesisConfig {
     pub credentials: Option<AwsAccess>,
 }
 
+crate::aws::config::located!(KinesisConfig);
+
 impl SinkConfig for KinesisConfig {
     fn uses_hub_tokens(&self) -> bool {
         self.credentials.is_some()

@@ -8,11 +8,10 @@ pub mod schema;
 use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_kinesis::primitives::Blob;
-use serde_json::json;
 use uuid::Uuid;
 
 use crate::aws::sink::{AwsSink, Service};
-use crate::aws::{AwsEndpoint, classify};
+use crate::aws::{AwsEndpoint, Verification, classify};
 use crate::message::{Message, structured};
 use crate::sink::Failure;
 
@@ -84,7 +83,6 @@ impl Service for Kinesis {
         tenant: &str,
         subscription: Uuid,
     ) -> Result<(), Failure> {
-        let record = json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription});
-        Self::put(client, target, record.to_string().into_bytes(), tenant).await
+        Self::put(client, target, Verification::record(tenant, subscription).into_bytes(), tenant).await
     }
 }

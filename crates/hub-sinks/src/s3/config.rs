@@ -18,6 +18,8 @@ pub struct S3Config {
     pub credentials: Option<AwsAccess>,
 }
 
+crate::aws::config::located!(S3Config);
+
 impl SinkConfig for S3Config {
     fn uses_hub_tokens(&self) -> bool {
         self.credentials.is_some()

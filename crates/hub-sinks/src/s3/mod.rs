@@ -10,11 +10,10 @@ use async_trait::async_trait;
 use aws_config::SdkConfig;
 use aws_sdk_s3::primitives::ByteStream;
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use uuid::Uuid;
 
 use crate::aws::sink::{AwsSink, Service};
-use crate::aws::{AwsEndpoint, classify};
+use crate::aws::{AwsEndpoint, Verification, classify};
 use crate::message::{Message, structured};
 use crate::sink::Failure;
 
@@ -93,7 +92,6 @@ impl Service for S3 {
     /// Writes (and on each probe overwrites) one verification object of the subscription.
     async fn verify(client: &aws_sdk_s3::Client, target: &S3Target, tenant: &str, subscription: Uuid) -> Result<(), Failure> {
         let key = format!("{}{tenant}/streaming_hub.verification/{subscription}.json", target.prefix);
-        let body = json!({"type": "streaming_hub.verification", "tenantid": tenant, "subscription_id": subscription});
-        Self::put(client, target, key, body.to_string().into_bytes()).await
+        Self::put(client, target, key, Verification::record(tenant, subscription).into_bytes()).await
     }
 }

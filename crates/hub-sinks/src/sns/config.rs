@@ -23,6 +23,8 @@ impl SnsConfig {
     }
 }
 
+crate::aws::config::located!(SnsConfig);
+
 impl SinkConfig for SnsConfig {
     fn uses_hub_tokens(&self) -> bool {
         self.credentials.is_some()

@@ -16,6 +16,8 @@ pub struct SqsConfig {
     pub credentials: Option<AwsAccess>,
 }
 
+crate::aws::config::located!(SqsConfig);
+
 impl SinkConfig for SqsConfig {
     fn uses_hub_tokens(&self) -> bool {
         self.credentials.is_some()
