@@ -35,15 +35,7 @@ impl Inbox for PgStore {
     }
 
     async fn list_events(&self, tenant: &str, q: &EventQuery) -> StoreResult<Vec<StoredEvent>> {
-        // Planned for its values every time (an unnamed statement): the generic plan a prepared
-        // one falls back to after five runs estimates a time window as a few rows, reads it
-        // through `received_at` and sorts, 200 ms a page of a million-event day, where the
-        // primary key gives the page in 3 ms. In a transaction of its own so that its setting
-        // (`EVENT_LOG_SETTINGS`) holds for it alone.
-        let mut tx = self.pool.begin_with(event_log_begin(q)).await?;
-        let rows = event_log_query("", tenant, q).build().persistent(false).fetch_all(&mut *tx).await?;
-        tx.commit().await?;
-        rows.iter().map(event_from_row).collect()
+        self.event_log_rows("", tenant, q).await?.iter().map(event_from_row).collect()
     }
 
     async fn stream_entries_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<StreamEntry>> {
@@ -219,7 +211,7 @@ impl Inbox for PgStore {
 ///
 /// Its cost is its page's, whatever the statistics say (`event_log_and_pull_pages_read_their_page_
 /// whatever_the_statistics_say`). Without a time window it runs with sorting off
-/// ([`event_log_begin`]): every partition's index gives its rows in `seq` order and a merge takes
+/// ([`SORTING_OFF`]): every partition's index gives its rows in `seq` order and a merge takes
 /// the page, where statistics of a small inbox chose to read the tenant's every event and sort
 /// them. A time window is read through `(tenant_id, received_at)` and its rows sorted: it orders
 /// by `seq + 0`, which no index gives, so the planner cannot walk the primary key in order hoping
@@ -260,9 +252,23 @@ fn windowed(q: &EventQuery) -> bool {
     q.since.is_some() || q.until.is_some()
 }
 
-/// How a page of the event log's transaction begins: sorting off unless it is of a time window.
-fn event_log_begin(q: &EventQuery) -> &'static str {
-    if windowed(q) { "BEGIN" } else { SORTING_OFF }
+impl PgStore {
+    /// A page of the event log's rows (its plan's, with an `EXPLAIN` `prefix`), planned for its
+    /// values every time (an unnamed statement: the generic plan a prepared one falls back to
+    /// after five runs estimates a time window as a few rows). A page of a time window is one
+    /// statement; any other runs in a transaction of its own, which turns sorting off for it
+    /// alone ([`SORTING_OFF`]).
+    async fn event_log_rows(&self, prefix: &str, tenant: &str, q: &EventQuery) -> StoreResult<Vec<PgRow>> {
+        let mut query = event_log_query(prefix, tenant, q);
+        let statement = query.build().persistent(false);
+        if windowed(q) {
+            return Ok(statement.fetch_all(&self.pool).await?);
+        }
+        let mut tx = self.pool.begin_with(SORTING_OFF).await?;
+        let rows = statement.fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
 }
 
 /// A read transaction in which the planner sorts only when nothing else gives the order.
@@ -275,11 +281,8 @@ const SORTING_OFF: &str = "BEGIN; SET LOCAL enable_sort = off";
 impl PgStore {
     /// The plan of a page of the event log.
     pub async fn explain_event_log(&self, tenant: &str, q: &EventQuery) -> StoreResult<serde_json::Value> {
-        let mut tx = self.pool.begin_with(event_log_begin(q)).await?;
-        let (plan,): (serde_json::Value,) =
-            event_log_query(EXPLAIN, tenant, q).build_query_as().persistent(false).fetch_one(&mut *tx).await?;
-        tx.rollback().await?;
-        Ok(plan)
+        let rows = self.event_log_rows(EXPLAIN, tenant, q).await?;
+        Ok(rows.first().map(|row| row.try_get(0)).transpose()?.unwrap_or_default())
     }
 
     /// The plan of a pull stream's page after `after`.
