@@ -1,13 +1,18 @@
 //! What every sink's configuration is made of, shared by each sink's `config.rs` and by the
-//! request parser: the [`SinkConfig`] trait, the reader of a `sink` object's fields with errors
-//! that name them ([`Invalid`]), what a request says of credentials, and the URL rules. It depends
+//! request parser: the [`SinkConfig`] trait, the [`SinkRequest`] a `sink` object is read into
+//! ([`read`], with errors that name the field: [`Invalid`]), what a request says of credentials,
+//! and the rules of texts and URLs. It depends
 //! on no sink, so the arrows run one way: `destination/request.rs` → each sink's `config.rs` →
 //! here.
 
 use std::net::IpAddr;
 
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 use url::Url;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
 
 /// What every push destination's configuration answers.
 pub trait SinkConfig {
@@ -84,70 +89,175 @@ pub enum Credentials {
     Set(Value),
 }
 
-/// The fields of a `sink` object, read with errors that name them.
-#[derive(Debug)]
-pub struct Fields<'a> {
-    pub(crate) map: &'a Map<String, Value>,
+/// A request field that `null` clears and omission leaves as stored: a destination's credentials
+/// on `PATCH`. Read with `#[serde(default)]`.
+#[derive(Debug, Default)]
+pub enum Given<T> {
+    #[default]
+    Omitted,
+    Null,
+    Value(T),
 }
 
-pub(crate) fn field(name: &str) -> String {
-    format!("sink.{name}")
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Given<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Option::<T>::deserialize(d).map(|v| v.map_or(Self::Null, Self::Value))
+    }
 }
 
-impl<'a> Fields<'a> {
-    pub(crate) fn only(&self, allowed: &[&str]) -> Result<(), Invalid> {
-        match self.map.keys().find(|k| k.as_str() != "type" && !allowed.contains(&k.as_str())) {
-            Some(k) => Err(Invalid::new(&field(k), "is not a field of this sink type")),
-            None => Ok(()),
-        }
-    }
+/// A sink's request: its OpenAPI schema type, which the `sink` object is read into (serde, unknown
+/// fields refused), turned into the configuration stored and shown and the credentials to seal by
+/// the rules serde cannot say (URLs, names, one field against another).
+pub trait SinkRequest: DeserializeOwned {
+    type Config;
 
-    pub(crate) fn string(&self, name: &str, max: usize) -> Result<Option<&'a str>, Invalid> {
-        match self.map.get(name) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) if s.len() > max => {
-                Err(Invalid::new(&field(name), format!("must be at most {max} bytes")))
-            }
-            Some(Value::String(s)) if s.chars().any(char::is_control) => {
-                Err(Invalid::new(&field(name), "must not contain control characters"))
-            }
-            Some(Value::String(s)) => Ok(Some(s)),
-            Some(_) => Err(Invalid::new(&field(name), "must be a string")),
-        }
-    }
+    /// The configuration and what the request says of credentials; `allow_private`: private
+    /// destinations are allowed.
+    fn checked(self, allow_private: bool) -> Result<(Self::Config, Credentials), Invalid>;
+}
 
-    /// A required text of lines (a PEM document): control characters but line breaks refused.
-    pub(crate) fn lines(&self, name: &str, max: usize) -> Result<&'a str, Invalid> {
-        match self.map.get(name) {
-            None | Some(Value::Null) => Err(Invalid::new(&field(name), "is required")),
-            Some(Value::String(s)) if s.len() > max => {
-                Err(Invalid::new(&field(name), format!("must be at most {max} bytes")))
-            }
-            Some(Value::String(s)) if s.chars().any(|c| c.is_control() && c != '\n' && c != '\r') => {
-                Err(Invalid::new(&field(name), "must not contain control characters other than line breaks"))
-            }
-            Some(Value::String(s)) if s.trim().is_empty() => Err(Invalid::new(&field(name), "is required")),
-            Some(Value::String(s)) => Ok(s),
-            Some(_) => Err(Invalid::new(&field(name), "must be a string")),
-        }
-    }
+/// Reads a `sink` object (its `type` already read) into its request type, with errors that name
+/// the field (`sink.auth.username: is required`) and never repeat the value given.
+pub(crate) fn read<T: DeserializeOwned>(mut map: Map<String, Value>) -> Result<T, Invalid> {
+    map.remove("type");
+    serde_path_to_error::deserialize(Value::Object(map))
+        .map_err(|e| invalid(&e.path().to_string(), &e.inner().to_string()))
+}
 
-    pub(crate) fn required(&self, name: &str, max: usize) -> Result<&'a str, Invalid> {
-        match self.string(name, max)? {
-            Some(s) if !s.trim().is_empty() => Ok(s),
-            _ => Err(Invalid::new(&field(name), "is required")),
-        }
+/// Marks the path of an error found by [`shape`] inside a field, which [`read`] puts back.
+const INNER: char = '\u{1}';
+
+/// Reads one of several shapes of a field (chosen by its tag or by the fields it has) in a second
+/// pass: the error keeps its path inside the field, so the field named is still the innermost.
+pub(crate) fn shape<T: DeserializeOwned, E: serde::de::Error>(map: Map<String, Value>) -> Result<T, E> {
+    serde_path_to_error::deserialize(Value::Object(map))
+        .map_err(|e| E::custom(format_args!("{INNER}{}{INNER}{}", e.path(), e.inner())))
+}
+
+/// An error about `name`, a field inside the one being read (a tag): named as that field.
+pub(crate) fn inner_error<E: serde::de::Error>(name: &str, problem: impl std::fmt::Display) -> E {
+    E::custom(format_args!("{INNER}{name}{INNER}{problem}"))
+}
+
+/// Takes the `type` of a tagged object out of it: one of `names`.
+pub(crate) fn tag<E: serde::de::Error>(map: &mut Map<String, Value>, names: &[&str]) -> Result<String, E> {
+    match map.remove("type") {
+        None | Some(Value::Null) => Err(E::missing_field("type")),
+        Some(Value::String(t)) if names.contains(&t.as_str()) => Ok(t),
+        Some(_) => Err(inner_error("type", format_args!("must be one of {}", names.join(", ")))),
     }
+}
+
+/// The schema of one shape of a tagged field: `shape` with its `type` (`name`) among its
+/// properties and required.
+pub(crate) fn tagged(name: &str, shape: RefOr<Schema>) -> RefOr<Schema> {
+    let RefOr::T(Schema::Object(mut object)) = shape else { return shape };
+    let tag = ObjectBuilder::new().schema_type(SchemaType::new(Type::String)).enum_values(Some([name]));
+    object.properties.insert("type".to_owned(), tag.into());
+    object.required.push("type".to_owned());
+    RefOr::T(Schema::Object(object))
+}
+
+/// The field and problem of a serde error at `path`, in the words the API uses.
+fn invalid(path: &str, message: &str) -> Invalid {
+    let mut field = "sink".to_owned();
+    let push = |field: &mut String, segment: &str| {
+        let segment = segment.trim_start_matches('.');
+        if segment.is_empty() {
+            return;
+        }
+        if !segment.starts_with('[') {
+            field.push('.');
+        }
+        field.push_str(segment);
+    };
+    push(&mut field, path);
+    let mut message = message;
+    while let Some(rest) = message.strip_prefix(INNER) {
+        let (inner, rest) = rest.split_once(INNER).unwrap_or(("", rest));
+        push(&mut field, inner);
+        message = rest;
+    }
+    let quoted = |after: &str| message.strip_prefix(after).and_then(|m| m.split('`').next());
+    if let Some(name) = quoted("missing field `") {
+        push(&mut field, name);
+        return Invalid::new(&field, "is required");
+    }
+    if let Some(name) = quoted("unknown field `") {
+        if !field.ends_with(&format!(".{name}")) {
+            push(&mut field, name);
+        }
+        return Invalid::new(&field, "is not a field of this sink type");
+    }
+    if message.starts_with("unknown variant `") {
+        let expected = message.split_once("expected").map_or("", |(_, e)| e);
+        let names: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+        return Invalid::new(&field, format!("must be one of {}", names.join(", ")));
+    }
+    if message.starts_with("invalid type: null") {
+        return Invalid::new(&field, "is required");
+    }
+    if message.starts_with("invalid type: ")
+        || message.starts_with("invalid value: ")
+        || message.starts_with("invalid length ")
+    {
+        let expected = message.rsplit_once(", expected ").map_or("", |(_, e)| e);
+        let problem = match expected {
+            "a string" | "string or map" | "variant identifier" => "must be a string",
+            "a boolean" => "must be true or false",
+            "a map" | "an object" => "must be an object",
+            "a sequence" => "must be an array",
+            e if e.starts_with("struct ") => "must be an object",
+            e if e.len() <= 4 && (e.starts_with('u') || e.starts_with('i')) => "must be a whole number",
+            _ => "has the wrong type",
+        };
+        return Invalid::new(&field, problem);
+    }
+    Invalid::new(&field, message)
+}
+
+/// A text field: at most `max` bytes, no control characters.
+pub(crate) fn text<'s>(field: &str, s: &'s str, max: usize) -> Result<&'s str, Invalid> {
+    if s.len() > max {
+        return Err(Invalid::new(field, format!("must be at most {max} bytes")));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(Invalid::new(field, "must not contain control characters"));
+    }
+    Ok(s)
+}
+
+/// A required text field: as [`text`], and not blank.
+pub(crate) fn required<'s>(field: &str, s: &'s str, max: usize) -> Result<&'s str, Invalid> {
+    let s = text(field, s, max)?;
+    if s.trim().is_empty() {
+        return Err(Invalid::new(field, "is required"));
+    }
+    Ok(s)
+}
+
+/// A required text of lines (a PEM document): control characters but line breaks refused.
+pub(crate) fn lines<'s>(field: &str, s: &'s str, max: usize) -> Result<&'s str, Invalid> {
+    if s.len() > max {
+        return Err(Invalid::new(field, format!("must be at most {max} bytes")));
+    }
+    if s.chars().any(|c| c.is_control() && c != '\n' && c != '\r') {
+        return Err(Invalid::new(field, "must not contain control characters other than line breaks"));
+    }
+    if s.trim().is_empty() {
+        return Err(Invalid::new(field, "is required"));
+    }
+    Ok(s)
 }
 
 /// Parses a URL and applies the destination rules: allowed schemes, a host, no credentials (a
 /// URL's userinfo would be stored and shown as it is), and no private address literal unless
 /// private sinks are allowed. Host names are checked again when they are resolved, at delivery.
-pub(crate) fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_private: bool) -> Result<Url, Invalid> {
-    let url = destination_url_with_userinfo(name, raw, schemes, allow_private)?;
+pub(crate) fn destination_url(field: &str, raw: &str, schemes: &[&str], allow_private: bool) -> Result<Url, Invalid> {
+    let url = destination_url_with_userinfo(field, raw, schemes, allow_private)?;
     if !url.username().is_empty() || url.password().is_some() {
         return Err(Invalid::new(
-            &field(name),
+            field,
             "must not carry credentials (user:password@); give them in the sink's credentials",
         ));
     }
@@ -157,28 +267,27 @@ pub(crate) fn destination_url(name: &str, raw: &str, schemes: &[&str], allow_pri
 /// [`destination_url`] for a sink that takes its URL's userinfo apart itself and seals the
 /// password (RabbitMQ): the userinfo is kept.
 pub(crate) fn destination_url_with_userinfo(
-    name: &str,
+    f: &str,
     raw: &str,
     schemes: &[&str],
     allow_private: bool,
 ) -> Result<Url, Invalid> {
-    let f = field(name);
-    let url = Url::parse(raw).map_err(|_| Invalid::new(&f, "must be an absolute URL"))?;
+    let url = Url::parse(raw).map_err(|_| Invalid::new(f, "must be an absolute URL"))?;
     if !schemes.contains(&url.scheme()) {
-        return Err(Invalid::new(&f, format!("must use {}", schemes.join(" or "))));
+        return Err(Invalid::new(f, format!("must use {}", schemes.join(" or "))));
     }
-    let host = url.host().ok_or_else(|| Invalid::new(&f, "must name a host"))?;
+    let host = url.host().ok_or_else(|| Invalid::new(f, "must name a host"))?;
     if !allow_private {
         if let Some(why) = literal_ip(&host).and_then(hub_core::netpolicy::restriction) {
             return Err(Invalid::new(
-                &f,
+                f,
                 format!("points to a {} address; private destinations are not allowed", why.as_str()),
             ));
         }
         if let url::Host::Domain(d) = host {
             let d = d.trim_end_matches('.').to_ascii_lowercase();
             if d == "localhost" || d.ends_with(".localhost") {
-                return Err(Invalid::new(&f, "points to localhost; private destinations are not allowed"));
+                return Err(Invalid::new(f, "points to localhost; private destinations are not allowed"));
             }
         }
     }

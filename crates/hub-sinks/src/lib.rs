@@ -5,9 +5,10 @@
 //! decisions). This is the only crate that speaks to destinations. Every sink passes the one
 //! contract harness in `tests/it`.
 //!
-//! **A sink describes itself.** Its folder holds its configuration and validation
-//! (`config.rs`) and its [`TypedSink`]: name, configuration type, request schema, parse,
-//! constructor, attempt and probe. The list below names every sink, once; the registry
+//! **A sink describes itself.** Its folder holds its request (`schema.rs`: the OpenAPI schema
+//! a `sink` object is read into), its configuration and the checks from one to the other
+//! (`config.rs`), and its [`TypedSink`]: name, configuration type, request type, constructor,
+//! attempt and probe. The list below names every sink, once; the registry
 //! (`registry.rs`) derives from it the [`Destination`] enum, the parse dispatch, the sinks of a
 //! process ([`Sinks`]) and the OpenAPI schema of a `sink`. Adding a sink is one folder and one
 //! line here. The arrows run one way: this list → `registry` → each sink's folder → the base

@@ -18,7 +18,7 @@ use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType, T
 use utoipa::openapi::{AllOfBuilder, RefOr};
 use uuid::Uuid;
 
-use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig};
+use crate::fields::{Credentials, Invalid, Origin, SinkConfig, SinkRequest, read};
 use crate::message::{Message, attributes};
 use crate::sink::{Failure, Outcome, Probed, Secrets, Settings, TypedSink, misconfigured};
 
@@ -99,6 +99,7 @@ impl Sinks {
 
 /// Events kept for `GET /v1/subscriptions/{id}/events` behind a durable cursor.
 #[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"type": "pull"}))]
 pub struct PullSink {}
 
@@ -142,8 +143,15 @@ impl utoipa::PartialSchema for SinkSchema {
 /// summary (`x-summary`, [`TypedSink::SUMMARY`]).
 type Variant = (&'static str, Cow<'static, str>, RefOr<Schema>, fn(&mut Vec<(String, RefOr<Schema>)>), &'static str);
 
+/// A sink's schema is one half of an `allOf` whose other half holds `type`: it may not say that
+/// properties beside its own are refused (`additionalProperties: false`, which its unknown fields
+/// being refused would put there), or `type` itself would be.
 fn variant<R: utoipa::ToSchema>(kind: &'static str, summary: &'static str) -> Variant {
-    (kind, R::name(), R::schema(), R::schemas, summary)
+    let mut schema = R::schema();
+    if let RefOr::T(Schema::Object(object)) = &mut schema {
+        object.additional_properties = None;
+    }
+    (kind, R::name(), schema, R::schemas, summary)
 }
 
 /// Defines everything that has one arm per sink, from the list.
@@ -282,18 +290,22 @@ macro_rules! registry {
                 }
             }
 
-            /// Reads a request's `sink` object of the type `name`: `None` when no sink has that
-            /// name.
+            /// Reads a request's `sink` object of the type `name` into that sink's request type
+            /// and checks it: `None` when no sink has that name.
             pub(crate) fn parse(
                 name: &str,
-                fields: &Fields<'_>,
+                map: serde_json::Map<String, Value>,
                 allow_private: bool,
             ) -> Option<Result<(Self, Credentials), Invalid>> {
                 $(if name == <crate::$module::$sink as TypedSink>::NAME {
-                    return Some(crate::$module::config::validate(fields, allow_private).map(|(c, k)| (Self::$variant(c), k)));
+                    return Some(
+                        read::<<crate::$module::$sink as TypedSink>::Request>(map)
+                            .and_then(|request| request.checked(allow_private))
+                            .map(|(c, k)| (Self::$variant(c), k)),
+                    );
                 })*
                 if name == PULL {
-                    return Some(fields.only(&[]).map(|()| (Self::Pull, Credentials::Unchanged)));
+                    return Some(read::<PullSink>(map).map(|PullSink {}| (Self::Pull, Credentials::Unchanged)));
                 }
                 None
             }

@@ -177,12 +177,11 @@ pub trait TypedSink: Sized + Send + Sync + std::fmt::Debug + 'static {
     const SIGNED: bool = false;
 
     /// Its destination as stored and shown: it holds no secret (those are sealed apart as
-    /// credentials). Its folder's `config::validate(fields, allow_private)` reads a request's
-    /// `sink` object of this type into it, with errors that name the field, and says what the
-    /// request says of credentials (the registry calls it by that name).
+    /// credentials). Its [`Self::Request`] is checked into it.
     type Config: SinkConfig + Serialize + DeserializeOwned + Clone + PartialEq + Eq + std::fmt::Debug + Send + Sync;
-    /// What the API takes for it: its OpenAPI schema, with every field and its rules.
-    type Request: utoipa::ToSchema;
+    /// What the API takes for it: its OpenAPI schema, with every field and its rules, which a
+    /// request's `sink` object is read into and checked into the configuration and credentials.
+    type Request: utoipa::ToSchema + crate::fields::SinkRequest<Config = Self::Config>;
     /// Where and how to deliver: the destination with its secrets opened.
     type Target: Send + Sync;
 

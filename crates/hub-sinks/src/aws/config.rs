@@ -1,12 +1,14 @@
 //! What the AWS destinations share in their validation: region, endpoint and credentials.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::fields::{Credentials, Fields, Invalid, MAX_URL, destination_url};
+use super::schema::{AwsCredentials, AwsWebIdentity};
+use crate::fields::{Credentials, Given, Invalid, MAX_URL, destination_url, required, text};
 
-pub(crate) fn region(fields: &Fields<'_>) -> Result<String, Invalid> {
-    let r = fields.required("region", 32)?;
+/// An AWS region's name, as `sink.region`.
+pub(crate) fn region(r: &str) -> Result<String, Invalid> {
+    let r = required("sink.region", r, 32)?;
     if !r.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
         return Err(Invalid::new("sink.region", "must be an AWS region such as us-east-1"));
     }
@@ -48,72 +50,52 @@ fn role_arn(arn: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-/".contains(&b))
 }
 
-fn web_identity(map: &serde_json::Map<String, Value>) -> Result<WebIdentity, Invalid> {
-    let fields = Fields { map };
-    let prefixed = |e: Invalid| Invalid { field: e.field.replacen("sink.", "sink.credentials.web_identity.", 1), ..e };
-    fields.only(&["role_arn", "session_name"]).map_err(prefixed)?;
-    let arn = fields.required("role_arn", 2048).map_err(prefixed)?;
+fn web_identity(w: AwsWebIdentity) -> Result<WebIdentity, Invalid> {
+    const ARN: &str = "sink.credentials.web_identity.role_arn";
+    const SESSION: &str = "sink.credentials.web_identity.session_name";
+    let arn = required(ARN, &w.role_arn, 2048)?;
     if !role_arn(arn) {
-        return Err(Invalid::new(
-            "sink.credentials.web_identity.role_arn",
-            "must be an IAM role ARN such as arn:aws:iam::123456789012:role/streaming-hub",
-        ));
+        return Err(Invalid::new(ARN, "must be an IAM role ARN such as arn:aws:iam::123456789012:role/streaming-hub"));
     }
-    let session = fields.string("session_name", 64).map_err(prefixed)?;
+    let session = w.session_name.as_deref().map(|s| text(SESSION, s, 64)).transpose()?;
     if let Some(s) = session
         && (s.len() < 2 || !s.bytes().all(|b| b.is_ascii_alphanumeric() || b"+=,.@_-".contains(&b)))
     {
-        return Err(Invalid::new(
-            "sink.credentials.web_identity.session_name",
-            "must be 2 to 64 letters, digits or +=,.@_-",
-        ));
+        return Err(Invalid::new(SESSION, "must be 2 to 64 letters, digits or +=,.@_-"));
     }
     Ok(WebIdentity { role_arn: arn.to_owned(), session_name: session.map(str::to_owned) })
 }
 
 /// An AWS sink's `credentials`: static keys (sealed), a web identity (shown, nothing stored
 /// sealed), `null` (none) or absent (keep what is stored).
-pub(crate) fn aws_credentials(fields: &Fields<'_>) -> Result<(Option<AwsAccess>, Credentials), Invalid> {
-    match fields.map.get("credentials") {
-        None => Ok((None, Credentials::Unchanged)),
-        Some(Value::Null) => Ok((None, Credentials::Cleared)),
-        Some(Value::Object(c)) if c.contains_key("web_identity") => {
-            if c.len() > 1 {
-                return Err(Invalid::new(
-                    "sink.credentials",
-                    "web_identity stands alone: a destination assumes a role or uses keys, not both",
-                ));
-            }
-            let Value::Object(w) = &c["web_identity"] else {
-                return Err(Invalid::new("sink.credentials.web_identity", "must be an object"));
-            };
-            // Keys stored before are dropped: the role replaces them.
-            Ok((Some(AwsAccess { web_identity: web_identity(w)? }), Credentials::Cleared))
+pub(crate) fn aws_credentials(given: Given<AwsCredentials>) -> Result<(Option<AwsAccess>, Credentials), Invalid> {
+    match given {
+        Given::Omitted => Ok((None, Credentials::Unchanged)),
+        Given::Null => Ok((None, Credentials::Cleared)),
+        // Keys stored before are dropped: the role replaces them.
+        Given::Value(AwsCredentials::WebIdentity(w)) => {
+            Ok((Some(AwsAccess { web_identity: web_identity(w.web_identity)? }), Credentials::Cleared))
         }
-        Some(Value::Object(c)) => {
-            let inner = Fields { map: c };
-            let prefixed = |e: Invalid| Invalid { field: e.field.replacen("sink.", "sink.credentials.", 1), ..e };
-            inner.only(&["access_key_id", "secret_access_key", "session_token"]).map_err(prefixed)?;
-            let id = inner.required("access_key_id", 128).map_err(prefixed)?;
+        Given::Value(AwsCredentials::Keys(keys)) => {
+            let id = required("sink.credentials.access_key_id", &keys.access_key_id, 128)?;
             if id.len() < 16 || !id.bytes().all(|b| b.is_ascii_alphanumeric()) {
                 return Err(Invalid::new("sink.credentials.access_key_id", "must be an AWS access key id"));
             }
-            let secret = inner.required("secret_access_key", 256).map_err(prefixed)?;
-            let token = inner.string("session_token", 4096).map_err(prefixed)?;
+            let secret = required("sink.credentials.secret_access_key", &keys.secret_access_key, 256)?;
             let mut value = json!({"access_key_id": id, "secret_access_key": secret});
-            if let Some(token) = token {
-                value["session_token"] = json!(token);
+            if let Some(token) = &keys.session_token {
+                value["session_token"] = json!(text("sink.credentials.session_token", token, 4096)?);
             }
             Ok((None, Credentials::Set(value)))
         }
-        Some(_) => Err(Invalid::new("sink.credentials", "must be an object or null")),
     }
 }
 
 /// A tenant's own `endpoint_url`, when it gives one.
-pub(crate) fn endpoint(fields: &Fields<'_>, allow_private: bool) -> Result<Option<String>, Invalid> {
-    let Some(raw) = fields.string("endpoint_url", MAX_URL)? else { return Ok(None) };
-    let url = destination_url("endpoint_url", raw, &["https", "http"], allow_private)?;
+pub(crate) fn endpoint(raw: Option<&str>, allow_private: bool) -> Result<Option<String>, Invalid> {
+    let Some(raw) = raw else { return Ok(None) };
+    let raw = text("sink.endpoint_url", raw, MAX_URL)?;
+    let url = destination_url("sink.endpoint_url", raw, &["https", "http"], allow_private)?;
     if url.scheme() == "http" && !allow_private {
         return Err(Invalid::new("sink.endpoint_url", "must use https"));
     }

@@ -42,7 +42,7 @@ pub trait Service: Send + Sync + 'static {
         + std::fmt::Debug
         + Send
         + Sync;
-    type Request: utoipa::ToSchema;
+    type Request: utoipa::ToSchema + crate::fields::SinkRequest<Config = Self::Config>;
     /// The destination with its endpoint opened.
     type Target: Send + Sync;
     /// The service's SDK client.

@@ -9,7 +9,6 @@ use hub_core::SinkKind;
 use serde_json::Value;
 
 use super::Destination;
-use crate::fields::Fields;
 pub use crate::fields::{Credentials, Invalid};
 use crate::registry::NAMES;
 
@@ -71,12 +70,11 @@ pub fn credentials_present(new: &Requested, stored: bool) -> Result<(), Invalid>
 /// Parses a `sink` object: its type here, the rest by that sink's own parse.
 pub fn parse(value: &Value, allow_private: bool) -> Result<Requested, Invalid> {
     let map = value.as_object().ok_or_else(|| Invalid::new("sink", "must be an object"))?;
-    let fields = Fields { map };
     let name = match map.get("type") {
         Some(Value::String(t)) => t.as_str(),
         _ => return Err(Invalid::new("sink.type", "is required")),
     };
-    let (typed, credentials) = Destination::parse(name, &fields, allow_private)
+    let (typed, credentials) = Destination::parse(name, map.clone(), allow_private)
         .ok_or_else(|| Invalid::new("sink.type", format!("must be one of {}", NAMES.join(", "))))??;
     Ok(Requested::new(typed, credentials))
 }
@@ -552,6 +550,76 @@ mod tests {
         assert!(err(json!({"type": "rabbitmq", "url": "amqps://mq.example.com", "exchange": "e", "routing_key": "{tenant}"}), false)
             .starts_with("sink.routing_key"));
         assert!(err(json!({"type": "rabbitmq", "url": "amqps://mq.example.com"}), false).starts_with("sink.exchange"));
+    }
+
+    /// A field of the wrong shape is named down to the innermost (inside a tagged or untagged
+    /// choice of shapes too), in the API's words, and its value is never repeated.
+    #[test]
+    fn shape_errors_name_the_innermost_field_and_never_repeat_the_value() {
+        let hook = |extra: Value| {
+            let mut v = json!({"type": "webhook", "url": "https://e.example.com/h"});
+            v.as_object_mut().expect("object").extend(extra.as_object().expect("object").clone());
+            v
+        };
+        let sqs = |credentials: Value| {
+            json!({"type": "sqs", "queue_url": "https://sqs.us-east-1.amazonaws.com/1/q", "region": "us-east-1",
+                   "credentials": credentials})
+        };
+        for (sink, expected) in [
+            (
+                hook(json!({"auth": {"type": "basic", "username": "u", "password": 31337}})),
+                "sink.auth.password: must be a string",
+            ),
+            (hook(json!({"auth": {"type": "basic", "username": ["s3cret"]}})), "sink.auth.username: must be a string"),
+            (
+                hook(json!({"auth": {"type": 7}})),
+                "sink.auth.type: must be one of basic, oauth2_client_credentials, mtls",
+            ),
+            (
+                hook(json!({"auth": {"type": "mtls", "certificate_pem": "x", "s3cret": 1}})),
+                "sink.auth.s3cret: is not a field of this sink type",
+            ),
+            (hook(json!({"auth": "s3cret"})), "sink.auth: must be an object"),
+            (hook(json!({"headers": {"X-Team": 1}})), "sink.headers.X-Team: must be a string"),
+            (hook(json!({"headers": "s3cret"})), "sink.headers: must be an object"),
+            (hook(json!({"timeout_ms": "5000"})), "sink.timeout_ms: must be a whole number"),
+            (hook(json!({"timeout_ms": -1})), "sink.timeout_ms: must be a whole number"),
+            (hook(json!({"timeout_ms": 50})), "sink.timeout_ms: must be a whole number from 100 to 60000"),
+            (hook(json!({"signature": 1})), "sink.signature: must be a string"),
+            (hook(json!({"tls": {"ca_pem": null}})), "sink.tls.ca_pem: is required"),
+            (hook(json!({"url": null})), "sink.url: is required"),
+            (hook(json!({"url": " "})), "sink.url: is required"),
+            (hook(json!({"url": "https://e.example.com/\u{7}"})), "sink.url: must not contain control characters"),
+            (
+                sqs(json!({"web_identity": {"role_arn": ["s3cret"]}})),
+                "sink.credentials.web_identity.role_arn: must be a string",
+            ),
+            (sqs(json!({"web_identity": "s3cret"})), "sink.credentials.web_identity: must be an object"),
+            (
+                sqs(json!({"access_key_id": "AKIAIOSFODNN7EXAMPLE", "secret_access_key": false})),
+                "sink.credentials.secret_access_key: must be a string",
+            ),
+            (sqs(json!("s3cret")), "sink.credentials: must be an object"),
+            (
+                json!({"type": "nats", "servers": "tls://n.example.com", "subject": "a", "credentials": {"username": "u", "password": 7}}),
+                "sink.credentials.password: must be a string",
+            ),
+            (
+                json!({"type": "kafka", "brokers": "k.example.com:9093", "topic": "t", "tls": true,
+                       "sasl": {"mechanism": "PLAIN", "username": "u", "password": false}}),
+                "sink.sasl.password: must be a string",
+            ),
+            (
+                json!({"type": "kafka", "brokers": "k.example.com:9093", "topic": "t", "tls": "s3cret"}),
+                "sink.tls: must be true or false",
+            ),
+            (json!({"type": "s3", "bucket": "bkt", "region": 5}), "sink.region: must be a string"),
+            (json!({"type": "pull", "s3cret": true}), "sink.s3cret: is not a field of this sink type"),
+        ] {
+            let refused = err(sink.clone(), false);
+            assert_eq!(refused, expected, "{sink}");
+            assert!(!refused.contains("31337") && !refused.contains("\"s3cret\""), "{refused}");
+        }
     }
 
     #[test]

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
-use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
+use super::schema::EventbridgeSink;
+use crate::fields::{Credentials, Invalid, Origin, SinkConfig, SinkRequest, origin, required};
 
 /// An EventBridge bus.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,19 +38,21 @@ impl SinkConfig for EventBridgeConfig {
     }
 }
 
-/// Validates an EventBridge `sink` object.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(EventBridgeConfig, Credentials), Invalid> {
-    fields.only(&["event_bus", "region", "credentials", "endpoint_url"])?;
-    let bus = fields.required("event_bus", 1600)?;
-    if !bus.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b)) {
-        return Err(Invalid::new("sink.event_bus", "must be an event bus name or ARN"));
+impl SinkRequest for EventbridgeSink {
+    type Config = EventBridgeConfig;
+
+    fn checked(self, allow_private: bool) -> Result<(EventBridgeConfig, Credentials), Invalid> {
+        let bus = required("sink.event_bus", &self.event_bus, 1600)?;
+        if !bus.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-/:".contains(&b)) {
+            return Err(Invalid::new("sink.event_bus", "must be an event bus name or ARN"));
+        }
+        let (access, credentials) = aws_credentials(self.credentials)?;
+        let config = EventBridgeConfig {
+            event_bus: bus.to_owned(),
+            region: region(&self.region)?,
+            endpoint_url: endpoint(self.endpoint_url.as_deref(), allow_private)?,
+            credentials: access,
+        };
+        Ok((config, credentials))
     }
-    let (access, credentials) = aws_credentials(fields)?;
-    let config = EventBridgeConfig {
-        event_bus: bus.to_owned(),
-        region: region(fields)?,
-        endpoint_url: endpoint(fields, allow_private)?,
-        credentials: access,
-    };
-    Ok((config, credentials))
 }

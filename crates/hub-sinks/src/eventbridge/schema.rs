@@ -1,14 +1,15 @@
-//! What the API takes for this sink (its OpenAPI schema): read by the registry, checked against the
-//! parse by the tests that create a subscription from each schema's example.
-#![allow(dead_code)]
+//! What the API takes for this sink: its OpenAPI schema, which the request is read into (the
+//! checks serde cannot make are in `config.rs`).
 
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::aws::schema::AwsCredentials;
+use crate::fields::Given;
 
 /// An EventBridge bus.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"type": "eventbridge", "event_bus": "lerian-bus", "region": "us-east-1"}))]
 pub struct EventbridgeSink {
     /// A bus name or ARN.
@@ -16,5 +17,7 @@ pub struct EventbridgeSink {
     pub region: String,
     #[schema(format = Uri)]
     pub endpoint_url: Option<String>,
-    pub credentials: Option<AwsCredentials>,
+    #[serde(default)]
+    #[schema(value_type = Option<AwsCredentials>)]
+    pub credentials: Given<AwsCredentials>,
 }

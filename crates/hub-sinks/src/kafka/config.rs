@@ -2,9 +2,10 @@
 //! credential (sealed, never shown); the mechanism and user name are shown.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, destination_url};
+use super::schema::KafkaSink;
+use crate::fields::{Credentials, Given, Invalid, Origin, SinkConfig, SinkRequest, destination_url, required, text};
 
 /// A SASL mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -91,56 +92,46 @@ fn split_broker(broker: &str) -> Result<(String, u16), &'static str> {
     Ok((host.to_owned(), port))
 }
 
-/// Validates a Kafka `sink` object.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(KafkaConfig, Credentials), Invalid> {
-    fields.only(&["brokers", "topic", "tls", "sasl"])?;
-    let raw = fields.required("brokers", 2048)?;
-    let mut brokers = Vec::new();
-    for (i, broker) in raw.split(',').map(str::trim).enumerate() {
-        let f = format!("brokers[{i}]");
-        let (host, port) = split_broker(broker).map_err(|why| Invalid::new(&format!("sink.{f}"), why))?;
-        let literal = if host.contains(':') { format!("[{host}]") } else { host.clone() };
-        // The same rules as every destination's host: no private address literal, no localhost.
-        destination_url(&f, &format!("kafka://{literal}:{port}"), &["kafka"], allow_private)?;
-        brokers.push(format!("{literal}:{port}"));
-    }
-    if brokers.len() > MAX_BROKERS {
-        return Err(Invalid::new("sink.brokers", format!("must list at most {MAX_BROKERS} brokers")));
-    }
-    let topic = fields.required("topic", 249)?;
-    if topic == "." || topic == ".." || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
-        return Err(Invalid::new("sink.topic", "must be a Kafka topic name: letters, digits, '.', '_' and '-'"));
-    }
-    let tls = match fields.map.get("tls") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(Invalid::new("sink.tls", "must be true or false")),
-    };
-    let (sasl, credentials) = match fields.map.get("sasl") {
-        None => (None, Credentials::Unchanged),
-        Some(Value::Null) => (None, Credentials::Cleared),
-        Some(Value::Object(s)) => {
-            let inner = Fields { map: s };
-            let prefixed = |e: Invalid| Invalid { field: e.field.replacen("sink.", "sink.sasl.", 1), ..e };
-            inner.only(&["mechanism", "username", "password"]).map_err(prefixed)?;
-            let mechanism = inner.required("mechanism", 32).map_err(prefixed)?;
-            let mechanism = Mechanism::ALL.into_iter().find(|m| m.as_str() == mechanism).ok_or_else(|| {
-                Invalid::new("sink.sasl.mechanism", "must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512")
-            })?;
-            let username = inner.required("username", 255).map_err(prefixed)?;
-            let credentials = match inner.string("password", 1024).map_err(prefixed)? {
-                Some(p) if !p.is_empty() => Credentials::Set(json!({"password": p})),
-                _ => Credentials::Unchanged,
-            };
-            (Some(Sasl { mechanism, username: username.to_owned() }), credentials)
+impl SinkRequest for KafkaSink {
+    type Config = KafkaConfig;
+
+    fn checked(self, allow_private: bool) -> Result<(KafkaConfig, Credentials), Invalid> {
+        let raw = required("sink.brokers", &self.brokers, 2048)?;
+        let mut brokers = Vec::new();
+        for (i, broker) in raw.split(',').map(str::trim).enumerate() {
+            let f = format!("sink.brokers[{i}]");
+            let (host, port) = split_broker(broker).map_err(|why| Invalid::new(&f, why))?;
+            let literal = if host.contains(':') { format!("[{host}]") } else { host.clone() };
+            // The same rules as every destination's host: no private address literal, no localhost.
+            destination_url(&f, &format!("kafka://{literal}:{port}"), &["kafka"], allow_private)?;
+            brokers.push(format!("{literal}:{port}"));
         }
-        Some(_) => return Err(Invalid::new("sink.sasl", "must be an object or null")),
-    };
-    if sasl.is_some() && !tls && !allow_private {
-        return Err(Invalid::new(
-            "sink.tls",
-            "must be true when sink.sasl is given: a password is never sent in clear",
-        ));
+        if brokers.len() > MAX_BROKERS {
+            return Err(Invalid::new("sink.brokers", format!("must list at most {MAX_BROKERS} brokers")));
+        }
+        let topic = required("sink.topic", &self.topic, 249)?;
+        if topic == "." || topic == ".." || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+            return Err(Invalid::new("sink.topic", "must be a Kafka topic name: letters, digits, '.', '_' and '-'"));
+        }
+        let tls = self.tls.unwrap_or(false);
+        let (sasl, credentials) = match self.sasl {
+            Given::Omitted => (None, Credentials::Unchanged),
+            Given::Null => (None, Credentials::Cleared),
+            Given::Value(s) => {
+                let username = required("sink.sasl.username", &s.username, 255)?;
+                let credentials = match s.password.as_deref().map(|p| text("sink.sasl.password", p, 1024)).transpose()? {
+                    Some(p) if !p.is_empty() => Credentials::Set(json!({"password": p})),
+                    _ => Credentials::Unchanged,
+                };
+                (Some(Sasl { mechanism: s.mechanism, username: username.to_owned() }), credentials)
+            }
+        };
+        if sasl.is_some() && !tls && !allow_private {
+            return Err(Invalid::new(
+                "sink.tls",
+                "must be true when sink.sasl is given: a password is never sent in clear",
+            ));
+        }
+        Ok((KafkaConfig { brokers: brokers.join(","), topic: topic.to_owned(), tls, sasl }, credentials))
     }
-    Ok((KafkaConfig { brokers: brokers.join(","), topic: topic.to_owned(), tls, sasl }, credentials))
 }

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
-use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
+use super::schema::KinesisSink;
+use crate::fields::{Credentials, Invalid, Origin, SinkConfig, SinkRequest, origin, required};
 
 /// A Kinesis data stream.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,19 +38,21 @@ impl SinkConfig for KinesisConfig {
     }
 }
 
-/// Validates a Kinesis `sink` object (a stream name: 1–128 of letters, digits, `_`, `.`, `-`).
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(KinesisConfig, Credentials), Invalid> {
-    fields.only(&["stream_name", "region", "credentials", "endpoint_url"])?;
-    let name = fields.required("stream_name", 128)?;
-    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
-        return Err(Invalid::new("sink.stream_name", "may contain letters, digits, '_', '.' and '-'"));
+impl SinkRequest for KinesisSink {
+    type Config = KinesisConfig;
+
+    fn checked(self, allow_private: bool) -> Result<(KinesisConfig, Credentials), Invalid> {
+        let name = required("sink.stream_name", &self.stream_name, 128)?;
+        if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
+            return Err(Invalid::new("sink.stream_name", "may contain letters, digits, '_', '.' and '-'"));
+        }
+        let (access, credentials) = aws_credentials(self.credentials)?;
+        let config = KinesisConfig {
+            stream_name: name.to_owned(),
+            region: region(&self.region)?,
+            endpoint_url: endpoint(self.endpoint_url.as_deref(), allow_private)?,
+            credentials: access,
+        };
+        Ok((config, credentials))
     }
-    let (access, credentials) = aws_credentials(fields)?;
-    let config = KinesisConfig {
-        stream_name: name.to_owned(),
-        region: region(fields)?,
-        endpoint_url: endpoint(fields, allow_private)?,
-        credentials: access,
-    };
-    Ok((config, credentials))
 }

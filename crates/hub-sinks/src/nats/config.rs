@@ -2,9 +2,10 @@
 //! password, or an nkey seed) is a credential: sealed, never shown.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, destination_url};
+use super::schema::{NatsCredentials, NatsSink};
+use crate::fields::{Credentials, Given, Invalid, Origin, SinkConfig, SinkRequest, destination_url, required};
 
 /// Servers a destination may list, at most.
 pub const MAX_SERVERS: usize = 16;
@@ -89,77 +90,63 @@ pub fn valid_subject(subject: &str) -> bool {
         && !subject.contains(['*', '>'])
 }
 
-/// Validates a NATS `sink` object.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(NatsConfig, Credentials), Invalid> {
-    fields.only(&["servers", "subject", "jetstream", "credentials"])?;
-    let raw = fields.required("servers", 4096)?;
-    let mut servers = Vec::new();
-    for (i, s) in raw.split(',').map(str::trim).enumerate() {
-        let f = format!("servers[{i}]");
-        let parsed = server(s).map_err(|why| Invalid::new(&format!("sink.{f}"), why))?;
-        // The same rules as every destination's host: no private address literal, no localhost.
-        let scheme = if parsed.tls { "tls" } else { "nats" };
-        destination_url(&f, s, &[scheme], allow_private)?;
-        let literal = if parsed.host.contains(':') { format!("[{}]", parsed.host) } else { parsed.host.clone() };
-        servers.push(format!("{scheme}://{literal}:{}", parsed.port));
+impl SinkRequest for NatsSink {
+    type Config = NatsConfig;
+
+    fn checked(self, allow_private: bool) -> Result<(NatsConfig, Credentials), Invalid> {
+        let raw = required("sink.servers", &self.servers, 4096)?;
+        let mut servers = Vec::new();
+        for (i, s) in raw.split(',').map(str::trim).enumerate() {
+            let f = format!("sink.servers[{i}]");
+            let parsed = server(s).map_err(|why| Invalid::new(&f, why))?;
+            // The same rules as every destination's host: no private address literal, no localhost.
+            let scheme = if parsed.tls { "tls" } else { "nats" };
+            destination_url(&f, s, &[scheme], allow_private)?;
+            let literal = if parsed.host.contains(':') { format!("[{}]", parsed.host) } else { parsed.host.clone() };
+            servers.push(format!("{scheme}://{literal}:{}", parsed.port));
+        }
+        if servers.len() > MAX_SERVERS {
+            return Err(Invalid::new("sink.servers", format!("must list at most {MAX_SERVERS} servers")));
+        }
+        let subject = required("sink.subject", &self.subject, MAX_SUBJECT)?;
+        if !valid_subject(subject) {
+            return Err(Invalid::new(
+                "sink.subject",
+                "must be a NATS subject: tokens of printable characters separated by '.', no wildcard ('*', '>') and no space",
+            ));
+        }
+        let credentials = match self.credentials {
+            Given::Omitted => Credentials::Unchanged,
+            Given::Null => Credentials::Cleared,
+            Given::Value(login) => Credentials::Set(sealed(login)?),
+        };
+        let login_over_plain_text =
+            matches!(credentials, Credentials::Set(_)) && servers.iter().any(|s| s.starts_with("nats:"));
+        if login_over_plain_text && !allow_private {
+            return Err(Invalid::new(
+                "sink.servers",
+                "must all be tls:// when the destination has credentials (a login is never sent in clear)",
+            ));
+        }
+        let jetstream = self.jetstream.unwrap_or(true);
+        Ok((NatsConfig { servers: servers.join(","), subject: subject.to_owned(), jetstream }, credentials))
     }
-    if servers.len() > MAX_SERVERS {
-        return Err(Invalid::new("sink.servers", format!("must list at most {MAX_SERVERS} servers")));
-    }
-    let subject = fields.required("subject", MAX_SUBJECT)?;
-    if !valid_subject(subject) {
-        return Err(Invalid::new(
-            "sink.subject",
-            "must be a NATS subject: tokens of printable characters separated by '.', no wildcard ('*', '>') and no space",
-        ));
-    }
-    let jetstream = match fields.map.get("jetstream") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(Invalid::new("sink.jetstream", "must be true or false")),
-    };
-    let credentials = match fields.map.get("credentials") {
-        None => Credentials::Unchanged,
-        Some(Value::Null) => Credentials::Cleared,
-        Some(Value::Object(c)) => Credentials::Set(login(c)?),
-        Some(_) => return Err(Invalid::new("sink.credentials", "must be an object or null")),
-    };
-    let login_over_plain_text = matches!(credentials, Credentials::Set(_)) && servers.iter().any(|s| s.starts_with("nats:"));
-    if login_over_plain_text && !allow_private {
-        return Err(Invalid::new(
-            "sink.servers",
-            "must all be tls:// when the destination has credentials (a login is never sent in clear)",
-        ));
-    }
-    Ok((NatsConfig { servers: servers.join(","), subject: subject.to_owned(), jetstream }, credentials))
 }
 
-/// One of `{"token"}`, `{"username", "password"}` or `{"nkey_seed"}`.
-fn login(c: &Map<String, Value>) -> Result<Value, Invalid> {
-    let inner = Fields { map: c };
-    let prefixed = |e: Invalid| Invalid { field: e.field.replacen("sink.", "sink.credentials.", 1), ..e };
-    inner.only(&["token", "username", "password", "nkey_seed"]).map_err(prefixed)?;
-    let given: Vec<&str> = c.keys().map(String::as_str).collect();
-    match given.as_slice() {
-        ["token"] => {
-            let token = inner.required("token", 4096).map_err(prefixed)?;
-            Ok(json!({"token": token}))
-        }
-        ["nkey_seed"] => {
-            let seed = inner.required("nkey_seed", 128).map_err(prefixed)?;
+/// What is sealed of a login: `{"token"}`, `{"username", "password"}` or `{"nkey_seed"}`.
+fn sealed(login: NatsCredentials) -> Result<Value, Invalid> {
+    Ok(match login {
+        NatsCredentials::Token(t) => json!({"token": required("sink.credentials.token", &t.token, 4096)?}),
+        NatsCredentials::Nkey(n) => {
+            let seed = required("sink.credentials.nkey_seed", &n.nkey_seed, 128)?;
             super::nkey::KeyPair::from_seed(seed).map_err(|why| Invalid::new("sink.credentials.nkey_seed", why))?;
-            Ok(json!({"nkey_seed": seed}))
+            json!({"nkey_seed": seed})
         }
-        _ if given.len() == 2 && c.contains_key("username") && c.contains_key("password") => {
-            let username = inner.required("username", 1024).map_err(prefixed)?;
-            let password = inner.required("password", 4096).map_err(prefixed)?;
-            Ok(json!({"username": username, "password": password}))
-        }
-        _ => Err(Invalid::new(
-            "sink.credentials",
-            "must be {\"token\"}, {\"username\", \"password\"} or {\"nkey_seed\"}",
-        )),
-    }
+        NatsCredentials::User(u) => json!({
+            "username": required("sink.credentials.username", &u.username, 1024)?,
+            "password": required("sink.credentials.password", &u.password, 4096)?,
+        }),
+    })
 }
 
 #[cfg(test)]
@@ -178,7 +165,7 @@ mod tests {
 
     fn parse(v: Value, allow_private: bool) -> Result<(NatsConfig, Credentials), Invalid> {
         let map = v.as_object().expect("object").clone();
-        validate(&Fields { map: &map }, allow_private)
+        crate::fields::read::<NatsSink>(map)?.checked(allow_private)
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! account key (`credentials_json`) is a credential: sealed, never shown.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::fields::{Credentials, Fields, Invalid, MAX_URL, Origin, SinkConfig, destination_url, origin};
+use super::schema::PubsubSink;
+use crate::fields::{
+    Credentials, Given, Invalid, MAX_URL, Origin, SinkConfig, SinkRequest, destination_url, origin, required, text,
+};
 
 /// Pub/Sub's own endpoint.
 pub const DEFAULT_ENDPOINT: &str = "https://pubsub.googleapis.com";
@@ -74,57 +77,67 @@ fn valid_topic(t: &str) -> bool {
         && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.~+%".contains(&b))
 }
 
-/// Validates a Pub/Sub `sink` object.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(PubSubConfig, Credentials), Invalid> {
-    fields.only(&["project", "topic", "credentials_json", "endpoint_url"])?;
-    let project = fields.required("project", 30)?;
-    if !valid_project(project) {
-        return Err(Invalid::new(
-            "sink.project",
-            "must be a project id: 6 to 30 lower-case letters, digits and '-', starting with a letter",
-        ));
-    }
-    let topic = fields.required("topic", 255)?;
-    if !valid_topic(topic) {
-        return Err(Invalid::new(
-            "sink.topic",
-            "must be a topic id: 3 to 255 letters, digits and '-_.~+%', starting with a letter, not 'goog'",
-        ));
-    }
-    let endpoint_url = match fields.string("endpoint_url", MAX_URL)? {
-        None => None,
-        Some(raw) => {
-            let url = destination_url("endpoint_url", raw, &["https", "http"], allow_private)?;
-            if url.scheme() == "http" && !allow_private {
-                return Err(Invalid::new("sink.endpoint_url", "must use https"));
-            }
-            if url.path().trim_start_matches('/') != "" || url.query().is_some() {
-                return Err(Invalid::new("sink.endpoint_url", "must be a scheme, a host and a port, without a path"));
-            }
-            Some(raw.trim_end_matches('/').to_owned())
+impl SinkRequest for PubsubSink {
+    type Config = PubSubConfig;
+
+    fn checked(self, allow_private: bool) -> Result<(PubSubConfig, Credentials), Invalid> {
+        let project = required("sink.project", &self.project, 30)?;
+        if !valid_project(project) {
+            return Err(Invalid::new(
+                "sink.project",
+                "must be a project id: 6 to 30 lower-case letters, digits and '-', starting with a letter",
+            ));
         }
-    };
-    let credentials = match fields.map.get("credentials_json") {
-        None => Credentials::Unchanged,
-        Some(Value::Null) => Credentials::Cleared,
-        Some(v) => {
-            let key = super::auth::ServiceAccount::read(v).map_err(|why| Invalid::new("sink.credentials_json", why))?;
-            Credentials::Set(json!({"credentials_json": key.stored()}))
+        let topic = required("sink.topic", &self.topic, 255)?;
+        if !valid_topic(topic) {
+            return Err(Invalid::new(
+                "sink.topic",
+                "must be a topic id: 3 to 255 letters, digits and '-_.~+%', starting with a letter, not 'goog'",
+            ));
         }
-    };
-    if endpoint_url.as_deref().is_some_and(|u| u.starts_with("http:")) && matches!(credentials, Credentials::Set(_)) {
-        return Err(Invalid::new("sink.endpoint_url", "must use https when the destination has credentials"));
+        let endpoint_url = match self.endpoint_url.as_deref() {
+            None => None,
+            Some(raw) => {
+                let raw = text("sink.endpoint_url", raw, MAX_URL)?;
+                let url = destination_url("sink.endpoint_url", raw, &["https", "http"], allow_private)?;
+                if url.scheme() == "http" && !allow_private {
+                    return Err(Invalid::new("sink.endpoint_url", "must use https"));
+                }
+                if url.path().trim_start_matches('/') != "" || url.query().is_some() {
+                    return Err(Invalid::new(
+                        "sink.endpoint_url",
+                        "must be a scheme, a host and a port, without a path",
+                    ));
+                }
+                Some(raw.trim_end_matches('/').to_owned())
+            }
+        };
+        let credentials = match self.credentials_json {
+            Given::Omitted => Credentials::Unchanged,
+            Given::Null => Credentials::Cleared,
+            Given::Value(v) => {
+                let key = super::auth::ServiceAccount::read(&v)
+                    .map_err(|why| Invalid::new("sink.credentials_json", why))?;
+                Credentials::Set(json!({"credentials_json": key.stored()}))
+            }
+        };
+        if endpoint_url.as_deref().is_some_and(|u| u.starts_with("http:")) && matches!(credentials, Credentials::Set(_))
+        {
+            return Err(Invalid::new("sink.endpoint_url", "must use https when the destination has credentials"));
+        }
+        Ok((PubSubConfig { project: project.to_owned(), topic: topic.to_owned(), endpoint_url }, credentials))
     }
-    Ok((PubSubConfig { project: project.to_owned(), topic: topic.to_owned(), endpoint_url }, credentials))
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     fn parse(v: Value, allow_private: bool) -> Result<(PubSubConfig, Credentials), Invalid> {
         let map = v.as_object().expect("object").clone();
-        validate(&Fields { map: &map }, allow_private)
+        crate::fields::read::<PubsubSink>(map)?.checked(allow_private)
     }
 
     #[test]

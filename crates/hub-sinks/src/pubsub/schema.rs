@@ -1,14 +1,16 @@
-//! What the API takes for this sink (its OpenAPI schema): read by the registry, checked against the
-//! parse by the tests that create a subscription from each schema's example.
-#![allow(dead_code)]
+//! What the API takes for this sink: its OpenAPI schema, which the request is read into (the
+//! checks serde cannot make are in `config.rs`).
 
 use serde::Deserialize;
 use utoipa::ToSchema;
+
+use crate::fields::Given;
 
 /// A Google Cloud Pub/Sub topic: each event one message, the body as its data, the CloudEvents
 /// attributes as message attributes (`ce-*`); with the subscription's `"ordering": "key"`, the
 /// event's ordering key as the message's. Acknowledged when Pub/Sub has stored it.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"type": "pubsub", "project": "lerian-prod", "topic": "lerian-events",
                           "endpoint_url": "http://127.0.0.1:8085"}))]
 pub struct PubsubSink {
@@ -22,8 +24,9 @@ pub struct PubsubSink {
     /// sealed at rest and never shown; `null` removes it on `PATCH`, omitted keeps it. Required
     /// for Google's endpoints (`*.googleapis.com`); omit it for an emulator named by
     /// `endpoint_url` (as in the example).
-    #[schema(write_only, content_media_type = "application/json")]
-    pub credentials_json: Option<String>,
+    #[serde(default)]
+    #[schema(write_only, content_media_type = "application/json", value_type = Option<String>)]
+    pub credentials_json: Given<serde_json::Value>,
     /// Another endpoint: an emulator, or a regional or private one (`https`; `http` only with
     /// private sinks allowed and no key).
     #[schema(format = Uri)]

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
-use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
+use super::schema::S3Sink;
+use crate::fields::{Credentials, Invalid, Origin, SinkConfig, SinkRequest, origin, required, text};
 
 /// An S3 bucket, with the prefix every object key starts with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,36 +43,36 @@ impl SinkConfig for S3Config {
 /// The longest prefix: object keys are at most 1 024 bytes, and the rest of one needs room.
 pub const MAX_PREFIX: usize = 512;
 
-/// Validates an S3 `sink` object: a bucket name as S3 allows them (3–63 of lower-case letters,
-/// digits, `.` and `-`, beginning and ending with a letter or digit, not an IP address) and a
-/// prefix of printable characters that does not begin with `/`.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(S3Config, Credentials), Invalid> {
-    fields.only(&["bucket", "prefix", "region", "credentials", "endpoint_url"])?;
-    let bucket = fields.required("bucket", 63)?;
-    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    let valid = bucket.len() >= 3
-        && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
-        && edge(bucket.as_bytes().first())
-        && edge(bucket.as_bytes().last())
-        && !bucket.contains("..")
-        && bucket.parse::<std::net::Ipv4Addr>().is_err();
-    if !valid {
-        return Err(Invalid::new(
-            "sink.bucket",
-            "must be an S3 bucket name: 3 to 63 lower-case letters, digits, '.' and '-', beginning and ending with a letter or digit",
-        ));
+impl SinkRequest for S3Sink {
+    type Config = S3Config;
+
+    fn checked(self, allow_private: bool) -> Result<(S3Config, Credentials), Invalid> {
+        let bucket = required("sink.bucket", &self.bucket, 63)?;
+        let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        let valid = bucket.len() >= 3
+            && bucket.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+            && edge(bucket.as_bytes().first())
+            && edge(bucket.as_bytes().last())
+            && !bucket.contains("..")
+            && bucket.parse::<std::net::Ipv4Addr>().is_err();
+        if !valid {
+            return Err(Invalid::new(
+                "sink.bucket",
+                "must be an S3 bucket name: 3 to 63 lower-case letters, digits, '.' and '-', beginning and ending with a letter or digit",
+            ));
+        }
+        let prefix = self.prefix.as_deref().map(|p| text("sink.prefix", p, MAX_PREFIX)).transpose()?.unwrap_or_default();
+        if prefix.starts_with('/') {
+            return Err(Invalid::new("sink.prefix", "must not begin with '/'"));
+        }
+        let (access, credentials) = aws_credentials(self.credentials)?;
+        let config = S3Config {
+            bucket: bucket.to_owned(),
+            prefix: prefix.to_owned(),
+            region: region(&self.region)?,
+            endpoint_url: endpoint(self.endpoint_url.as_deref(), allow_private)?,
+            credentials: access,
+        };
+        Ok((config, credentials))
     }
-    let prefix = fields.string("prefix", MAX_PREFIX)?.unwrap_or_default();
-    if prefix.starts_with('/') {
-        return Err(Invalid::new("sink.prefix", "must not begin with '/'"));
-    }
-    let (access, credentials) = aws_credentials(fields)?;
-    let config = S3Config {
-        bucket: bucket.to_owned(),
-        prefix: prefix.to_owned(),
-        region: region(fields)?,
-        endpoint_url: endpoint(fields, allow_private)?,
-        credentials: access,
-    };
-    Ok((config, credentials))
 }

@@ -1,17 +1,18 @@
-//! What the API takes for this sink (its OpenAPI schema): read by the registry, checked against the
-//! parse by the tests that create a subscription from each schema's example.
-#![allow(dead_code)]
+//! What the API takes for this sink: its OpenAPI schema, which the request is read into (the
+//! checks serde cannot make are in `config.rs`).
 
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::aws::schema::AwsCredentials;
+use crate::fields::Given;
 
 /// An S3 bucket: each event one object,
 /// `<prefix><tenant>/<resourcetype>.<eventtype>/<yyyy>/<mm>/<dd>/<ce-id>.json` (the event's
 /// day in UTC), the CloudEvent in structured JSON (`application/cloudevents+json`); a repeated
 /// delivery overwrites the same object.
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"type": "s3", "bucket": "lerian-archive", "prefix": "events/", "region": "us-east-1"}))]
 pub struct S3Sink {
     #[schema(min_length = 3, max_length = 63)]
@@ -22,5 +23,7 @@ pub struct S3Sink {
     pub region: String,
     #[schema(format = Uri)]
     pub endpoint_url: Option<String>,
-    pub credentials: Option<AwsCredentials>,
+    #[serde(default)]
+    #[schema(value_type = Option<AwsCredentials>)]
+    pub credentials: Given<AwsCredentials>,
 }

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
-use crate::fields::{Credentials, Fields, Invalid, Origin, SinkConfig, origin};
+use super::schema::SnsSink;
+use crate::fields::{Credentials, Invalid, Origin, SinkConfig, SinkRequest, origin, required};
 
 /// An SNS topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,37 +45,42 @@ impl SinkConfig for SnsConfig {
     }
 }
 
-/// Validates an SNS `sink` object: the topic ARN must be an SNS topic's, in the region given.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(SnsConfig, Credentials), Invalid> {
-    fields.only(&["topic_arn", "region", "credentials", "endpoint_url"])?;
-    let arn = fields.required("topic_arn", 1024)?;
-    let region = region(fields)?;
-    let parts: Vec<&str> = arn.split(':').collect();
-    let name = parts.get(5).copied().unwrap_or_default();
-    let base = name.strip_suffix(".fifo").unwrap_or(name);
-    let well_formed = parts.len() == 6
-        && parts[0] == "arn"
-        && parts[1].starts_with("aws")
-        && parts[2] == "sns"
-        && parts[4].len() == 12
-        && parts[4].bytes().all(|b| b.is_ascii_digit())
-        && (1..=256).contains(&base.len())
-        && base.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if !well_formed {
-        return Err(Invalid::new(
-            "sink.topic_arn",
-            "must be an SNS topic ARN such as arn:aws:sns:us-east-1:123456789012:events",
-        ));
+impl SinkRequest for SnsSink {
+    type Config = SnsConfig;
+
+    fn checked(self, allow_private: bool) -> Result<(SnsConfig, Credentials), Invalid> {
+        let arn = required("sink.topic_arn", &self.topic_arn, 1024)?;
+        let region = region(&self.region)?;
+        let parts: Vec<&str> = arn.split(':').collect();
+        let name = parts.get(5).copied().unwrap_or_default();
+        let base = name.strip_suffix(".fifo").unwrap_or(name);
+        let well_formed = parts.len() == 6
+            && parts[0] == "arn"
+            && parts[1].starts_with("aws")
+            && parts[2] == "sns"
+            && parts[4].len() == 12
+            && parts[4].bytes().all(|b| b.is_ascii_digit())
+            && (1..=256).contains(&base.len())
+            && base.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !well_formed {
+            return Err(Invalid::new(
+                "sink.topic_arn",
+                "must be an SNS topic ARN such as arn:aws:sns:us-east-1:123456789012:events",
+            ));
+        }
+        if parts[3] != region {
+            return Err(Invalid::new(
+                "sink.topic_arn",
+                format!("is in region {}, not in sink.region {region}", parts[3]),
+            ));
+        }
+        let (access, credentials) = aws_credentials(self.credentials)?;
+        let config = SnsConfig {
+            topic_arn: arn.to_owned(),
+            region,
+            endpoint_url: endpoint(self.endpoint_url.as_deref(), allow_private)?,
+            credentials: access,
+        };
+        Ok((config, credentials))
     }
-    if parts[3] != region {
-        return Err(Invalid::new("sink.topic_arn", format!("is in region {}, not in sink.region {region}", parts[3])));
-    }
-    let (access, credentials) = aws_credentials(fields)?;
-    let config = SnsConfig {
-        topic_arn: arn.to_owned(),
-        region,
-        endpoint_url: endpoint(fields, allow_private)?,
-        credentials: access,
-    };
-    Ok((config, credentials))
 }

@@ -1,16 +1,17 @@
-//! What the API takes for this sink (its OpenAPI schema): read by the registry, checked against the
-//! parse by the tests that create a subscription from each schema's example.
-#![allow(dead_code)]
+//! What the API takes for this sink: its OpenAPI schema, which the request is read into (the
+//! checks serde cannot make are in `config.rs`).
 
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use crate::aws::schema::AwsCredentials;
+use crate::fields::Given;
 
 /// An SNS topic: the body is the message, the `ce-*` attributes message attributes (as for
 /// SQS); FIFO topics get a message group (the ordering key, else the tenant) and deduplication
 /// id (the event id).
 #[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 #[schema(example = json!({"type": "sns", "topic_arn": "arn:aws:sns:us-east-1:123456789012:lerian-events", "region": "us-east-1"}))]
 pub struct SnsSink {
     /// In the region given.
@@ -18,5 +19,7 @@ pub struct SnsSink {
     pub region: String,
     #[schema(format = Uri)]
     pub endpoint_url: Option<String>,
-    pub credentials: Option<AwsCredentials>,
+    #[serde(default)]
+    #[schema(value_type = Option<AwsCredentials>)]
+    pub credentials: Given<AwsCredentials>,
 }

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
-use crate::fields::{Credentials, Fields, Invalid, MAX_URL, Origin, SinkConfig, destination_url, origin};
+use super::schema::SqsSink;
+use crate::fields::{Credentials, Invalid, MAX_URL, Origin, SinkConfig, SinkRequest, destination_url, origin, required};
 
 /// An SQS queue.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,17 +38,16 @@ impl SinkConfig for SqsConfig {
     }
 }
 
-/// Validates an SQS `sink` object.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(SqsConfig, Credentials), Invalid> {
-    fields.only(&["queue_url", "region", "credentials", "endpoint_url"])?;
-    let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
-    let queue = destination_url("queue_url", fields.required("queue_url", MAX_URL)?, schemes, allow_private)?;
-    let (access, credentials) = aws_credentials(fields)?;
-    let config = SqsConfig {
-        queue_url: queue.into(),
-        region: region(fields)?,
-        endpoint_url: endpoint(fields, allow_private)?,
-        credentials: access,
-    };
-    Ok((config, credentials))
+impl SinkRequest for SqsSink {
+    type Config = SqsConfig;
+
+    fn checked(self, allow_private: bool) -> Result<(SqsConfig, Credentials), Invalid> {
+        let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
+        let queue_url = required("sink.queue_url", &self.queue_url, MAX_URL)?;
+        let queue = destination_url("sink.queue_url", queue_url, schemes, allow_private)?;
+        let region = region(&self.region)?;
+        let (access, credentials) = aws_credentials(self.credentials)?;
+        let endpoint_url = endpoint(self.endpoint_url.as_deref(), allow_private)?;
+        Ok((SqsConfig { queue_url: queue.into(), region, endpoint_url, credentials: access }, credentials))
+    }
 }

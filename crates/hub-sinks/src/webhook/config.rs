@@ -6,7 +6,8 @@ use hub_core::signature::Scheme;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::fields::{Credentials, Fields, Invalid, MAX_URL, SinkConfig, destination_url};
+use super::schema::{Signature, WebhookAuth, WebhookSink};
+use crate::fields::{Credentials, Invalid, MAX_URL, SinkConfig, SinkRequest, destination_url, lines, required, text};
 
 /// The default request timeout of a webhook.
 pub const DEFAULT_WEBHOOK_TIMEOUT_MS: u64 = 10_000;
@@ -140,89 +141,80 @@ const RESERVED_HEADERS: &[&str] = &[
     "cookie",
 ];
 
-/// Validates a webhook `sink` object.
-pub(crate) fn validate(fields: &Fields<'_>, allow_private: bool) -> Result<(WebhookConfig, Credentials), Invalid> {
-    fields.only(&["url", "headers", "timeout_ms", "signature", "auth", "tls"])?;
-    let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
-    let url = destination_url("url", fields.required("url", MAX_URL)?, schemes, allow_private)?;
-    let mut headers = BTreeMap::new();
-    match fields.map.get("headers") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(h)) => {
-            if h.len() > MAX_HEADERS {
-                return Err(Invalid::new("sink.headers", format!("must have at most {MAX_HEADERS} entries")));
-            }
-            for (name, value) in h {
-                let f = format!("sink.headers.{name}");
-                let lower = name.to_ascii_lowercase();
-                if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
-                    return Err(Invalid::new(&f, "is not a valid header name"));
-                }
-                if RESERVED_HEADERS.contains(&lower.as_str())
-                    || lower.starts_with("x-webhook-")
-                    || lower.starts_with("webhook-")
-                    || lower.starts_with("x-lerian-")
-                {
-                    return Err(Invalid::new(&f, "is set by the hub or carries credentials; it cannot be configured"));
-                }
-                // Static headers are configuration, shown in every listing (to portal sessions too):
-                // a name that says it carries a credential is refused rather than shown in clear.
-                if CREDENTIAL_WORDS.iter().any(|w| lower.contains(w)) {
-                    return Err(Invalid::new(
-                        &f,
-                        "looks like a credential; static header values are shown in every listing, so \
-                         credentials cannot be configured as headers (receivers verify the signature)",
-                    ));
-                }
-                let Value::String(v) = value else {
-                    return Err(Invalid::new(&f, "must be a string"));
-                };
-                if v.len() > 1024 || reqwest::header::HeaderValue::from_str(v).is_err() {
-                    return Err(Invalid::new(&f, "must be a valid header value of at most 1024 bytes"));
-                }
-                headers.insert(name.clone(), v.clone());
-            }
+impl SinkRequest for WebhookSink {
+    type Config = WebhookConfig;
+
+    fn checked(self, allow_private: bool) -> Result<(WebhookConfig, Credentials), Invalid> {
+        let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
+        let url = destination_url("sink.url", required("sink.url", &self.url, MAX_URL)?, schemes, allow_private)?;
+        let headers = self.headers.unwrap_or_default();
+        if headers.len() > MAX_HEADERS {
+            return Err(Invalid::new("sink.headers", format!("must have at most {MAX_HEADERS} entries")));
         }
-        Some(_) => return Err(Invalid::new("sink.headers", "must be an object of strings")),
-    }
-    let timeout_ms = match fields.map.get("timeout_ms") {
-        None | Some(Value::Null) => DEFAULT_WEBHOOK_TIMEOUT_MS,
-        Some(v) => match v.as_u64() {
+        for (name, value) in &headers {
+            header(name, value)?;
+        }
+        let timeout_ms = match self.timeout_ms {
+            None => DEFAULT_WEBHOOK_TIMEOUT_MS,
             Some(ms) if (100..=60_000).contains(&ms) => ms,
-            _ => return Err(Invalid::new("sink.timeout_ms", "must be a whole number from 100 to 60000")),
-        },
-    };
-    let signature = match fields.string("signature", 32)? {
-        None => Scheme::default(),
-        Some(raw) => Scheme::parse(raw).ok_or_else(|| {
-            let names: Vec<&str> = Scheme::ALL.iter().map(|s| s.as_str()).collect();
-            Invalid::new("sink.signature", format!("must be one of {}", names.join(", ")))
-        })?,
-    };
-    let tls = match fields.map.get("tls") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(map)) => {
-            let tls = Fields { map };
-            within("tls", tls.only(&["ca_pem"]))?;
-            let pem = within("tls", tls.lines("ca_pem", MAX_PEM))?;
-            certificates("sink.tls.ca_pem", pem)?;
-            if super::auth::client(allow_private, Some(pem), None).is_err() {
-                return Err(Invalid::new("sink.tls.ca_pem", "cannot be trusted as a certificate authority"));
+            Some(_) => return Err(Invalid::new("sink.timeout_ms", "must be a whole number from 100 to 60000")),
+        };
+        let signature = match self.signature {
+            None | Some(Signature::Lerian) => Scheme::Lerian,
+            Some(Signature::StandardWebhooks) => Scheme::StandardWebhooks,
+            Some(Signature::Ed25519) => Scheme::Ed25519,
+        };
+        let tls = match self.tls {
+            None => None,
+            Some(tls) => {
+                let pem = lines("sink.tls.ca_pem", &tls.ca_pem, MAX_PEM)?;
+                certificates("sink.tls.ca_pem", pem)?;
+                if super::auth::client(allow_private, Some(pem), None).is_err() {
+                    return Err(Invalid::new("sink.tls.ca_pem", "cannot be trusted as a certificate authority"));
+                }
+                Some(TlsConfig { ca_pem: tls.ca_pem })
             }
-            Some(TlsConfig { ca_pem: pem.to_owned() })
-        }
-        Some(_) => return Err(Invalid::new("sink.tls", "must be an object")),
-    };
-    let (auth, credentials) = match fields.map.get("auth") {
-        // No authentication: a secret stored for an earlier one goes.
-        None | Some(Value::Null) => (None, Credentials::Cleared),
-        Some(Value::Object(map)) => {
-            let (auth, secret) = auth(&Fields { map }, schemes, allow_private)?;
-            (Some(auth), Credentials::Set(secret))
-        }
-        Some(_) => return Err(Invalid::new("sink.auth", "must be an object")),
-    };
-    Ok((WebhookConfig { url: url.into(), headers, timeout_ms, signature, auth, tls }, credentials))
+        };
+        let (auth, credentials) = match self.auth {
+            // No authentication: a secret stored for an earlier one goes.
+            None => (None, Credentials::Cleared),
+            Some(given) => {
+                let (auth, secret) = auth(given, schemes, allow_private)?;
+                (Some(auth), Credentials::Set(secret))
+            }
+        };
+        Ok((WebhookConfig { url: url.into(), headers, timeout_ms, signature, auth, tls }, credentials))
+    }
+}
+
+/// A static header: a valid name the hub does not set and that does not say it carries a
+/// credential, and a valid value.
+fn header(name: &str, value: &str) -> Result<(), Invalid> {
+    let f = format!("sink.headers.{name}");
+    let lower = name.to_ascii_lowercase();
+    if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(Invalid::new(&f, "is not a valid header name"));
+    }
+    if RESERVED_HEADERS.contains(&lower.as_str())
+        || lower.starts_with("x-webhook-")
+        || lower.starts_with("webhook-")
+        || lower.starts_with("x-lerian-")
+    {
+        return Err(Invalid::new(&f, "is set by the hub or carries credentials; it cannot be configured"));
+    }
+    // Static headers are configuration, shown in every listing (to portal sessions too): a name
+    // that says it carries a credential is refused rather than shown in clear.
+    if CREDENTIAL_WORDS.iter().any(|w| lower.contains(w)) {
+        return Err(Invalid::new(
+            &f,
+            "looks like a credential; static header values are shown in every listing, so \
+             credentials cannot be configured as headers (receivers verify the signature)",
+        ));
+    }
+    if value.len() > 1024 || reqwest::header::HeaderValue::from_str(value).is_err() {
+        return Err(Invalid::new(&f, "must be a valid header value of at most 1024 bytes"));
+    }
+    Ok(())
 }
 
 /// Checks a public PEM field: one or more X.509 certificates and nothing else. A private key
@@ -271,60 +263,44 @@ const MAX_NAME: usize = 1024;
 /// The longest password or client secret.
 const MAX_SECRET: usize = 4096;
 
-/// A nested object's fields named under it (`sink.auth.password`, not `sink.password`).
-fn within<T>(prefix: &str, result: Result<T, Invalid>) -> Result<T, Invalid> {
-    result.map_err(|mut e| {
-        e.field = e.field.replacen("sink.", &format!("sink.{prefix}."), 1);
-        e
-    })
-}
-
-/// Validates `sink.auth`: its public part, and its secret as the credentials to seal.
-fn auth(fields: &Fields<'_>, schemes: &[&str], allow_private: bool) -> Result<(AuthConfig, Value), Invalid> {
-    let kind = within("auth", fields.required("type", 64))?;
-    let auth = match kind {
-        "basic" => {
-            within("auth", fields.only(&["username", "password"]))?;
-            let username = within("auth", fields.required("username", MAX_NAME))?;
+/// Checks `sink.auth`: its public part, and its secret as the credentials to seal.
+fn auth(given: WebhookAuth, schemes: &[&str], allow_private: bool) -> Result<(AuthConfig, Value), Invalid> {
+    let (auth, field, secret) = match given {
+        WebhookAuth::Basic(basic) => {
+            let username = required("sink.auth.username", &basic.username, MAX_NAME)?;
             if username.contains(':') {
                 return Err(Invalid::new("sink.auth.username", "must not contain ':' (HTTP Basic cannot carry it)"));
             }
-            AuthConfig::Basic { username: username.to_owned() }
+            let password = required("sink.auth.password", basic.password.as_deref().unwrap_or_default(), MAX_SECRET)?;
+            (AuthConfig::Basic { username: username.to_owned() }, "password", password.to_owned())
         }
-        "oauth2_client_credentials" => {
-            within("auth", fields.only(&["token_url", "client_id", "client_secret", "scope", "audience"]))?;
-            let raw = within("auth", fields.required("token_url", MAX_URL))?;
-            let token_url = within("auth", destination_url("token_url", raw, schemes, allow_private))?;
-            AuthConfig::OAuth2 {
+        WebhookAuth::Oauth2ClientCredentials(o) => {
+            let raw = required("sink.auth.token_url", &o.token_url, MAX_URL)?;
+            let token_url = destination_url("sink.auth.token_url", raw, schemes, allow_private)?;
+            let optional = |field: &str, value: Option<String>| {
+                value.map(|v| text(field, &v, MAX_NAME).map(str::to_owned)).transpose()
+            };
+            let auth = AuthConfig::OAuth2 {
                 token_url: token_url.into(),
-                client_id: within("auth", fields.required("client_id", MAX_NAME))?.to_owned(),
-                scope: within("auth", fields.string("scope", MAX_NAME))?.map(str::to_owned),
-                audience: within("auth", fields.string("audience", MAX_NAME))?.map(str::to_owned),
-            }
+                client_id: required("sink.auth.client_id", &o.client_id, MAX_NAME)?.to_owned(),
+                scope: optional("sink.auth.scope", o.scope)?,
+                audience: optional("sink.auth.audience", o.audience)?,
+            };
+            let secret = o.client_secret.as_deref().unwrap_or_default();
+            (auth, "client_secret", required("sink.auth.client_secret", secret, MAX_SECRET)?.to_owned())
         }
-        "mtls" => {
-            within("auth", fields.only(&["certificate_pem", "private_key_pem"]))?;
-            let certificate = within("auth", fields.lines("certificate_pem", MAX_PEM))?;
+        WebhookAuth::Mtls(m) => {
+            let certificate = lines("sink.auth.certificate_pem", &m.certificate_pem, MAX_PEM)?;
             certificates("sink.auth.certificate_pem", certificate)?;
-            let key = within("auth", fields.lines("private_key_pem", MAX_PEM))?;
+            let key = lines("sink.auth.private_key_pem", m.private_key_pem.as_deref().unwrap_or_default(), MAX_PEM)?;
             if !key.contains("PRIVATE KEY-----") || super::auth::identity(certificate, key).is_err() {
                 return Err(Invalid::new(
                     "sink.auth.private_key_pem",
                     "must be the PEM private key (PKCS#8, PKCS#1 or SEC1) of certificate_pem",
                 ));
             }
-            AuthConfig::Mtls { certificate_pem: certificate.to_owned() }
+            (AuthConfig::Mtls { certificate_pem: certificate.to_owned() }, "private_key_pem", key.to_owned())
         }
-        _ => {
-            return Err(Invalid::new("sink.auth.type", "must be one of basic, oauth2_client_credentials, mtls"));
-        }
-    };
-    let field = auth.secret_field();
-    let max = if matches!(auth, AuthConfig::Mtls { .. }) { MAX_PEM } else { MAX_SECRET };
-    let secret = if matches!(auth, AuthConfig::Mtls { .. }) {
-        within("auth", fields.lines(field, max))?
-    } else {
-        within("auth", fields.required(field, max))?
     };
     Ok((auth, serde_json::json!({ field: secret })))
 }
