@@ -14,6 +14,7 @@
 
 mod model;
 mod postgres;
+mod sql;
 mod sqlite;
 
 use std::sync::Arc;

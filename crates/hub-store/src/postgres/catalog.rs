@@ -1,6 +1,7 @@
 //! The event catalog: manifest sources and the types seen in each inbox.
 
 use super::{Catalog, DateTime, PgStore, StoreResult, Utc, async_trait};
+use crate::sql;
 use sqlx::Row;
 
 use crate::{ManifestFetch, ManifestRecord, SeenType};
@@ -13,47 +14,30 @@ impl Catalog for PgStore {
         next: DateTime<Utc>,
         sources: &str,
     ) -> StoreResult<bool> {
-        let moved = sqlx::query(
-            "UPDATE manifest_refresh SET due_at = $2, sources = $3
-             WHERE id = 1 AND (due_at <= $1 OR sources <> $3)",
-        )
-        .bind(now)
-        .bind(next)
-        .bind(sources)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+        let moved = sqlx::query(sql::CLAIM_MANIFEST_REFRESH)
+            .bind(now)
+            .bind(next)
+            .bind(sources)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
         Ok(moved == 1)
     }
 
     async fn save_manifest(&self, location: &str, fetch: &ManifestFetch, at: DateTime<Utc>) -> StoreResult<()> {
         match fetch {
             ManifestFetch::Fetched { document, schemas, problems } => {
-                sqlx::query(
-                    "INSERT INTO manifests (location, document, schemas, fetched_at, checked_at, error, problems)
-                     VALUES ($1, $2, $3, $4, $4, NULL, $5)
-                     ON CONFLICT (location) DO UPDATE SET document = excluded.document,
-                         schemas = excluded.schemas, fetched_at = excluded.fetched_at,
-                         checked_at = excluded.checked_at, error = NULL, problems = excluded.problems",
-                )
-                .bind(location)
-                .bind(document)
-                .bind(sqlx::types::Json(schemas))
-                .bind(at)
-                .bind(sqlx::types::Json(problems))
-                .execute(&self.pool)
-                .await?;
+                sqlx::query(sql::SAVE_MANIFEST)
+                    .bind(location)
+                    .bind(document)
+                    .bind(sqlx::types::Json(schemas))
+                    .bind(at)
+                    .bind(sqlx::types::Json(problems))
+                    .execute(&self.pool)
+                    .await?;
             }
             ManifestFetch::Failed { error } => {
-                sqlx::query(
-                    "INSERT INTO manifests (location, checked_at, error) VALUES ($1, $2, $3)
-                     ON CONFLICT (location) DO UPDATE SET checked_at = excluded.checked_at, error = excluded.error",
-                )
-                .bind(location)
-                .bind(at)
-                .bind(error)
-                .execute(&self.pool)
-                .await?;
+                sqlx::query(sql::MANIFEST_FAILED).bind(location).bind(at).bind(error).execute(&self.pool).await?;
             }
         }
         Ok(())
@@ -68,12 +52,7 @@ impl Catalog for PgStore {
     }
 
     async fn manifests(&self) -> StoreResult<Vec<ManifestRecord>> {
-        let rows = sqlx::query(
-            "SELECT location, document, schemas, fetched_at, checked_at, error, problems
-             FROM manifests ORDER BY location",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::MANIFESTS).fetch_all(&self.pool).await?;
         rows.iter()
             .map(|r| {
                 let schemas: sqlx::types::Json<serde_json::Map<String, serde_json::Value>> = r.try_get("schemas")?;

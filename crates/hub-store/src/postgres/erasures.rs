@@ -2,12 +2,12 @@
 //! the quarantine, and the erasure's own record.
 
 use super::{DateTime, Erasures, PgRow, PgStore, StoreResult, Utc, Uuid, async_trait};
+use crate::sql;
 use sqlx::Row;
 
 use crate::{ErasureCounts, ErasureRecord, ErasureStep, KeptRecords, NewErasure};
 
-const COLUMNS: &str = "id, tenant_id, match_kind, sealed_match, reason, requested_by, requested_at, state,
-    scanned_to, scanned, events, jobs_cancelled, responses, dlq_records, quarantined, finished_at";
+const COLUMNS: &str = sql::ERASURE_COLUMNS;
 
 fn erasure_from_row(r: &PgRow) -> StoreResult<ErasureRecord> {
     Ok(ErasureRecord {
@@ -35,27 +35,21 @@ fn erasure_from_row(r: &PgRow) -> StoreResult<ErasureRecord> {
 #[async_trait]
 impl Erasures for PgStore {
     async fn create_erasure(&self, new: &NewErasure) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO erasures (id, tenant_id, match_kind, sealed_match, reason, requested_by, requested_at, state)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'running')",
-        )
-        .bind(new.id)
-        .bind(&new.tenant_id)
-        .bind(&new.match_kind)
-        .bind(&new.sealed_match)
-        .bind(&new.reason)
-        .bind(&new.requested_by)
-        .bind(new.requested_at)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(sql::CREATE_ERASURE)
+            .bind(new.id)
+            .bind(&new.tenant_id)
+            .bind(&new.match_kind)
+            .bind(&new.sealed_match)
+            .bind(&new.reason)
+            .bind(&new.requested_by)
+            .bind(new.requested_at)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
     async fn erasure(&self, id: Uuid) -> StoreResult<Option<ErasureRecord>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM erasures WHERE id = $1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(sql::ERASURE).bind(id).fetch_optional(&self.pool).await?;
         row.as_ref().map(erasure_from_row).transpose()
     }
 
@@ -79,12 +73,7 @@ impl Erasures for PgStore {
     }
 
     async fn running_erasures(&self, tenant: &str) -> StoreResult<Vec<ErasureRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM erasures WHERE tenant_id = $1 AND state = 'running' ORDER BY requested_at, id"
-        ))
-        .bind(tenant)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::RUNNING_ERASURES).bind(tenant).fetch_all(&self.pool).await?;
         rows.iter().map(erasure_from_row).collect()
     }
 
@@ -223,14 +212,7 @@ impl Erasures for PgStore {
     }
 
     async fn finish_erasure(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE erasures SET state = 'done', sealed_match = NULL, finished_at = $2, lease_until = NULL
-             WHERE id = $1 AND state = 'running'",
-        )
-        .bind(id)
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(sql::FINISH_ERASURE).bind(id).bind(now).execute(&self.pool).await?;
         Ok(())
     }
 }

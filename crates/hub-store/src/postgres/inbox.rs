@@ -4,6 +4,7 @@ use super::{
     EVENT_COLUMNS, EventQuery, Inbox, IngestLease, IngestRecord, LeasedAtIngest, PgRow, PgStore, PulledEvent,
     StoreResult, StoredEvent, StreamEntry, Uuid, WriteOutcome, async_trait, event_from_row,
 };
+use crate::sql;
 use sqlx::Row;
 
 use crate::PullRead;
@@ -42,14 +43,7 @@ impl Inbox for PgStore {
         let rows: Vec<(Uuid, i64, bool)> = sqlx::query_as(
             // Live entries by `(tenant_id, seq)`, replayed ones by `(tenant_id, event_seq)`: two
             // index probes, whatever the number of the tenant's streams.
-            "SELECT p.subscription_id, p.seq, p.seq <= s.pull_cursor
-             FROM pull_entries p JOIN subscriptions s ON s.id = p.subscription_id
-             WHERE p.tenant_id = $1 AND p.seq = $2 AND p.event_seq IS NULL AND s.tenant_id = $1
-             UNION ALL
-             SELECT p.subscription_id, p.seq, p.seq <= s.pull_cursor
-             FROM pull_entries p JOIN subscriptions s ON s.id = p.subscription_id
-             WHERE p.tenant_id = $1 AND p.event_seq = $2 AND s.tenant_id = $1
-             ORDER BY 2",
+            sql::STREAM_ENTRIES_FOR_EVENT,
         )
         .bind(tenant)
         .bind(seq)
@@ -140,10 +134,8 @@ impl Inbox for PgStore {
         .await?;
         let Some(cursor) = cursor else { return Ok(PullRead::NoSubscription) };
         if let Some(after) = after {
-            let newest: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = $1")
-                .bind(tenant)
-                .fetch_optional(&mut *tx)
-                .await?;
+            let newest: Option<i64> =
+                sqlx::query_scalar(sql::TENANT_LAST_SEQ).bind(tenant).fetch_optional(&mut *tx).await?;
             let newest = newest.unwrap_or(0);
             if !hub_core::pull::after_is_known(after, newest) {
                 return Ok(PullRead::AfterBeyondNewest { newest });
@@ -159,22 +151,15 @@ impl Inbox for PgStore {
             .collect::<StoreResult<Vec<_>>>()?;
         let moved = hub_core::pull::advance(cursor, after, events.last().map(|e| e.position));
         if moved > cursor {
-            sqlx::query("UPDATE subscriptions SET pull_cursor = $3 WHERE tenant_id = $1 AND id = $2")
-                .bind(tenant)
-                .bind(subscription)
-                .bind(moved)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(sql::SET_PULL_CURSOR).bind(tenant).bind(subscription).bind(moved).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(PullRead::Page { events, cursor: moved })
     }
 
     async fn newest_seq(&self, tenant: &str) -> StoreResult<i64> {
-        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = $1")
-            .bind(tenant)
-            .fetch_optional(&self.pool)
-            .await?;
+        let last: Option<i64> =
+            sqlx::query_scalar(sql::TENANT_LAST_SEQ).bind(tenant).fetch_optional(&self.pool).await?;
         Ok(last.unwrap_or(0))
     }
 

@@ -1,6 +1,7 @@
 //! The hub's signing keys: the OIDC issuer's, and (the same shape) the ledger's.
 
 use super::{DateTime, IssuerKeys, PgStore, StoreResult, Utc, async_trait};
+use crate::sql;
 use sqlx::Row;
 
 use crate::IssuerKeyRecord;
@@ -60,11 +61,7 @@ impl IssuerKeys for PgStore {
     }
 
     async fn drop_issuer_keys(&self, before: DateTime<Utc>) -> StoreResult<u64> {
-        let n = sqlx::query("DELETE FROM issuer_keys WHERE retired_at < $1")
-            .bind(before)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+        let n = sqlx::query(sql::DROP_ISSUER_KEYS).bind(before).execute(&self.pool).await?.rows_affected();
         Ok(n)
     }
 }

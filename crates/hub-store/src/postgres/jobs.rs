@@ -6,6 +6,7 @@ use super::{
     async_trait, attempt_from_row, claimed_from_row, completions, delivered_only, job_from_row, job_state,
     record_query, split_poison,
 };
+use crate::sql;
 use sqlx::Row;
 
 use crate::{BlockedKey, Claim};
@@ -269,8 +270,7 @@ impl JobQueue for PgStore {
     }
 
     async fn jobs_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<DeliveryJob>> {
-        let sql =
-            format!("SELECT {JOB_COLUMNS} FROM delivery_jobs WHERE tenant_id = $1 AND event_seq = $2 ORDER BY id");
+        let sql = sql::JOBS_FOR_EVENT;
         sqlx::query(&sql).bind(tenant).bind(seq).fetch_all(&self.pool).await?.iter().map(job_from_row).collect()
     }
 
@@ -357,8 +357,7 @@ impl JobQueue for PgStore {
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>> {
-        let counts: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM delivery_jobs GROUP BY state").fetch_all(&self.pool).await?;
+        let counts: Vec<(String, i64)> = sqlx::query_as(sql::JOB_COUNTS).fetch_all(&self.pool).await?;
         counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
     }
 
@@ -382,20 +381,7 @@ impl JobQueue for PgStore {
     }
 
     async fn blocked_keys(&self, tenant: &str, subscription: Uuid, limit: u32) -> StoreResult<Vec<BlockedKey>> {
-        let sql = format!(
-            "SELECT {JOB_COLUMNS}, k.ordering_key AS blocked_key, k.waiting FROM (
-                 SELECT ordering_key, count(*) - 1 AS waiting FROM delivery_jobs
-                 WHERE tenant_id = $1 AND subscription_id = $2 AND ordering_key IS NOT NULL
-                   AND state IN ('pending', 'leased', 'held')
-                 GROUP BY ordering_key HAVING count(*) > 1
-             ) k
-             JOIN delivery_jobs j ON j.id = (
-                 SELECT h.id FROM delivery_jobs h
-                 WHERE h.subscription_id = $2 AND h.ordering_key = k.ordering_key
-                   AND h.state IN ('pending', 'leased', 'held')
-                 ORDER BY h.event_seq, h.id LIMIT 1)
-             ORDER BY j.event_seq LIMIT $3"
-        );
+        let sql = sql::BLOCKED_KEYS;
         sqlx::query(&sql)
             .bind(tenant)
             .bind(subscription)
@@ -414,20 +400,11 @@ impl JobQueue for PgStore {
     }
 
     async fn count_blocked_keys(&self) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM (SELECT 1 FROM delivery_jobs
-                 WHERE ordering_key IS NOT NULL AND state IN ('pending', 'leased', 'held')
-                 GROUP BY subscription_id, ordering_key HAVING count(*) > 1) b",
-        )
-        .fetch_one(&self.pool)
-        .await?)
+        Ok(sqlx::query_scalar(sql::COUNT_BLOCKED_KEYS).fetch_one(&self.pool).await?)
     }
 
     async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
-        Ok(sqlx::query_scalar("SELECT min(due_at) FROM delivery_jobs WHERE state = 'pending' AND due_at <= $1")
-            .bind(now)
-            .fetch_one(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar(sql::OLDEST_DUE_PENDING).bind(now).fetch_one(&self.pool).await?)
     }
 }
 

@@ -2,6 +2,7 @@
 //! the appending transaction commits, so numbers follow commit order and have no gaps. Delivery
 //! outcomes are appended by `hub_record` (migration 0032) with their attempts.
 
+use crate::sql;
 use std::collections::HashMap;
 
 use hub_core::ledger::checkpoint::Checkpoint;
@@ -41,8 +42,6 @@ fn checkpoint_from_row(row: &PgRow) -> StoreResult<Checkpoint> {
     })
 }
 
-const CHECKPOINT_COLUMNS: &str = "size, root, time, kid, signature, note";
-
 fn clamp(n: u64) -> i64 {
     n.min(i64::MAX as u64) as i64
 }
@@ -72,12 +71,7 @@ impl Ledger for PgStore {
     }
 
     async fn ledger_backlog(&self) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT h.log FROM ledger_heads h LEFT JOIN ledger_trees t ON t.log = h.log
-             WHERE h.size > COALESCE(t.size, 0) ORDER BY h.log",
-        )
-        .fetch_all(&self.pool)
-        .await?)
+        Ok(sqlx::query_scalar(sql::LEDGER_BACKLOG).fetch_all(&self.pool).await?)
     }
 
     async fn integrate_ledger(
@@ -102,11 +96,8 @@ impl Ledger for PgStore {
         };
         let peaks = peaks_from_bytes(&peaks).ok_or_else(|| StoreError::Corrupt("a ledger tree's peaks".into()))?;
         // Committed appends only: an appender holds the head's row until it commits.
-        let appended: i64 = sqlx::query_scalar("SELECT size FROM ledger_heads WHERE log = $1")
-            .bind(log)
-            .fetch_optional(&mut *tx)
-            .await?
-            .unwrap_or(0);
+        let appended: i64 =
+            sqlx::query_scalar(sql::INTEGRATE_LEDGER).bind(log).fetch_optional(&mut *tx).await?.unwrap_or(0);
         if appended <= size {
             return Ok(None);
         }
@@ -178,15 +169,12 @@ impl Ledger for PgStore {
     }
 
     async fn ledger_entries(&self, log: &str, from: u64, limit: u64) -> StoreResult<Vec<LedgerEntryRecord>> {
-        let rows = sqlx::query(
-            "SELECT idx, recorded_at, kind, data, leaf_hash FROM ledger_entries
-             WHERE log = $1 AND idx >= $2 ORDER BY idx LIMIT $3",
-        )
-        .bind(log)
-        .bind(clamp(from))
-        .bind(clamp(limit))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::LEDGER_ENTRIES)
+            .bind(log)
+            .bind(clamp(from))
+            .bind(clamp(limit))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(entry_from_row).collect()
     }
 
@@ -197,16 +185,13 @@ impl Ledger for PgStore {
         before: Option<u64>,
         limit: u64,
     ) -> StoreResult<Vec<LedgerEntryRecord>> {
-        let rows = sqlx::query(
-            "SELECT idx, recorded_at, kind, data, leaf_hash FROM ledger_entries
-             WHERE log = $1 AND kind = $2 AND idx < $3 ORDER BY idx DESC LIMIT $4",
-        )
-        .bind(log)
-        .bind(kind)
-        .bind(before.map_or(i64::MAX, clamp))
-        .bind(clamp(limit))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::LEDGER_ENTRIES_OF_KIND)
+            .bind(log)
+            .bind(kind)
+            .bind(before.map_or(i64::MAX, clamp))
+            .bind(clamp(limit))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(entry_from_row).collect()
     }
 
@@ -223,26 +208,18 @@ impl Ledger for PgStore {
     }
 
     async fn ledger_checkpoints(&self, log: &str, from: u64, to: u64, limit: u64) -> StoreResult<Vec<Checkpoint>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {CHECKPOINT_COLUMNS} FROM ledger_checkpoints WHERE log = $1 AND size >= $2 AND size <= $3
-             ORDER BY size LIMIT $4"
-        ))
-        .bind(log)
-        .bind(clamp(from))
-        .bind(clamp(to))
-        .bind(clamp(limit))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::LEDGER_CHECKPOINTS)
+            .bind(log)
+            .bind(clamp(from))
+            .bind(clamp(to))
+            .bind(clamp(limit))
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(checkpoint_from_row).collect()
     }
 
     async fn latest_ledger_checkpoint(&self, log: &str) -> StoreResult<Option<Checkpoint>> {
-        let row = sqlx::query(&format!(
-            "SELECT {CHECKPOINT_COLUMNS} FROM ledger_checkpoints WHERE log = $1 ORDER BY size DESC LIMIT 1"
-        ))
-        .bind(log)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(sql::LATEST_LEDGER_CHECKPOINT).bind(log).fetch_optional(&self.pool).await?;
         row.as_ref().map(checkpoint_from_row).transpose()
     }
 
@@ -270,12 +247,7 @@ impl Ledger for PgStore {
     }
 
     async fn digest_key(&self, log: &str, index: u64) -> StoreResult<Option<Vec<u8>>> {
-        Ok(sqlx::query_scalar("SELECT digest_key FROM ledger_entries WHERE log = $1 AND idx = $2")
-            .bind(log)
-            .bind(clamp(index))
-            .fetch_optional(&self.pool)
-            .await?
-            .flatten())
+        Ok(sqlx::query_scalar(sql::DIGEST_KEY).bind(log).bind(clamp(index)).fetch_optional(&self.pool).await?.flatten())
     }
 }
 
@@ -344,12 +316,7 @@ async fn move_start(conn: &mut PgConnection, log: &str, previous: &LedgerStart, 
     let found = nodes_in(&mut *conn, log, &wanted).await?;
     let peaks = start_peaks(size, previous, &found)
         .ok_or_else(|| StoreError::Corrupt(format!("{log}: a peak of the tree of {size} entries is missing")))?;
-    sqlx::query("UPDATE ledger_trees SET start_size = $2, start_peaks = $3 WHERE log = $1")
-        .bind(log)
-        .bind(size as i64)
-        .bind(peaks_to_bytes(&peaks))
-        .execute(conn)
-        .await?;
+    sqlx::query(sql::MOVE_START).bind(log).bind(size as i64).bind(peaks_to_bytes(&peaks)).execute(conn).await?;
     Ok(())
 }
 
@@ -417,11 +384,7 @@ pub(super) async fn cut_defaults(
         // Not sealed yet: nothing of it may go.
         let Some(tree) = trees_of(&mut *tx, &[&log], true).await?.remove(&log) else { continue };
         let oldest: Vec<(i64, DateTime<Utc>)> =
-            sqlx::query_as("SELECT idx, recorded_at FROM ledger_entries WHERE log = $1 ORDER BY idx LIMIT $2")
-                .bind(&log)
-                .bind(room)
-                .fetch_all(&mut **tx)
-                .await?;
+            sqlx::query_as(sql::CUT_DEFAULTS).bind(&log).bind(room).fetch_all(&mut **tx).await?;
         let oldest: Vec<(u64, DateTime<Utc>)> = oldest.into_iter().map(|(i, at)| (i as u64, at)).collect();
         let Some(size) = cut_point(&oldest, cutoff, tree.size) else { continue };
         move_start(&mut *tx, &log, &tree.start, size).await?;

@@ -5,6 +5,7 @@
 //! entries and jobs in one `UNNEST` statement: a fixed number of round trips per batch, however
 //! many tenants it holds.
 
+use crate::sql;
 use std::collections::{BTreeMap, HashMap};
 use std::str::FromStr;
 
@@ -420,13 +421,7 @@ impl PgStore {
     ) -> StoreResult<bool> {
         Ok(match health {
             HealthChange::Success => {
-                sqlx::query(
-                    "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
-                     WHERE id = $1 AND failing_since IS NOT NULL",
-                )
-                .bind(subscription)
-                .execute(&mut **tx)
-                .await?;
+                sqlx::query(sql::APPLY_HEALTH).bind(subscription).execute(&mut **tx).await?;
                 false
             }
             HealthChange::Failure { at, disable } => {
@@ -482,29 +477,23 @@ impl PgStore {
     async fn insert_quarantine(tx: &mut Transaction<'_, Postgres>, record: &QuarantinedRecord) -> StoreResult<i64> {
         let (topic, partition, offset) = record.origin.kafka_parts();
         let headers = serde_json::to_value(&record.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let id = sqlx::query_scalar(
-            "INSERT INTO quarantine (tenant_id, source, ce_id, reason_code, reason_field, reason,
-                headers, body, body_bytes, origin, kafka_topic, kafka_partition, kafka_offset,
-                received_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
-             RETURNING id",
-        )
-        .bind(record.column("ce-tenantid", hub_core::TenantId::MAX_LEN))
-        .bind(record.column("ce-source", hub_core::Source::MAX_LEN))
-        .bind(record.column("ce-id", 64))
-        .bind(record.reason.code.as_str())
-        .bind(&record.reason.field)
-        .bind(record.reason.to_string())
-        .bind(headers)
-        .bind(&record.body)
-        .bind(record.body_bytes as i64)
-        .bind(record.origin.kind())
-        .bind(topic)
-        .bind(partition)
-        .bind(offset)
-        .bind(record.received_at)
-        .fetch_one(&mut **tx)
-        .await?;
+        let id = sqlx::query_scalar(sql::INSERT_QUARANTINE)
+            .bind(record.column("ce-tenantid", hub_core::TenantId::MAX_LEN))
+            .bind(record.column("ce-source", hub_core::Source::MAX_LEN))
+            .bind(record.column("ce-id", 64))
+            .bind(record.reason.code.as_str())
+            .bind(&record.reason.field)
+            .bind(record.reason.to_string())
+            .bind(headers)
+            .bind(&record.body)
+            .bind(record.body_bytes as i64)
+            .bind(record.origin.kind())
+            .bind(topic)
+            .bind(partition)
+            .bind(offset)
+            .bind(record.received_at)
+            .fetch_one(&mut **tx)
+            .await?;
         Ok(id)
     }
 }

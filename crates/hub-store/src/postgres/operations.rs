@@ -5,6 +5,7 @@ use super::{
     QuarantineEntry, QuarantineFilter, StoreError, StoreResult, Utc, Uuid, api_key_from_row, async_trait, partitions,
     quarantine_from_row,
 };
+use crate::sql;
 use sqlx::Row;
 
 use crate::Connections;
@@ -17,30 +18,15 @@ impl Operations for PgStore {
     }
 
     async fn pending_migrations(&self) -> StoreResult<Vec<i64>> {
-        let applied = sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::from);
+        let applied = sqlx::query_scalar(sql::PENDING_MIGRATIONS).fetch_all(&self.pool).await.map_err(StoreError::from);
         crate::pending(&MIGRATOR, applied)
     }
 
     async fn tenants(&self) -> StoreResult<Vec<crate::TenantSummary>> {
-        let events =
-            sqlx::query_as("SELECT tenant_id, count(*) FROM events GROUP BY tenant_id").fetch_all(&self.pool).await?;
-        let subscriptions = sqlx::query_as("SELECT tenant_id, count(*) FROM subscriptions GROUP BY tenant_id")
-            .fetch_all(&self.pool)
-            .await?;
-        let keys = sqlx::query_as(
-            "SELECT tenant_id, count(*) FROM api_keys WHERE revoked_at IS NULL AND NOT admin GROUP BY tenant_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let jobs = sqlx::query_as(
-            "SELECT tenant_id, state, count(*) FROM delivery_jobs
-             WHERE state IN ('pending', 'leased', 'held', 'dead') GROUP BY tenant_id, state",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let events = sqlx::query_as(sql::EVENTS_BY_TENANT).fetch_all(&self.pool).await?;
+        let subscriptions = sqlx::query_as(sql::SUBSCRIPTIONS_BY_TENANT).fetch_all(&self.pool).await?;
+        let keys = sqlx::query_as(sql::API_KEYS_BY_TENANT).fetch_all(&self.pool).await?;
+        let jobs = sqlx::query_as(sql::OPEN_JOBS_BY_TENANT).fetch_all(&self.pool).await?;
         crate::tenant_summaries(events, subscriptions, keys, jobs)
     }
 
@@ -73,30 +59,24 @@ impl Operations for PgStore {
         let mut new = 0;
         for r in records {
             let headers = serde_json::to_value(&r.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let done = sqlx::query(
-                "INSERT INTO dlq_records (topic, kafka_partition, kafka_offset, source, tenant_id, ce_id, ce_type,
-                    error_class, error_message, headers, body, body_bytes, payload_omitted, record_timestamp,
-                    received_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
-                 ON CONFLICT (topic, kafka_partition, kafka_offset) DO NOTHING",
-            )
-            .bind(&r.topic)
-            .bind(r.partition)
-            .bind(r.offset)
-            .bind(&r.source)
-            .bind(&r.tenant_id)
-            .bind(&r.ce_id)
-            .bind(&r.ce_type)
-            .bind(&r.error_class)
-            .bind(&r.error_message)
-            .bind(headers)
-            .bind(&r.body)
-            .bind(r.body_bytes)
-            .bind(r.payload_omitted)
-            .bind(r.record_timestamp)
-            .bind(r.received_at)
-            .execute(&mut *tx)
-            .await?;
+            let done = sqlx::query(sql::WRITE_DLQ_RECORDS)
+                .bind(&r.topic)
+                .bind(r.partition)
+                .bind(r.offset)
+                .bind(&r.source)
+                .bind(&r.tenant_id)
+                .bind(&r.ce_id)
+                .bind(&r.ce_type)
+                .bind(&r.error_class)
+                .bind(&r.error_message)
+                .bind(headers)
+                .bind(&r.body)
+                .bind(r.body_bytes)
+                .bind(r.payload_omitted)
+                .bind(r.record_timestamp)
+                .bind(r.received_at)
+                .execute(&mut *tx)
+                .await?;
             new += done.rows_affected();
         }
         tx.commit().await?;
@@ -164,33 +144,21 @@ impl Operations for PgStore {
         }
         let limit = i64::from(limit);
         let deleted = match kind {
-            PruneKind::Quarantine => sqlx::query(
-                "DELETE FROM quarantine WHERE id IN
-                    (SELECT id FROM quarantine WHERE received_at < $1 ORDER BY id LIMIT $2)",
-            )
-            .bind(older_than)
-            .bind(limit)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected(),
-            PruneKind::Dlq => sqlx::query(
-                "DELETE FROM dlq_records WHERE id IN
-                    (SELECT id FROM dlq_records WHERE received_at < $1 ORDER BY id LIMIT $2)",
-            )
-            .bind(older_than)
-            .bind(limit)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected(),
-            PruneKind::Minutes => sqlx::query(
-                "DELETE FROM subscription_minutes WHERE (subscription_id, minute) IN
-                    (SELECT subscription_id, minute FROM subscription_minutes WHERE minute < $1 LIMIT $2)",
-            )
-            .bind(older_than)
-            .bind(limit)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected(),
+            PruneKind::Quarantine => {
+                sqlx::query(sql::PRUNE_QUARANTINE).bind(older_than).bind(limit).execute(&mut *tx).await?.rows_affected()
+            }
+            PruneKind::Dlq => sqlx::query(sql::PRUNE_DLQ_RECORDS)
+                .bind(older_than)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+            PruneKind::Minutes => sqlx::query(sql::PRUNE_SUBSCRIPTION_MINUTES)
+                .bind(older_than)
+                .bind(limit)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
             PruneKind::Sessions => {
                 let mut n = 0;
                 for table in ["portal_sessions", "person_sessions"] {
@@ -205,26 +173,18 @@ impl Operations for PgStore {
                 }
                 n
             }
-            PruneKind::SeenTypes => sqlx::query(
-                "DELETE FROM seen_event_types WHERE (tenant_id, source, event_key, schema_version) IN
-                    (SELECT tenant_id, source, event_key, schema_version FROM seen_event_types
-                     WHERE last_seen < $1 LIMIT $2)",
-            )
-            .bind(older_than)
-            .bind(limit)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected(),
-            PruneKind::FinishedJobs => {
-                let ids: Vec<Uuid> = sqlx::query_scalar(
-                    "SELECT id FROM delivery_jobs
-                     WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < $1
-                     LIMIT $2",
-                )
+            PruneKind::SeenTypes => sqlx::query(sql::PRUNE_SEEN_EVENT_TYPES)
                 .bind(older_than)
                 .bind(limit)
-                .fetch_all(&mut *tx)
-                .await?;
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+            PruneKind::FinishedJobs => {
+                let ids: Vec<Uuid> = sqlx::query_scalar(sql::FINISHED_JOBS_TO_PRUNE)
+                    .bind(older_than)
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
                 sqlx::query("DELETE FROM delivery_attempts WHERE job_id = ANY($1)")
                     .bind(&ids)
                     .execute(&mut *tx)
@@ -316,22 +276,18 @@ impl Operations for PgStore {
     }
 
     async fn create_api_key(&self, key: &NewApiKey) -> StoreResult<ApiKeyRecord> {
-        let row = sqlx::query(
-            "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at, admin, expires_at, role)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-             RETURNING id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at, role",
-        )
-        .bind(key.id)
-        .bind(key.tenant_id.as_deref().unwrap_or(""))
-        .bind(&key.name)
-        .bind(&key.key_hash)
-        .bind(&key.key_prefix)
-        .bind(key.created_at)
-        .bind(key.tenant_id.is_none())
-        .bind(key.expires_at)
-        .bind(&key.role)
-        .fetch_one(&self.pool)
-        .await?;
+        let row = sqlx::query(sql::CREATE_API_KEY)
+            .bind(key.id)
+            .bind(key.tenant_id.as_deref().unwrap_or(""))
+            .bind(&key.name)
+            .bind(&key.key_hash)
+            .bind(&key.key_prefix)
+            .bind(key.created_at)
+            .bind(key.tenant_id.is_none())
+            .bind(key.expires_at)
+            .bind(&key.role)
+            .fetch_one(&self.pool)
+            .await?;
         api_key_from_row(&row)
     }
 
@@ -364,16 +320,13 @@ impl Operations for PgStore {
     }
 
     async fn api_key_by_hash(&self, hash: &[u8]) -> StoreResult<Option<ApiKeyRecord>> {
-        sqlx::query(
-            "SELECT id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at, role FROM api_keys
-             WHERE key_hash = $1 AND revoked_at IS NULL",
-        )
-        .bind(hash)
-        .fetch_optional(&self.pool)
-        .await?
-        .as_ref()
-        .map(api_key_from_row)
-        .transpose()
+        sqlx::query(sql::API_KEY_BY_HASH)
+            .bind(hash)
+            .fetch_optional(&self.pool)
+            .await?
+            .as_ref()
+            .map(api_key_from_row)
+            .transpose()
     }
 }
 

@@ -5,14 +5,14 @@ use super::{
     ReplayRecord, ReplayStart, ReplayState, ReplayStep, Replays, StoreError, StoreResult, Utc, Uuid, async_trait,
     event_from_row, job_state,
 };
+use crate::sql;
 use hub_core::replay::{Existing, Progress, TimeWindow, next_step, step_end};
 use sqlx::Row;
 
 use crate::UndeliveredEvent;
 use crate::model::{WalkedEvent, plan_replay, wanted};
 
-const REPLAY_COLUMNS: &str = "id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
-    only_undelivered, filters, state, walked_to, matched, created, skipped, created_at, updated_at, finished_at, rate";
+const REPLAY_COLUMNS: &str = sql::REPLAY_COLUMNS;
 
 /// Arrival times and seqs agree only up to the group commit (a batch takes its seqs when it
 /// commits, after its events were received): the seq bounds of a time window are widened by this
@@ -60,43 +60,33 @@ impl Replays for PgStore {
         if found.is_none() {
             return Ok(ReplayStart::NoSubscription);
         }
-        let sql = format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE subscription_id = $1 AND state = 'running'");
+        let sql = sql::RUNNING_REPLAY;
         if let Some(row) = sqlx::query(&sql).bind(r.subscription_id).fetch_optional(&mut *tx).await? {
             return Ok(ReplayStart::Busy(replay_from_row(&row)?));
         }
-        let newest: i64 = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = $1")
-            .bind(&r.tenant_id)
-            .fetch_optional(&mut *tx)
-            .await?
-            .unwrap_or(0);
+        let newest: i64 =
+            sqlx::query_scalar(sql::TENANT_LAST_SEQ).bind(&r.tenant_id).fetch_optional(&mut *tx).await?.unwrap_or(0);
         let mut from = r.from_seq.unwrap_or(1).max(1);
         let mut to = r.to_seq.map_or(newest, |t| t.min(newest));
         if let Some(since) = r.window.since {
-            let first: Option<i64> =
-                sqlx::query_scalar("SELECT min(seq) FROM events WHERE tenant_id = $1 AND received_at >= $2")
-                    .bind(&r.tenant_id)
-                    .bind(since - ARRIVAL_SLACK)
-                    .fetch_one(&mut *tx)
-                    .await?;
+            let first: Option<i64> = sqlx::query_scalar(sql::FIRST_SEQ_SINCE)
+                .bind(&r.tenant_id)
+                .bind(since - ARRIVAL_SLACK)
+                .fetch_one(&mut *tx)
+                .await?;
             from = from.max(first.unwrap_or(newest + 1));
         }
         if let Some(until) = r.window.until {
-            let last: Option<i64> =
-                sqlx::query_scalar("SELECT max(seq) FROM events WHERE tenant_id = $1 AND received_at < $2")
-                    .bind(&r.tenant_id)
-                    .bind(until + ARRIVAL_SLACK)
-                    .fetch_one(&mut *tx)
-                    .await?;
+            let last: Option<i64> = sqlx::query_scalar(sql::LAST_SEQ_BEFORE)
+                .bind(&r.tenant_id)
+                .bind(until + ARRIVAL_SLACK)
+                .fetch_one(&mut *tx)
+                .await?;
             to = to.min(last.unwrap_or(0));
         }
         // An empty window is a replay that is done at once.
         let empty = to < from;
-        let sql = format!(
-            "INSERT INTO replays (id, tenant_id, subscription_id, since, until, from_seq, to_seq, include_delivered,
-                state, walked_to, created_at, updated_at, finished_at, rate, only_undelivered, filters)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11, $12, $13, $14, $15)
-             RETURNING {REPLAY_COLUMNS}"
-        );
+        let sql = sql::INSERT_REPLAY;
         let row = sqlx::query(&sql)
             .bind(r.id)
             .bind(&r.tenant_id)
@@ -168,8 +158,7 @@ impl Replays for PgStore {
     }
 
     async fn replay(&self, tenant: &str, subscription: Uuid, id: Uuid) -> StoreResult<Option<ReplayRecord>> {
-        let sql =
-            format!("SELECT {REPLAY_COLUMNS} FROM replays WHERE tenant_id = $1 AND subscription_id = $2 AND id = $3");
+        let sql = sql::REPLAY;
         sqlx::query(&sql)
             .bind(tenant)
             .bind(subscription)
@@ -182,10 +171,7 @@ impl Replays for PgStore {
     }
 
     async fn running_replays(&self, limit: u32) -> StoreResult<Vec<Uuid>> {
-        Ok(sqlx::query_scalar("SELECT id FROM replays WHERE state = 'running' ORDER BY created_at, id LIMIT $1")
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar(sql::RUNNING_REPLAYS).bind(i64::from(limit)).fetch_all(&self.pool).await?)
     }
 
     async fn step_replay(&self, id: Uuid, limits: &ReplayLimits) -> StoreResult<ReplayStep> {
@@ -222,10 +208,7 @@ impl Replays for PgStore {
             ordering,
         )) = sub
         else {
-            let sql = format!(
-                "UPDATE replays SET state = 'cancelled', finished_at = $2, updated_at = $2 WHERE id = $1
-                 RETURNING {REPLAY_COLUMNS}"
-            );
+            let sql = sql::CANCEL_REPLAY;
             let row = sqlx::query(&sql).bind(id).bind(limits.now).fetch_one(&mut *tx).await?;
             tx.commit().await?;
             return Ok(ReplayStep::Walked(replay_from_row(&row)?));
@@ -267,16 +250,14 @@ impl Replays for PgStore {
         // With content filters a replay reads whole events (the filters look at attributes and
         // body); without, the columns the event-key filter needs.
         let walked: Vec<WalkedEvent> = if target.filters.is_empty() {
-            let walked: Vec<(i64, String, String, String, DateTime<Utc>, bool)> = sqlx::query_as(
-                "SELECT seq, resource_type, event_type, source, received_at, erased_by IS NOT NULL FROM events
-                 WHERE tenant_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4",
-            )
-            .bind(tenant)
-            .bind(replay.walked_to)
-            .bind(replay.to_seq)
-            .bind(i64::from(limits.batch.max(1)))
-            .fetch_all(&mut *tx)
-            .await?;
+            let walked: Vec<(i64, String, String, String, DateTime<Utc>, bool)> =
+                sqlx::query_as(sql::REPLAY_EVENTS_AFTER)
+                    .bind(tenant)
+                    .bind(replay.walked_to)
+                    .bind(replay.to_seq)
+                    .bind(i64::from(limits.batch.max(1)))
+                    .fetch_all(&mut *tx)
+                    .await?;
             walked
                 .into_iter()
                 .map(|(seq, resource_type, event_type, source, received_at, erased)| WalkedEvent {
@@ -377,13 +358,8 @@ impl Replays for PgStore {
             } else {
                 // New positions after every one a reader may have seen, from the tenant's sequence.
                 let k = i64::try_from(create.len()).unwrap_or(i64::MAX);
-                let last: i64 = sqlx::query_scalar(
-                    "UPDATE tenant_sequences SET last_seq = last_seq + $2 WHERE tenant_id = $1 RETURNING last_seq",
-                )
-                .bind(tenant)
-                .bind(k)
-                .fetch_one(&mut *tx)
-                .await?;
+                let last: i64 =
+                    sqlx::query_scalar(sql::ADVANCE_TENANT_SEQUENCE).bind(tenant).bind(k).fetch_one(&mut *tx).await?;
                 let positions: Vec<i64> = (last - k + 1..=last).collect();
                 sqlx::query(
                     "INSERT INTO pull_entries (subscription_id, seq, tenant_id, event_seq)
@@ -398,11 +374,7 @@ impl Replays for PgStore {
             }
         }
         let done = walked_to >= replay.to_seq;
-        let sql = format!(
-            "UPDATE replays SET walked_to = $2, matched = matched + $3, created = created + $4,
-                skipped = skipped + $5, state = $6, finished_at = $7, updated_at = $8
-             WHERE id = $1 RETURNING {REPLAY_COLUMNS}"
-        );
+        let sql = sql::ADVANCE_REPLAY;
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let row = sqlx::query(&sql)
             .bind(id)

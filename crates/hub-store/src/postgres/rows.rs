@@ -1,5 +1,6 @@
 //! Column arrays for the batch statements, and the readers of each table's rows.
 
+use crate::sql;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
@@ -348,8 +349,7 @@ pub(super) fn subscription_from_row(row: &PgRow) -> StoreResult<SubscriptionReco
     })
 }
 
-pub(super) const JOB_COLUMNS: &str = "id, tenant_id, subscription_id, event_seq, state, attempts, recoveries, due_at,
-    event_received_at, window_start, last_error, created_at, updated_at, finished_at";
+pub(super) const JOB_COLUMNS: &str = sql::JOB_COLUMNS;
 
 pub(super) fn job_state(s: String) -> StoreResult<JobState> {
     JobState::parse(&s).ok_or_else(|| StoreError::Corrupt(format!("unknown job state {s:?}")))

@@ -1,11 +1,10 @@
 //! Portal sessions and people's console sessions.
 
 use super::{DateTime, PgRow, PgStore, Sessions, StoreResult, Utc, Uuid, async_trait};
+use crate::sql;
 use sqlx::Row;
 
 use crate::{NewPortalSession, PersonSession, PortalSession};
-
-const COLUMNS: &str = "id, tenant_id, scope, created_at, expires_at, exchanged_at, revoked_at";
 
 fn session_from_row(r: &PgRow) -> StoreResult<PortalSession> {
     Ok(PortalSession {
@@ -23,18 +22,15 @@ fn session_from_row(r: &PgRow) -> StoreResult<PortalSession> {
 impl Sessions for PgStore {
     async fn create_portal_session(&self, new: &NewPortalSession) -> StoreResult<()> {
         let s = &new.session;
-        sqlx::query(
-            "INSERT INTO portal_sessions (id, tenant_id, scope, grant_hash, created_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(s.id)
-        .bind(&s.tenant_id)
-        .bind(&s.scope)
-        .bind(&new.grant_hash)
-        .bind(s.created_at)
-        .bind(s.expires_at)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(sql::CREATE_PORTAL_SESSION)
+            .bind(s.id)
+            .bind(&s.tenant_id)
+            .bind(&s.scope)
+            .bind(&new.grant_hash)
+            .bind(s.created_at)
+            .bind(s.expires_at)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -44,69 +40,41 @@ impl Sessions for PgStore {
         session_hash: &[u8],
         now: DateTime<Utc>,
     ) -> StoreResult<Option<PortalSession>> {
-        let row = sqlx::query(&format!(
-            "UPDATE portal_sessions SET exchanged_at = $3, session_hash = $2
-             WHERE grant_hash = $1 AND exchanged_at IS NULL AND revoked_at IS NULL AND expires_at > $3
-             RETURNING {COLUMNS}"
-        ))
-        .bind(grant_hash)
-        .bind(session_hash)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(sql::EXCHANGE_PORTAL_GRANT)
+            .bind(grant_hash)
+            .bind(session_hash)
+            .bind(now)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(session_from_row).transpose()
     }
 
     async fn portal_session(&self, session_hash: &[u8], now: DateTime<Utc>) -> StoreResult<Option<PortalSession>> {
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM portal_sessions
-             WHERE session_hash = $1 AND revoked_at IS NULL AND expires_at > $2"
-        ))
-        .bind(session_hash)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(sql::PORTAL_SESSION).bind(session_hash).bind(now).fetch_optional(&self.pool).await?;
         row.as_ref().map(session_from_row).transpose()
     }
 
     async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {
-        let n = sqlx::query(
-            "UPDATE portal_sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL AND expires_at > $2",
-        )
-        .bind(id)
-        .bind(now)
-        .execute(&self.pool)
-        .await?
-        .rows_affected();
+        let n = sqlx::query(sql::REVOKE_PORTAL_SESSION).bind(id).bind(now).execute(&self.pool).await?.rows_affected();
         Ok(n == 1)
     }
 
     async fn create_person_session(&self, session: &PersonSession, session_hash: &[u8]) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO person_sessions (id, session_hash, issuer, subject, roles, created_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(session.id)
-        .bind(session_hash)
-        .bind(&session.issuer)
-        .bind(&session.subject)
-        .bind(serde_json::Value::from(session.roles.clone()).to_string())
-        .bind(session.created_at)
-        .bind(session.expires_at)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(sql::CREATE_PERSON_SESSION)
+            .bind(session.id)
+            .bind(session_hash)
+            .bind(&session.issuer)
+            .bind(&session.subject)
+            .bind(serde_json::Value::from(session.roles.clone()).to_string())
+            .bind(session.created_at)
+            .bind(session.expires_at)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
     async fn person_session(&self, session_hash: &[u8], now: DateTime<Utc>) -> StoreResult<Option<PersonSession>> {
-        let row = sqlx::query(
-            "SELECT id, issuer, subject, roles, created_at, expires_at FROM person_sessions
-             WHERE session_hash = $1 AND expires_at > $2",
-        )
-        .bind(session_hash)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = sqlx::query(sql::PERSON_SESSION).bind(session_hash).bind(now).fetch_optional(&self.pool).await?;
         row.map(|r| {
             Ok(PersonSession {
                 id: r.try_get("id")?,
@@ -122,11 +90,7 @@ impl Sessions for PgStore {
     }
 
     async fn end_person_session(&self, session_hash: &[u8]) -> StoreResult<bool> {
-        let n = sqlx::query("DELETE FROM person_sessions WHERE session_hash = $1")
-            .bind(session_hash)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+        let n = sqlx::query(sql::END_PERSON_SESSION).bind(session_hash).execute(&self.pool).await?.rows_affected();
         Ok(n == 1)
     }
 }

@@ -1,6 +1,7 @@
 //! Per-minute delivery statistics of subscriptions.
 
 use super::{DateTime, PgStore, Stats, StoreError, StoreResult, Utc, Uuid, async_trait};
+use crate::sql;
 use sqlx::Row;
 
 use crate::{Backlog, MinuteStats};
@@ -56,16 +57,7 @@ impl Stats for PgStore {
     }
 
     async fn minutes(&self, tenant: &str, subscription: Uuid, since: DateTime<Utc>) -> StoreResult<Vec<MinuteStats>> {
-        let rows = sqlx::query(
-            "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, skipped, latency, backlog
-             FROM subscription_minutes
-             WHERE subscription_id = $1 AND tenant_id = $2 AND minute >= $3 ORDER BY minute",
-        )
-        .bind(subscription)
-        .bind(tenant)
-        .bind(since)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(sql::MINUTES).bind(subscription).bind(tenant).bind(since).fetch_all(&self.pool).await?;
         rows.iter()
             .map(|r| {
                 Ok(MinuteStats {
@@ -84,12 +76,7 @@ impl Stats for PgStore {
     }
 
     async fn backlogs(&self) -> StoreResult<Vec<Backlog>> {
-        let rows: Vec<(String, Uuid, i64)> = sqlx::query_as(
-            "SELECT tenant_id, subscription_id, count(*) FROM delivery_jobs
-             WHERE state IN ('pending', 'held') GROUP BY tenant_id, subscription_id",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows: Vec<(String, Uuid, i64)> = sqlx::query_as(sql::BACKLOGS).fetch_all(&self.pool).await?;
         Ok(rows
             .into_iter()
             .map(|(tenant_id, subscription_id, jobs)| Backlog { tenant_id, subscription_id, jobs })

@@ -6,6 +6,7 @@ use super::{
 };
 
 use crate::model::PatchColumns;
+use crate::sql;
 use crate::{SecretRotation, SubscriptionPatch, VerificationResult};
 
 #[async_trait]
@@ -22,10 +23,8 @@ impl Subscriptions for PgStore {
             .bind(&sub.tenant_id)
             .execute(&mut *tx)
             .await?;
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM subscriptions WHERE tenant_id = $1")
-            .bind(&sub.tenant_id)
-            .fetch_one(&mut *tx)
-            .await?;
+        let count: i64 =
+            sqlx::query_scalar(sql::CREATE_SUBSCRIPTION_WITHIN).bind(&sub.tenant_id).fetch_one(&mut *tx).await?;
         if count >= i64::from(max) {
             return Ok(false);
         }
@@ -65,10 +64,7 @@ impl Subscriptions for PgStore {
     }
 
     async fn count_subscriptions(&self, tenant: &str) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM subscriptions WHERE tenant_id = $1")
-            .bind(tenant)
-            .fetch_one(&self.pool)
-            .await?)
+        Ok(sqlx::query_scalar(sql::CREATE_SUBSCRIPTION_WITHIN).bind(tenant).fetch_one(&self.pool).await?)
     }
 
     async fn list_subscriptions(
@@ -260,11 +256,7 @@ impl Subscriptions for PgStore {
 
     async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool> {
         let mut tx = self.pool.begin().await?;
-        let done = sqlx::query("DELETE FROM subscriptions WHERE tenant_id = $1 AND id = $2")
-            .bind(tenant)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        let done = sqlx::query(sql::DELETE_SUBSCRIPTION).bind(tenant).bind(id).execute(&mut *tx).await?;
         if done.rows_affected() == 0 {
             return Ok(false);
         }
@@ -275,7 +267,7 @@ impl Subscriptions for PgStore {
         .bind(id)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM pull_entries WHERE subscription_id = $1").bind(id).execute(&mut *tx).await?;
+        sqlx::query(sql::DELETE_PULL_ENTRIES).bind(id).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(true)
     }

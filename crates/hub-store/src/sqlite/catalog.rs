@@ -1,6 +1,7 @@
 //! The event catalog: manifest sources and the types seen in each inbox.
 
 use super::{Catalog, DateTime, SqliteStore, StoreResult, Utc, async_trait, from_micros, json, micros, to_json};
+use crate::sql;
 use sqlx::Row;
 
 use crate::{ManifestFetch, ManifestRecord, SeenType};
@@ -13,47 +14,35 @@ impl Catalog for SqliteStore {
         next: DateTime<Utc>,
         sources: &str,
     ) -> StoreResult<bool> {
-        let moved = sqlx::query(
-            "UPDATE manifest_refresh SET due_at = ?2, sources = ?3
-             WHERE id = 1 AND (due_at <= ?1 OR sources <> ?3)",
-        )
-        .bind(micros(now))
-        .bind(micros(next))
-        .bind(sources)
-        .execute(&self.writer)
-        .await?
-        .rows_affected();
+        let moved = sqlx::query(sql::CLAIM_MANIFEST_REFRESH)
+            .bind(micros(now))
+            .bind(micros(next))
+            .bind(sources)
+            .execute(&self.writer)
+            .await?
+            .rows_affected();
         Ok(moved == 1)
     }
 
     async fn save_manifest(&self, location: &str, fetch: &ManifestFetch, at: DateTime<Utc>) -> StoreResult<()> {
         match fetch {
             ManifestFetch::Fetched { document, schemas, problems } => {
-                sqlx::query(
-                    "INSERT INTO manifests (location, document, schemas, fetched_at, checked_at, error, problems)
-                     VALUES (?1, ?2, ?3, ?4, ?4, NULL, ?5)
-                     ON CONFLICT (location) DO UPDATE SET document = excluded.document,
-                         schemas = excluded.schemas, fetched_at = excluded.fetched_at,
-                         checked_at = excluded.checked_at, error = NULL, problems = excluded.problems",
-                )
-                .bind(location)
-                .bind(document)
-                .bind(to_json(schemas)?)
-                .bind(micros(at))
-                .bind(to_json(problems)?)
-                .execute(&self.writer)
-                .await?;
+                sqlx::query(sql::SAVE_MANIFEST)
+                    .bind(location)
+                    .bind(document)
+                    .bind(to_json(schemas)?)
+                    .bind(micros(at))
+                    .bind(to_json(problems)?)
+                    .execute(&self.writer)
+                    .await?;
             }
             ManifestFetch::Failed { error } => {
-                sqlx::query(
-                    "INSERT INTO manifests (location, checked_at, error) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (location) DO UPDATE SET checked_at = excluded.checked_at, error = excluded.error",
-                )
-                .bind(location)
-                .bind(micros(at))
-                .bind(error)
-                .execute(&self.writer)
-                .await?;
+                sqlx::query(sql::MANIFEST_FAILED)
+                    .bind(location)
+                    .bind(micros(at))
+                    .bind(error)
+                    .execute(&self.writer)
+                    .await?;
             }
         }
         Ok(())
@@ -69,12 +58,7 @@ impl Catalog for SqliteStore {
     }
 
     async fn manifests(&self) -> StoreResult<Vec<ManifestRecord>> {
-        let rows = sqlx::query(
-            "SELECT location, document, schemas, fetched_at, checked_at, error, problems
-             FROM manifests ORDER BY location",
-        )
-        .fetch_all(&self.reader)
-        .await?;
+        let rows = sqlx::query(sql::MANIFESTS).fetch_all(&self.reader).await?;
         rows.iter()
             .map(|r| {
                 Ok(ManifestRecord {

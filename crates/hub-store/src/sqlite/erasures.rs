@@ -5,12 +5,12 @@ use super::{
     DateTime, Erasures, SqliteRow, SqliteStore, StoreResult, Utc, Uuid, async_trait, from_micros, micros, text,
     uuid_from_text,
 };
+use crate::sql;
 use sqlx::Row;
 
 use crate::{ErasureCounts, ErasureRecord, ErasureStep, KeptRecords, NewErasure};
 
-const COLUMNS: &str = "id, tenant_id, match_kind, sealed_match, reason, requested_by, requested_at, state,
-    scanned_to, scanned, events, jobs_cancelled, responses, dlq_records, quarantined, finished_at";
+const COLUMNS: &str = sql::ERASURE_COLUMNS;
 
 fn erasure_from_row(r: &SqliteRow) -> StoreResult<ErasureRecord> {
     Ok(ErasureRecord {
@@ -43,27 +43,21 @@ fn json_ids(ids: &[i64]) -> String {
 #[async_trait]
 impl Erasures for SqliteStore {
     async fn create_erasure(&self, new: &NewErasure) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO erasures (id, tenant_id, match_kind, sealed_match, reason, requested_by, requested_at, state)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'running')",
-        )
-        .bind(text(new.id))
-        .bind(&new.tenant_id)
-        .bind(&new.match_kind)
-        .bind(&new.sealed_match)
-        .bind(&new.reason)
-        .bind(&new.requested_by)
-        .bind(micros(new.requested_at))
-        .execute(&self.writer)
-        .await?;
+        sqlx::query(sql::CREATE_ERASURE)
+            .bind(text(new.id))
+            .bind(&new.tenant_id)
+            .bind(&new.match_kind)
+            .bind(&new.sealed_match)
+            .bind(&new.reason)
+            .bind(&new.requested_by)
+            .bind(micros(new.requested_at))
+            .execute(&self.writer)
+            .await?;
         Ok(())
     }
 
     async fn erasure(&self, id: Uuid) -> StoreResult<Option<ErasureRecord>> {
-        let row = sqlx::query(&format!("SELECT {COLUMNS} FROM erasures WHERE id = ?1"))
-            .bind(text(id))
-            .fetch_optional(&self.reader)
-            .await?;
+        let row = sqlx::query(sql::ERASURE).bind(text(id)).fetch_optional(&self.reader).await?;
         row.as_ref().map(erasure_from_row).transpose()
     }
 
@@ -87,12 +81,7 @@ impl Erasures for SqliteStore {
     }
 
     async fn running_erasures(&self, tenant: &str) -> StoreResult<Vec<ErasureRecord>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM erasures WHERE tenant_id = ?1 AND state = 'running' ORDER BY requested_at, id"
-        ))
-        .bind(tenant)
-        .fetch_all(&self.writer)
-        .await?;
+        let rows = sqlx::query(sql::RUNNING_ERASURES).bind(tenant).fetch_all(&self.writer).await?;
         rows.iter().map(erasure_from_row).collect()
     }
 
@@ -234,14 +223,7 @@ impl Erasures for SqliteStore {
     }
 
     async fn finish_erasure(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<()> {
-        sqlx::query(
-            "UPDATE erasures SET state = 'done', sealed_match = NULL, finished_at = ?2, lease_until = NULL
-             WHERE id = ?1 AND state = 'running'",
-        )
-        .bind(text(id))
-        .bind(micros(now))
-        .execute(&self.writer)
-        .await?;
+        sqlx::query(sql::FINISH_ERASURE).bind(text(id)).bind(micros(now)).execute(&self.writer).await?;
         // The write-ahead log still holds the pages as they were: copy it into the file and empty
         // it (a reader holding an old snapshot can delay that to the next checkpoint).
         sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&self.writer).await?;

@@ -4,6 +4,7 @@ use super::{
     EVENT_COLUMNS, EventQuery, Inbox, IngestLease, IngestRecord, LeasedAtIngest, PulledEvent, SqliteRow, SqliteStore,
     StoreResult, StoredEvent, StreamEntry, Uuid, WriteOutcome, async_trait, event_from_row, micros, uuid_from_text,
 };
+use crate::sql;
 use sqlx::Row;
 
 use crate::PullRead;
@@ -71,14 +72,7 @@ impl Inbox for SqliteStore {
         let rows: Vec<(String, i64, bool)> = sqlx::query_as(
             // Live entries by `(tenant_id, seq)`, replayed ones by `(tenant_id, event_seq)`: two
             // index probes, whatever the number of the tenant's streams.
-            "SELECT p.subscription_id, p.seq, p.seq <= s.pull_cursor
-             FROM pull_entries p JOIN subscriptions s ON s.id = p.subscription_id
-             WHERE p.tenant_id = ?1 AND p.seq = ?2 AND p.event_seq IS NULL AND s.tenant_id = ?1
-             UNION ALL
-             SELECT p.subscription_id, p.seq, p.seq <= s.pull_cursor
-             FROM pull_entries p JOIN subscriptions s ON s.id = p.subscription_id
-             WHERE p.tenant_id = ?1 AND p.event_seq = ?2 AND s.tenant_id = ?1
-             ORDER BY 2",
+            sql::STREAM_ENTRIES_FOR_EVENT,
         )
         .bind(tenant)
         .bind(seq)
@@ -160,10 +154,8 @@ impl Inbox for SqliteStore {
                 .await?;
         let Some(cursor) = cursor else { return Ok(PullRead::NoSubscription) };
         if let Some(after) = after {
-            let newest: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = ?1")
-                .bind(tenant)
-                .fetch_optional(&mut *tx)
-                .await?;
+            let newest: Option<i64> =
+                sqlx::query_scalar(sql::TENANT_LAST_SEQ).bind(tenant).fetch_optional(&mut *tx).await?;
             let newest = newest.unwrap_or(0);
             if !hub_core::pull::after_is_known(after, newest) {
                 return Ok(PullRead::AfterBeyondNewest { newest });
@@ -183,22 +175,15 @@ impl Inbox for SqliteStore {
             .collect::<StoreResult<Vec<_>>>()?;
         let moved = hub_core::pull::advance(cursor, after, events.last().map(|e| e.position));
         if moved > cursor {
-            sqlx::query("UPDATE subscriptions SET pull_cursor = ?3 WHERE tenant_id = ?1 AND id = ?2")
-                .bind(tenant)
-                .bind(&id)
-                .bind(moved)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query(sql::SET_PULL_CURSOR).bind(tenant).bind(&id).bind(moved).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(PullRead::Page { events, cursor: moved })
     }
 
     async fn newest_seq(&self, tenant: &str) -> StoreResult<i64> {
-        let last: Option<i64> = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = ?1")
-            .bind(tenant)
-            .fetch_optional(&self.reader)
-            .await?;
+        let last: Option<i64> =
+            sqlx::query_scalar(sql::TENANT_LAST_SEQ).bind(tenant).fetch_optional(&self.reader).await?;
         Ok(last.unwrap_or(0))
     }
 

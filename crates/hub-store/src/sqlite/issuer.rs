@@ -1,6 +1,7 @@
 //! The hub's signing keys: the OIDC issuer's, and (the same shape) the ledger's.
 
 use super::{DateTime, IssuerKeys, SqliteStore, StoreResult, Utc, async_trait, from_micros, micros, uuid_from_text};
+use crate::sql;
 use sqlx::Row;
 
 use crate::IssuerKeyRecord;
@@ -60,11 +61,7 @@ impl IssuerKeys for SqliteStore {
     }
 
     async fn drop_issuer_keys(&self, before: DateTime<Utc>) -> StoreResult<u64> {
-        let n = sqlx::query("DELETE FROM issuer_keys WHERE retired_at < ?1")
-            .bind(micros(before))
-            .execute(&self.writer)
-            .await?
-            .rows_affected();
+        let n = sqlx::query(sql::DROP_ISSUER_KEYS).bind(micros(before)).execute(&self.writer).await?.rows_affected();
         Ok(n)
     }
 }

@@ -6,6 +6,7 @@ use super::{
     async_trait, attempt_from_row, claimed_from_row, from_micros, job_from_row, job_state, micros, split_poison, text,
     uuid_from_text,
 };
+use crate::sql;
 use sqlx::Row;
 
 use crate::{BlockedKey, Claim};
@@ -202,8 +203,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn jobs_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<DeliveryJob>> {
-        let sql =
-            format!("SELECT {JOB_COLUMNS} FROM delivery_jobs WHERE tenant_id = ?1 AND event_seq = ?2 ORDER BY id");
+        let sql = sql::JOBS_FOR_EVENT;
         sqlx::query(&sql).bind(tenant).bind(seq).fetch_all(&self.reader).await?.iter().map(job_from_row).collect()
     }
 
@@ -272,8 +272,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>> {
-        let counts: Vec<(String, i64)> =
-            sqlx::query_as("SELECT state, count(*) FROM delivery_jobs GROUP BY state").fetch_all(&self.reader).await?;
+        let counts: Vec<(String, i64)> = sqlx::query_as(sql::JOB_COUNTS).fetch_all(&self.reader).await?;
         counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
     }
 
@@ -298,20 +297,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn blocked_keys(&self, tenant: &str, subscription: Uuid, limit: u32) -> StoreResult<Vec<BlockedKey>> {
-        let sql = format!(
-            "SELECT {JOB_COLUMNS}, k.ordering_key AS blocked_key, k.waiting FROM (
-                 SELECT ordering_key, count(*) - 1 AS waiting FROM delivery_jobs
-                 WHERE tenant_id = ?1 AND subscription_id = ?2 AND ordering_key IS NOT NULL
-                   AND state IN ('pending', 'leased', 'held')
-                 GROUP BY ordering_key HAVING count(*) > 1
-             ) k
-             JOIN delivery_jobs j ON j.id = (
-                 SELECT h.id FROM delivery_jobs h
-                 WHERE h.subscription_id = ?2 AND h.ordering_key = k.ordering_key
-                   AND h.state IN ('pending', 'leased', 'held')
-                 ORDER BY h.event_seq, h.id LIMIT 1)
-             ORDER BY j.event_seq LIMIT ?3"
-        );
+        let sql = sql::BLOCKED_KEYS;
         sqlx::query(&sql)
             .bind(tenant)
             .bind(text(subscription))
@@ -330,21 +316,12 @@ impl JobQueue for SqliteStore {
     }
 
     async fn count_blocked_keys(&self) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar(
-            "SELECT count(*) FROM (SELECT 1 FROM delivery_jobs
-                 WHERE ordering_key IS NOT NULL AND state IN ('pending', 'leased', 'held')
-                 GROUP BY subscription_id, ordering_key HAVING count(*) > 1) b",
-        )
-        .fetch_one(&self.reader)
-        .await?)
+        Ok(sqlx::query_scalar(sql::COUNT_BLOCKED_KEYS).fetch_one(&self.reader).await?)
     }
 
     async fn oldest_due_pending(&self, now: DateTime<Utc>) -> StoreResult<Option<DateTime<Utc>>> {
         let oldest: Option<i64> =
-            sqlx::query_scalar("SELECT min(due_at) FROM delivery_jobs WHERE state = 'pending' AND due_at <= ?1")
-                .bind(micros(now))
-                .fetch_one(&self.reader)
-                .await?;
+            sqlx::query_scalar(sql::OLDEST_DUE_PENDING).bind(micros(now)).fetch_one(&self.reader).await?;
         oldest.map(from_micros).transpose()
     }
 }

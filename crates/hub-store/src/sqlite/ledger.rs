@@ -1,6 +1,7 @@
 //! The ledger (SPEC §11): entries numbered under their log's head in the one write transaction
 //! SQLite allows at a time, so numbers follow commit order.
 
+use crate::sql;
 use std::collections::BTreeMap;
 
 use hub_core::ledger::checkpoint::Checkpoint;
@@ -79,8 +80,6 @@ fn checkpoint_from_row(row: &sqlx::sqlite::SqliteRow) -> StoreResult<Checkpoint>
     })
 }
 
-const CHECKPOINT_COLUMNS: &str = "size, root, time, kid, signature, note";
-
 #[async_trait]
 impl Ledger for SqliteStore {
     async fn append_ledger(&self, entries: &[NewLedgerEntry]) -> StoreResult<Vec<u64>> {
@@ -91,12 +90,7 @@ impl Ledger for SqliteStore {
     }
 
     async fn ledger_backlog(&self) -> StoreResult<Vec<String>> {
-        Ok(sqlx::query_scalar(
-            "SELECT h.log FROM ledger_heads h LEFT JOIN ledger_trees t ON t.log = h.log
-             WHERE h.size > COALESCE(t.size, 0) ORDER BY h.log",
-        )
-        .fetch_all(&self.reader)
-        .await?)
+        Ok(sqlx::query_scalar(sql::LEDGER_BACKLOG).fetch_all(&self.reader).await?)
     }
 
     async fn integrate_ledger(
@@ -112,11 +106,8 @@ impl Ledger for SqliteStore {
             .await?;
         let (size, peaks) = tree.unwrap_or_default();
         let peaks = peaks_from_bytes(&peaks).ok_or_else(|| StoreError::Corrupt("a ledger tree's peaks".into()))?;
-        let appended: i64 = sqlx::query_scalar("SELECT size FROM ledger_heads WHERE log = ?1")
-            .bind(log)
-            .fetch_optional(&mut *tx)
-            .await?
-            .unwrap_or(0);
+        let appended: i64 =
+            sqlx::query_scalar(sql::INTEGRATE_LEDGER).bind(log).fetch_optional(&mut *tx).await?.unwrap_or(0);
         if appended <= size {
             return Ok(None);
         }
@@ -170,15 +161,12 @@ impl Ledger for SqliteStore {
     }
 
     async fn ledger_entries(&self, log: &str, from: u64, limit: u64) -> StoreResult<Vec<LedgerEntryRecord>> {
-        let rows = sqlx::query(
-            "SELECT idx, recorded_at, kind, data, leaf_hash FROM ledger_entries
-             WHERE log = ?1 AND idx >= ?2 ORDER BY idx LIMIT ?3",
-        )
-        .bind(log)
-        .bind(from.min(i64::MAX as u64) as i64)
-        .bind(limit.min(i64::MAX as u64) as i64)
-        .fetch_all(&self.reader)
-        .await?;
+        let rows = sqlx::query(sql::LEDGER_ENTRIES)
+            .bind(log)
+            .bind(from.min(i64::MAX as u64) as i64)
+            .bind(limit.min(i64::MAX as u64) as i64)
+            .fetch_all(&self.reader)
+            .await?;
         rows.iter().map(entry_from_row).collect()
     }
 
@@ -189,16 +177,13 @@ impl Ledger for SqliteStore {
         before: Option<u64>,
         limit: u64,
     ) -> StoreResult<Vec<LedgerEntryRecord>> {
-        let rows = sqlx::query(
-            "SELECT idx, recorded_at, kind, data, leaf_hash FROM ledger_entries
-             WHERE log = ?1 AND kind = ?2 AND idx < ?3 ORDER BY idx DESC LIMIT ?4",
-        )
-        .bind(log)
-        .bind(kind)
-        .bind(before.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64))
-        .bind(limit.min(i64::MAX as u64) as i64)
-        .fetch_all(&self.reader)
-        .await?;
+        let rows = sqlx::query(sql::LEDGER_ENTRIES_OF_KIND)
+            .bind(log)
+            .bind(kind)
+            .bind(before.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64))
+            .bind(limit.min(i64::MAX as u64) as i64)
+            .fetch_all(&self.reader)
+            .await?;
         rows.iter().map(entry_from_row).collect()
     }
 
@@ -215,26 +200,18 @@ impl Ledger for SqliteStore {
     }
 
     async fn ledger_checkpoints(&self, log: &str, from: u64, to: u64, limit: u64) -> StoreResult<Vec<Checkpoint>> {
-        let rows = sqlx::query(&format!(
-            "SELECT {CHECKPOINT_COLUMNS} FROM ledger_checkpoints WHERE log = ?1 AND size >= ?2 AND size <= ?3
-             ORDER BY size LIMIT ?4"
-        ))
-        .bind(log)
-        .bind(from.min(i64::MAX as u64) as i64)
-        .bind(to.min(i64::MAX as u64) as i64)
-        .bind(limit.min(i64::MAX as u64) as i64)
-        .fetch_all(&self.reader)
-        .await?;
+        let rows = sqlx::query(sql::LEDGER_CHECKPOINTS)
+            .bind(log)
+            .bind(from.min(i64::MAX as u64) as i64)
+            .bind(to.min(i64::MAX as u64) as i64)
+            .bind(limit.min(i64::MAX as u64) as i64)
+            .fetch_all(&self.reader)
+            .await?;
         rows.iter().map(checkpoint_from_row).collect()
     }
 
     async fn latest_ledger_checkpoint(&self, log: &str) -> StoreResult<Option<Checkpoint>> {
-        let row = sqlx::query(&format!(
-            "SELECT {CHECKPOINT_COLUMNS} FROM ledger_checkpoints WHERE log = ?1 ORDER BY size DESC LIMIT 1"
-        ))
-        .bind(log)
-        .fetch_optional(&self.reader)
-        .await?;
+        let row = sqlx::query(sql::LATEST_LEDGER_CHECKPOINT).bind(log).fetch_optional(&self.reader).await?;
         row.as_ref().map(checkpoint_from_row).transpose()
     }
 
@@ -267,7 +244,7 @@ impl Ledger for SqliteStore {
     }
 
     async fn digest_key(&self, log: &str, index: u64) -> StoreResult<Option<Vec<u8>>> {
-        Ok(sqlx::query_scalar("SELECT digest_key FROM ledger_entries WHERE log = ?1 AND idx = ?2")
+        Ok(sqlx::query_scalar(sql::DIGEST_KEY)
             .bind(log)
             .bind(index.min(i64::MAX as u64) as i64)
             .fetch_optional(&self.reader)
@@ -336,18 +313,14 @@ pub(super) async fn prune(tx: &mut Transaction<'_, Sqlite>, cutoff: DateTime<Utc
         }
         let previous = start_from(&log, start, &stored_peaks)?;
         let oldest: Vec<(i64, i64)> =
-            sqlx::query_as("SELECT idx, recorded_at FROM ledger_entries WHERE log = ?1 ORDER BY idx LIMIT ?2")
-                .bind(&log)
-                .bind(room)
-                .fetch_all(&mut **tx)
-                .await?;
+            sqlx::query_as(sql::CUT_DEFAULTS).bind(&log).bind(room).fetch_all(&mut **tx).await?;
         let oldest =
             oldest.into_iter().map(|(i, at)| Ok((i as u64, from_micros(at)?))).collect::<StoreResult<Vec<_>>>()?;
         let Some(size) = cut_point(&oldest, cutoff, integrated as u64) else { continue };
         let found = nodes_in(&mut *tx, &log, &hub_core::ledger::peaks(size)).await?;
         let peaks = start_peaks(size, &previous, &found)
             .ok_or_else(|| StoreError::Corrupt(format!("{log}: a peak of the tree of {size} entries is missing")))?;
-        sqlx::query("UPDATE ledger_trees SET start_size = ?2, start_peaks = ?3 WHERE log = ?1")
+        sqlx::query(sql::MOVE_START)
             .bind(&log)
             .bind(size as i64)
             .bind(peaks_to_bytes(&peaks))

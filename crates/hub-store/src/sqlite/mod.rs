@@ -5,6 +5,7 @@
 //! half-way). Reads use a separate pool and, in WAL mode, never wait for the writer. Times are
 //! stored as Unix microseconds, UUIDs as lowercase text.
 
+use crate::sql;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
@@ -158,13 +159,7 @@ impl SqliteStore {
         .await?;
         let disabled = match &r.health {
             HealthChange::Success => {
-                sqlx::query(
-                    "UPDATE subscriptions SET failing_since = NULL, last_failure_at = NULL
-                     WHERE id = ?1 AND failing_since IS NOT NULL",
-                )
-                .bind(text(a.subscription_id))
-                .execute(&mut **tx)
-                .await?;
+                sqlx::query(sql::APPLY_HEALTH).bind(text(a.subscription_id)).execute(&mut **tx).await?;
                 false
             }
             HealthChange::Failure { at, disable } => {
@@ -223,11 +218,8 @@ impl SqliteStore {
         room: &mut usize,
         leased: &mut LeasedAtIngest,
     ) -> StoreResult<Vec<(usize, WriteOutcome)>> {
-        let last_seq: i64 = sqlx::query_scalar("SELECT last_seq FROM tenant_sequences WHERE tenant_id = ?1")
-            .bind(tenant)
-            .fetch_optional(&mut **tx)
-            .await?
-            .unwrap_or(0);
+        let last_seq: i64 =
+            sqlx::query_scalar(sql::TENANT_LAST_SEQ).bind(tenant).fetch_optional(&mut **tx).await?.unwrap_or(0);
         let mut existing = HashMap::new();
         for (_, event) in events {
             let id = event.envelope.id().as_uuid();
@@ -404,29 +396,23 @@ impl SqliteStore {
     async fn insert_quarantine(tx: &mut Transaction<'_, Sqlite>, record: &QuarantinedRecord) -> StoreResult<i64> {
         let (topic, partition, offset) = record.origin.kafka_parts();
         let headers = serde_json::to_string(&record.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let id = sqlx::query_scalar(
-            "INSERT INTO quarantine (tenant_id, source, ce_id, reason_code, reason_field, reason,
-                headers, body, body_bytes, origin, kafka_topic, kafka_partition, kafka_offset,
-                received_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
-             RETURNING id",
-        )
-        .bind(record.column("ce-tenantid", hub_core::TenantId::MAX_LEN))
-        .bind(record.column("ce-source", hub_core::Source::MAX_LEN))
-        .bind(record.column("ce-id", 64))
-        .bind(record.reason.code.as_str())
-        .bind(&record.reason.field)
-        .bind(record.reason.to_string())
-        .bind(headers)
-        .bind(&record.body)
-        .bind(record.body_bytes as i64)
-        .bind(record.origin.kind())
-        .bind(topic)
-        .bind(partition)
-        .bind(offset)
-        .bind(micros(record.received_at))
-        .fetch_one(&mut **tx)
-        .await?;
+        let id = sqlx::query_scalar(sql::INSERT_QUARANTINE)
+            .bind(record.column("ce-tenantid", hub_core::TenantId::MAX_LEN))
+            .bind(record.column("ce-source", hub_core::Source::MAX_LEN))
+            .bind(record.column("ce-id", 64))
+            .bind(record.reason.code.as_str())
+            .bind(&record.reason.field)
+            .bind(record.reason.to_string())
+            .bind(headers)
+            .bind(&record.body)
+            .bind(record.body_bytes as i64)
+            .bind(record.origin.kind())
+            .bind(topic)
+            .bind(partition)
+            .bind(offset)
+            .bind(micros(record.received_at))
+            .fetch_one(&mut **tx)
+            .await?;
         Ok(id)
     }
 }
@@ -571,8 +557,7 @@ fn subscription_from_row(row: &SqliteRow) -> StoreResult<SubscriptionRecord> {
     })
 }
 
-const JOB_COLUMNS: &str = "id, tenant_id, subscription_id, event_seq, state, attempts, recoveries, due_at,
-    event_received_at, window_start, last_error, created_at, updated_at, finished_at";
+const JOB_COLUMNS: &str = sql::JOB_COLUMNS;
 
 fn job_state(s: String) -> StoreResult<JobState> {
     JobState::parse(&s).ok_or_else(|| StoreError::Corrupt(format!("unknown job state {s:?}")))

@@ -4,11 +4,10 @@ use super::{
     DateTime, Sessions, SqliteRow, SqliteStore, StoreResult, Utc, Uuid, async_trait, from_micros, micros, text,
     uuid_from_text,
 };
+use crate::sql;
 use sqlx::Row;
 
 use crate::{NewPortalSession, PersonSession, PortalSession};
-
-const COLUMNS: &str = "id, tenant_id, scope, created_at, expires_at, exchanged_at, revoked_at";
 
 fn session_from_row(r: &SqliteRow) -> StoreResult<PortalSession> {
     let at = |column: &str| -> StoreResult<Option<DateTime<Utc>>> {
@@ -29,18 +28,15 @@ fn session_from_row(r: &SqliteRow) -> StoreResult<PortalSession> {
 impl Sessions for SqliteStore {
     async fn create_portal_session(&self, new: &NewPortalSession) -> StoreResult<()> {
         let s = &new.session;
-        sqlx::query(
-            "INSERT INTO portal_sessions (id, tenant_id, scope, grant_hash, created_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )
-        .bind(text(s.id))
-        .bind(&s.tenant_id)
-        .bind(&s.scope)
-        .bind(&new.grant_hash)
-        .bind(micros(s.created_at))
-        .bind(micros(s.expires_at))
-        .execute(&self.writer)
-        .await?;
+        sqlx::query(sql::CREATE_PORTAL_SESSION)
+            .bind(text(s.id))
+            .bind(&s.tenant_id)
+            .bind(&s.scope)
+            .bind(&new.grant_hash)
+            .bind(micros(s.created_at))
+            .bind(micros(s.expires_at))
+            .execute(&self.writer)
+            .await?;
         Ok(())
     }
 
@@ -50,69 +46,48 @@ impl Sessions for SqliteStore {
         session_hash: &[u8],
         now: DateTime<Utc>,
     ) -> StoreResult<Option<PortalSession>> {
-        let row = sqlx::query(&format!(
-            "UPDATE portal_sessions SET exchanged_at = ?3, session_hash = ?2
-             WHERE grant_hash = ?1 AND exchanged_at IS NULL AND revoked_at IS NULL AND expires_at > ?3
-             RETURNING {COLUMNS}"
-        ))
-        .bind(grant_hash)
-        .bind(session_hash)
-        .bind(micros(now))
-        .fetch_optional(&self.writer)
-        .await?;
+        let row = sqlx::query(sql::EXCHANGE_PORTAL_GRANT)
+            .bind(grant_hash)
+            .bind(session_hash)
+            .bind(micros(now))
+            .fetch_optional(&self.writer)
+            .await?;
         row.as_ref().map(session_from_row).transpose()
     }
 
     async fn portal_session(&self, session_hash: &[u8], now: DateTime<Utc>) -> StoreResult<Option<PortalSession>> {
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM portal_sessions
-             WHERE session_hash = ?1 AND revoked_at IS NULL AND expires_at > ?2"
-        ))
-        .bind(session_hash)
-        .bind(micros(now))
-        .fetch_optional(&self.reader)
-        .await?;
+        let row =
+            sqlx::query(sql::PORTAL_SESSION).bind(session_hash).bind(micros(now)).fetch_optional(&self.reader).await?;
         row.as_ref().map(session_from_row).transpose()
     }
 
     async fn revoke_portal_session(&self, id: Uuid, now: DateTime<Utc>) -> StoreResult<bool> {
-        let n = sqlx::query(
-            "UPDATE portal_sessions SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL AND expires_at > ?2",
-        )
-        .bind(text(id))
-        .bind(micros(now))
-        .execute(&self.writer)
-        .await?
-        .rows_affected();
+        let n = sqlx::query(sql::REVOKE_PORTAL_SESSION)
+            .bind(text(id))
+            .bind(micros(now))
+            .execute(&self.writer)
+            .await?
+            .rows_affected();
         Ok(n == 1)
     }
 
     async fn create_person_session(&self, session: &PersonSession, session_hash: &[u8]) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO person_sessions (id, session_hash, issuer, subject, roles, created_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .bind(text(session.id))
-        .bind(session_hash)
-        .bind(&session.issuer)
-        .bind(&session.subject)
-        .bind(serde_json::Value::from(session.roles.clone()).to_string())
-        .bind(micros(session.created_at))
-        .bind(micros(session.expires_at))
-        .execute(&self.writer)
-        .await?;
+        sqlx::query(sql::CREATE_PERSON_SESSION)
+            .bind(text(session.id))
+            .bind(session_hash)
+            .bind(&session.issuer)
+            .bind(&session.subject)
+            .bind(serde_json::Value::from(session.roles.clone()).to_string())
+            .bind(micros(session.created_at))
+            .bind(micros(session.expires_at))
+            .execute(&self.writer)
+            .await?;
         Ok(())
     }
 
     async fn person_session(&self, session_hash: &[u8], now: DateTime<Utc>) -> StoreResult<Option<PersonSession>> {
-        let row = sqlx::query(
-            "SELECT id, issuer, subject, roles, created_at, expires_at FROM person_sessions
-             WHERE session_hash = ?1 AND expires_at > ?2",
-        )
-        .bind(session_hash)
-        .bind(micros(now))
-        .fetch_optional(&self.reader)
-        .await?;
+        let row =
+            sqlx::query(sql::PERSON_SESSION).bind(session_hash).bind(micros(now)).fetch_optional(&self.reader).await?;
         row.map(|r| {
             Ok(PersonSession {
                 id: uuid_from_text(&r.try_get::<String, _>("id")?)?,
@@ -128,11 +103,7 @@ impl Sessions for SqliteStore {
     }
 
     async fn end_person_session(&self, session_hash: &[u8]) -> StoreResult<bool> {
-        let n = sqlx::query("DELETE FROM person_sessions WHERE session_hash = ?1")
-            .bind(session_hash)
-            .execute(&self.writer)
-            .await?
-            .rows_affected();
+        let n = sqlx::query(sql::END_PERSON_SESSION).bind(session_hash).execute(&self.writer).await?.rows_affected();
         Ok(n == 1)
     }
 }

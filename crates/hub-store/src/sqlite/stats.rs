@@ -5,6 +5,7 @@ use super::{
     DateTime, SqliteRow, SqliteStore, Stats, StoreError, StoreResult, Utc, Uuid, async_trait, from_micros, json,
     micros, text, to_json, uuid_from_text,
 };
+use crate::sql;
 use sqlx::Row;
 
 use crate::{Backlog, MinuteStats};
@@ -80,26 +81,17 @@ impl Stats for SqliteStore {
     }
 
     async fn minutes(&self, tenant: &str, subscription: Uuid, since: DateTime<Utc>) -> StoreResult<Vec<MinuteStats>> {
-        let rows = sqlx::query(
-            "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, skipped, latency, backlog
-             FROM subscription_minutes
-             WHERE subscription_id = ?1 AND tenant_id = ?2 AND minute >= ?3 ORDER BY minute",
-        )
-        .bind(text(subscription))
-        .bind(tenant)
-        .bind(micros(since))
-        .fetch_all(&self.reader)
-        .await?;
+        let rows = sqlx::query(sql::MINUTES)
+            .bind(text(subscription))
+            .bind(tenant)
+            .bind(micros(since))
+            .fetch_all(&self.reader)
+            .await?;
         rows.iter().map(minute_from_row).collect()
     }
 
     async fn backlogs(&self) -> StoreResult<Vec<Backlog>> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT tenant_id, subscription_id, count(*) FROM delivery_jobs
-             WHERE state IN ('pending', 'held') GROUP BY tenant_id, subscription_id",
-        )
-        .fetch_all(&self.reader)
-        .await?;
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(sql::BACKLOGS).fetch_all(&self.reader).await?;
         rows.into_iter()
             .map(|(tenant_id, sub, jobs)| Ok(Backlog { tenant_id, subscription_id: uuid_from_text(&sub)?, jobs }))
             .collect()

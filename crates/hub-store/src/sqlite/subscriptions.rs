@@ -6,6 +6,7 @@ use super::{
 };
 
 use crate::model::PatchColumns;
+use crate::sql;
 use crate::{SecretRotation, SubscriptionPatch, VerificationResult};
 
 #[async_trait]
@@ -18,10 +19,8 @@ impl Subscriptions for SqliteStore {
         // The write transaction is the database's one writer: the count is the one the insert
         // lands on.
         let mut tx = self.begin_write().await?;
-        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM subscriptions WHERE tenant_id = ?1")
-            .bind(&sub.tenant_id)
-            .fetch_one(&mut *tx)
-            .await?;
+        let count: i64 =
+            sqlx::query_scalar(sql::CREATE_SUBSCRIPTION_WITHIN).bind(&sub.tenant_id).fetch_one(&mut *tx).await?;
         if count >= i64::from(max) {
             return Ok(false);
         }
@@ -61,10 +60,7 @@ impl Subscriptions for SqliteStore {
     }
 
     async fn count_subscriptions(&self, tenant: &str) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM subscriptions WHERE tenant_id = ?1")
-            .bind(tenant)
-            .fetch_one(&self.reader)
-            .await?)
+        Ok(sqlx::query_scalar(sql::CREATE_SUBSCRIPTION_WITHIN).bind(tenant).fetch_one(&self.reader).await?)
     }
 
     async fn list_subscriptions(
@@ -261,11 +257,7 @@ impl Subscriptions for SqliteStore {
     async fn delete_subscription(&self, tenant: &str, id: Uuid) -> StoreResult<bool> {
         let id_text = id.hyphenated().to_string();
         let mut tx = self.begin_write().await?;
-        let done = sqlx::query("DELETE FROM subscriptions WHERE tenant_id = ?1 AND id = ?2")
-            .bind(tenant)
-            .bind(&id_text)
-            .execute(&mut *tx)
-            .await?;
+        let done = sqlx::query(sql::DELETE_SUBSCRIPTION).bind(tenant).bind(&id_text).execute(&mut *tx).await?;
         if done.rows_affected() == 0 {
             return Ok(false);
         }
@@ -277,7 +269,7 @@ impl Subscriptions for SqliteStore {
         .bind(micros(Utc::now()))
         .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM pull_entries WHERE subscription_id = ?1").bind(&id_text).execute(&mut *tx).await?;
+        sqlx::query(sql::DELETE_PULL_ENTRIES).bind(&id_text).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(true)
     }
