@@ -56,7 +56,7 @@ fn in_process_cost() -> anyhow::Result<(f64, f64)> {
         received_at: chrono::Utc::now(),
         trace: None,
     });
-    let learner = streaming_hub::catalog::learn::Learner::default();
+    let learner = streaming_hub::testing::Learner::default();
     let (records, outcomes) = (vec![record], vec![WriteOutcome::Inserted { seq: 1 }]);
     let started = Instant::now();
     for _ in 0..ROUNDS {
@@ -64,12 +64,12 @@ fn in_process_cost() -> anyhow::Result<(f64, f64)> {
     }
     let note_ns = started.elapsed().as_nanos() as f64 / f64::from(ROUNDS);
 
-    let payloads = streaming_hub::catalog::payloads::Payloads::new(streaming_hub::catalog::payloads::Mode::Quarantine);
+    let payloads = streaming_hub::testing::payloads::Payloads::new(streaming_hub::testing::payloads::Mode::Quarantine);
     let validator = payloads.compile(&schema()).map_err(|e| anyhow::anyhow!(e))?;
-    let mut table = streaming_hub::catalog::payloads::Table::new();
+    let mut table = streaming_hub::testing::payloads::Table::new();
     table.insert(
         (harness::SOURCE.to_owned(), "payment.settled".to_owned()),
-        vec![streaming_hub::catalog::payloads::Rule { schema_version: Some("1.0.0".into()), validator }],
+        vec![streaming_hub::testing::payloads::Rule { schema_version: Some("1.0.0".into()), validator }],
     );
     payloads.install(table);
     anyhow::ensure!(payloads.check(&envelope, body.as_bytes()).is_none(), "the benchmark body must satisfy its schema");

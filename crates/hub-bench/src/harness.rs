@@ -232,13 +232,13 @@ impl BenchHub {
             .collect();
         let sqlite = dir.join("bench.db");
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let admin = streaming_hub::keys::generate("bench-admin-");
+        let admin = streaming_hub::testing::generate_key("bench-admin-");
         for (k, v) in [
             ("STREAMING_HUB_ENV", "local".to_owned()),
             ("STREAMING_HUB_SQLITE_PATH", sqlite.display().to_string()),
             ("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}")),
             ("STREAMING_HUB_ALLOW_PRIVATE_SINKS", "true".to_owned()),
-            ("STREAMING_HUB_DEV_KEK", streaming_hub::keys::generate("")),
+            ("STREAMING_HUB_DEV_KEK", streaming_hub::testing::generate_key("")),
             ("STREAMING_HUB_ADMIN_TOKEN", admin.clone()),
             ("STREAMING_HUB_LOG", "warn".to_owned()),
             // A bench measures the hub, not the per-tenant ingest quota (set them to measure it).

@@ -71,14 +71,14 @@ async fn write_path(
     batch: usize,
 ) -> anyhow::Result<f64> {
     use rdkafka::message::{Header, OwnedHeaders, OwnedMessage, Timestamp};
-    use streaming_hub::ingest::kafka::BatchWriter;
+    use streaming_hub::testing::kafka::BatchWriter;
     // The write path runs here, on the hub's database, while the hub process is idle.
     let store = streaming_hub::open_store(&hub.config, false).await?;
-    let writer = streaming_hub::ingest::KafkaEvents {
-        catalog: Arc::new(streaming_hub::catalog::EventCatalog::new(Arc::clone(&store), hub.config.validate_payloads)),
+    let writer = streaming_hub::testing::KafkaEvents {
+        catalog: Arc::new(streaming_hub::testing::EventCatalog::new(Arc::clone(&store), hub.config.validate_payloads)),
         store,
         policy: Arc::new(hub_core::IngestPolicy::default()),
-        clock: Arc::new(streaming_hub::clock::SystemClock),
+        clock: Arc::new(streaming_hub::testing::SystemClock),
         wake: Arc::new(tokio::sync::Notify::new()),
         fast: None,
     };

@@ -17,7 +17,7 @@ const ROUNDS: u32 = 200_000;
 /// Nanoseconds to note one recorded attempt in the roll-up.
 fn note_cost() -> f64 {
     use hub_store::{AttemptRecord, AttemptResult, HealthChange, JobTransition};
-    let rollup = streaming_hub::delivery::stats::Rollup::default();
+    let rollup = streaming_hub::testing::Rollup::default();
     let now = chrono::Utc::now();
     let result = AttemptResult {
         token: uuid::Uuid::now_v7(),

@@ -3,25 +3,32 @@
 //! processes and configuration; the domain lives in `hub-core` and SQL in `hub-store`.
 #![forbid(unsafe_code)]
 
-pub mod api;
-pub mod catalog;
-pub mod clock;
+// The rooms of the service: reached from outside only through what is re-exported below and
+// through `testing`.
+pub(crate) mod api;
+pub(crate) mod catalog;
+pub(crate) mod clock;
 pub mod config;
-pub mod delivery;
-pub mod demo;
-pub mod erasure;
-pub mod ingest;
-pub mod keys;
-pub mod ledger;
-pub mod oidc;
-pub mod operational;
-pub mod retention;
-pub mod secrets;
-pub mod server;
-pub mod sso;
-pub mod supervisor;
+pub(crate) mod delivery;
+pub(crate) mod demo;
+pub(crate) mod erasure;
+pub(crate) mod ingest;
+pub(crate) mod keys;
+pub(crate) mod ledger;
+pub(crate) mod oidc;
+pub(crate) mod operational;
+pub(crate) mod retention;
+pub(crate) mod secrets;
+pub(crate) mod server;
+pub(crate) mod sso;
+pub(crate) mod supervisor;
 pub mod telemetry;
+pub mod testing;
 pub mod trace;
+
+pub use api::openapi_json;
+pub use demo::run as run_demo;
+pub use keys::{KeyRequest, create_from_cli as create_api_key};
 
 /// What `streaming-hub --version` prints: the version, the git revision and the build date (the
 /// image's OCI labels carry the same).

@@ -4,9 +4,8 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use hub_core::TenantId;
 use streaming_hub::config::Config;
-use streaming_hub::{api, telemetry, trace};
+use streaming_hub::{telemetry, trace};
 use tokio_util::sync::CancellationToken;
 
 /// mimalloc, built without transparent huge pages, for the process's Rust allocations (QuickJS
@@ -103,7 +102,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     if matches!(cli.command, Command::Openapi) {
-        let doc = api::openapi_json();
+        let doc = streaming_hub::openapi_json();
         println!("{}", serde_json::to_string_pretty(&doc).expect("the document serialises"));
         return ExitCode::SUCCESS;
     }
@@ -176,7 +175,7 @@ fn main() -> ExitCode {
 async fn run(command: Command, config: Config) -> anyhow::Result<()> {
     match command {
         Command::Serve => serve(config).await,
-        Command::Demo => streaming_hub::demo::run().await,
+        Command::Demo => streaming_hub::run_demo().await,
         Command::CheckConfig | Command::Openapi | Command::Ledger { .. } => Ok(()),
         Command::Migrate => {
             // Opening with `migrate` applies what is pending and logs which migrations those were.
@@ -187,31 +186,9 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
         Command::ApiKey { command: ApiKeyCommand::Create { tenant, admin, name, expires_in, role } } => {
-            let role = streaming_hub::sso::Role::parse(&role)
-                .ok_or_else(|| anyhow::anyhow!("--role: must be admin, operator or viewer (got {role:?})"))?;
-            let tenant = match (tenant, admin) {
-                (Some(t), false) => Some(TenantId::parse(&t).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?),
-                (None, true) => None,
-                _ => anyhow::bail!("--tenant: give a tenant, or --admin for an operator's admin key"),
-            };
-            api::admin::valid_name("--name", &name).map_err(|e| anyhow::anyhow!("{}", e.message))?;
-            let expires_at = match expires_in.as_deref() {
-                None => None,
-                Some(raw) => Some(expiry(raw).map_err(|e| anyhow::anyhow!("--expires-in: {e}"))?),
-            };
             let store = streaming_hub::open_store(&config, false).await?;
-            let (record, key) =
-                streaming_hub::keys::issue(store.as_ref(), tenant.as_ref(), &name, expires_at, role).await?;
-            let change = streaming_hub::ledger::change_entry(
-                chrono::Utc::now(),
-                tenant.as_ref().map(TenantId::as_str),
-                &hub_core::ledger::entry::Actor::Cli { user: std::env::var("USER").ok() },
-                if tenant.is_some() { "api_key.created" } else { "admin_key.created" },
-                serde_json::json!({"api_key": record.id}),
-                None,
-                Some(serde_json::json!({"name": record.name, "expires_at": record.expires_at})),
-            );
-            store.append_ledger(&[change]).await?;
+            let request = streaming_hub::KeyRequest { tenant, admin, name, expires_in, role };
+            let (record, key) = streaming_hub::create_api_key(store.as_ref(), request).await?;
             match &record.tenant_id {
                 Some(t) => eprintln!("created API key {} for tenant {t} (shown once):", record.id),
                 None => eprintln!("created admin key {} named {} (shown once):", record.id, record.name),
@@ -220,17 +197,6 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
     }
-}
-
-/// `--expires-in`: a duration from now, at least a minute and at most ten years.
-fn expiry(raw: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
-    let shown = streaming_hub::config::quoted(raw);
-    let d = streaming_hub::config::parse_duration(raw.trim())
-        .map_err(|_| format!("must be a duration such as 90d or 12h (got {shown})"))?;
-    if d < std::time::Duration::from_secs(60) || d > std::time::Duration::from_secs(10 * 366 * 86_400) {
-        return Err(format!("must be from 1 minute to 10 years (got {shown})"));
-    }
-    chrono::Duration::from_std(d).map(|d| chrono::Utc::now() + d).map_err(|_| format!("is too long (got {shown})"))
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

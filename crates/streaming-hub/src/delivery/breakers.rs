@@ -27,7 +27,7 @@ impl BreakerBoard {
     }
 
     /// Every subscription whose breaker is not closed, with its state.
-    pub fn not_closed(&self) -> Vec<(Uuid, &'static str)> {
+    pub(super) fn not_closed(&self) -> Vec<(Uuid, &'static str)> {
         lock(&self.0).iter().map(|(id, s)| (*id, *s)).collect()
     }
 

@@ -411,7 +411,12 @@ impl FlightBoard {
     /// (a wall-clock instant), the rate that applies, and its breaker when not closed.
     /// A hot destination it shares (`helper_share`) carries `share`: how many attempts each
     /// other replica may have out at it.
-    pub fn pacing(&self, now: DateTime<Utc>, breakers: &super::BreakerBoard, replicas: usize) -> serde_json::Value {
+    pub(super) fn pacing(
+        &self,
+        now: DateTime<Utc>,
+        breakers: &super::BreakerBoard,
+        replicas: usize,
+    ) -> serde_json::Value {
         let flights = self.lock().pacing(Instant::now(), PACING_PUBLISHED, replicas);
         let mut not_closed: HashMap<Uuid, &'static str> = breakers.not_closed().into_iter().collect();
         let mut all: Vec<serde_json::Value> = flights

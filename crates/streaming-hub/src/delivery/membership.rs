@@ -35,12 +35,12 @@ use crate::clock::Clock;
 use crate::telemetry::metric;
 
 /// How often a replica writes its heartbeat and reads the others'.
-pub const HEARTBEAT: Duration = Duration::from_secs(2);
+pub(super) const HEARTBEAT: Duration = Duration::from_secs(2);
 /// A replica not heard from for this long is gone (three heartbeats).
-pub const LIVE: Duration = Duration::from_secs(6);
+pub(super) const LIVE: Duration = Duration::from_secs(6);
 /// How long a replica that joins others waits before claiming: every other replica beats once
 /// meanwhile and lets go of the buckets it takes.
-pub const JOIN_HOLD: Duration = Duration::from_millis(3_000);
+pub(super) const JOIN_HOLD: Duration = Duration::from_millis(3_000);
 /// Subscriptions given their destination bucket per heartbeat, at most (rows written before
 /// buckets existed, or by an older replica).
 const BUCKETS_PER_BEAT: u32 = 500;
@@ -73,7 +73,7 @@ pub struct Membership {
 
 impl Membership {
     /// A replica alone (no store to meet others in): it owns every bucket.
-    pub fn solo() -> Arc<Self> {
+    pub(super) fn solo() -> Arc<Self> {
         Arc::new(Self::new(Uuid::new_v4(), true, Utc::now(), Owned::default()))
     }
 
@@ -165,7 +165,7 @@ impl Membership {
 
     /// How many attempts this replica may have out for `subscription`, when another replica
     /// paces its destination and shares it; `None` when this replica paces it.
-    pub fn helper_cap(&self, bucket: Option<i32>, subscription: Uuid) -> Option<usize> {
+    pub(super) fn helper_cap(&self, bucket: Option<i32>, subscription: Uuid) -> Option<usize> {
         let view = lock(&self.view);
         let paced_here = view.owned.buckets.as_ref().is_none_or(|b| b.binary_search(&bucket.unwrap_or(0)).is_ok());
         if paced_here { None } else { view.shares.get(&subscription).copied() }

@@ -32,8 +32,8 @@ pub mod transform;
 pub mod verify;
 
 pub use breakers::BreakerBoard;
-pub use capacity::{Flight, FlightBoard, Stall};
-pub use handoff::{Handoff, Reservation};
+pub use capacity::{FlightBoard, Stall};
+pub use handoff::Handoff;
 pub use membership::Membership;
 
 #[cfg(test)]

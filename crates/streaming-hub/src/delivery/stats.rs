@@ -109,7 +109,7 @@ fn empty(tenant: &str, subscription: Uuid, minute: DateTime<Utc>) -> MinuteStats
 /// Samples every subscription's backlog into the current minute. The store lists only
 /// subscriptions with open jobs; one that had some at the previous sample (`before`) and has
 /// none now is written as 0, so a backlog that emptied reads 0 rather than its last value.
-pub async fn sample_backlogs(store: &dyn Store, clock: &dyn Clock, before: &mut HashMap<Uuid, String>) {
+pub(super) async fn sample_backlogs(store: &dyn Store, clock: &dyn Clock, before: &mut HashMap<Uuid, String>) {
     let minute = minute_of(clock.now());
     match store.backlogs().await {
         Ok(backlogs) => {

@@ -16,7 +16,7 @@ pub fn destination(sub: &SubscriptionRecord) -> Result<Destination, String> {
 /// A claimed job's subscription with its destination read from the stored JSON once per claim
 /// (not again for the worker cap, the breaker and the attempt).
 #[derive(Debug)]
-pub struct Subscribed {
+pub(super) struct Subscribed {
     pub record: SubscriptionRecord,
     pub destination: Result<Destination, String>,
     /// What identifies the destination for the breaker and the worker cap.
@@ -73,7 +73,7 @@ pub fn message<'a>(
 }
 
 /// What identifies a subscription's destination for the breaker and the attempts in flight.
-pub fn destination_key(sub: &SubscriptionRecord, destination: &Result<Destination, String>) -> String {
+pub(super) fn destination_key(sub: &SubscriptionRecord, destination: &Result<Destination, String>) -> String {
     match destination {
         Ok(d) => d.key(sub.id),
         // Unreadable: the subscription is its own destination, and its attempts say why.

@@ -94,7 +94,7 @@ pub fn input(event: &StoredEvent, headers: &[(String, String)]) -> Input {
 }
 
 /// The same, for an event already judged ([`Given::stored`]: whether its body is JSON).
-pub fn input_given(event: &StoredEvent, given: &Given<'_>) -> Input {
+pub(super) fn input_given(event: &StoredEvent, given: &Given<'_>) -> Input {
     input_as(event, &given.headers, given.json)
 }
 

@@ -24,7 +24,7 @@ use jsonwebtoken::Validation;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use roles::{Grants, PlatformRole, Role};
+pub use roles::{Grants, Role};
 
 use crate::catalog::fetch::Fetcher;
 

@@ -79,7 +79,7 @@ async fn the_admin_acts_for_a_tenant_named_in_a_header() {
 #[tokio::test]
 async fn a_tenant_stored_before_the_grammar_keeps_working_and_is_reported() {
     let hub = TestHub::start(Backend::Sqlite).await;
-    let key = format!("{}old-tenant-key-{}", streaming_hub::keys::API_KEY_PREFIX, uuid::Uuid::now_v7().simple());
+    let key = format!("{}old-tenant-key-{}", streaming_hub::testing::API_KEY_PREFIX, uuid::Uuid::now_v7().simple());
     let id = uuid::Uuid::now_v7().to_string();
     hub.execute_raw(
         "",
@@ -87,7 +87,7 @@ async fn a_tenant_stored_before_the_grammar_keeps_working_and_is_reported() {
             "INSERT INTO api_keys (id, tenant_id, name, key_hash, key_prefix, created_at) \
              VALUES ('{id}', 'açaí old', 'before the grammar', ?1, 'shk_old', 0)"
         ),
-        &streaming_hub::keys::hash(&key),
+        &streaming_hub::testing::hash_key(&key),
     )
     .await;
     let (status, listed) = hub.get(&key, "/v1/subscriptions").await;

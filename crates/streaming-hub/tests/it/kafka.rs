@@ -10,7 +10,7 @@ use hub_store::prelude::*;
 use hub_store::{QuarantineFilter, Store};
 use rdkafka::Message;
 use serde_json::json;
-use streaming_hub::ingest::kafka::{self, BatchWriter};
+use streaming_hub::testing::kafka::{self, BatchWriter};
 use tokio_util::sync::CancellationToken;
 
 use crate::kafka_support::{Broker, KafkaPeer, Record, ends, produce};
@@ -372,13 +372,13 @@ const PARTITION_TOPIC: &str = "lerian.streaming.lender";
 const PARTITION_BATCH: usize = 5;
 
 impl PartitionRun {
-    async fn start<W: BatchWriter + 'static>(wrap: impl FnOnce(streaming_hub::ingest::KafkaEvents) -> W) -> Self {
+    async fn start<W: BatchWriter + 'static>(wrap: impl FnOnce(streaming_hub::testing::KafkaEvents) -> W) -> Self {
         Self::start_with(10, wrap).await
     }
 
     async fn start_with<W: BatchWriter + 'static>(
         per_partition: i64,
-        wrap: impl FnOnce(streaming_hub::ingest::KafkaEvents) -> W,
+        wrap: impl FnOnce(streaming_hub::testing::KafkaEvents) -> W,
     ) -> Self {
         let peer = KafkaPeer::start(Broker::Mock).await;
         peer.create_topic(PARTITION_TOPIC, 3).await;
@@ -426,7 +426,7 @@ impl PartitionRun {
 /// that store, for tests that drive `kafka::run` with a writer of their own around it.
 async fn partition_writer(
     peer: &KafkaPeer,
-) -> (Arc<dyn Store>, streaming_hub::config::KafkaConfig, streaming_hub::ingest::KafkaEvents) {
+) -> (Arc<dyn Store>, streaming_hub::config::KafkaConfig, streaming_hub::testing::KafkaEvents) {
     let db = crate::support::temp_sqlite_path();
     let store = hub_store::SqliteStore::open(&db).await.expect("open");
     store.migrate().await.expect("migrate");
@@ -434,14 +434,14 @@ async fn partition_writer(
     let vars: std::collections::HashMap<String, String> =
         kafka_vars(peer).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
     let config = streaming_hub::config::Config::from_vars(vars).expect("config");
-    let events = streaming_hub::ingest::KafkaEvents {
+    let events = streaming_hub::testing::KafkaEvents {
         store: Arc::clone(&store),
         policy: Arc::new(hub_core::IngestPolicy::default()),
-        catalog: Arc::new(streaming_hub::catalog::EventCatalog::new(
+        catalog: Arc::new(streaming_hub::testing::EventCatalog::new(
             Arc::clone(&store),
-            streaming_hub::catalog::payloads::Mode::Off,
+            streaming_hub::testing::payloads::Mode::Off,
         )),
-        clock: Arc::new(streaming_hub::clock::SystemClock),
+        clock: Arc::new(streaming_hub::testing::SystemClock),
         wake: Arc::new(tokio::sync::Notify::new()),
         fast: None,
     };
@@ -450,7 +450,7 @@ async fn partition_writer(
 
 /// Writes like the hub, but fails every batch of one partition while `failing` is set.
 struct FlakyWriter {
-    inner: streaming_hub::ingest::KafkaEvents,
+    inner: streaming_hub::testing::KafkaEvents,
     partition: i32,
     failing: Arc<AtomicBool>,
     refused: Arc<AtomicUsize>,
@@ -503,7 +503,7 @@ async fn a_store_failure_holds_back_only_its_partition() {
 /// Holds every write of one partition until the gate opens, and counts the records of the
 /// largest write it was given.
 struct GatedWriter {
-    inner: streaming_hub::ingest::KafkaEvents,
+    inner: streaming_hub::testing::KafkaEvents,
     partition: i32,
     gate: Arc<tokio::sync::Semaphore>,
     held: Arc<AtomicUsize>,
@@ -511,7 +511,7 @@ struct GatedWriter {
 }
 
 impl GatedWriter {
-    fn on_partition_1(events: streaming_hub::ingest::KafkaEvents) -> (Self, Gate) {
+    fn on_partition_1(events: streaming_hub::testing::KafkaEvents) -> (Self, Gate) {
         let gate =
             Gate { gate: Arc::new(tokio::sync::Semaphore::new(0)), held: Arc::default(), largest: Arc::default() };
         let writer = Self {

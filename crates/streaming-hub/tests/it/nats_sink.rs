@@ -56,11 +56,11 @@ async fn an_event_reaches_a_jetstream_stream_and_a_refused_login_follows_the_cur
     assert!(stored.iter().any(|m| m.header("ce-type") == Some("streaming_hub.verification")));
 
     // The server no longer takes the hub's password: every attempt fails, on the whole curve.
-    let sealer = streaming_hub::secrets::Sealer::new(Some(hub_core::seal::Kek::derive(&[0x4b; 32]).expect("kek")));
+    let sealer = streaming_hub::testing::Sealer::new(Some(hub_core::seal::Kek::derive(&[0x4b; 32]).expect("kek")));
     let uuid: uuid::Uuid = id.parse().expect("uuid");
     let record = hub.store.subscription("t1", uuid).await.expect("read").expect("exists");
     let wrong = json!({"username": "hub", "password": "not-the-password"}).to_string();
-    let sealed = sealer.seal(uuid, streaming_hub::secrets::Purpose::Credentials, wrong.as_bytes()).expect("seal");
+    let sealed = sealer.seal(uuid, streaming_hub::testing::Purpose::Credentials, wrong.as_bytes()).expect("seal");
     let patch = hub_store::SubscriptionPatch {
         destination: Some(hub_store::DestinationChange {
             sink_config: record.sink_config,

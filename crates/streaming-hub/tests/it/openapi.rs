@@ -195,7 +195,7 @@ async fn an_independent_tester_finds_the_contract_kept() {
 fn the_clients_are_generated_from_the_served_document() {
     let path = crate::sdk::repo().join("sdk/openapi.json");
     let checked_in = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let served = serde_json::to_string_pretty(&streaming_hub::api::openapi_json()).expect("the document") + "\n";
+    let served = serde_json::to_string_pretty(&streaming_hub::openapi_json()).expect("the document") + "\n";
     assert!(
         checked_in == served,
         "sdk/openapi.json is not the served document: run `cargo run -p streaming-hub -- openapi > sdk/openapi.json` \

@@ -11,7 +11,7 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use streaming_hub::secrets::{Purpose, Sealer};
+use streaming_hub::testing::{Purpose, Sealer};
 use uuid::Uuid;
 
 use crate::support::{Backend, Event, TestHub};

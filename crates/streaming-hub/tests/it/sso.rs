@@ -691,7 +691,7 @@ async fn with_people_signing_in_the_admin_token_can_be_off() {
     vars.insert("STREAMING_HUB_ENV".into(), "staging".into());
     let config = streaming_hub::config::Config::from_vars(vars.clone()).expect("valid");
     streaming_hub::open_store(&config, true).await.expect("migrate");
-    let clock: Arc<dyn streaming_hub::clock::Clock> = Arc::new(streaming_hub::clock::ShiftedClock::default());
+    let clock: Arc<dyn streaming_hub::testing::Clock> = Arc::new(streaming_hub::testing::ShiftedClock::default());
     let refused =
         streaming_hub::start_with_clock(config, tokio_util::sync::CancellationToken::new(), Arc::clone(&clock))
             .await

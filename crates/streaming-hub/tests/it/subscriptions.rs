@@ -301,7 +301,7 @@ async fn in_local_mode_a_key_is_generated_once_and_kept() {
     let config =
         streaming_hub::config::Config::from_vars(hub.vars.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .expect("config");
-    streaming_hub::secrets::load_kek(&config).expect("load").expect("a key");
+    streaming_hub::testing::load_kek(&config).expect("load").expect("a key");
     assert_eq!(std::fs::read_to_string(&kek_path).expect("key"), kept);
 }
 

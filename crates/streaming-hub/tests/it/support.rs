@@ -64,7 +64,7 @@ pub struct TestHub {
     pub client: reqwest::Client,
     pub store: Arc<dyn Store>,
     /// The hub's clock: real time plus whatever a test advanced it by.
-    pub clock: Arc<streaming_hub::clock::ShiftedClock>,
+    pub clock: Arc<streaming_hub::testing::ShiftedClock>,
     shutdown: CancellationToken,
 }
 
@@ -95,7 +95,7 @@ impl TestHub {
             streaming_hub::open_store(&config, true).await.expect("migrate");
         }
         let shutdown = CancellationToken::new();
-        let clock = Arc::new(streaming_hub::clock::ShiftedClock::default());
+        let clock = Arc::new(streaming_hub::testing::ShiftedClock::default());
         let hub = streaming_hub::start_with_clock(config, shutdown.clone(), Arc::clone(&clock) as _)
             .await
             .expect("hub starts");
