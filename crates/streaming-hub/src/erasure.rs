@@ -396,6 +396,27 @@ async fn kept_matches(store: &dyn Store, tenant: &str, kind: KeptRecords, m: &Ma
     Ok(ids)
 }
 
+/// Starts the erasure runner; the answer wakes it (an erasure was requested).
+pub(crate) fn start(
+    config: &crate::config::Config,
+    common: &crate::Common,
+    launch: &mut crate::supervisor::Launch,
+) -> Arc<Notify> {
+    let wake = Arc::new(Notify::new());
+    launch.spawn(
+        "erasure runner",
+        run(
+            Arc::clone(&common.store),
+            Arc::clone(&common.sealer),
+            Arc::clone(&common.clock),
+            Settings { page: config.erasure.page, ..Settings::default() },
+            Arc::clone(&wake),
+            launch.stop.clone(),
+        ),
+    );
+    wake
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

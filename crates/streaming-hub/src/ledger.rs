@@ -259,6 +259,20 @@ pub async fn run(ledger: Arc<Ledger>, interval: Duration, stop: CancellationToke
     }
 }
 
+/// Starts the ledger: its signing keys read or made, and checkpoints sealed in the background.
+pub(crate) async fn start(
+    config: &crate::config::Config,
+    common: &crate::Common,
+    launch: &mut crate::supervisor::Launch,
+) -> anyhow::Result<Arc<Ledger>> {
+    use anyhow::Context as _;
+    let ledger = Ledger::start(Arc::clone(&common.store), Arc::clone(&common.sealer), Arc::clone(&common.clock))
+        .await
+        .context("the ledger's signing keys cannot be read or made")?;
+    launch.spawn("ledger sealer", run(Arc::clone(&ledger), config.ledger_checkpoint_interval, launch.stop.clone()));
+    Ok(ledger)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

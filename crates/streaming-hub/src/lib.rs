@@ -46,7 +46,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context;
-use hub_core::IngestPolicy;
 use hub_store::{Store, StoreConfig};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -127,6 +126,18 @@ pub async fn open_store(config: &Config, migrate: bool) -> anyhow::Result<Arc<dy
     Ok(store)
 }
 
+/// What every room of the hub is started with.
+#[derive(Debug, Clone)]
+pub(crate) struct Common {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn clock::Clock>,
+    pub sealer: Arc<secrets::Sealer>,
+    /// Operational events.
+    pub notices: operational::Notices,
+    /// Wakes the dispatcher: new jobs, a verified destination, a redrive.
+    pub wake: Arc<tokio::sync::Notify>,
+}
+
 /// A running hub.
 #[derive(Debug)]
 pub struct Hub {
@@ -180,7 +191,95 @@ pub async fn start_with_clock(
         .with_context(|| format!("STREAMING_HUB_HTTP_LISTEN_ADDR: cannot listen on {}", config.http_listen_addr))?;
     let addr = listener.local_addr()?;
 
-    let (admin_token, admin_token_generated) = match &config.admin_token {
+    let (admin_token, admin_token_generated) = admin_token(&config, store.as_ref()).await?;
+    let draining = Arc::new(AtomicBool::new(false));
+    // SIGTERM (`shutdown`) first turns readiness off; work stops after the drain delay.
+    let stop = CancellationToken::new();
+    let supervisor = supervisor::Supervisor::new(stop.clone(), shutdown.clone());
+    {
+        let (shutdown, stop, draining, delay) =
+            (shutdown.clone(), stop.clone(), Arc::clone(&draining), config.drain_delay);
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            draining.store(true, Ordering::SeqCst);
+            tracing::info!(delay_ms = delay.as_millis() as u64, "draining: /readyz answers 503");
+            tokio::time::sleep(delay).await;
+            stop.cancel();
+        });
+    }
+    let (notices, notice_queue) = operational::Notices::channel();
+    let common = Common {
+        store: Arc::clone(&store),
+        clock,
+        sealer: Arc::new(secrets::Sealer::new(kek)),
+        notices,
+        wake: Arc::new(tokio::sync::Notify::new()),
+    };
+    let mut launch = supervisor::Launch::new(supervisor.clone(), stop.clone());
+    let issuer = oidc::start(&config, &common, &mut launch).await?;
+    let ledger = ledger::start(&config, &common, &mut launch).await?;
+    let delivery = delivery::start(&config, &common, issuer.clone(), &mut launch).await?;
+    launch.spawn(
+        "operational events writer",
+        operational::run(
+            Arc::clone(&store),
+            Arc::clone(&common.clock),
+            notice_queue,
+            Arc::clone(&common.wake),
+            stop.clone(),
+        ),
+    );
+    let catalog = catalog::start(&config, &common, &mut launch).await?;
+    let erasures = erasure::start(&config, &common, &mut launch);
+    let intake = ingest::start(&config, &common, &catalog, delivery.handoff.clone(), &mut launch)?;
+    retention::start(&config, &common, &mut launch);
+    launch.spawn("job gauges", telemetry::job_gauges(Arc::clone(&store), config.metrics_interval, stop.clone()));
+    let state = api::AppState {
+        store: Arc::clone(&store),
+        clock: Arc::clone(&common.clock),
+        sealer: Arc::clone(&common.sealer),
+        notices: common.notices.clone(),
+        access: api::Access {
+            admin_token: admin_token.clone(),
+            key_cache: Arc::default(),
+            sso: sso::from_config(&config)?,
+            issuer,
+        },
+        intake,
+        catalog,
+        wakers: api::Wakers { dispatcher: Arc::clone(&common.wake), replays: Arc::clone(&delivery.replays), erasures },
+        delivery,
+        ledger,
+        limiters: api::Limiters {
+            pull: Arc::new(api::limiter::TenantLimiter::new(config.pull_rate, config.pull_burst)),
+            ingest: Arc::new(api::limiter::TenantLimiter::new(config.quotas.ingest_rate, config.quotas.ingest_burst)),
+        },
+        settings: api::Settings::new(&config),
+        health: api::Health { draining: Arc::clone(&draining), supervisor: supervisor.clone() },
+        simulations: Arc::default(),
+        test_waiting: Arc::default(),
+    };
+    telemetry::prometheus();
+    let router = api::router(state);
+    let stop_http = stop.clone();
+    let http = supervisor.spawn("HTTP server", server::serve(listener, router, config.http_limits, stop_http));
+    // What the configuration says that the operator should act on comes before the line that
+    // says the hub started.
+    for variable in &config.ignored {
+        tracing::warn!(variable = %variable, "configuration variable not used by this hub; ignored");
+    }
+    for (variable, what) in &config.deprecated {
+        tracing::warn!(variable = %variable, "configuration variable {what}");
+    }
+    tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");
+    Ok(Hub { addr, admin_token, admin_token_generated, store, http, tasks: launch.into_tasks(), supervisor })
+}
+
+/// The admin token the hub takes, and whether it was made at start (`local` without one
+/// configured). Outside `local` the token may be left out when people sign in or an admin key
+/// exists; otherwise nobody could ever administer the hub, which is refused.
+async fn admin_token(config: &Config, store: &dyn Store) -> anyhow::Result<(Option<Secret>, bool)> {
+    Ok(match &config.admin_token {
         Some(token) => (Some(token.clone()), false),
         None if config.env.is_local() => (Some(Secret::new(keys::generate(GENERATED_ADMIN_PREFIX))), true),
         // People with the platform-admin role administer the hub: the admin token is off, kept
@@ -202,326 +301,5 @@ pub async fn start_with_clock(
                 (None, false)
             }
         },
-    };
-    let draining = Arc::new(AtomicBool::new(false));
-    // SIGTERM (`shutdown`) first turns readiness off; work stops after the drain delay.
-    let stop = CancellationToken::new();
-    let supervisor = supervisor::Supervisor::new(stop.clone(), shutdown.clone());
-    {
-        let (shutdown, stop, draining, delay) =
-            (shutdown.clone(), stop.clone(), Arc::clone(&draining), config.drain_delay);
-        tokio::spawn(async move {
-            shutdown.cancelled().await;
-            draining.store(true, Ordering::SeqCst);
-            tracing::info!(delay_ms = delay.as_millis() as u64, "draining: /readyz answers 503");
-            tokio::time::sleep(delay).await;
-            stop.cancel();
-        });
-    }
-    let sealer = Arc::new(secrets::Sealer::new(kek));
-    let issuer = match &config.oidc_issuer {
-        Some(url) => {
-            let issuer = oidc::Issuer::start(
-                url.clone(),
-                config.oidc_key_overlap,
-                Arc::clone(&store),
-                Arc::clone(&sealer),
-                Arc::clone(&clock),
-            )
-            .await
-            .context("STREAMING_HUB_OIDC_ISSUER: the issuer's signing keys cannot be read or made")?;
-            tracing::info!(issuer = %url, "OIDC issuer: AWS destinations may assume roles with this hub's tokens");
-            Some(issuer)
-        }
-        None => None,
-    };
-    let ledger = ledger::Ledger::start(Arc::clone(&store), Arc::clone(&sealer), Arc::clone(&clock))
-        .await
-        .context("the ledger's signing keys cannot be read or made")?;
-    let sinks: Arc<dyn hub_sinks::Sink> = Arc::new(
-        hub_sinks::Sinks::new(
-            config.allow_private_sinks,
-            config.aws_default_credentials,
-            config.aws_endpoint_url.clone(),
-            issuer.clone().map(|i| i as Arc<dyn hub_sinks::TokenIssuer>),
-        )
-        .map_err(anyhow::Error::msg)?,
-    );
-    let wake = Arc::new(tokio::sync::Notify::new());
-    // Tenant code runs in worker processes (started when first needed): at delivery, and where
-    // the API checks or tries a transform.
-    let transforms = transform_pool(&config)?;
-    let (notices, notice_queue) = operational::Notices::channel();
-    let breakers = delivery::BreakerBoard::default();
-    let flights = delivery::FlightBoard::new(config.max_in_flight as usize, config.tenant_in_flight_share);
-    // Every replica registers; the delivering ones share the destinations between them, each
-    // paced by one replica (docs/SCALING.md).
-    let membership = delivery::Membership::join(&store, config.role.delivers(), &clock)
-        .await
-        .context("cannot register this replica in the store")?;
-    // This process's dispatcher, when it delivers: its own ingest leases jobs to it as it writes
-    // them (the fast path).
-    let mut local_dispatcher = None;
-    let mut tasks_early: Vec<JoinHandle<Option<()>>> = Vec::new();
-    let dispatcher = if config.role.delivers() {
-        store.listen_for_jobs(Arc::clone(&wake)).await.context("cannot listen for job notifications")?;
-        let dispatcher = Arc::new(
-            delivery::Dispatcher::new(
-                delivery::Parts {
-                    store: Arc::clone(&store),
-                    sealer: Arc::clone(&sealer),
-                    sinks: Arc::clone(&sinks),
-                    clock: Arc::clone(&clock),
-                    wake: Arc::clone(&wake),
-                    notices: notices.clone(),
-                    breakers: breakers.clone(),
-                    flights: flights.clone(),
-                },
-                delivery::settings(&config),
-            )
-            .with_transforms(transforms.clone())
-            .with_membership(Arc::clone(&membership)),
-        );
-        local_dispatcher = Some(delivery::Handoff::new(Arc::clone(&dispatcher)));
-        tasks_early.push(supervisor.spawn(
-            "delivery statistics",
-            delivery::stats::run(
-                dispatcher.stats(),
-                Arc::clone(&store),
-                Arc::clone(&clock),
-                config.metrics_interval,
-                stop.clone(),
-            ),
-        ));
-        Some(supervisor.spawn("dispatcher", dispatcher.run(stop.clone(), config.shutdown_timeout)))
-    } else {
-        None
-    };
-    let mut tasks: Vec<JoinHandle<Option<()>>> = dispatcher.into_iter().collect();
-    tasks.append(&mut tasks_early);
-    tasks.push(supervisor.spawn(
-        "replica heartbeat",
-        delivery::membership::run(
-            Arc::clone(&membership),
-            Arc::clone(&store),
-            config.role.delivers().then(|| (flights.clone(), breakers.clone())),
-            Arc::clone(&clock),
-            config.poison_threshold,
-            stop.clone(),
-        ),
-    ));
-    tasks.push(supervisor.spawn(
-        "operational events writer",
-        operational::run(Arc::clone(&store), Arc::clone(&clock), notice_queue, Arc::clone(&wake), stop.clone()),
-    ));
-    let catalog = Arc::new(catalog::EventCatalog::new(Arc::clone(&store), config.validate_payloads));
-    // The catalog as stored, before the first record is judged.
-    if let Err(e) = catalog.reload().await {
-        tracing::warn!(error = %e, "could not read the event catalog; starting without it");
-    }
-    tasks.push(supervisor.spawn(
-        "manifest refresh",
-        catalog::refresh::run(
-            Arc::clone(&catalog),
-            Arc::clone(&store),
-            catalog::fetch::Fetcher::new(config.allow_private_sinks).map_err(anyhow::Error::msg)?,
-            Arc::clone(&clock),
-            catalog::refresh::Settings {
-                sources: config.manifest_sources.clone(),
-                interval: config.manifest_refresh_interval,
-            },
-            stop.clone(),
-        ),
-    ));
-    tasks.push(supervisor.spawn(
-        "event type learner",
-        catalog::learn::run(Arc::clone(&catalog.learner), Arc::clone(&store), stop.clone()),
-    ));
-    let erasures = Arc::new(tokio::sync::Notify::new());
-    tasks.push(supervisor.spawn(
-        "erasure runner",
-        erasure::run(
-            Arc::clone(&store),
-            Arc::clone(&sealer),
-            Arc::clone(&clock),
-            erasure::Settings { page: config.erasure.page, ..erasure::Settings::default() },
-            Arc::clone(&erasures),
-            stop.clone(),
-        ),
-    ));
-    if let Some(issuer) = &issuer {
-        tasks.push(supervisor.spawn("issuer keys refresh", oidc::refresh_loop(Arc::clone(issuer), stop.clone())));
-    }
-    tasks.push(
-        supervisor
-            .spawn("ledger sealer", ledger::run(Arc::clone(&ledger), config.ledger_checkpoint_interval, stop.clone())),
-    );
-    let replays = Arc::new(tokio::sync::Notify::new());
-    if config.role.delivers() {
-        tasks.push(supervisor.spawn(
-            "replay runner",
-            delivery::replay::run(
-                Arc::clone(&store),
-                Arc::clone(&clock),
-                delivery::replay::ReplaySettings::default(),
-                Arc::clone(&replays),
-                Arc::clone(&wake),
-                notices.clone(),
-                stop.clone(),
-            ),
-        ));
-    }
-    let policy = Arc::new(IngestPolicy { only_tenant: config.only_tenant.clone(), cell: config.cell.clone() });
-    if let (Some(kafka), true) = (&config.kafka, config.role.ingests()) {
-        let batching = ingest::kafka::Batching { size: kafka.batch_size, wait: kafka.batch_wait };
-        let consumer = ingest::kafka::subscribe(kafka, "ingest", &kafka.group_id, ingest::kafka::INGEST_PATTERN)
-            .map_err(anyhow::Error::msg)?;
-        let writer = ingest::KafkaEvents {
-            store: Arc::clone(&store),
-            policy: Arc::clone(&policy),
-            catalog: Arc::clone(&catalog),
-            clock: Arc::clone(&clock),
-            wake: Arc::clone(&wake),
-            fast: local_dispatcher.clone(),
-        };
-        tasks.push(
-            supervisor
-                .spawn("kafka ingest consumer", ingest::kafka::run("ingest", consumer, writer, batching, stop.clone())),
-        );
-        if kafka.dlq_enabled {
-            let consumer = ingest::kafka::subscribe(kafka, "dlq", &kafka.dlq_group_id, ingest::kafka::DLQ_PATTERN)
-                .map_err(anyhow::Error::msg)?;
-            let writer = ingest::dlq::DlqRecords {
-                store: Arc::clone(&store),
-                clock: Arc::clone(&clock),
-                policy: Arc::clone(&policy),
-            };
-            tasks.push(
-                supervisor
-                    .spawn("kafka dlq consumer", ingest::kafka::run("dlq", consumer, writer, batching, stop.clone())),
-            );
-        }
-    }
-    tasks.push(supervisor.spawn(
-        "retention",
-        retention::run(
-            Arc::clone(&store),
-            Arc::clone(&clock),
-            retention::policies(&config),
-            config.prune_interval,
-            stop.clone(),
-        ),
-    ));
-    tasks.push(supervisor.spawn(
-        "dlq retention",
-        retention::run(
-            Arc::clone(&store),
-            Arc::clone(&clock),
-            vec![(hub_store::PruneKind::Dlq, config.dlq_retention)],
-            config.dlq_prune_interval,
-            stop.clone(),
-        ),
-    ));
-    tasks.push(
-        supervisor
-            .spawn("job gauges", telemetry::job_gauges(Arc::clone(&store), config.metrics_interval, stop.clone())),
-    );
-    let state = api::AppState {
-        store: Arc::clone(&store),
-        admin_token: admin_token.clone(),
-        policy: Arc::clone(&policy),
-        key_cache: Arc::default(),
-        simulations: Arc::default(),
-        sso: match (config.sso_issuers.is_empty(), &config.sso_audience) {
-            (false, Some(audience)) => Some(Arc::new(
-                sso::Sso::new(&sso::Settings {
-                    issuers: config.sso_issuers.clone(),
-                    audience: audience.clone(),
-                    roles_claim: config.sso_roles_claim.clone(),
-                    refresh: config.sso_keys_refresh,
-                    allow_private: config.allow_private_sinks,
-                    console: config.sso_console_client_id.clone().map(|client_id| sso::console::Client {
-                        client_id,
-                        client_secret: config.sso_console_client_secret.clone(),
-                        session_ttl: config.sso_session_ttl,
-                    }),
-                })
-                .map_err(anyhow::Error::msg)?,
-            )),
-            _ => None,
-        },
-        // SQLite has one writer: one group at a time. PostgreSQL writes different tenants at once.
-        ingest: ingest::GroupWriter::start(
-            Arc::clone(&store),
-            Arc::clone(&wake),
-            match config.database {
-                Database::Sqlite { .. } => 1,
-                Database::Postgres { pool, .. } => (pool.max_connections as usize / 4).clamp(1, 8),
-            },
-            local_dispatcher.clone(),
-            Arc::clone(&catalog.learner),
-        ),
-        sealer,
-        allow_private_sinks: config.allow_private_sinks,
-        pull_limiter: Arc::new(api::limiter::TenantLimiter::new(config.pull_rate, config.pull_burst)),
-        ingest_limiter: Arc::new(api::limiter::TenantLimiter::new(
-            config.quotas.ingest_rate,
-            config.quotas.ingest_burst,
-        )),
-        quotas: config.quotas,
-        sinks,
-        clock,
-        wakers: api::Wakers { dispatcher: wake, replays, erasures },
-        replay_rate: config.replay_rate,
-        breakers,
-        flights,
-        membership,
-        notices,
-        kafka: match (&config.kafka, config.role.ingests()) {
-            (Some(k), true) => Some(Arc::new(ingest::kafka::KafkaProbe::new(k).map_err(anyhow::Error::msg)?)),
-            _ => None,
-        },
-        draining: Arc::clone(&draining),
-        supervisor: supervisor.clone(),
-        request_timeout: config.http_limits.request_timeout,
-        catalog,
-        public_url: config.public_url.clone(),
-        frame_ancestors: config.portal_frame_ancestors.clone(),
-        test_waiting: Arc::default(),
-        issuer,
-        ledger,
-        erasure: config.erasure,
-        stall_timeout: config.dispatch_stall_timeout,
-        transforms,
-    };
-    telemetry::prometheus();
-    let router = api::router(state);
-    let stop_http = stop.clone();
-    let http = supervisor.spawn("HTTP server", server::serve(listener, router, config.http_limits, stop_http));
-    // What the configuration says that the operator should act on comes before the line that
-    // says the hub started.
-    for variable in &config.ignored {
-        tracing::warn!(variable = %variable, "configuration variable not used by this hub; ignored");
-    }
-    for (variable, what) in &config.deprecated {
-        tracing::warn!(variable = %variable, "configuration variable {what}");
-    }
-    tracing::info!(addr = %addr, config = ?config.summary(), "streaming hub started");
-    Ok(Hub { addr, admin_token, admin_token_generated, store, http, tasks, supervisor })
-}
-
-/// The pool of transform workers the configuration asks for: its worker program (this
-/// executable unless `STREAMING_HUB_TRANSFORM_WORKER` names another), count and limits.
-fn transform_pool(config: &Config) -> anyhow::Result<hub_transform::Pool> {
-    let command = match &config.transform_worker {
-        Some(program) => hub_transform::WorkerCommand::of(program.clone()),
-        None => hub_transform::WorkerCommand::this_executable().context("cannot find this hub's executable")?,
-    };
-    hub_transform::Pool::new(
-        command,
-        config.transform_threads as usize,
-        hub_transform::Limits { cpu: config.transform_cpu, memory: config.transform_memory },
-        hub_transform::CACHE_BYTES,
-    )
-    .context("cannot start the transform threads")
+    })
 }

@@ -180,3 +180,25 @@ pub async fn refresh_loop(issuer: Arc<Issuer>, stop: tokio_util::sync::Cancellat
         }
     }
 }
+/// Starts the hub as an OIDC issuer when `STREAMING_HUB_OIDC_ISSUER` says so: its signing keys
+/// read or made, and refreshed in the background.
+pub(crate) async fn start(
+    config: &crate::config::Config,
+    common: &crate::Common,
+    launch: &mut crate::supervisor::Launch,
+) -> anyhow::Result<Option<Arc<Issuer>>> {
+    use anyhow::Context as _;
+    let Some(url) = &config.oidc_issuer else { return Ok(None) };
+    let issuer = Issuer::start(
+        url.clone(),
+        config.oidc_key_overlap,
+        Arc::clone(&common.store),
+        Arc::clone(&common.sealer),
+        Arc::clone(&common.clock),
+    )
+    .await
+    .context("STREAMING_HUB_OIDC_ISSUER: the issuer's signing keys cannot be read or made")?;
+    tracing::info!(issuer = %url, "OIDC issuer: AWS destinations may assume roles with this hub's tokens");
+    launch.spawn("issuer keys refresh", refresh_loop(Arc::clone(&issuer), launch.stop.clone()));
+    Ok(Some(issuer))
+}

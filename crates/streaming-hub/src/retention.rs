@@ -93,3 +93,26 @@ pub async fn run(
         }
     }
 }
+/// Starts retention: what the policies keep, and the Kafka dead letters on their own schedule.
+pub(crate) fn start(config: &Config, common: &crate::Common, launch: &mut crate::supervisor::Launch) {
+    launch.spawn(
+        "retention",
+        run(
+            Arc::clone(&common.store),
+            Arc::clone(&common.clock),
+            policies(config),
+            config.prune_interval,
+            launch.stop.clone(),
+        ),
+    );
+    launch.spawn(
+        "dlq retention",
+        run(
+            Arc::clone(&common.store),
+            Arc::clone(&common.clock),
+            vec![(PruneKind::Dlq, config.dlq_retention)],
+            config.dlq_prune_interval,
+            launch.stop.clone(),
+        ),
+    );
+}

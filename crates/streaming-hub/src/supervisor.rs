@@ -12,6 +12,34 @@ use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// What a room is started with beside its configuration: the supervisor its tasks run under, the
+/// token that stops them, and the tasks started so far (the hub waits for each when it stops).
+#[derive(Debug)]
+pub(crate) struct Launch {
+    pub supervisor: Supervisor,
+    pub stop: CancellationToken,
+    tasks: Vec<JoinHandle<Option<()>>>,
+}
+
+impl Launch {
+    pub fn new(supervisor: Supervisor, stop: CancellationToken) -> Self {
+        Self { supervisor, stop, tasks: Vec::new() }
+    }
+
+    /// Spawns a room's task under `name` (see [`Supervisor::spawn`]).
+    pub fn spawn<F>(&mut self, name: &'static str, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.tasks.push(self.supervisor.spawn(name, task));
+    }
+
+    /// The tasks started, in the order they were.
+    pub fn into_tasks(self) -> Vec<JoinHandle<Option<()>>> {
+        self.tasks
+    }
+}
+
 /// Watches the hub's background tasks.
 #[derive(Debug, Clone)]
 pub struct Supervisor {

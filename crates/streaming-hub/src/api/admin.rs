@@ -223,7 +223,7 @@ pub async fn revoke_api_key(
     let not_found = || ApiError::not_found("no live API key has this id");
     let id = Uuid::parse_str(&id).map_err(|_| not_found())?;
     if state.store.revoke_api_key(id).await? {
-        state.key_cache.clear();
+        state.access.key_cache.clear();
         state
             .ledger
             .change(None, &admin.actor(), "api_key.revoked", serde_json::json!({"api_key": id}), None, None)

@@ -63,11 +63,15 @@ impl FromRequestParts<AppState> for Principal {
             return Ok(Principal::Person(person));
         }
         let token = bearer(parts)?;
-        if state.admin_token.as_ref().is_some_and(|admin| bool::from(token.as_bytes().ct_eq(admin.expose().as_bytes())))
+        if state
+            .access
+            .admin_token
+            .as_ref()
+            .is_some_and(|admin| bool::from(token.as_bytes().ct_eq(admin.expose().as_bytes())))
         {
             return Ok(Principal::Admin { key: None });
         }
-        if let Some(sso) = state.sso.as_ref().filter(|_| crate::sso::Sso::is_jwt(token)) {
+        if let Some(sso) = state.access.sso.as_ref().filter(|_| crate::sso::Sso::is_jwt(token)) {
             return sso.verify(token).await.map(Principal::Person).map_err(|refusal| {
                 metrics::counter!(crate::telemetry::metric::SSO_REFUSALS, "reason" => refusal.reason()).increment(1);
                 ApiError::unauthorized(refusal.to_string())
@@ -87,7 +91,7 @@ impl FromRequestParts<AppState> for Principal {
         if token.starts_with(keys::API_KEY_PREFIX) {
             let hash = keys::hash(token);
             let now = state.clock.now();
-            if let Some(known) = state.key_cache.get(&hash, now) {
+            if let Some(known) = state.access.key_cache.get(&hash, now) {
                 return Ok(known);
             }
             // An expired key is refused like a revoked one, with the same answer.
@@ -101,7 +105,7 @@ impl FromRequestParts<AppState> for Principal {
                     },
                     None => Principal::Admin { key: Some(key.id) },
                 };
-                state.key_cache.put(hash, principal.clone(), key.expires_at);
+                state.access.key_cache.put(hash, principal.clone(), key.expires_at);
                 return Ok(principal);
             }
         }

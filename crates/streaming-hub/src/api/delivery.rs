@@ -75,7 +75,7 @@ pub async fn verify(
     let (sub, failure) = crate::delivery::verify::verify(
         sub,
         state.store.as_ref(),
-        state.sinks.as_ref(),
+        state.delivery.sinks.as_ref(),
         &state.sealer,
         state.clock.as_ref(),
         true,

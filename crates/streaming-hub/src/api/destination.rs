@@ -13,8 +13,8 @@ fn invalid(e: hub_sinks::destination::request::Invalid) -> ApiError {
 /// Parses and validates a `sink` object: a role assumed with the hub's token needs the hub to
 /// be an OIDC issuer.
 pub fn parse(value: &Value, state: &super::AppState) -> Result<Destination, ApiError> {
-    let dest = hub_sinks::destination::request::parse(value, state.allow_private_sinks).map_err(invalid)?;
-    if dest.typed.uses_hub_tokens() && state.issuer.is_none() {
+    let dest = hub_sinks::destination::request::parse(value, state.settings.allow_private_sinks).map_err(invalid)?;
+    if dest.typed.uses_hub_tokens() && state.access.issuer.is_none() {
         return Err(ApiError::validation(
             "sink.credentials.web_identity",
             "this hub is not an OIDC issuer (STREAMING_HUB_OIDC_ISSUER): give keys, or ask the operator to make it one",

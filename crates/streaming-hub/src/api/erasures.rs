@@ -191,7 +191,7 @@ pub async fn create(
     let kind = matched.kind();
     let matched = Arc::new(matched);
     let selected = || async {
-        crate::erasure::select(&*state.store, tenant.as_str(), Arc::clone(&matched), state.erasure.page)
+        crate::erasure::select(&*state.store, tenant.as_str(), Arc::clone(&matched), state.settings.erasure.page)
             .await
             .map_err(ApiError::internal)
     };
@@ -202,7 +202,7 @@ pub async fn create(
             match_kind: kind.to_owned(),
             count: selection.matched,
             events: selection.events,
-            confirmation_required: selection.needs_confirmation(state.erasure.max_unconfirmed),
+            confirmation_required: selection.needs_confirmation(state.settings.erasure.max_unconfirmed),
         };
         return Ok((StatusCode::OK, AxumJson(preview)).into_response());
     }
@@ -217,7 +217,7 @@ pub async fn create(
         }
     }
     let selection = selected().await?;
-    confirmed(selection, req.expected_count, state.erasure.max_unconfirmed)?;
+    confirmed(selection, req.expected_count, state.settings.erasure.max_unconfirmed)?;
     let id = Uuid::now_v7();
     let sealed_match = state.sealer.seal(id, Purpose::ErasureMatch, wanted.as_bytes()).map_err(sealing_error)?;
     let new = NewErasure {

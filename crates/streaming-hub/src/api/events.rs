@@ -101,7 +101,15 @@ pub async fn ingest(
         Ok((ce_headers, data)) => {
             authorize(&principal, &ce_headers)?;
             admitted(&state, &ce_headers)?;
-            ingest::judge_record(&ce_headers, &data, None, Origin::Http, &state.policy, &state.catalog.payloads, now)
+            ingest::judge_record(
+                &ce_headers,
+                &data,
+                None,
+                Origin::Http,
+                &state.intake.policy,
+                &state.catalog.payloads,
+                now,
+            )
         }
         Err(reason) => {
             let ce_headers = binary_headers(&headers);
@@ -114,7 +122,7 @@ pub async fn ingest(
     let ingest::Judged { record, reason, spans } = judged;
     let written = match record {
         None => None,
-        Some(record) => Some(state.ingest.write(record).await?),
+        Some(record) => Some(state.intake.writer.write(record).await?),
     };
     let outcome = ingest::outcome(reason, written);
     if let Some(spans) = spans {
@@ -175,7 +183,7 @@ fn claimed_tenant(headers: &[(String, Vec<u8>)]) -> Option<hub_core::TenantId> {
 fn admitted(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), ApiError> {
     let Some(tenant) = claimed_tenant(headers) else { return Ok(()) };
     within_tenant_rate(state, &tenant)?;
-    if !state.policy.serves(&tenant) {
+    if !state.intake.policy.serves(&tenant) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "tenant_not_served",
@@ -187,8 +195,8 @@ fn admitted(state: &AppState, headers: &[(String, Vec<u8>)]) -> Result<(), ApiEr
 
 /// One more event of `tenant` within its ingest rate, or `429` with `Retry-After`.
 pub fn within_tenant_rate(state: &AppState, tenant: &hub_core::TenantId) -> Result<(), ApiError> {
-    state.ingest_limiter.check(tenant).map_err(|wait| {
-        let rate = state.quotas.ingest_rate;
+    state.limiters.ingest.check(tenant).map_err(|wait| {
+        let rate = state.settings.quotas.ingest_rate;
         super::limiter::rate_limited(wait, format!("more than {rate} events a second for this tenant; retry later"))
     })
 }

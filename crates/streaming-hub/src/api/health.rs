@@ -42,26 +42,26 @@ pub async fn healthz() -> impl IntoResponse {
         (status = 503, description = "Draining, the database or Kafka is unreachable, a background task stopped, no transform worker can be started, or delivery made no progress for `STREAMING_HUB_DISPATCH_STALL_TIMEOUT`", body = Status),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    if let Some(task) = state.supervisor.failed() {
+    if let Some(task) = state.health.supervisor.failed() {
         let status = Json(Status { status: "background task stopped", task: Some(task) });
         return (StatusCode::SERVICE_UNAVAILABLE, status);
     }
-    if state.draining.load(Ordering::SeqCst) {
+    if state.health.draining.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, Status::of("draining"));
     }
     // Transforms cannot run at all: no worker process could be started in the last minute (the
     // reason is logged with each failed start).
-    if state.transforms.health().cannot_start.is_some() {
+    if state.delivery.transforms.health().cannot_start.is_some() {
         return (StatusCode::SERVICE_UNAVAILABLE, Status::of("transform workers cannot be started"));
     }
     // Delivery made no progress for the stall timeout (the reason is in `task`).
-    if let Some(stall) = state.flights.stall(state.stall_timeout) {
+    if let Some(stall) = state.delivery.flights.stall(state.delivery.stall_timeout) {
         let status = Json(Status { status: "delivery stalled", task: Some(stall.as_str().to_owned()) });
         return (StatusCode::SERVICE_UNAVAILABLE, status);
     }
     match tokio::time::timeout(Duration::from_secs(2), state.store.ping()).await {
         Ok(Ok(())) => {
-            if let Some(kafka) = &state.kafka {
+            if let Some(kafka) = &state.intake.kafka {
                 // The check's own outage log tells the log once (not once per probe).
                 if kafka.check(Duration::from_secs(2)).await.is_err() {
                     return (StatusCode::SERVICE_UNAVAILABLE, Status::of("kafka unreachable"));
@@ -80,8 +80,8 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 #[utoipa::path(get, path = "/metrics", tag = "operations", operation_id = "getMetrics",
     responses((status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    crate::telemetry::transform_workers(&state.transforms.health());
-    crate::telemetry::delivery_stall(state.flights.stall(state.stall_timeout));
+    crate::telemetry::transform_workers(&state.delivery.transforms.health());
+    crate::telemetry::delivery_stall(state.delivery.flights.stall(state.delivery.stall_timeout));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], crate::telemetry::prometheus().render())
 }
 

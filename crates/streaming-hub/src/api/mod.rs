@@ -41,7 +41,6 @@ use std::sync::atomic::AtomicBool;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{Method, Uri};
-use hub_core::IngestPolicy;
 use hub_store::Store;
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
@@ -67,68 +66,99 @@ pub struct Wakers {
     pub erasures: Arc<tokio::sync::Notify>,
 }
 
-/// What every handler can reach.
+/// What every handler can reach: the store, the clock and the sealer every room shares, then
+/// what each room hands the API.
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub store: Arc<dyn Store>,
-    /// `None` outside `local` when the operators use admin keys only.
-    pub admin_token: Option<Secret>,
-    pub policy: Arc<IngestPolicy>,
-    /// Live API keys seen lately.
-    pub key_cache: Arc<auth::KeyCache>,
-    /// HTTP ingest's group commit.
-    pub ingest: crate::ingest::GroupWriter,
-    pub sealer: Arc<Sealer>,
-    pub allow_private_sinks: bool,
-    pub pull_limiter: Arc<limiter::TenantLimiter>,
-    /// HTTP ingest per tenant (`STREAMING_HUB_INGEST_RATE`).
-    pub ingest_limiter: Arc<limiter::TenantLimiter>,
-    pub quotas: crate::config::Quotas,
-    pub sinks: Arc<dyn hub_sinks::Sink>,
     pub clock: Arc<dyn crate::clock::Clock>,
-    /// Wakes the background runners the API hands work to.
-    pub wakers: Wakers,
+    pub sealer: Arc<Sealer>,
     /// Operational events.
     pub notices: crate::operational::Notices,
-    /// Simulations this replica may run at once (`simulate.rs`).
-    pub simulations: Arc<simulate::Simulations>,
-    /// Breakers of this process's dispatcher, for listings.
-    pub breakers: crate::delivery::BreakerBoard,
-    /// What this replica's dispatcher has in flight (empty where it does not deliver).
-    pub flights: crate::delivery::FlightBoard,
-    /// This replica among the others: who paces which destination.
-    pub membership: Arc<crate::delivery::Membership>,
-    /// Delivery with no progress this long makes the replica unready.
-    pub stall_timeout: std::time::Duration,
-    /// A replay's rate when its request names none (`STREAMING_HUB_REPLAY_RATE`).
-    pub replay_rate: u32,
-    /// Readiness also requires Kafka when it is configured.
-    pub kafka: Option<Arc<crate::ingest::kafka::KafkaProbe>>,
-    /// Set when the process starts draining: `/readyz` answers 503 from then on.
-    pub draining: Arc<AtomicBool>,
-    /// How long a request may take, body included (`STREAMING_HUB_HTTP_REQUEST_TIMEOUT`).
-    pub request_timeout: std::time::Duration,
-    /// The hub's background tasks: readiness is off once one of them failed.
-    pub supervisor: crate::supervisor::Supervisor,
+    /// Who may call: the admin token, keys, sign-in and the hub as an issuer.
+    pub access: Access,
+    /// Ingest: its policy, HTTP ingest's group commit, Kafka's probe.
+    pub intake: crate::ingest::Handle,
     /// The event catalog: declared and seen types, payload checks.
     pub catalog: Arc<crate::catalog::EventCatalog>,
+    /// Delivery: sinks, transform workers, boards, membership.
+    pub delivery: crate::delivery::Handle,
+    /// The ledger: its keys, and where changes are recorded (SPEC §11).
+    pub ledger: Arc<crate::ledger::Ledger>,
+    /// Wakes the background runners the API hands work to.
+    pub wakers: Wakers,
+    /// Per-tenant rates of the API.
+    pub limiters: Limiters,
+    /// What the configuration says of the API's answers.
+    pub settings: Settings,
+    /// Whether this replica is ready: draining, and its background tasks.
+    pub health: Health,
+    /// Simulations this replica may run at once (`simulate.rs`).
+    pub simulations: Arc<simulate::Simulations>,
+    /// Test requests waiting for their attempts, per tenant.
+    pub test_waiting: Arc<test_delivery::Waiting>,
+}
+
+/// Who may call the API.
+#[derive(Debug, Clone)]
+pub struct Access {
+    /// `None` outside `local` when the operators use admin keys only.
+    pub admin_token: Option<Secret>,
+    /// Live API keys seen lately.
+    pub key_cache: Arc<auth::KeyCache>,
+    /// The identity providers people sign in with (`STREAMING_HUB_SSO_ISSUERS`), when any.
+    pub sso: Option<Arc<crate::sso::Sso>>,
+    /// The hub as an OIDC issuer (`STREAMING_HUB_OIDC_ISSUER`), when it is one.
+    pub issuer: Option<Arc<crate::oidc::Issuer>>,
+}
+
+/// Per-tenant rates of the API.
+#[derive(Debug, Clone)]
+pub struct Limiters {
+    /// Pull pages (`STREAMING_HUB_PULL_RATE`).
+    pub pull: Arc<limiter::TenantLimiter>,
+    /// HTTP ingest (`STREAMING_HUB_INGEST_RATE`).
+    pub ingest: Arc<limiter::TenantLimiter>,
+}
+
+/// What the configuration says of the API's answers.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub quotas: crate::config::Quotas,
+    pub allow_private_sinks: bool,
+    /// A replay's rate when its request names none (`STREAMING_HUB_REPLAY_RATE`).
+    pub replay_rate: u32,
+    /// How long a request may take, body included (`STREAMING_HUB_HTTP_REQUEST_TIMEOUT`).
+    pub request_timeout: std::time::Duration,
     /// Where operators reach the hub (`STREAMING_HUB_PUBLIC_URL`): portal URLs start with it.
     pub public_url: Option<String>,
     /// Who may frame the console (`STREAMING_HUB_PORTAL_FRAME_ANCESTORS`).
     pub frame_ancestors: String,
-    /// Test requests waiting for their attempts, per tenant.
-    pub test_waiting: Arc<test_delivery::Waiting>,
-    /// The ledger: its keys, and where changes are recorded (SPEC §11).
-    pub ledger: Arc<crate::ledger::Ledger>,
-    /// The hub as an OIDC issuer (`STREAMING_HUB_OIDC_ISSUER`), when it is one.
-    pub issuer: Option<Arc<crate::oidc::Issuer>>,
-    /// The identity providers people sign in with (`STREAMING_HUB_SSO_ISSUERS`), when any.
-    pub sso: Option<Arc<crate::sso::Sso>>,
     /// How erasures read the inbox and which need their count confirmed.
     pub erasure: crate::config::ErasureSettings,
-    /// The transform workers: where a transform is checked and tried, each run within
-    /// `STREAMING_HUB_TRANSFORM_CPU` and `…_MEMORY`, tenants taken in turn.
-    pub transforms: hub_transform::Pool,
+}
+
+impl Settings {
+    pub fn new(config: &crate::config::Config) -> Self {
+        Self {
+            quotas: config.quotas,
+            allow_private_sinks: config.allow_private_sinks,
+            replay_rate: config.replay_rate,
+            request_timeout: config.http_limits.request_timeout,
+            public_url: config.public_url.clone(),
+            frame_ancestors: config.portal_frame_ancestors.clone(),
+            erasure: config.erasure,
+        }
+    }
+}
+
+/// Whether this replica is ready.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// Set when the process starts draining: `/readyz` answers 503 from then on.
+    pub draining: Arc<AtomicBool>,
+    /// The hub's background tasks: readiness is off once one of them failed.
+    pub supervisor: crate::supervisor::Supervisor,
 }
 
 #[derive(OpenApi)]
@@ -238,9 +268,9 @@ pub fn openapi_json() -> serde_json::Value {
 /// The whole router.
 pub fn router(state: AppState) -> Router {
     let (routes, _) = routes();
-    let limit = state.request_timeout;
+    let limit = state.settings.request_timeout;
     routes
-        .merge(console::routes(&state.frame_ancestors))
+        .merge(console::routes(&state.settings.frame_ancestors))
         .merge(sign_in::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

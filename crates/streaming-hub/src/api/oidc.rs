@@ -15,6 +15,7 @@ use crate::oidc::{Issuer, KeyView};
 
 fn issuer(state: &AppState) -> Result<&Issuer, ApiError> {
     state
+        .access
         .issuer
         .as_deref()
         .ok_or_else(|| ApiError::not_found("this hub is not an OIDC issuer (STREAMING_HUB_OIDC_ISSUER)"))

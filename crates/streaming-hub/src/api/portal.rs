@@ -59,7 +59,7 @@ pub struct CreatedPortalSession {
 
 /// The base URL of the console: `STREAMING_HUB_PUBLIC_URL`, else the request's own host.
 fn base_url(state: &AppState, headers: &HeaderMap) -> String {
-    if let Some(public) = &state.public_url {
+    if let Some(public) = &state.settings.public_url {
         return public.trim_end_matches('/').to_owned();
     }
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");

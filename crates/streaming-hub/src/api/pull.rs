@@ -123,7 +123,7 @@ pub async fn read(
     Path(id): Path<String>,
     Query(params): Query<PullParams>,
 ) -> Result<impl IntoResponse, ApiError> {
-    if let Err(wait) = state.pull_limiter.check(&caller.tenant) {
+    if let Err(wait) = state.limiters.pull.check(&caller.tenant) {
         metrics::counter!(metric::PULL_READS, "outcome" => "rate_limited").increment(1);
         return Err(super::limiter::rate_limited(wait, "too many pull reads; retry later"));
     }

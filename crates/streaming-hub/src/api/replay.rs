@@ -180,7 +180,7 @@ pub async fn start(state: &AppState, tenant: &str, sub: Uuid, req: &ReplayReques
             None | Some(serde_json::Value::Null) => None,
             Some(f) => Some(super::filters::valid_filters(Some(f.clone()))?),
         },
-        rate: req.rate.and_then(|r| u32::try_from(r).ok()).unwrap_or(state.replay_rate),
+        rate: req.rate.and_then(|r| u32::try_from(r).ok()).unwrap_or(state.settings.replay_rate),
         now: state.clock.now(),
     };
     match state.store.start_replay(&replay).await? {

@@ -67,7 +67,7 @@ fn set_cookie(name: &str, value: &str, same_site: &str, max_age: u64) -> HeaderV
 /// Where the provider sends people back: under `STREAMING_HUB_PUBLIC_URL`, or (only in `local`,
 /// where it need not be set) the address the browser used.
 fn redirect_uri(state: &AppState, headers: &HeaderMap) -> Result<String, ApiError> {
-    if let Some(public) = &state.public_url {
+    if let Some(public) = &state.settings.public_url {
         return Ok(format!("{public}/console/sso/callback"));
     }
     let host = headers
@@ -79,12 +79,12 @@ fn redirect_uri(state: &AppState, headers: &HeaderMap) -> Result<String, ApiErro
 }
 
 async fn offered(State(state): State<AppState>) -> Response {
-    let enabled = state.sso.as_ref().is_some_and(|sso| sso.console().is_some());
+    let enabled = state.access.sso.as_ref().is_some_and(|sso| sso.console().is_some());
     axum::Json(json!({ "enabled": enabled })).into_response()
 }
 
 fn console_sso(state: &AppState) -> Result<&crate::sso::Sso, ApiError> {
-    state.sso.as_deref().filter(|sso| sso.console().is_some()).ok_or_else(|| {
+    state.access.sso.as_deref().filter(|sso| sso.console().is_some()).ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,
             "not_found",
@@ -179,7 +179,7 @@ fn failed(state: &AppState, why: &SignInError) -> Response {
     h.insert(header::SET_COOKIE, set_cookie(PENDING_COOKIE, "", "Lax", 0));
     h.insert(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_str(&format!("default-src 'none'; frame-ancestors {}", state.frame_ancestors))
+        HeaderValue::from_str(&format!("default-src 'none'; frame-ancestors {}", state.settings.frame_ancestors))
             .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'")),
     );
     response

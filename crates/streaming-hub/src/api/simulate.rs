@@ -227,7 +227,7 @@ pub async fn simulate(
         Some(_) => return Err(ApiError::validation("limit", "must be from 1 to 100")),
     };
     if let Some(types) = &req.event_types {
-        valid_event_types(types, state.quotas.patterns_per_subscription)?;
+        valid_event_types(types, state.settings.quotas.patterns_per_subscription)?;
     }
     let draft_filters = match &req.filters {
         None | Some(Value::Null) => None,

@@ -142,7 +142,7 @@ impl FlightView {
                 }
             }
             _ => {
-                let f = state.flights.flight(sub);
+                let f = state.delivery.flights.flight(sub);
                 let now = state.clock.now();
                 Self {
                     paced_by: paced.map(|p| p.by.clone()),
@@ -164,7 +164,7 @@ fn breaker_of(state: &AppState, sub: &SubscriptionRecord, paced: Option<&Paced>)
             Some("half_open") => "half_open",
             _ => "closed",
         },
-        None => state.breakers.state(sub.id),
+        None => state.delivery.breakers.state(sub.id),
     }
 }
 
@@ -259,7 +259,7 @@ pub async fn with_health(state: &AppState, subs: &[SubscriptionRecord]) -> Resul
         .iter()
         .map(|s| {
             let mut view = SubscriptionView::of(s);
-            let paced = state.membership.paced(s.pace_bucket, s.id);
+            let paced = state.delivery.membership.paced(s.pace_bucket, s.id);
             view.health = Some(Health {
                 failing_since: s.failing_since,
                 last_failure_at: s.last_failure_at,
@@ -435,7 +435,7 @@ fn spawn_probe(state: &AppState, sub: SubscriptionRecord) {
         let verified = crate::delivery::verify::verify(
             sub,
             state.store.as_ref(),
-            state.sinks.as_ref(),
+            state.delivery.sinks.as_ref(),
             &state.sealer,
             state.clock.as_ref(),
             false,
@@ -483,7 +483,7 @@ pub async fn create(
     Json(req): Json<CreateSubscription>,
 ) -> Result<impl IntoResponse, ApiError> {
     super::admin::valid_name("name", &req.name)?;
-    valid_event_types(&req.event_types, state.quotas.patterns_per_subscription)?;
+    valid_event_types(&req.event_types, state.settings.quotas.patterns_per_subscription)?;
     valid_origin(req.origin.as_deref())?;
     let filters = valid_filters(req.filters)?;
     let dest = destination::parse(&req.sink, &state)?;
@@ -492,7 +492,7 @@ pub async fn create(
     let limits = valid_limits(&req.limits, dest.kind)?;
     let transform =
         super::transforms::valid_transform(&state, caller.tenant.as_str(), Some(&req.transform), dest.kind).await?;
-    let limit = state.quotas.subscriptions_per_tenant;
+    let limit = state.settings.quotas.subscriptions_per_tenant;
     let quota_exceeded = || {
         ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -685,7 +685,7 @@ pub async fn update(
         patch.name = Some(name);
     }
     if let Some(types) = req.event_types {
-        valid_event_types(&types, state.quotas.patterns_per_subscription)?;
+        valid_event_types(&types, state.settings.quotas.patterns_per_subscription)?;
         patch.event_types = Some(types);
     }
     if body.contains_key("filters") {

@@ -138,7 +138,7 @@ pub async fn test(
     );
     let event = notice.event(state.clock.now()).ok_or_else(|| ApiError::internal("the test event was refused"))?;
     let ce_id = event.envelope.id().as_uuid();
-    let seq = match state.ingest.write(IngestRecord::Accepted(event)).await? {
+    let seq = match state.intake.writer.write(IngestRecord::Accepted(event)).await? {
         WriteOutcome::Inserted { seq } | WriteOutcome::Duplicate { seq } => seq,
         WriteOutcome::Quarantined { .. } => return Err(ApiError::internal("the test event was quarantined")),
     };
@@ -149,7 +149,8 @@ pub async fn test(
             AxumJson(TestDelivery { ce_id, seq, outcome: "queued".to_owned(), delivery: None }),
         ));
     }
-    let deadline = tokio::time::Instant::now() + WAIT.min(state.request_timeout.saturating_sub(Duration::from_secs(1)));
+    let deadline =
+        tokio::time::Instant::now() + WAIT.min(state.settings.request_timeout.saturating_sub(Duration::from_secs(1)));
     let mut poll = POLL_FIRST;
     loop {
         let job = state.store.jobs_for_event(tenant, seq).await?.into_iter().find(|j| j.subscription_id == sub.id);

@@ -66,7 +66,7 @@ pub async fn valid_transform(
         return Err(ApiError::validation("transform", "only push subscriptions take a transform"));
     }
     transform.language_is_known("transform")?;
-    state.transforms.check(tenant, transform.code.clone()).await.map_err(|e| code_refused("transform", e))?;
+    state.delivery.transforms.check(tenant, transform.code.clone()).await.map_err(|e| code_refused("transform", e))?;
     Ok(Some(serde_json::json!({"language": transform.language, "code": transform.code})))
 }
 
@@ -157,7 +157,7 @@ async fn event_of(
                 hub_core::Ordering::None => None,
             };
             let message = crate::delivery::targets::message(&event, sub, key.as_deref(), 1, uuid::Uuid::now_v7());
-            state.sinks.headers(&destination, &message)
+            state.delivery.sinks.headers(&destination, &message)
         }
     };
     let input = crate::delivery::transform::input(&event, &headers);
@@ -199,7 +199,7 @@ pub async fn test(
 ) -> Result<AxumJson<TransformResult>, ApiError> {
     req.transform.language_is_known("transform")?;
     let (event, original) = event_of(&state, &caller, &req).await?;
-    let run = state.transforms.run_once(caller.tenant.as_str(), req.transform.code, event).await;
+    let run = state.delivery.transforms.run_once(caller.tenant.as_str(), req.transform.code, event).await;
     let (output, error) = match run.output {
         // Judged as a delivery judges it: an answer a delivery would refuse is the error.
         Ok(hub_transform::Output::Event(e)) => match crate::delivery::transform::shape(&e, &original) {

@@ -193,3 +193,33 @@ pub fn merge(declared: &[Declared], seen: &[SeenType]) -> Vec<EventType> {
     }
     types.into_values().collect()
 }
+
+/// Starts the event catalog: read as stored (before the first record is judged), its manifests
+/// refreshed and the types seen learnt in the background.
+pub(crate) async fn start(
+    config: &crate::config::Config,
+    common: &crate::Common,
+    launch: &mut crate::supervisor::Launch,
+) -> anyhow::Result<Arc<EventCatalog>> {
+    let catalog = Arc::new(EventCatalog::new(Arc::clone(&common.store), config.validate_payloads));
+    if let Err(e) = catalog.reload().await {
+        tracing::warn!(error = %e, "could not read the event catalog; starting without it");
+    }
+    let fetcher = fetch::Fetcher::new(config.allow_private_sinks).map_err(anyhow::Error::msg)?;
+    launch.spawn(
+        "manifest refresh",
+        refresh::run(
+            Arc::clone(&catalog),
+            Arc::clone(&common.store),
+            fetcher,
+            Arc::clone(&common.clock),
+            refresh::Settings { sources: config.manifest_sources.clone(), interval: config.manifest_refresh_interval },
+            launch.stop.clone(),
+        ),
+    );
+    launch.spawn(
+        "event type learner",
+        learn::run(Arc::clone(&catalog.learner), Arc::clone(&common.store), launch.stop.clone()),
+    );
+    Ok(catalog)
+}

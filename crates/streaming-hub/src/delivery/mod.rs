@@ -26,6 +26,7 @@ pub mod membership;
 mod parking;
 mod record;
 pub mod replay;
+mod room;
 pub mod stats;
 pub mod targets;
 pub mod transform;
@@ -35,6 +36,7 @@ pub use breakers::BreakerBoard;
 pub use capacity::{FlightBoard, Stall};
 pub use handoff::Handoff;
 pub use membership::Membership;
+pub(crate) use room::{Handle, start};
 
 #[cfg(test)]
 mod tests;

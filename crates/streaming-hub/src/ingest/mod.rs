@@ -10,6 +10,9 @@ use crate::telemetry::metric;
 pub mod dlq;
 pub mod kafka;
 pub mod outage;
+mod room;
+
+pub(crate) use room::{Handle, start};
 
 /// What happened to one record, as the producer is told.
 #[derive(Debug, Clone, PartialEq, Eq)]

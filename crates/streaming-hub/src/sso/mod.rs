@@ -247,6 +247,25 @@ fn refusal(e: jsonwebtoken::errors::Error) -> Refusal {
     }
 }
 
+/// Sign-in as the configuration asks: `None` without identity providers or an audience.
+pub(crate) fn from_config(config: &crate::config::Config) -> anyhow::Result<Option<Arc<Sso>>> {
+    let (false, Some(audience)) = (config.sso_issuers.is_empty(), &config.sso_audience) else { return Ok(None) };
+    let sso = Sso::new(&Settings {
+        issuers: config.sso_issuers.clone(),
+        audience: audience.clone(),
+        roles_claim: config.sso_roles_claim.clone(),
+        refresh: config.sso_keys_refresh,
+        allow_private: config.allow_private_sinks,
+        console: config.sso_console_client_id.clone().map(|client_id| console::Client {
+            client_id,
+            client_secret: config.sso_console_client_secret.clone(),
+            session_ttl: config.sso_session_ttl,
+        }),
+    })
+    .map_err(anyhow::Error::msg)?;
+    Ok(Some(Arc::new(sso)))
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
