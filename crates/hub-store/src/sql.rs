@@ -42,6 +42,55 @@ macro_rules! replay_columns {
 }
 pub(crate) const REPLAY_COLUMNS: &str = replay_columns!();
 
+/// Binds a DLQ-plane record to [`WRITE_DLQ_RECORDS`], in the order of its parameters; the
+/// backends differ only in how they write its headers and its times (`$time` turns a time into
+/// what the backend stores).
+macro_rules! bind_dlq_record {
+    ($query:expr, $r:expr, headers: $headers:expr, time: $time:expr) => {
+        $query
+            .bind(&$r.topic)
+            .bind($r.partition)
+            .bind($r.offset)
+            .bind(&$r.source)
+            .bind(&$r.tenant_id)
+            .bind(&$r.ce_id)
+            .bind(&$r.ce_type)
+            .bind(&$r.error_class)
+            .bind(&$r.error_message)
+            .bind($headers)
+            .bind(&$r.body)
+            .bind($r.body_bytes)
+            .bind($r.payload_omitted)
+            .bind($r.record_timestamp.map($time))
+            .bind($time($r.received_at))
+    };
+}
+pub(crate) use bind_dlq_record;
+
+/// Binds a quarantined record to [`INSERT_QUARANTINE`], in the order of its parameters; as
+/// [`bind_dlq_record`], the backends differ only in its headers and its time.
+macro_rules! bind_quarantined {
+    ($query:expr, $record:expr, headers: $headers:expr, time: $time:expr) => {{
+        let (topic, partition, offset) = $record.origin.kafka_parts();
+        $query
+            .bind($record.column("ce-tenantid", hub_core::TenantId::MAX_LEN))
+            .bind($record.column("ce-source", hub_core::Source::MAX_LEN))
+            .bind($record.column("ce-id", 64))
+            .bind($record.reason.code.as_str())
+            .bind(&$record.reason.field)
+            .bind($record.reason.to_string())
+            .bind($headers)
+            .bind(&$record.body)
+            .bind($record.body_bytes as i64)
+            .bind($record.origin.kind())
+            .bind(topic)
+            .bind(partition)
+            .bind(offset)
+            .bind($time($record.received_at))
+    }};
+}
+pub(crate) use bind_quarantined;
+
 // The statements, in the order of the backend files that run them.
 
 pub(crate) const CLAIM_MANIFEST_REFRESH: &str = "UPDATE manifest_refresh SET due_at = $2, sources = $3
@@ -130,21 +179,6 @@ pub(crate) const CREATE_API_KEY: &str =
     RETURNING id, tenant_id, name, key_prefix, created_at, revoked_at, admin, expires_at, role";
 
 pub(crate) const PENDING_MIGRATIONS: &str = "SELECT version FROM _sqlx_migrations WHERE success";
-
-pub(crate) const PRUNE_QUARANTINE: &str = "DELETE FROM quarantine WHERE id IN
-    (SELECT id FROM quarantine WHERE received_at < $1 ORDER BY id LIMIT $2)";
-
-pub(crate) const PRUNE_DLQ_RECORDS: &str = "DELETE FROM dlq_records WHERE id IN
-    (SELECT id FROM dlq_records WHERE received_at < $1 ORDER BY id LIMIT $2)";
-
-pub(crate) const PRUNE_SUBSCRIPTION_MINUTES: &str =
-    "DELETE FROM subscription_minutes WHERE (subscription_id, minute) IN
-    (SELECT subscription_id, minute FROM subscription_minutes WHERE minute < $1 LIMIT $2)";
-
-pub(crate) const PRUNE_SEEN_EVENT_TYPES: &str =
-    "DELETE FROM seen_event_types WHERE (tenant_id, source, event_key, schema_version) IN
-    (SELECT tenant_id, source, event_key, schema_version FROM seen_event_types
-    WHERE last_seen < $1 LIMIT $2)";
 
 pub(crate) const FINISHED_JOBS_TO_PRUNE: &str = "SELECT id FROM delivery_jobs
     WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < $1
@@ -289,3 +323,27 @@ pub(crate) const PORTAL_SESSION: &str = concat!(
     " FROM portal_sessions
     WHERE session_hash = $1 AND revoked_at IS NULL AND expires_at > $2"
 );
+
+/// The statements that prune one batch of `kind` (older than `$1`, at most `$2` rows each), for
+/// the kinds pruned by a plain delete on both backends.
+pub(crate) fn prune(kind: crate::PruneKind) -> &'static [&'static str] {
+    use crate::PruneKind;
+    match kind {
+        PruneKind::Quarantine => &["DELETE FROM quarantine WHERE id IN
+    (SELECT id FROM quarantine WHERE received_at < $1 ORDER BY id LIMIT $2)"],
+        PruneKind::Dlq => &["DELETE FROM dlq_records WHERE id IN
+    (SELECT id FROM dlq_records WHERE received_at < $1 ORDER BY id LIMIT $2)"],
+        PruneKind::Minutes => &["DELETE FROM subscription_minutes WHERE (subscription_id, minute) IN
+    (SELECT subscription_id, minute FROM subscription_minutes WHERE minute < $1 LIMIT $2)"],
+        PruneKind::SeenTypes => {
+            &["DELETE FROM seen_event_types WHERE (tenant_id, source, event_key, schema_version) IN
+    (SELECT tenant_id, source, event_key, schema_version FROM seen_event_types
+    WHERE last_seen < $1 LIMIT $2)"]
+        }
+        PruneKind::Sessions => &[
+            "DELETE FROM portal_sessions WHERE id IN (SELECT id FROM portal_sessions WHERE expires_at < $1 LIMIT $2)",
+            "DELETE FROM person_sessions WHERE id IN (SELECT id FROM person_sessions WHERE expires_at < $1 LIMIT $2)",
+        ],
+        PruneKind::FinishedJobs | PruneKind::Events | PruneKind::Ledger => &[],
+    }
+}

@@ -59,22 +59,7 @@ impl Operations for PgStore {
         let mut new = 0;
         for r in records {
             let headers = serde_json::to_value(&r.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let done = sqlx::query(sql::WRITE_DLQ_RECORDS)
-                .bind(&r.topic)
-                .bind(r.partition)
-                .bind(r.offset)
-                .bind(&r.source)
-                .bind(&r.tenant_id)
-                .bind(&r.ce_id)
-                .bind(&r.ce_type)
-                .bind(&r.error_class)
-                .bind(&r.error_message)
-                .bind(headers)
-                .bind(&r.body)
-                .bind(r.body_bytes)
-                .bind(r.payload_omitted)
-                .bind(r.record_timestamp)
-                .bind(r.received_at)
+            let done = sql::bind_dlq_record!(sqlx::query(sql::WRITE_DLQ_RECORDS), r, headers: headers, time: std::convert::identity)
                 .execute(&mut *tx)
                 .await?;
             new += done.rows_affected();
@@ -144,41 +129,17 @@ impl Operations for PgStore {
         }
         let limit = i64::from(limit);
         let deleted = match kind {
-            PruneKind::Quarantine => {
-                sqlx::query(sql::PRUNE_QUARANTINE).bind(older_than).bind(limit).execute(&mut *tx).await?.rows_affected()
-            }
-            PruneKind::Dlq => sqlx::query(sql::PRUNE_DLQ_RECORDS)
-                .bind(older_than)
-                .bind(limit)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected(),
-            PruneKind::Minutes => sqlx::query(sql::PRUNE_SUBSCRIPTION_MINUTES)
-                .bind(older_than)
-                .bind(limit)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected(),
-            PruneKind::Sessions => {
+            PruneKind::Quarantine
+            | PruneKind::Dlq
+            | PruneKind::Minutes
+            | PruneKind::Sessions
+            | PruneKind::SeenTypes => {
                 let mut n = 0;
-                for table in ["portal_sessions", "person_sessions"] {
-                    n += sqlx::query(&format!(
-                        "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE expires_at < $1 LIMIT $2)"
-                    ))
-                    .bind(older_than)
-                    .bind(limit)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
+                for statement in sql::prune(kind) {
+                    n += sqlx::query(statement).bind(older_than).bind(limit).execute(&mut *tx).await?.rows_affected();
                 }
                 n
             }
-            PruneKind::SeenTypes => sqlx::query(sql::PRUNE_SEEN_EVENT_TYPES)
-                .bind(older_than)
-                .bind(limit)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected(),
             PruneKind::FinishedJobs => {
                 let ids: Vec<Uuid> = sqlx::query_scalar(sql::FINISHED_JOBS_TO_PRUNE)
                     .bind(older_than)

@@ -60,8 +60,7 @@ impl Replays for PgStore {
         if found.is_none() {
             return Ok(ReplayStart::NoSubscription);
         }
-        let sql = sql::RUNNING_REPLAY;
-        if let Some(row) = sqlx::query(&sql).bind(r.subscription_id).fetch_optional(&mut *tx).await? {
+        if let Some(row) = sqlx::query(sql::RUNNING_REPLAY).bind(r.subscription_id).fetch_optional(&mut *tx).await? {
             return Ok(ReplayStart::Busy(replay_from_row(&row)?));
         }
         let newest: i64 =
@@ -86,8 +85,7 @@ impl Replays for PgStore {
         }
         // An empty window is a replay that is done at once.
         let empty = to < from;
-        let sql = sql::INSERT_REPLAY;
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(sql::INSERT_REPLAY)
             .bind(r.id)
             .bind(&r.tenant_id)
             .bind(r.subscription_id)
@@ -158,8 +156,7 @@ impl Replays for PgStore {
     }
 
     async fn replay(&self, tenant: &str, subscription: Uuid, id: Uuid) -> StoreResult<Option<ReplayRecord>> {
-        let sql = sql::REPLAY;
-        sqlx::query(&sql)
+        sqlx::query(sql::REPLAY)
             .bind(tenant)
             .bind(subscription)
             .bind(id)
@@ -208,8 +205,7 @@ impl Replays for PgStore {
             ordering,
         )) = sub
         else {
-            let sql = sql::CANCEL_REPLAY;
-            let row = sqlx::query(&sql).bind(id).bind(limits.now).fetch_one(&mut *tx).await?;
+            let row = sqlx::query(sql::CANCEL_REPLAY).bind(id).bind(limits.now).fetch_one(&mut *tx).await?;
             tx.commit().await?;
             return Ok(ReplayStep::Walked(replay_from_row(&row)?));
         };
@@ -374,9 +370,8 @@ impl Replays for PgStore {
             }
         }
         let done = walked_to >= replay.to_seq;
-        let sql = sql::ADVANCE_REPLAY;
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(sql::ADVANCE_REPLAY)
             .bind(id)
             .bind(walked_to)
             .bind(count(progress.matched))

@@ -203,8 +203,14 @@ impl JobQueue for SqliteStore {
     }
 
     async fn jobs_for_event(&self, tenant: &str, seq: i64) -> StoreResult<Vec<DeliveryJob>> {
-        let sql = sql::JOBS_FOR_EVENT;
-        sqlx::query(&sql).bind(tenant).bind(seq).fetch_all(&self.reader).await?.iter().map(job_from_row).collect()
+        sqlx::query(sql::JOBS_FOR_EVENT)
+            .bind(tenant)
+            .bind(seq)
+            .fetch_all(&self.reader)
+            .await?
+            .iter()
+            .map(job_from_row)
+            .collect()
     }
 
     async fn attempts_for_jobs(&self, tenant: &str, jobs: &[Uuid]) -> StoreResult<Vec<AttemptRecord>> {
@@ -297,8 +303,7 @@ impl JobQueue for SqliteStore {
     }
 
     async fn blocked_keys(&self, tenant: &str, subscription: Uuid, limit: u32) -> StoreResult<Vec<BlockedKey>> {
-        let sql = sql::BLOCKED_KEYS;
-        sqlx::query(&sql)
+        sqlx::query(sql::BLOCKED_KEYS)
             .bind(tenant)
             .bind(text(subscription))
             .bind(i64::from(limit))

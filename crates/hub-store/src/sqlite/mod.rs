@@ -394,25 +394,11 @@ impl SqliteStore {
     }
 
     async fn insert_quarantine(tx: &mut Transaction<'_, Sqlite>, record: &QuarantinedRecord) -> StoreResult<i64> {
-        let (topic, partition, offset) = record.origin.kafka_parts();
         let headers = serde_json::to_string(&record.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let id = sqlx::query_scalar(sql::INSERT_QUARANTINE)
-            .bind(record.column("ce-tenantid", hub_core::TenantId::MAX_LEN))
-            .bind(record.column("ce-source", hub_core::Source::MAX_LEN))
-            .bind(record.column("ce-id", 64))
-            .bind(record.reason.code.as_str())
-            .bind(&record.reason.field)
-            .bind(record.reason.to_string())
-            .bind(headers)
-            .bind(&record.body)
-            .bind(record.body_bytes as i64)
-            .bind(record.origin.kind())
-            .bind(topic)
-            .bind(partition)
-            .bind(offset)
-            .bind(micros(record.received_at))
-            .fetch_one(&mut **tx)
-            .await?;
+        let id =
+            sql::bind_quarantined!(sqlx::query_scalar(sql::INSERT_QUARANTINE), record, headers: headers, time: micros)
+                .fetch_one(&mut **tx)
+                .await?;
         Ok(id)
     }
 }

@@ -60,22 +60,7 @@ impl Operations for SqliteStore {
         let mut new = 0;
         for r in records {
             let headers = serde_json::to_string(&r.headers).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            let done = sqlx::query(sql::WRITE_DLQ_RECORDS)
-                .bind(&r.topic)
-                .bind(r.partition)
-                .bind(r.offset)
-                .bind(&r.source)
-                .bind(&r.tenant_id)
-                .bind(&r.ce_id)
-                .bind(&r.ce_type)
-                .bind(&r.error_class)
-                .bind(&r.error_message)
-                .bind(headers)
-                .bind(&r.body)
-                .bind(r.body_bytes)
-                .bind(r.payload_omitted)
-                .bind(r.record_timestamp.map(micros))
-                .bind(micros(r.received_at))
+            let done = sql::bind_dlq_record!(sqlx::query(sql::WRITE_DLQ_RECORDS), r, headers: headers, time: micros)
                 .execute(&mut *tx)
                 .await?;
             new += done.rows_affected();
@@ -139,38 +124,17 @@ impl Operations for SqliteStore {
         let mut tx = self.begin_write().await?;
         let (cutoff, limit) = (micros(older_than), i64::from(limit));
         let deleted = match kind {
-            PruneKind::Quarantine => {
-                sqlx::query(sql::PRUNE_QUARANTINE).bind(cutoff).bind(limit).execute(&mut *tx).await?.rows_affected()
-            }
-            PruneKind::Dlq => {
-                sqlx::query(sql::PRUNE_DLQ_RECORDS).bind(cutoff).bind(limit).execute(&mut *tx).await?.rows_affected()
-            }
-            PruneKind::Minutes => sqlx::query(sql::PRUNE_SUBSCRIPTION_MINUTES)
-                .bind(cutoff)
-                .bind(limit)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected(),
-            PruneKind::Sessions => {
+            PruneKind::Quarantine
+            | PruneKind::Dlq
+            | PruneKind::Minutes
+            | PruneKind::Sessions
+            | PruneKind::SeenTypes => {
                 let mut n = 0;
-                for table in ["portal_sessions", "person_sessions"] {
-                    n += sqlx::query(&format!(
-                        "DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE expires_at < ?1 LIMIT ?2)"
-                    ))
-                    .bind(cutoff)
-                    .bind(limit)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
+                for statement in sql::prune(kind) {
+                    n += sqlx::query(statement).bind(cutoff).bind(limit).execute(&mut *tx).await?.rows_affected();
                 }
                 n
             }
-            PruneKind::SeenTypes => sqlx::query(sql::PRUNE_SEEN_EVENT_TYPES)
-                .bind(cutoff)
-                .bind(limit)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected(),
             PruneKind::FinishedJobs => {
                 let doomed = sql::FINISHED_JOBS_TO_PRUNE;
                 sqlx::query(&format!("DELETE FROM delivery_attempts WHERE job_id IN ({doomed})"))

@@ -63,8 +63,9 @@ impl Replays for SqliteStore {
         if found.is_none() {
             return Ok(ReplayStart::NoSubscription);
         }
-        let sql = sql::RUNNING_REPLAY;
-        if let Some(row) = sqlx::query(&sql).bind(text(r.subscription_id)).fetch_optional(&mut *tx).await? {
+        if let Some(row) =
+            sqlx::query(sql::RUNNING_REPLAY).bind(text(r.subscription_id)).fetch_optional(&mut *tx).await?
+        {
             return Ok(ReplayStart::Busy(replay_from_row(&row)?));
         }
         let newest: i64 =
@@ -88,8 +89,7 @@ impl Replays for SqliteStore {
             to = to.min(last.unwrap_or(0));
         }
         let empty = to < from;
-        let sql = sql::INSERT_REPLAY;
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(sql::INSERT_REPLAY)
             .bind(text(r.id))
             .bind(&r.tenant_id)
             .bind(text(r.subscription_id))
@@ -170,8 +170,7 @@ impl Replays for SqliteStore {
     }
 
     async fn replay(&self, tenant: &str, subscription: Uuid, id: Uuid) -> StoreResult<Option<ReplayRecord>> {
-        let sql = sql::REPLAY;
-        sqlx::query(&sql)
+        sqlx::query(sql::REPLAY)
             .bind(tenant)
             .bind(text(subscription))
             .bind(text(id))
@@ -222,8 +221,8 @@ impl Replays for SqliteStore {
             ordering,
         )) = sub
         else {
-            let sql = sql::CANCEL_REPLAY;
-            let row = sqlx::query(&sql).bind(text(id)).bind(micros(limits.now)).fetch_one(&mut *tx).await?;
+            let row =
+                sqlx::query(sql::CANCEL_REPLAY).bind(text(id)).bind(micros(limits.now)).fetch_one(&mut *tx).await?;
             tx.commit().await?;
             return Ok(ReplayStep::Walked(replay_from_row(&row)?));
         };
@@ -386,9 +385,8 @@ impl Replays for SqliteStore {
             }
         }
         let done = walked_to >= replay.to_seq;
-        let sql = sql::ADVANCE_REPLAY;
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(sql::ADVANCE_REPLAY)
             .bind(text(id))
             .bind(walked_to)
             .bind(count(progress.matched))
