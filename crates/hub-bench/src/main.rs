@@ -189,10 +189,13 @@ enum BenchScenario {
     },
     /// What the subscriptions an event does not match cost it: for each `--counts` (the first is
     /// the one compared with), a hub whose tenant holds that many subscriptions matching none of
-    /// the burst and one webhook that takes it all.
+    /// the burst and one webhook that takes it all; with `--per-tenant N`, they belong to other
+    /// tenants, `N` each.
     Crowd {
         #[arg(long, value_delimiter = ',', default_values_t = [10, 1_000, 10_000])]
         counts: Vec<usize>,
+        #[arg(long, default_value_t = 0)]
+        per_tenant: usize,
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
         events: usize,
         #[arg(long)]
@@ -473,7 +476,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         BenchScenario::Peer { peer, run, api, receiver, latency_ms, events, producers, json } => {
             peer::peer(peer, run, api, receiver, latency_ms, events, producers, &json_path(json, "peer")).await
         }
-        BenchScenario::Crowd { counts, events, json } => crowd::crowd(&counts, events, &json_path(json, "crowd")).await,
+        BenchScenario::Crowd { counts, per_tenant, events, json } => {
+            crowd::crowd(&counts, per_tenant, events, &json_path(json, "crowd")).await
+        }
         BenchScenario::Scale { history, json } => scale::scale(&history, &json_path(json, "scale")).await,
         BenchScenario::Simulate { events, json } => history::simulate(events, &json_path(json, "simulate")).await,
         BenchScenario::SimulateFairness { events, rate, json } => {
