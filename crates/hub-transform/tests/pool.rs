@@ -135,11 +135,18 @@ fn runs_sent_together_fail_only_the_one_that_stopped_the_worker() {
         let warm = pool.run("b", quick("b"), input()).await;
         assert!(matches!(warm.output, Ok(Output::Event(_))), "{:?}", warm.output);
         let first = pool.worker_pids();
-        let busy = {
-            let pool = pool.clone();
-            tokio::spawn(async move { pool.run("z", blocker, input()).await })
+        // The blocker must be seen holding the worker; on a busy machine it may end before this
+        // thread looks, and is then run again.
+        let busy = loop {
+            let (runner, blocker) = (pool.clone(), blocker.clone());
+            let task = tokio::spawn(async move { runner.run("z", blocker, input()).await });
+            eventually_async(|| pool.health().busy == 1 || task.is_finished()).await;
+            if !task.is_finished() {
+                break task;
+            }
+            let ended = task.await.expect("blocker");
+            assert!(matches!(ended.output, Ok(Output::Event(_))), "{:?}", ended.output);
         };
-        eventually_async(|| pool.health().busy == 1).await;
         // Queued behind the blocker, in this order: they go to the worker together.
         let mut waiting = Vec::new();
         for (tenant, code) in [("b", quick("b")), ("a", hostile.clone()), ("b", quick("b")), ("c", quick("c"))]

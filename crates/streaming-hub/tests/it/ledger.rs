@@ -415,6 +415,14 @@ async fn a_hub_killed_mid_burst_leaves_a_log_that_verifies_and_goes_on(backend: 
         ids.is_subset(&got).then_some(())
     })
     .await;
+    // Jobs the killed hub had sent but not recorded are tried again once their leases expire:
+    // the record is complete when no job is left open.
+    let sub: uuid::Uuid = sub_id.parse().expect("uuid");
+    until("every job finished", WAIT, async || {
+        let jobs = store.list_jobs("t1", sub, None, None, 10_000).await.ok()?;
+        jobs.iter().all(|j| j.state == hub_store::JobState::Succeeded).then_some(())
+    })
+    .await;
     // Sealed up to the head: what the restart recorded is covered too.
     let client = http_client();
     let export = until("the log sealed to its end", WAIT, async || {
@@ -433,7 +441,6 @@ async fn a_hub_killed_mid_burst_leaves_a_log_that_verifies_and_goes_on(backend: 
     .await;
     let (text, said) = export;
     // One delivery entry per recorded attempt, none twice.
-    let sub: uuid::Uuid = sub_id.parse().expect("uuid");
     let jobs = store.list_jobs("t1", sub, None, None, 10_000).await.expect("jobs");
     let attempts =
         store.attempts_for_jobs("t1", &jobs.iter().map(|j| j.id).collect::<Vec<_>>()).await.expect("attempts");
