@@ -9,7 +9,9 @@ use streaming_hub::{telemetry, trace};
 use tokio_util::sync::CancellationToken;
 
 /// mimalloc, built without transparent huge pages, for the process's Rust allocations (QuickJS
-/// keeps the C library's: docs/DECISIONS.md).
+/// keeps the C library's: docs/DECISIONS.md). The `system-allocator` feature leaves them to the C
+/// library, where heap profilers (heaptrack) see them.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -71,6 +71,9 @@ pub(crate) fn client(
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(1024)
+        // One attempt is one request: the client never sends it again by itself (an HTTP/2
+        // stream refused by the receiver is the attempt's outcome), so it keeps no copy of it.
+        .retry(reqwest::retry::never().max_retries_per_request(0))
         .tcp_nodelay(true);
     if let Some(ca_pem) = ca_pem {
         let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())
