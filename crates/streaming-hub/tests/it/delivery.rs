@@ -303,11 +303,13 @@ async fn a_receivers_declared_rate_is_never_exceeded(backend: Backend) {
     }
     let got = rx.wait_for(10, WAIT).await;
     let at: Vec<std::time::Instant> = got.iter().map(|d| d.received_at).collect();
-    // 600 a minute is 10 a second: over any stretch, at most that (and one at its start).
+    // 600 a minute is 10 a second: over any stretch, at most that (and one at its start). The
+    // times are the receiver's: a request may reach it up to 20 ms late (a new connection, a
+    // busy machine) and the next on time, so each stretch is granted that.
     for (i, first) in at.iter().enumerate() {
         for (k, last) in at.iter().enumerate().skip(i + 1) {
             let span = last.duration_since(*first).as_secs_f64();
-            assert!((k - i + 1) as f64 <= span * 10.0 + 1.05, "{} deliveries in {span:.3} s", k - i + 1);
+            assert!((k - i + 1) as f64 <= (span + 0.02) * 10.0 + 1.05, "{} deliveries in {span:.3} s", k - i + 1);
         }
     }
 }
