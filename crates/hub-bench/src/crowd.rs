@@ -86,8 +86,9 @@ pub async fn crowd(counts: &[usize], per_tenant: usize, events: usize, json_out:
 }
 
 async fn measure(count: usize, per_tenant: usize, events: usize) -> anyhow::Result<Measured> {
-    // A tenant may hold them all (the default quota is 500).
-    let quota = (count.min(if per_tenant == 0 { count } else { per_tenant }) + 1).max(500).to_string();
+    // Each owner may hold its share (the default quota is 500).
+    let share = if per_tenant == 0 { count } else { per_tenant.min(count) };
+    let quota = (share + 1).max(500).to_string();
     let hub = BenchHub::start_with(None, &[("STREAMING_HUB_MAX_SUBSCRIPTIONS_PER_TENANT", quota)]).await?;
     let receiver = Receiver::start().await?;
     let key = hub.tenant(TENANT).await?;

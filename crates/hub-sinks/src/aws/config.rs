@@ -68,7 +68,7 @@ fn web_identity(w: AwsWebIdentity) -> Result<WebIdentity, Invalid> {
 
 /// An AWS sink's `credentials`: static keys (sealed), a web identity (shown, nothing stored
 /// sealed), `null` (none) or absent (keep what is stored).
-pub(crate) fn aws_credentials(given: Given<AwsCredentials>) -> Result<(Option<AwsAccess>, Credentials), Invalid> {
+fn aws_credentials(given: Given<AwsCredentials>) -> Result<(Option<AwsAccess>, Credentials), Invalid> {
     match given {
         Given::Omitted => Ok((None, Credentials::Unchanged)),
         Given::Null => Ok((None, Credentials::Cleared)),
@@ -92,7 +92,7 @@ pub(crate) fn aws_credentials(given: Given<AwsCredentials>) -> Result<(Option<Aw
 }
 
 /// A tenant's own `endpoint_url`, when it gives one.
-pub(crate) fn endpoint(raw: Option<&str>, allow_private: bool) -> Result<Option<String>, Invalid> {
+fn endpoint(raw: Option<&str>, allow_private: bool) -> Result<Option<String>, Invalid> {
     let Some(raw) = raw else { return Ok(None) };
     let raw = text("sink.endpoint_url", raw, MAX_URL)?;
     let url = destination_url("sink.endpoint_url", raw, &["https", "http"], allow_private)?;
@@ -100,6 +100,33 @@ pub(crate) fn endpoint(raw: Option<&str>, allow_private: bool) -> Result<Option<
         return Err(Invalid::new("sink.endpoint_url", "must use https"));
     }
     Ok(Some(url.into()))
+}
+
+/// Where an AWS destination is and how the hub signs in to it: the three fields every AWS sink
+/// has, checked (its credentials, then its region, then its endpoint).
+pub(crate) struct Place {
+    pub region: String,
+    pub endpoint_url: Option<String>,
+    /// What is shown of the credentials (a role), if anything.
+    pub access: Option<AwsAccess>,
+    /// What the request says of the credentials to seal.
+    pub credentials: Credentials,
+}
+
+/// Checks an AWS sink's `region`, `endpoint_url` and `credentials`.
+pub(crate) fn place(
+    region: &str,
+    endpoint_url: Option<&str>,
+    credentials: Given<AwsCredentials>,
+    allow_private: bool,
+) -> Result<Place, Invalid> {
+    let (access, credentials) = aws_credentials(credentials)?;
+    Ok(Place {
+        region: self::region(region)?,
+        endpoint_url: endpoint(endpoint_url, allow_private)?,
+        access,
+        credentials,
+    })
 }
 
 /// Every AWS sink's configuration says where it is in the same three fields; each lists itself

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
+use crate::aws::config::{AwsAccess, place};
 use super::schema::KinesisSink;
 use crate::fields::{Credentials, Invalid, Origin, SinkConfig, SinkRequest, origin, required};
 
@@ -46,13 +46,13 @@ impl SinkRequest for KinesisSink {
         if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)) {
             return Err(Invalid::new("sink.stream_name", "may contain letters, digits, '_', '.' and '-'"));
         }
-        let (access, credentials) = aws_credentials(self.credentials)?;
+        let at = place(&self.region, self.endpoint_url.as_deref(), self.credentials, allow_private)?;
         let config = KinesisConfig {
             stream_name: name.to_owned(),
-            region: region(&self.region)?,
-            endpoint_url: endpoint(self.endpoint_url.as_deref(), allow_private)?,
-            credentials: access,
+            region: at.region,
+            endpoint_url: at.endpoint_url,
+            credentials: at.access,
         };
-        Ok((config, credentials))
+        Ok((config, at.credentials))
     }
 }

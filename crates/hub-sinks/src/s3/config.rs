@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
+use crate::aws::config::{AwsAccess, place};
 use super::schema::S3Sink;
 use crate::fields::{Credentials, Invalid, Origin, SinkConfig, SinkRequest, origin, required, text};
 
@@ -65,14 +65,14 @@ impl SinkRequest for S3Sink {
         if prefix.starts_with('/') {
             return Err(Invalid::new("sink.prefix", "must not begin with '/'"));
         }
-        let (access, credentials) = aws_credentials(self.credentials)?;
+        let at = place(&self.region, self.endpoint_url.as_deref(), self.credentials, allow_private)?;
         let config = S3Config {
             bucket: bucket.to_owned(),
             prefix: prefix.to_owned(),
-            region: region(&self.region)?,
-            endpoint_url: endpoint(self.endpoint_url.as_deref(), allow_private)?,
-            credentials: access,
+            region: at.region,
+            endpoint_url: at.endpoint_url,
+            credentials: at.access,
         };
-        Ok((config, credentials))
+        Ok((config, at.credentials))
     }
 }

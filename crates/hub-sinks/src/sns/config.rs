@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
+use crate::aws::config::{AwsAccess, place, region};
 use super::schema::SnsSink;
 use crate::fields::{Credentials, Invalid, Origin, SinkConfig, SinkRequest, origin, required};
 
@@ -74,13 +74,9 @@ impl SinkRequest for SnsSink {
                 format!("is in region {}, not in sink.region {region}", parts[3]),
             ));
         }
-        let (access, credentials) = aws_credentials(self.credentials)?;
-        let config = SnsConfig {
-            topic_arn: arn.to_owned(),
-            region,
-            endpoint_url: endpoint(self.endpoint_url.as_deref(), allow_private)?,
-            credentials: access,
-        };
-        Ok((config, credentials))
+        let at = place(&self.region, self.endpoint_url.as_deref(), self.credentials, allow_private)?;
+        let config =
+            SnsConfig { topic_arn: arn.to_owned(), region, endpoint_url: at.endpoint_url, credentials: at.access };
+        Ok((config, at.credentials))
     }
 }

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::aws::config::{AwsAccess, aws_credentials, endpoint, region};
+use crate::aws::config::{AwsAccess, place};
 use super::schema::SqsSink;
 use crate::fields::{Credentials, Invalid, MAX_URL, Origin, SinkConfig, SinkRequest, destination_url, origin, required};
 
@@ -45,9 +45,9 @@ impl SinkRequest for SqsSink {
         let schemes: &[&str] = if allow_private { &["https", "http"] } else { &["https"] };
         let queue_url = required("sink.queue_url", &self.queue_url, MAX_URL)?;
         let queue = destination_url("sink.queue_url", queue_url, schemes, allow_private)?;
-        let region = region(&self.region)?;
-        let (access, credentials) = aws_credentials(self.credentials)?;
-        let endpoint_url = endpoint(self.endpoint_url.as_deref(), allow_private)?;
-        Ok((SqsConfig { queue_url: queue.into(), region, endpoint_url, credentials: access }, credentials))
+        let at = place(&self.region, self.endpoint_url.as_deref(), self.credentials, allow_private)?;
+        let config =
+            SqsConfig { queue_url: queue.into(), region: at.region, endpoint_url: at.endpoint_url, credentials: at.access };
+        Ok((config, at.credentials))
     }
 }
