@@ -216,6 +216,17 @@ pub struct BenchHub {
     owns_schema: bool,
 }
 
+/// A scenario that fails midway leaves no hub behind (one still serving held its binary busy and
+/// its port, and took CPU from the next run).
+impl Drop for BenchHub {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl BenchHub {
     /// Starts a hub on a fresh database; `kafka` subscribes it to that broker. Every
     /// `STREAMING_HUB_*` variable of this process (but the bench's own) is passed on.

@@ -205,10 +205,14 @@ enum BenchScenario {
     /// one compared with; 0 is an empty hub), a fresh hub whose tenant holds that many events, a
     /// pull stream over them and as many finished jobs and attempts, then a burst, steady
     /// latency, a pull page, the event log by type and by time and the subscription listing
-    /// (PostgreSQL only).
+    /// (PostgreSQL when STREAMING_HUB_POSTGRES_DSN is set, else SQLite).
     Scale {
         #[arg(long, value_delimiter = ',', default_values_t = [0, 1_000_000])]
         history: Vec<usize>,
+        /// Finished jobs (one attempt each) stored beside the history: those of its newest events,
+        /// at most one per event.
+        #[arg(long, default_value_t = 5_000_000)]
+        jobs: usize,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -479,7 +483,7 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         BenchScenario::Crowd { counts, per_tenant, events, json } => {
             crowd::crowd(&counts, per_tenant, events, &json_path(json, "crowd")).await
         }
-        BenchScenario::Scale { history, json } => scale::scale(&history, &json_path(json, "scale")).await,
+        BenchScenario::Scale { history, jobs, json } => scale::scale(&history, jobs, &json_path(json, "scale")).await,
         BenchScenario::Simulate { events, json } => history::simulate(events, &json_path(json, "simulate")).await,
         BenchScenario::SimulateFairness { events, rate, json } => {
             history::simulate_fairness(events, rate, &json_path(json, "simulate-fairness")).await

@@ -4,7 +4,9 @@
 //! plan a new install makes and caches before autovacuum looks again) and once analyzed full.
 //! What each plan touched is counted from PostgreSQL's own account: the rows each scan returned
 //! and those it read and dropped. (Claims and outcome records are held the same way by
-//! `claims_and_records_read_no_more_than_they_take_whatever_the_statistics_say`.)
+//! `claims_and_records_read_no_more_than_they_take_whatever_the_statistics_say`.) On SQLite, whose
+//! plans are fixed when the statement is, a time window's page and the count of open jobs are
+//! held to their indexes with no statistics (as the hub leaves its file) and analysed.
 
 use chrono::{DateTime, Duration, Utc};
 use hub_core::SinkKind;
@@ -187,4 +189,71 @@ async fn event_log_and_pull_pages_read_their_page_whatever_the_statistics_say() 
     db.execute("ANALYZE").await;
     over.extend(every_read_takes_its_page(pg, pull.id, start, "statistics of a full one").await);
     assert!(over.is_empty(), "{} reads read more than their page:\n{}", over.len(), over.join("\n"));
+}
+
+/// SQLite: a page of a time window reads the window's keys from `events_by_time` and only its
+/// page's rows by the primary key (sorting the window's whole rows cost a full hub three times an
+/// empty one's); the count of a subscription's open jobs reads each open state's own index and
+/// never the index of all its jobs, finished ones included (240 ms beside a million).
+#[tokio::test]
+async fn sqlite_reads_a_window_and_open_jobs_from_their_own_indexes() {
+    let db = TestDb::sqlite().await;
+    let store = db.sqlite_store().expect("a SQLite store");
+    let sub = Uuid::now_v7().hyphenated().to_string();
+    // Two thousand events of the tenant over an hour, each with a finished job.
+    db.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2000)
+         INSERT INTO events (tenant_id, seq, ce_id, source, ce_type, resource_type, event_type, event_time,
+                             schema_version, extensions, payload, origin, received_at)
+         SELECT 't1', i, printf('00000000-0000-7000-8000-%012x', i), 'test', 'studio.lerian.test.loan.approved',
+                'loan', 'approved', '2026-12-07T00:00:00+00:00', '1.0.0', '{}', X'7B7D', 'http', i * 1800000
+         FROM n",
+    )
+    .await;
+    db.execute(&format!(
+        "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, attempts, due_at,
+                                    event_received_at, window_start, created_at, updated_at, finished_at)
+         SELECT printf('00000000-0000-7000-9000-%012x', seq), tenant_id, '{sub}', seq, 'succeeded', 1, received_at,
+                received_at, received_at, received_at, received_at, received_at
+         FROM events"
+    ))
+    .await;
+    let window = |newest_first| EventQuery {
+        limit: PAGE,
+        since: DateTime::from_timestamp_micros(1000 * 1_800_000),
+        until: DateTime::from_timestamp_micros(1200 * 1_800_000),
+        newest_first,
+        ..EventQuery::default()
+    };
+    for stats in ["no statistics", "analysed"] {
+        for newest_first in [false, true] {
+            let plan = store.explain_event_log("t1", &window(newest_first)).await.expect("plan");
+            let found = |what: &str| plan.iter().any(|line| line.contains(what));
+            assert!(
+                found(
+                    "SEARCH events USING COVERING INDEX events_by_time (tenant_id=? AND received_at>? AND received_at<?)"
+                ) && found("SEARCH events USING PRIMARY KEY (tenant_id=? AND seq=?)")
+                    && !plan.iter().any(|line| line.starts_with("SCAN events")),
+                "a window's page (newest first: {newest_first}, {stats}): {plan:#?}"
+            );
+        }
+        let plan = store.explain_open_jobs().await.expect("plan");
+        for index in [
+            "delivery_jobs_pending_by_subscription",
+            "delivery_jobs_held_by_subscription",
+            "delivery_jobs_dead_by_subscription",
+            "delivery_jobs_leased",
+        ] {
+            assert!(
+                plan.iter()
+                    .any(|line| line.contains(&format!("INDEX {index} ")) || line.ends_with(&format!("INDEX {index}"))),
+                "open jobs counted through {index} ({stats}): {plan:#?}"
+            );
+        }
+        assert!(
+            !plan.iter().any(|line| line.contains("delivery_jobs_subscription") || line == "SCAN delivery_jobs"),
+            "open jobs counted without reading finished ones ({stats}): {plan:#?}"
+        );
+        db.execute("ANALYZE").await;
+    }
 }

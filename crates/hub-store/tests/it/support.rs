@@ -72,6 +72,14 @@ impl TestDb {
         }
     }
 
+    /// The SQLite store itself, for what only that backend has.
+    pub fn sqlite_store(&self) -> Option<&SqliteStore> {
+        match &self.backend {
+            Backend::Sqlite(s, _) => Some(s),
+            Backend::Postgres(..) => None,
+        }
+    }
+
     /// Runs raw SQL against the test database (to inject failures or read raw rows).
     pub async fn execute(&self, sql: &str) {
         match &self.backend {
