@@ -155,6 +155,19 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// A steady rate to one webhook whose receiver answers late and keeps up: from each post to
+    /// its request reaching the receiver, in the first five seconds and after.
+    KeepsUp {
+        #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(1..))]
+        rate: u32,
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(6..))]
+        seconds: u64,
+        /// How long the receiver takes to answer, in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        latency_ms: u64,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// `slow-receivers` with one webhook, made of a peer (Svix or Hookdeck Outpost) started
     /// beforehand by its start script in `--run` (shared/peers/<peer>), for figures beside this
     /// hub's from the same harness.
@@ -482,6 +495,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Crowd { counts, per_tenant, events, json } => {
             crowd::crowd(&counts, per_tenant, events, &json_path(json, "crowd")).await
+        }
+        BenchScenario::KeepsUp { rate, seconds, latency_ms, json } => {
+            slow::keeps_up(rate, seconds, latency_ms, &json_path(json, "keeps-up")).await
         }
         BenchScenario::Scale { history, jobs, json } => scale::scale(&history, jobs, &json_path(json, "scale")).await,
         BenchScenario::Simulate { events, json } => history::simulate(events, &json_path(json, "simulate")).await,

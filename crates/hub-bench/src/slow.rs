@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::fanout::wait;
-use crate::harness::{self, BenchHub, Receiver, f0, f1, report};
+use crate::harness::{self, BenchHub, Latency, Receiver, f0, f1, report};
 use crate::scenarios::{cpu_json, cpu_rows, paced, paced_for, wait_all};
 
 fn label(i: usize) -> String {
@@ -284,6 +284,80 @@ pub async fn transform_isolation(hostile: usize, flood: usize, rate: u32, json_o
             ("workers stopped (budget, crash)", f0(killed)),
             ("hub CPU s beside (workers included)", f1(spent.hub_cpu_s)),
         ],
+        figures,
+        &usage,
+        json_out,
+    )
+}
+
+/// `keeps-up`: `rate` events a second for `seconds` to one webhook whose receiver answers after
+/// `latency_ms` and keeps up (it serves any number at once): from each post to its request
+/// reaching the receiver, before the receiver's wait, in the first five seconds (while the
+/// destination's allowance grows to what the rate needs: rate × latency in flight) and after.
+pub async fn keeps_up(rate: u32, seconds: u64, latency_ms: u64, json_out: &Path) -> anyhow::Result<()> {
+    const START: u64 = 5;
+    let hub = BenchHub::start(None).await?;
+    let receiver = Receiver::start().await?;
+    let key = hub.tenant("keeps").await?;
+    let url = receiver.url_as(&format!("delay-{latency_ms}"), "k");
+    hub.subscribe_with(&key, json!({"name": "k", "event_types": ["*.*"], "sink": {"type": "webhook", "url": url}}))
+        .await?;
+    // Warm up (a connection, the destination's first attempt), then forget it.
+    let who = [(key.clone(), "keeps".to_owned())];
+    hub.post_many(&who, 1, 1).await?;
+    wait(&|| receiver.delivered("k"), 1).await?;
+    receiver.take("k");
+
+    let before = hub.usage();
+    let sent = paced_for(&hub, &key, "keeps", rate, Duration::from_secs(seconds)).await?;
+    let expected = sent.answered_us.len();
+    wait(&|| receiver.delivered("k"), expected).await?;
+    let spent = hub.usage().since(&before);
+    let r = receiver.take("k");
+    let store = hub.store_name();
+    let usage = hub.finish().await?;
+
+    let Some(&first) = r.sent_us.iter().min() else { anyhow::bail!("nothing was delivered") };
+    let at = |s: u64| first + s * 1_000_000;
+    let (start, start_n) = r.reached_of_sent(first, at(START));
+    let (after, after_n) = r.reached_of_sent(at(START), u64::MAX);
+    let mut seconds_after: Vec<(u64, Latency)> =
+        (START..seconds).map(|s| (s, r.reached_of_sent(at(s), at(s + 1)).0)).collect();
+    seconds_after.sort_by(|a, b| b.1.p99.total_cmp(&a.1.p99));
+    let (worst_second, worst) = seconds_after.first().map_or((0, Latency::default()), |(s, l)| (*s, *l));
+    let first_seconds: Vec<Latency> = (0..START).map(|s| r.reached_of_sent(at(s), at(s + 1)).0).collect();
+    let mut concurrency = r.concurrency.clone();
+    concurrency.sort_unstable();
+    let p50_out = concurrency.get(concurrency.len() / 2).copied().unwrap_or(0);
+    let figures = json!({
+        "scenario": "keeps-up", "store": store, "rate": rate, "seconds": seconds, "latency_ms": latency_ms,
+        "sent": expected, "deliveries": r.distinct(), "duplicates": r.duplicates(),
+        "to_receiver_first_5_s_ms": start.json(), "to_receiver_first_5_s_events": start_n,
+        "to_receiver_after_ms": after.json(), "to_receiver_after_events": after_n,
+        "to_receiver_each_of_first_5_s_ms": first_seconds.iter().map(Latency::json).collect::<Vec<_>>(),
+        "slowest_second_after": {"second": worst_second, "ms": worst.json()},
+        "receiver_in_flight": {"p50_at_arrival": p50_out, "max": r.max_in_flight},
+        "cpu_ms_per_delivery": cpu_json(&spent, r.distinct()), "hub_peak_rss_mib": usage.hub_peak_rss_mib,
+    });
+    let ms = |l: &Latency| format!("{} / {} / {}", f1(l.p50), f1(l.p99), f1(l.max));
+    let mut rows = vec![
+        ("deliveries", format!("{} of {expected} ({} duplicates)", r.distinct(), r.duplicates())),
+        ("post to receiver, first 5 s: p50 / p99 / max ms", ms(&start)),
+        ("post to receiver, after: p50 / p99 / max ms", ms(&after)),
+        ("slowest second after the first 5", format!("second {worst_second}: {}", ms(&worst))),
+        ("in flight at the receiver: p50 / max", format!("{p50_out} / {}", r.max_in_flight)),
+    ];
+    for (s, l) in first_seconds.iter().enumerate() {
+        rows.push(("", format!("second {s}: {}", ms(l))));
+    }
+    let [hub_cpu, pg_cpu, both_cpu] = cpu_rows(&spent, r.distinct());
+    rows.extend([hub_cpu, pg_cpu, both_cpu, ("hub peak RSS MiB", f1(usage.hub_peak_rss_mib))]);
+    report(
+        &format!(
+            "keeps-up ({store}, {rate} events/s for {seconds} s to one webhook answering in {latency_ms} ms, \
+             any number at once)"
+        ),
+        &rows,
         figures,
         &usage,
         json_out,

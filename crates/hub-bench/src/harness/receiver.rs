@@ -21,6 +21,9 @@ pub struct Received {
     pub latencies_us: Vec<u64>,
     /// When each delivered event was sent (µs since the epoch), in the order of `latencies_us`.
     pub sent_us: Vec<u64>,
+    /// From each delivered event's send to its request reaching the receiver, before the
+    /// receiver's own wait (µs), in the order of `latencies_us`: what the hub alone took.
+    pub reached_us: Vec<u64>,
     pub first_at: Option<Instant>,
     pub last_at: Option<Instant>,
     /// Requests being answered now (refused ones included).
@@ -47,6 +50,17 @@ impl Received {
     }
     pub fn latency(&self) -> Latency {
         Latency::of(&self.latencies_us)
+    }
+    /// From send to the receiver of the events sent within `[from_us, to_us)`.
+    pub fn reached_of_sent(&self, from_us: u64, to_us: u64) -> (Latency, usize) {
+        let samples: Vec<u64> = self
+            .reached_us
+            .iter()
+            .zip(&self.sent_us)
+            .filter(|(_, s)| (from_us..to_us).contains(*s))
+            .map(|(l, _)| *l)
+            .collect();
+        (Latency::of(&samples), samples.len())
     }
     /// The latency of the events sent within `[from_us, to_us)`.
     pub fn latency_of_sent(&self, from_us: u64, to_us: u64) -> (Latency, usize) {
@@ -107,6 +121,7 @@ async fn receive(State(a): State<Answering>, uri: Uri, headers: HeaderMap, body:
     if headers.get("x-lerian-event-type").is_some_and(|v| v == "streaming_hub.verification") {
         return (StatusCode::OK, body);
     }
+    let reached = now_us();
     let t = a.tally;
     let path = uri.path().trim_start_matches('/');
     let (speed, label) = match path.split_once('/') {
@@ -159,6 +174,7 @@ async fn receive(State(a): State<Answering>, uri: Uri, headers: HeaderMap, body:
     *r.per_event.entry(id).or_default() += 1;
     r.latencies_us.push(latency);
     r.sent_us.push(sent);
+    r.reached_us.push(reached.saturating_sub(sent));
     r.first_at.get_or_insert(now);
     r.last_at = Some(now);
     (StatusCode::NO_CONTENT, Bytes::new())
