@@ -414,7 +414,9 @@ pub trait JobQueue: Send + Sync {
     /// nothing to do for a single-node store.
     async fn listen_for_jobs(&self, notify: std::sync::Arc<tokio::sync::Notify>) -> StoreResult<()>;
 
-    /// How many delivery jobs are in each state.
+    /// How many delivery jobs are in each state: the open states (pending, held, leased, dead)
+    /// exactly; the finished ones as the backend can tell them without reading them all (on
+    /// PostgreSQL, its statistics' estimate).
     async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>>;
 
     /// Of these subscriptions, how many jobs each has in each unfinished state (pending,

@@ -136,7 +136,12 @@ pub(crate) const COUNT_BLOCKED_KEYS: &str = "SELECT count(*) FROM (SELECT 1 FROM
     WHERE ordering_key IS NOT NULL AND state IN ('pending', 'leased', 'held')
     GROUP BY subscription_id, ordering_key HAVING count(*) > 1) b";
 
-pub(crate) const JOB_COUNTS: &str = "SELECT state, count(*) FROM delivery_jobs GROUP BY state";
+/// The jobs in each open state, each counted from that state's own index (what they count is work
+/// waiting, never the history).
+pub(crate) const OPEN_JOB_COUNTS: &str = "SELECT 'pending', count(*) FROM delivery_jobs WHERE state = 'pending'
+    UNION ALL SELECT 'held', count(*) FROM delivery_jobs WHERE state = 'held'
+    UNION ALL SELECT 'leased', count(*) FROM delivery_jobs WHERE state = 'leased'
+    UNION ALL SELECT 'dead', count(*) FROM delivery_jobs WHERE state = 'dead'";
 
 pub(crate) const OLDEST_DUE_PENDING: &str =
     "SELECT min(due_at) FROM delivery_jobs WHERE state = 'pending' AND due_at <= $1";
@@ -231,8 +236,16 @@ pub(crate) const PERSON_SESSION: &str = "SELECT id, issuer, subject, roles, crea
 pub(crate) const REVOKE_PORTAL_SESSION: &str =
     "UPDATE portal_sessions SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL AND expires_at > $2";
 
-pub(crate) const BACKLOGS: &str = "SELECT tenant_id, subscription_id, count(*) FROM delivery_jobs
-    WHERE state IN ('pending', 'held') GROUP BY tenant_id, subscription_id";
+/// Each subscription's backlog (its pending and held jobs), each state counted from its own index:
+/// a condition on both states let PostgreSQL read every job instead (half a second every sample
+/// beside five million finished ones, hub-bench scale).
+pub(crate) const BACKLOGS: &str = "SELECT s.tenant_id, b.subscription_id, b.jobs FROM (
+        SELECT subscription_id, CAST(sum(n) AS BIGINT) AS jobs FROM (
+            SELECT subscription_id, count(*) AS n FROM delivery_jobs WHERE state = 'pending' GROUP BY subscription_id
+            UNION ALL
+            SELECT subscription_id, count(*) AS n FROM delivery_jobs WHERE state = 'held' GROUP BY subscription_id
+        ) o GROUP BY subscription_id
+    ) b JOIN subscriptions s ON s.id = b.subscription_id";
 
 pub(crate) const MINUTES: &str =
     "SELECT subscription_id, minute, tenant_id, delivered, failed, dead, skipped, latency, backlog

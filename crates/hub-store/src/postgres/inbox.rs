@@ -259,6 +259,11 @@ impl PgStore {
 /// A read transaction in which the planner sorts only when nothing else gives the order.
 const SORTING_OFF: &str = "BEGIN; SET LOCAL enable_sort = off";
 
+/// A read transaction in which the planner reads a table whole only when no index serves: the
+/// counts of open jobs, each from its state's own partial index (with the statistics of a nearly
+/// empty table, a count of the pending jobs read every job).
+pub(super) const SEQSCAN_OFF: &str = "BEGIN; SET LOCAL enable_seqscan = off";
+
 /// How PostgreSQL runs the reads whose cost must not grow with the inbox (for the tests that hold
 /// them to their page whatever the statistics say): each statement run under `EXPLAIN (ANALYZE,
 /// FORMAT JSON)`, its plan as PostgreSQL gives it.
@@ -283,6 +288,20 @@ impl PgStore {
         let plan = pull_page(&sql, subscription, tenant, after, limit).fetch_one(&mut *tx).await?.try_get(0)?;
         tx.rollback().await?;
         Ok(plan)
+    }
+
+    /// The plans of the counts the metrics and statistics refresh: the jobs of each open state and
+    /// each subscription's backlog.
+    pub async fn explain_job_counts(&self) -> StoreResult<Vec<(&'static str, serde_json::Value)>> {
+        let mut plans = Vec::new();
+        for (name, statement) in [("open job counts", crate::sql::OPEN_JOB_COUNTS), ("backlogs", crate::sql::BACKLOGS)]
+        {
+            let mut tx = self.pool.begin_with(SEQSCAN_OFF).await?;
+            let plan = sqlx::query_scalar(&format!("{EXPLAIN}{statement}")).fetch_one(&mut *tx).await?;
+            tx.rollback().await?;
+            plans.push((name, plan));
+        }
+        Ok(plans)
     }
 }
 

@@ -363,7 +363,22 @@ impl JobQueue for PgStore {
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>> {
-        let counts: Vec<(String, i64)> = sqlx::query_as(sql::JOB_COUNTS).fetch_all(&self.pool).await?;
+        // The open states exactly; the finished ones (succeeded, cancelled: millions waiting for
+        // retention) as PostgreSQL's statistics estimate them, since counting them read every
+        // finished job at each refresh (100–700 ms of a core every 15 s beside five million).
+        let mut tx = self.pool.begin_with(super::inbox::SEQSCAN_OFF).await?;
+        let mut counts: Vec<(String, i64)> = sqlx::query_as(sql::OPEN_JOB_COUNTS).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        let finished: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT v.state, (v.freq * GREATEST(c.reltuples, 0))::bigint
+             FROM pg_class c
+             JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = 'delivery_jobs' AND s.attname = 'state'
+             CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(state, freq)
+             WHERE c.oid = to_regclass('delivery_jobs') AND v.state IN ('succeeded', 'cancelled')",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        counts.extend(finished);
         counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
     }
 

@@ -76,7 +76,9 @@ impl Stats for PgStore {
     }
 
     async fn backlogs(&self) -> StoreResult<Vec<Backlog>> {
-        let rows: Vec<(String, Uuid, i64)> = sqlx::query_as(sql::BACKLOGS).fetch_all(&self.pool).await?;
+        let mut tx = self.pool.begin_with(super::inbox::SEQSCAN_OFF).await?;
+        let rows: Vec<(String, Uuid, i64)> = sqlx::query_as(sql::BACKLOGS).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
         Ok(rows
             .into_iter()
             .map(|(tenant_id, subscription_id, jobs)| Backlog { tenant_id, subscription_id, jobs })

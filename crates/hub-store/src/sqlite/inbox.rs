@@ -252,13 +252,20 @@ impl SqliteStore {
         rows.iter().map(|row| Ok(row.try_get::<String, _>("detail")?)).collect()
     }
 
-    /// The plan of the count of subscriptions' open jobs.
-    pub async fn explain_open_jobs(&self) -> StoreResult<Vec<String>> {
-        let rows = sqlx::query(&format!("EXPLAIN QUERY PLAN {}", super::jobs::OPEN_JOBS))
-            .bind("[]")
-            .fetch_all(&self.reader)
-            .await?;
-        rows.iter().map(|row| Ok(row.try_get::<String, _>("detail")?)).collect()
+    /// The plans of the counts of open jobs: a subscription's (the listing's), those of each open
+    /// state (the metrics') and each subscription's backlog (the statistics').
+    pub async fn explain_open_jobs(&self) -> StoreResult<Vec<(&'static str, Vec<String>)>> {
+        let mut plans = Vec::new();
+        for (name, statement) in [
+            ("a subscription's open jobs", super::jobs::OPEN_JOBS),
+            ("open job counts", sql::OPEN_JOB_COUNTS),
+            ("backlogs", sql::BACKLOGS),
+        ] {
+            let rows =
+                sqlx::query(&format!("EXPLAIN QUERY PLAN {statement}")).bind("[]").fetch_all(&self.reader).await?;
+            plans.push((name, rows.iter().map(|row| row.try_get::<String, _>("detail")).collect::<Result<_, _>>()?));
+        }
+        Ok(plans)
     }
 }
 

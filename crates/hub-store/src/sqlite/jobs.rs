@@ -292,7 +292,16 @@ impl JobQueue for SqliteStore {
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(JobState, i64)>> {
-        let counts: Vec<(String, i64)> = sqlx::query_as(sql::JOB_COUNTS).fetch_all(&self.reader).await?;
+        // The open states from their own indexes, the finished ones by reading them (SQLite keeps
+        // no statistics to estimate them from; an embedded store holds a single node's history).
+        let mut counts: Vec<(String, i64)> = sqlx::query_as(sql::OPEN_JOB_COUNTS).fetch_all(&self.reader).await?;
+        counts.extend(
+            sqlx::query_as::<_, (String, i64)>(
+                "SELECT state, count(*) FROM delivery_jobs WHERE state IN ('succeeded', 'cancelled') GROUP BY state",
+            )
+            .fetch_all(&self.reader)
+            .await?,
+        );
         counts.into_iter().map(|(state, n)| Ok((job_state(state)?, n))).collect()
     }
 
