@@ -53,24 +53,17 @@ impl Received {
     }
     /// From send to the receiver of the events sent within `[from_us, to_us)`.
     pub fn reached_of_sent(&self, from_us: u64, to_us: u64) -> (Latency, usize) {
-        let samples: Vec<u64> = self
-            .reached_us
-            .iter()
-            .zip(&self.sent_us)
-            .filter(|(_, s)| (from_us..to_us).contains(*s))
-            .map(|(l, _)| *l)
-            .collect();
-        (Latency::of(&samples), samples.len())
+        self.of_sent(&self.reached_us, from_us, to_us)
     }
     /// The latency of the events sent within `[from_us, to_us)`.
     pub fn latency_of_sent(&self, from_us: u64, to_us: u64) -> (Latency, usize) {
-        let samples: Vec<u64> = self
-            .latencies_us
-            .iter()
-            .zip(&self.sent_us)
-            .filter(|(_, s)| (from_us..to_us).contains(*s))
-            .map(|(l, _)| *l)
-            .collect();
+        self.of_sent(&self.latencies_us, from_us, to_us)
+    }
+    /// `samples` (one per delivery, in the order of `sent_us`) of the events sent within
+    /// `[from_us, to_us)`.
+    fn of_sent(&self, samples: &[u64], from_us: u64, to_us: u64) -> (Latency, usize) {
+        let samples: Vec<u64> =
+            samples.iter().zip(&self.sent_us).filter(|(_, s)| (from_us..to_us).contains(*s)).map(|(l, _)| *l).collect();
         (Latency::of(&samples), samples.len())
     }
     /// The `n` seconds of sending whose slowest delivery was slowest: each as (seconds since the
