@@ -115,10 +115,7 @@ pub async fn scale(histories: &[usize], jobs: usize, json_out: &Path) -> anyhow:
 
 async fn measure(history: usize, jobs: usize) -> anyhow::Result<(Measured, &'static str)> {
     let hub = BenchHub::start(None).await?;
-    let store = match hub.db {
-        Db::Postgres { .. } => "postgres",
-        Db::Sqlite { .. } => "sqlite",
-    };
+    let store = hub.store_name();
     let receiver = Receiver::start().await?;
     let key = hub.tenant(TENANT).await?;
     let webhook = hub
@@ -284,7 +281,7 @@ async fn sqlite_history(
         .busy_timeout(Duration::from_secs(60));
     let mut conn = sqlx::ConnectOptions::connect(&options).await?;
     let mut tx = sqlx::Connection::begin(&mut conn).await?;
-    let tenant = h.tenants.first().copied().unwrap_or(TENANT);
+    let [tenant] = h.tenants else { anyhow::bail!("the SQLite history is one tenant's") };
     let last: i64 = sqlx::query_scalar(
         "INSERT INTO tenant_sequences (tenant_id, last_seq) VALUES (?1, 0)
          ON CONFLICT (tenant_id) DO UPDATE SET last_seq = last_seq RETURNING last_seq",

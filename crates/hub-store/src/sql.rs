@@ -360,3 +360,40 @@ pub(crate) fn prune(kind: crate::PruneKind) -> &'static [&'static str] {
         PruneKind::FinishedJobs | PruneKind::Events | PruneKind::Ledger => &[],
     }
 }
+
+/// The conditions of a page of the event log after `… WHERE tenant_id = `: the tenant, `after`,
+/// and only the filters given, so the planner sees which index serves the page (a type names
+/// `events_by_key`; both backends plan `(? IS NULL OR …)` without the values). `time` is a time as
+/// the backend stores it.
+pub(crate) fn push_event_conditions<'q, DB, T>(
+    sql: &mut sqlx::QueryBuilder<'q, DB>,
+    tenant: &'q str,
+    q: &'q crate::EventQuery,
+    time: fn(chrono::DateTime<chrono::Utc>) -> T,
+) where
+    DB: sqlx::Database,
+    &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    &'q String: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    T: 'q + sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
+    if let Some(before) = q.before {
+        sql.push(" AND seq < ").push_bind(before);
+    }
+    if let Some(resource_type) = &q.resource_type {
+        sql.push(" AND resource_type = ").push_bind(resource_type);
+    }
+    if let Some(event_type) = &q.event_type {
+        sql.push(" AND event_type = ").push_bind(event_type);
+    }
+    if let Some(source) = &q.source {
+        sql.push(" AND source = ").push_bind(source);
+    }
+    if let Some(since) = q.since {
+        sql.push(" AND received_at >= ").push_bind(time(since));
+    }
+    if let Some(until) = q.until {
+        sql.push(" AND received_at < ").push_bind(time(until));
+    }
+}

@@ -207,25 +207,7 @@ fn event_log_query<'a>(prefix: &str, tenant: &'a str, q: &'a EventQuery) -> sqlx
         "{prefix}SELECT {} FROM events WHERE tenant_id = ",
         columns(q)
     ));
-    sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
-    if let Some(before) = q.before {
-        sql.push(" AND seq < ").push_bind(before);
-    }
-    if let Some(resource_type) = &q.resource_type {
-        sql.push(" AND resource_type = ").push_bind(resource_type);
-    }
-    if let Some(event_type) = &q.event_type {
-        sql.push(" AND event_type = ").push_bind(event_type);
-    }
-    if let Some(source) = &q.source {
-        sql.push(" AND source = ").push_bind(source);
-    }
-    if let Some(since) = q.since {
-        sql.push(" AND received_at >= ").push_bind(since);
-    }
-    if let Some(until) = q.until {
-        sql.push(" AND received_at < ").push_bind(until);
-    }
+    sql::push_event_conditions(&mut sql, tenant, q, |t| t);
     let order = if windowed(q) { "seq + 0" } else { "seq" };
     sql.push(format!(" ORDER BY {order}{} LIMIT ", if q.newest_first { " DESC" } else { "" }))
         .push_bind(i64::from(q.limit));
@@ -259,11 +241,6 @@ impl PgStore {
 /// A read transaction in which the planner sorts only when nothing else gives the order.
 const SORTING_OFF: &str = "BEGIN; SET LOCAL enable_sort = off";
 
-/// A read transaction in which the planner reads a table whole only when no index serves: the
-/// counts of open jobs, each from its state's own partial index (with the statistics of a nearly
-/// empty table, a count of the pending jobs read every job).
-pub(super) const SEQSCAN_OFF: &str = "BEGIN; SET LOCAL enable_seqscan = off";
-
 /// How PostgreSQL runs the reads whose cost must not grow with the inbox (for the tests that hold
 /// them to their page whatever the statistics say): each statement run under `EXPLAIN (ANALYZE,
 /// FORMAT JSON)`, its plan as PostgreSQL gives it.
@@ -296,7 +273,7 @@ impl PgStore {
         let mut plans = Vec::new();
         for (name, statement) in [("open job counts", crate::sql::OPEN_JOB_COUNTS), ("backlogs", crate::sql::BACKLOGS)]
         {
-            let mut tx = self.pool.begin_with(SEQSCAN_OFF).await?;
+            let mut tx = self.pool.begin_with(super::jobs::SEQSCAN_OFF).await?;
             let plan = sqlx::query_scalar(&format!("{EXPLAIN}{statement}")).fetch_one(&mut *tx).await?;
             tx.rollback().await?;
             plans.push((name, plan));

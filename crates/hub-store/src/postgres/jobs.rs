@@ -366,9 +366,7 @@ impl JobQueue for PgStore {
         // The open states exactly; the finished ones (succeeded, cancelled: millions waiting for
         // retention) as PostgreSQL's statistics estimate them, since counting them read every
         // finished job at each refresh (100–700 ms of a core every 15 s beside five million).
-        let mut tx = self.pool.begin_with(super::inbox::SEQSCAN_OFF).await?;
-        let mut counts: Vec<(String, i64)> = sqlx::query_as(sql::OPEN_JOB_COUNTS).fetch_all(&mut *tx).await?;
-        tx.commit().await?;
+        let mut counts: Vec<(String, i64)> = self.read_open_jobs(sql::OPEN_JOB_COUNTS).await?;
         let finished: Vec<(String, i64)> = sqlx::query_as(
             "SELECT v.state, (v.freq * GREATEST(c.reltuples, 0))::bigint
              FROM pg_class c
@@ -499,4 +497,23 @@ pub(super) async fn take_back(
     .execute(&mut **tx)
     .await?;
     Ok(Recovery { recovered: (all.len() - poison.len()) as u64, poisoned: poison.len() as u64 })
+}
+
+/// A read transaction in which the planner reads a table whole only when no index serves: the
+/// counts of open jobs, each from its state's own partial index (with the statistics of a nearly
+/// empty table, a count of the pending jobs read every job).
+pub(super) const SEQSCAN_OFF: &str = "BEGIN; SET LOCAL enable_seqscan = off";
+
+impl PgStore {
+    /// The rows of `statement`, a count of open jobs, read with sequential scans off
+    /// ([`SEQSCAN_OFF`]).
+    pub(super) async fn read_open_jobs<T>(&self, statement: &'static str) -> StoreResult<Vec<T>>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        let mut tx = self.pool.begin_with(SEQSCAN_OFF).await?;
+        let rows = sqlx::query_as(statement).fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
 }

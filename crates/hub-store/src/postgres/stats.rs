@@ -76,9 +76,7 @@ impl Stats for PgStore {
     }
 
     async fn backlogs(&self) -> StoreResult<Vec<Backlog>> {
-        let mut tx = self.pool.begin_with(super::inbox::SEQSCAN_OFF).await?;
-        let rows: Vec<(String, Uuid, i64)> = sqlx::query_as(sql::BACKLOGS).fetch_all(&mut *tx).await?;
-        tx.commit().await?;
+        let rows: Vec<(String, Uuid, i64)> = self.read_open_jobs(sql::BACKLOGS).await?;
         Ok(rows
             .into_iter()
             .map(|(tenant_id, subscription_id, jobs)| Backlog { tenant_id, subscription_id, jobs })

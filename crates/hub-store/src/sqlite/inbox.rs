@@ -194,9 +194,8 @@ fn pulled(row: &SqliteRow) -> StoreResult<PulledEvent> {
     Ok(PulledEvent { position: row.try_get("position")?, event: event_from_row(row)? })
 }
 
-/// A page of the event log, with a `prefix` (`EXPLAIN QUERY PLAN ` for the tests). Only the
-/// filters given are in the statement, so the planner sees which index serves it (a type names
-/// `events_by_key`); SQLite plans `(? IS NULL OR …)` without the values. A time window's page is
+/// A page of the event log, with a `prefix` (`EXPLAIN QUERY PLAN ` for the tests), its conditions
+/// [`sql::push_event_conditions`]. A time window's page is
 /// found on `events_by_time` alone (it holds the primary key, so the window's keys are read and
 /// sorted without their rows) and only the page's rows are read: sorting the window's whole rows
 /// to keep a page cost a hub holding a million events three times an empty one's (hub-bench
@@ -211,25 +210,7 @@ fn event_log_query<'q>(prefix: &str, tenant: &'q str, q: &'q EventQuery) -> sqlx
     } else {
         format!("{prefix}SELECT {} FROM events WHERE tenant_id = ", columns(q))
     });
-    sql.push_bind(tenant).push(" AND seq > ").push_bind(q.after);
-    if let Some(before) = q.before {
-        sql.push(" AND seq < ").push_bind(before);
-    }
-    if let Some(resource_type) = &q.resource_type {
-        sql.push(" AND resource_type = ").push_bind(resource_type);
-    }
-    if let Some(event_type) = &q.event_type {
-        sql.push(" AND event_type = ").push_bind(event_type);
-    }
-    if let Some(source) = &q.source {
-        sql.push(" AND source = ").push_bind(source);
-    }
-    if let Some(since) = q.since {
-        sql.push(" AND received_at >= ").push_bind(micros(since));
-    }
-    if let Some(until) = q.until {
-        sql.push(" AND received_at < ").push_bind(micros(until));
-    }
+    sql::push_event_conditions(&mut sql, tenant, q, micros);
     // A time window is read through `events_by_time` and its keys sorted: `+seq` is an order
     // no index gives, so the planner cannot walk the tenant's events in order hoping the
     // window comes soon.
