@@ -409,6 +409,18 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// Job retention at scale (PostgreSQL only): one day of finished jobs with their attempts,
+    /// spread over eight days, removed in the layout before (rows deleted) and in partitioned jobs
+    /// (a day dropped), with PostgreSQL's CPU per retained row and a writer's latency.
+    JobRetention {
+        #[arg(long, default_value_t = 5_000_000, value_parser = at_least_one)]
+        jobs: usize,
+        /// Events a second the writer ingests meanwhile (each makes a job).
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        rate: u32,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// A pull consumer paging with next_cursor.
     Pull {
         #[arg(long, default_value_t = 20_000, value_parser = at_least_one)]
@@ -544,6 +556,9 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         }
         BenchScenario::Retention { events, payload, rate, json } => {
             retention::retention(events, payload, rate, &json_path(json, "retention")).await
+        }
+        BenchScenario::JobRetention { jobs, rate, json } => {
+            retention::job_retention(jobs, rate, &json_path(json, "job-retention")).await
         }
         BenchScenario::Pull { events, page, json } => scenarios::pull(events, page, &json_path(json, "pull")).await,
         BenchScenario::Replay { history, rate, replay_rate, json } => {

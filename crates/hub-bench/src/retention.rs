@@ -285,3 +285,214 @@ impl PacedWriter {
         })
     }
 }
+
+/// Jobs of one subscription spread over the loaded days, each finished with one attempt.
+const JOB_TENANT: &str = "bench0";
+
+/// `job-retention`: what retention of finished jobs and their attempts costs, in the layout
+/// before partitioned jobs (one table each; finished jobs selected and deleted with their attempts
+/// in batches of 5 000, as the retention loop did) and in the partitioned one (a day's jobs and
+/// attempts dropped). Each layout, in a schema of its own, holds `jobs` finished jobs with one
+/// attempt each, spread over eight whole UTC days (each job's id of its day, as the hub makes
+/// them); then, while a writer ingests `rate` events a second that each make a job, the oldest
+/// day is retained away. Figures as `retention`'s, with PostgreSQL's CPU per retained row.
+pub async fn job_retention(jobs: usize, rate: u32, json_out: &Path) -> anyhow::Result<()> {
+    let dsn = std::env::var("STREAMING_HUB_POSTGRES_DSN")
+        .context("the job-retention scenario needs PostgreSQL: set STREAMING_HUB_POSTGRES_DSN")?;
+    let mut figures = json!({"jobs": jobs, "days": DAYS, "rate": rate});
+    let mut rows = Vec::new();
+    for layout in [Layout::OneTable, Layout::Partitioned] {
+        let admin =
+            sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&dsn).await.context("connecting")?;
+        let schema = format!("shbench_{}", Uuid::now_v7().simple());
+        sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await?;
+        let result = measure_jobs(&dsn, &schema, layout, jobs, rate).await;
+        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await?;
+        let run = result?;
+        rows.push((layout, run.clone()));
+        figures[layout.key()] = run;
+    }
+    println!("retention of one day of {jobs} finished jobs with an attempt each over {DAYS} days, writer at {rate}/s");
+    for (layout, run) in &rows {
+        let get = |k: &str| run[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "  {}",
+            if *layout == Layout::OneTable { "one table each, rows deleted" } else { "partitioned, day dropped" }
+        );
+        for (label, value) in [
+            ("load, jobs/s", f0(get("load_per_s"))),
+            ("jobs removed (with as many attempts)", f0(get("removed"))),
+            ("retention s", f2(get("retention_s"))),
+            ("PostgreSQL CPU s during retention", f2(get("retention_postgres_cpu_s"))),
+            ("PostgreSQL CPU µs per retained row", f2(get("postgres_cpu_us_per_row"))),
+            ("writer p50 ms before / during", format!("{} / {}", f2(get("before_p50_ms")), f2(get("during_p50_ms")))),
+            ("writer p99 ms before / during", format!("{} / {}", f2(get("before_p99_ms")), f2(get("during_p99_ms")))),
+            ("writer max ms during", f1(get("during_max_ms"))),
+            ("dead rows left for vacuum", f0(get("dead_rows"))),
+        ] {
+            println!("    {label:<40} {value:>16}");
+        }
+    }
+    write_json(&figures, json_out)
+}
+
+async fn measure_jobs(dsn: &str, schema: &str, layout: Layout, jobs: usize, rate: u32) -> anyhow::Result<Value> {
+    let store = PgStore::connect(dsn, Some(schema), 8).await?;
+    let today = Utc::now().date_naive().and_hms_opt(0, 0, 0).context("midnight")?.and_utc();
+    let first = today - chrono::Duration::days(DAYS);
+    match layout {
+        Layout::OneTable => {
+            // Every migration before partitioned jobs (0038).
+            let all = sqlx::migrate!("../hub-store/migrations/postgres");
+            let before = sqlx::migrate::Migrator {
+                migrations: std::borrow::Cow::Owned(
+                    all.migrations.iter().filter(|m| m.version < 38).cloned().collect(),
+                ),
+                ..sqlx::migrate::Migrator::DEFAULT
+            };
+            before.run(store.pool()).await?;
+        }
+        Layout::Partitioned => {
+            store.migrate().await?;
+            // An install that has run for the eight days: a partition per day.
+            for sql in [
+                "ALTER TABLE delivery_jobs DETACH PARTITION delivery_jobs_legacy",
+                "ALTER TABLE delivery_attempts DETACH PARTITION delivery_attempts_legacy",
+                "DROP TABLE delivery_jobs_legacy, delivery_attempts_legacy",
+                &format!(
+                    "SELECT hub_job_partition(((now() AT TIME ZONE 'UTC')::date - {DAYS}) + n) \
+                     FROM generate_series(0, {DAYS} + 2) n"
+                ),
+            ] {
+                sqlx::query(sql).execute(store.pool()).await?;
+            }
+        }
+    }
+    let live = hub_testkit::subscription("live", hub_core::SinkKind::named("webhook"), &["*.*"], None);
+    store.create_subscription(&live).await?;
+    let started = Instant::now();
+    let webhook = Uuid::now_v7();
+    let span_ms = (today - first).num_milliseconds();
+    // Job i finished at an even step over the days, 50 ms after it was made; its id begins with
+    // its time (the rest random), as the hub's UUIDv7s do.
+    sqlx::query(
+        "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, attempts, due_at,
+                                    event_received_at, window_start, created_at, updated_at, finished_at)
+         SELECT (lpad(to_hex(ms), 12, '0') || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid,
+                $1, $2, i, 'succeeded', 1, t, t, t, t, t + interval '50 milliseconds', t + interval '50 milliseconds'
+         FROM generate_series(1, $3) AS i
+         CROSS JOIN LATERAL (SELECT $4 + (i - 1) * $5 / $3 AS ms) m
+         CROSS JOIN LATERAL (SELECT to_timestamp(m.ms / 1000.0) AS t) tt",
+    )
+    .bind(JOB_TENANT)
+    .bind(webhook)
+    .bind(i64::try_from(jobs)?)
+    .bind(first.timestamp_millis())
+    .bind(span_ms)
+    .execute(store.pool())
+    .await?;
+    sqlx::query(
+        "INSERT INTO delivery_attempts (id, job_id, tenant_id, subscription_id, attempt, started_at, latency_ms,
+                                        outcome, status_code)
+         SELECT gen_random_uuid(), id, tenant_id, subscription_id, 1, created_at, 20, 'delivered', 204
+         FROM delivery_jobs WHERE subscription_id = $1",
+    )
+    .bind(webhook)
+    .execute(store.pool())
+    .await?;
+    let load_s = started.elapsed().as_secs_f64();
+    sqlx::query("VACUUM (ANALYZE) delivery_jobs, delivery_attempts").execute(store.pool()).await?;
+    sqlx::query("CHECKPOINT").execute(store.pool()).await?;
+
+    let writer = PacedWriter::start(&store, rate);
+    tokio::time::sleep(BASELINE).await;
+    let cutoff = first + chrono::Duration::days(1);
+    let cpu_before = postgres_cpu();
+    let retention_began = Instant::now();
+    let removed = match layout {
+        Layout::OneTable => delete_jobs_in_batches(&store, cutoff).await?,
+        Layout::Partitioned => {
+            let mut removed = 0;
+            loop {
+                let n =
+                    store.prune(PruneKind::FinishedJobs, cutoff, BATCH).await?.context("the prune lock was taken")?;
+                removed += n;
+                if n < u64::from(BATCH) {
+                    break removed;
+                }
+            }
+        }
+    };
+    let retention_s = retention_began.elapsed().as_secs_f64();
+    let retention_cpu = postgres_cpu() - cpu_before;
+    tokio::time::sleep(Duration::from_secs(3).saturating_sub(retention_began.elapsed())).await;
+    let during_until = Instant::now().max(retention_began + Duration::from_secs(3));
+    let phase = writer.stop().await?;
+    let before = phase(retention_began - BASELINE, retention_began);
+    let during = phase(retention_began, during_until);
+    anyhow::ensure!(!before.is_empty() && !during.is_empty(), "the writer wrote nothing");
+    let left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM delivery_jobs WHERE subscription_id = $1 AND finished_at < $2")
+            .bind(webhook)
+            .bind(cutoff)
+            .fetch_one(store.pool())
+            .await?;
+    anyhow::ensure!(left == 0, "{left} jobs finished before the cutoff are left");
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM delivery_attempts a WHERE a.subscription_id = $1
+           AND NOT EXISTS (SELECT 1 FROM delivery_jobs j WHERE j.id = a.job_id)",
+    )
+    .bind(webhook)
+    .fetch_one(store.pool())
+    .await?;
+    anyhow::ensure!(orphans == 0, "{orphans} attempts are left without their job");
+    let dead: Option<i64> = sqlx::query_scalar(
+        "SELECT sum(n_dead_tup)::bigint FROM pg_stat_user_tables
+         WHERE schemaname = $1 AND (relname LIKE 'delivery_jobs%' OR relname LIKE 'delivery_attempts%')",
+    )
+    .bind(schema)
+    .fetch_one(store.pool())
+    .await?;
+    store.pool().close().await;
+    // A job and its attempt: two rows retained each.
+    let rows = 2.0 * removed as f64;
+    Ok(json!({
+        "load_s": load_s,
+        "load_per_s": jobs as f64 / load_s,
+        "removed": removed,
+        "retention_s": retention_s,
+        "retention_postgres_cpu_s": retention_cpu,
+        "postgres_cpu_us_per_row": if rows > 0.0 { retention_cpu * 1e6 / rows } else { f64::NAN },
+        "before_p50_ms": quantile_ms(&before, 0.5),
+        "before_p99_ms": quantile_ms(&before, 0.99),
+        "during_p50_ms": quantile_ms(&during, 0.5),
+        "during_p99_ms": quantile_ms(&during, 0.99),
+        "during_max_ms": quantile_ms(&during, 1.0),
+        "during_writes": during.len(),
+        "dead_rows": dead.unwrap_or(0),
+    }))
+}
+
+/// Job retention as the layout before did it: `BATCH` finished jobs selected, their attempts and
+/// then they deleted, each batch in its own transaction, until one comes back short.
+async fn delete_jobs_in_batches(store: &PgStore, cutoff: DateTime<Utc>) -> anyhow::Result<u64> {
+    let mut removed = 0;
+    loop {
+        let mut tx = store.pool().begin().await?;
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM delivery_jobs
+             WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < $1 LIMIT $2",
+        )
+        .bind(cutoff)
+        .bind(i64::from(BATCH))
+        .fetch_all(&mut *tx)
+        .await?;
+        sqlx::query("DELETE FROM delivery_attempts WHERE job_id = ANY($1)").bind(&ids).execute(&mut *tx).await?;
+        let done = sqlx::query("DELETE FROM delivery_jobs WHERE id = ANY($1)").bind(&ids).execute(&mut *tx).await?;
+        tx.commit().await?;
+        removed += done.rows_affected();
+        if ids.len() < BATCH as usize {
+            return Ok(removed);
+        }
+    }
+}

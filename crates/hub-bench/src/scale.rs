@@ -218,8 +218,8 @@ async fn time_reads(hub: &BenchHub, key: &str, path: &str) -> anyhow::Result<Lat
 }
 
 /// The history's stream entries (the pull subscription's), and one finished job with its one
-/// attempt for each of the newest `jobs` events (the webhook's), as a day of delivery leaves them;
-/// then analysed.
+/// attempt for each of the newest `jobs` events (the webhook's, each job's id of its event's
+/// arrival, as the hub makes them), as a day of delivery leaves them; then analysed.
 async fn finished_jobs_and_streams(
     pool: &sqlx::PgPool,
     schema: &str,
@@ -240,7 +240,9 @@ async fn finished_jobs_and_streams(
         (
             "INSERT INTO delivery_jobs (id, tenant_id, subscription_id, event_seq, state, attempts, due_at,
                                         event_received_at, window_start, created_at, updated_at, finished_at)
-             SELECT gen_random_uuid(), tenant_id, $1, seq, 'succeeded', 1, received_at, received_at, received_at,
+             SELECT (lpad(to_hex((extract(epoch FROM received_at) * 1000)::bigint), 12, '0')
+                     || substr(replace(gen_random_uuid()::text, '-', ''), 13))::uuid,
+                    tenant_id, $1, seq, 'succeeded', 1, received_at, received_at, received_at,
                     received_at, received_at + interval '50 milliseconds', received_at + interval '50 milliseconds'
              FROM (SELECT * FROM events WHERE tenant_id = $2 ORDER BY seq DESC LIMIT $3) e",
             webhook,

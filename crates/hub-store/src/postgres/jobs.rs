@@ -1,28 +1,15 @@
 //! The delivery job queue: claims with a lease, releases, recorded attempts, lease recovery and redrive.
 
 use super::{
-    AttemptColumns, AttemptRecord, AttemptResult, BTreeMap, CLAIMED_COLUMNS, ClaimRequest, ClaimedJob, Completed,
-    DateTime, DeliveryJob, JOB_COLUMNS, JobQueue, JobState, PgStore, Recovery, SYNC_WAITING, StoreResult, Utc, Uuid,
-    async_trait, attempt_from_row, claimed_from_row, completions, delivered_only, job_from_row, job_state,
-    record_query, split_poison,
+    AttemptColumns, AttemptRecord, AttemptResult, BTreeMap, ClaimRequest, ClaimedJob, Completed, DateTime, DeliveryJob,
+    JOB_COLUMNS, JobQueue, JobState, PgStore, Recovery, SYNC_WAITING, StoreResult, Utc, Uuid, async_trait,
+    attempt_from_row, claimed_from_row, completions, delivered_only, job_from_row, job_state, record_query,
+    split_poison,
 };
 use crate::sql;
 use sqlx::Row;
 
 use crate::{BlockedKey, Claim};
-
-/// A claim's condition on job `j` for `hub_core::Ordering::Key`: an ordered job is leased only when
-/// no earlier job of its subscription and key is pending, leased or held (the partial index
-/// `delivery_jobs_unsettled_keys` holds exactly those, so this is one probe). Unordered jobs have
-/// no key and pass at once.
-const UNBLOCKED: &str = "j.ordering_key IS NULL OR NOT EXISTS (
-    SELECT 1 FROM delivery_jobs e
-    WHERE e.subscription_id = j.subscription_id AND e.ordering_key = j.ordering_key AND e.event_seq < j.event_seq
-      AND e.state IN ('pending', 'leased', 'held'))";
-
-/// How many of a tenant's oldest due jobs a claim reads, per job of its share, before it falls
-/// back to reading each deliverable subscription's own oldest.
-const WINDOW: u32 = 8;
 
 #[async_trait]
 impl JobQueue for PgStore {
@@ -55,125 +42,25 @@ impl JobQueue for PgStore {
 
     async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Claim> {
         let limit = i64::from(req.limit.max(1));
-        // The jobs of each chosen tenant, up to its share, locked and leased; the claimed rows are
-        // updated by their row address, so the plan does not depend on how fresh the job table's
-        // statistics are. `wants` lists the tenants as `t(tenant_id, want)`.
-        let lease = |wants: &str| {
-            // The tenant's deliverable subscriptions are read once, as an array (`ok.ids`): every
-            // job is checked against it in memory, so what a claim costs does not hang on the
-            // plan the database picks for joining jobs to subscriptions (with stale statistics,
-            // a join by tenant read every subscription once per job).
-            // A window of the tenant's oldest due jobs, those of them deliverable: when it holds
-            // the tenant's share, it is all the claim reads (a tenant fanning out to a hundred
-            // subscriptions costs one short index scan, not one per subscription).
-            let window = format!(
-                "SELECT j.row, j.due_at FROM (
-                     SELECT j.ctid AS row, j.due_at, j.subscription_id, j.ordering_key, j.event_seq
-                     FROM delivery_jobs j
-                     WHERE j.tenant_id = t.tenant_id AND j.state = 'pending' AND j.due_at <= $2
-                     ORDER BY j.due_at LIMIT {WINDOW} * t.want) j
-                 WHERE j.subscription_id = ANY(ok.ids) AND ({UNBLOCKED})"
-            );
-            format!(
-                "UPDATE delivery_jobs j SET state = 'leased', lease_expires_at = $3, lease_token = $4, updated_at = $2
-                 FROM (SELECT c.row, t.want FROM {wants}
-                       CROSS JOIN LATERAL (
-                           SELECT ARRAY(SELECT s.id FROM subscriptions s
-                                        WHERE s.tenant_id = t.tenant_id AND s.enabled
-                                          AND s.verification_state = 'active' AND NOT (s.id = ANY($5))
-                                          -- hub_core::delivery::owners: only the destinations it paces
-                                          AND ($7::int[] IS NULL OR COALESCE(s.pace_bucket, 0) = ANY($7)
-                                               OR s.id = ANY($8))
-                                   ) AS ids) ok
-                       CROSS JOIN LATERAL (
-                           -- Candidates: the window's, or, when it holds fewer than the share
-                           -- (its oldest jobs are an excluded subscription's backlog), per
-                           -- deliverable subscription its oldest due jobs, so that backlog is
-                           -- never walked. Candidates are read without a lock; of them the
-                           -- tenant's oldest are locked and leased, a job another claim holds
-                           -- passed over for the next, so a claim locks only what it leases.
-                           SELECT k.ctid AS row FROM (
-                               ({window} ORDER BY j.due_at LIMIT 2 * t.want)
-                               UNION
-                               (SELECT d.row, d.due_at FROM unnest(ok.ids) AS s(id)
-                                CROSS JOIN LATERAL (
-                                    SELECT j.ctid AS row, j.due_at FROM delivery_jobs j
-                                    WHERE j.subscription_id = s.id AND j.state = 'pending' AND j.due_at <= $2
-                                      AND ({UNBLOCKED})
-                                    ORDER BY j.due_at LIMIT t.want) d
-                                WHERE (SELECT count(*) FROM ({window} LIMIT t.want) w) < t.want
-                                ORDER BY d.due_at LIMIT 2 * t.want)) cand
-                           JOIN delivery_jobs k ON k.ctid = cand.row
-                           WHERE k.state = 'pending'
-                           ORDER BY cand.due_at LIMIT t.want
-                           FOR UPDATE OF k SKIP LOCKED) c
-                       WHERE t.want > 0) x
-                 WHERE j.ctid = x.row
-                 RETURNING {CLAIMED_COLUMNS}, x.want"
-            )
+        // `hub_claim` (migration 0041): the first round picks the tenants with due work after the
+        // last one served, each given an even share of the limit, in one statement.
+        let claim = |again: Option<(&[String], &[i64])>| {
+            sqlx::query("SELECT * FROM hub_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+                .bind(req.after_tenant.clone().unwrap_or_default())
+                .bind(req.now)
+                .bind(req.lease_until)
+                .bind(req.token)
+                .bind(&req.exclude_subscriptions)
+                .bind(limit)
+                .bind(&req.owned.buckets)
+                .bind(&req.owned.shared)
+                .bind(again.map(|(tenants, _)| tenants.to_vec()))
+                .bind(again.map(|(_, wants)| wants.to_vec()))
         };
-        // First round, one statement: the tenants with due work in order after the last one
-        // served, wrapping around to those before it (two skip scans of the index), each given an
-        // even share of the limit.
-        let first = format!(
-            "WITH RECURSIVE a(tenant_id) AS (
-                SELECT (SELECT tenant_id FROM delivery_jobs
-                        WHERE state = 'pending' AND due_at <= $2 AND tenant_id > $1
-                        ORDER BY tenant_id LIMIT 1)
-                UNION ALL
-                SELECT (SELECT d.tenant_id FROM delivery_jobs d
-                        WHERE d.state = 'pending' AND d.due_at <= $2 AND d.tenant_id > a.tenant_id
-                        ORDER BY d.tenant_id LIMIT 1)
-                FROM a WHERE a.tenant_id IS NOT NULL
-             ), b(tenant_id) AS (
-                SELECT (SELECT tenant_id FROM delivery_jobs
-                        WHERE state = 'pending' AND due_at <= $2 AND $1 <> ''
-                        ORDER BY tenant_id LIMIT 1)
-                UNION ALL
-                SELECT (SELECT d.tenant_id FROM delivery_jobs d
-                        WHERE d.state = 'pending' AND d.due_at <= $2 AND d.tenant_id > b.tenant_id
-                          AND d.tenant_id <= $1
-                        ORDER BY d.tenant_id LIMIT 1)
-                FROM b WHERE b.tenant_id IS NOT NULL
-             ), picked AS (
-                SELECT tenant_id, row_number() OVER (ORDER BY part, tenant_id) AS rn FROM (
-                    (SELECT tenant_id, 0 AS part FROM a WHERE tenant_id IS NOT NULL LIMIT $6)
-                    UNION ALL
-                    (SELECT tenant_id, 1 FROM b WHERE tenant_id IS NOT NULL AND tenant_id <= $1 LIMIT $6)
-                ) p
-             ), chosen AS (
-                SELECT tenant_id, rn FROM picked ORDER BY rn LIMIT $6
-             ), wants AS (
-                -- hub_core::delivery::fair_shares, in SQL so the first claim is one statement
-                SELECT tenant_id, $6 / n.c + CASE WHEN rn <= $6 % n.c THEN 1 ELSE 0 END AS want
-                FROM chosen, (SELECT count(*) AS c FROM chosen) n
-             ), leased AS (
-                {}
-             )
-             -- The last tenant visited comes with every row, and alone (no job) when none of the
-             -- chosen tenants had a job to give: the rotation moves on either way.
-             SELECT l.*, v.visited FROM (SELECT tenant_id AS visited FROM chosen ORDER BY rn DESC LIMIT 1) v
-             LEFT JOIN leased l ON true",
-            lease("wants t")
-        );
         let mut taken = self.kept.take(&self.pool).await?;
-        let rows = sqlx::query(&first)
-            .bind(req.after_tenant.clone().unwrap_or_default())
-            .bind(req.now)
-            .bind(req.lease_until)
-            .bind(req.token)
-            .bind(&req.exclude_subscriptions)
-            .bind(limit)
-            .bind(&req.owned.buckets)
-            .bind(&req.owned.shared)
-            .fetch_all(&mut *taken.conn)
-            .await?;
-        // What a tenant could not use goes round again to those that filled their share, so one
-        // claim is both fair and full.
-        let again = lease("UNNEST($1::text[], $6::bigint[]) AS t(tenant_id, want)");
-        let visited: Option<String> = rows.first().map(|row| row.try_get("visited")).transpose()?;
+        let mut rows = claim(None).fetch_all(&mut *taken.conn).await?;
+        let visited: Option<String> = rows.first().map(|row| row.try_get("visited")).transpose()?.flatten();
         let mut claimed: Vec<ClaimedJob> = Vec::new();
-        let mut rows = rows;
         loop {
             let mut got: BTreeMap<String, (i64, i64)> = BTreeMap::new();
             for row in &rows {
@@ -186,6 +73,8 @@ impl JobQueue for PgStore {
                 entry.0 += 1;
                 claimed.push(job);
             }
+            // What a tenant could not use goes round again to those that filled their share, so
+            // one claim is both fair and full.
             let filled: Vec<String> = got.into_iter().filter(|(_, (n, want))| n >= want).map(|(t, _)| t).collect();
             if filled.is_empty() || (claimed.len() as u32) >= req.limit {
                 break;
@@ -194,20 +83,7 @@ impl JobQueue for PgStore {
                 .into_iter()
                 .map(i64::from)
                 .collect();
-            rows = sqlx::query(&again)
-                .bind(&filled)
-                .bind(req.now)
-                .bind(req.lease_until)
-                .bind(req.token)
-                .bind(&req.exclude_subscriptions)
-                .bind(&wants)
-                .bind(&req.owned.buckets)
-                .bind(&req.owned.shared)
-                .fetch_all(&mut *taken.conn)
-                .await?;
-            if rows.is_empty() {
-                break;
-            }
+            rows = claim(Some((&filled, &wants))).fetch_all(&mut *taken.conn).await?;
         }
         self.kept.give_back(taken);
         Ok(Claim { jobs: claimed, visited })
@@ -220,7 +96,7 @@ impl JobQueue for PgStore {
         let done = sqlx::query(
             "UPDATE delivery_jobs SET state = 'pending', due_at = $3, lease_expires_at = NULL, lease_token = NULL,
                 updated_at = now()
-             WHERE ctid = (SELECT ctid FROM delivery_jobs WHERE id = $1)
+             WHERE id = (SELECT id FROM delivery_jobs WHERE id = $1)
                AND lease_token = $2 AND state = 'leased'",
         )
         .bind(job)
@@ -368,11 +244,13 @@ impl JobQueue for PgStore {
         // finished job at each refresh (100–700 ms of a core every 15 s beside five million).
         let mut counts: Vec<(String, i64)> = self.read_open_jobs(sql::OPEN_JOB_COUNTS).await?;
         let finished: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT v.state, (v.freq * GREATEST(c.reltuples, 0))::bigint
-             FROM pg_class c
-             JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = 'delivery_jobs' AND s.attname = 'state'
+            // Summed over the partitions (autovacuum analyses each, never the partitioned table).
+            "SELECT v.state, sum(v.freq * GREATEST(c.reltuples, 0))::bigint
+             FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+             JOIN pg_stats s ON s.schemaname = current_schema() AND s.tablename = c.relname AND s.attname = 'state'
              CROSS JOIN LATERAL unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS v(state, freq)
-             WHERE c.oid = to_regclass('delivery_jobs') AND v.state IN ('succeeded', 'cancelled')",
+             WHERE i.inhparent = to_regclass('delivery_jobs') AND v.state IN ('succeeded', 'cancelled')
+             GROUP BY v.state",
         )
         .fetch_all(&self.pool)
         .await?;

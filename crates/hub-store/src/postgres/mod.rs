@@ -37,6 +37,7 @@ pub(crate) mod failover;
 mod inbox;
 mod ingest;
 mod issuer;
+mod job_partitions;
 mod jobs;
 mod kept;
 mod ledger;

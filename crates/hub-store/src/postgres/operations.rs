@@ -1,5 +1,6 @@
 //! Schema, health, quarantine, the DLQ plane, retention and API keys.
 
+use super::job_partitions;
 use super::{
     ApiKeyRecord, DateTime, DlqEntry, DlqFilter, MIGRATOR, NewApiKey, NewDlqRecord, Operations, PgStore, PruneKind,
     QuarantineEntry, QuarantineFilter, StoreError, StoreResult, Utc, Uuid, api_key_from_row, async_trait, partitions,
@@ -141,25 +142,32 @@ impl Operations for PgStore {
                 n
             }
             PruneKind::FinishedJobs => {
-                let ids: Vec<Uuid> = sqlx::query_scalar(sql::FINISHED_JOBS_TO_PRUNE)
-                    .bind(older_than)
-                    .bind(limit)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                sqlx::query("DELETE FROM delivery_attempts WHERE job_id = ANY($1)")
-                    .bind(&ids)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query("DELETE FROM delivery_jobs WHERE id = ANY($1)")
-                    .bind(&ids)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected()
+                let now = Utc::now();
+                let parts = partitions::list(&mut tx, partitions::JOBS).await?;
+                partitions::ensure_ahead(&mut tx, partitions::JOBS, &parts, now).await?;
+                // Each day is dropped in a transaction of its own, as the inbox's are.
+                let mut deleted = 0;
+                for part in partitions::drop_candidates(&parts, now) {
+                    let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
+                    tx = next;
+                    deleted += job_partitions::drop_if_finished(&mut tx, part, older_than).await?;
+                }
+                let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
+                tx = next;
+                let parts = partitions::list(&mut tx, partitions::JOBS).await?;
+                for part in partitions::row_pruned_after(&parts, older_than, job_partitions::DROP_GRACE) {
+                    let room = limit - i64::try_from(deleted).unwrap_or(limit);
+                    if room <= 0 {
+                        break;
+                    }
+                    deleted += job_partitions::delete_rows(&mut tx, part, older_than, room).await?;
+                }
+                deleted
             }
             PruneKind::Events => {
                 let now = Utc::now();
-                let parts = partitions::list(&mut tx).await?;
-                partitions::ensure_ahead(&mut tx, &parts, now).await?;
+                let parts = partitions::list(&mut tx, partitions::EVENTS).await?;
+                partitions::ensure_ahead(&mut tx, partitions::EVENTS, &parts, now).await?;
                 // A day's partitions are made, and each partition is dropped, in a transaction of
                 // its own: a drop holds the parent table's strongest lock until its commit, so no
                 // slower work may follow it in one.
@@ -171,7 +179,7 @@ impl Operations for PgStore {
                 }
                 let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
                 tx = next;
-                let parts = partitions::list(&mut tx).await?;
+                let parts = partitions::list(&mut tx, partitions::EVENTS).await?;
                 for part in partitions::row_pruned(&parts, older_than) {
                     let room = limit - i64::try_from(deleted).unwrap_or(limit);
                     if room <= 0 {

@@ -23,6 +23,21 @@ use uuid::Uuid;
 
 use crate::{StoreError, StoreResult};
 
+/// A table partitioned by the day of its ids: the inbox's `events` (migrations 0021–0023) or
+/// `delivery_jobs` (0038–0040, its attempts partitioned beside it, see `job_partitions.rs`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Family {
+    /// The partitioned table.
+    pub parent: &'static str,
+    /// What its day partitions' names begin with, before `YYYYMMDD`.
+    pub prefix: &'static str,
+    /// The SQL function that makes a day's partition (answers whether it did).
+    pub make: &'static str,
+}
+
+pub(crate) const EVENTS: Family = Family { parent: "events", prefix: "events_", make: "hub_event_partition" };
+pub(crate) const JOBS: Family = Family { parent: "delivery_jobs", prefix: "delivery_jobs_", make: "hub_job_partition" };
+
 /// Partitions made ahead of the day they hold.
 const DAYS_AHEAD: i64 = 2;
 
@@ -30,23 +45,19 @@ const DAYS_AHEAD: i64 = 2;
 /// deleted row by row.
 const DROP_GRACE: Duration = Duration::hours(1);
 
-/// One partition of `events`.
+/// One partition of a family's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Partition {
     pub name: String,
     /// When its ids end: `None` for the default partition.
     pub ends: Option<DateTime<Utc>>,
+    /// Whether it is a day's (not the default one, nor the table of the layout before).
+    pub day: bool,
 }
 
-impl Partition {
-    fn is_day(&self) -> bool {
-        day_of_name(&self.name).is_some()
-    }
-}
-
-/// The day a day partition's name says (`events_YYYYMMDD`).
-pub(crate) fn day_of_name(name: &str) -> Option<NaiveDate> {
-    let digits = name.strip_prefix("events_")?;
+/// The day a day partition's name says (`<prefix>YYYYMMDD`).
+pub(crate) fn day_of_name(name: &str, prefix: &str) -> Option<NaiveDate> {
+    let digits = name.strip_prefix(prefix)?;
     if digits.len() != 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -60,14 +71,15 @@ pub(crate) fn id_time(id: Uuid) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(ms)
 }
 
-/// The partitions of `events`, oldest first (the default partition last).
-pub(crate) async fn list(tx: &mut Transaction<'_, Postgres>) -> StoreResult<Vec<Partition>> {
+/// The partitions of a family's table, oldest first (the default partition last).
+pub(crate) async fn list(tx: &mut Transaction<'_, Postgres>, family: Family) -> StoreResult<Vec<Partition>> {
     let rows: Vec<(String, Option<String>)> = sqlx::query_as(
         "SELECT c.relname::text,
                 substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \\(''([0-9a-f-]+)''\\)')
          FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-         WHERE i.inhparent = 'events'::regclass",
+         WHERE i.inhparent = $1::regclass",
     )
+    .bind(family.parent)
     .fetch_all(&mut **tx)
     .await?;
     let mut parts = rows
@@ -82,7 +94,8 @@ pub(crate) async fn list(tx: &mut Transaction<'_, Postgres>) -> StoreResult<Vec<
                         .ok_or_else(|| StoreError::Corrupt(format!("partition {name} ends at {to}")))?,
                 ),
             };
-            Ok(Partition { name, ends })
+            let day = day_of_name(&name, family.prefix).is_some();
+            Ok(Partition { name, ends, day })
         })
         .collect::<StoreResult<Vec<_>>>()?;
     parts.sort_by_key(|p| (p.ends.is_none(), p.ends));
@@ -93,10 +106,11 @@ pub(crate) async fn list(tx: &mut Transaction<'_, Postgres>) -> StoreResult<Vec<
 /// range another partition already holds). Answers how many it created.
 pub(crate) async fn ensure_ahead(
     tx: &mut Transaction<'_, Postgres>,
+    family: Family,
     parts: &[Partition],
     now: DateTime<Utc>,
 ) -> StoreResult<u32> {
-    let covered_until = parts.iter().filter(|p| !p.is_day()).filter_map(|p| p.ends).max();
+    let covered_until = parts.iter().filter(|p| !p.day).filter_map(|p| p.ends).max();
     let mut created = 0;
     for n in 0..=DAYS_AHEAD {
         let day = now.date_naive() + Duration::days(n);
@@ -104,7 +118,8 @@ pub(crate) async fn ensure_ahead(
         if covered_until.is_some_and(|until| starts.is_some_and(|s| s < until)) {
             continue;
         }
-        let made: bool = sqlx::query_scalar("SELECT hub_event_partition($1)").bind(day).fetch_one(&mut **tx).await?;
+        let made: bool =
+            sqlx::query_scalar(&format!("SELECT {}($1)", family.make)).bind(day).fetch_one(&mut **tx).await?;
         created += u32::from(made);
     }
     Ok(created)
@@ -167,7 +182,13 @@ pub(crate) async fn drop_if_expired(
 /// The partitions whose old events are deleted row by row: the default partition, the legacy
 /// table, and day partitions left an hour past their time.
 pub(crate) fn row_pruned(parts: &[Partition], cutoff: DateTime<Utc>) -> Vec<&Partition> {
-    parts.iter().filter(|p| !p.is_day() || p.ends.is_some_and(|ends| ends + DROP_GRACE <= cutoff)).collect()
+    row_pruned_after(parts, cutoff, DROP_GRACE)
+}
+
+/// The partitions whose old rows are deleted row by row: those that are not a day's, and days
+/// left `grace` past their time.
+pub(crate) fn row_pruned_after(parts: &[Partition], cutoff: DateTime<Utc>, grace: Duration) -> Vec<&Partition> {
+    parts.iter().filter(|p| !p.day || p.ends.is_some_and(|ends| ends + grace <= cutoff)).collect()
 }
 
 /// Deletes up to `limit` events of `part` that arrived before `cutoff` and no job refers to,
@@ -204,7 +225,7 @@ pub(crate) async fn delete_rows(
 }
 
 /// A partition's name as an identifier (names are the store's own; quoted all the same).
-fn quoted(name: &str) -> String {
+pub(crate) fn quoted(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
@@ -216,6 +237,7 @@ mod tests {
         Partition {
             name: name.into(),
             ends: ends.map(|e| DateTime::parse_from_rfc3339(e).expect("time").with_timezone(&Utc)),
+            day: day_of_name(name, "events_").is_some(),
         }
     }
 
@@ -230,9 +252,13 @@ mod tests {
 
     #[test]
     fn only_day_partitions_are_named_by_their_day() {
-        assert_eq!(day_of_name("events_20261203"), NaiveDate::from_ymd_opt(2026, 12, 3));
+        assert_eq!(day_of_name("events_20261203", "events_"), NaiveDate::from_ymd_opt(2026, 12, 3));
+        assert_eq!(day_of_name("delivery_jobs_20261203", JOBS.prefix), NaiveDate::from_ymd_opt(2026, 12, 3));
         for other in ["events_legacy", "events_default", "events_2026120", "events_20261332", "jobs_20261203"] {
-            assert_eq!(day_of_name(other), None, "{other}");
+            assert_eq!(day_of_name(other, EVENTS.prefix), None, "{other}");
+        }
+        for other in ["delivery_jobs_legacy", "delivery_jobs_default", "events_20261203"] {
+            assert_eq!(day_of_name(other, JOBS.prefix), None, "{other}");
         }
     }
 

@@ -374,9 +374,6 @@ pub(super) fn job_from_row(row: &PgRow) -> StoreResult<DeliveryJob> {
     })
 }
 
-pub(super) const CLAIMED_COLUMNS: &str =
-    "id, tenant_id, subscription_id, event_seq, attempts, recoveries, window_start, event_received_at, lease_token";
-
 pub(super) fn claimed_from_row(row: &PgRow) -> StoreResult<ClaimedJob> {
     let token: Option<Uuid> = row.try_get("lease_token")?;
     Ok(ClaimedJob {

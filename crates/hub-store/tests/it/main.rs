@@ -7,6 +7,7 @@ mod contract;
 mod dlq;
 mod erasures;
 mod filters;
+mod job_partitions;
 mod jobs;
 mod ledger;
 mod ordering;
