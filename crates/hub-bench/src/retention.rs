@@ -59,7 +59,7 @@ pub async fn retention(events: usize, payload: usize, rate: u32, json_out: &Path
     let mut figures = json!({"events": events, "payload_bytes": payload, "days": DAYS, "rate": rate});
     let mut rows = Vec::new();
     for layout in [Layout::OneTable, Layout::Partitioned] {
-        let run = one_layout(&dsn, layout, events, payload, rate).await?;
+        let run = in_a_schema(&dsn, |schema| measure(&dsn, schema, layout, events, payload, rate)).await?;
         rows.push((layout, run.clone()));
         figures[layout.key()] = run;
     }
@@ -84,32 +84,36 @@ pub async fn retention(events: usize, payload: usize, rate: u32, json_out: &Path
     write_json(&figures, json_out)
 }
 
-async fn one_layout(dsn: &str, layout: Layout, events: usize, payload: usize, rate: u32) -> anyhow::Result<Value> {
+/// Runs `measure` in a schema of its own, dropped afterwards whatever the outcome.
+async fn in_a_schema<F, Fut>(dsn: &str, measure: F) -> anyhow::Result<Value>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Value>>,
+{
     let admin = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(dsn).await.context("connecting")?;
     let schema = format!("shbench_{}", Uuid::now_v7().simple());
     sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await?;
-    let result = measure(dsn, &schema, layout, events, payload, rate).await;
+    let result = measure(schema.clone()).await;
     sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await?;
     result
 }
 
-async fn measure(
-    dsn: &str,
-    schema: &str,
+/// Migrates a schema to the layout before (every migration before `first_of_partitions`) or to
+/// the partitioned one as an install that has run for `DAYS` days finds it (its tables of the
+/// layout before, empty, detached and dropped, and a partition per day made by `make`).
+async fn migrate_layout(
+    store: &PgStore,
     layout: Layout,
-    events: usize,
-    payload: usize,
-    rate: u32,
-) -> anyhow::Result<Value> {
-    let store = PgStore::connect(dsn, Some(schema), 8).await?;
-    let today = Utc::now().date_naive().and_hms_opt(0, 0, 0).context("midnight")?.and_utc();
-    let first = today - chrono::Duration::days(DAYS);
+    first_of_partitions: i64,
+    legacy: &[(&str, &str)],
+    make: &str,
+) -> anyhow::Result<()> {
     match layout {
         Layout::OneTable => {
             let all = sqlx::migrate!("../hub-store/migrations/postgres");
             let before = sqlx::migrate::Migrator {
                 migrations: std::borrow::Cow::Owned(
-                    all.migrations.iter().filter(|m| m.version <= 20).cloned().collect(),
+                    all.migrations.iter().filter(|m| m.version < first_of_partitions).cloned().collect(),
                 ),
                 ..sqlx::migrate::Migrator::DEFAULT
             };
@@ -117,19 +121,94 @@ async fn measure(
         }
         Layout::Partitioned => {
             store.migrate().await?;
-            // An install that has run for the eight days: a partition per day.
-            for sql in [
-                "ALTER TABLE events DETACH PARTITION events_legacy",
-                "DROP TABLE events_legacy",
-                &format!(
-                    "SELECT hub_event_partition(((now() AT TIME ZONE 'UTC')::date - {DAYS}) + n) \
-                     FROM generate_series(0, {DAYS} + 2) n"
-                ),
-            ] {
-                sqlx::query(sql).execute(store.pool()).await?;
+            for (parent, table) in legacy {
+                sqlx::query(&format!("ALTER TABLE {parent} DETACH PARTITION {table}")).execute(store.pool()).await?;
+                sqlx::query(&format!("DROP TABLE {table}")).execute(store.pool()).await?;
             }
+            sqlx::query(&format!(
+                "SELECT {make}(((now() AT TIME ZONE 'UTC')::date - {DAYS}) + n) FROM generate_series(0, {DAYS} + 2) n"
+            ))
+            .execute(store.pool())
+            .await?;
         }
     }
+    Ok(())
+}
+
+/// What retention did beside the paced writer.
+struct Retained {
+    removed: u64,
+    seconds: f64,
+    postgres_cpu_s: f64,
+    /// The writer's sorted latencies (µs) for `BASELINE` before retention began, and from then
+    /// until three seconds at least after.
+    before: Vec<u64>,
+    during: Vec<u64>,
+}
+
+impl Retained {
+    /// The figures every layout reports.
+    fn figures(&self) -> Value {
+        json!({
+            "removed": self.removed,
+            "retention_s": self.seconds,
+            "retention_postgres_cpu_s": self.postgres_cpu_s,
+            "before_p50_ms": quantile_ms(&self.before, 0.5),
+            "before_p99_ms": quantile_ms(&self.before, 0.99),
+            "during_p50_ms": quantile_ms(&self.during, 0.5),
+            "during_p99_ms": quantile_ms(&self.during, 0.99),
+            "during_max_ms": quantile_ms(&self.during, 1.0),
+            "during_writes": self.during.len(),
+        })
+    }
+}
+
+/// Runs `retain` while a writer ingests `rate` events a second, after `BASELINE` of writing alone.
+async fn retain_beside_a_writer<Fut>(store: &PgStore, rate: u32, retain: Fut) -> anyhow::Result<Retained>
+where
+    Fut: std::future::Future<Output = anyhow::Result<u64>>,
+{
+    let writer = PacedWriter::start(store, rate);
+    tokio::time::sleep(BASELINE).await;
+    let cpu_before = postgres_cpu();
+    let began = Instant::now();
+    let removed = retain.await?;
+    let seconds = began.elapsed().as_secs_f64();
+    let postgres_cpu_s = postgres_cpu() - cpu_before;
+    // At least a few seconds of writes during retention, however quick it was.
+    tokio::time::sleep(Duration::from_secs(3).saturating_sub(began.elapsed())).await;
+    let until = Instant::now().max(began + Duration::from_secs(3));
+    let phase = writer.stop().await?;
+    let (before, during) = (phase(began - BASELINE, began), phase(began, until));
+    anyhow::ensure!(!before.is_empty() && !during.is_empty(), "the writer wrote nothing");
+    Ok(Retained { removed, seconds, postgres_cpu_s, before, during })
+}
+
+/// The store's own retention of `kind`, batch after batch until one comes back short.
+async fn prune_to_the_end(store: &PgStore, kind: PruneKind, cutoff: DateTime<Utc>) -> anyhow::Result<u64> {
+    let mut removed = 0;
+    loop {
+        let n = store.prune(kind, cutoff, BATCH).await?.context("the prune lock was taken")?;
+        removed += n;
+        if n < u64::from(BATCH) {
+            return Ok(removed);
+        }
+    }
+}
+
+async fn measure(
+    dsn: &str,
+    schema: String,
+    layout: Layout,
+    events: usize,
+    payload: usize,
+    rate: u32,
+) -> anyhow::Result<Value> {
+    let store = PgStore::connect(dsn, Some(&schema), 8).await?;
+    let today = Utc::now().date_naive().and_hms_opt(0, 0, 0).context("midnight")?.and_utc();
+    let first = today - chrono::Duration::days(DAYS);
+    // The layout before: every migration up to 0020.
+    migrate_layout(&store, layout, 21, &[("events", "events_legacy")], "hub_event_partition").await?;
     let started = Instant::now();
     let tenants: Vec<String> = (0..TENANTS).map(|t| format!("bench{t}")).collect();
     let tenants: Vec<&str> = tenants.iter().map(String::as_str).collect();
@@ -139,33 +218,14 @@ async fn measure(
     sqlx::query("ANALYZE events").execute(store.pool()).await?;
     sqlx::query("CHECKPOINT").execute(store.pool()).await?;
 
-    let writer = PacedWriter::start(&store, rate);
-    tokio::time::sleep(BASELINE).await;
     let cutoff = first + chrono::Duration::days(1);
-    let cpu_before = postgres_cpu();
-    let retention_began = Instant::now();
-    let removed = match layout {
-        Layout::OneTable => delete_in_batches(&store, cutoff).await?,
-        Layout::Partitioned => {
-            let mut removed = 0;
-            loop {
-                let n = store.prune(PruneKind::Events, cutoff, BATCH).await?.context("the prune lock was taken")?;
-                removed += n;
-                if n < u64::from(BATCH) {
-                    break removed;
-                }
-            }
+    let retained = retain_beside_a_writer(&store, rate, async {
+        match layout {
+            Layout::OneTable => delete_in_batches(&store, cutoff).await,
+            Layout::Partitioned => prune_to_the_end(&store, PruneKind::Events, cutoff).await,
         }
-    };
-    let retention_s = retention_began.elapsed().as_secs_f64();
-    let retention_cpu = postgres_cpu() - cpu_before;
-    // At least a few seconds of writes during retention, however quick it was.
-    tokio::time::sleep(Duration::from_secs(3).saturating_sub(retention_began.elapsed())).await;
-    let during_until = Instant::now().max(retention_began + Duration::from_secs(3));
-    let phase = writer.stop().await?;
-    let before = phase(retention_began - BASELINE, retention_began);
-    let during = phase(retention_began, during_until);
-    anyhow::ensure!(!before.is_empty() && !during.is_empty(), "the writer wrote nothing");
+    })
+    .await?;
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM events WHERE received_at < $1 AND tenant_id <> 'live'")
         .bind(cutoff)
         .fetch_one(store.pool())
@@ -174,32 +234,23 @@ async fn measure(
     let dead: Option<i64> = sqlx::query_scalar(
         "SELECT sum(n_dead_tup)::bigint FROM pg_stat_user_tables WHERE schemaname = $1 AND relname LIKE 'events%'",
     )
-    .bind(schema)
+    .bind(&schema)
     .fetch_one(store.pool())
     .await?;
     let bytes: Option<i64> = sqlx::query_scalar(
         "SELECT sum(pg_total_relation_size(c.oid))::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = $1 AND c.relname LIKE 'events%' AND c.relkind IN ('r', 'p')",
     )
-    .bind(schema)
+    .bind(&schema)
     .fetch_one(store.pool())
     .await?;
     store.pool().close().await;
-    Ok(json!({
-        "load_s": load_s,
-        "load_per_s": events as f64 / load_s,
-        "removed": removed,
-        "retention_s": retention_s,
-        "retention_postgres_cpu_s": retention_cpu,
-        "before_p50_ms": quantile_ms(&before, 0.5),
-        "before_p99_ms": quantile_ms(&before, 0.99),
-        "during_p50_ms": quantile_ms(&during, 0.5),
-        "during_p99_ms": quantile_ms(&during, 0.99),
-        "during_max_ms": quantile_ms(&during, 1.0),
-        "during_writes": during.len(),
-        "dead_rows": dead.unwrap_or(0),
-        "inbox_mib_after": bytes.unwrap_or(0) as f64 / 1048576.0,
-    }))
+    let mut figures = retained.figures();
+    figures["load_s"] = json!(load_s);
+    figures["load_per_s"] = json!(events as f64 / load_s);
+    figures["dead_rows"] = json!(dead.unwrap_or(0));
+    figures["inbox_mib_after"] = json!(bytes.unwrap_or(0) as f64 / 1048576.0);
+    Ok(figures)
 }
 
 /// Retention as the layout before did it: statements of `BATCH` rows, oldest first, each in its
@@ -302,13 +353,7 @@ pub async fn job_retention(jobs: usize, rate: u32, json_out: &Path) -> anyhow::R
     let mut figures = json!({"jobs": jobs, "days": DAYS, "rate": rate});
     let mut rows = Vec::new();
     for layout in [Layout::OneTable, Layout::Partitioned] {
-        let admin =
-            sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&dsn).await.context("connecting")?;
-        let schema = format!("shbench_{}", Uuid::now_v7().simple());
-        sqlx::query(&format!("CREATE SCHEMA {schema}")).execute(&admin).await?;
-        let result = measure_jobs(&dsn, &schema, layout, jobs, rate).await;
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE")).execute(&admin).await?;
-        let run = result?;
+        let run = in_a_schema(&dsn, |schema| measure_jobs(&dsn, schema, layout, jobs, rate)).await?;
         rows.push((layout, run.clone()));
         figures[layout.key()] = run;
     }
@@ -336,38 +381,19 @@ pub async fn job_retention(jobs: usize, rate: u32, json_out: &Path) -> anyhow::R
     write_json(&figures, json_out)
 }
 
-async fn measure_jobs(dsn: &str, schema: &str, layout: Layout, jobs: usize, rate: u32) -> anyhow::Result<Value> {
-    let store = PgStore::connect(dsn, Some(schema), 8).await?;
+async fn measure_jobs(dsn: &str, schema: String, layout: Layout, jobs: usize, rate: u32) -> anyhow::Result<Value> {
+    let store = PgStore::connect(dsn, Some(&schema), 8).await?;
     let today = Utc::now().date_naive().and_hms_opt(0, 0, 0).context("midnight")?.and_utc();
     let first = today - chrono::Duration::days(DAYS);
-    match layout {
-        Layout::OneTable => {
-            // Every migration before partitioned jobs (0038).
-            let all = sqlx::migrate!("../hub-store/migrations/postgres");
-            let before = sqlx::migrate::Migrator {
-                migrations: std::borrow::Cow::Owned(
-                    all.migrations.iter().filter(|m| m.version < 38).cloned().collect(),
-                ),
-                ..sqlx::migrate::Migrator::DEFAULT
-            };
-            before.run(store.pool()).await?;
-        }
-        Layout::Partitioned => {
-            store.migrate().await?;
-            // An install that has run for the eight days: a partition per day.
-            for sql in [
-                "ALTER TABLE delivery_jobs DETACH PARTITION delivery_jobs_legacy",
-                "ALTER TABLE delivery_attempts DETACH PARTITION delivery_attempts_legacy",
-                "DROP TABLE delivery_jobs_legacy, delivery_attempts_legacy",
-                &format!(
-                    "SELECT hub_job_partition(((now() AT TIME ZONE 'UTC')::date - {DAYS}) + n) \
-                     FROM generate_series(0, {DAYS} + 2) n"
-                ),
-            ] {
-                sqlx::query(sql).execute(store.pool()).await?;
-            }
-        }
-    }
+    // The layout before: every migration before partitioned jobs (0038).
+    migrate_layout(
+        &store,
+        layout,
+        38,
+        &[("delivery_jobs", "delivery_jobs_legacy"), ("delivery_attempts", "delivery_attempts_legacy")],
+        "hub_job_partition",
+    )
+    .await?;
     let live = hub_testkit::subscription("live", hub_core::SinkKind::named("webhook"), &["*.*"], None);
     store.create_subscription(&live).await?;
     let started = Instant::now();
@@ -404,33 +430,14 @@ async fn measure_jobs(dsn: &str, schema: &str, layout: Layout, jobs: usize, rate
     sqlx::query("VACUUM (ANALYZE) delivery_jobs, delivery_attempts").execute(store.pool()).await?;
     sqlx::query("CHECKPOINT").execute(store.pool()).await?;
 
-    let writer = PacedWriter::start(&store, rate);
-    tokio::time::sleep(BASELINE).await;
     let cutoff = first + chrono::Duration::days(1);
-    let cpu_before = postgres_cpu();
-    let retention_began = Instant::now();
-    let removed = match layout {
-        Layout::OneTable => delete_jobs_in_batches(&store, cutoff).await?,
-        Layout::Partitioned => {
-            let mut removed = 0;
-            loop {
-                let n =
-                    store.prune(PruneKind::FinishedJobs, cutoff, BATCH).await?.context("the prune lock was taken")?;
-                removed += n;
-                if n < u64::from(BATCH) {
-                    break removed;
-                }
-            }
+    let retained = retain_beside_a_writer(&store, rate, async {
+        match layout {
+            Layout::OneTable => delete_jobs_in_batches(&store, cutoff).await,
+            Layout::Partitioned => prune_to_the_end(&store, PruneKind::FinishedJobs, cutoff).await,
         }
-    };
-    let retention_s = retention_began.elapsed().as_secs_f64();
-    let retention_cpu = postgres_cpu() - cpu_before;
-    tokio::time::sleep(Duration::from_secs(3).saturating_sub(retention_began.elapsed())).await;
-    let during_until = Instant::now().max(retention_began + Duration::from_secs(3));
-    let phase = writer.stop().await?;
-    let before = phase(retention_began - BASELINE, retention_began);
-    let during = phase(retention_began, during_until);
-    anyhow::ensure!(!before.is_empty() && !during.is_empty(), "the writer wrote nothing");
+    })
+    .await?;
     let left: i64 =
         sqlx::query_scalar("SELECT count(*) FROM delivery_jobs WHERE subscription_id = $1 AND finished_at < $2")
             .bind(webhook)
@@ -450,27 +457,19 @@ async fn measure_jobs(dsn: &str, schema: &str, layout: Layout, jobs: usize, rate
         "SELECT sum(n_dead_tup)::bigint FROM pg_stat_user_tables
          WHERE schemaname = $1 AND (relname LIKE 'delivery_jobs%' OR relname LIKE 'delivery_attempts%')",
     )
-    .bind(schema)
+    .bind(&schema)
     .fetch_one(store.pool())
     .await?;
     store.pool().close().await;
     // A job and its attempt: two rows retained each.
-    let rows = 2.0 * removed as f64;
-    Ok(json!({
-        "load_s": load_s,
-        "load_per_s": jobs as f64 / load_s,
-        "removed": removed,
-        "retention_s": retention_s,
-        "retention_postgres_cpu_s": retention_cpu,
-        "postgres_cpu_us_per_row": if rows > 0.0 { retention_cpu * 1e6 / rows } else { f64::NAN },
-        "before_p50_ms": quantile_ms(&before, 0.5),
-        "before_p99_ms": quantile_ms(&before, 0.99),
-        "during_p50_ms": quantile_ms(&during, 0.5),
-        "during_p99_ms": quantile_ms(&during, 0.99),
-        "during_max_ms": quantile_ms(&during, 1.0),
-        "during_writes": during.len(),
-        "dead_rows": dead.unwrap_or(0),
-    }))
+    let rows = 2.0 * retained.removed as f64;
+    let mut figures = retained.figures();
+    figures["load_s"] = json!(load_s);
+    figures["load_per_s"] = json!(jobs as f64 / load_s);
+    figures["postgres_cpu_us_per_row"] =
+        json!(if rows > 0.0 { retained.postgres_cpu_s * 1e6 / rows } else { f64::NAN });
+    figures["dead_rows"] = json!(dead.unwrap_or(0));
+    Ok(figures)
 }
 
 /// Job retention as the layout before did it: `BATCH` finished jobs selected, their attempts and

@@ -90,24 +90,28 @@ BEGIN
                           ) AS ids) ok
               CROSS JOIN LATERAL (
                   -- Candidates: a window of the tenant's oldest due jobs, those of them
-                  -- deliverable; or, when it holds fewer than the share (its oldest jobs are an
-                  -- excluded subscription's backlog), per deliverable subscription its oldest due
-                  -- jobs, so that backlog is never walked. Candidates are read without a lock; of
-                  -- them the tenant's oldest are locked one by one and leased, a job another claim
-                  -- holds passed over for the next, so a claim locks only what it leases.
+                  -- deliverable (read once, `w`); or, when it holds fewer than the share (its
+                  -- oldest jobs are an excluded subscription's backlog), per deliverable
+                  -- subscription its oldest due jobs, so that backlog is never walked. Candidates
+                  -- are read without a lock; of them the tenant's oldest are locked one by one and
+                  -- leased, a job another claim holds passed over for the next, so a claim locks
+                  -- only what it leases.
+                  WITH w AS MATERIALIZED (
+                      SELECT w.id, w.due_at FROM (
+                          SELECT j.id, j.due_at, j.subscription_id, j.ordering_key, j.event_seq
+                          FROM delivery_jobs j
+                          WHERE j.tenant_id = t.tenant_id AND j.state = 'pending' AND j.due_at <= at
+                          ORDER BY j.due_at LIMIT 8 * t.want) w
+                      WHERE w.subscription_id = ANY(ok.ids)
+                        AND (w.ordering_key IS NULL OR NOT EXISTS (
+                             SELECT 1 FROM delivery_jobs e
+                             WHERE e.subscription_id = w.subscription_id AND e.ordering_key = w.ordering_key
+                               AND e.event_seq < w.event_seq AND e.state IN ('pending', 'leased', 'held')))
+                      ORDER BY w.due_at LIMIT 2 * t.want
+                  )
                   SELECT k.id FROM (
                       SELECT cand.id, cand.due_at FROM (
-                          (SELECT w.id, w.due_at FROM (
-                               SELECT j.id, j.due_at, j.subscription_id, j.ordering_key, j.event_seq
-                               FROM delivery_jobs j
-                               WHERE j.tenant_id = t.tenant_id AND j.state = 'pending' AND j.due_at <= at
-                               ORDER BY j.due_at LIMIT 8 * t.want) w
-                           WHERE w.subscription_id = ANY(ok.ids)
-                             AND (w.ordering_key IS NULL OR NOT EXISTS (
-                                  SELECT 1 FROM delivery_jobs e
-                                  WHERE e.subscription_id = w.subscription_id AND e.ordering_key = w.ordering_key
-                                    AND e.event_seq < w.event_seq AND e.state IN ('pending', 'leased', 'held')))
-                           ORDER BY w.due_at LIMIT 2 * t.want)
+                          (SELECT w.id, w.due_at FROM w)
                           UNION
                           (SELECT d.id, d.due_at FROM unnest(ok.ids) AS s(id)
                            CROSS JOIN LATERAL (
@@ -118,19 +122,7 @@ BEGIN
                                       WHERE e.subscription_id = j.subscription_id AND e.ordering_key = j.ordering_key
                                         AND e.event_seq < j.event_seq AND e.state IN ('pending', 'leased', 'held')))
                                ORDER BY j.due_at LIMIT t.want) d
-                           WHERE (SELECT count(*) FROM (
-                                      SELECT 1 FROM (
-                                          SELECT j.subscription_id, j.ordering_key, j.event_seq
-                                          FROM delivery_jobs j
-                                          WHERE j.tenant_id = t.tenant_id AND j.state = 'pending' AND j.due_at <= at
-                                          ORDER BY j.due_at LIMIT 8 * t.want) w
-                                      WHERE w.subscription_id = ANY(ok.ids)
-                                        AND (w.ordering_key IS NULL OR NOT EXISTS (
-                                             SELECT 1 FROM delivery_jobs e
-                                             WHERE e.subscription_id = w.subscription_id
-                                               AND e.ordering_key = w.ordering_key AND e.event_seq < w.event_seq
-                                               AND e.state IN ('pending', 'leased', 'held')))
-                                      LIMIT t.want) x) < t.want
+                           WHERE (SELECT count(*) FROM w) < t.want
                            ORDER BY d.due_at LIMIT 2 * t.want)) cand
                       ORDER BY cand.due_at) cand
                   CROSS JOIN LATERAL (

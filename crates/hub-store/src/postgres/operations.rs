@@ -1,6 +1,5 @@
 //! Schema, health, quarantine, the DLQ plane, retention and API keys.
 
-use super::job_partitions;
 use super::{
     ApiKeyRecord, DateTime, DlqEntry, DlqFilter, MIGRATOR, NewApiKey, NewDlqRecord, Operations, PgStore, PruneKind,
     QuarantineEntry, QuarantineFilter, StoreError, StoreResult, Utc, Uuid, api_key_from_row, async_trait, partitions,
@@ -141,53 +140,11 @@ impl Operations for PgStore {
                 }
                 n
             }
-            PruneKind::FinishedJobs => {
-                let now = Utc::now();
-                let parts = partitions::list(&mut tx, partitions::JOBS).await?;
-                partitions::ensure_ahead(&mut tx, partitions::JOBS, &parts, now).await?;
-                // Each day is dropped in a transaction of its own, as the inbox's are.
-                let mut deleted = 0;
-                for part in partitions::drop_candidates(&parts, now) {
-                    let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
-                    tx = next;
-                    deleted += job_partitions::drop_if_finished(&mut tx, part, older_than).await?;
-                }
-                let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
-                tx = next;
-                let parts = partitions::list(&mut tx, partitions::JOBS).await?;
-                for part in partitions::row_pruned_after(&parts, older_than, job_partitions::DROP_GRACE) {
-                    let room = limit - i64::try_from(deleted).unwrap_or(limit);
-                    if room <= 0 {
-                        break;
-                    }
-                    deleted += job_partitions::delete_rows(&mut tx, part, older_than, room).await?;
-                }
-                deleted
-            }
-            PruneKind::Events => {
-                let now = Utc::now();
-                let parts = partitions::list(&mut tx, partitions::EVENTS).await?;
-                partitions::ensure_ahead(&mut tx, partitions::EVENTS, &parts, now).await?;
-                // A day's partitions are made, and each partition is dropped, in a transaction of
-                // its own: a drop holds the parent table's strongest lock until its commit, so no
-                // slower work may follow it in one.
-                let mut deleted = 0;
-                for part in partitions::drop_candidates(&parts, now) {
-                    let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
-                    tx = next;
-                    deleted += partitions::drop_if_expired(&mut tx, part, older_than).await?;
-                }
-                let Some(next) = self.recommit(tx, &key).await? else { return Ok(Some(deleted)) };
-                tx = next;
-                let parts = partitions::list(&mut tx, partitions::EVENTS).await?;
-                for part in partitions::row_pruned(&parts, older_than) {
-                    let room = limit - i64::try_from(deleted).unwrap_or(limit);
-                    if room <= 0 {
-                        break;
-                    }
-                    deleted += partitions::delete_rows(&mut tx, part, older_than, room).await?;
-                }
-                deleted
+            // Finished jobs with their attempts, and inbox events: by day partitions (a day
+            // dropped whole when it may go, rows deleted only where a drop cannot do the work).
+            PruneKind::FinishedJobs | PruneKind::Events => {
+                let family = if kind == PruneKind::Events { partitions::EVENTS } else { partitions::JOBS };
+                return self.prune_days(tx, &key, family, older_than, limit).await.map(Some);
             }
             PruneKind::Ledger => {
                 super::ledger::ensure_months(&mut tx, Utc::now()).await?;
@@ -302,6 +259,44 @@ impl Operations for PgStore {
 impl PgStore {
     /// Commits `tx` and begins the next transaction of a prune pass, holding its lock again:
     /// `None` when another replica took the lock in between.
+    /// One retention pass over a family's day partitions: the days ahead made, each day that may
+    /// go dropped, then old rows deleted where a drop cannot do the work, up to `limit` in all
+    /// (see `partitions.rs`). Answers the rows removed; stops early, answering what it removed,
+    /// when another replica took the pass's lock between its transactions.
+    async fn prune_days(
+        &self,
+        mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+        key: &str,
+        family: partitions::Family,
+        older_than: DateTime<Utc>,
+        limit: i64,
+    ) -> StoreResult<u64> {
+        let now = Utc::now();
+        let parts = partitions::list(&mut tx, family).await?;
+        partitions::ensure_ahead(&mut tx, family, &parts, now).await?;
+        // A day's partitions are made, and each partition is dropped, in a transaction of its
+        // own: a drop holds the parent table's strongest lock until its commit, so no slower work
+        // may follow it in one.
+        let mut deleted = 0;
+        for part in partitions::drop_candidates(&parts, now) {
+            let Some(next) = self.recommit(tx, key).await? else { return Ok(deleted) };
+            tx = next;
+            deleted += partitions::drop_if_done(&mut tx, family, part, older_than).await?;
+        }
+        let Some(next) = self.recommit(tx, key).await? else { return Ok(deleted) };
+        tx = next;
+        let parts = partitions::list(&mut tx, family).await?;
+        for part in partitions::row_pruned(&parts, older_than, family.grace) {
+            let room = limit - i64::try_from(deleted).unwrap_or(limit);
+            if room <= 0 {
+                break;
+            }
+            deleted += partitions::delete_old_rows(&mut tx, family, part, older_than, room).await?;
+        }
+        tx.commit().await?;
+        Ok(deleted)
+    }
+
     async fn recommit(
         &self,
         tx: sqlx::Transaction<'static, sqlx::Postgres>,

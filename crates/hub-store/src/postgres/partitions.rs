@@ -33,10 +33,25 @@ pub(crate) struct Family {
     pub prefix: &'static str,
     /// The SQL function that makes a day's partition (answers whether it did).
     pub make: &'static str,
+    /// How long past its time a day partition waits to be dropped whole before its old rows are
+    /// deleted row by row.
+    pub grace: Duration,
 }
 
-pub(crate) const EVENTS: Family = Family { parent: "events", prefix: "events_", make: "hub_event_partition" };
-pub(crate) const JOBS: Family = Family { parent: "delivery_jobs", prefix: "delivery_jobs_", make: "hub_job_partition" };
+pub(crate) const EVENTS: Family =
+    Family { parent: "events", prefix: "events_", make: "hub_event_partition", grace: DROP_GRACE };
+pub(crate) const JOBS: Family = Family {
+    parent: "delivery_jobs",
+    prefix: "delivery_jobs_",
+    make: "hub_job_partition",
+    grace: super::job_partitions::DROP_GRACE,
+};
+
+impl Family {
+    fn is_jobs(self) -> bool {
+        self.parent == JOBS.parent
+    }
+}
 
 /// Partitions made ahead of the day they hold.
 const DAYS_AHEAD: i64 = 2;
@@ -179,16 +194,41 @@ pub(crate) async fn drop_if_expired(
     Ok(u64::try_from(count).unwrap_or(0))
 }
 
-/// The partitions whose old events are deleted row by row: the default partition, the legacy
-/// table, and day partitions left an hour past their time.
-pub(crate) fn row_pruned(parts: &[Partition], cutoff: DateTime<Utc>) -> Vec<&Partition> {
-    row_pruned_after(parts, cutoff, DROP_GRACE)
+/// The partitions whose old rows are deleted row by row: the default partition, the legacy
+/// table, and day partitions left `grace` past their time (an hour for the inbox's).
+pub(crate) fn row_pruned(parts: &[Partition], cutoff: DateTime<Utc>, grace: Duration) -> Vec<&Partition> {
+    parts.iter().filter(|p| !p.day || p.ends.is_some_and(|ends| ends + grace <= cutoff)).collect()
 }
 
-/// The partitions whose old rows are deleted row by row: those that are not a day's, and days
-/// left `grace` past their time.
-pub(crate) fn row_pruned_after(parts: &[Partition], cutoff: DateTime<Utc>, grace: Duration) -> Vec<&Partition> {
-    parts.iter().filter(|p| !p.day || p.ends.is_some_and(|ends| ends + grace <= cutoff)).collect()
+/// Drops `part` of `family` when all of it may go (`drop_if_expired`, or for jobs
+/// `job_partitions::drop_if_finished`). Answers the rows dropped.
+pub(crate) async fn drop_if_done(
+    tx: &mut Transaction<'_, Postgres>,
+    family: Family,
+    part: &Partition,
+    cutoff: DateTime<Utc>,
+) -> StoreResult<u64> {
+    if family.is_jobs() {
+        super::job_partitions::drop_if_finished(tx, part, cutoff).await
+    } else {
+        drop_if_expired(tx, part, cutoff).await
+    }
+}
+
+/// Deletes up to `limit` old rows of `part` of `family` (`delete_rows`, or for jobs
+/// `job_partitions::delete_rows`). Answers how many.
+pub(crate) async fn delete_old_rows(
+    tx: &mut Transaction<'_, Postgres>,
+    family: Family,
+    part: &Partition,
+    cutoff: DateTime<Utc>,
+    limit: i64,
+) -> StoreResult<u64> {
+    if family.is_jobs() {
+        super::job_partitions::delete_rows(tx, part, cutoff, limit).await
+    } else {
+        delete_rows(tx, part, cutoff, limit).await
+    }
 }
 
 /// Deletes up to `limit` events of `part` that arrived before `cutoff` and no job refers to,
@@ -271,10 +311,10 @@ mod tests {
             part("events_default", None),
         ];
         let cutoff = DateTime::parse_from_rfc3339("2026-12-06T00:59:00Z").expect("time").with_timezone(&Utc);
-        let names: Vec<&str> = row_pruned(&parts, cutoff).iter().map(|p| p.name.as_str()).collect();
+        let names: Vec<&str> = row_pruned(&parts, cutoff, DROP_GRACE).iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["events_legacy", "events_default"], "the day just past its time waits to be dropped");
         let names: Vec<&str> =
-            row_pruned(&parts, cutoff + Duration::minutes(1)).iter().map(|p| p.name.as_str()).collect();
+            row_pruned(&parts, cutoff + Duration::minutes(1), DROP_GRACE).iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["events_legacy", "events_20261205", "events_default"], "an hour past its time");
     }
 }

@@ -6,31 +6,14 @@
 
 use std::borrow::Cow;
 
-use chrono::{DateTime, Duration, NaiveDate, Utc};
+use chrono::{DateTime, Duration, Utc};
 use hub_core::SinkKind;
 use hub_store::{HealthChange, JobTransition, PgStore, PruneKind, Store};
-use uuid::{NoContext, Timestamp, Uuid};
+use uuid::Uuid;
 
 use crate::jobs::{claim, result};
+use crate::partitions::{PARTITIONED_JOBS, id_at, noon, today};
 use crate::support::{TestDb, subscription};
-
-/// The first of the partitioned jobs' migrations (0038–0041).
-const PARTITIONED_JOBS: i64 = 38;
-
-/// A UUIDv7 of the time `at`.
-fn id_at(at: DateTime<Utc>) -> Uuid {
-    let nanos = at.timestamp_subsec_nanos();
-    Uuid::new_v7(Timestamp::from_unix(NoContext, u64::try_from(at.timestamp()).expect("after 1970"), nanos))
-}
-
-fn today() -> NaiveDate {
-    Utc::now().date_naive()
-}
-
-/// Noon of the day `days` from today.
-fn noon(days: i64) -> DateTime<Utc> {
-    (today() + Duration::days(days)).and_hms_opt(12, 0, 0).expect("noon").and_utc()
-}
 
 fn day_name(table: &str, days: i64) -> String {
     format!("{table}_{}", (today() + Duration::days(days)).format("%Y%m%d"))

@@ -24,10 +24,10 @@ const ALTERS_THE_INBOX: i64 = 29;
 const BUILDS_ON_THE_INBOX: i64 = 36;
 /// The first of the partitioned jobs' migrations (0038–0040), which build on the inbox's: an
 /// upgrade runs them after it.
-const PARTITIONED_JOBS: i64 = 38;
+pub(crate) const PARTITIONED_JOBS: i64 = 38;
 
 /// A UUIDv7 of the time `at`.
-fn id_at(at: DateTime<Utc>) -> Uuid {
+pub(crate) fn id_at(at: DateTime<Utc>) -> Uuid {
     let nanos = at.timestamp_subsec_nanos();
     Uuid::new_v7(Timestamp::from_unix(NoContext, u64::try_from(at.timestamp()).expect("after 1970"), nanos))
 }
@@ -42,12 +42,12 @@ fn event(tenant: &str, id_time: DateTime<Utc>, received: DateTime<Utc>) -> (Uuid
     (id, record)
 }
 
-fn today() -> NaiveDate {
+pub(crate) fn today() -> NaiveDate {
     Utc::now().date_naive()
 }
 
 /// Noon of the day `days` from today.
-fn noon(days: i64) -> DateTime<Utc> {
+pub(crate) fn noon(days: i64) -> DateTime<Utc> {
     (today() + Duration::days(days)).and_hms_opt(12, 0, 0).expect("noon").and_utc()
 }
 
