@@ -4,7 +4,8 @@
 //! `delivery_attempts` by the day of their job's id, with the same bounds: a day's attempts live
 //! beside their jobs. Each retention pass:
 //!
-//! 1. creates the partitions of today and the next two days that are missing;
+//! 1. creates the partitions of today and tomorrow that are missing (job ids are the hub's own, so
+//!    a day ahead is enough, and each partition costs every claim a probe);
 //! 2. drops the jobs and attempts of each day that is over, once none of its jobs is open
 //!    (pending, leased or held) and every one finished before the cutoff: two catalog changes
 //!    instead of a million row deletions, and no dead rows for vacuum;

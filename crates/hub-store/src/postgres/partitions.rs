@@ -36,15 +36,21 @@ pub(crate) struct Family {
     /// How long past its time a day partition waits to be dropped whole before its old rows are
     /// deleted row by row.
     pub grace: Duration,
+    /// Days after today whose partitions each pass makes.
+    pub ahead: i64,
 }
 
+/// Events' ids are their producers', whose clocks may run ahead: two days are made ahead.
 pub(crate) const EVENTS: Family =
-    Family { parent: "events", prefix: "events_", make: "hub_event_partition", grace: DROP_GRACE };
+    Family { parent: "events", prefix: "events_", make: "hub_event_partition", grace: DROP_GRACE, ahead: 2 };
+/// Jobs' ids are the hub's own: tomorrow's partition is enough ahead (a pass runs every hour),
+/// and every claim probes each partition there is, empty or not.
 pub(crate) const JOBS: Family = Family {
     parent: "delivery_jobs",
     prefix: "delivery_jobs_",
     make: "hub_job_partition",
     grace: super::job_partitions::DROP_GRACE,
+    ahead: 1,
 };
 
 impl Family {
@@ -52,9 +58,6 @@ impl Family {
         self.parent == JOBS.parent
     }
 }
-
-/// Partitions made ahead of the day they hold.
-const DAYS_AHEAD: i64 = 2;
 
 /// How long past its time a day partition waits to be dropped whole before its old events are
 /// deleted row by row.
@@ -127,7 +130,7 @@ pub(crate) async fn ensure_ahead(
 ) -> StoreResult<u32> {
     let covered_until = parts.iter().filter(|p| !p.day).filter_map(|p| p.ends).max();
     let mut created = 0;
-    for n in 0..=DAYS_AHEAD {
+    for n in 0..=family.ahead {
         let day = now.date_naive() + Duration::days(n);
         let starts = day.and_hms_opt(0, 0, 0).map(|t| t.and_utc());
         if covered_until.is_some_and(|until| starts.is_some_and(|s| s < until)) {
