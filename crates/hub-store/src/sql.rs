@@ -185,9 +185,15 @@ pub(crate) const CREATE_API_KEY: &str =
 
 pub(crate) const PENDING_MIGRATIONS: &str = "SELECT version FROM _sqlx_migrations WHERE success";
 
-pub(crate) const FINISHED_JOBS_TO_PRUNE: &str = "SELECT id FROM delivery_jobs
-    WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < $1
-    LIMIT $2";
+/// Up to `$2` jobs of `table` (the jobs table, or on PostgreSQL one of its partitions) that
+/// finished before `$1`: what job retention deletes, with their attempts.
+pub(crate) fn finished_jobs_to_prune(table: &str) -> String {
+    format!(
+        "SELECT id FROM {table}
+         WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < $1
+         LIMIT $2"
+    )
+}
 
 pub(crate) const EVENTS_BY_TENANT: &str = "SELECT tenant_id, count(*) FROM events GROUP BY tenant_id";
 

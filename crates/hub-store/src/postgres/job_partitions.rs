@@ -82,15 +82,11 @@ pub(crate) async fn delete_rows(
 ) -> StoreResult<u64> {
     let jobs = quoted(&part.name);
     let attempts = quoted(&attempts_of(&part.name));
-    let ids: Vec<Uuid> = sqlx::query_scalar(&format!(
-        "SELECT id FROM {jobs}
-         WHERE state IN ('succeeded', 'dead', 'cancelled') AND COALESCE(finished_at, updated_at) < $1
-         LIMIT $2"
-    ))
-    .bind(cutoff)
-    .bind(limit)
-    .fetch_all(&mut **tx)
-    .await?;
+    let ids: Vec<Uuid> = sqlx::query_scalar(&crate::sql::finished_jobs_to_prune(&jobs))
+        .bind(cutoff)
+        .bind(limit)
+        .fetch_all(&mut **tx)
+        .await?;
     if ids.is_empty() {
         return Ok(0);
     }

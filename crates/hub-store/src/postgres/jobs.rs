@@ -90,9 +90,10 @@ impl JobQueue for PgStore {
     }
 
     async fn release_job(&self, job: Uuid, token: Uuid, due_at: DateTime<Utc>) -> StoreResult<bool> {
-        // The job is found by its primary key alone, its lease checked on the row: naming the
-        // state in the lookup let a plan cached while the table was nearly empty read the whole
-        // partial index of leased jobs instead (see migration 0026).
+        // The job is found by its primary key alone (the subquery: a plan cannot take another
+        // index for it), its lease checked on the row: naming the state in the lookup let a plan
+        // cached while the table was nearly empty read the whole partial index of leased jobs
+        // instead (see migration 0026).
         let done = sqlx::query(
             "UPDATE delivery_jobs SET state = 'pending', due_at = $3, lease_expires_at = NULL, lease_token = NULL,
                 updated_at = now()

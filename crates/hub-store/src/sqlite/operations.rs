@@ -136,7 +136,7 @@ impl Operations for SqliteStore {
                 n
             }
             PruneKind::FinishedJobs => {
-                let doomed = sql::FINISHED_JOBS_TO_PRUNE;
+                let doomed = sql::finished_jobs_to_prune("delivery_jobs");
                 sqlx::query(&format!("DELETE FROM delivery_attempts WHERE job_id IN ({doomed})"))
                     .bind(cutoff)
                     .bind(limit)
