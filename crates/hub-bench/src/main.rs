@@ -275,6 +275,9 @@ enum BenchScenario {
         events: usize,
         #[arg(long, default_value_t = 32, value_parser = at_least_one)]
         producers: usize,
+        /// Rounds of the three ways in turn, each transform set against its own round's none.
+        #[arg(long, default_value_t = 1, value_parser = at_least_one)]
+        rounds: usize,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -523,8 +526,8 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
             auth::auth_cost(events, producers, &json_path(json, "auth-cost")).await
         }
         BenchScenario::SsoCost { requests, json } => sso::sso_cost(requests, &json_path(json, "sso-cost")).await,
-        BenchScenario::TransformCost { events, producers, json } => {
-            transform::transform_cost(events, producers, &json_path(json, "transform-cost")).await
+        BenchScenario::TransformCost { events, producers, rounds, json } => {
+            transform::transform_cost(events, producers, rounds, &json_path(json, "transform-cost")).await
         }
         BenchScenario::TransformIsolation { subscriptions, flood, rate, json } => {
             slow::transform_isolation(subscriptions, flood, rate, &json_path(json, "transform-isolation")).await
