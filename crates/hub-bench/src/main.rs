@@ -281,6 +281,20 @@ enum BenchScenario {
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
+    /// The budget is CPU time: a handler needing 2 ms of CPU (budget 5 ms) on every event while
+    /// threads of this process keep every core busy, none of its runs refused.
+    TransformBusy {
+        #[arg(long, default_value_t = 10_000, value_parser = at_least_one)]
+        events: usize,
+        /// The CPU the handler is calibrated to need, ms.
+        #[arg(long, default_value_t = 2.0)]
+        cpu_ms: f64,
+        /// Threads spinning beside the hub (default: twice the cores).
+        #[arg(long)]
+        spinners: Option<usize>,
+        #[arg(long)]
+        json: Option<std::path::PathBuf>,
+    },
     /// One tenant's transformed deliveries alone and beside another tenant's subscriptions whose
     /// handlers spend their whole CPU budget on every run.
     TransformIsolation {
@@ -528,6 +542,10 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
         BenchScenario::SsoCost { requests, json } => sso::sso_cost(requests, &json_path(json, "sso-cost")).await,
         BenchScenario::TransformCost { events, producers, rounds, json } => {
             transform::transform_cost(events, producers, rounds, &json_path(json, "transform-cost")).await
+        }
+        BenchScenario::TransformBusy { events, cpu_ms, spinners, json } => {
+            let spinners = spinners.unwrap_or_else(|| 2 * std::thread::available_parallelism().map_or(2, |n| n.get()));
+            transform::transform_busy(events, cpu_ms, spinners, &json_path(json, "transform-busy")).await
         }
         BenchScenario::TransformIsolation { subscriptions, flood, rate, json } => {
             slow::transform_isolation(subscriptions, flood, rate, &json_path(json, "transform-isolation")).await

@@ -209,3 +209,171 @@ fn transform_runs(metrics: &str) -> (f64, f64) {
         metric_sum(metrics, "streaming_hub_transform_duration_seconds_sum", &[]),
     )
 }
+
+/// Code that spends `loops` turns of a plain loop (its CPU time is calibrated from it).
+fn busy_code(loops: u64) -> String {
+    format!(
+        "function handler(event) {{ let x = 0; for (let i = 0; i < {loops}; i++) {{ x = (x + i) % 1000003; }} \
+         event.data = {{ sent_at_us: (event.data || {{}}).sent_at_us, x }}; return event; }}"
+    )
+}
+
+/// The mean time of a transform run, µs, over the runs since `before` (runs, seconds).
+fn mean_run_us(metrics: &str, before: (f64, f64)) -> f64 {
+    let (runs, seconds) = transform_runs(metrics);
+    (seconds - before.1) * 1e6 / (runs - before.0).max(1.0)
+}
+
+/// Posts one event at a time to `who` (each delivered before the next): its runs meet an idle
+/// worker, so their time is their CPU time. The mean run, µs.
+async fn timed_alone(hub: &BenchHub, receiver: &Receiver, who: &[(String, String)], n: usize) -> anyhow::Result<f64> {
+    let label = who[0].1.clone();
+    let before = transform_runs(&hub.metrics().await?);
+    for i in 1..=n {
+        hub.post_many(who, 1, 1).await?;
+        wait(&|| receiver.delivered(&label), i).await?;
+    }
+    receiver.take(&label);
+    Ok(mean_run_us(&hub.metrics().await?, before))
+}
+
+/// The budget is CPU time (issue #61): a handler calibrated to need `cpu_ms` of CPU (under the
+/// default 5 ms budget) runs on `events` events while `spinners` threads of this process keep
+/// every core busy; none of its runs may be refused. Reports the runs by result, the workers
+/// stopped, and how much longer a run took in wall time than alone.
+pub async fn transform_busy(events: usize, cpu_ms: f64, spinners: usize, json_out: &Path) -> anyhow::Result<()> {
+    let receiver = Receiver::start().await?;
+    let hub = BenchHub::start(None).await?;
+    // Calibrated on an idle machine: a first guess, then scaled to the CPU sought.
+    let mut loops: u64 = 20_000;
+    let mut alone_us = 0.0;
+    for round in 0..3 {
+        // A tenant of its own each time (the tenant is what the bench's events are labelled by).
+        let label = format!("calibrate{round}");
+        let key = hub.tenant(&label).await?;
+        let url = receiver.url(&label, false);
+        let id = hub
+            .subscribe_with(
+                &key,
+                json!({"name": label, "event_types": ["*.*"], "sink": {"type": "webhook", "url": url},
+                    "transform": {"language": "javascript", "code": busy_code(loops)}}),
+            )
+            .await?;
+        let who = [(key.clone(), label.clone())];
+        // The first run compiles the handler; it is not counted.
+        hub.post_many(&who, 1, 1).await?;
+        wait(&|| receiver.delivered(&label), 1).await?;
+        receiver.take(&label);
+        alone_us = timed_alone(&hub, &receiver, &who, 20).await?;
+        hub.unsubscribe(&key, &id).await?;
+        if round < 2 {
+            loops = ((loops as f64) * cpu_ms * 1000.0 / alone_us.max(1.0)).round().max(1.0) as u64;
+        }
+    }
+    let label = "busy".to_owned();
+    let key = hub.tenant(&label).await?;
+    let url = receiver.url(&label, false);
+    let subscription = hub
+        .subscribe_with(
+            &key,
+            json!({"name": label, "event_types": ["*.*"], "sink": {"type": "webhook", "url": url},
+            "transform": {"language": "javascript", "code": busy_code(loops)}}),
+        )
+        .await?;
+    let who = [(key.clone(), label.clone())];
+    hub.post_many(&who, 1, 1).await?;
+    wait(&|| receiver.delivered(&label), 1).await?;
+    receiver.take(&label);
+    let before_metrics = hub.metrics().await?;
+    let before = transform_runs(&before_metrics);
+    let stopped_before = metric_sum(&before_metrics, "streaming_hub_transform_workers_stopped_total", &[]);
+    let failed_before =
+        metric_sum(&before_metrics, "streaming_hub_transform_runs_total", &["result=\"failed\"".into()]);
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinning: Vec<_> = (0..spinners)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let posted = hub.post_many(&who, events, 8).await;
+    let deadline = Instant::now() + std::time::Duration::from_secs(1800);
+    while posted.is_ok() && receiver.delivered(&label) < events && Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in spinning {
+        let _ = s.join();
+    }
+    posted?;
+    let metrics = hub.metrics().await?;
+    let got = receiver.received(&label);
+    let refusals = failed_attempts(&hub, &key, &subscription).await?;
+    hub.finish().await?;
+    let (runs, _) = transform_runs(&metrics);
+    let busy_us = mean_run_us(&metrics, before);
+    let failed =
+        metric_sum(&metrics, "streaming_hub_transform_runs_total", &["result=\"failed\"".into()]) - failed_before;
+    let stopped = metric_sum(&metrics, "streaming_hub_transform_workers_stopped_total", &[]) - stopped_before;
+    let runs = runs - before.0;
+
+    println!(
+        "transform-busy ({events} events through a handler of about {cpu_ms} ms of CPU, budget 5 ms, {spinners} threads \
+         spinning on {} cores)",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!("  handler's run alone (calibrated), ms      {:.2}", alone_us / 1000.0);
+    println!("  … beside the spinning threads, wall ms    {:.2}", busy_us / 1000.0);
+    println!("  runs                                      {runs:.0}");
+    println!("  runs refused (failed)                     {failed:.0}");
+    println!("  workers stopped                           {stopped:.0}");
+    println!(
+        "  delivered                                 {} of {events} ({} duplicates)",
+        got.distinct(),
+        got.duplicates()
+    );
+    println!("  took s                                    {:.1}", took.as_secs_f64());
+    for (error, count) in &refusals {
+        println!("  refused {count} time(s): {error}");
+    }
+    let figures = json!({"scenario": "transform-busy", "events": events, "spinners": spinners, "loops": loops,
+        "run_alone_ms": alone_us / 1000.0, "run_busy_wall_ms": busy_us / 1000.0, "runs": runs, "failed": failed,
+        "workers_stopped": stopped, "delivered": got.distinct(), "duplicates": got.duplicates(),
+        "seconds": took.as_secs_f64(), "refusals": refusals.iter().map(|(e, n)| json!({"error": e, "count": n})).collect::<Vec<_>>()});
+    write_json(&figures, json_out)?;
+    anyhow::ensure!(got.distinct() == events, "only {} of {events} delivered", got.distinct());
+    Ok(())
+}
+
+/// The errors of a subscription's failed attempts, with how often each came.
+async fn failed_attempts(hub: &BenchHub, key: &str, subscription: &str) -> anyhow::Result<Vec<(String, usize)>> {
+    let mut errors = std::collections::BTreeMap::<String, usize>::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/v1/subscriptions/{subscription}/deliveries?limit=1000");
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let (status, page, _) = hub.call(reqwest::Method::GET, &path, Some(key), None).await?;
+        anyhow::ensure!(status == 200, "listing deliveries: {status} {page}");
+        for job in page["items"].as_array().into_iter().flatten() {
+            for attempt in job["attempt_log"].as_array().into_iter().flatten() {
+                if attempt["outcome"] == "failed" {
+                    *errors.entry(attempt["error"].as_str().unwrap_or("?").to_owned()).or_default() += 1;
+                }
+            }
+        }
+        cursor = page["next_cursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            return Ok(errors.into_iter().collect());
+        }
+    }
+}

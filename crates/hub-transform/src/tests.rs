@@ -114,6 +114,44 @@ fn hostile_handlers_fail_within_their_budget() {
     assert!(matches!(out("function handler(e) { for (;;) {} }"), Err(Failure::Cpu(_))));
 }
 
+/// A light handler's run stopped at its budget (what a busy machine's interrupts charged to the
+/// worker can do) is run once more on a fresh runtime; a second stop is final, and a handler that
+/// is not light (too few runs yet, or needing its budget) is never run twice.
+#[test]
+fn a_light_handlers_run_stopped_at_its_budget_is_run_once_more() {
+    let limits = limits();
+    let mut cache = Cache::new(CACHE_BYTES);
+    let run = |cache: &mut Cache, code: &Code, spin: bool| {
+        let event = json!({"type": "t", "id": "e1", "data": {"spin": spin}, "headers": {}, "path": ""});
+        cache.run(code, &Input::from(&event), &limits).output
+    };
+    // Stopped on its ninth run only: the second try, on a fresh runtime (its count back at one),
+    // is the answer.
+    let ninth =
+        Code::new("a", "var n = 0; function handler(e) { n++; if (n == 9) for (;;) {} e.data = {n}; return e; }");
+    for i in 1..=8 {
+        assert_eq!(answered(run(&mut cache, &ninth, false))["data"]["n"], i);
+    }
+    assert_eq!(answered(run(&mut cache, &ninth, false))["data"]["n"], 1, "run again on a fresh runtime");
+    assert_eq!(cache.again(), 1);
+    // Stopped on both tries: that stop is final.
+    let spins = Code::new("b", "function handler(e) { if (e.data.spin) for (;;) {} return e; }");
+    for _ in 0..8 {
+        assert!(matches!(run(&mut cache, &spins, false), Ok(Output::Event(_))));
+    }
+    assert_eq!(run(&mut cache, &spins, true), Err(Failure::Cpu(50)));
+    assert_eq!(cache.again(), 2, "tried twice");
+    // Its runtime is new again: not light until it has run within its budget again.
+    assert_eq!(run(&mut cache, &spins, true), Err(Failure::Cpu(50)));
+    assert_eq!(cache.again(), 2, "not light after a stop");
+    // A handler that never ends within its budget is never light.
+    let heavy = Code::new("c", "function handler(e) { for (;;) {} }");
+    for _ in 0..10 {
+        assert_eq!(run(&mut cache, &heavy, false), Err(Failure::Cpu(50)));
+    }
+    assert_eq!(cache.again(), 2, "a handler that never ended within its budget");
+}
+
 #[test]
 fn nothing_outside_the_language_is_reachable() {
     let reach = out(
@@ -162,7 +200,7 @@ fn an_import_is_refused_and_its_runtime_is_freed_cleanly() {
     let code = "function handler(e) { import('fs'); return e; }";
     assert_eq!(answered(out(code)), event());
     let sandbox = Sandbox::new(code, &limits()).expect("compiles");
-    let (answer, _) = sandbox.call(&input(), &limits());
+    let (answer, _, _) = sandbox.call(&input(), &limits());
     assert_eq!(answered(answer), event());
     drop(sandbox);
     // A promise is not an event.
