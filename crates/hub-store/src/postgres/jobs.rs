@@ -42,8 +42,8 @@ impl JobQueue for PgStore {
 
     async fn claim_jobs(&self, req: &ClaimRequest) -> StoreResult<Claim> {
         let limit = i64::from(req.limit.max(1));
-        // `hub_claim` (migration 0041): the first round picks the tenants with due work after the
-        // last one served, each given an even share of the limit, in one statement.
+        // `hub_claim` (migrations 0041, 0042): the first round picks the tenants with due work
+        // after the last one served, each given an even share of the limit, in one statement.
         let claim = |again: Option<(&[String], &[i64])>| {
             sqlx::query("SELECT * FROM hub_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
                 .bind(req.after_tenant.clone().unwrap_or_default())

@@ -174,12 +174,31 @@ async fn claims_and_records_find_jobs_in_every_partition() {
     let pg = db.postgres_store().expect("postgres");
     let sub = subscription("t1", SinkKind::named("webhook"), &["*.*"], None);
     db.store.create_subscription(&sub).await.expect("subscription");
-    // Due jobs in the partition of the tables before (today's), a day made ahead, and the
-    // default partition (a day with none), due in an order their partitions do not follow.
-    let ahead = job(pg, sub.id, noon(2), "pending", None).await;
-    let legacy = job(pg, sub.id, Utc::now(), "pending", None).await;
-    let stray = job(pg, sub.id, noon(40), "pending", None).await;
-    for (id, due) in [(ahead, 3), (legacy, 2), (stray, 1)] {
+    // A store that has run for a while: the tables before hold the oldest days, then day
+    // partitions, with days missing (their jobs in the default partition). Due jobs in the tables
+    // before, a day's partition and the default one, due in an order their partitions do not
+    // follow. (A job's id is never later than its due time: the hub makes both from its clock.)
+    db.execute("ALTER TABLE delivery_jobs DETACH PARTITION delivery_jobs_legacy").await;
+    db.execute("ALTER TABLE delivery_attempts DETACH PARTITION delivery_attempts_legacy").await;
+    db.execute("DROP TABLE delivery_jobs_legacy, delivery_attempts_legacy").await;
+    db.execute("CREATE TABLE delivery_jobs_legacy (LIKE delivery_jobs INCLUDING DEFAULTS)").await;
+    db.execute("CREATE TABLE delivery_attempts_legacy (LIKE delivery_attempts INCLUDING DEFAULTS)").await;
+    db.execute("SELECT hub_job_indexes('delivery_jobs_legacy', 'delivery_attempts_legacy')").await;
+    let cut = sqlx::query_scalar::<_, Uuid>("SELECT hub_day_uuid((now() AT TIME ZONE 'UTC')::date - 30)")
+        .fetch_one(pg.pool())
+        .await
+        .expect("cut");
+    for (parent, legacy) in
+        [("delivery_jobs", "delivery_jobs_legacy"), ("delivery_attempts", "delivery_attempts_legacy")]
+    {
+        db.execute(&format!("ALTER TABLE {parent} ATTACH PARTITION {legacy} FOR VALUES FROM (MINVALUE) TO ('{cut}')"))
+            .await;
+    }
+    db.execute("SELECT hub_job_partition((now() AT TIME ZONE 'UTC')::date - 3)").await;
+    let day = job(pg, sub.id, noon(-3), "pending", None).await;
+    let legacy = job(pg, sub.id, noon(-40), "pending", None).await;
+    let stray = job(pg, sub.id, Utc::now(), "pending", None).await;
+    for (id, due) in [(day, 3), (legacy, 2), (stray, 1)] {
         sqlx::query("UPDATE delivery_jobs SET due_at = now() - make_interval(mins => $2) WHERE id = $1")
             .bind(id)
             .bind(due)
@@ -187,13 +206,13 @@ async fn claims_and_records_find_jobs_in_every_partition() {
             .await
             .expect("due");
     }
-    assert_eq!(partition_of(pg, ahead).await, day_name("delivery_jobs", 2));
+    assert_eq!(partition_of(pg, day).await, day_name("delivery_jobs", -3));
     assert_eq!(partition_of(pg, legacy).await, "delivery_jobs_legacy");
     assert_eq!(partition_of(pg, stray).await, "delivery_jobs_default");
 
     let got = db.store.claim_jobs(&claim(2, None)).await.expect("claim").jobs;
     let ids: Vec<Uuid> = got.iter().map(|j| j.id).collect();
-    assert_eq!(ids, [ahead, legacy], "the oldest due first, whichever partition holds them");
+    assert_eq!(ids, [day, legacy], "the oldest due first, whichever partition holds them");
     let rest = db.store.claim_jobs(&claim(10, None)).await.expect("claim").jobs;
     assert_eq!(rest.iter().map(|j| j.id).collect::<Vec<_>>(), [stray]);
 
@@ -204,7 +223,7 @@ async fn claims_and_records_find_jobs_in_every_partition() {
         .collect();
     let done = db.store.complete_attempts(&results).await.expect("record");
     assert!(done.iter().all(|d| d.job_updated), "every outcome recorded: {done:?}");
-    for id in [ahead, legacy, stray] {
+    for id in [day, legacy, stray] {
         let state: String = sqlx::query_scalar("SELECT state FROM delivery_jobs WHERE id = $1")
             .bind(id)
             .fetch_one(pg.pool())
@@ -214,7 +233,7 @@ async fn claims_and_records_find_jobs_in_every_partition() {
         assert_eq!(kept(pg, id).await, (true, 2), "its attempt beside the first");
     }
     // A lease given back is found by id in its partition too.
-    let again = job(pg, sub.id, noon(1), "pending", None).await;
+    let again = job(pg, sub.id, noon(-3) + Duration::hours(1), "pending", None).await;
     sqlx::query("UPDATE delivery_jobs SET due_at = now() - interval '1 minute' WHERE id = $1")
         .bind(again)
         .execute(pg.pool())
