@@ -224,6 +224,25 @@ fn mean_run_us(metrics: &str, before: (f64, f64)) -> f64 {
     (seconds - before.1) * 1e6 / (runs - before.0).max(1.0)
 }
 
+/// A tenant named `label` (the bench's events are labelled by their tenant) subscribed through
+/// [`busy_code`] of `loops` to the receiver, its handler compiled by a first event not counted:
+/// its key and the subscription's id.
+async fn busy_tenant(hub: &BenchHub, receiver: &Receiver, label: &str, loops: u64) -> anyhow::Result<(String, String)> {
+    let key = hub.tenant(label).await?;
+    let url = receiver.url(label, false);
+    let id = hub
+        .subscribe_with(
+            &key,
+            json!({"name": label, "event_types": ["*.*"], "sink": {"type": "webhook", "url": url},
+                "transform": {"language": "javascript", "code": busy_code(loops)}}),
+        )
+        .await?;
+    hub.post_many(&[(key.clone(), label.to_owned())], 1, 1).await?;
+    wait(&|| receiver.delivered(label), 1).await?;
+    receiver.take(label);
+    Ok((key, id))
+}
+
 /// Posts one event at a time to `who` (each delivered before the next): its runs meet an idle
 /// worker, so their time is their CPU time. The mean run, µs.
 async fn timed_alone(hub: &BenchHub, receiver: &Receiver, who: &[(String, String)], n: usize) -> anyhow::Result<f64> {
@@ -248,22 +267,9 @@ pub async fn transform_busy(events: usize, cpu_ms: f64, spinners: usize, json_ou
     let mut loops: u64 = 20_000;
     let mut alone_us = 0.0;
     for round in 0..3 {
-        // A tenant of its own each time (the tenant is what the bench's events are labelled by).
         let label = format!("calibrate{round}");
-        let key = hub.tenant(&label).await?;
-        let url = receiver.url(&label, false);
-        let id = hub
-            .subscribe_with(
-                &key,
-                json!({"name": label, "event_types": ["*.*"], "sink": {"type": "webhook", "url": url},
-                    "transform": {"language": "javascript", "code": busy_code(loops)}}),
-            )
-            .await?;
+        let (key, id) = busy_tenant(&hub, &receiver, &label, loops).await?;
         let who = [(key.clone(), label.clone())];
-        // The first run compiles the handler; it is not counted.
-        hub.post_many(&who, 1, 1).await?;
-        wait(&|| receiver.delivered(&label), 1).await?;
-        receiver.take(&label);
         alone_us = timed_alone(&hub, &receiver, &who, 20).await?;
         hub.unsubscribe(&key, &id).await?;
         if round < 2 {
@@ -271,19 +277,8 @@ pub async fn transform_busy(events: usize, cpu_ms: f64, spinners: usize, json_ou
         }
     }
     let label = "busy".to_owned();
-    let key = hub.tenant(&label).await?;
-    let url = receiver.url(&label, false);
-    let subscription = hub
-        .subscribe_with(
-            &key,
-            json!({"name": label, "event_types": ["*.*"], "sink": {"type": "webhook", "url": url},
-            "transform": {"language": "javascript", "code": busy_code(loops)}}),
-        )
-        .await?;
+    let (key, subscription) = busy_tenant(&hub, &receiver, &label, loops).await?;
     let who = [(key.clone(), label.clone())];
-    hub.post_many(&who, 1, 1).await?;
-    wait(&|| receiver.delivered(&label), 1).await?;
-    receiver.take(&label);
     let before_metrics = hub.metrics().await?;
     let before = transform_runs(&before_metrics);
     let stopped_before = metric_sum(&before_metrics, "streaming_hub_transform_workers_stopped_total", &[]);
