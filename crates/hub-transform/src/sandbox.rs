@@ -97,8 +97,9 @@ impl Cache {
     /// a millisecond or more it did not spend. A run stopped at its budget whose handler is light
     /// (its last [`LIGHT_AFTER`] runs or more ended within the budget, needing under half of it
     /// as a rule) is run once more on a fresh runtime; a second stop is final. A handler that
-    /// spends its budget on every run is never light, and never run twice; the worker's bound
-    /// (twice the budget plus 5 ms) holds both tries together.
+    /// spends its budget on every run is never light, and never run twice. The worker's bound
+    /// (twice the budget plus 5 ms) counts both tries and the runtime made between them: a light
+    /// handler whose top level is slow can reach it, and then fails as it would have.
     pub fn run(&mut self, code: &Code, event: &Input, limits: &Limits) -> Run {
         let started = Instant::now();
         let (mut output, mut logs, light) = match self.run_kept(code, event, limits) {
