@@ -93,24 +93,42 @@ fn a_pool_runs_code_in_workers_and_keeps_its_runtime() {
 }
 
 /// A tenant with a backlog of slow runs delays another tenant's run by what the worker already
-/// holds (one run, or one batch of light runs), not by its backlog: free workers take the
-/// tenants in turn.
+/// holds (the runs dealt to it before, and one run or one batch of light runs), not by its
+/// backlog: free workers take the tenants in turn.
 #[test]
 fn a_pool_takes_tenants_in_turn() {
     let pool = pool(1, limits());
     let slow = Code::new("a/1", "function handler(e) { for (let i = 0; i < 100000; i++) {} return e; }");
     let quick = Code::new("b/1", "function handler(e) { return e; }");
     let done = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // How many of a's runs had been dealt to the worker when b's run was queued, at most.
+    let dealt = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
     runtime().block_on(async {
+        // The worker keeps both codes first: a run whose code it does not hold is sent again with
+        // it at the end of its batch, which would put b's run behind the rest of that batch.
+        for (tenant, code) in [("a", &slow), ("b", &quick)] {
+            let run = pool.run(tenant, code.clone(), input()).await;
+            assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
+        }
         let mut tasks = Vec::new();
+        // Spawned in order on one thread: each run is queued at its task's first poll, so a's 30
+        // runs are all queued before b's.
         for (tenant, code) in std::iter::repeat_n(("a", &slow), 30).chain([("b", &quick)]) {
-            let (pool, code, done) = (pool.clone(), code.clone(), Arc::clone(&done));
+            let (pool, code, done, dealt) = (pool.clone(), code.clone(), Arc::clone(&done), Arc::clone(&dealt));
             tasks.push(tokio::spawn(async move {
-                // When its run is queued (on a busy machine, maybe after many of the others ran).
+                let mut run = std::pin::pin!(pool.run(tenant, code, input()));
+                let first = std::future::poll_fn(|cx| std::task::Poll::Ready(run.as_mut().poll(cx))).await;
                 if tenant == "b" {
+                    // Queued now. a's runs waiting now are at most those waiting when it was
+                    // queued (nothing of a's is queued after it); the count holds b's unless dealt.
+                    let waiting = pool.health().waiting;
+                    dealt.store(31usize.saturating_sub(waiting), std::sync::atomic::Ordering::SeqCst);
                     done.lock().expect("done").push("b queued");
                 }
-                let run = pool.run(tenant, code, input()).await;
+                let run = match first {
+                    std::task::Poll::Ready(run) => run,
+                    std::task::Poll::Pending => run.await,
+                };
                 assert!(matches!(run.output, Ok(Output::Event(_))), "{:?}", run.output);
                 done.lock().expect("done").push(tenant);
             }));
@@ -120,12 +138,12 @@ fn a_pool_takes_tenants_in_turn() {
         }
     });
     let done = done.lock().expect("done").clone();
-    let queued = done.iter().position(|t| *t == "b queued").expect("b queued");
+    let dealt = dealt.load(std::sync::atomic::Ordering::SeqCst);
     let ran = done.iter().position(|t| *t == "b").expect("b ran");
-    let before = done[queued + 1..ran].len();
-    // At most what the worker held when b came (one batch: 16 runs) ran before it, never the
-    // backlog (30).
-    assert!(before <= 17, "tenant b waited behind {before} runs of tenant a: {done:?}");
+    let before = done[..ran].iter().filter(|t| **t == "a").count();
+    // Runs of one worker end in the order they were dealt. After b was queued, a is first in
+    // turn once more: one run of a's goes before b's (alone, or b's batch starts with it).
+    assert!(before <= dealt + 1, "tenant b waited behind {before} runs of tenant a, {dealt} dealt before it: {done:?}");
 }
 
 /// Runs waiting while a worker is busy go to it together; a hostile run among them stops its
