@@ -17,12 +17,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use reqwest::header::HeaderValue;
 use sha2::{Digest, Sha256};
 use url::Url;
 
 use crate::cache::BoundedCache;
-use crate::guard::{GuardedResolver, check_host};
+use super::http1::{self, Client};
+use crate::guard::check_host;
 use crate::sink::{Failure, FailureKind, lock};
 
 /// A token is used until this long before it expires.
@@ -42,54 +44,21 @@ fn fail(kind: FailureKind, reason: String, status: Option<u16>) -> Failure {
     Failure { retryable: true, kind, reason, status, response: None, retry_after: None }
 }
 
-/// A client identity from a PEM certificate (with its chain) and its PEM private key.
-pub(crate) fn identity(certificate_pem: &str, private_key_pem: &str) -> Result<reqwest::Identity, String> {
-    let mut pem = String::with_capacity(certificate_pem.len() + private_key_pem.len() + 1);
-    pem.push_str(private_key_pem.trim());
-    pem.push('\n');
-    pem.push_str(certificate_pem.trim());
-    pem.push('\n');
-    let identity =
-        reqwest::Identity::from_pem(pem.as_bytes()).map_err(|_| "not a PEM key and certificate".to_owned())?;
-    // Building a client is what checks that the key is usable with the certificate.
-    client(false, None, Some(identity.clone()))?;
-    Ok(identity)
-}
-
-/// An HTTP client as every webhook's (no redirects, no proxy, the guarded resolver), with a
-/// private CA trusted beside the system's roots and a client identity when given.
+/// A webhook's HTTP client (no redirects, no proxy, the address guard), with a private CA
+/// trusted beside the system's roots and a client identity `(certificate, key)` in PEM when given.
+/// Building it is what checks that a CA can be trusted and a key is usable with its certificate.
 pub(crate) fn client(
     allow_private: bool,
     ca_pem: Option<&str>,
-    identity: Option<reqwest::Identity>,
-) -> Result<reqwest::Client, String> {
-    crate::sink::install_crypto_provider();
-    let mut builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .dns_resolver(Arc::new(GuardedResolver { allow_private }))
-        .no_proxy()
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(90))
-        .pool_max_idle_per_host(1024)
-        // One attempt is one request: the client never sends it again by itself (an HTTP/2
-        // stream refused by the receiver is the attempt's outcome), so it keeps no copy of it.
-        .retry(reqwest::retry::never().max_retries_per_request(0))
-        .tcp_nodelay(true);
-    if let Some(ca_pem) = ca_pem {
-        let certs = reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes())
-            .map_err(|_| "the private CA is not PEM certificates".to_owned())?;
-        builder = builder.tls_certs_merge(certs);
-    }
-    if let Some(identity) = identity {
-        builder = builder.identity(identity);
-    }
-    builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))
+    identity: Option<(&str, &str)>,
+) -> Result<Arc<Client>, String> {
+    Ok(Arc::new(Client::new(super::http1::tls(ca_pem, identity)?, allow_private)))
 }
 
 /// Clients of webhooks with TLS material of their own, by a digest of that material.
 #[derive(Debug, Default)]
 pub(crate) struct Clients {
-    cache: Mutex<BoundedCache<[u8; 32], reqwest::Client>>,
+    cache: Mutex<BoundedCache<[u8; 32], Arc<Client>>>,
 }
 
 impl Clients {
@@ -99,7 +68,7 @@ impl Clients {
         allow_private: bool,
         ca_pem: Option<&str>,
         identity: Option<(&str, &str)>,
-    ) -> Result<reqwest::Client, Failure> {
+    ) -> Result<Arc<Client>, Failure> {
         let mut digest = Sha256::new();
         for part in [ca_pem, identity.map(|i| i.0), identity.map(|i| i.1)] {
             let part = part.unwrap_or_default().as_bytes();
@@ -111,13 +80,6 @@ impl Clients {
         if let Some(client) = lock(&self.cache).get(&key, now) {
             return Ok(client);
         }
-        let identity = match identity {
-            Some((certificate, private_key)) => Some(
-                self::identity(certificate, private_key)
-                    .map_err(|_| crate::sink::misconfigured("the client certificate or its key cannot be used"))?,
-            ),
-            None => None,
-        };
         let client = client(allow_private, ca_pem, identity).map_err(|e| crate::sink::misconfigured(&e))?;
         lock(&self.cache).insert(key, client.clone(), now);
         Ok(client)
@@ -203,7 +165,7 @@ impl Tokens {
 impl OAuth2 {
     /// A token to send: the one kept, or a new one from the endpoint (one fetch at a time; a
     /// failure stands for [`FAILED_PAUSE`]).
-    pub(crate) async fn token(&self, client: &reqwest::Client, allow_private: bool) -> Result<String, Failure> {
+    pub(crate) async fn token(&self, client: &Client, allow_private: bool) -> Result<String, Failure> {
         let mut state = self.state.lock().await;
         let now = Instant::now();
         if let Some(token) = state.token.as_ref().filter(|t| t.use_until > now) {
@@ -249,7 +211,7 @@ impl OAuth2 {
         }
     }
 
-    async fn fetch(&self, client: &reqwest::Client, allow_private: bool) -> Result<Token, Failure> {
+    async fn fetch(&self, client: &Client, allow_private: bool) -> Result<Token, Failure> {
         if let Err(refused) = check_host(&self.token_url, allow_private) {
             tracing::warn!(detail = %refused, "token endpoint refused by the address guard");
             return Err(Failure {
@@ -275,29 +237,28 @@ impl OAuth2 {
         // RFC 6749 §2.3.1: the client id and secret are form-encoded before Basic encoding.
         let encode = |s: &str| url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
         let started = Instant::now();
-        let response = client
-            .post(self.token_url.clone())
-            .basic_auth(encode(&self.client_id), Some(encode(&self.client_secret)))
-            .header(reqwest::header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .header(reqwest::header::ACCEPT, "application/json")
-            .timeout(TOKEN_TIMEOUT)
-            .body(form)
-            .send()
-            .await
-            .map_err(|e| {
-                let mut f = super::classify(&e, TOKEN_TIMEOUT);
-                f.reason = format!("token endpoint: {}", f.reason);
-                f
-            })?;
-        let status = response.status().as_u16();
-        let mut body = Vec::new();
-        let mut response = response;
-        while body.len() < TOKEN_READ_CAP {
-            match response.chunk().await {
-                Ok(Some(chunk)) => body.extend_from_slice(&chunk[..chunk.len().min(TOKEN_READ_CAP - body.len())]),
-                _ => break,
-            }
-        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static("application/x-www-form-urlencoded"));
+        headers.insert(reqwest::header::ACCEPT, HeaderValue::from_static("application/json"));
+        let basic = base64::engine::general_purpose::STANDARD
+            .encode(format!("{}:{}", encode(&self.client_id), encode(&self.client_secret)));
+        let mut authorization = HeaderValue::from_str(&format!("Basic {basic}"))
+            .map_err(|_| fail(FailureKind::Refused, "the client credentials cannot be sent".to_owned(), None))?;
+        authorization.set_sensitive(true);
+        let request = http1::Request {
+            url: &self.token_url,
+            headers: &headers,
+            authorization: Some(&authorization),
+            body: form.as_bytes(),
+            timeout: TOKEN_TIMEOUT,
+            cap: TOKEN_READ_CAP,
+        };
+        let answer = client.post(request).await.map_err(|e| {
+            let mut f = super::classify(e, TOKEN_TIMEOUT);
+            f.reason = format!("token endpoint: {}", f.reason);
+            f
+        })?;
+        let (status, body) = (answer.status, answer.body);
         let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         if !(200..300).contains(&status) {
             let kind = if matches!(status, 400 | 401 | 403) { FailureKind::Unauthorized } else { FailureKind::Refused };

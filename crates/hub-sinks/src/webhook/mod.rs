@@ -22,6 +22,7 @@ use config::AuthConfig;
 
 mod auth;
 pub mod config;
+mod http1;
 pub mod schema;
 
 const VERIFICATION_KEY: &str = "streaming_hub.verification";
@@ -41,7 +42,7 @@ pub struct WebhookTarget {
     /// The current secret first; during a rotation overlap the previous one second.
     pub secrets: Vec<String>,
     /// The client it is sent with: the shared one, or one with its own TLS material.
-    client: reqwest::Client,
+    client: Arc<http1::Client>,
     /// How the hub authenticates beside the signature.
     auth: Option<Auth>,
 }
@@ -74,7 +75,7 @@ impl std::fmt::Debug for WebhookTarget {
 /// The webhook sink: one pooled client for every destination.
 #[derive(Debug, Clone)]
 pub struct WebhookSink {
-    client: reqwest::Client,
+    client: Arc<http1::Client>,
     allow_private: bool,
     /// Clients of webhooks with a private CA or a client certificate.
     clients: Arc<auth::Clients>,
@@ -131,24 +132,23 @@ impl WebhookSink {
         target: &WebhookTarget,
         url: &Url,
         headers: HeaderMap,
-        body: Vec<u8>,
+        body: &[u8],
         cap: usize,
     ) -> Result<Answer, Failure> {
         if let Err(refused) = check_host(url, self.allow_private) {
             return Err(not_allowed(&refused));
         }
         match &target.auth {
-            None => self.send_once(target, url, headers, body, None, cap).await,
-            Some(Auth::Basic(value)) => self.send_once(target, url, headers, body, Some(value.clone()), cap).await,
+            None => self.send_once(target, url, &headers, body, None, cap).await,
+            Some(Auth::Basic(value)) => self.send_once(target, url, &headers, body, Some(value.clone()), cap).await,
             Some(Auth::OAuth2(oauth)) => {
                 let token = oauth.token(&target.client, self.allow_private).await?;
-                let answer =
-                    self.send_once(target, url, headers.clone(), body.clone(), Some(bearer(&token)?), cap).await?;
+                let answer = self.send_once(target, url, &headers, body, Some(bearer(&token)?), cap).await?;
                 if answer.status != 401 || !oauth.refused(&token).await {
                     return Ok(answer);
                 }
                 let token = oauth.token(&target.client, self.allow_private).await?;
-                self.send_once(target, url, headers, body, Some(bearer(&token)?), cap).await
+                self.send_once(target, url, &headers, body, Some(bearer(&token)?), cap).await
             }
         }
     }
@@ -157,37 +157,24 @@ impl WebhookSink {
         &self,
         target: &WebhookTarget,
         url: &Url,
-        headers: HeaderMap,
-        body: Vec<u8>,
+        headers: &HeaderMap,
+        body: &[u8],
         authorization: Option<HeaderValue>,
         cap: usize,
     ) -> Result<Answer, Failure> {
-        let mut request = target.client.post(url.clone()).headers(headers).timeout(target.timeout).body(body);
-        if let Some(mut value) = authorization {
-            value.set_sensitive(true);
-            request = request.header(reqwest::header::AUTHORIZATION, value);
-        }
-        let mut response = request.send().await.map_err(|e| classify(&e, target.timeout))?;
-        let status = response.status().as_u16();
-        let header = |name: &str| response.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let retry_after = header("retry-after").and_then(|v| retry_after(&v, std::time::SystemTime::now()));
+        let request = http1::Request {
+            url,
+            headers,
+            authorization: authorization.as_ref(),
+            body,
+            timeout: target.timeout,
+            cap,
+        };
+        let answer = target.client.post(request).await.map_err(|e| classify(e, target.timeout))?;
+        let retry_after = answer.header("retry-after").and_then(|v| retry_after(v, std::time::SystemTime::now()));
         let allowed_rate =
-            header("webhook-allowed-rate").and_then(|v| hub_core::delivery::inflight::parse_allowed_rate(&v));
-        let mut read = Vec::new();
-        let mut stalled = false;
-        while read.len() < cap {
-            match response.chunk().await {
-                Ok(Some(chunk)) => read.extend_from_slice(&chunk[..chunk.len().min(cap - read.len())]),
-                Ok(None) => break,
-                // The status is what counts; a body cut short is kept as far as it came. One
-                // that did not come within the timeout is a slow answer, felt as a timeout.
-                Err(e) => {
-                    stalled = e.is_timeout();
-                    break;
-                }
-            }
-        }
-        Ok(Answer { status, body: read, retry_after, allowed_rate, stalled })
+            answer.header("webhook-allowed-rate").and_then(hub_core::delivery::inflight::parse_allowed_rate);
+        Ok(Answer { status: answer.status, body: answer.body, retry_after, allowed_rate, stalled: answer.stalled })
     }
 }
 
@@ -276,25 +263,19 @@ fn not_allowed(refused: &crate::guard::Refused) -> Failure {
     failure(FailureKind::Forbidden, false, crate::guard::NOT_ALLOWED.to_owned(), None, None)
 }
 
-/// A transport error as a classified failure; the message never includes the URL (it may carry
+/// A transport error as a classified failure; the reason never includes the URL (it may carry
 /// tokens in its query).
-pub(crate) fn classify(e: &reqwest::Error, timeout: Duration) -> Failure {
-    if e.is_timeout() {
-        return failure(FailureKind::Timeout, true, format!("no answer within {} ms", timeout.as_millis()), None, None);
-    }
-    // Walk the cause chain for the guard's refusal or the underlying I/O error.
-    let mut cause: Option<&dyn std::error::Error> = Some(e);
-    let mut detail = String::new();
-    while let Some(c) = cause {
-        if let Some(refused) = c.downcast_ref::<crate::guard::Refused>() {
-            return not_allowed(refused);
+pub(crate) fn classify(e: http1::Error, timeout: Duration) -> Failure {
+    let (kind, detail) = match e {
+        http1::Error::Timeout => {
+            let reason = format!("no answer within {} ms", timeout.as_millis());
+            return failure(FailureKind::Timeout, true, reason, None, None);
         }
-        if c.source().is_none() {
-            detail = c.to_string();
-        }
-        cause = c.source();
-    }
-    let kind = if e.is_connect() { "connection failed" } else { "request failed" };
+        http1::Error::Refused(refused) => return not_allowed(&refused),
+        http1::Error::Unresolved(host) => ("connection failed", format!("{host} resolves to no address")),
+        http1::Error::Connect(detail) => ("connection failed", detail),
+        http1::Error::Exchange(detail) => ("request failed", detail),
+    };
     failure(FailureKind::Unreachable, true, format!("{kind}: {detail}"), None, None)
 }
 
@@ -359,7 +340,7 @@ impl TypedSink for WebhookSink {
         let client = if c.tls.is_some() || identity.is_some() {
             self.clients.get(self.allow_private, c.tls.as_ref().map(|t| t.ca_pem.as_str()), identity.as_ref().map(|(c, k)| (*c, k.as_str())))?
         } else {
-            self.client.clone()
+            Arc::clone(&self.client)
         };
         Ok(WebhookTarget {
             url: c.url.parse().map_err(|_| crate::sink::misconfigured("the webhook url is not valid"))?,
@@ -385,7 +366,7 @@ impl TypedSink for WebhookSink {
             );
         }
         let url = with_path(&target.url, message.path);
-        match self.send(target, &url, headers, message.payload.to_vec(), RESPONSE_CAP).await {
+        match self.send(target, &url, headers, message.payload, RESPONSE_CAP).await {
             Ok(Answer { status, body, retry_after, stalled, .. }) => {
                 let response = (!body.is_empty()).then(|| cap_text(&body, RESPONSE_CAP));
                 if (200..300).contains(&status) {
@@ -438,7 +419,7 @@ impl TypedSink for WebhookSink {
         };
         let headers = self.headers(target, &message, chrono::Utc::now().timestamp());
         let Answer { status, body: answer, allowed_rate, .. } =
-            self.send(target, &target.url, headers, body.clone(), PROBE_READ_CAP).await?;
+            self.send(target, &target.url, headers, &body, PROBE_READ_CAP).await?;
         let response = (!answer.is_empty()).then(|| cap_text(&answer, RESPONSE_CAP));
         if !(200..300).contains(&status) {
             let kind = if status == 401 || status == 403 { FailureKind::Unauthorized } else { FailureKind::Refused };

@@ -292,3 +292,177 @@ async fn an_answer_whose_body_stalls_is_delivered_and_marked_stalled_within_the_
         other => panic!("{other:?}"),
     }
 }
+
+/// A receiver on raw TCP: counts its connections and answers each request with the next of
+/// `answers` (the last one again when they run out); after an answer whose `close` is true it
+/// closes the connection without saying so, then tells `closed`.
+async fn raw_receiver(
+    answers: Vec<(&'static str, bool)>,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
+    let connections = std::sync::Arc::new(AtomicUsize::new(0));
+    let served = std::sync::Arc::new(AtomicUsize::new(0));
+    let (tell, closed) = tokio::sync::mpsc::unbounded_channel();
+    let counted = std::sync::Arc::clone(&connections);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let (answers, served, tell) = (answers.clone(), std::sync::Arc::clone(&served), tell.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                loop {
+                    // One request: its head, then as many bytes as its content-length says.
+                    let head_end = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .and_then(|v| v.trim().parse().ok())
+                        .expect("a content-length");
+                    while buf.len() < head_end + length {
+                        let mut chunk = [0u8; 4096];
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..head_end + length);
+                    let n = served.fetch_add(1, Ordering::SeqCst);
+                    let (answer, close) = answers[n.min(answers.len() - 1)];
+                    if socket.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    if close {
+                        drop(socket);
+                        let _ = tell.send(());
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, connections, closed)
+}
+
+/// One connection carries attempt after attempt; a receiver that answers `Connection: close`, or
+/// closes an idle connection without a word, costs the next attempt nothing but a new connection;
+/// a chunked answer is read whole and kept.
+#[tokio::test]
+async fn connections_are_kept_between_attempts_and_given_up_when_the_receiver_closes_them() {
+    use std::sync::atomic::Ordering;
+    const KEPT: &str = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+    const CHUNKED: &str = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+    let sink = WebhookSink::new(true).expect("sink");
+    let send = |t: WebhookTarget| {
+        let sink = sink.clone();
+        async move {
+            let ext = BTreeMap::new();
+            match sink.attempt(&t, &message(b"{\"n\":1}", &ext, Uuid::now_v7())).await {
+                Outcome::Delivered { status, response, stalled: false } => (status, response),
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let (url, connections, _) = raw_receiver(vec![(KEPT, false), (KEPT, false), (CHUNKED, false), (KEPT, false)]).await;
+    let t = target(&sink, &url, &[SECRET]);
+    for expected in ["ok", "ok", "abcde", "ok"] {
+        assert_eq!(send(t.clone()).await, (Some(200), Some(expected.to_owned())));
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "one connection carried all four");
+
+    let close = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
+    let (url, connections, _) = raw_receiver(vec![(close, false), (KEPT, false)]).await;
+    let t = target(&sink, &url, &[SECRET]);
+    for _ in 0..3 {
+        assert_eq!(send(t.clone()).await, (Some(200), Some("ok".to_owned())));
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 2, "a new connection after Connection: close, then kept");
+
+    let (url, connections, mut closed) = raw_receiver(vec![(KEPT, true)]).await;
+    let t = target(&sink, &url, &[SECRET]);
+    for round in 1..=3 {
+        assert_eq!(send(t.clone()).await, (Some(200), Some("ok".to_owned())), "round {round}");
+        closed.recv().await.expect("the receiver closed the connection");
+    }
+    assert_eq!(connections.load(Ordering::SeqCst), 3, "each closed connection was left, none used dead");
+}
+
+/// An attempt that must make a connection while the receiver's accept queue is full (its first
+/// try dropped, made again by the kernel seconds later) takes the connection another attempt
+/// gives back instead of waiting for its own.
+#[tokio::test]
+async fn an_attempt_whose_connection_is_not_accepted_takes_one_given_back() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+    let addr = socket.local_addr().expect("addr");
+    let listener = socket.listen(1).expect("listen");
+    let served = std::sync::Arc::new(AtomicUsize::new(0));
+    let (accepted_tx, accepted) = tokio::sync::oneshot::channel();
+    let counted = std::sync::Arc::clone(&served);
+    // Accepts one connection, then no more; answers each request on it 300 ms later.
+    tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.expect("accept");
+        let _ = accepted_tx.send(());
+        let mut buf = Vec::new();
+        loop {
+            let mut chunk = [0u8; 8192];
+            match conn.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            // Each request here is a head and a 7-byte body.
+            while let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                if buf.len() < at + 4 + 7 {
+                    break;
+                }
+                buf.drain(..at + 4 + 7);
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await.expect("answer");
+            }
+        }
+        drop(listener);
+    });
+    let sink = WebhookSink::new(true).expect("sink");
+    let t = target(&sink, &format!("http://{addr}/hook"), &[SECRET]);
+    let first = {
+        let (sink, t) = (sink.clone(), t.clone());
+        tokio::spawn(async move {
+            let ext = BTreeMap::new();
+            sink.attempt(&t, &message(b"{\"n\":1}", &ext, Uuid::now_v7())).await
+        })
+    };
+    accepted.await.expect("the first connection accepted");
+    // The accept queue filled: connections nobody accepts, until one is not made at once.
+    let mut fillers = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(addr)).await {
+            Ok(Ok(conn)) => fillers.push(conn),
+            Ok(Err(e)) => panic!("{e}"),
+            Err(_) => break,
+        }
+        assert!(fillers.len() < 64, "the accept queue never filled");
+    }
+    let started = std::time::Instant::now();
+    let ext = BTreeMap::new();
+    let second = sink.attempt(&t, &message(b"{\"n\":2}", &ext, Uuid::now_v7())).await;
+    assert!(second.is_delivered(), "{second:?}");
+    assert!(first.await.expect("first").is_delivered());
+    assert_eq!(served.load(Ordering::SeqCst), 2, "both went over the one connection accepted");
+    // Its own connection's next try would come a second after the first (then three).
+    assert!(started.elapsed() < Duration::from_millis(950), "waited {:?}", started.elapsed());
+}
