@@ -152,6 +152,9 @@ enum BenchScenario {
         /// paces its share of the destinations).
         #[arg(long, default_value_t = 1, value_parser = at_least_one)]
         replicas: usize,
+        /// Receivers over TLS, of a private CA the subscriptions trust.
+        #[arg(long)]
+        tls: bool,
         #[arg(long)]
         json: Option<std::path::PathBuf>,
     },
@@ -505,6 +508,7 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
             capacity,
             producers,
             replicas,
+            tls,
             json,
         } => {
             slow::slow_receivers(
@@ -515,6 +519,7 @@ async fn run(scenario: BenchScenario) -> anyhow::Result<()> {
                 capacity,
                 producers,
                 replicas,
+                tls,
                 &json_path(json, "slow-receivers"),
             )
             .await

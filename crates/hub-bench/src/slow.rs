@@ -33,6 +33,7 @@ pub async fn slow_receivers(
     capacity: Option<usize>,
     producers: usize,
     replicas: usize,
+    tls: bool,
     json_out: &Path,
 ) -> anyhow::Result<()> {
     let quota = (subscriptions + 10).to_string();
@@ -43,19 +44,24 @@ pub async fn slow_receivers(
         others.push(hub.beside(&vars).await?);
     }
     harness::settled(&hub, &others).await?;
+    // With `tls`, receivers of a private CA the subscriptions trust (`tls.ca_pem`).
+    let pki = tls.then(hub_testkit::tls::Pki::new);
     let mut sinks = Vec::new();
     for _ in 0..receivers.max(1) {
-        sinks.push(Receiver::start().await?);
+        sinks.push(match &pki {
+            Some(pki) => Receiver::start_tls(pki, false).await,
+            None => Receiver::start().await?,
+        });
     }
     let speed = capacity.map_or_else(|| format!("delay-{latency_ms}"), |n| format!("cap-{n}-{latency_ms}"));
     let key = hub.tenant("slow").await?;
     for i in 0..subscriptions {
         let url = sinks[i % sinks.len()].url_as(&speed, &label(i));
-        hub.subscribe_with(
-            &key,
-            json!({"name": label(i), "event_types": ["*.*"], "sink": {"type": "webhook", "url": url}}),
-        )
-        .await?;
+        let mut sink = json!({"type": "webhook", "url": url});
+        if let Some(pki) = &pki {
+            sink["tls"] = json!({"ca_pem": pki.ca_pem});
+        }
+        hub.subscribe_with(&key, json!({"name": label(i), "event_types": ["*.*"], "sink": sink})).await?;
     }
     let of = |i: usize| &sinks[i % sinks.len()];
     let who = [(key, "slow".to_owned())];
@@ -107,7 +113,7 @@ pub async fn slow_receivers(
     let figures = json!({
         "scenario": "slow-receivers", "store": store, "latency_ms": latency_ms, "events": events,
         "subscriptions": subscriptions, "receivers": receivers, "capacity": capacity, "replicas": replicas,
-        "deliveries": delivered, "duplicates": all.duplicates(), "delivered_per_s": per_s,
+        "tls": tls, "deliveries": delivered, "duplicates": all.duplicates(), "delivered_per_s": per_s,
         "accepted_per_s": events as f64 / accepted.as_secs_f64(), "e2e_latency_ms": latency.json(),
         "receiver_in_flight": {"mean_at_arrival": mean_out, "p90_at_arrival": p90_out, "max": most},
         "refused": refused, "refused_share": refused_share,
@@ -117,6 +123,9 @@ pub async fn slow_receivers(
     let mut shape = capacity.map_or_else(String::new, |n| format!(", each serving {n} at once (503 beyond)"));
     if replicas > 1 {
         shape.push_str(&format!(", {replicas} delivery replicas"));
+    }
+    if tls {
+        shape.push_str(", over TLS");
     }
     report(
         &format!(
