@@ -245,19 +245,21 @@ impl OAuth2 {
         let mut authorization = HeaderValue::from_str(&format!("Basic {basic}"))
             .map_err(|_| fail(FailureKind::Refused, "the client credentials cannot be sent".to_owned(), None))?;
         authorization.set_sensitive(true);
-        let request = http1::Request {
-            url: &self.token_url,
-            headers: &headers,
-            authorization: Some(&authorization),
-            body: form.as_bytes(),
-            timeout: TOKEN_TIMEOUT,
-            cap: TOKEN_READ_CAP,
-        };
-        let answer = client.post(request).await.map_err(|e| {
+        let failed = |e| {
             let mut f = super::classify(e, TOKEN_TIMEOUT);
             f.reason = format!("token endpoint: {}", f.reason);
             f
-        })?;
+        };
+        let request = http1::Request::post(
+            &self.token_url,
+            &headers,
+            Some(&authorization),
+            form.as_bytes(),
+            TOKEN_TIMEOUT,
+            TOKEN_READ_CAP,
+        )
+        .map_err(failed)?;
+        let answer = client.post(request).await.map_err(failed)?;
         let (status, body) = (answer.status, answer.body);
         let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
         if !(200..300).contains(&status) {

@@ -124,15 +124,31 @@ impl Answer {
     }
 }
 
-/// One request to send.
-pub(crate) struct Request<'a> {
-    pub(crate) url: &'a Url,
-    pub(crate) headers: &'a HeaderMap,
-    pub(crate) authorization: Option<&'a HeaderValue>,
-    pub(crate) body: &'a [u8],
-    pub(crate) timeout: Duration,
+/// One request to send, written out: what the attempt held to make it (its headers) can go before
+/// the receiver is waited for.
+pub(crate) struct Request {
+    origin: Origin,
+    written: Vec<u8>,
+    timeout: Duration,
     /// How much of the answer's body is kept.
-    pub(crate) cap: usize,
+    cap: usize,
+}
+
+impl Request {
+    /// A `POST` of `body` to `url` with `headers` (and `authorization`), answered within
+    /// `timeout`, of whose answer `cap` bytes of body are kept.
+    pub(crate) fn post(
+        url: &Url,
+        headers: &HeaderMap,
+        authorization: Option<&HeaderValue>,
+        body: &[u8],
+        timeout: Duration,
+        cap: usize,
+    ) -> Result<Self, Error> {
+        let origin = origin(url)?;
+        let written = encode(&origin, url, headers, authorization, body);
+        Ok(Self { origin, written, timeout, cap })
+    }
 }
 
 impl Client {
@@ -140,30 +156,29 @@ impl Client {
         Self { tls, allow_private, origins: Mutex::default() }
     }
 
-    /// Sends `request` as a `POST` and reads its answer.
-    pub(crate) async fn post(&self, request: Request<'_>) -> Result<Answer, Error> {
-        let deadline = Instant::now() + request.timeout;
-        let origin = origin(request.url)?;
+    /// Sends `request` and reads its answer.
+    pub(crate) async fn post(&self, request: Request) -> Result<Answer, Error> {
+        let Request { origin, written, timeout, cap } = request;
+        let deadline = Instant::now() + timeout;
         let mut conn = match self.take(&origin) {
             Some(conn) => conn,
             None => self.connection(&origin, deadline).await?,
         };
-        {
-            let written = encode(&origin, &request);
-            match timeout_at(deadline, async {
-                conn.write_all(&written).await?;
-                conn.flush().await
-            })
-            .await
-            {
-                Err(_) => return Err(Error::Timeout),
-                Ok(Err(e)) => return Err(Error::Exchange(format!("sending the request: {e}"))),
-                Ok(Ok(())) => {}
-            }
+        let sent = timeout_at(deadline, async {
+            conn.write_all(&written).await?;
+            conn.flush().await
+        })
+        .await;
+        // Not held while the receiver is waited for.
+        drop(written);
+        match sent {
+            Err(_) => return Err(Error::Timeout),
+            Ok(Err(e)) => return Err(Error::Exchange(format!("sending the request: {e}"))),
+            Ok(Ok(())) => {}
         }
         let mut reader = Reader { conn, buf: Vec::with_capacity(READ_START), deadline };
         let head = reader.head().await?;
-        let (body, end) = reader.body(&head, request.cap).await;
+        let (body, end) = reader.body(&head, cap).await;
         let Reader { conn, buf, .. } = reader;
         if end == End::Complete && head.keep_alive && buf.is_empty() {
             self.put(origin, conn);
@@ -217,10 +232,12 @@ impl Client {
     async fn connection(&self, origin: &Origin, deadline: Instant) -> Result<Conn, Error> {
         let (tell, mut given) = tokio::sync::oneshot::channel();
         crate::sink::lock(&self.origins).entry(origin.clone()).or_default().waiting.push_back(tell);
+        // Boxed: making a connection (resolution, TCP, a TLS handshake) takes more state than the
+        // rest of an exchange, and most attempts find a connection kept.
         let made = tokio::select! {
             biased;
             Ok(conn) = &mut given => Ok(conn),
-            made = self.connect(origin, deadline) => made,
+            made = Box::pin(self.connect(origin, deadline)) => made,
         };
         // One given back just as this attempt stopped waiting goes back for others.
         given.close();
@@ -289,17 +306,16 @@ fn origin(url: &Url) -> Result<Origin, Error> {
 }
 
 /// The request's head and body in one buffer of their size.
-fn encode(origin: &Origin, request: &Request<'_>) -> Vec<u8> {
-    let url = request.url;
+fn encode(origin: &Origin, url: &Url, headers: &HeaderMap, authorization: Option<&HeaderValue>, body: &[u8]) -> Vec<u8> {
     let query = url.query();
-    let headers = request.headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum::<usize>();
+    let lines = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 4).sum::<usize>();
     let mut out = Vec::with_capacity(
         160 + url.path().len()
             + query.map_or(0, str::len)
             + origin.host.len()
-            + headers
-            + request.authorization.map_or(0, HeaderValue::len)
-            + request.body.len(),
+            + lines
+            + authorization.map_or(0, HeaderValue::len)
+            + body.len(),
     );
     out.extend_from_slice(b"POST ");
     out.extend_from_slice(url.path().as_bytes());
@@ -319,21 +335,21 @@ fn encode(origin: &Origin, request: &Request<'_>) -> Vec<u8> {
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
     };
-    for (name, value) in request.headers {
+    for (name, value) in headers {
         line(name.as_str().as_bytes(), value.as_bytes());
     }
-    if !request.headers.contains_key(reqwest::header::USER_AGENT) {
+    if !headers.contains_key(reqwest::header::USER_AGENT) {
         line(b"user-agent", USER_AGENT.as_bytes());
     }
-    if !request.headers.contains_key(reqwest::header::ACCEPT) {
+    if !headers.contains_key(reqwest::header::ACCEPT) {
         line(b"accept", b"*/*");
     }
-    if let Some(authorization) = request.authorization {
+    if let Some(authorization) = authorization {
         line(b"authorization", authorization.as_bytes());
     }
-    line(b"content-length", request.body.len().to_string().as_bytes());
+    line(b"content-length", body.len().to_string().as_bytes());
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(request.body);
+    out.extend_from_slice(body);
     out
 }
 

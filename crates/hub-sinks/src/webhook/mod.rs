@@ -138,44 +138,58 @@ impl WebhookSink {
         if let Err(refused) = check_host(url, self.allow_private) {
             return Err(not_allowed(&refused));
         }
-        match &target.auth {
-            None => self.send_once(target, url, &headers, body, None, cap).await,
-            Some(Auth::Basic(value)) => self.send_once(target, url, &headers, body, Some(value.clone()), cap).await,
+        let authorization = match &target.auth {
+            // Boxed: a token fetch and a second request take more state than a request alone,
+            // and every attempt out would hold it.
             Some(Auth::OAuth2(oauth)) => {
-                let token = oauth.token(&target.client, self.allow_private).await?;
-                let answer = self.send_once(target, url, &headers, body, Some(bearer(&token)?), cap).await?;
-                if answer.status != 401 || !oauth.refused(&token).await {
-                    return Ok(answer);
-                }
-                let token = oauth.token(&target.client, self.allow_private).await?;
-                self.send_once(target, url, &headers, body, Some(bearer(&token)?), cap).await
+                return Box::pin(self.send_with_token(oauth, target, url, &headers, body, cap)).await;
             }
-        }
+            Some(Auth::Basic(value)) => Some(value),
+            None => None,
+        };
+        let request = request(target, url, &headers, authorization, body, cap)?;
+        // Written into the request: not held while the receiver is waited for.
+        drop(headers);
+        exchange(target, request).await
     }
 
-    async fn send_once(
+    async fn send_with_token(
         &self,
+        oauth: &auth::OAuth2,
         target: &WebhookTarget,
         url: &Url,
         headers: &HeaderMap,
         body: &[u8],
-        authorization: Option<HeaderValue>,
         cap: usize,
     ) -> Result<Answer, Failure> {
-        let request = http1::Request {
-            url,
-            headers,
-            authorization: authorization.as_ref(),
-            body,
-            timeout: target.timeout,
-            cap,
-        };
-        let answer = target.client.post(request).await.map_err(|e| classify(e, target.timeout))?;
-        let retry_after = answer.header("retry-after").and_then(|v| retry_after(v, std::time::SystemTime::now()));
-        let allowed_rate =
-            answer.header("webhook-allowed-rate").and_then(hub_core::delivery::inflight::parse_allowed_rate);
-        Ok(Answer { status: answer.status, body: answer.body, retry_after, allowed_rate, stalled: answer.stalled })
+        let token = oauth.token(&target.client, self.allow_private).await?;
+        let answer = exchange(target, request(target, url, headers, Some(&bearer(&token)?), body, cap)?).await?;
+        if answer.status != 401 || !oauth.refused(&token).await {
+            return Ok(answer);
+        }
+        let token = oauth.token(&target.client, self.allow_private).await?;
+        exchange(target, request(target, url, headers, Some(&bearer(&token)?), body, cap)?).await
     }
+}
+
+/// A request to `url` as the target sends it.
+fn request(
+    target: &WebhookTarget,
+    url: &Url,
+    headers: &HeaderMap,
+    authorization: Option<&HeaderValue>,
+    body: &[u8],
+    cap: usize,
+) -> Result<http1::Request, Failure> {
+    http1::Request::post(url, headers, authorization, body, target.timeout, cap).map_err(|e| classify(e, target.timeout))
+}
+
+/// Sends `request` with the target's client and reads what its answer says.
+async fn exchange(target: &WebhookTarget, request: http1::Request) -> Result<Answer, Failure> {
+    let answer = target.client.post(request).await.map_err(|e| classify(e, target.timeout))?;
+    let retry_after = answer.header("retry-after").and_then(|v| retry_after(v, std::time::SystemTime::now()));
+    let allowed_rate = answer.header("webhook-allowed-rate").and_then(hub_core::delivery::inflight::parse_allowed_rate);
+    Ok(Answer { status: answer.status, body: answer.body, retry_after, allowed_rate, stalled: answer.stalled })
 }
 
 /// A delivery's headers before it is signed: the hub's `x-lerian-*` and trace context, the

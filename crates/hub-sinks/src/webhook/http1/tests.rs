@@ -233,9 +233,7 @@ fn requests_are_written_whole_with_the_host_and_length() {
     let mut headers = HeaderMap::new();
     headers.insert("x-lerian-event-id", HeaderValue::from_static("e1"));
     let authorization = HeaderValue::from_static("Bearer t");
-    let request =
-        Request { url: &url, headers: &headers, authorization: Some(&authorization), body: b"{}", timeout: Duration::ZERO, cap: 0 };
-    let written = encode(&origin(&url).expect("origin"), &request);
+    let written = Request::post(&url, &headers, Some(&authorization), b"{}", Duration::ZERO, 0).expect("a request").written;
     let text = String::from_utf8(written.clone()).expect("text");
     assert!(text.starts_with("POST /a/b?x=1&y=%20 HTTP/1.1\r\nhost: [::1]:8080\r\n"), "{text}");
     for line in ["x-lerian-event-id: e1\r\n", "authorization: Bearer t\r\n", "content-length: 2\r\n", "accept: */*\r\n"] {
