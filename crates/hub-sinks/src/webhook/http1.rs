@@ -38,6 +38,9 @@ const HEADERS_MAX: usize = 100;
 const CHUNK_LINE_MAX: usize = 16 << 10;
 /// How long an idle connection is kept.
 const IDLE_FOR: Duration = Duration::from_secs(90);
+/// How often idle connections are looked over: those past [`IDLE_FOR`] or closed by their
+/// receiver are dropped even when their origin is never sent to again.
+const SWEEP_EVERY: Duration = Duration::from_secs(15);
 /// How many idle connections are kept for one origin.
 const IDLE_PER_ORIGIN: usize = 1024;
 /// The longest a connection (TCP and TLS) may take.
@@ -48,8 +51,10 @@ const USER_AGENT: &str = concat!("streaming-hub/", env!("CARGO_PKG_VERSION"));
 pub(crate) struct Client {
     tls: Arc<rustls::ClientConfig>,
     allow_private: bool,
-    origins: Mutex<HashMap<Origin, Place>>,
+    origins: Arc<Mutex<Origins>>,
 }
+
+type Origins = HashMap<Origin, Place>;
 
 /// What the client keeps for one origin: its idle connections, the oldest first, and the attempts
 /// waiting for a connection while they make one.
@@ -60,6 +65,13 @@ struct Place {
 }
 
 impl Place {
+    /// Drops the idle connections past their time or closed by their receiver, and the attempts
+    /// that no longer wait.
+    fn sweep(&mut self, now: Instant) {
+        self.idle.retain_mut(|i| now.duration_since(i.since) < IDLE_FOR && i.conn.still_open());
+        self.waiting.retain(|w| !w.is_closed());
+    }
+
     fn unused(&self) -> bool {
         self.idle.is_empty() && self.waiting.is_empty()
     }
@@ -152,8 +164,29 @@ impl Request {
 }
 
 impl Client {
+    /// A client; in a runtime, a task looks its idle connections over every [`SWEEP_EVERY`] for as
+    /// long as the client lives.
     pub(crate) fn new(tls: Arc<rustls::ClientConfig>, allow_private: bool) -> Self {
-        Self { tls, allow_private, origins: Mutex::default() }
+        let origins: Arc<Mutex<Origins>> = Arc::default();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let held = Arc::downgrade(&origins);
+            runtime.spawn(async move {
+                let mut every = tokio::time::interval(SWEEP_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                every.tick().await;
+                loop {
+                    every.tick().await;
+                    let Some(origins) = held.upgrade() else { return };
+                    sweep(&origins);
+                }
+            });
+        }
+        Self { tls, allow_private, origins }
+    }
+
+    #[cfg(test)]
+    fn sweep(&self) {
+        sweep(&self.origins);
     }
 
     /// Sends `request` and reads its answer.
@@ -292,6 +325,17 @@ impl Client {
             Ok(Ok(tls)) => Ok(Conn::Tls(Box::new(tls))),
         }
     }
+}
+
+/// Looks every origin's idle connections over (see [`Place::sweep`]); an origin with nothing left
+/// is forgotten.
+fn sweep(origins: &Mutex<Origins>) {
+    let now = Instant::now();
+    let mut origins = crate::sink::lock(origins);
+    origins.retain(|_, place| {
+        place.sweep(now);
+        !place.unused()
+    });
 }
 
 fn origin(url: &Url) -> Result<Origin, Error> {

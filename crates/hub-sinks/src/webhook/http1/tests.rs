@@ -246,3 +246,36 @@ fn requests_are_written_whole_with_the_host_and_length() {
     assert_eq!((o.tls, o.host.as_str(), o.port), (true, "example.com", 443));
     assert!(origin(&"ftp://example.com/".parse().expect("url")).is_err());
 }
+
+/// Idle connections the receiver closed, or kept past their time, are dropped by the sweep even
+/// when their origin is never sent to again; an origin with nothing left is forgotten.
+#[tokio::test]
+async fn idle_connections_closed_or_past_their_time_are_swept() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let client = Client::new(tls(None, None).expect("tls"), true);
+    let origin = Origin { tls: false, host: "127.0.0.1".into(), port: addr.port() };
+    let idle = |client: &Client| crate::sink::lock(&client.origins).get(&origin).map_or(0, |p| p.idle.len());
+    let closed = TcpStream::connect(addr).await.expect("connect");
+    let (closing, _) = listener.accept().await.expect("accept");
+    let kept = TcpStream::connect(addr).await.expect("connect");
+    let (_keeping, _) = listener.accept().await.expect("accept");
+    client.put(origin.clone(), Conn::Plain(closed));
+    client.put(origin.clone(), Conn::Plain(kept));
+    client.sweep();
+    assert_eq!(idle(&client), 2, "both open");
+    drop(closing);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while idle(&client) != 1 {
+        assert!(Instant::now() < deadline, "the connection its receiver closed is still kept");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        client.sweep();
+    }
+    {
+        let mut origins = crate::sink::lock(&client.origins);
+        let place = origins.get_mut(&origin).expect("the origin");
+        place.idle[0].since = Instant::now().checked_sub(IDLE_FOR).expect("an instant that long ago");
+    }
+    client.sweep();
+    assert!(crate::sink::lock(&client.origins).is_empty(), "nothing left for the origin");
+}
