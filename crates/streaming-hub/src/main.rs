@@ -202,6 +202,7 @@ async fn run(command: Command, config: Config) -> anyhow::Result<()> {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    raise_open_files();
     let shutdown = CancellationToken::new();
     let hub = streaming_hub::start(config, shutdown.clone()).await?;
     if hub.admin_token_generated {
@@ -217,6 +218,25 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         shutdown.cancel();
     });
     hub.wait().await
+}
+
+/// Raises the soft limit of open files to the hard one, as Go's runtime does for its programs:
+/// each attempt out and each connection kept to a receiver is a descriptor, and a container's soft
+/// limit may be 1 024 (docs/OPERATIONS.md, "Attempts in flight").
+fn raise_open_files() {
+    #[cfg(unix)]
+    {
+        use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+        let limit = getrlimit(Resource::Nofile);
+        if let (Some(soft), Some(hard)) = (limit.current, limit.maximum)
+            && soft < hard
+        {
+            match setrlimit(Resource::Nofile, Rlimit { current: Some(hard), maximum: Some(hard) }) {
+                Ok(()) => tracing::info!(from = soft, to = hard, "raised the limit of open files"),
+                Err(e) => tracing::warn!(limit = soft, error = %e, "could not raise the limit of open files"),
+            }
+        }
+    }
 }
 
 async fn wait_for_signal() {

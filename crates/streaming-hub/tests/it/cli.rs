@@ -610,3 +610,42 @@ fn the_demo_shows_the_whole_product() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The soft limit of open files of a process, and its hard limit (`None`: unlimited).
+fn open_files(pid: u32) -> (Option<u64>, Option<u64>) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
+    let line = limits.lines().find(|l| l.starts_with("Max open files")).expect("the open files line");
+    let mut values = line["Max open files".len()..].split_whitespace().map(|v| v.parse::<u64>().ok());
+    (values.next().flatten(), values.next().flatten())
+}
+
+/// A hub started under a low soft limit of open files raises it to its hard limit: each attempt
+/// out and each connection kept to a receiver is a descriptor.
+#[tokio::test]
+async fn serve_raises_its_soft_limit_of_open_files_to_the_hard_one() {
+    let (_, hard) = open_files(std::process::id());
+    let hard = hard.expect("a finite hard limit of open files here");
+    assert!(hard > 256, "the hard limit ({hard}) leaves nothing to raise");
+    let db = temp_sqlite_path();
+    let port = free_port();
+    let program = hub_command().get_program().to_owned();
+    let mut shell = std::process::Command::new("sh");
+    shell.arg("-c").arg("ulimit -Sn 256 && exec \"$0\" serve").arg(program);
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("STREAMING_HUB_")) {
+        shell.env_remove(key);
+    }
+    let mut child = shell
+        .env("STREAMING_HUB_LOG", "warn")
+        .env("STREAMING_HUB_SQLITE_PATH", &db)
+        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let client = crate::support::http_client();
+    wait_ready(&client, &format!("http://127.0.0.1:{port}"), "the hub did not become ready").await;
+    let limits = open_files(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(limits, (Some(hard), Some(hard)), "started with a soft limit of 256");
+}
