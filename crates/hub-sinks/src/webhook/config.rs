@@ -169,7 +169,7 @@ impl SinkRequest for WebhookSink {
             Some(tls) => {
                 let pem = lines("sink.tls.ca_pem", &tls.ca_pem, MAX_PEM)?;
                 certificates("sink.tls.ca_pem", pem)?;
-                if super::auth::client(allow_private, Some(pem), None).is_err() {
+                if super::http1::tls(Some(pem), None).is_err() {
                     return Err(Invalid::new("sink.tls.ca_pem", "cannot be trusted as a certificate authority"));
                 }
                 Some(TlsConfig { ca_pem: tls.ca_pem })
@@ -293,7 +293,7 @@ fn auth(given: WebhookAuth, schemes: &[&str], allow_private: bool) -> Result<(Au
             let certificate = lines("sink.auth.certificate_pem", &m.certificate_pem, MAX_PEM)?;
             certificates("sink.auth.certificate_pem", certificate)?;
             let key = lines("sink.auth.private_key_pem", m.private_key_pem.as_deref().unwrap_or_default(), MAX_PEM)?;
-            if !key.contains("PRIVATE KEY-----") || super::auth::client(false, None, Some((certificate, key))).is_err() {
+            if !key.contains("PRIVATE KEY-----") || super::http1::tls(None, Some((certificate, key))).is_err() {
                 return Err(Invalid::new(
                     "sink.auth.private_key_pem",
                     "must be the PEM private key (PKCS#8, PKCS#1 or SEC1) of certificate_pem",

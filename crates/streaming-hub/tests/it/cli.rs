@@ -37,9 +37,19 @@ async fn wait_ready(client: &reqwest::Client, base: &str, failure: &str) {
 
 /// `serve` on the SQLite file `db`, ready: the process, a client and its base URL.
 async fn serve_sqlite(db: &std::path::Path) -> (std::process::Child, reqwest::Client, String) {
+    let mut serve = hub_command();
+    serve.arg("serve");
+    spawn_ready(serve, db).await
+}
+
+/// Spawns `command` (a hub's `serve`, however started) on the SQLite file `db` and a free port,
+/// and waits until it is ready: the process, a client and its base URL.
+async fn spawn_ready(
+    mut command: std::process::Command,
+    db: &std::path::Path,
+) -> (std::process::Child, reqwest::Client, String) {
     let port = free_port();
-    let child = hub_command()
-        .arg("serve")
+    let child = command
         .env("STREAMING_HUB_SQLITE_PATH", db)
         .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
         .stdout(Stdio::null())
@@ -627,23 +637,14 @@ async fn serve_raises_its_soft_limit_of_open_files_to_the_hard_one() {
     let hard = hard.expect("a finite hard limit of open files here");
     assert!(hard > 256, "the hard limit ({hard}) leaves nothing to raise");
     let db = temp_sqlite_path();
-    let port = free_port();
     let program = hub_command().get_program().to_owned();
     let mut shell = std::process::Command::new("sh");
     shell.arg("-c").arg("ulimit -Sn 256 && exec \"$0\" serve").arg(program);
     for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("STREAMING_HUB_")) {
         shell.env_remove(key);
     }
-    let mut child = shell
-        .env("STREAMING_HUB_LOG", "warn")
-        .env("STREAMING_HUB_SQLITE_PATH", &db)
-        .env("STREAMING_HUB_HTTP_LISTEN_ADDR", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let client = crate::support::http_client();
-    wait_ready(&client, &format!("http://127.0.0.1:{port}"), "the hub did not become ready").await;
+    shell.env("STREAMING_HUB_LOG", "warn");
+    let (mut child, _, _) = spawn_ready(shell, &db).await;
     let limits = open_files(child.id());
     let _ = child.kill();
     let _ = child.wait();
