@@ -127,12 +127,15 @@ impl Answer {
     }
 }
 
-/// One run: its output or why there is none, the lines it logged, and how long it took.
+/// One run: its output or why there is none, the lines it logged, how long it took, and whether
+/// it was stopped at its CPU budget and run once more (a light handler's, see
+/// [`sandbox::Cache::run`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Run {
     pub output: Result<Output, Failure>,
     pub logs: Vec<String>,
     pub duration: Duration,
+    pub again: bool,
 }
 
 /// The event a handler is given, as JSON text (what the engine parses): made once by the caller,

@@ -70,6 +70,10 @@ pub struct Health {
     pub killed_wall: u64,
     /// Workers that stopped by themselves (a crash, the system-call filter), since the start.
     pub crashed: u64,
+    /// Runs of light handlers stopped at their CPU budget and run once more on a fresh runtime
+    /// (the kernel charged them time they did not spend, or the handler met an event that makes
+    /// it slow), since the pool started.
+    pub ran_again: u64,
     /// Set while workers cannot be started: why the last start failed, when it failed within
     /// [`START_FAILURE_HELD`] and none has started since (a failure long past, with no run asking
     /// for a worker since, says nothing of now).
@@ -161,6 +165,7 @@ struct Counters {
     most_cpu_killed_ns: AtomicU64,
     killed_wall: AtomicU64,
     crashed: AtomicU64,
+    ran_again: AtomicU64,
     /// Why the last start of a worker failed and when, until one starts.
     cannot_start: Mutex<Option<(String, Instant)>>,
     /// The process ids of the workers alive.
@@ -320,6 +325,7 @@ impl Pool {
             most_cpu_killed: Duration::from_nanos(c.most_cpu_killed_ns.load(Ordering::Relaxed)),
             killed_wall: c.killed_wall.load(Ordering::Relaxed),
             crashed: c.crashed.load(Ordering::Relaxed),
+            ran_again: c.ran_again.load(Ordering::Relaxed),
             cannot_start: lock(&c.cannot_start)
                 .as_ref()
                 .filter(|(_, at)| at.elapsed() < START_FAILURE_HELD)
@@ -329,7 +335,7 @@ impl Pool {
 }
 
 fn stopped(started: Instant) -> Run {
-    Run { output: Err(Failure::Stopped), logs: Vec::new(), duration: started.elapsed() }
+    Run { output: Err(Failure::Stopped), logs: Vec::new(), duration: started.elapsed(), again: false }
 }
 
 /// One thread of the pool: takes runs in turn and drives them to its worker. Light runs (see
@@ -438,6 +444,9 @@ fn serve(shared: &Shared, slot: &mut Option<Worker>, jobs: &mut VecDeque<Job>) {
                     if run && !with_code && spent > limits.cpu / 4 {
                         shared.queue().weigh(&job.tenant);
                     }
+                    if matches!(&reply, Reply::Ran(ran) if ran.again) {
+                        shared.counters.ran_again.fetch_add(1, Ordering::Relaxed);
+                    }
                     if let Some(job) = jobs.pop_front() {
                         let _ = job.reply.send(reply);
                     }
@@ -462,7 +471,7 @@ fn failed(work: &Work, failure: Failure, started: Instant) -> Reply {
         Work::Check { .. } => {
             Reply::Checked(Err(CompileError { message: failure.to_string(), line: None, column: None }))
         }
-        _ => Reply::Ran(Run { output: Err(failure), logs: Vec::new(), duration: started.elapsed() }),
+        _ => Reply::Ran(Run { output: Err(failure), logs: Vec::new(), duration: started.elapsed(), again: false }),
     }
 }
 

@@ -106,14 +106,15 @@ impl Cache {
             Ok(ran) => ran,
             Err(e) => return compile_failed(e, started),
         };
-        if light && matches!(output, Err(Failure::Cpu(_))) {
+        let again = light && matches!(output, Err(Failure::Cpu(_)));
+        if again {
             self.again += 1;
             (output, logs) = match self.run_kept(code, event, limits) {
                 Ok((output, logs, _)) => (output, logs),
                 Err(e) => return compile_failed(e, started),
             };
         }
-        Run { output, logs, duration: started.elapsed() }
+        Run { output, logs, duration: started.elapsed(), again }
     }
 
     /// One run on the code's kept runtime (made when missing): what it gave, its logs, and
@@ -196,14 +197,14 @@ pub fn run_once(code: &str, event: &Input, limits: &Limits) -> Run {
     match Sandbox::new(code, limits) {
         Ok(sandbox) => {
             let (output, logs, _) = sandbox.call(event, limits);
-            Run { output, logs, duration: started.elapsed() }
+            Run { output, logs, duration: started.elapsed(), again: false }
         }
         Err(e) => compile_failed(e, started),
     }
 }
 
 fn compile_failed(e: CompileError, started: Instant) -> Run {
-    Run { output: Err(Failure::Compile(e)), logs: Vec::new(), duration: started.elapsed() }
+    Run { output: Err(Failure::Compile(e)), logs: Vec::new(), duration: started.elapsed(), again: false }
 }
 
 /// One code's runtime and context, with what its hooks read.

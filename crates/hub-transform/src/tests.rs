@@ -286,13 +286,13 @@ mod wire_frames {
         prop_oneof![
             Just(Reply::Ready),
             Just(Reply::NeedCode),
-            (output, proptest::collection::vec(".{0,20}", 0..crate::MAX_LOG_LINES), any::<u32>()).prop_map(
-                |(output, logs, us)| Reply::Ran(Run {
+            (output, proptest::collection::vec(".{0,20}", 0..crate::MAX_LOG_LINES), any::<u32>(), any::<bool>())
+                .prop_map(|(output, logs, us, again)| Reply::Ran(Run {
                     output,
                     logs,
                     duration: std::time::Duration::from_micros(u64::from(us)),
-                })
-            ),
+                    again,
+                })),
             Just(Reply::Checked(Ok(()))),
             (".{0,40}", any::<Option<u32>>(), any::<Option<u32>>())
                 .prop_map(|(message, line, column)| Reply::Checked(Err(CompileError { message, line, column }))),

@@ -234,7 +234,7 @@ impl Reply {
                 o.u8(NEED_CODE);
             }
             Self::Ran(run) => {
-                o.u8(RAN).u64(u64::try_from(run.duration.as_micros()).unwrap_or(u64::MAX));
+                o.u8(RAN).u64(u64::try_from(run.duration.as_micros()).unwrap_or(u64::MAX)).u8(u8::from(run.again));
                 match &run.output {
                     Ok(Output::Event(answer)) => {
                         o.u8(EVENT).bytes(answer.text().as_bytes());
@@ -270,6 +270,11 @@ impl Reply {
             NEED_CODE => Self::NeedCode,
             RAN => {
                 let duration = Duration::from_micros(i.u64()?);
+                let again = match i.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(malformed("a run's second try is said by 0 or 1")),
+                };
                 let output = match i.u8()? {
                     EVENT => Ok(Output::Event(Answer::from_text(i.string()?))),
                     SKIP => Ok(Output::Skip),
@@ -280,7 +285,7 @@ impl Reply {
                     return Err(malformed("more log lines than a run keeps"));
                 }
                 let logs = (0..count).map(|_| i.string()).collect::<io::Result<Vec<_>>>()?;
-                Self::Ran(Run { output, logs, duration })
+                Self::Ran(Run { output, logs, duration, again })
             }
             CHECKED => Self::Checked(match i.u8()? {
                 0 => Ok(()),

@@ -382,6 +382,40 @@ fn a_worker_killed_from_outside_fails_only_the_run_it_held() {
     assert_eq!(pool.health().crashed, 1);
 }
 
+/// A light handler's run stopped at its CPU budget is run once more on a fresh runtime, says so,
+/// and is counted by the pool (`streaming_hub_transform_runs_again_total`); a handler that spends
+/// its budget on every run is never run twice. The handler here counts its runs in its globals and
+/// spins from its ninth on: its fresh runtime's first run answers.
+#[test]
+fn a_light_handlers_run_stopped_at_its_budget_runs_again_and_is_counted() {
+    let pool = pool(1, limits());
+    runtime().block_on(async {
+        let turns = Code::new(
+            "turns",
+            "var runs = 0; function handler(e) { runs += 1; if (e.data.spin && runs > 8) { for (;;) {} } return e; }",
+        );
+        for _ in 0..10 {
+            let run = pool.run("t", turns.clone(), input()).await;
+            assert!(matches!(run.output, Ok(Output::Event(_))) && !run.again, "{run:?}");
+        }
+        assert_eq!(pool.health().ran_again, 0);
+        let spin = Input::from(&json!({"type": "t", "id": "e2", "data": {"spin": true}, "headers": {}, "path": ""}));
+        let run = pool.run("t", turns.clone(), spin).await;
+        assert!(matches!(run.output, Ok(Output::Event(_))), "the second try, on a fresh runtime, answers: {run:?}");
+        assert!(run.again, "{run:?}");
+        assert_eq!(pool.health().ran_again, 1);
+        assert_eq!(pool.health().killed_cpu, 0, "both tries were held by the engine, within the worker's bound");
+
+        let always = Code::new("always", "function handler(e) { for (;;) {} }");
+        for _ in 0..3 {
+            let run = pool.run("t", always.clone(), input()).await;
+            assert!(matches!(run.output, Err(Failure::Cpu(_))), "{run:?}");
+            assert!(!run.again, "{run:?}");
+        }
+        assert_eq!(pool.health().ran_again, 1);
+    });
+}
+
 /// The budget is CPU time: under a saturated CPU, code that needs well under its budget of CPU is
 /// never refused, however long it waits for a core.
 #[test]

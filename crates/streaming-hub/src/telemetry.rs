@@ -130,6 +130,8 @@ pub mod metric {
     pub const REPLICAS_LIVE: &str = "streaming_hub_replicas_live";
     /// 1 while no transform worker can be started (`/readyz` answers 503 then).
     pub const TRANSFORM_WORKERS_UNAVAILABLE: &str = "streaming_hub_transform_workers_unavailable";
+    /// Runs of light handlers stopped at their CPU budget and run once more on a fresh runtime.
+    pub const TRANSFORM_RUNS_AGAIN: &str = "streaming_hub_transform_runs_again_total";
 }
 
 /// The transform pool's state as gauges and counters (read when `/metrics` is scraped).
@@ -141,6 +143,7 @@ pub fn transform_workers(health: &hub_transform::Health) {
         metrics::counter!(metric::TRANSFORM_WORKERS_STOPPED, "reason" => reason).absolute(n);
     }
     metrics::gauge!(metric::TRANSFORM_WORKERS_UNAVAILABLE).set(if health.cannot_start.is_some() { 1.0 } else { 0.0 });
+    metrics::counter!(metric::TRANSFORM_RUNS_AGAIN).absolute(health.ran_again);
 }
 
 /// Sets `streaming_hub_delivery_stalled{reason}`: 1 for the reason delivery is stalled, 0 for
@@ -338,6 +341,10 @@ fn describe() {
     metrics::describe_gauge!(metric::BUCKETS_OWNED, "Destination buckets this replica paces, of 1024");
     metrics::describe_gauge!(metric::REPLICAS_LIVE, "Live replicas this replica sees, by role");
     metrics::describe_gauge!(metric::TRANSFORM_WORKERS_UNAVAILABLE, "1 while no transform worker can be started");
+    metrics::describe_counter!(
+        metric::TRANSFORM_RUNS_AGAIN,
+        "Runs of light handlers stopped at their CPU budget and run once more on a fresh runtime"
+    );
     // Every series an alert reads exists from start, at zero.
     metrics::gauge!(
         metric::BUILD_INFO,

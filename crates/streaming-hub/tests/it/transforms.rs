@@ -124,6 +124,8 @@ async fn a_webhook_gets_what_its_transform_makes_signed_after_it(backend: Backen
     );
     assert!(metric(&text, r#"streaming_hub_transform_runs_total{result="skipped"}"#) >= 1.0);
     assert!(metric(&text, r#"streaming_hub_transform_runs_total{result="transformed"}"#) >= 2.0);
+    // The pool's counts are series from the first scrape (the one of light runs tried again too).
+    assert!(text.lines().any(|l| l.starts_with("streaming_hub_transform_runs_again_total ")), "{text}");
 
     // A try against the stored event, as a delivery to this subscription shows it.
     let (status, tried) = hub
