@@ -789,6 +789,48 @@ async fn claims_and_records_read_no_more_than_they_take_whatever_the_statistics_
     claim_and_record_a_backlog(&db, &subs, done, "statistics of a large table").await;
 }
 
+/// A tenant with a few deliverable subscriptions beside others' backlogs (destinations full, or
+/// paced by another replica): its claims read each deliverable subscription's oldest jobs, not a
+/// window of the tenant's oldest (which would be the others' backlog, eight entries a job read
+/// for nothing). Counted on the index of the tenant's due jobs, which only the window and the
+/// choice of tenants read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_beside_others_backlogs_goes_to_its_subscriptions_without_the_window() {
+    const EVENTS: usize = 40;
+    let db = TestDb::postgres().await;
+    let store = db.postgres_store().expect("a PostgreSQL store");
+    let mut subs = Vec::new();
+    for _ in 0..10 {
+        subs.push(push_subscription(&db, "t1").await.id);
+    }
+    events(&db, "t1", EVENTS).await;
+    let before = index_reads(store, 0).await;
+    let mut claimed = Vec::new();
+    let mut claims = 0;
+    loop {
+        let mut req = claim(8, None);
+        req.exclude_subscriptions = subs[2..].to_vec();
+        let got = db.store.claim_jobs(&req).await.expect("claim").jobs;
+        claims += 1;
+        if got.is_empty() {
+            break;
+        }
+        claimed.extend(got);
+    }
+    assert_eq!(claimed.len(), 2 * EVENTS, "every job of the two deliverable subscriptions, once");
+    assert!(claimed.iter().all(|j| subs[..2].contains(&j.subscription_id)));
+    for sub in &subs[..2] {
+        assert_eq!(claimed.iter().filter(|j| j.subscription_id == *sub).count(), EVENTS);
+    }
+    let after = index_reads(store, claimed.len() as i64).await;
+    let due = |reads: &[(String, String, i64)]| -> i64 {
+        reads.iter().filter(|(r, i, _)| r == "delivery_jobs" && i == "delivery_jobs_due").map(|(.., n)| n).sum()
+    };
+    let read = due(&after) - due(&before);
+    // The choice of tenants reads a few entries a claim; a window would read 64 a claim.
+    assert!(read <= claims * 8, "{claims} claims read {read} entries of the due jobs' index");
+}
+
 /// A backlog of events for every subscription, claimed (all but two subscriptions' passed over
 /// first, their destinations full) and recorded, each held to what it takes; `updated` jobs were
 /// updated twice before (leased, then succeeded). Answers the jobs updated twice after it.
