@@ -789,6 +789,23 @@ async fn claims_and_records_read_no_more_than_they_take_whatever_the_statistics_
     claim_and_record_a_backlog(&db, &subs, done, "statistics of a large table").await;
 }
 
+/// Claims of eight until none comes, each passing over `full`'s jobs (their destinations full):
+/// the jobs claimed, and how many claims it took (the empty one included).
+async fn claim_passing_over(db: &TestDb, full: &[Uuid]) -> (Vec<ClaimedJob>, i64) {
+    let mut claimed = Vec::new();
+    let mut claims = 0;
+    loop {
+        let mut req = claim(8, None);
+        req.exclude_subscriptions = full.to_vec();
+        let got = db.store.claim_jobs(&req).await.expect("claim").jobs;
+        claims += 1;
+        if got.is_empty() {
+            return (claimed, claims);
+        }
+        claimed.extend(got);
+    }
+}
+
 /// A tenant with a few deliverable subscriptions beside others' backlogs (destinations full, or
 /// paced by another replica): its claims read each deliverable subscription's oldest jobs, not a
 /// window of the tenant's oldest (which would be the others' backlog, eight entries a job read
@@ -805,18 +822,7 @@ async fn a_claim_beside_others_backlogs_goes_to_its_subscriptions_without_the_wi
     }
     events(&db, "t1", EVENTS).await;
     let before = index_reads(store, 0).await;
-    let mut claimed = Vec::new();
-    let mut claims = 0;
-    loop {
-        let mut req = claim(8, None);
-        req.exclude_subscriptions = subs[2..].to_vec();
-        let got = db.store.claim_jobs(&req).await.expect("claim").jobs;
-        claims += 1;
-        if got.is_empty() {
-            break;
-        }
-        claimed.extend(got);
-    }
+    let (claimed, claims) = claim_passing_over(&db, &subs[2..]).await;
     assert_eq!(claimed.len(), 2 * EVENTS, "every job of the two deliverable subscriptions, once");
     assert!(claimed.iter().all(|j| subs[..2].contains(&j.subscription_id)));
     for sub in &subs[..2] {
@@ -843,18 +849,7 @@ async fn claim_and_record_a_backlog(db: &TestDb, subs: &[Uuid], updated: usize, 
 
     // Every claim passes over the jobs of all but two subscriptions (their destinations are
     // full): a window of the tenant's oldest jobs is mostly theirs.
-    let mut claimed = Vec::new();
-    let mut claims = 0;
-    loop {
-        let mut req = claim(8, None);
-        req.exclude_subscriptions = subs[2..].to_vec();
-        let got = db.store.claim_jobs(&req).await.expect("claim").jobs;
-        claims += 1;
-        if got.is_empty() {
-            break;
-        }
-        claimed.extend(got);
-    }
+    let (claimed, mut claims) = claim_passing_over(db, &subs[2..]).await;
     assert_eq!(claimed.len(), 2 * EVENTS, "every job of the two deliverable subscriptions, once ({stats})");
     let mut all = claimed.clone();
     // And the rest leased too, so recording meets a table of leased jobs.
