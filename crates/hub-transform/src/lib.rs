@@ -138,6 +138,13 @@ pub struct Run {
     pub again: bool,
 }
 
+impl Run {
+    /// A run that gave no output for `failure`, logging nothing, after `duration`.
+    pub fn failed(failure: Failure, duration: Duration) -> Self {
+        Self { output: Err(failure), logs: Vec::new(), duration, again: false }
+    }
+}
+
 /// The event a handler is given, as JSON text (what the engine parses): made once by the caller,
 /// with no tree of values in between.
 #[derive(Debug, Clone, PartialEq, Eq)]

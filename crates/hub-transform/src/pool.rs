@@ -335,7 +335,7 @@ impl Pool {
 }
 
 fn stopped(started: Instant) -> Run {
-    Run { output: Err(Failure::Stopped), logs: Vec::new(), duration: started.elapsed(), again: false }
+    Run::failed(Failure::Stopped, started.elapsed())
 }
 
 /// One thread of the pool: takes runs in turn and drives them to its worker. Light runs (see
@@ -471,7 +471,7 @@ fn failed(work: &Work, failure: Failure, started: Instant) -> Reply {
         Work::Check { .. } => {
             Reply::Checked(Err(CompileError { message: failure.to_string(), line: None, column: None }))
         }
-        _ => Reply::Ran(Run { output: Err(failure), logs: Vec::new(), duration: started.elapsed(), again: false }),
+        _ => Reply::Ran(Run::failed(failure, started.elapsed())),
     }
 }
 

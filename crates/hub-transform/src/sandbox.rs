@@ -42,8 +42,6 @@ pub struct Cache {
     bytes: usize,
     max_bytes: usize,
     tick: u64,
-    /// Runs stopped at their budget and run once more (a light handler's, see [`Cache::run`]).
-    again: u64,
 }
 
 impl std::fmt::Debug for Cache {
@@ -65,7 +63,7 @@ struct Kept {
 
 impl Cache {
     pub fn new(max_bytes: usize) -> Self {
-        Self { kept: HashMap::new(), bytes: 0, max_bytes, tick: 0, again: 0 }
+        Self { kept: HashMap::new(), bytes: 0, max_bytes, tick: 0 }
     }
 
     /// The runtimes kept, and the bytes they held after their last run.
@@ -77,12 +75,6 @@ impl Cache {
     #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.bytes
-    }
-
-    /// Runs stopped at their budget and run once more.
-    #[cfg(test)]
-    pub fn again(&self) -> u64 {
-        self.again
     }
 
     /// The code kept under `key`, if its runtime is kept.
@@ -108,7 +100,6 @@ impl Cache {
         };
         let again = light && matches!(output, Err(Failure::Cpu(_)));
         if again {
-            self.again += 1;
             (output, logs) = match self.run_kept(code, event, limits) {
                 Ok((output, logs, _)) => (output, logs),
                 Err(e) => return compile_failed(e, started),
@@ -204,7 +195,7 @@ pub fn run_once(code: &str, event: &Input, limits: &Limits) -> Run {
 }
 
 fn compile_failed(e: CompileError, started: Instant) -> Run {
-    Run { output: Err(Failure::Compile(e)), logs: Vec::new(), duration: started.elapsed(), again: false }
+    Run::failed(Failure::Compile(e), started.elapsed())
 }
 
 /// One code's runtime and context, with what its hooks read.

@@ -121,9 +121,13 @@ fn hostile_handlers_fail_within_their_budget() {
 fn a_light_handlers_run_stopped_at_its_budget_is_run_once_more() {
     let limits = limits();
     let mut cache = Cache::new(CACHE_BYTES);
+    // Runs that said they were tried a second time, so far.
+    let again = std::cell::Cell::new(0);
     let run = |cache: &mut Cache, code: &Code, spin: bool| {
         let event = json!({"type": "t", "id": "e1", "data": {"spin": spin}, "headers": {}, "path": ""});
-        cache.run(code, &Input::from(&event), &limits).output
+        let ran = cache.run(code, &Input::from(&event), &limits);
+        again.set(again.get() + u32::from(ran.again));
+        ran.output
     };
     // Stopped on its ninth run only: the second try, on a fresh runtime (its count back at one),
     // is the answer.
@@ -133,23 +137,23 @@ fn a_light_handlers_run_stopped_at_its_budget_is_run_once_more() {
         assert_eq!(answered(run(&mut cache, &ninth, false))["data"]["n"], i);
     }
     assert_eq!(answered(run(&mut cache, &ninth, false))["data"]["n"], 1, "run again on a fresh runtime");
-    assert_eq!(cache.again(), 1);
+    assert_eq!(again.get(), 1);
     // Stopped on both tries: that stop is final.
     let spins = Code::new("b", "function handler(e) { if (e.data.spin) for (;;) {} return e; }");
     for _ in 0..8 {
         assert!(matches!(run(&mut cache, &spins, false), Ok(Output::Event(_))));
     }
     assert_eq!(run(&mut cache, &spins, true), Err(Failure::Cpu(50)));
-    assert_eq!(cache.again(), 2, "tried twice");
+    assert_eq!(again.get(), 2, "tried twice");
     // Its runtime is new again: not light until it has run within its budget again.
     assert_eq!(run(&mut cache, &spins, true), Err(Failure::Cpu(50)));
-    assert_eq!(cache.again(), 2, "not light after a stop");
+    assert_eq!(again.get(), 2, "not light after a stop");
     // A handler that never ends within its budget is never light.
     let heavy = Code::new("c", "function handler(e) { for (;;) {} }");
     for _ in 0..10 {
         assert_eq!(run(&mut cache, &heavy, false), Err(Failure::Cpu(50)));
     }
-    assert_eq!(cache.again(), 2, "a handler that never ended within its budget");
+    assert_eq!(again.get(), 2, "a handler that never ended within its budget");
 }
 
 #[test]

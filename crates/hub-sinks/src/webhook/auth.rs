@@ -46,7 +46,8 @@ fn fail(kind: FailureKind, reason: String, status: Option<u16>) -> Failure {
 
 /// A webhook's HTTP client (no redirects, no proxy, the address guard), with a private CA
 /// trusted beside the system's roots and a client identity `(certificate, key)` in PEM when given.
-/// Building it is what checks that a CA can be trusted and a key is usable with its certificate.
+/// Its TLS configuration (`http1::tls`) is what checks that a CA can be trusted and a key is usable
+/// with its certificate; validation calls that alone.
 pub(crate) fn client(
     allow_private: bool,
     ca_pem: Option<&str>,
